@@ -1,0 +1,43 @@
+#pragma once
+// Elementwise operations. Binary operations need identical shapes (no implicit broadcast:
+// use broadcast_to) and one backend.
+
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer::tensor_ops {
+
+[[nodiscard]] Tensor add(const Tensor& left, const Tensor& right);
+[[nodiscard]] Tensor subtract(const Tensor& left, const Tensor& right);
+[[nodiscard]] Tensor multiply(const Tensor& left, const Tensor& right);
+// domain_error when any denominator element is exactly zero.
+[[nodiscard]] Tensor divide(const Tensor& numerator, const Tensor& denominator);
+
+[[nodiscard]] Tensor negate(const Tensor& x);
+// x * factor; factor must be finite (invalid_argument).
+[[nodiscard]] Tensor scale(const Tensor& x, float factor);
+// x + addend; addend must be finite (invalid_argument).
+[[nodiscard]] Tensor add_scalar(const Tensor& x, float addend);
+
+[[nodiscard]] Tensor exp(const Tensor& x);
+// domain_error when any element is <= 0 (or NaN).
+[[nodiscard]] Tensor log(const Tensor& x);
+// domain_error when any element is < 0 (or NaN); sqrt(0) is 0.
+[[nodiscard]] Tensor sqrt(const Tensor& x);
+[[nodiscard]] Tensor erf(const Tensor& x);
+
+// Exact-erf GELU: 0.5·x·(1 + erf(x/√2)) (not the tanh approximation).
+[[nodiscard]] Tensor gelu(const Tensor& x);
+// upstream · [0.5·(1 + erf(x/√2)) + x·φ(x)], φ the standard normal density.
+[[nodiscard]] Tensor gelu_backward(const Tensor& x, const Tensor& upstream);
+
+// max(0, x); NaN propagates.
+[[nodiscard]] Tensor relu(const Tensor& x);
+// upstream where x > 0, 0 where x <= 0 (including exactly 0), NaN where x is NaN.
+[[nodiscard]] Tensor relu_backward(const Tensor& x, const Tensor& upstream);
+
+// x·σ(x) with a stable sigmoid: silu(-inf) = -0, silu(+inf) = +inf.
+[[nodiscard]] Tensor silu(const Tensor& x);
+// upstream · σ(x)·(1 + x·(1 − σ(x))): 0 at x = -inf, upstream at x = +inf.
+[[nodiscard]] Tensor silu_backward(const Tensor& x, const Tensor& upstream);
+
+}  // namespace riftco_transformer::tensor_ops

@@ -1,0 +1,22 @@
+#pragma once
+// Fused, numerically stable softmax cross-entropy.
+
+#include <cstdint>
+#include <span>
+
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer::tensor_ops {
+
+struct CrossEntropyResult {
+    Tensor loss;      // scalar []: −(1/N)·Σ_n log softmax(z_n)[y_n], summed in double
+    Tensor gradient;  // logits.shape(): (softmax(z) − onehot(y))/N, the loss's base gradient
+};
+
+// logits [..., V] (N = numel/V positions), one target per position.
+// Rank-0 logits or a target count != N: invalid_argument; a target >= V: out_of_range;
+// a non-finite target logit: domain_error; a non-finite mean loss: overflow_error.
+[[nodiscard]] CrossEntropyResult cross_entropy(const Tensor& logits,
+                                               std::span<const std::uint32_t> targets);
+
+}  // namespace riftco_transformer::tensor_ops

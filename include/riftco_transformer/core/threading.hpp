@@ -1,0 +1,18 @@
+#pragma once
+// The CPU backend's one shared worker pool (OpenMP; OpenBLAS uses the same threads).
+// Its size comes from RIFTCO_TRANSFORMER_NUM_THREADS (a positive integer) and defaults to
+// every hardware thread.
+
+#include <cstddef>
+
+namespace riftco_transformer {
+
+// Number of threads CPU kernels and the BLAS may use. Throws std::invalid_argument naming
+// the variable and its value when RIFTCO_TRANSFORMER_NUM_THREADS is set but not a positive
+// integer.
+[[nodiscard]] std::size_t cpu_thread_count();
+
+// Overrides the pool size for the whole process (0 is std::invalid_argument).
+void set_cpu_thread_count(std::size_t thread_count);
+
+}  // namespace riftco_transformer

@@ -1,0 +1,214 @@
+#pragma once
+// BackendAdapter: the internal facade every execution backend implements, split into
+// segregated capabilities. tensor_ops validates every argument before calling exactly one
+// capability; adapters never validate user input again and never call back up.
+//
+// Contract for every capability call:
+// - inputs are on this adapter's backend and have the shapes tensor_ops checked;
+// - outputs were allocated on this backend by tensor_ops (uninitialised) with their final
+//   shapes, and the adapter has finished writing them when it returns;
+// - value-domain violations a kernel discovers are thrown with the category the operation
+//   documents (std::domain_error, std::overflow_error) after the kernel ran; because outputs
+//   are fresh, nothing visible has changed.
+// This vtable is private: it is not part of any ABI.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "core/tensor/storage.hpp"
+#include "riftco_transformer/core/backend.hpp"
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer::detail {
+
+class StorageCapability {
+public:
+    virtual ~StorageCapability() = default;
+    // Storage for `element_count` floats, contents unspecified.
+    [[nodiscard]] virtual std::shared_ptr<Storage> allocate(std::size_t element_count) const = 0;
+    [[nodiscard]] virtual std::shared_ptr<Storage> clone(const Storage& source) const = 0;
+    virtual void fill(Storage& storage, float value) const = 0;
+};
+
+class LayoutCapability {
+public:
+    virtual ~LayoutCapability() = default;
+    // out.shape[d] = x.shape[axes[d]].
+    virtual void permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const = 0;
+    // x's shape broadcasts (right-aligned) to out's shape.
+    virtual void broadcast_to(const Tensor& x, Tensor& out) const = 0;
+    // out's shape broadcasts to x's shape; out = Σ over the broadcast dimensions.
+    virtual void sum_to_shape(const Tensor& x, Tensor& out) const = 0;
+    virtual void concatenate_last_axis(std::span<const Tensor> inputs, Tensor& out) const = 0;
+    // out = x[..., start:start+out.shape[axis], ...] along `axis`.
+    virtual void slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const = 0;
+};
+
+enum class BinaryOperation { Add, Subtract, Multiply, Divide };
+enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, Relu, Silu };
+// (x, upstream) -> upstream · f'(x)
+enum class UnaryDerivative { Gelu, Relu, Silu };
+
+class ElementwiseCapability {
+public:
+    virtual ~ElementwiseCapability() = default;
+    // Divide: domain_error on a zero denominator.
+    virtual void binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
+                        Tensor& out) const = 0;
+    // Log: domain_error on x <= 0 or NaN; Sqrt: domain_error on x < 0 or NaN.
+    virtual void unary(UnaryOperation operation, const Tensor& x, Tensor& out) const = 0;
+    // out = x·multiplier + addend.
+    virtual void affine(const Tensor& x, float multiplier, float addend, Tensor& out) const = 0;
+    virtual void unary_backward(UnaryDerivative derivative, const Tensor& x,
+                                const Tensor& upstream, Tensor& out) const = 0;
+};
+
+class ReductionCapability {
+public:
+    virtual ~ReductionCapability() = default;
+    // out (one element) = multiplier · Σ x.
+    virtual void sum_all(const Tensor& x, double multiplier, Tensor& out) const = 0;
+    // out = multiplier · Σ_axis x; out has x's layout with `axis` reduced to one.
+    virtual void sum_axis(const Tensor& x, std::size_t axis, double multiplier,
+                          Tensor& out) const = 0;
+};
+
+class MatmulCapability {
+public:
+    virtual ~MatmulCapability() = default;
+    // out[b] = op(left[b]) · op(right[b]) over the flattened leading dimensions.
+    virtual void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
+                                bool transpose_right, Tensor& out) const = 0;
+};
+
+class SoftmaxCapability {
+public:
+    virtual ~SoftmaxCapability() = default;
+    // domain_error: a slice holding NaN/+inf, or only -inf.
+    virtual void softmax(const Tensor& x, std::size_t axis, Tensor& out) const = 0;
+    virtual void softmax_backward(const Tensor& probabilities, const Tensor& upstream,
+                                  std::size_t axis, Tensor& out) const = 0;
+    // scores [B,H,T,T]; domain_error like softmax over the visible keys.
+    virtual void causal_softmax(const Tensor& scores, float scale, Tensor& out) const = 0;
+    virtual void causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,
+                                         float scale, Tensor& out) const = 0;
+};
+
+class IndexingCapability {
+public:
+    virtual ~IndexingCapability() = default;
+    // Indices are already range-checked against the table's rows.
+    virtual void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+                             Tensor& out) const = 0;
+    // out [row_count, W] is overwritten: zero, then every upstream row added at its index.
+    virtual void scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
+                                  Tensor& out) const = 0;
+};
+
+class NormalizationCapability {
+public:
+    virtual ~NormalizationCapability() = default;
+    virtual void layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                            float epsilon, Tensor& out, Tensor& mean,
+                            Tensor& inverse_deviation) const = 0;
+    virtual void layer_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
+                                     const Tensor& inverse_deviation, const Tensor& upstream,
+                                     Tensor& input_gradient, Tensor& scale_gradient,
+                                     Tensor& bias_gradient) const = 0;
+    virtual void rms_norm(const Tensor& x, const Tensor& scale, float epsilon, Tensor& out,
+                          Tensor& inverse_rms) const = 0;
+    virtual void rms_norm_backward(const Tensor& x, const Tensor& scale,
+                                   const Tensor& inverse_rms, const Tensor& upstream,
+                                   Tensor& input_gradient, Tensor& scale_gradient) const = 0;
+};
+
+class LossCapability {
+public:
+    virtual ~LossCapability() = default;
+    // Targets are already range-checked against V. domain_error: non-finite target logit;
+    // overflow_error: non-finite mean loss.
+    virtual void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
+                               Tensor& loss, Tensor& gradient) const = 0;
+};
+
+// Declared for the attention, quantized-linear and optimizer issues: the CPU reference and
+// the accelerators fill these in as those land. Until then adapters report them absent.
+class AttentionCapability {
+public:
+    virtual ~AttentionCapability() = default;
+    // Q, K, V [B,H,T,d_h]; probabilities [B,H,T,T]; context [B,H,T,d_h].
+    virtual void materialized_forward(const Tensor& query, const Tensor& key,
+                                      const Tensor& value, float scale, Tensor& probabilities,
+                                      Tensor& context) const = 0;
+    // Row statistics [B,H,T]: running max m_i and Σ exp(S_ij − m_i).
+    virtual void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                               float scale, Tensor& context, Tensor& row_max,
+                               Tensor& row_sum) const = 0;
+};
+
+class QuantizedLinearCapability {
+public:
+    virtual ~QuantizedLinearCapability() = default;
+};
+
+class AdamCapability {
+public:
+    virtual ~AdamCapability() = default;
+};
+
+class BackendAdapter {
+public:
+    virtual ~BackendAdapter() = default;
+
+    [[nodiscard]] virtual ExecutionBackend backend() const noexcept = 0;
+    [[nodiscard]] std::string_view name() const noexcept;
+    [[nodiscard]] virtual bool is_available() const noexcept = 0;
+    // Empty when available.
+    [[nodiscard]] virtual std::string_view unavailability_reason() const noexcept = 0;
+
+    // Each capability is null when this adapter does not provide it.
+    [[nodiscard]] virtual const StorageCapability* storage() const noexcept = 0;
+    [[nodiscard]] virtual const LayoutCapability* layout() const noexcept = 0;
+    [[nodiscard]] virtual const ElementwiseCapability* elementwise() const noexcept = 0;
+    [[nodiscard]] virtual const ReductionCapability* reduction() const noexcept = 0;
+    [[nodiscard]] virtual const MatmulCapability* matmul() const noexcept = 0;
+    [[nodiscard]] virtual const SoftmaxCapability* softmax() const noexcept = 0;
+    [[nodiscard]] virtual const IndexingCapability* indexing() const noexcept = 0;
+    [[nodiscard]] virtual const NormalizationCapability* normalization() const noexcept = 0;
+    [[nodiscard]] virtual const LossCapability* loss() const noexcept = 0;
+    [[nodiscard]] virtual const AttentionCapability* attention() const noexcept = 0;
+    [[nodiscard]] virtual const QuantizedLinearCapability* quantized_linear() const noexcept = 0;
+    [[nodiscard]] virtual const AdamCapability* adam() const noexcept = 0;
+};
+
+// The fixed registry: one adapter per ExecutionBackend value, null for unknown values.
+[[nodiscard]] const BackendAdapter* find_backend_adapter(ExecutionBackend backend) noexcept;
+
+// The adapter for `backend` when it is available. Unknown value: invalid_argument; unavailable:
+// runtime_error "<operation>: backend '<name>' is unavailable: <reason>".
+[[nodiscard]] const BackendAdapter& require_available_adapter(ExecutionBackend backend,
+                                                             std::string_view operation);
+
+// The capability or runtime_error "<operation>: backend '<name>' does not provide <family>".
+template <typename Capability>
+[[nodiscard]] const Capability& require_capability(const Capability* capability,
+                                                   const BackendAdapter& adapter,
+                                                   std::string_view operation,
+                                                   std::string_view family);
+
+[[noreturn]] void throw_missing_capability(const BackendAdapter& adapter,
+                                           std::string_view operation, std::string_view family);
+
+template <typename Capability>
+const Capability& require_capability(const Capability* capability, const BackendAdapter& adapter,
+                                     std::string_view operation, std::string_view family) {
+    if (capability == nullptr) {
+        throw_missing_capability(adapter, operation, family);
+    }
+    return *capability;
+}
+
+}  // namespace riftco_transformer::detail

@@ -1,0 +1,143 @@
+#pragma once
+// The CPU adapter: the readable reference every other backend is checked against, with
+// vectorised loops threaded over rows and GEMM through the BLAS seam. One file per family.
+
+#include "core/backend/adapter.hpp"
+
+namespace riftco_transformer::detail {
+
+class CpuStorageCapability final : public StorageCapability {
+public:
+    explicit CpuStorageCapability(ExecutionBackend backend) noexcept : backend_(backend) {}
+    [[nodiscard]] std::shared_ptr<Storage> allocate(std::size_t element_count) const override;
+    [[nodiscard]] std::shared_ptr<Storage> clone(const Storage& source) const override;
+    void fill(Storage& storage, float value) const override;
+
+private:
+    ExecutionBackend backend_;
+};
+
+class CpuLayout final : public LayoutCapability {
+public:
+    void permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const override;
+    void broadcast_to(const Tensor& x, Tensor& out) const override;
+    void sum_to_shape(const Tensor& x, Tensor& out) const override;
+    void concatenate_last_axis(std::span<const Tensor> inputs, Tensor& out) const override;
+    void slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const override;
+};
+
+class CpuElementwise final : public ElementwiseCapability {
+public:
+    void binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
+                Tensor& out) const override;
+    void unary(UnaryOperation operation, const Tensor& x, Tensor& out) const override;
+    void affine(const Tensor& x, float multiplier, float addend, Tensor& out) const override;
+    void unary_backward(UnaryDerivative derivative, const Tensor& x, const Tensor& upstream,
+                        Tensor& out) const override;
+};
+
+class CpuReduction final : public ReductionCapability {
+public:
+    void sum_all(const Tensor& x, double multiplier, Tensor& out) const override;
+    void sum_axis(const Tensor& x, std::size_t axis, double multiplier,
+                  Tensor& out) const override;
+};
+
+class CpuMatmul final : public MatmulCapability {
+public:
+    void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
+                        bool transpose_right, Tensor& out) const override;
+};
+
+class CpuSoftmax final : public SoftmaxCapability {
+public:
+    void softmax(const Tensor& x, std::size_t axis, Tensor& out) const override;
+    void softmax_backward(const Tensor& probabilities, const Tensor& upstream, std::size_t axis,
+                          Tensor& out) const override;
+    void causal_softmax(const Tensor& scores, float scale, Tensor& out) const override;
+    void causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,
+                                 float scale, Tensor& out) const override;
+};
+
+class CpuIndexing final : public IndexingCapability {
+public:
+    void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+                     Tensor& out) const override;
+    void scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
+                          Tensor& out) const override;
+};
+
+class CpuNormalization final : public NormalizationCapability {
+public:
+    void layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, float epsilon,
+                    Tensor& out, Tensor& mean, Tensor& inverse_deviation) const override;
+    void layer_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
+                             const Tensor& inverse_deviation, const Tensor& upstream,
+                             Tensor& input_gradient, Tensor& scale_gradient,
+                             Tensor& bias_gradient) const override;
+    void rms_norm(const Tensor& x, const Tensor& scale, float epsilon, Tensor& out,
+                  Tensor& inverse_rms) const override;
+    void rms_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& inverse_rms,
+                           const Tensor& upstream, Tensor& input_gradient,
+                           Tensor& scale_gradient) const override;
+};
+
+class CpuLoss final : public LossCapability {
+public:
+    void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
+                       Tensor& loss, Tensor& gradient) const override;
+};
+
+// Host-memory adapter running the CPU kernels under a backend identity: the CPU adapter
+// itself, and (test builds only) an emulated device that exercises cross-backend rules.
+class HostAdapter final : public BackendAdapter {
+public:
+    explicit HostAdapter(ExecutionBackend identity) noexcept
+        : identity_(identity), storage_(identity) {}
+
+    [[nodiscard]] ExecutionBackend backend() const noexcept override { return identity_; }
+    [[nodiscard]] bool is_available() const noexcept override { return true; }
+    [[nodiscard]] std::string_view unavailability_reason() const noexcept override { return {}; }
+
+    [[nodiscard]] const StorageCapability* storage() const noexcept override { return &storage_; }
+    [[nodiscard]] const LayoutCapability* layout() const noexcept override { return &layout_; }
+    [[nodiscard]] const ElementwiseCapability* elementwise() const noexcept override {
+        return &elementwise_;
+    }
+    [[nodiscard]] const ReductionCapability* reduction() const noexcept override {
+        return &reduction_;
+    }
+    [[nodiscard]] const MatmulCapability* matmul() const noexcept override { return &matmul_; }
+    [[nodiscard]] const SoftmaxCapability* softmax() const noexcept override { return &softmax_; }
+    [[nodiscard]] const IndexingCapability* indexing() const noexcept override {
+        return &indexing_;
+    }
+    [[nodiscard]] const NormalizationCapability* normalization() const noexcept override {
+        return &normalization_;
+    }
+    [[nodiscard]] const LossCapability* loss() const noexcept override { return &loss_; }
+    // Filled in by the attention, quantized-linear and optimizer issues.
+    [[nodiscard]] const AttentionCapability* attention() const noexcept override {
+        return nullptr;
+    }
+    [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
+        return nullptr;
+    }
+    [[nodiscard]] const AdamCapability* adam() const noexcept override { return nullptr; }
+
+private:
+    ExecutionBackend identity_;
+    CpuStorageCapability storage_;
+    CpuLayout layout_;
+    CpuElementwise elementwise_;
+    CpuReduction reduction_;
+    CpuMatmul matmul_;
+    CpuSoftmax softmax_;
+    CpuIndexing indexing_;
+    CpuNormalization normalization_;
+    CpuLoss loss_;
+};
+
+[[nodiscard]] const BackendAdapter& cpu_adapter() noexcept;
+
+}  // namespace riftco_transformer::detail

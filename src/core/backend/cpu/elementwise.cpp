@@ -1,0 +1,174 @@
+// CPU elementwise kernels: one vectorisable loop per operation, threaded over chunks.
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/backend/cpu/cpu_adapter.hpp"
+#include "core/backend/cpu/cpu_storage.hpp"
+#include "core/backend/cpu/vector_math.hpp"
+#include "core/parallel/parallel_for.hpp"
+
+namespace riftco_transformer::detail {
+namespace {
+
+constexpr float inverse_sqrt_two = 0.707106781186547524F;
+
+// Applies `kernel(begin, end)` over [0, count) in parallel chunks.
+template <typename Kernel>
+void for_chunks(std::size_t count, Kernel&& kernel) {
+    parallel_for(count, items_per_thread_for(1), kernel);
+}
+
+// The first index in [0, count) where `bad` holds, or count.
+template <typename Predicate>
+std::size_t first_violation(const float* values, std::size_t count, Predicate bad) {
+    for (std::size_t i = 0; i < count; ++i) {
+        if (bad(values[i])) {
+            return i;
+        }
+    }
+    return count;
+}
+
+[[noreturn]] void throw_domain(const char* operation, const char* argument, std::size_t index,
+                               float value, const char* requirement) {
+    std::ostringstream message;
+    message << operation << ": " << argument << " element " << index << " is " << value
+            << " (" << requirement << ")";
+    throw std::domain_error(message.str());
+}
+
+float gelu_value(float x) { return 0.5F * x * fast_erfc(-x * inverse_sqrt_two); }
+
+float gelu_derivative(float x) {
+    return 0.5F * fast_erfc(-x * inverse_sqrt_two) + x * normal_density(x);
+}
+
+// σ(x) = 1/(1 + e^{−x}) for x >= 0 and e^{x}/(1 + e^{x}) otherwise, so nothing overflows.
+float sigmoid(float x) {
+    const float e = fast_exp(x >= 0.0F ? -x : x);
+    return x >= 0.0F ? 1.0F / (1.0F + e) : e / (1.0F + e);
+}
+
+}  // namespace
+
+void CpuElementwise::binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
+                            Tensor& out) const {
+    const float* a = cpu_data(left);
+    const float* b = cpu_data(right);
+    float* y = cpu_output(out);
+    const std::size_t count = out.numel();
+    if (operation == BinaryOperation::Divide) {
+        const std::size_t zero = first_violation(b, count, [](float v) { return v == 0.0F; });
+        if (zero != count) {
+            throw_domain("divide", "denominator", zero, b[zero], "must be non-zero");
+        }
+    }
+    for_chunks(count, [&](std::size_t begin, std::size_t end) {
+        switch (operation) {
+            case BinaryOperation::Add:
+                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
+                break;
+            case BinaryOperation::Subtract:
+                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] - b[i];
+                break;
+            case BinaryOperation::Multiply:
+                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] * b[i];
+                break;
+            case BinaryOperation::Divide:
+                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] / b[i];
+                break;
+        }
+    });
+}
+
+void CpuElementwise::unary(UnaryOperation operation, const Tensor& x, Tensor& out) const {
+    const float* v = cpu_data(x);
+    float* y = cpu_output(out);
+    const std::size_t count = out.numel();
+    if (operation == UnaryOperation::Log) {
+        const std::size_t bad = first_violation(v, count, [](float e) { return !(e > 0.0F); });
+        if (bad != count) {
+            throw_domain("log", "x", bad, v[bad], "must be > 0");
+        }
+    } else if (operation == UnaryOperation::Sqrt) {
+        const std::size_t bad = first_violation(v, count, [](float e) { return !(e >= 0.0F); });
+        if (bad != count) {
+            throw_domain("sqrt", "x", bad, v[bad], "must be >= 0");
+        }
+    }
+    for_chunks(count, [&](std::size_t begin, std::size_t end) {
+        switch (operation) {
+            case UnaryOperation::Negate:
+                for (std::size_t i = begin; i < end; ++i) y[i] = -v[i];
+                break;
+            case UnaryOperation::Exp:
+                for (std::size_t i = begin; i < end; ++i) y[i] = fast_exp(v[i]);
+                break;
+            case UnaryOperation::Log:
+                for (std::size_t i = begin; i < end; ++i) y[i] = std::log(v[i]);
+                break;
+            case UnaryOperation::Sqrt:
+                for (std::size_t i = begin; i < end; ++i) y[i] = std::sqrt(v[i]);
+                break;
+            case UnaryOperation::Erf:
+                for (std::size_t i = begin; i < end; ++i) y[i] = std::erf(v[i]);
+                break;
+            case UnaryOperation::Gelu:
+                for (std::size_t i = begin; i < end; ++i) y[i] = gelu_value(v[i]);
+                break;
+            case UnaryOperation::Relu:
+                // NaN fails both comparisons and is passed through unchanged.
+                for (std::size_t i = begin; i < end; ++i) y[i] = v[i] <= 0.0F ? 0.0F : v[i];
+                break;
+            case UnaryOperation::Silu:
+                for (std::size_t i = begin; i < end; ++i) {
+                    const float s = sigmoid(v[i]);
+                    // silu(-inf) = -0 (not -inf·0 = NaN).
+                    y[i] = s == 0.0F ? -0.0F : v[i] * s;
+                }
+                break;
+        }
+    });
+}
+
+void CpuElementwise::affine(const Tensor& x, float multiplier, float addend, Tensor& out) const {
+    const float* v = cpu_data(x);
+    float* y = cpu_output(out);
+    for_chunks(out.numel(), [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) y[i] = v[i] * multiplier + addend;
+    });
+}
+
+void CpuElementwise::unary_backward(UnaryDerivative derivative, const Tensor& x,
+                                    const Tensor& upstream, Tensor& out) const {
+    const float* v = cpu_data(x);
+    const float* g = cpu_data(upstream);
+    float* y = cpu_output(out);
+    for_chunks(out.numel(), [&](std::size_t begin, std::size_t end) {
+        switch (derivative) {
+            case UnaryDerivative::Gelu:
+                for (std::size_t i = begin; i < end; ++i) y[i] = g[i] * gelu_derivative(v[i]);
+                break;
+            case UnaryDerivative::Relu:
+                // Derivative 0 at exactly 0; NaN inputs give NaN.
+                for (std::size_t i = begin; i < end; ++i) {
+                    y[i] = v[i] > 0.0F ? g[i] : (v[i] <= 0.0F ? 0.0F : v[i]);
+                }
+                break;
+            case UnaryDerivative::Silu:
+                for (std::size_t i = begin; i < end; ++i) {
+                    const float s = sigmoid(v[i]);
+                    const float one_minus = 1.0F - s;
+                    // The x·(1 − σ) term vanishes at ±inf instead of becoming inf·0.
+                    const float tail = one_minus == 0.0F || s == 0.0F ? 0.0F : v[i] * one_minus;
+                    y[i] = g[i] * s * (1.0F + tail);
+                }
+                break;
+        }
+    });
+}
+
+}  // namespace riftco_transformer::detail

@@ -1,0 +1,75 @@
+// CPU fused softmax cross-entropy: one pass for the row max, one for exp and its sum, one to
+// write the base gradient; the loss is summed in double over fixed row blocks.
+
+#include <cfloat>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "core/backend/cpu/cpu_adapter.hpp"
+#include "core/backend/cpu/cpu_storage.hpp"
+#include "core/backend/cpu/vector_math.hpp"
+#include "core/parallel/parallel_for.hpp"
+
+namespace riftco_transformer::detail {
+namespace {
+constexpr std::size_t loss_row_block = 16;
+}  // namespace
+
+void CpuLoss::cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
+                            Tensor& loss, Tensor& gradient) const {
+    // logits [N,V] -> loss = −(1/N)·Σ_n (z_{n,y} − max_n − log Σ_j exp(z_nj − max_n))
+    //                 gradient[n] = (softmax(z_n) − onehot(y_n))/N
+    const std::size_t vocabulary = logits.shape().back();
+    const std::size_t positions = logits.numel() / vocabulary;
+    const float* z = cpu_data(logits);
+    float* grad = cpu_output(gradient);
+    const auto inverse_count = static_cast<float>(1.0 / static_cast<double>(positions));
+    const std::size_t blocks = (positions + loss_row_block - 1) / loss_row_block;
+    std::vector<double> block_loss(blocks, 0.0);
+    FirstFailingRow non_finite_target;
+    parallel_for(blocks, items_per_thread_for(loss_row_block * vocabulary * 3),
+                 [&](std::size_t begin, std::size_t end) {
+                     for (std::size_t block = begin; block < end; ++block) {
+                         const std::size_t last = std::min(positions, (block + 1) * loss_row_block);
+                         double total = 0.0;
+                         for (std::size_t n = block * loss_row_block; n < last; ++n) {
+                             const float* row = z + n * vocabulary;
+                             float* g = grad + n * vocabulary;
+                             const float target_logit = row[targets[n]];
+                             if (!std::isfinite(target_logit)) {
+                                 non_finite_target.record(n);
+                                 continue;
+                             }
+                             const float max = row_max(row, vocabulary);
+                             for (std::size_t j = 0; j < vocabulary; ++j) g[j] = fast_exp(row[j] - max);
+                             const double sum = row_sum(g, vocabulary);
+                             total += std::log(sum) + static_cast<double>(max) - target_logit;
+                             const auto scale = static_cast<float>(1.0 / sum) * inverse_count;
+                             for (std::size_t j = 0; j < vocabulary; ++j) g[j] *= scale;
+                             g[targets[n]] -= inverse_count;
+                         }
+                         block_loss[block] = total;
+                     }
+                 });
+    if (non_finite_target.any()) {
+        const std::size_t n = non_finite_target.row();
+        std::ostringstream message;
+        message << "cross_entropy: logits at position " << n << ", target " << targets[n]
+                << " is not finite (" << z[n * vocabulary + targets[n]] << ")";
+        throw std::domain_error(message.str());
+    }
+    double total = 0.0;
+    for (const double value : block_loss) total += value;
+    const double mean_loss = total / static_cast<double>(positions);
+    if (!std::isfinite(mean_loss) || mean_loss > static_cast<double>(FLT_MAX)) {
+        std::ostringstream message;
+        message << "cross_entropy: mean loss " << mean_loss
+                << " is not representable as a finite float";
+        throw std::overflow_error(message.str());
+    }
+    cpu_output(loss)[0] = static_cast<float>(mean_loss);
+}
+
+}  // namespace riftco_transformer::detail

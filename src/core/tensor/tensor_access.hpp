@@ -1,0 +1,25 @@
+#pragma once
+// Private access to a tensor's storage for tensor_ops and backend adapters.
+
+#include <memory>
+#include <utility>
+
+#include "core/tensor/storage.hpp"
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer::detail {
+
+struct TensorAccess {
+    [[nodiscard]] static const Storage& storage(const Tensor& tensor) { return *tensor.storage_; }
+    // Mutable access for an adapter writing a freshly allocated output: the output is never
+    // shared yet, so no copy-on-write is needed.
+    [[nodiscard]] static Storage& output_storage(Tensor& tensor) { return *tensor.storage_; }
+    [[nodiscard]] static Tensor wrap(Shape shape, std::shared_ptr<Storage> storage) {
+        return Tensor(std::move(shape), std::move(storage));
+    }
+};
+
+// An output tensor with storage allocated (not initialised) by the backend's adapter.
+[[nodiscard]] Tensor allocate_uninitialized(Shape shape, ExecutionBackend backend);
+
+}  // namespace riftco_transformer::detail
