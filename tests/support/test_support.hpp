@@ -1,0 +1,104 @@
+#pragma once
+// Shared helpers for the GoogleTest suites: tolerance comparisons (spec ENGINE §13 form A),
+// centred finite differences in double, and tensor construction shortcuts.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer::testing {
+
+// |a − e| <= atol + rtol·max(|a|, |e|) for every element (form A); NaN matches only NaN,
+// infinities only the same infinity.
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
+                                            const std::vector<double>& expected,
+                                            double atol = 1e-6, double rtol = 1e-6) {
+    if (actual.size() != expected.size()) {
+        return ::testing::AssertionFailure()
+               << "size " << actual.size() << " != expected size " << expected.size();
+    }
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const double a = actual[i];
+        const double e = expected[i];
+        if (std::isnan(e) || std::isnan(a)) {
+            if (std::isnan(e) && std::isnan(a)) continue;
+            return ::testing::AssertionFailure() << "element " << i << ": " << a << " vs " << e;
+        }
+        if (std::isinf(e) || std::isinf(a)) {
+            if (a == e) continue;
+            return ::testing::AssertionFailure() << "element " << i << ": " << a << " vs " << e;
+        }
+        const double tolerance = atol + rtol * std::max(std::fabs(a), std::fabs(e));
+        if (std::fabs(a - e) > tolerance) {
+            return ::testing::AssertionFailure()
+                   << "element " << i << ": " << a << " vs expected " << e << " (|diff| "
+                   << std::fabs(a - e) << " > " << tolerance << ")";
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& actual,
+                                            const std::vector<double>& expected,
+                                            double atol = 1e-6, double rtol = 1e-6) {
+    return all_close(actual.to_host(), expected, atol, rtol);
+}
+
+// Bitwise equality of two float vectors (for "unchanged" and causality checks).
+inline ::testing::AssertionResult bit_identical(const std::vector<float>& a,
+                                                const std::vector<float>& b) {
+    if (a.size() != b.size()) {
+        return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Centred finite-difference gradient of a scalar function f(x) over every element of x:
+// df/dx_i ≈ (f(x + ε e_i) − f(x − ε e_i)) / 2ε, evaluated with f computed in float by the code
+// under test but differenced in double. Use with ε = 1e-2 and tolerance ~5e-3 (spec §13).
+inline std::vector<double> finite_difference_gradient(
+    const std::function<double(const std::vector<float>&)>& f, std::vector<float> x,
+    double epsilon = 1e-2) {
+    std::vector<double> gradient(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const float original = x[i];
+        x[i] = static_cast<float>(original + epsilon);
+        const double plus = f(x);
+        x[i] = static_cast<float>(original - epsilon);
+        const double minus = f(x);
+        x[i] = original;
+        gradient[i] = (plus - minus) / (2.0 * epsilon);
+    }
+    return gradient;
+}
+
+// Deterministic pseudo-random floats in [lo, hi) (a small LCG: reproducible everywhere).
+inline std::vector<float> pseudo_random(std::size_t count, float lo = -1.0F, float hi = 1.0F,
+                                        std::uint32_t seed = 12345U) {
+    std::vector<float> values(count);
+    std::uint32_t state = seed;
+    for (float& value : values) {
+        state = state * 1664525U + 1013904223U;
+        value = lo + (hi - lo) * static_cast<float>(state >> 8U) / 16777216.0F;
+    }
+    return values;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& values) {
+    return {values.begin(), values.end()};
+}
+
+}  // namespace riftco_transformer::testing
