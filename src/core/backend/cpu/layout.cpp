@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend/cpu/axis_sum.hpp"
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/strided.hpp"
@@ -94,32 +95,40 @@ void CpuLayout::broadcast_to(const Tensor& x, Tensor& out) const {
 }
 
 void CpuLayout::sum_to_shape(const Tensor& x, Tensor& out) const {
-    // Walk x in row-major order; each element lands on its broadcast source in out.
-    // Serial and accumulated in double, so the result is independent of thread count.
     const std::vector<std::size_t> target = broadcast_strides(out.shape(), x.shape());
-    std::vector<double> totals(out.numel(), 0.0);
     const float* src = cpu_data(x);
+    float* dst = cpu_output(out);
     const std::size_t rank = x.rank();
-    if (rank == 0) {
-        totals[0] = src[0];
-    } else {
-        std::vector<std::size_t> index(rank, 0);
-        std::size_t target_offset = 0;
-        const std::size_t width = x.shape()[rank - 1];
-        const std::size_t inner_stride = target[rank - 1];
-        for (std::size_t base = 0; base < x.numel(); base += width) {
-            for (std::size_t j = 0; j < width; ++j) totals[target_offset + j * inner_stride] += src[base + j];
-            for (std::size_t axis = rank - 1; axis-- > 0;) {
-                target_offset += target[axis];
-                if (++index[axis] < x.shape()[axis]) {
-                    break;
-                }
-                target_offset -= index[axis] * target[axis];
-                index[axis] = 0;
+    // Common case (bias gradients): out is x's trailing dimensions, so the reduction is
+    // column sums over the merged leading axes.
+    std::size_t leading = 0;
+    while (leading < rank && target[leading] == 0) ++leading;
+    bool trailing_kept = true;
+    for (std::size_t axis = leading; axis < rank; ++axis) {
+        trailing_kept = trailing_kept && (target[axis] != 0 || x.shape()[axis] == 1);
+    }
+    if (trailing_kept) {
+        sum_over_axis(src, 1, x.numel() / out.numel(), out.numel(), 1.0, dst);
+        return;
+    }
+    // General case: walk x in row-major order; each element lands on its broadcast source.
+    // Serial and accumulated in double, so the result is independent of thread count.
+    std::vector<double> totals(out.numel(), 0.0);
+    std::vector<std::size_t> index(rank, 0);
+    std::size_t target_offset = 0;
+    const std::size_t width = x.shape()[rank - 1];
+    const std::size_t inner_stride = target[rank - 1];
+    for (std::size_t base = 0; base < x.numel(); base += width) {
+        for (std::size_t j = 0; j < width; ++j) totals[target_offset + j * inner_stride] += src[base + j];
+        for (std::size_t axis = rank - 1; axis-- > 0;) {
+            target_offset += target[axis];
+            if (++index[axis] < x.shape()[axis]) {
+                break;
             }
+            target_offset -= index[axis] * target[axis];
+            index[axis] = 0;
         }
     }
-    float* dst = cpu_output(out);
     for (std::size_t i = 0; i < totals.size(); ++i) dst[i] = static_cast<float>(totals[i]);
 }
 
