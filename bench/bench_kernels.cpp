@@ -51,14 +51,15 @@ constexpr std::size_t float_bytes = sizeof(float);
 constexpr std::size_t eight_mebi_floats = std::size_t{8} << 20U;  // 32 MiB of float32
 
 // Row-major float32 tensor with values drawn uniformly from [low, high) (fixed seed).
-Tensor random_tensor(const Shape& shape, std::uint32_t seed, float low = -1.0F,
-                     float high = 1.0F) {
+Tensor random_tensor(const Shape& shape, std::uint32_t seed, float low = -1.0F, float high = 1.0F) {
     std::size_t count = 1;
-    for (const std::size_t dimension : shape) count *= dimension;
+    for (const std::size_t dimension : shape)
+        count *= dimension;
     std::vector<float> values(count);
     std::mt19937 generator(seed);
     std::uniform_real_distribution<float> distribution(low, high);
-    for (float& value : values) value = distribution(generator);
+    for (float& value : values)
+        value = distribution(generator);
     return Tensor(shape, std::span<const float>(values));
 }
 
@@ -74,7 +75,7 @@ void BM_Matmul(benchmark::State& state) {
     const auto k = static_cast<std::size_t>(state.range(2));
     const Tensor left = random_tensor({m, k}, 1);
     const Tensor right = random_tensor({k, n}, 2);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor product = tensor_ops::matmul(left, right);
         benchmark::DoNotOptimize(product);
     }
@@ -99,7 +100,7 @@ void BM_MemoryCopy(benchmark::State& state) {
     constexpr std::size_t bytes = std::size_t{64} << 20U;
     std::vector<char> source(bytes, 1);
     std::vector<char> destination(bytes, 0);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         std::memcpy(destination.data(), source.data(), bytes);
         benchmark::DoNotOptimize(destination.data());
         benchmark::ClobberMemory();
@@ -116,7 +117,7 @@ void BM_MemoryCopyThreaded(benchmark::State& state) {
     const std::size_t thread_count = riftco_transformer::cpu_thread_count();
     std::vector<char> source(bytes, 1);
     std::vector<char> destination(bytes, 0);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         std::vector<std::jthread> workers;
         workers.reserve(thread_count);
         for (std::size_t t = 0; t < thread_count; ++t) {
@@ -138,7 +139,7 @@ BENCHMARK(BM_MemoryCopyThreaded)->Unit(benchmark::kMillisecond)->UseRealTime();
 // Tensor::to_host of 8M floats into a new std::vector; bytes = read + write.
 void BM_TensorCopy(benchmark::State& state) {
     const Tensor x = random_tensor({eight_mebi_floats}, 3);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         std::vector<float> host = x.to_host();
         benchmark::DoNotOptimize(host.data());
     }
@@ -150,7 +151,7 @@ BENCHMARK(BM_TensorCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_TensorCopyIntoBuffer(benchmark::State& state) {
     const Tensor x = random_tensor({eight_mebi_floats}, 3);
     std::vector<float> host(eight_mebi_floats, 0.0F);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         x.copy_to_host(host);
         benchmark::DoNotOptimize(host.data());
         benchmark::ClobberMemory();
@@ -166,7 +167,7 @@ BENCHMARK(BM_TensorCopyIntoBuffer)->Unit(benchmark::kMillisecond)->UseRealTime()
 void BM_Add(benchmark::State& state) {
     const Tensor left = random_tensor({eight_mebi_floats}, 4);
     const Tensor right = random_tensor({eight_mebi_floats}, 5);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor total = tensor_ops::add(left, right);
         benchmark::DoNotOptimize(total);
     }
@@ -180,21 +181,26 @@ void BM_SumAxis(benchmark::State& state) {
     constexpr std::size_t width = 768;
     const auto axis = static_cast<std::size_t>(state.range(0));
     const Tensor x = random_tensor({rows, width}, 6);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor total = tensor_ops::sum(x, axis);
         benchmark::DoNotOptimize(total);
     }
     const std::size_t outputs = axis == 0 ? width : rows;
     set_bytes_per_call(state, (rows * width + outputs) * float_bytes);
 }
-BENCHMARK(BM_SumAxis)->ArgName("axis")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SumAxis)
+    ->ArgName("axis")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // softmax over the last axis: x [4096, 1024] -> [4096, 1024]; reads N, writes N floats.
 void BM_Softmax(benchmark::State& state) {
     constexpr std::size_t rows = 4096;
     constexpr std::size_t width = 1024;
     const Tensor x = random_tensor({rows, width}, 7, -4.0F, 4.0F);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor probabilities = tensor_ops::softmax(x, 1);
         benchmark::DoNotOptimize(probabilities);
     }
@@ -207,7 +213,7 @@ BENCHMARK(BM_Softmax)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_CausalSoftmax(benchmark::State& state) {
     const Shape shape{4, 8, 256, 256};
     const Tensor scores = random_tensor(shape, 8, -4.0F, 4.0F);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor probabilities = tensor_ops::causal_softmax(scores, 0.125F);
         benchmark::DoNotOptimize(probabilities);
     }
@@ -215,8 +221,8 @@ void BM_CausalSoftmax(benchmark::State& state) {
 }
 BENCHMARK(BM_CausalSoftmax)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-constexpr std::size_t layer_norm_rows = 4096;   // B·T positions
-constexpr std::size_t layer_norm_width = 768;   // D
+constexpr std::size_t layer_norm_rows = 4096;  // B·T positions
+constexpr std::size_t layer_norm_width = 768;  // D
 
 // layer_norm: x [4096, 768], scale [768], bias [768] -> y [4096, 768], mean [4096],
 // inverse_deviation [4096].
@@ -224,7 +230,7 @@ void BM_LayerNorm(benchmark::State& state) {
     const Tensor x = random_tensor({layer_norm_rows, layer_norm_width}, 9);
     const Tensor scale = random_tensor({layer_norm_width}, 10, 0.5F, 1.5F);
     const Tensor bias = random_tensor({layer_norm_width}, 11);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         tensor_ops::LayerNormResult result = tensor_ops::layer_norm(x, scale, bias);
         benchmark::DoNotOptimize(result);
     }
@@ -242,7 +248,7 @@ void BM_LayerNormBackward(benchmark::State& state) {
     const Tensor bias = random_tensor({layer_norm_width}, 14);
     const Tensor upstream = random_tensor({layer_norm_rows, layer_norm_width}, 15);
     const tensor_ops::LayerNormResult forward = tensor_ops::layer_norm(x, scale, bias);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         tensor_ops::LayerNormGradients gradients = tensor_ops::layer_norm_backward(
             x, scale, forward.mean, forward.inverse_deviation, upstream);
         benchmark::DoNotOptimize(gradients);
@@ -256,7 +262,7 @@ BENCHMARK(BM_LayerNormBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 // gelu (exact erf): x [8M] -> [8M]; reads N, writes N floats.
 void BM_Gelu(benchmark::State& state) {
     const Tensor x = random_tensor({eight_mebi_floats}, 16, -4.0F, 4.0F);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor activated = tensor_ops::gelu(x);
         benchmark::DoNotOptimize(activated);
     }
@@ -268,7 +274,7 @@ BENCHMARK(BM_Gelu)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_GeluBackward(benchmark::State& state) {
     const Tensor x = random_tensor({eight_mebi_floats}, 17, -4.0F, 4.0F);
     const Tensor upstream = random_tensor({eight_mebi_floats}, 18);
-    for (auto _ : state) {
+    for ([[maybe_unused]] const auto& iteration : state) {
         Tensor gradient = tensor_ops::gelu_backward(x, upstream);
         benchmark::DoNotOptimize(gradient);
     }
@@ -285,8 +291,9 @@ void BM_CrossEntropy(benchmark::State& state) {
     std::vector<std::uint32_t> targets(positions);
     std::mt19937 generator(20);
     std::uniform_int_distribution<std::uint32_t> token(0, vocabulary - 1);
-    for (std::uint32_t& target : targets) target = token(generator);
-    for (auto _ : state) {
+    for (std::uint32_t& target : targets)
+        target = token(generator);
+    for ([[maybe_unused]] const auto& iteration : state) {
         tensor_ops::CrossEntropyResult result = tensor_ops::cross_entropy(logits, targets);
         benchmark::DoNotOptimize(result);
     }
@@ -315,7 +322,8 @@ void add_run_context() {
     // cpu_thread_count() resolves RIFTCO_TRANSFORMER_NUM_THREADS and hands it to the BLAS.
     const std::size_t thread_count = riftco_transformer::cpu_thread_count();
     benchmark::AddCustomContext("riftco_cpu_threads", std::to_string(thread_count));
-    benchmark::AddCustomContext("riftco_gemm", riftco_transformer::detail::gemm_implementation_name());
+    benchmark::AddCustomContext("riftco_gemm",
+                                riftco_transformer::detail::gemm_implementation_name());
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
     benchmark::AddCustomContext("OPENBLAS_CORETYPE",
                                 coretype != nullptr ? coretype : "(unset: autodetected)");

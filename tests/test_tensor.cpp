@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,9 +20,13 @@ namespace {
 constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
 
 // [2,3] holding 1..6 in row-major order.
-Tensor one_to_six() { return Tensor({2, 3}, {1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F}); }
+Tensor one_to_six() {
+    return Tensor({2, 3}, {1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F});
+}
 
-std::vector<float> one_to_six_values() { return {1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F}; }
+std::vector<float> one_to_six_values() {
+    return {1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F};
+}
 
 // A tensor that has been moved from (the singular state).
 Tensor moved_from_tensor() {
@@ -96,8 +101,7 @@ TEST(TensorShape, OverflowingElementCountIsOverflowError) {
     // 2^33 · 2^33 = 2^66 elements.
     const std::size_t big = std::size_t{1} << 33U;
     EXPECT_THROW(static_cast<void>(checked_element_count(Shape{big, big})), std::overflow_error);
-    EXPECT_THROW(static_cast<void>(checked_element_count(Shape{size_max, 2})),
-                 std::overflow_error);
+    EXPECT_THROW(static_cast<void>(checked_element_count(Shape{size_max, 2})), std::overflow_error);
     EXPECT_THROW(Tensor(Shape{big, big}), std::overflow_error);
 }
 
@@ -136,8 +140,8 @@ TEST(TensorConstruction, ShapeOnlyIsZeroFilled) {
 }
 
 TEST(TensorConstruction, FillValueFillsEveryElement) {
-    EXPECT_TRUE(testing::bit_identical(Tensor(Shape{2, 2}, -1.5F).to_host(),
-                                       {-1.5F, -1.5F, -1.5F, -1.5F}));
+    EXPECT_TRUE(
+        testing::bit_identical(Tensor(Shape{2, 2}, -1.5F).to_host(), {-1.5F, -1.5F, -1.5F, -1.5F}));
     EXPECT_TRUE(testing::bit_identical(Tensor::full({3}, 7.0F).to_host(), {7.0F, 7.0F, 7.0F}));
     EXPECT_TRUE(testing::bit_identical(Tensor::full({3}, 7.0F, ExecutionBackend::Cpu).to_host(),
                                        {7.0F, 7.0F, 7.0F}));
@@ -222,7 +226,8 @@ TEST(TensorAccess, OffsetOfIndexPastItsDimensionIsOutOfRange) {
 
 TEST(TensorAccess, AtReadsTheElementAtTheMultiIndex) {
     std::vector<float> values(24);
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    for (std::size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<float>(i);
     const Tensor t(Shape{2, 3, 4}, std::span<const float>(values));
     EXPECT_EQ(t.at({1, 2, 3}), 23.0F);
     EXPECT_EQ(t.at({0, 1, 2}), 6.0F);
@@ -379,6 +384,11 @@ TEST(TensorValueSemantics, ReshapeWithDifferentElementCountIsInvalidArgument) {
     EXPECT_TRUE(testing::bit_identical(t.to_host(), one_to_six_values()));
 }
 
+TEST(TensorValueSemantics, ReshapeToAnOverflowingShapeIsOverflowError) {
+    const std::size_t big = std::size_t{1} << 33U;
+    EXPECT_THROW(static_cast<void>(one_to_six().reshape({big, big})), std::overflow_error);
+}
+
 TEST(TensorValueSemantics, ReshapedTensorIsIndependentInBothDirections) {
     Tensor original = one_to_six();
     Tensor reshaped = original.reshape({3, 2});
@@ -399,6 +409,35 @@ TEST(TensorValueSemantics, TensorOpsReshapeResultIsIndependentInBothDirections) 
     EXPECT_EQ(original.flat(3), 4.0F);
     original.set_flat(2, 30.0F);
     EXPECT_EQ(reshaped.flat(2), 3.0F);
+}
+
+TEST(TensorValueSemantics, CopiesWrittenConcurrentlyOnSeveralThreadsStayIndependent) {
+    // Each thread owns a copy of one shared original and overwrites it repeatedly; no write
+    // may reach the original or another thread's copy.
+    const std::size_t count = 1 << 16;  // large enough for the CPU's large-block storage
+    const Tensor original({count}, 1.0F);
+    constexpr std::size_t thread_count = 4;
+    std::vector<Tensor> copies(thread_count, original);
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < thread_count; ++t) {
+        threads.emplace_back([&copies, t, count] {
+            const std::vector<float> mine(count, static_cast<float>(t + 2));
+            for (int round = 0; round < 20; ++round) {
+                Tensor again = copies[t];  // shares storage again, then writes
+                again.copy_from_host(mine);
+                copies[t] = again;
+                copies[t].set_flat(0, static_cast<float>(t + 2));
+            }
+        });
+    }
+    for (std::thread& thread : threads)
+        thread.join();
+    EXPECT_TRUE(testing::bit_identical(original.to_host(), std::vector<float>(count, 1.0F)));
+    for (std::size_t t = 0; t < thread_count; ++t) {
+        SCOPED_TRACE(t);
+        EXPECT_TRUE(testing::bit_identical(copies[t].to_host(),
+                                           std::vector<float>(count, static_cast<float>(t + 2))));
+    }
 }
 
 TEST(TensorValueSemantics, ToSameBackendIsAnIndependentValue) {
@@ -543,18 +582,18 @@ TEST(TensorSingular, TensorOpsReportSingularInputsBeforeShapeProblems) {
     // The shapes here are also wrong (mismatch, bad axis): the singular rule comes first.
     const Tensor singular = moved_from_tensor();
     const Tensor good = one_to_six();
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::add(good, singular)); }));
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::sum(singular, 5)); }));
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::matmul(good, singular)); }));
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::permute(singular, {0, 0, 0})); }));
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::slice(singular, 3, 0, 1)); }));
-    EXPECT_TRUE(throws_plain_logic_error(
-        [&] { static_cast<void>(tensor_ops::transpose_2d(singular)); }));
+    EXPECT_TRUE(
+        throws_plain_logic_error([&] { static_cast<void>(tensor_ops::add(good, singular)); }));
+    EXPECT_TRUE(throws_plain_logic_error([&] { static_cast<void>(tensor_ops::sum(singular, 5)); }));
+    EXPECT_TRUE(
+        throws_plain_logic_error([&] { static_cast<void>(tensor_ops::matmul(good, singular)); }));
+    EXPECT_TRUE(throws_plain_logic_error([&] {
+        static_cast<void>(tensor_ops::permute(singular, {0, 0, 0}));
+    }));
+    EXPECT_TRUE(
+        throws_plain_logic_error([&] { static_cast<void>(tensor_ops::slice(singular, 3, 0, 1)); }));
+    EXPECT_TRUE(
+        throws_plain_logic_error([&] { static_cast<void>(tensor_ops::transpose_2d(singular)); }));
 }
 
 }  // namespace riftco_transformer

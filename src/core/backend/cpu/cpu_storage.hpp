@@ -18,14 +18,13 @@ public:
     void copy_to_host(std::size_t offset, std::span<float> destination) const override;
     void copy_from_host(std::size_t offset, std::span<const float> source) override;
 
-    [[nodiscard]] float* data() noexcept { return elements_.get(); }
-    [[nodiscard]] const float* data() const noexcept { return elements_.get(); }
+    ~CpuStorage() override;
+
+    [[nodiscard]] float* data() noexcept { return elements_; }
+    [[nodiscard]] const float* data() const noexcept { return elements_; }
 
 private:
-    struct AlignedDelete {
-        void operator()(float* pointer) const noexcept;
-    };
-    std::unique_ptr<float[], AlignedDelete> elements_;
+    float* elements_;  // from acquire_host_block(element_count · sizeof(float))
 };
 
 // Host pointers of CPU tensors (tensor_ops guarantees the backend before any adapter call).

@@ -66,11 +66,11 @@ void CpuNormalization::layer_norm(const Tensor& x, const Tensor& scale, const Te
             const double inverse = 1.0 / std::sqrt(variance + static_cast<double>(epsilon));
             means[row] = static_cast<float>(mu);
             inverses[row] = static_cast<float>(inverse);
-            const auto mu_f = static_cast<float>(mu);
-            const auto inverse_f = static_cast<float>(inverse);
+            // Centre in double: a float copy of μ can be off by half an ulp of μ, which is
+            // large next to the spread when |μ| >> σ.
             float* y = dst + row * width;
             for (std::size_t j = 0; j < width; ++j) {
-                y[j] = (in[j] - mu_f) * inverse_f * gamma[j] + beta[j];
+                y[j] = static_cast<float>((in[j] - mu) * inverse) * gamma[j] + beta[j];
             }
         }
     });

@@ -31,8 +31,8 @@ bool softmax_row(const float* x, std::size_t n, float scale, float* y) {
     if (max == negative_infinity) {
         return false;
     }
-    const float scaled_max = max * scale;
-    for (std::size_t j = 0; j < n; ++j) y[j] = fast_exp(x[j] * scale - scaled_max);
+    // scale·(x − max) <= 0 never overflows, even where scale·x alone would.
+    for (std::size_t j = 0; j < n; ++j) y[j] = fast_exp(scale * (x[j] - max));
     const auto inverse = static_cast<float>(1.0 / row_sum(y, n));
     for (std::size_t j = 0; j < n; ++j) y[j] *= inverse;
     return true;
