@@ -1,0 +1,71 @@
+// The CPU backend's large-block cache (include/riftco_transformer/core/memory.hpp).
+// RIFTCO_TRANSFORMER_CPU_CACHE_BYTES is covered in test_environment.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/memory.hpp"
+#include "riftco_transformer/core/tensor_ops.hpp"
+#include "support/test_support.hpp"
+
+namespace riftco_transformer {
+namespace {
+constexpr std::size_t large_elements = std::size_t{1} << 20U;  // 4 MiB of floats
+}  // namespace
+
+TEST(CpuMemoryCache, FreedLargeTensorIsReusedForTheNextAllocation) {
+    release_cpu_memory_cache();
+    { const Tensor first({large_elements}, 1.0F); }
+    const CpuMemoryStatistics after_free = cpu_memory_statistics();
+    EXPECT_GE(after_free.cached_bytes, large_elements * sizeof(float));
+    const Tensor second({large_elements}, 2.0F);
+    const CpuMemoryStatistics after_reuse = cpu_memory_statistics();
+    EXPECT_EQ(after_reuse.cache_hits, after_free.cache_hits + 1);
+    EXPECT_EQ(after_reuse.cache_misses, after_free.cache_misses);
+    // Reused memory carries no stale values into the new tensor.
+    EXPECT_EQ(second.flat(0), 2.0F);
+    EXPECT_EQ(second.flat(large_elements - 1), 2.0F);
+}
+
+TEST(CpuMemoryCache, SlightlyDifferentSizesShareASizeClass) {
+    release_cpu_memory_cache();
+    { const Tensor first({large_elements}); }
+    const std::size_t hits = cpu_memory_statistics().cache_hits;
+    const Tensor smaller({large_elements - 1000});
+    EXPECT_EQ(cpu_memory_statistics().cache_hits, hits + 1);
+}
+
+TEST(CpuMemoryCache, ReleaseReturnsEveryCachedBlock) {
+    { const Tensor block({large_elements}); }
+    EXPECT_GT(cpu_memory_statistics().cached_bytes, 0U);
+    release_cpu_memory_cache();
+    EXPECT_EQ(cpu_memory_statistics().cached_bytes, 0U);
+}
+
+TEST(CpuMemoryCache, SmallTensorsBypassTheCache) {
+    release_cpu_memory_cache();
+    const CpuMemoryStatistics before = cpu_memory_statistics();
+    { const Tensor small({1024}); }
+    const CpuMemoryStatistics after = cpu_memory_statistics();
+    EXPECT_EQ(after.cached_bytes, 0U);
+    EXPECT_EQ(after.cache_hits + after.cache_misses, before.cache_hits + before.cache_misses);
+}
+
+TEST(CpuMemoryCache, CachedBytesNeverExceedTheLimit) {
+    release_cpu_memory_cache();
+    const std::size_t limit = cpu_memory_statistics().cache_limit_bytes;
+    // Free more distinct blocks than the limit can hold at once.
+    std::vector<Tensor> live;
+    const std::size_t elements = std::size_t{64} << 20U;  // 256 MiB each
+    for (std::size_t bytes = 0; bytes <= limit + elements * sizeof(float); bytes += elements * sizeof(float)) {
+        live.emplace_back(Shape{elements});
+    }
+    live.clear();
+    EXPECT_LE(cpu_memory_statistics().cached_bytes, limit);
+    release_cpu_memory_cache();
+}
+
+}  // namespace riftco_transformer
