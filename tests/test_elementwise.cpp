@@ -370,6 +370,23 @@ TEST(Gelu, PositiveInfinityGivesPositiveInfinity) {
     EXPECT_EQ(ops::gelu(Tensor::scalar(infinity)).item(), infinity);
 }
 
+TEST(Gelu, NegativeInfinityGivesNegativeZero) {
+    const float value = ops::gelu(Tensor::scalar(-infinity)).item();
+    EXPECT_EQ(value, 0.0F);
+    EXPECT_TRUE(std::signbit(value));
+}
+
+TEST(Gelu, NaNPropagates) {
+    EXPECT_TRUE(std::isnan(ops::gelu(Tensor::scalar(std::numeric_limits<float>::quiet_NaN())).item()));
+}
+
+TEST(GeluBackward, LimitsAtInfinityAreZeroAndOne) {
+    const std::vector<float> gradient =
+        ops::gelu_backward(vector_of({-infinity, infinity}), vector_of({3.0F, 3.0F})).to_host();
+    EXPECT_EQ(gradient[0], 0.0F);
+    EXPECT_EQ(gradient[1], 3.0F);
+}
+
 TEST(GeluBackward, MatchesTheAnalyticDerivativeTimesUpstream) {
     std::vector<float> x = testing::pseudo_random(1001, -6.0F, 6.0F, 8U);
     x.insert(x.end(), {0.0F, 1.0F, -1.0F, 10.0F, -10.0F, 30.0F, -30.0F});

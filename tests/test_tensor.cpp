@@ -33,7 +33,8 @@ Tensor moved_from_tensor() {
     Tensor source = one_to_six();
     Tensor destination = std::move(source);
     static_cast<void>(destination);
-    return source;  // NOLINT(bugprone-use-after-move): the moved-from state is under test
+    // The moved-from state is what is under test.
+    return source;  // NOLINT(bugprone-use-after-move,clang-analyzer-cplusplus.Move)
 }
 
 // Success only when `action` throws std::logic_error itself, not one of the more specific
@@ -414,13 +415,13 @@ TEST(TensorValueSemantics, TensorOpsReshapeResultIsIndependentInBothDirections) 
 TEST(TensorValueSemantics, CopiesWrittenConcurrentlyOnSeveralThreadsStayIndependent) {
     // Each thread owns a copy of one shared original and overwrites it repeatedly; no write
     // may reach the original or another thread's copy.
-    const std::size_t count = 1 << 16;  // large enough for the CPU's large-block storage
+    constexpr std::size_t count = std::size_t{1} << 16U;  // large-block CPU storage
     const Tensor original({count}, 1.0F);
     constexpr std::size_t thread_count = 4;
     std::vector<Tensor> copies(thread_count, original);
     std::vector<std::thread> threads;
     for (std::size_t t = 0; t < thread_count; ++t) {
-        threads.emplace_back([&copies, t, count] {
+        threads.emplace_back([&copies, t] {
             const std::vector<float> mine(count, static_cast<float>(t + 2));
             for (int round = 0; round < 20; ++round) {
                 Tensor again = copies[t];  // shares storage again, then writes
@@ -487,7 +488,8 @@ TEST(TensorMove, MoveAssignmentTransfersTheValue) {
     destination = std::move(source);
     EXPECT_EQ(destination.shape(), (Shape{2, 3}));
     EXPECT_TRUE(testing::bit_identical(destination.to_host(), one_to_six_values()));
-    EXPECT_TRUE(source.is_singular());  // NOLINT(bugprone-use-after-move)
+    EXPECT_TRUE(
+        source.is_singular());  // NOLINT(bugprone-use-after-move,clang-analyzer-cplusplus.Move)
 }
 
 TEST(TensorSingular, MovedFromTensorIsSingularWithNoElements) {

@@ -25,9 +25,11 @@ namespace riftco_transformer::tensor_ops {
 [[nodiscard]] Tensor sqrt(const Tensor& x);
 [[nodiscard]] Tensor erf(const Tensor& x);
 
-// Exact-erf GELU: 0.5·x·(1 + erf(x/√2)) (not the tanh approximation).
+// Exact-erf GELU: 0.5·x·(1 + erf(x/√2)) (not the tanh approximation); gelu(+inf) = +inf,
+// gelu(-inf) = -0, NaN propagates.
 [[nodiscard]] Tensor gelu(const Tensor& x);
-// upstream · [0.5·(1 + erf(x/√2)) + x·φ(x)], φ the standard normal density.
+// upstream · [0.5·(1 + erf(x/√2)) + x·φ(x)], φ the standard normal density; the factor is 1 at
+// +inf and 0 at -inf.
 [[nodiscard]] Tensor gelu_backward(const Tensor& x, const Tensor& upstream);
 
 // max(0, x); NaN propagates.

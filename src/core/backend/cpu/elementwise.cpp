@@ -40,10 +40,17 @@ std::size_t first_violation(const float* values, std::size_t count, Predicate ba
     throw std::domain_error(message.str());
 }
 
-float gelu_value(float x) { return 0.5F * x * fast_erfc(-x * inverse_sqrt_two); }
+// gelu(x) = 0.5·x·erfc(−x/√2); the limits at ±inf are +inf and −0 (not −inf·0 = NaN).
+float gelu_value(float x) {
+    const float tail = fast_erfc(-x * inverse_sqrt_two);
+    return tail == 0.0F ? -0.0F : 0.5F * x * tail;
+}
 
+// gelu'(x) = 0.5·erfc(−x/√2) + x·φ(x); x·φ(x) vanishes where φ underflows (|x| >= ~14),
+// which makes the limits 0 at −inf and 1 at +inf.
 float gelu_derivative(float x) {
-    return 0.5F * fast_erfc(-x * inverse_sqrt_two) + x * normal_density(x);
+    const float density = normal_density(x);
+    return 0.5F * fast_erfc(-x * inverse_sqrt_two) + (density == 0.0F ? 0.0F : x * density);
 }
 
 // σ(x) = 1/(1 + e^{−x}) for x >= 0 and e^{x}/(1 + e^{x}) otherwise, so nothing overflows.

@@ -26,10 +26,14 @@ constexpr std::size_t default_cache_limit = std::size_t{1} << 30U;
 constexpr std::size_t huge_page_worthy = std::size_t{4} << 20U;
 
 // Large requests are rounded up to one of four classes per power of two (at most 25%
-// slack), so slightly different sizes still share cached blocks.
+// slack), so slightly different sizes still share cached blocks; huge-page-aligned classes
+// are also whole multiples of the huge page (aligned_alloc requires a multiple of the
+// alignment).
 std::size_t size_class(std::size_t bytes) {
     const std::size_t step = std::bit_floor(bytes) / 4;
-    return (bytes + step - 1) / step * step;
+    const std::size_t rounded = (bytes + step - 1) / step * step;
+    return rounded >= huge_page_worthy ? (rounded + huge_page - 1) / huge_page * huge_page
+                                       : rounded;
 }
 
 constexpr const char* cache_limit_variable = "RIFTCO_TRANSFORMER_CPU_CACHE_BYTES";
