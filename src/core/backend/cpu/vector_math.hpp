@@ -12,25 +12,24 @@
 
 namespace riftco_transformer::detail {
 
-// e^(a + b) for |b| small next to the rounding of a + b (b = 0 for plain e^x): Cody–Waite
-// range reduction a + b = n·ln2 + r, |r| <= ln2/2, where a − n·ln2_high is exact and b is
-// added before the rounding that matters; then a degree-7 Taylor polynomial for e^r
-// (truncation error < 6e-9 there) and 2^n assembled in the exponent bits as two factors,
-// so n may reach 128 near FLT_MAX.
-[[nodiscard]] inline float fast_exp_sum(float a, float b) {
-    constexpr float log2e = 1.44269504088896341F;
-    constexpr float ln2_high = 0.693359375F;  // exact in 9 bits, so n·ln2_high is exact
-    constexpr float ln2_low = -2.12194440e-4F;
-    constexpr float round_bias = 12582912.0F;  // 1.5·2^23: adding it rounds to an integer
-    constexpr float lowest = -87.3365479F;     // ln(FLT_MIN)
-    constexpr float highest = 88.7228394F;     // ln(FLT_MAX)
-    const float x = a + b;
-    // NaN lands on `lowest` here (no undefined float->int conversion) and is restored below.
-    const float clamped = x >= lowest ? (x <= highest ? x : highest) : lowest;
-    const float n = (clamped * log2e + round_bias) - round_bias;
-    const float a_clamped = clamped == x ? a : clamped;
-    const float b_clamped = clamped == x ? b : 0.0F;
-    const float r = ((a_clamped - n * ln2_high) + b_clamped) - n * ln2_low;
+namespace exp_detail {
+
+constexpr float log2e = 1.44269504088896341F;
+constexpr float ln2_high = 0.693359375F;  // exact in 9 bits, so n·ln2_high is exact
+constexpr float ln2_low = -2.12194440e-4F;
+constexpr float round_bias = 12582912.0F;  // 1.5·2^23: adding it rounds to an integer
+constexpr float lowest = -87.3365479F;     // ln(FLT_MIN)
+constexpr float overflowing = 89.0F;       // > ln(FLT_MAX): clamping here still overflows
+
+// n = round(x / ln2) as a float.
+[[nodiscard]] inline float reduction_count(float x) {
+    return (x * log2e + round_bias) - round_bias;
+}
+
+// p·2^n for n in [-126, 128] (the integer in float n): 2^n is applied as two normal factors,
+// so n = 128 near FLT_MAX overflows to +inf only when the true value does.
+[[nodiscard]] inline float exp_from_reduced(float r, float n) {
+    // e^r on |r| <= ln2/2: degree-7 Taylor polynomial, truncation error < 6e-9.
     float p = 1.0F / 5040.0F;
     p = p * r + 1.0F / 720.0F;
     p = p * r + 1.0F / 120.0F;
@@ -39,18 +38,41 @@ namespace riftco_transformer::detail {
     p = p * r + 0.5F;
     p = p * r + 1.0F;
     p = p * r + 1.0F;
-    const auto exponent = static_cast<std::int32_t>(n);  // in [-126, 128]
-    const std::int32_t half = exponent / 2;
-    const float scale_high =
-        std::bit_cast<float>(static_cast<std::uint32_t>(exponent - half + 127) << 23U);
-    const float scale_low = std::bit_cast<float>(static_cast<std::uint32_t>(half + 127) << 23U);
-    const float result = p * scale_high * scale_low;
-    // Below ln(FLT_MIN) the true value is subnormal or smaller: flush to 0 (so exp(-inf) = 0).
-    // Above ln(FLT_MAX) it overflows: +inf. NaN stays NaN.
-    return x < lowest ? 0.0F : (x > highest ? __builtin_inff() : (x != x ? x : result));
+    const auto exponent = static_cast<std::int32_t>(n);
+    const std::int32_t half = exponent >> 1U;
+    const float high = std::bit_cast<float>(static_cast<std::uint32_t>(exponent - half + 127) << 23U);
+    const float low = std::bit_cast<float>(static_cast<std::uint32_t>(half + 127) << 23U);
+    return (p * high) * low;
 }
 
-[[nodiscard]] inline float fast_exp(float x) { return fast_exp_sum(x, 0.0F); }
+}  // namespace exp_detail
+
+// e^x by Cody–Waite range reduction x = n·ln2 + r, |r| <= ln2/2 (x − n·ln2_high is exact).
+// Below ln(FLT_MIN) the result is flushed to 0 (so exp(-inf) = 0, and no subnormal
+// arithmetic happens); above ln(FLT_MAX) it overflows to +inf; NaN stays NaN.
+[[nodiscard]] inline float fast_exp(float x) {
+    using namespace exp_detail;
+    // NaN lands on `lowest` here (no undefined float->int conversion) and is restored below.
+    const float clamped = x >= lowest ? (x <= overflowing ? x : overflowing) : lowest;
+    const float n = reduction_count(clamped);
+    const float r = (clamped - n * ln2_high) - n * ln2_low;
+    const float result = exp_from_reduced(r, n);
+    return x < lowest ? 0.0F : (x != x ? x : result);
+}
+
+// e^(a + b) where b is small next to the rounding of a + b: b joins the reduced argument
+// after the exact a − n·ln2_high step instead of being rounded into a first.
+[[nodiscard]] inline float fast_exp_sum(float a, float b) {
+    using namespace exp_detail;
+    const float x = a + b;
+    const bool in_range = x >= lowest && x <= overflowing;
+    const float clamped = in_range ? x : (x > overflowing ? overflowing : lowest);
+    const float n = reduction_count(clamped);
+    const float r = in_range ? ((a - n * ln2_high) + b) - n * ln2_low
+                             : (clamped - n * ln2_high) - n * ln2_low;
+    const float result = exp_from_reduced(r, n);
+    return x < lowest ? 0.0F : (x != x ? x : result);
+}
 
 // erfc(x) = t·exp(−x² − 1.26551223 + t·P(t)), t = 1/(1 + |x|/2), with the published
 // Chebyshev coefficients (fractional error < 1.2e-7 in exact arithmetic); erfc(−x) =
