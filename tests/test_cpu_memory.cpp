@@ -60,7 +60,8 @@ TEST(CpuMemoryCache, CachedBytesNeverExceedTheLimit) {
     // Free more distinct blocks than the limit can hold at once.
     std::vector<Tensor> live;
     const std::size_t elements = std::size_t{64} << 20U;  // 256 MiB each
-    for (std::size_t bytes = 0; bytes <= limit + elements * sizeof(float); bytes += elements * sizeof(float)) {
+    for (std::size_t bytes = 0; bytes <= limit + elements * sizeof(float);
+         bytes += elements * sizeof(float)) {
         live.emplace_back(Shape{elements});
     }
     live.clear();

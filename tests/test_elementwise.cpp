@@ -377,7 +377,8 @@ TEST(Gelu, NegativeInfinityGivesNegativeZero) {
 }
 
 TEST(Gelu, NaNPropagates) {
-    EXPECT_TRUE(std::isnan(ops::gelu(Tensor::scalar(std::numeric_limits<float>::quiet_NaN())).item()));
+    EXPECT_TRUE(
+        std::isnan(ops::gelu(Tensor::scalar(std::numeric_limits<float>::quiet_NaN())).item()));
 }
 
 TEST(GeluBackward, LimitsAtInfinityAreZeroAndOne) {

@@ -50,7 +50,8 @@ TEST(ThreadCountEnvironment, MalformedValueIsInvalidArgumentNamingVariableAndVal
             invalid_argument_message([] { static_cast<void>(cpu_thread_count()); });
         const bool named = message.find("RIFTCO_TRANSFORMER_NUM_THREADS") != std::string::npos &&
                            message.find("two") != std::string::npos;
-        if (!named) std::cerr << "message: " << message << '\n';
+        if (!named)
+            std::cerr << "message: " << message << '\n';
         // Kernels that consult the pool report the same error instead of guessing a size.
         const Tensor big({1U << 20U}, 1.0F);
         const bool kernel_reports =
@@ -64,8 +65,7 @@ TEST(ThreadCountEnvironment, MalformedValueIsInvalidArgumentNamingVariableAndVal
 TEST(ThreadCountEnvironment, ZeroNegativeAndTrailingTextAreRejected) {
     for (const char* value : {"0", "-2", "4x", "99999"}) {
         expect_in_child(value, [] {
-            return !invalid_argument_message([] { static_cast<void>(cpu_thread_count()); })
-                        .empty();
+            return !invalid_argument_message([] { static_cast<void>(cpu_thread_count()); }).empty();
         });
     }
 }

@@ -402,11 +402,15 @@ template <typename Kernel>
 const std::vector<GemmCase>& awkward_gemm_cases() {
     static const std::vector<GemmCase> cases = [] {
         std::vector<GemmCase> all;
-        const std::size_t sizes[][3] = {
-            {1, 1, 1},     {5, 3, 7},   {33, 65, 17},   {4, 4, 4},
-            {3, 1, 300},   {7, 513, 2}, {37, 515, 259},  // more than one k-block (256) and one
+        const std::size_t sizes[][3] = {{1, 1, 1},
+                                        {5, 3, 7},
+                                        {33, 65, 17},
+                                        {4, 4, 4},
+                                        {3, 1, 300},
+                                        {7, 513, 2},
+                                        {37, 515, 259},  // more than one k-block (256) and one
                                                          // n-block (512)
-            {130, 40, 600}};
+                                        {130, 40, 600}};
         for (const auto& size : sizes) {
             for (const bool transpose_a : {false, true}) {
                 for (const bool transpose_b : {false, true}) {

@@ -79,17 +79,28 @@ Options parse_options(int argc, char** argv) {
             throw std::invalid_argument(flag + " needs a value");
         }
         const std::string value = argv[++i];
-        if (flag == "--steps") options.steps = parse_count(flag, value);
-        else if (flag == "--batch") options.batch = parse_count(flag, value);
-        else if (flag == "--context") options.context = parse_count(flag, value);
-        else if (flag == "--embedding") options.embedding = parse_count(flag, value);
-        else if (flag == "--hidden") options.hidden = parse_count(flag, value);
-        else if (flag == "--learning-rate") options.learning_rate = parse_positive(flag, value);
-        else if (flag == "--seed") options.seed = std::stoull(value);
-        else if (flag == "--sample-length") options.sample_length = parse_count(flag, value);
-        else if (flag == "--temperature") options.temperature = parse_positive(flag, value);
-        else if (flag == "--corpus-dir") options.corpus_dir = value;
-        else throw std::invalid_argument("unknown flag " + flag + " (see --help)");
+        if (flag == "--steps")
+            options.steps = parse_count(flag, value);
+        else if (flag == "--batch")
+            options.batch = parse_count(flag, value);
+        else if (flag == "--context")
+            options.context = parse_count(flag, value);
+        else if (flag == "--embedding")
+            options.embedding = parse_count(flag, value);
+        else if (flag == "--hidden")
+            options.hidden = parse_count(flag, value);
+        else if (flag == "--learning-rate")
+            options.learning_rate = parse_positive(flag, value);
+        else if (flag == "--seed")
+            options.seed = std::stoull(value);
+        else if (flag == "--sample-length")
+            options.sample_length = parse_count(flag, value);
+        else if (flag == "--temperature")
+            options.temperature = parse_positive(flag, value);
+        else if (flag == "--corpus-dir")
+            options.corpus_dir = value;
+        else
+            throw std::invalid_argument("unknown flag " + flag + " (see --help)");
     }
     return options;
 }
@@ -98,7 +109,8 @@ Options parse_options(int argc, char** argv) {
 std::string read_corpus(const std::filesystem::path& directory) {
     std::vector<std::filesystem::path> files;
     for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-        if (entry.path().extension() == ".txt") files.push_back(entry.path());
+        if (entry.path().extension() == ".txt")
+            files.push_back(entry.path());
     }
     std::sort(files.begin(), files.end());
     std::string text;
@@ -115,19 +127,20 @@ std::string read_corpus(const std::filesystem::path& directory) {
 // Portable random numbers: std::mt19937_64's bit stream is fully specified, and the float
 // conversion is ours (24 random mantissa bits), so a seed means the same run everywhere.
 class Random {
-public:
+  public:
     explicit Random(std::uint64_t seed) : engine_(seed) {}
     float uniform() { return static_cast<float>(engine_() >> 40U) * 0x1.0p-24F; }  // [0, 1)
     float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
     std::size_t index(std::size_t count) { return static_cast<std::size_t>(engine_() % count); }
 
-private:
+  private:
     std::mt19937_64 engine_;
 };
 
 Tensor uniform_tensor(Shape shape, float limit, Random& random) {
     std::vector<float> values(riftco_transformer::checked_element_count(shape));
-    for (float& value : values) value = random.uniform(-limit, limit);
+    for (float& value : values)
+        value = random.uniform(-limit, limit);
     return Tensor(std::move(shape), values);
 }
 
@@ -158,13 +171,16 @@ Model make_model(const Options& options, Random& random) {
         Tensor zeros = Tensor::zeros(value.shape());
         model.parameters.push_back({std::move(name), std::move(value), zeros, zeros});
     };
-    add("embeddings", uniform_tensor({vocabulary, options.embedding},
-                                     1.0F / std::sqrt(static_cast<float>(options.embedding)), random));
+    add("embeddings",
+        uniform_tensor({vocabulary, options.embedding},
+                       1.0F / std::sqrt(static_cast<float>(options.embedding)), random));
     add("ln.scale", Tensor::full({width}, 1.0F));
     add("ln.bias", Tensor::zeros({width}));
-    add("hidden.weight", uniform_tensor({width, options.hidden}, xavier(width, options.hidden), random));
+    add("hidden.weight",
+        uniform_tensor({width, options.hidden}, xavier(width, options.hidden), random));
     add("hidden.bias", Tensor::zeros({options.hidden}));
-    add("output.weight", uniform_tensor({options.hidden, vocabulary}, xavier(options.hidden, vocabulary), random));
+    add("output.weight",
+        uniform_tensor({options.hidden, vocabulary}, xavier(options.hidden, vocabulary), random));
     add("output.bias", Tensor::zeros({vocabulary}));
     return model;
 }
@@ -174,7 +190,7 @@ struct Forward {
     Tensor normalized;  // [B, K·E]
     Tensor mean;        // [B]
     Tensor inverse_deviation;
-    Tensor inputs;      // [B, K·E] (pre-norm)
+    Tensor inputs;          // [B, K·E] (pre-norm)
     Tensor pre_activation;  // [B, H]
     Tensor activation;      // [B, H]
     Tensor logits;          // [B, V]
@@ -184,7 +200,8 @@ Forward forward(Model& model, const std::vector<std::size_t>& context_ids, std::
     Forward f;
     const std::size_t width = model.context * model.embedding;
     // ids [B·K] -> [B, K, E] -> [B, K·E]
-    f.inputs = ops::gather_rows(model[embeddings], context_ids, {rows, model.context}).reshape({rows, width});
+    f.inputs = ops::gather_rows(model[embeddings], context_ids, {rows, model.context})
+                   .reshape({rows, width});
     auto norm = ops::layer_norm(f.inputs, model[ln_scale], model[ln_bias]);  // [B, K·E]
     f.normalized = std::move(norm.output);
     f.mean = std::move(norm.mean);
@@ -194,7 +211,8 @@ Forward forward(Model& model, const std::vector<std::size_t>& context_ids, std::
                                 ops::broadcast_to(model[b1], {rows, model[w1].shape()[1]}));
     f.activation = ops::gelu(f.pre_activation);
     // [B, H] x [H, V] + b2 -> [B, V]
-    f.logits = ops::add(ops::matmul(f.activation, model[w2]), ops::broadcast_to(model[b2], {rows, vocabulary}));
+    f.logits = ops::add(ops::matmul(f.activation, model[w2]),
+                        ops::broadcast_to(model[b2], {rows, vocabulary}));
     return f;
 }
 
@@ -204,20 +222,20 @@ std::vector<Tensor> backward(Model& model, const Forward& f, const Tensor& d_log
                              const std::vector<std::size_t>& context_ids) {
     const std::size_t rows = d_logits.shape()[0];
     std::vector<Tensor> g(model.parameters.size());
-    g[w2] = ops::matmul(f.activation, d_logits, true, false);       // [H, V] = Aᵀ·G
-    g[b2] = ops::sum(d_logits, 0);                                    // [V]
+    g[w2] = ops::matmul(f.activation, d_logits, true, false);                   // [H, V] = Aᵀ·G
+    g[b2] = ops::sum(d_logits, 0);                                              // [V]
     const Tensor d_activation = ops::matmul(d_logits, model[w2], false, true);  // [B, H] = G·W2ᵀ
     const Tensor d_pre = ops::gelu_backward(f.pre_activation, d_activation);    // [B, H]
-    g[w1] = ops::matmul(f.normalized, d_pre, true, false);          // [K·E, H]
-    g[b1] = ops::sum(d_pre, 0);                                       // [H]
-    const Tensor d_normalized = ops::matmul(d_pre, model[w1], false, true);  // [B, K·E]
-    auto d_norm = ops::layer_norm_backward(f.inputs, model[ln_scale], f.mean,
-                                           f.inverse_deviation, d_normalized);
+    g[w1] = ops::matmul(f.normalized, d_pre, true, false);                      // [K·E, H]
+    g[b1] = ops::sum(d_pre, 0);                                                 // [H]
+    const Tensor d_normalized = ops::matmul(d_pre, model[w1], false, true);     // [B, K·E]
+    auto d_norm = ops::layer_norm_backward(f.inputs, model[ln_scale], f.mean, f.inverse_deviation,
+                                           d_normalized);
     g[ln_scale] = std::move(d_norm.scale);
     g[ln_bias] = std::move(d_norm.bias);
     // [B, K·E] -> [B·K, E] rows scattered back onto their byte ids
-    g[embeddings] = ops::scatter_add_rows(d_norm.input.reshape({rows * model.context, model.embedding}),
-                                          context_ids, vocabulary);
+    g[embeddings] = ops::scatter_add_rows(
+        d_norm.input.reshape({rows * model.context, model.embedding}), context_ids, vocabulary);
     return g;
 }
 
@@ -226,8 +244,10 @@ void adam_step(Model& model, const std::vector<Tensor>& gradients, float learnin
                std::size_t step) {
     constexpr float beta1 = 0.9F;
     constexpr float beta2 = 0.999F;
-    const auto correction1 = static_cast<float>(1.0 / (1.0 - std::pow(0.9, static_cast<double>(step))));
-    const auto correction2 = static_cast<float>(1.0 / (1.0 - std::pow(0.999, static_cast<double>(step))));
+    const auto correction1 =
+        static_cast<float>(1.0 / (1.0 - std::pow(0.9, static_cast<double>(step))));
+    const auto correction2 =
+        static_cast<float>(1.0 / (1.0 - std::pow(0.999, static_cast<double>(step))));
     for (std::size_t i = 0; i < model.parameters.size(); ++i) {
         Parameter& p = model.parameters[i];
         const Tensor& g = gradients[i];
@@ -236,7 +256,8 @@ void adam_step(Model& model, const std::vector<Tensor>& gradients, float learnin
                                    ops::scale(ops::multiply(g, g), 1.0F - beta2));
         const Tensor denominator =
             ops::add_scalar(ops::sqrt(ops::scale(p.second_moment, correction2)), 1e-8F);
-        const Tensor update = ops::divide(ops::scale(p.first_moment, correction1 * learning_rate), denominator);
+        const Tensor update =
+            ops::divide(ops::scale(p.first_moment, correction1 * learning_rate), denominator);
         p.value = ops::subtract(p.value, update);
     }
 }
@@ -274,7 +295,8 @@ double evaluate(Model& model, const std::string& text, std::size_t begin, std::s
             targets[r] = static_cast<unsigned char>(text[t0 + r]);
         }
         const Forward f = forward(model, context_ids, rows);
-        total += static_cast<double>(ops::cross_entropy(f.logits, targets).loss.item()) * static_cast<double>(rows);
+        total += static_cast<double>(ops::cross_entropy(f.logits, targets).loss.item()) *
+                 static_cast<double>(rows);
         count += rows;
     }
     return total / static_cast<double>(count);
@@ -283,7 +305,8 @@ double evaluate(Model& model, const std::string& text, std::size_t begin, std::s
 // Held-out cross-entropy of the training bytes' add-one-smoothed unigram distribution.
 double unigram_baseline(const std::string& text, std::size_t split, std::size_t end) {
     std::vector<double> counts(vocabulary, 1.0);
-    for (std::size_t i = 0; i < split; ++i) counts[static_cast<unsigned char>(text[i])] += 1.0;
+    for (std::size_t i = 0; i < split; ++i)
+        counts[static_cast<unsigned char>(text[i])] += 1.0;
     const double total = static_cast<double>(split) + static_cast<double>(vocabulary);
     double loss = 0.0;
     for (std::size_t i = split; i < end; ++i) {
@@ -301,10 +324,12 @@ std::string sample(Model& model, const std::string& prompt, std::size_t length, 
             context_ids[c] = static_cast<unsigned char>(text[text.size() - model.context + c]);
         }
         const Forward f = forward(model, context_ids, 1);
-        const std::vector<float> p = ops::softmax(ops::scale(f.logits, 1.0F / temperature), 1).to_host();
+        const std::vector<float> p =
+            ops::softmax(ops::scale(f.logits, 1.0F / temperature), 1).to_host();
         float u = random.uniform();
         std::size_t next = 0;
-        while (next + 1 < vocabulary && u >= p[next]) u -= p[next++];
+        while (next + 1 < vocabulary && u >= p[next])
+            u -= p[next++];
         text.push_back(static_cast<char>(next));
     }
     return text;
@@ -320,12 +345,13 @@ int main(int argc, char** argv) {
         Random random(options.seed);
         Model model = make_model(options, random);
         std::size_t parameter_count = 0;
-        for (const auto& p : model.parameters) parameter_count += p.value.numel();
+        for (const auto& p : model.parameters)
+            parameter_count += p.value.numel();
         std::cout << "corpus: " << text.size() << " bytes from " << options.corpus_dir.string()
                   << " (train " << split << ", held out " << text.size() - split << ")\n"
                   << "model: context " << options.context << " bytes, embedding "
-                  << options.embedding << ", hidden " << options.hidden << ", "
-                  << parameter_count << " parameters; batch " << options.batch << ", "
+                  << options.embedding << ", hidden " << options.hidden << ", " << parameter_count
+                  << " parameters; batch " << options.batch << ", "
                   << riftco_transformer::cpu_thread_count() << " CPU threads\n";
 
         std::vector<std::size_t> context_ids;
@@ -333,17 +359,20 @@ int main(int argc, char** argv) {
         const auto start = std::chrono::steady_clock::now();
         double smoothed_loss = 0.0;
         for (std::size_t step = 1; step <= options.steps; ++step) {
-            fill_batch(text, 0, split, options.context, options.batch, random, context_ids, targets);
+            fill_batch(text, 0, split, options.context, options.batch, random, context_ids,
+                       targets);
             const Forward f = forward(model, context_ids, options.batch);
             const auto loss = ops::cross_entropy(f.logits, targets);
-            adam_step(model, backward(model, f, loss.gradient, context_ids), options.learning_rate, step);
+            adam_step(model, backward(model, f, loss.gradient, context_ids), options.learning_rate,
+                      step);
             const double value = loss.loss.item();
             smoothed_loss = step == 1 ? value : 0.95 * smoothed_loss + 0.05 * value;
             if (step % 100 == 0 || step == options.steps) {
                 const double seconds =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 const double rate = static_cast<double>(step * options.batch) / seconds;
-                const double eta = seconds / static_cast<double>(step) * static_cast<double>(options.steps - step);
+                const double eta =
+                    seconds / static_cast<double>(step) * static_cast<double>(options.steps - step);
                 std::cout << "step " << std::setw(5) << step << "  loss " << std::fixed
                           << std::setprecision(4) << smoothed_loss << "  " << std::setprecision(0)
                           << rate << " tokens/s  eta " << std::setprecision(1) << eta << " s\n";
@@ -354,7 +383,8 @@ int main(int argc, char** argv) {
         std::cout << std::setprecision(4) << "held-out loss " << held_out << " nats/byte ("
                   << held_out / std::log(2.0) << " bits/byte); unigram baseline " << baseline
                   << " nats/byte\n\n";
-        std::cout << sample(model, "Alice ", options.sample_length, options.temperature, random) << "\n";
+        std::cout << sample(model, "Alice ", options.sample_length, options.temperature, random)
+                  << "\n";
         return held_out < baseline ? 0 : 1;
     } catch (const std::exception& error) {
         std::cerr << "riftco-char-mlp: " << error.what() << '\n';

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,8 +19,8 @@ namespace riftco_transformer::testing {
 // |a − e| <= atol + rtol·max(|a|, |e|) for every element (form A); NaN matches only NaN,
 // infinities only the same infinity.
 inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
-                                            const std::vector<double>& expected,
-                                            double atol = 1e-6, double rtol = 1e-6) {
+                                            const std::vector<double>& expected, double atol = 1e-6,
+                                            double rtol = 1e-6) {
     if (actual.size() != expected.size()) {
         return ::testing::AssertionFailure()
                << "size " << actual.size() << " != expected size " << expected.size();
@@ -29,11 +29,13 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
         const double a = actual[i];
         const double e = expected[i];
         if (std::isnan(e) || std::isnan(a)) {
-            if (std::isnan(e) && std::isnan(a)) continue;
+            if (std::isnan(e) && std::isnan(a))
+                continue;
             return ::testing::AssertionFailure() << "element " << i << ": " << a << " vs " << e;
         }
         if (std::isinf(e) || std::isinf(a)) {
-            if (a == e) continue;
+            if (a == e)
+                continue;
             return ::testing::AssertionFailure() << "element " << i << ": " << a << " vs " << e;
         }
         const double tolerance = atol + rtol * std::max(std::fabs(a), std::fabs(e));
@@ -47,8 +49,8 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
 }
 
 inline ::testing::AssertionResult all_close(const Tensor& actual,
-                                            const std::vector<double>& expected,
-                                            double atol = 1e-6, double rtol = 1e-6) {
+                                            const std::vector<double>& expected, double atol = 1e-6,
+                                            double rtol = 1e-6) {
     return all_close(actual.to_host(), expected, atol, rtol);
 }
 
@@ -60,7 +62,8 @@ inline ::testing::AssertionResult bit_identical(const std::vector<float>& a,
     }
     for (std::size_t i = 0; i < a.size(); ++i) {
         if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-            return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+            return ::testing::AssertionFailure()
+                   << "element " << i << ": " << a[i] << " vs " << b[i];
         }
     }
     return ::testing::AssertionSuccess();

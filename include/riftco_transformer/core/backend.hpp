@@ -39,7 +39,7 @@ void set_execution_backend(ExecutionBackend backend);
 // that constructed it (a violation is reported and the process aborts: there is no safe way
 // to restore another thread's state).
 class ScopedExecutionBackend {
-public:
+  public:
     explicit ScopedExecutionBackend(ExecutionBackend backend);
     ~ScopedExecutionBackend();
 
@@ -48,7 +48,7 @@ public:
     ScopedExecutionBackend(ScopedExecutionBackend&&) = delete;
     ScopedExecutionBackend& operator=(ScopedExecutionBackend&&) = delete;
 
-private:
+  private:
     ExecutionBackend previous_;
     const ScopedExecutionBackend* outer_;  // the guard this one is nested in, if any
     std::thread::id owner_;

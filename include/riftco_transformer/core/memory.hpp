@@ -10,10 +10,10 @@
 namespace riftco_transformer {
 
 struct CpuMemoryStatistics {
-    std::size_t cached_bytes = 0;     // free blocks kept for reuse
+    std::size_t cached_bytes = 0;  // free blocks kept for reuse
     std::size_t cache_limit_bytes = 0;
-    std::size_t cache_hits = 0;       // allocations served from the cache
-    std::size_t cache_misses = 0;     // large allocations that had to map new memory
+    std::size_t cache_hits = 0;    // allocations served from the cache
+    std::size_t cache_misses = 0;  // large allocations that had to map new memory
 };
 
 [[nodiscard]] CpuMemoryStatistics cpu_memory_statistics();

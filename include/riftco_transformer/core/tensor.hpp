@@ -32,7 +32,7 @@ struct TensorAccess;
 [[nodiscard]] std::string shape_to_string(std::span<const std::size_t> shape);
 
 class Tensor {
-public:
+  public:
     // A singular tensor (also what a move leaves behind): numel()==0, no backend storage.
     // Reading, reshaping or transferring it is std::logic_error.
     Tensor() noexcept;
@@ -93,7 +93,7 @@ public:
     // Unavailable target: std::runtime_error naming the reason.
     [[nodiscard]] Tensor to(ExecutionBackend backend) const;
 
-private:
+  private:
     friend struct detail::TensorAccess;
     Tensor(Shape shape, std::shared_ptr<detail::Storage> storage);
     void require_not_singular(const char* operation) const;

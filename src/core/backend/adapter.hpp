@@ -25,7 +25,7 @@
 namespace riftco_transformer::detail {
 
 class StorageCapability {
-public:
+  public:
     virtual ~StorageCapability() = default;
     // Storage for `element_count` floats, contents unspecified.
     [[nodiscard]] virtual std::shared_ptr<Storage> allocate(std::size_t element_count) const = 0;
@@ -34,7 +34,7 @@ public:
 };
 
 class LayoutCapability {
-public:
+  public:
     virtual ~LayoutCapability() = default;
     // out.shape[d] = x.shape[axes[d]].
     virtual void permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const = 0;
@@ -53,7 +53,7 @@ enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, Relu, Silu };
 enum class UnaryDerivative { Gelu, Relu, Silu };
 
 class ElementwiseCapability {
-public:
+  public:
     virtual ~ElementwiseCapability() = default;
     // Divide: domain_error on a zero denominator.
     virtual void binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
@@ -62,12 +62,12 @@ public:
     virtual void unary(UnaryOperation operation, const Tensor& x, Tensor& out) const = 0;
     // out = x·multiplier + addend.
     virtual void affine(const Tensor& x, float multiplier, float addend, Tensor& out) const = 0;
-    virtual void unary_backward(UnaryDerivative derivative, const Tensor& x,
-                                const Tensor& upstream, Tensor& out) const = 0;
+    virtual void unary_backward(UnaryDerivative derivative, const Tensor& x, const Tensor& upstream,
+                                Tensor& out) const = 0;
 };
 
 class ReductionCapability {
-public:
+  public:
     virtual ~ReductionCapability() = default;
     // out (one element) = multiplier · Σ x.
     virtual void sum_all(const Tensor& x, double multiplier, Tensor& out) const = 0;
@@ -77,7 +77,7 @@ public:
 };
 
 class MatmulCapability {
-public:
+  public:
     virtual ~MatmulCapability() = default;
     // out[b] = op(left[b]) · op(right[b]) over the flattened leading dimensions.
     virtual void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
@@ -85,7 +85,7 @@ public:
 };
 
 class SoftmaxCapability {
-public:
+  public:
     virtual ~SoftmaxCapability() = default;
     // domain_error: a slice holding NaN/+inf, or only -inf.
     virtual void softmax(const Tensor& x, std::size_t axis, Tensor& out) const = 0;
@@ -98,7 +98,7 @@ public:
 };
 
 class IndexingCapability {
-public:
+  public:
     virtual ~IndexingCapability() = default;
     // Indices are already range-checked against the table's rows.
     virtual void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
@@ -109,24 +109,23 @@ public:
 };
 
 class NormalizationCapability {
-public:
+  public:
     virtual ~NormalizationCapability() = default;
-    virtual void layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias,
-                            float epsilon, Tensor& out, Tensor& mean,
-                            Tensor& inverse_deviation) const = 0;
+    virtual void layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, float epsilon,
+                            Tensor& out, Tensor& mean, Tensor& inverse_deviation) const = 0;
     virtual void layer_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
                                      const Tensor& inverse_deviation, const Tensor& upstream,
                                      Tensor& input_gradient, Tensor& scale_gradient,
                                      Tensor& bias_gradient) const = 0;
     virtual void rms_norm(const Tensor& x, const Tensor& scale, float epsilon, Tensor& out,
                           Tensor& inverse_rms) const = 0;
-    virtual void rms_norm_backward(const Tensor& x, const Tensor& scale,
-                                   const Tensor& inverse_rms, const Tensor& upstream,
-                                   Tensor& input_gradient, Tensor& scale_gradient) const = 0;
+    virtual void rms_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& inverse_rms,
+                                   const Tensor& upstream, Tensor& input_gradient,
+                                   Tensor& scale_gradient) const = 0;
 };
 
 class LossCapability {
-public:
+  public:
     virtual ~LossCapability() = default;
     // Targets are already range-checked against V. domain_error: non-finite target logit;
     // overflow_error: non-finite mean loss.
@@ -137,11 +136,11 @@ public:
 // Declared for the attention, quantized-linear and optimizer issues: the CPU reference and
 // the accelerators fill these in as those land. Until then adapters report them absent.
 class AttentionCapability {
-public:
+  public:
     virtual ~AttentionCapability() = default;
     // Q, K, V [B,H,T,d_h]; probabilities [B,H,T,T]; context [B,H,T,d_h].
-    virtual void materialized_forward(const Tensor& query, const Tensor& key,
-                                      const Tensor& value, float scale, Tensor& probabilities,
+    virtual void materialized_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                      float scale, Tensor& probabilities,
                                       Tensor& context) const = 0;
     // Row statistics [B,H,T]: running max m_i and Σ exp(S_ij − m_i).
     virtual void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -150,17 +149,17 @@ public:
 };
 
 class QuantizedLinearCapability {
-public:
+  public:
     virtual ~QuantizedLinearCapability() = default;
 };
 
 class AdamCapability {
-public:
+  public:
     virtual ~AdamCapability() = default;
 };
 
 class BackendAdapter {
-public:
+  public:
     virtual ~BackendAdapter() = default;
 
     [[nodiscard]] virtual ExecutionBackend backend() const noexcept = 0;
@@ -190,7 +189,7 @@ public:
 // The adapter for `backend` when it is available. Unknown value: invalid_argument; unavailable:
 // runtime_error "<operation>: backend '<name>' is unavailable: <reason>".
 [[nodiscard]] const BackendAdapter& require_available_adapter(ExecutionBackend backend,
-                                                             std::string_view operation);
+                                                              std::string_view operation);
 
 // The capability or runtime_error "<operation>: backend '<name>' does not provide <family>".
 template <typename Capability>

@@ -60,8 +60,8 @@ const BackendAdapter& require_available_adapter(ExecutionBackend backend,
 void throw_missing_capability(const BackendAdapter& adapter, std::string_view operation,
                               std::string_view family) {
     std::ostringstream message;
-    message << operation << ": execution backend '" << adapter.name()
-            << "' does not provide the " << family << " capability";
+    message << operation << ": execution backend '" << adapter.name() << "' does not provide the "
+            << family << " capability";
     throw std::runtime_error(message.str());
 }
 

@@ -45,7 +45,9 @@ std::string_view execution_backend_unavailability_reason(ExecutionBackend backen
     return adapter->unavailability_reason();
 }
 
-ExecutionBackend current_execution_backend() noexcept { return thread_construction_default; }
+ExecutionBackend current_execution_backend() noexcept {
+    return thread_construction_default;
+}
 
 void set_execution_backend(ExecutionBackend backend) {
     // Validates (throws) before the only write.
@@ -63,12 +65,14 @@ ScopedExecutionBackend::ScopedExecutionBackend(ExecutionBackend backend)
 
 ScopedExecutionBackend::~ScopedExecutionBackend() {
     if (std::this_thread::get_id() != owner_) {
-        abort_with("riftco_transformer: ScopedExecutionBackend destroyed on a thread other than "
-                   "the one that created it\n");
+        abort_with(
+            "riftco_transformer: ScopedExecutionBackend destroyed on a thread other than "
+            "the one that created it\n");
     }
     if (innermost_scope != this) {
-        abort_with("riftco_transformer: ScopedExecutionBackend guards were not destroyed in "
-                   "reverse order of construction\n");
+        abort_with(
+            "riftco_transformer: ScopedExecutionBackend guards were not destroyed in "
+            "reverse order of construction\n");
     }
     innermost_scope = outer_;
     thread_construction_default = previous_;

@@ -23,14 +23,15 @@ void parallel_for(std::size_t count, std::size_t minimum_items_per_thread, Body&
         return;
     }
     const std::size_t wanted = std::max<std::size_t>(1, minimum_items_per_thread);
-    const std::size_t threads = std::min(cpu_thread_count(), std::max<std::size_t>(1, count / wanted));
+    const std::size_t threads =
+        std::min(cpu_thread_count(), std::max<std::size_t>(1, count / wanted));
     if (threads <= 1 || omp_in_parallel()) {
         body(std::size_t{0}, count);
         return;
     }
     std::exception_ptr failure;
     std::mutex failure_mutex;
-#pragma omp parallel num_threads(static_cast<int>(threads))
+#pragma omp parallel num_threads(static_cast <int>(threads))
     {
         const auto thread = static_cast<std::size_t>(omp_get_thread_num());
         const auto team = static_cast<std::size_t>(omp_get_num_threads());

@@ -12,8 +12,8 @@ std::size_t checked_element_count(std::span<const std::size_t> shape) {
     for (std::size_t axis = 0; axis < shape.size(); ++axis) {
         const std::size_t dimension = shape[axis];
         if (dimension == 0) {
-            throw std::invalid_argument("tensor shape " + shape_to_string(shape) +
-                                        ": dimension " + std::to_string(axis) + " is zero");
+            throw std::invalid_argument("tensor shape " + shape_to_string(shape) + ": dimension " +
+                                        std::to_string(axis) + " is zero");
         }
         if (count > max_elements / dimension) {
             throw std::overflow_error("tensor shape " + shape_to_string(shape) +

@@ -10,7 +10,7 @@
 namespace riftco_transformer::detail {
 
 class Storage {
-public:
+  public:
     Storage(ExecutionBackend backend, std::size_t element_count) noexcept
         : backend_(backend), element_count_(element_count) {}
     virtual ~Storage() = default;
@@ -24,7 +24,7 @@ public:
     virtual void copy_to_host(std::size_t offset, std::span<float> destination) const = 0;
     virtual void copy_from_host(std::size_t offset, std::span<const float> source) = 0;
 
-private:
+  private:
     ExecutionBackend backend_;
     std::size_t element_count_;
 };

@@ -68,8 +68,8 @@ Tensor::Tensor(Shape shape, std::span<const float> values, ExecutionBackend back
     const std::size_t count = checked_element_count(shape);
     if (values.size() != count) {
         throw std::invalid_argument("Tensor: " + std::to_string(values.size()) +
-                                    " values given for shape " + shape_to_string(shape) +
-                                    " with " + std::to_string(count) + " elements");
+                                    " values given for shape " + shape_to_string(shape) + " with " +
+                                    std::to_string(count) + " elements");
     }
     *this = detail::allocate_uninitialized(std::move(shape), backend);
     storage_->copy_from_host(0, values);
@@ -80,15 +80,21 @@ Tensor::Tensor(Shape shape, std::initializer_list<float> values)
 Tensor::Tensor(Shape shape, std::initializer_list<float> values, ExecutionBackend backend)
     : Tensor(std::move(shape), std::span<const float>(values.begin(), values.size()), backend) {}
 
-Tensor Tensor::zeros(Shape shape) { return Tensor(std::move(shape), 0.0F); }
+Tensor Tensor::zeros(Shape shape) {
+    return Tensor(std::move(shape), 0.0F);
+}
 Tensor Tensor::zeros(Shape shape, ExecutionBackend backend) {
     return Tensor(std::move(shape), 0.0F, backend);
 }
-Tensor Tensor::full(Shape shape, float value) { return Tensor(std::move(shape), value); }
+Tensor Tensor::full(Shape shape, float value) {
+    return Tensor(std::move(shape), value);
+}
 Tensor Tensor::full(Shape shape, float value, ExecutionBackend backend) {
     return Tensor(std::move(shape), value, backend);
 }
-Tensor Tensor::scalar(float value) { return Tensor(Shape{}, value); }
+Tensor Tensor::scalar(float value) {
+    return Tensor(Shape{}, value);
+}
 Tensor Tensor::scalar(float value, ExecutionBackend backend) {
     return Tensor(Shape{}, value, backend);
 }
@@ -136,10 +142,9 @@ ExecutionBackend Tensor::backend() const {
 std::size_t Tensor::offset_of(std::span<const std::size_t> index) const {
     require_not_singular("Tensor::offset_of");
     if (index.size() != shape_.size()) {
-        throw std::invalid_argument("Tensor::offset_of: index has " +
-                                    std::to_string(index.size()) + " components for rank " +
-                                    std::to_string(shape_.size()) + " tensor " +
-                                    shape_to_string(shape_));
+        throw std::invalid_argument("Tensor::offset_of: index has " + std::to_string(index.size()) +
+                                    " components for rank " + std::to_string(shape_.size()) +
+                                    " tensor " + shape_to_string(shape_));
     }
     std::size_t offset = 0;
     for (std::size_t axis = 0; axis < index.size(); ++axis) {

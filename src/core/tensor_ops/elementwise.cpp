@@ -61,7 +61,9 @@ Tensor divide(const Tensor& numerator, const Tensor& denominator) {
     return binary("divide", BinaryOperation::Divide, numerator, denominator);
 }
 
-Tensor negate(const Tensor& x) { return unary("negate", UnaryOperation::Negate, x); }
+Tensor negate(const Tensor& x) {
+    return unary("negate", UnaryOperation::Negate, x);
+}
 
 Tensor scale(const Tensor& x, float factor) {
     detail::require_finite("scale", "factor", factor);
@@ -73,13 +75,27 @@ Tensor add_scalar(const Tensor& x, float addend) {
     return affine("add_scalar", x, 1.0F, addend);
 }
 
-Tensor exp(const Tensor& x) { return unary("exp", UnaryOperation::Exp, x); }
-Tensor log(const Tensor& x) { return unary("log", UnaryOperation::Log, x); }
-Tensor sqrt(const Tensor& x) { return unary("sqrt", UnaryOperation::Sqrt, x); }
-Tensor erf(const Tensor& x) { return unary("erf", UnaryOperation::Erf, x); }
-Tensor gelu(const Tensor& x) { return unary("gelu", UnaryOperation::Gelu, x); }
-Tensor relu(const Tensor& x) { return unary("relu", UnaryOperation::Relu, x); }
-Tensor silu(const Tensor& x) { return unary("silu", UnaryOperation::Silu, x); }
+Tensor exp(const Tensor& x) {
+    return unary("exp", UnaryOperation::Exp, x);
+}
+Tensor log(const Tensor& x) {
+    return unary("log", UnaryOperation::Log, x);
+}
+Tensor sqrt(const Tensor& x) {
+    return unary("sqrt", UnaryOperation::Sqrt, x);
+}
+Tensor erf(const Tensor& x) {
+    return unary("erf", UnaryOperation::Erf, x);
+}
+Tensor gelu(const Tensor& x) {
+    return unary("gelu", UnaryOperation::Gelu, x);
+}
+Tensor relu(const Tensor& x) {
+    return unary("relu", UnaryOperation::Relu, x);
+}
+Tensor silu(const Tensor& x) {
+    return unary("silu", UnaryOperation::Silu, x);
+}
 
 Tensor gelu_backward(const Tensor& x, const Tensor& upstream) {
     return unary_backward("gelu_backward", UnaryDerivative::Gelu, x, upstream);

@@ -81,8 +81,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     static_cast<void>(checked_element_count(shape));
     if (!broadcasts(x.shape(), shape)) {
         throw std::invalid_argument(std::string(op) + ": cannot broadcast " +
-                                    shape_to_string(x.shape()) + " to " +
-                                    shape_to_string(shape));
+                                    shape_to_string(x.shape()) + " to " + shape_to_string(shape));
     }
     Tensor out = allocate_uninitialized(shape, x.backend());
     layout_of(adapter, op).broadcast_to(x, out);
@@ -125,11 +124,10 @@ Tensor concatenate_last_axis(std::span<const Tensor> inputs) {
         }
         for (std::size_t axis = 0; axis + 1 < input.rank(); ++axis) {
             if (input.shape()[axis] != first.shape()[axis]) {
-                throw std::invalid_argument(std::string(op) + ": " + name + " shape " +
-                                            shape_to_string(input.shape()) +
-                                            " differs from inputs[0] shape " +
-                                            shape_to_string(first.shape()) +
-                                            " before the last axis");
+                throw std::invalid_argument(
+                    std::string(op) + ": " + name + " shape " + shape_to_string(input.shape()) +
+                    " differs from inputs[0] shape " + shape_to_string(first.shape()) +
+                    " before the last axis");
             }
         }
         const std::size_t part = input.shape().back();

@@ -26,8 +26,8 @@ Shape product_shape(const Tensor& left, const Tensor& right, bool transpose_left
         if (left.shape()[axis] != right.shape()[axis]) {
             std::ostringstream message;
             message << op << ": batch dimension " << axis << " differs (left "
-                    << shape_to_string(left.shape()) << ", right "
-                    << shape_to_string(right.shape()) << ")";
+                    << shape_to_string(left.shape()) << ", right " << shape_to_string(right.shape())
+                    << ")";
             throw std::invalid_argument(message.str());
         }
     }
@@ -37,8 +37,8 @@ Shape product_shape(const Tensor& left, const Tensor& right, bool transpose_left
     const std::size_t n = right.shape()[rank - (transpose_right ? 2 : 1)];
     if (k_left != k_right) {
         std::ostringstream message;
-        message << op << ": inner dimensions differ (left K=" << k_left << ", right K="
-                << k_right << "; left " << shape_to_string(left.shape()) << ", right "
+        message << op << ": inner dimensions differ (left K=" << k_left << ", right K=" << k_right
+                << "; left " << shape_to_string(left.shape()) << ", right "
                 << shape_to_string(right.shape()) << ")";
         throw std::invalid_argument(message.str());
     }
@@ -55,8 +55,7 @@ const detail::MatmulCapability& matmul_of(const detail::BackendAdapter& adapter)
 
 }  // namespace
 
-Tensor matmul(const Tensor& left, const Tensor& right, bool transpose_left,
-              bool transpose_right) {
+Tensor matmul(const Tensor& left, const Tensor& right, bool transpose_left, bool transpose_right) {
     const auto& adapter = detail::input_adapter(op, {{"left", &left}, {"right", &right}});
     Shape shape = product_shape(left, right, transpose_left, transpose_right);
     Tensor out = detail::allocate_uninitialized(std::move(shape), left.backend());
@@ -69,8 +68,7 @@ Tensor matmul(const Tensor& left, const Tensor& right) {
 }
 
 Tensor matmul(const Tensor& left, const Tensor& right, ExecutionBackend execution_backend) {
-    const auto& storage_adapter =
-        detail::input_adapter(op, {{"left", &left}, {"right", &right}});
+    const auto& storage_adapter = detail::input_adapter(op, {{"left", &left}, {"right", &right}});
     Shape shape = product_shape(left, right, false, false);
     const auto& execution_adapter = detail::require_available_adapter(execution_backend, op);
     const auto& capability = matmul_of(execution_adapter);

@@ -10,8 +10,7 @@ namespace {
 
 const detail::NormalizationCapability& normalization_of(const detail::BackendAdapter& adapter,
                                                         std::string_view operation) {
-    return detail::require_capability(adapter.normalization(), adapter, operation,
-                                      "normalization");
+    return detail::require_capability(adapter.normalization(), adapter, operation, "normalization");
 }
 
 // x has rank >= 1; returns its row count (numel / W).
@@ -22,8 +21,7 @@ std::size_t require_rows(std::string_view op, const Tensor& x) {
     return x.numel() / x.shape().back();
 }
 
-void require_width_vector(std::string_view op, detail::NamedTensor parameter,
-                          std::size_t width) {
+void require_width_vector(std::string_view op, detail::NamedTensor parameter, std::size_t width) {
     if (parameter.second->shape() != Shape{width}) {
         std::ostringstream message;
         message << op << ": " << parameter.first << " must have shape [" << width << "] (got "
@@ -32,8 +30,7 @@ void require_width_vector(std::string_view op, detail::NamedTensor parameter,
     }
 }
 
-void require_row_statistic(std::string_view op, detail::NamedTensor statistic,
-                           std::size_t rows) {
+void require_row_statistic(std::string_view op, detail::NamedTensor statistic, std::size_t rows) {
     if (statistic.second->shape() != Shape{rows}) {
         std::ostringstream message;
         message << op << ": " << statistic.first << " must have shape [" << rows << "] (got "
@@ -56,8 +53,8 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& scale, const Tensor& b
     LayerNormResult result{detail::allocate_uninitialized(x.shape(), x.backend()),
                            detail::allocate_uninitialized(Shape{rows}, x.backend()),
                            detail::allocate_uninitialized(Shape{rows}, x.backend())};
-    normalization_of(adapter, op).layer_norm(x, scale, bias, epsilon, result.output,
-                                             result.mean, result.inverse_deviation);
+    normalization_of(adapter, op)
+        .layer_norm(x, scale, bias, epsilon, result.output, result.mean, result.inverse_deviation);
     return result;
 }
 
@@ -78,9 +75,9 @@ LayerNormGradients layer_norm_backward(const Tensor& x, const Tensor& scale, con
     LayerNormGradients gradients{detail::allocate_uninitialized(x.shape(), x.backend()),
                                  detail::allocate_uninitialized(Shape{width}, x.backend()),
                                  detail::allocate_uninitialized(Shape{width}, x.backend())};
-    normalization_of(adapter, op).layer_norm_backward(x, scale, mean, inverse_deviation,
-                                                      upstream, gradients.input,
-                                                      gradients.scale, gradients.bias);
+    normalization_of(adapter, op)
+        .layer_norm_backward(x, scale, mean, inverse_deviation, upstream, gradients.input,
+                             gradients.scale, gradients.bias);
     return gradients;
 }
 
@@ -92,18 +89,15 @@ RmsNormResult rms_norm(const Tensor& x, const Tensor& scale, float epsilon) {
     detail::require_finite_positive(op, "epsilon", epsilon);
     RmsNormResult result{detail::allocate_uninitialized(x.shape(), x.backend()),
                          detail::allocate_uninitialized(Shape{rows}, x.backend())};
-    normalization_of(adapter, op).rms_norm(x, scale, epsilon, result.output,
-                                           result.inverse_rms);
+    normalization_of(adapter, op).rms_norm(x, scale, epsilon, result.output, result.inverse_rms);
     return result;
 }
 
-RmsNormGradients rms_norm_backward(const Tensor& x, const Tensor& scale,
-                                   const Tensor& inverse_rms, const Tensor& upstream) {
+RmsNormGradients rms_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& inverse_rms,
+                                   const Tensor& upstream) {
     constexpr std::string_view op = "rms_norm_backward";
-    const auto& adapter = detail::input_adapter(op, {{"x", &x},
-                                                     {"scale", &scale},
-                                                     {"inverse_rms", &inverse_rms},
-                                                     {"upstream", &upstream}});
+    const auto& adapter = detail::input_adapter(
+        op, {{"x", &x}, {"scale", &scale}, {"inverse_rms", &inverse_rms}, {"upstream", &upstream}});
     const std::size_t rows = require_rows(op, x);
     const std::size_t width = x.shape().back();
     require_width_vector(op, {"scale", &scale}, width);
@@ -111,8 +105,8 @@ RmsNormGradients rms_norm_backward(const Tensor& x, const Tensor& scale,
     detail::require_same_shape(op, {"x", &x}, {"upstream", &upstream});
     RmsNormGradients gradients{detail::allocate_uninitialized(x.shape(), x.backend()),
                                detail::allocate_uninitialized(Shape{width}, x.backend())};
-    normalization_of(adapter, op).rms_norm_backward(x, scale, inverse_rms, upstream,
-                                                    gradients.input, gradients.scale);
+    normalization_of(adapter, op)
+        .rms_norm_backward(x, scale, inverse_rms, upstream, gradients.input, gradients.scale);
     return gradients;
 }
 

@@ -37,11 +37,15 @@ Tensor reduce_axis(std::string_view op, const Tensor& x, std::size_t axis, bool 
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce_all("sum", x, false); }
+Tensor sum(const Tensor& x) {
+    return reduce_all("sum", x, false);
+}
 Tensor sum(const Tensor& x, std::size_t axis, bool keep_dims) {
     return reduce_axis("sum", x, axis, keep_dims, false);
 }
-Tensor mean(const Tensor& x) { return reduce_all("mean", x, true); }
+Tensor mean(const Tensor& x) {
+    return reduce_all("mean", x, true);
+}
 Tensor mean(const Tensor& x, std::size_t axis, bool keep_dims) {
     return reduce_axis("mean", x, axis, keep_dims, true);
 }

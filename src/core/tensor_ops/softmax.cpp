@@ -35,8 +35,8 @@ Tensor softmax(const Tensor& x, std::size_t axis) {
 
 Tensor softmax_backward(const Tensor& probabilities, const Tensor& upstream, std::size_t axis) {
     constexpr std::string_view op = "softmax_backward";
-    const auto& adapter = detail::input_adapter(
-        op, {{"probabilities", &probabilities}, {"upstream", &upstream}});
+    const auto& adapter =
+        detail::input_adapter(op, {{"probabilities", &probabilities}, {"upstream", &upstream}});
     detail::require_same_shape(op, {"probabilities", &probabilities}, {"upstream", &upstream});
     detail::require_axis(op, axis, probabilities.rank());
     Tensor out = detail::allocate_uninitialized(probabilities.shape(), probabilities.backend());
@@ -54,11 +54,10 @@ Tensor causal_softmax(const Tensor& scores, float scale) {
     return out;
 }
 
-Tensor causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,
-                               float scale) {
+Tensor causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream, float scale) {
     constexpr std::string_view op = "causal_softmax_backward";
-    const auto& adapter = detail::input_adapter(
-        op, {{"probabilities", &probabilities}, {"upstream", &upstream}});
+    const auto& adapter =
+        detail::input_adapter(op, {{"probabilities", &probabilities}, {"upstream", &upstream}});
     require_square_scores(op, {"probabilities", &probabilities});
     detail::require_same_shape(op, {"probabilities", &probabilities}, {"upstream", &upstream});
     detail::require_finite_positive(op, "scale", scale);

@@ -32,10 +32,9 @@ const BackendAdapter& input_adapter(std::string_view operation,
             first = &input;
         } else if (input.second->backend() != first->second->backend()) {
             std::ostringstream message;
-            message << operation << ": inputs are on different backends (" << first->first
-                    << " on " << execution_backend_name(first->second->backend()) << ", "
-                    << input.first << " on " << execution_backend_name(input.second->backend())
-                    << ")";
+            message << operation << ": inputs are on different backends (" << first->first << " on "
+                    << execution_backend_name(first->second->backend()) << ", " << input.first
+                    << " on " << execution_backend_name(input.second->backend()) << ")";
             throw std::invalid_argument(message.str());
         }
     }
@@ -89,8 +88,7 @@ void require_finite(std::string_view operation, std::string_view argument, float
 void require_finite_positive(std::string_view operation, std::string_view argument, float value) {
     if (!std::isfinite(value) || !(value > 0.0F)) {
         std::ostringstream message;
-        message << operation << ": " << argument << " must be finite and > 0 (got " << value
-                << ")";
+        message << operation << ": " << argument << " must be finite and > 0 (got " << value << ")";
         throw std::invalid_argument(message.str());
     }
 }

@@ -17,8 +17,7 @@ namespace riftco_transformer::tensor_ops {
 // upstream [..., W] with one row per index -> [row_count, W], repeated indices accumulate.
 // row_count == 0 or an upstream/indices mismatch: invalid_argument; an index >= row_count:
 // out_of_range; an index above the uint32 range: overflow_error.
-[[nodiscard]] Tensor scatter_add_rows(const Tensor& upstream,
-                                      std::span<const std::size_t> indices,
+[[nodiscard]] Tensor scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
                                       std::size_t row_count);
 
 }  // namespace riftco_transformer::tensor_ops

@@ -20,8 +20,7 @@ struct LayerNormGradients {
 
 // y = (x − μ)/√(σ² + eps)·scale + bias over the last axis (width W). Rank 0, scale or bias not
 // [W], mixed backends, eps not finite or not > 0: invalid_argument.
-[[nodiscard]] LayerNormResult layer_norm(const Tensor& x, const Tensor& scale,
-                                         const Tensor& bias,
+[[nodiscard]] LayerNormResult layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                          float epsilon = default_normalization_epsilon);
 // With ĝ = g ⊙ scale and x̂ the normalised input:
 // dx = inv·(ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂)); dscale = Σ_rows g ⊙ x̂; dbias = Σ_rows g.
@@ -44,7 +43,6 @@ struct RmsNormGradients {
                                      float epsilon = default_normalization_epsilon);
 // dx = r·(g ⊙ scale) − x·r³·mean(g ⊙ scale ⊙ x); dscale = Σ_rows g ⊙ x·r.
 [[nodiscard]] RmsNormGradients rms_norm_backward(const Tensor& x, const Tensor& scale,
-                                                 const Tensor& inverse_rms,
-                                                 const Tensor& upstream);
+                                                 const Tensor& inverse_rms, const Tensor& upstream);
 
 }  // namespace riftco_transformer::tensor_ops

@@ -18,7 +18,7 @@ namespace riftco_transformer::tensor_ops {
 // with keys after the query masked; masked entries are exactly 0. scale finite and > 0.
 [[nodiscard]] Tensor causal_softmax(const Tensor& scores, float scale = 1.0F);
 // d scores = scale · p ⊙ (g − Σ g ⊙ p); masked entries get exactly 0.
-[[nodiscard]] Tensor causal_softmax_backward(const Tensor& probabilities,
-                                             const Tensor& upstream, float scale = 1.0F);
+[[nodiscard]] Tensor causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,
+                                             float scale = 1.0F);
 
 }  // namespace riftco_transformer::tensor_ops

@@ -7,18 +7,18 @@
 namespace riftco_transformer::detail {
 
 class CpuStorageCapability final : public StorageCapability {
-public:
+  public:
     explicit CpuStorageCapability(ExecutionBackend backend) noexcept : backend_(backend) {}
     [[nodiscard]] std::shared_ptr<Storage> allocate(std::size_t element_count) const override;
     [[nodiscard]] std::shared_ptr<Storage> clone(const Storage& source) const override;
     void fill(Storage& storage, float value) const override;
 
-private:
+  private:
     ExecutionBackend backend_;
 };
 
 class CpuLayout final : public LayoutCapability {
-public:
+  public:
     void permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const override;
     void broadcast_to(const Tensor& x, Tensor& out) const override;
     void sum_to_shape(const Tensor& x, Tensor& out) const override;
@@ -27,7 +27,7 @@ public:
 };
 
 class CpuElementwise final : public ElementwiseCapability {
-public:
+  public:
     void binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
                 Tensor& out) const override;
     void unary(UnaryOperation operation, const Tensor& x, Tensor& out) const override;
@@ -37,30 +37,29 @@ public:
 };
 
 class CpuReduction final : public ReductionCapability {
-public:
+  public:
     void sum_all(const Tensor& x, double multiplier, Tensor& out) const override;
-    void sum_axis(const Tensor& x, std::size_t axis, double multiplier,
-                  Tensor& out) const override;
+    void sum_axis(const Tensor& x, std::size_t axis, double multiplier, Tensor& out) const override;
 };
 
 class CpuMatmul final : public MatmulCapability {
-public:
+  public:
     void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
                         bool transpose_right, Tensor& out) const override;
 };
 
 class CpuSoftmax final : public SoftmaxCapability {
-public:
+  public:
     void softmax(const Tensor& x, std::size_t axis, Tensor& out) const override;
     void softmax_backward(const Tensor& probabilities, const Tensor& upstream, std::size_t axis,
                           Tensor& out) const override;
     void causal_softmax(const Tensor& scores, float scale, Tensor& out) const override;
-    void causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,
-                                 float scale, Tensor& out) const override;
+    void causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream, float scale,
+                                 Tensor& out) const override;
 };
 
 class CpuIndexing final : public IndexingCapability {
-public:
+  public:
     void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
                      Tensor& out) const override;
     void scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
@@ -68,7 +67,7 @@ public:
 };
 
 class CpuNormalization final : public NormalizationCapability {
-public:
+  public:
     void layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, float epsilon,
                     Tensor& out, Tensor& mean, Tensor& inverse_deviation) const override;
     void layer_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
@@ -83,15 +82,15 @@ public:
 };
 
 class CpuLoss final : public LossCapability {
-public:
-    void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
-                       Tensor& loss, Tensor& gradient) const override;
+  public:
+    void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets, Tensor& loss,
+                       Tensor& gradient) const override;
 };
 
 // Host-memory adapter running the CPU kernels under a backend identity: the CPU adapter
 // itself, and (test builds only) an emulated device that exercises cross-backend rules.
 class HostAdapter final : public BackendAdapter {
-public:
+  public:
     explicit HostAdapter(ExecutionBackend identity) noexcept
         : identity_(identity), storage_(identity) {}
 
@@ -117,15 +116,13 @@ public:
     }
     [[nodiscard]] const LossCapability* loss() const noexcept override { return &loss_; }
     // Filled in by the attention, quantized-linear and optimizer issues.
-    [[nodiscard]] const AttentionCapability* attention() const noexcept override {
-        return nullptr;
-    }
+    [[nodiscard]] const AttentionCapability* attention() const noexcept override { return nullptr; }
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return nullptr;
     }
     [[nodiscard]] const AdamCapability* adam() const noexcept override { return nullptr; }
 
-private:
+  private:
     ExecutionBackend identity_;
     CpuStorageCapability storage_;
     CpuLayout layout_;

@@ -11,7 +11,9 @@ CpuStorage::CpuStorage(ExecutionBackend backend, std::size_t element_count)
     : Storage(backend, element_count),
       elements_(static_cast<float*>(acquire_host_block(element_count * sizeof(float)))) {}
 
-CpuStorage::~CpuStorage() { release_host_block(elements_, element_count() * sizeof(float)); }
+CpuStorage::~CpuStorage() {
+    release_host_block(elements_, element_count() * sizeof(float));
+}
 
 void CpuStorage::copy_to_host(std::size_t offset, std::span<float> destination) const {
     if (!destination.empty()) {

@@ -11,7 +11,7 @@
 namespace riftco_transformer::detail {
 
 class CpuStorage final : public Storage {
-public:
+  public:
     // `backend` is Cpu except for the test-only emulated device, which reuses host memory.
     CpuStorage(ExecutionBackend backend, std::size_t element_count);
 
@@ -23,7 +23,7 @@ public:
     [[nodiscard]] float* data() noexcept { return elements_; }
     [[nodiscard]] const float* data() const noexcept { return elements_; }
 
-private:
+  private:
     float* elements_;  // from acquire_host_block(element_count · sizeof(float))
 };
 

@@ -35,8 +35,8 @@ std::size_t first_violation(const float* values, std::size_t count, Predicate ba
 [[noreturn]] void throw_domain(const char* operation, const char* argument, std::size_t index,
                                float value, const char* requirement) {
     std::ostringstream message;
-    message << operation << ": " << argument << " element " << index << " is " << value
-            << " (" << requirement << ")";
+    message << operation << ": " << argument << " element " << index << " is " << value << " ("
+            << requirement << ")";
     throw std::domain_error(message.str());
 }
 
@@ -76,16 +76,20 @@ void CpuElementwise::binary(BinaryOperation operation, const Tensor& left, const
     for_chunks(count, [&](std::size_t begin, std::size_t end) {
         switch (operation) {
             case BinaryOperation::Add:
-                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = a[i] + b[i];
                 break;
             case BinaryOperation::Subtract:
-                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] - b[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = a[i] - b[i];
                 break;
             case BinaryOperation::Multiply:
-                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] * b[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = a[i] * b[i];
                 break;
             case BinaryOperation::Divide:
-                for (std::size_t i = begin; i < end; ++i) y[i] = a[i] / b[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = a[i] / b[i];
                 break;
         }
     });
@@ -109,26 +113,33 @@ void CpuElementwise::unary(UnaryOperation operation, const Tensor& x, Tensor& ou
     for_chunks(count, [&](std::size_t begin, std::size_t end) {
         switch (operation) {
             case UnaryOperation::Negate:
-                for (std::size_t i = begin; i < end; ++i) y[i] = -v[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = -v[i];
                 break;
             case UnaryOperation::Exp:
-                for (std::size_t i = begin; i < end; ++i) y[i] = fast_exp(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = fast_exp(v[i]);
                 break;
             case UnaryOperation::Log:
-                for (std::size_t i = begin; i < end; ++i) y[i] = std::log(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = std::log(v[i]);
                 break;
             case UnaryOperation::Sqrt:
-                for (std::size_t i = begin; i < end; ++i) y[i] = std::sqrt(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = std::sqrt(v[i]);
                 break;
             case UnaryOperation::Erf:
-                for (std::size_t i = begin; i < end; ++i) y[i] = std::erf(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = std::erf(v[i]);
                 break;
             case UnaryOperation::Gelu:
-                for (std::size_t i = begin; i < end; ++i) y[i] = gelu_value(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = gelu_value(v[i]);
                 break;
             case UnaryOperation::Relu:
                 // NaN fails both comparisons and is passed through unchanged.
-                for (std::size_t i = begin; i < end; ++i) y[i] = v[i] <= 0.0F ? 0.0F : v[i];
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = v[i] <= 0.0F ? 0.0F : v[i];
                 break;
             case UnaryOperation::Silu:
                 for (std::size_t i = begin; i < end; ++i) {
@@ -145,7 +156,8 @@ void CpuElementwise::affine(const Tensor& x, float multiplier, float addend, Ten
     const float* v = cpu_data(x);
     float* y = cpu_output(out);
     for_chunks(out.numel(), [&](std::size_t begin, std::size_t end) {
-        for (std::size_t i = begin; i < end; ++i) y[i] = v[i] * multiplier + addend;
+        for (std::size_t i = begin; i < end; ++i)
+            y[i] = v[i] * multiplier + addend;
     });
 }
 
@@ -157,7 +169,8 @@ void CpuElementwise::unary_backward(UnaryDerivative derivative, const Tensor& x,
     for_chunks(out.numel(), [&](std::size_t begin, std::size_t end) {
         switch (derivative) {
             case UnaryDerivative::Gelu:
-                for (std::size_t i = begin; i < end; ++i) y[i] = g[i] * gelu_derivative(v[i]);
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = g[i] * gelu_derivative(v[i]);
                 break;
             case UnaryDerivative::Relu:
                 // Derivative 0 at exactly 0; NaN inputs give NaN.

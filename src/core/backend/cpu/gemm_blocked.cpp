@@ -38,9 +38,8 @@ void pack_b_panel(const GemmArguments& g, std::size_t k0, std::size_t kc, std::s
 }
 
 // C[rows, n0:n0+nc] += op(A)[rows, k0:k0+kc] · panel
-void update_rows(const GemmArguments& g, std::size_t row_begin, std::size_t row_end,
-                 std::size_t k0, std::size_t kc, std::size_t n0, std::size_t nc,
-                 const float* panel) {
+void update_rows(const GemmArguments& g, std::size_t row_begin, std::size_t row_end, std::size_t k0,
+                 std::size_t kc, std::size_t n0, std::size_t nc, const float* panel) {
     std::size_t row = row_begin;
     for (; row + rows_per_pass <= row_end; row += rows_per_pass) {
         float* c0 = g.c + (row + 0) * g.ldc + n0;
@@ -89,17 +88,21 @@ void gemm_blocked(const GemmArguments& g) {
             parallel_for(bands, items_per_thread_for(rows_per_pass * kc * nc / 64),
                          [&](std::size_t band_begin, std::size_t band_end) {
                              update_rows(g, band_begin * rows_per_pass,
-                                         std::min(g.m, band_end * rows_per_pass), k0, kc, n0,
-                                         nc, panel.data());
+                                         std::min(g.m, band_end * rows_per_pass), k0, kc, n0, nc,
+                                         panel.data());
                          });
         }
     }
 }
 
 #if !RIFTCO_TRANSFORMER_HAVE_BLAS
-void gemm(const GemmArguments& arguments) { gemm_blocked(arguments); }
+void gemm(const GemmArguments& arguments) {
+    gemm_blocked(arguments);
+}
 void gemm_set_thread_count(std::size_t /*thread_count*/) {}
-const char* gemm_implementation_name() noexcept { return "blocked fallback"; }
+const char* gemm_implementation_name() noexcept {
+    return "blocked fallback";
+}
 #endif
 
 }  // namespace riftco_transformer::detail

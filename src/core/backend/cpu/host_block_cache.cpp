@@ -41,7 +41,8 @@ constexpr const char* cache_limit_variable = "RIFTCO_TRANSFORMER_CPU_CACHE_BYTES
 // The limit, or an error message when the variable is set but not a byte count.
 std::size_t cache_limit_from_environment(std::string& error) {
     const char* text = std::getenv(cache_limit_variable);
-    if (text == nullptr || *text == '\0') return default_cache_limit;
+    if (text == nullptr || *text == '\0')
+        return default_cache_limit;
     errno = 0;
     char* end = nullptr;
     const unsigned long long value = std::strtoull(text, &end, 10);
@@ -54,9 +55,10 @@ std::size_t cache_limit_from_environment(std::string& error) {
 }
 
 class HostBlockCache {
-public:
+  public:
     void* acquire(std::size_t bytes) {
-        if (!limit_error_.empty()) throw std::invalid_argument(limit_error_);
+        if (!limit_error_.empty())
+            throw std::invalid_argument(limit_error_);
         const std::size_t rounded = size_class(bytes);
         {
             const std::lock_guard<std::mutex> lock(mutex_);
@@ -76,7 +78,8 @@ public:
             // Memory pressure: give the cache back and try once more.
             release_all();
             block = std::aligned_alloc(alignment, rounded);
-            if (block == nullptr) throw std::bad_alloc();
+            if (block == nullptr)
+                throw std::bad_alloc();
         }
 #ifdef MADV_HUGEPAGE
         if (alignment == huge_page) {
@@ -113,7 +116,8 @@ public:
             cached_bytes_ = 0;
         }
         for (auto& [size, list] : blocks) {
-            for (void* block : list) std::free(block);
+            for (void* block : list)
+                std::free(block);
         }
     }
 
@@ -122,7 +126,7 @@ public:
         return {cached_bytes_, limit_, hits_, misses_};
     }
 
-private:
+  private:
     std::mutex mutex_;
     std::map<std::size_t, std::vector<void*>> free_blocks_;  // size class -> free blocks
     std::size_t cached_bytes_ = 0;
@@ -142,15 +146,16 @@ HostBlockCache& cache() {
 
 void* acquire_host_block(std::size_t bytes) {
     if (bytes < large_block_threshold) {
-        return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{small_alignment});
+        return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{small_alignment});
     }
     return cache().acquire(bytes);
 }
 
 void release_host_block(void* block, std::size_t bytes) noexcept {
-    if (block == nullptr) return;
+    if (block == nullptr)
+        return;
     if (bytes < large_block_threshold) {
-        ::operator delete(block, std::align_val_t{small_alignment});
+        ::operator delete (block, std::align_val_t{small_alignment});
         return;
     }
     cache().release(block, bytes);
@@ -160,8 +165,12 @@ void release_host_block(void* block, std::size_t bytes) noexcept {
 
 namespace riftco_transformer {
 
-CpuMemoryStatistics cpu_memory_statistics() { return detail::cache().statistics(); }
+CpuMemoryStatistics cpu_memory_statistics() {
+    return detail::cache().statistics();
+}
 
-void release_cpu_memory_cache() { detail::cache().release_all(); }
+void release_cpu_memory_cache() {
+    detail::cache().release_all();
+}
 
 }  // namespace riftco_transformer

@@ -15,11 +15,12 @@ void CpuIndexing::gather_rows(const Tensor& table, std::span<const std::size_t> 
     const std::size_t width = table.shape()[1];
     const float* src = cpu_data(table);
     float* dst = cpu_output(out);
-    parallel_for(indices.size(), items_per_thread_for(width), [&](std::size_t begin, std::size_t end) {
-        for (std::size_t i = begin; i < end; ++i) {
-            std::copy_n(src + indices[i] * width, width, dst + i * width);
-        }
-    });
+    parallel_for(indices.size(), items_per_thread_for(width),
+                 [&](std::size_t begin, std::size_t end) {
+                     for (std::size_t i = begin; i < end; ++i) {
+                         std::copy_n(src + indices[i] * width, width, dst + i * width);
+                     }
+                 });
 }
 
 void CpuIndexing::scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
@@ -39,10 +40,12 @@ void CpuIndexing::scatter_add_rows(const Tensor& upstream, std::span<const std::
         const std::size_t last_row = row_count * band_end / bands;
         for (std::size_t i = 0; i < indices.size(); ++i) {
             const std::size_t row = indices[i];
-            if (row < first_row || row >= last_row) continue;
+            if (row < first_row || row >= last_row)
+                continue;
             const float* in = src + i * width;
             float* accumulator = dst + row * width;
-            for (std::size_t j = 0; j < width; ++j) accumulator[j] += in[j];
+            for (std::size_t j = 0; j < width; ++j)
+                accumulator[j] += in[j];
         }
     });
 }

@@ -32,38 +32,41 @@ void strided_copy(const float* src, std::span<const std::size_t> out_shape,
     const std::size_t width = out_shape[rank - 1];
     const std::size_t inner_stride = source_strides[rank - 1];
     std::size_t rows = 1;
-    for (std::size_t axis = 0; axis + 1 < rank; ++axis) rows *= out_shape[axis];
+    for (std::size_t axis = 0; axis + 1 < rank; ++axis)
+        rows *= out_shape[axis];
 
-    parallel_for(rows, items_per_thread_for(width), [&](std::size_t row_begin, std::size_t row_end) {
-        // Decompose the first row index, then advance it like an odometer.
-        std::vector<std::size_t> index(rank - 1, 0);
-        std::size_t remainder = row_begin;
-        std::size_t source_offset = 0;
-        for (std::size_t axis = rank - 1; axis-- > 0;) {
-            index[axis] = remainder % out_shape[axis];
-            remainder /= out_shape[axis];
-            source_offset += index[axis] * source_strides[axis];
-        }
-        for (std::size_t row = row_begin; row < row_end; ++row) {
-            float* out_row = dst + row * width;
-            const float* in_row = src + source_offset;
-            if (inner_stride == 1) {
-                std::copy_n(in_row, width, out_row);
-            } else if (inner_stride == 0) {
-                std::fill_n(out_row, width, in_row[0]);
-            } else {
-                for (std::size_t j = 0; j < width; ++j) out_row[j] = in_row[j * inner_stride];
-            }
-            for (std::size_t axis = rank - 1; axis-- > 0;) {
-                source_offset += source_strides[axis];
-                if (++index[axis] < out_shape[axis]) {
-                    break;
-                }
-                source_offset -= index[axis] * source_strides[axis];
-                index[axis] = 0;
-            }
-        }
-    });
+    parallel_for(rows, items_per_thread_for(width),
+                 [&](std::size_t row_begin, std::size_t row_end) {
+                     // Decompose the first row index, then advance it like an odometer.
+                     std::vector<std::size_t> index(rank - 1, 0);
+                     std::size_t remainder = row_begin;
+                     std::size_t source_offset = 0;
+                     for (std::size_t axis = rank - 1; axis-- > 0;) {
+                         index[axis] = remainder % out_shape[axis];
+                         remainder /= out_shape[axis];
+                         source_offset += index[axis] * source_strides[axis];
+                     }
+                     for (std::size_t row = row_begin; row < row_end; ++row) {
+                         float* out_row = dst + row * width;
+                         const float* in_row = src + source_offset;
+                         if (inner_stride == 1) {
+                             std::copy_n(in_row, width, out_row);
+                         } else if (inner_stride == 0) {
+                             std::fill_n(out_row, width, in_row[0]);
+                         } else {
+                             for (std::size_t j = 0; j < width; ++j)
+                                 out_row[j] = in_row[j * inner_stride];
+                         }
+                         for (std::size_t axis = rank - 1; axis-- > 0;) {
+                             source_offset += source_strides[axis];
+                             if (++index[axis] < out_shape[axis]) {
+                                 break;
+                             }
+                             source_offset -= index[axis] * source_strides[axis];
+                             index[axis] = 0;
+                         }
+                     }
+                 });
 }
 
 namespace {
@@ -85,7 +88,8 @@ std::vector<std::size_t> broadcast_strides(std::span<const std::size_t> from,
 void CpuLayout::permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const {
     const std::vector<std::size_t> input_strides = contiguous_strides(x.shape());
     std::vector<std::size_t> strides(axes.size());
-    for (std::size_t d = 0; d < axes.size(); ++d) strides[d] = input_strides[axes[d]];
+    for (std::size_t d = 0; d < axes.size(); ++d)
+        strides[d] = input_strides[axes[d]];
     strided_copy(cpu_data(x), out.shape(), strides, cpu_output(out));
 }
 
@@ -102,7 +106,8 @@ void CpuLayout::sum_to_shape(const Tensor& x, Tensor& out) const {
     // Common case (bias gradients): out is x's trailing dimensions, so the reduction is
     // column sums over the merged leading axes.
     std::size_t leading = 0;
-    while (leading < rank && target[leading] == 0) ++leading;
+    while (leading < rank && target[leading] == 0)
+        ++leading;
     bool trailing_kept = true;
     for (std::size_t axis = leading; axis < rank; ++axis) {
         trailing_kept = trailing_kept && (target[axis] != 0 || x.shape()[axis] == 1);
@@ -119,7 +124,8 @@ void CpuLayout::sum_to_shape(const Tensor& x, Tensor& out) const {
     const std::size_t width = x.shape()[rank - 1];
     const std::size_t inner_stride = target[rank - 1];
     for (std::size_t base = 0; base < x.numel(); base += width) {
-        for (std::size_t j = 0; j < width; ++j) totals[target_offset + j * inner_stride] += src[base + j];
+        for (std::size_t j = 0; j < width; ++j)
+            totals[target_offset + j * inner_stride] += src[base + j];
         for (std::size_t axis = rank - 1; axis-- > 0;) {
             target_offset += target[axis];
             if (++index[axis] < x.shape()[axis]) {
@@ -129,7 +135,8 @@ void CpuLayout::sum_to_shape(const Tensor& x, Tensor& out) const {
             index[axis] = 0;
         }
     }
-    for (std::size_t i = 0; i < totals.size(); ++i) dst[i] = static_cast<float>(totals[i]);
+    for (std::size_t i = 0; i < totals.size(); ++i)
+        dst[i] = static_cast<float>(totals[i]);
 }
 
 void CpuLayout::concatenate_last_axis(std::span<const Tensor> inputs, Tensor& out) const {

@@ -43,11 +43,13 @@ void CpuLoss::cross_entropy(const Tensor& logits, std::span<const std::uint32_t>
                                  continue;
                              }
                              const float max = row_max(row, vocabulary);
-                             for (std::size_t j = 0; j < vocabulary; ++j) g[j] = fast_exp(row[j] - max);
+                             for (std::size_t j = 0; j < vocabulary; ++j)
+                                 g[j] = fast_exp(row[j] - max);
                              const double sum = row_sum(g, vocabulary);
                              total += std::log(sum) + static_cast<double>(max) - target_logit;
                              const auto scale = static_cast<float>(1.0 / sum) * inverse_count;
-                             for (std::size_t j = 0; j < vocabulary; ++j) g[j] *= scale;
+                             for (std::size_t j = 0; j < vocabulary; ++j)
+                                 g[j] *= scale;
                              g[targets[n]] -= inverse_count;
                          }
                          block_loss[block] = total;
@@ -61,7 +63,8 @@ void CpuLoss::cross_entropy(const Tensor& logits, std::span<const std::uint32_t>
         throw std::domain_error(message.str());
     }
     double total = 0.0;
-    for (const double value : block_loss) total += value;
+    for (const double value : block_loss)
+        total += value;
     const double mean_loss = total / static_cast<double>(positions);
     if (!std::isfinite(mean_loss) || mean_loss > static_cast<double>(FLT_MAX)) {
         std::ostringstream message;

@@ -41,11 +41,13 @@ void CpuMatmul::batched_matmul(const Tensor& left, const Tensor& right, bool tra
     // spread over the pool instead, each running single-threaded inside the parallel region.
     constexpr std::size_t large_product_flops = std::size_t{1} << 22U;
     if (batch == 1 || m * n * k >= large_product_flops) {
-        for (std::size_t index = 0; index < batch; ++index) multiply(index);
+        for (std::size_t index = 0; index < batch; ++index)
+            multiply(index);
     } else {
         parallel_for(batch, items_per_thread_for(m * n * k / 16),
                      [&](std::size_t begin, std::size_t end) {
-                         for (std::size_t index = begin; index < end; ++index) multiply(index);
+                         for (std::size_t index = begin; index < end; ++index)
+                             multiply(index);
                      });
     }
 }

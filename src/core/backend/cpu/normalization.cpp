@@ -62,7 +62,8 @@ void CpuNormalization::layer_norm(const Tensor& x, const Tensor& scale, const Te
         for (std::size_t row = begin; row < end; ++row) {
             const float* in = src + row * width;
             const double mu = row_sum(in, width) / static_cast<double>(width);
-            const double variance = row_centered_square_sum(in, width, mu) / static_cast<double>(width);
+            const double variance =
+                row_centered_square_sum(in, width, mu) / static_cast<double>(width);
             const double inverse = 1.0 / std::sqrt(variance + static_cast<double>(epsilon));
             means[row] = static_cast<float>(mu);
             inverses[row] = static_cast<float>(inverse);
@@ -76,10 +77,10 @@ void CpuNormalization::layer_norm(const Tensor& x, const Tensor& scale, const Te
     });
 }
 
-void CpuNormalization::layer_norm_backward(const Tensor& x, const Tensor& scale,
-                                           const Tensor& mean, const Tensor& inverse_deviation,
-                                           const Tensor& upstream, Tensor& input_gradient,
-                                           Tensor& scale_gradient, Tensor& bias_gradient) const {
+void CpuNormalization::layer_norm_backward(const Tensor& x, const Tensor& scale, const Tensor& mean,
+                                           const Tensor& inverse_deviation, const Tensor& upstream,
+                                           Tensor& input_gradient, Tensor& scale_gradient,
+                                           Tensor& bias_gradient) const {
     // x̂ = (x − μ)·inv, ĝ = g ⊙ γ:
     // dx = inv·(ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂)); dγ = Σ_rows g ⊙ x̂; dβ = Σ_rows g
     const std::size_t width = x.shape().back();
@@ -139,7 +140,8 @@ void CpuNormalization::rms_norm(const Tensor& x, const Tensor& scale, float epsi
                 static_cast<float>(1.0 / std::sqrt(mean_square + static_cast<double>(epsilon)));
             inverses[row] = inverse;
             float* y = dst + row * width;
-            for (std::size_t j = 0; j < width; ++j) y[j] = in[j] * inverse * gamma[j];
+            for (std::size_t j = 0; j < width; ++j)
+                y[j] = in[j] * inverse * gamma[j];
         }
     });
 }

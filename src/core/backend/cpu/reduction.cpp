@@ -40,7 +40,8 @@ void sum_over_axis(const float* x, std::size_t outer, std::size_t extent, std::s
                          const float* slab = x + o * extent * inner + first;
                          for (std::size_t e = 0; e < extent; ++e) {
                              const float* row = slab + e * inner;
-                             for (std::size_t i = 0; i < width; ++i) totals[i] += row[i];
+                             for (std::size_t i = 0; i < width; ++i)
+                                 totals[i] += row[i];
                          }
                          float* destination = out + o * inner + first;
                          for (std::size_t i = 0; i < width; ++i) {
@@ -62,7 +63,8 @@ void CpuReduction::sum_all(const Tensor& x, double multiplier, Tensor& out) cons
         }
     });
     double total = 0.0;
-    for (const double block_total : partial) total += block_total;
+    for (const double block_total : partial)
+        total += block_total;
     cpu_output(out)[0] = static_cast<float>(total * multiplier);
 }
 
@@ -70,8 +72,10 @@ void CpuReduction::sum_axis(const Tensor& x, std::size_t axis, double multiplier
                             Tensor& out) const {
     std::size_t outer = 1;
     std::size_t inner = 1;
-    for (std::size_t d = 0; d < axis; ++d) outer *= x.shape()[d];
-    for (std::size_t d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[d];
+    for (std::size_t d = 0; d < axis; ++d)
+        outer *= x.shape()[d];
+    for (std::size_t d = axis + 1; d < x.rank(); ++d)
+        inner *= x.shape()[d];
     sum_over_axis(cpu_data(x), outer, x.shape()[axis], inner, multiplier, cpu_output(out));
 }
 

@@ -32,16 +32,19 @@ bool softmax_row(const float* x, std::size_t n, float scale, float* y) {
         return false;
     }
     // scale·(x − max) <= 0 never overflows, even where scale·x alone would.
-    for (std::size_t j = 0; j < n; ++j) y[j] = fast_exp(scale * (x[j] - max));
+    for (std::size_t j = 0; j < n; ++j)
+        y[j] = fast_exp(scale * (x[j] - max));
     const auto inverse = static_cast<float>(1.0 / row_sum(y, n));
-    for (std::size_t j = 0; j < n; ++j) y[j] *= inverse;
+    for (std::size_t j = 0; j < n; ++j)
+        y[j] *= inverse;
     return true;
 }
 
 // dx[0:n] = scale · p ⊙ (g − Σ g ⊙ p)
 void softmax_backward_row(const float* p, const float* g, std::size_t n, float scale, float* dx) {
     const auto dot = static_cast<float>(row_dot(g, p, n));
-    for (std::size_t j = 0; j < n; ++j) dx[j] = scale * p[j] * (g[j] - dot);
+    for (std::size_t j = 0; j < n; ++j)
+        dx[j] = scale * p[j] * (g[j] - dot);
 }
 
 // x viewed as [outer, extent, inner] for a reduction over `axis`.
@@ -53,9 +56,11 @@ struct AxisView {
 
 AxisView view_of(const Tensor& x, std::size_t axis) {
     AxisView view;
-    for (std::size_t d = 0; d < axis; ++d) view.outer *= x.shape()[d];
+    for (std::size_t d = 0; d < axis; ++d)
+        view.outer *= x.shape()[d];
     view.extent = x.shape()[axis];
-    for (std::size_t d = axis + 1; d < x.rank(); ++d) view.inner *= x.shape()[d];
+    for (std::size_t d = axis + 1; d < x.rank(); ++d)
+        view.inner *= x.shape()[d];
     return view;
 }
 
@@ -68,30 +73,35 @@ void CpuSoftmax::softmax(const Tensor& x, std::size_t axis, Tensor& out) const {
     FirstFailingRow failure;
     // Each slice is gathered into a contiguous row (a no-op copy when inner == 1).
     const std::size_t slices = view.outer * view.inner;
-    parallel_for(slices, items_per_thread_for(4 * view.extent), [&](std::size_t begin, std::size_t end) {
-        std::vector<float> row_in;
-        std::vector<float> row_out;
-        if (view.inner != 1) {
-            row_in.resize(view.extent);
-            row_out.resize(view.extent);
-        }
-        for (std::size_t slice = begin; slice < end; ++slice) {
-            const std::size_t o = slice / view.inner;
-            const std::size_t i = slice % view.inner;
-            const std::size_t base = o * view.extent * view.inner + i;
-            if (view.inner == 1) {
-                if (!softmax_row(src + base, view.extent, 1.0F, dst + base)) failure.record(slice);
-                continue;
-            }
-            for (std::size_t e = 0; e < view.extent; ++e) row_in[e] = src[base + e * view.inner];
-            if (!softmax_row(row_in.data(), view.extent, 1.0F, row_out.data())) {
-                failure.record(slice);
-                continue;
-            }
-            for (std::size_t e = 0; e < view.extent; ++e) dst[base + e * view.inner] = row_out[e];
-        }
-    });
-    if (failure.any()) throw_bad_slice("softmax", failure.row());
+    parallel_for(slices, items_per_thread_for(4 * view.extent),
+                 [&](std::size_t begin, std::size_t end) {
+                     std::vector<float> row_in;
+                     std::vector<float> row_out;
+                     if (view.inner != 1) {
+                         row_in.resize(view.extent);
+                         row_out.resize(view.extent);
+                     }
+                     for (std::size_t slice = begin; slice < end; ++slice) {
+                         const std::size_t o = slice / view.inner;
+                         const std::size_t i = slice % view.inner;
+                         const std::size_t base = o * view.extent * view.inner + i;
+                         if (view.inner == 1) {
+                             if (!softmax_row(src + base, view.extent, 1.0F, dst + base))
+                                 failure.record(slice);
+                             continue;
+                         }
+                         for (std::size_t e = 0; e < view.extent; ++e)
+                             row_in[e] = src[base + e * view.inner];
+                         if (!softmax_row(row_in.data(), view.extent, 1.0F, row_out.data())) {
+                             failure.record(slice);
+                             continue;
+                         }
+                         for (std::size_t e = 0; e < view.extent; ++e)
+                             dst[base + e * view.inner] = row_out[e];
+                     }
+                 });
+    if (failure.any())
+        throw_bad_slice("softmax", failure.row());
 }
 
 void CpuSoftmax::softmax_backward(const Tensor& probabilities, const Tensor& upstream,
@@ -101,26 +111,28 @@ void CpuSoftmax::softmax_backward(const Tensor& probabilities, const Tensor& ups
     const float* g = cpu_data(upstream);
     float* dx = cpu_output(out);
     const std::size_t slices = view.outer * view.inner;
-    parallel_for(slices, items_per_thread_for(3 * view.extent), [&](std::size_t begin, std::size_t end) {
-        std::vector<float> p_row(view.inner == 1 ? 0 : view.extent);
-        std::vector<float> g_row(p_row.size());
-        std::vector<float> dx_row(p_row.size());
-        for (std::size_t slice = begin; slice < end; ++slice) {
-            const std::size_t o = slice / view.inner;
-            const std::size_t i = slice % view.inner;
-            const std::size_t base = o * view.extent * view.inner + i;
-            if (view.inner == 1) {
-                softmax_backward_row(p + base, g + base, view.extent, 1.0F, dx + base);
-                continue;
+    parallel_for(
+        slices, items_per_thread_for(3 * view.extent), [&](std::size_t begin, std::size_t end) {
+            std::vector<float> p_row(view.inner == 1 ? 0 : view.extent);
+            std::vector<float> g_row(p_row.size());
+            std::vector<float> dx_row(p_row.size());
+            for (std::size_t slice = begin; slice < end; ++slice) {
+                const std::size_t o = slice / view.inner;
+                const std::size_t i = slice % view.inner;
+                const std::size_t base = o * view.extent * view.inner + i;
+                if (view.inner == 1) {
+                    softmax_backward_row(p + base, g + base, view.extent, 1.0F, dx + base);
+                    continue;
+                }
+                for (std::size_t e = 0; e < view.extent; ++e) {
+                    p_row[e] = p[base + e * view.inner];
+                    g_row[e] = g[base + e * view.inner];
+                }
+                softmax_backward_row(p_row.data(), g_row.data(), view.extent, 1.0F, dx_row.data());
+                for (std::size_t e = 0; e < view.extent; ++e)
+                    dx[base + e * view.inner] = dx_row[e];
             }
-            for (std::size_t e = 0; e < view.extent; ++e) {
-                p_row[e] = p[base + e * view.inner];
-                g_row[e] = g[base + e * view.inner];
-            }
-            softmax_backward_row(p_row.data(), g_row.data(), view.extent, 1.0F, dx_row.data());
-            for (std::size_t e = 0; e < view.extent; ++e) dx[base + e * view.inner] = dx_row[e];
-        }
-    });
+        });
 }
 
 void CpuSoftmax::causal_softmax(const Tensor& scores, float scale, Tensor& out) const {
@@ -142,7 +154,8 @@ void CpuSoftmax::causal_softmax(const Tensor& scores, float scale, Tensor& out) 
             std::fill(y + visible, y + t_count, 0.0F);
         }
     });
-    if (failure.any()) throw_bad_slice("causal_softmax", failure.row());
+    if (failure.any())
+        throw_bad_slice("causal_softmax", failure.row());
 }
 
 void CpuSoftmax::causal_softmax_backward(const Tensor& probabilities, const Tensor& upstream,

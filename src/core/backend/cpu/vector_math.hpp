@@ -40,7 +40,8 @@ constexpr float overflowing = 89.0F;       // > ln(FLT_MAX): clamping here still
     p = p * r + 1.0F;
     const auto exponent = static_cast<std::int32_t>(n);
     const std::int32_t half = exponent >> 1U;
-    const float high = std::bit_cast<float>(static_cast<std::uint32_t>(exponent - half + 127) << 23U);
+    const float high =
+        std::bit_cast<float>(static_cast<std::uint32_t>(exponent - half + 127) << 23U);
     const float low = std::bit_cast<float>(static_cast<std::uint32_t>(half + 127) << 23U);
     return (p * high) * low;
 }
@@ -68,8 +69,8 @@ constexpr float overflowing = 89.0F;       // > ln(FLT_MAX): clamping here still
     const bool in_range = x >= lowest && x <= overflowing;
     const float clamped = in_range ? x : (x > overflowing ? overflowing : lowest);
     const float n = reduction_count(clamped);
-    const float r = in_range ? ((a - n * ln2_high) + b) - n * ln2_low
-                             : (clamped - n * ln2_high) - n * ln2_low;
+    const float r =
+        in_range ? ((a - n * ln2_high) + b) - n * ln2_low : (clamped - n * ln2_high) - n * ln2_low;
     const float result = exp_from_reduced(r, n);
     return x < lowest ? 0.0F : (x != x ? x : result);
 }
@@ -131,8 +132,10 @@ inline constexpr std::size_t reduction_lanes = 16;
         }
     }
     float result = -std::numeric_limits<float>::infinity();
-    for (; i < n; ++i) result = result < x[i] ? x[i] : result;
-    for (const float lane : lanes) result = result < lane ? lane : result;
+    for (; i < n; ++i)
+        result = result < x[i] ? x[i] : result;
+    for (const float lane : lanes)
+        result = result < lane ? lane : result;
     return result;
 }
 
@@ -150,11 +153,14 @@ inline constexpr std::size_t reduction_lanes = 16;
     double lanes[reduction_lanes] = {};
     std::size_t i = 0;
     for (; i + reduction_lanes <= n; i += reduction_lanes) {
-        for (std::size_t l = 0; l < reduction_lanes; ++l) lanes[l] += x[i + l];
+        for (std::size_t l = 0; l < reduction_lanes; ++l)
+            lanes[l] += x[i + l];
     }
     double result = 0.0;
-    for (; i < n; ++i) result += x[i];
-    for (const double lane : lanes) result += lane;
+    for (; i < n; ++i)
+        result += x[i];
+    for (const double lane : lanes)
+        result += lane;
     return result;
 }
 
@@ -167,14 +173,15 @@ inline constexpr std::size_t reduction_lanes = 16;
         }
     }
     double result = 0.0;
-    for (; i < n; ++i) result += static_cast<double>(x[i]) * y[i];
-    for (const double lane : lanes) result += lane;
+    for (; i < n; ++i)
+        result += static_cast<double>(x[i]) * y[i];
+    for (const double lane : lanes)
+        result += lane;
     return result;
 }
 
 // Σ (x_i − centre)² in double.
-[[nodiscard]] inline double row_centered_square_sum(const float* x, std::size_t n,
-                                                    double centre) {
+[[nodiscard]] inline double row_centered_square_sum(const float* x, std::size_t n, double centre) {
     double lanes[reduction_lanes] = {};
     std::size_t i = 0;
     for (; i + reduction_lanes <= n; i += reduction_lanes) {
@@ -188,13 +195,14 @@ inline constexpr std::size_t reduction_lanes = 16;
         const double d = x[i] - centre;
         result += d * d;
     }
-    for (const double lane : lanes) result += lane;
+    for (const double lane : lanes)
+        result += lane;
     return result;
 }
 
 // The lowest failing row across threads, so error messages do not depend on scheduling.
 class FirstFailingRow {
-public:
+  public:
     void record(std::size_t row) noexcept {
         std::size_t current = row_.load(std::memory_order_relaxed);
         while (row < current && !row_.compare_exchange_weak(current, row)) {
@@ -203,7 +211,7 @@ public:
     [[nodiscard]] bool any() const noexcept { return row_.load() != none; }
     [[nodiscard]] std::size_t row() const noexcept { return row_.load(); }
 
-private:
+  private:
     static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
     std::atomic<std::size_t> row_{none};
 };

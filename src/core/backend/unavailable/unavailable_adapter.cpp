@@ -17,10 +17,9 @@ const BackendAdapter& metal_adapter() noexcept {
     static const HostAdapter emulated(ExecutionBackend::Metal);
     return emulated;
 #else
-    static const UnavailableAdapter adapter(
-        ExecutionBackend::Metal,
-        "Metal support was not compiled into this build "
-        "(RIFTCO_TRANSFORMER_ENABLE_METAL=OFF)");
+    static const UnavailableAdapter adapter(ExecutionBackend::Metal,
+                                            "Metal support was not compiled into this build "
+                                            "(RIFTCO_TRANSFORMER_ENABLE_METAL=OFF)");
     return adapter;
 #endif
 }
@@ -33,10 +32,9 @@ const BackendAdapter& cuda_adapter() noexcept {
 }
 
 const BackendAdapter& tpu_adapter() noexcept {
-    static const UnavailableAdapter adapter(
-        ExecutionBackend::Tpu,
-        "TPU (PJRT) support was not compiled into this build "
-        "(RIFTCO_TRANSFORMER_ENABLE_TPU=OFF)");
+    static const UnavailableAdapter adapter(ExecutionBackend::Tpu,
+                                            "TPU (PJRT) support was not compiled into this build "
+                                            "(RIFTCO_TRANSFORMER_ENABLE_TPU=OFF)");
     return adapter;
 }
 

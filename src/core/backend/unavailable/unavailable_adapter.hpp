@@ -9,7 +9,7 @@
 namespace riftco_transformer::detail {
 
 class UnavailableAdapter final : public BackendAdapter {
-public:
+  public:
     constexpr UnavailableAdapter(ExecutionBackend backend, std::string_view reason) noexcept
         : backend_(backend), reason_(reason) {}
 
@@ -24,9 +24,7 @@ public:
     [[nodiscard]] const ElementwiseCapability* elementwise() const noexcept override {
         return nullptr;
     }
-    [[nodiscard]] const ReductionCapability* reduction() const noexcept override {
-        return nullptr;
-    }
+    [[nodiscard]] const ReductionCapability* reduction() const noexcept override { return nullptr; }
     [[nodiscard]] const MatmulCapability* matmul() const noexcept override { return nullptr; }
     [[nodiscard]] const SoftmaxCapability* softmax() const noexcept override { return nullptr; }
     [[nodiscard]] const IndexingCapability* indexing() const noexcept override { return nullptr; }
@@ -34,15 +32,13 @@ public:
         return nullptr;
     }
     [[nodiscard]] const LossCapability* loss() const noexcept override { return nullptr; }
-    [[nodiscard]] const AttentionCapability* attention() const noexcept override {
-        return nullptr;
-    }
+    [[nodiscard]] const AttentionCapability* attention() const noexcept override { return nullptr; }
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return nullptr;
     }
     [[nodiscard]] const AdamCapability* adam() const noexcept override { return nullptr; }
 
-private:
+  private:
     ExecutionBackend backend_;
     std::string_view reason_;
 };
