@@ -59,24 +59,6 @@ std::vector<double> gather_oracle(const std::vector<float>& table,
     return out;
 }
 
-double inner_product(const std::vector<float>& a, const std::vector<float>& b) {
-    double total = 0.0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        total += static_cast<double>(a[i]) * b[i];
-    return total;
-}
-
-// Restores the process-wide CPU thread count when a test that changes it ends.
-class ThreadCountGuard {
-  public:
-    ThreadCountGuard() : saved_(cpu_thread_count()) {}
-    ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
-    ThreadCountGuard(const ThreadCountGuard&) = delete;
-    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
-  private:
-    std::size_t saved_;
-};
 
 // table [4,3] = rows (0,1,2), (10,11,12), (20,21,22), (30,31,32).
 Tensor small_table() {
@@ -185,7 +167,7 @@ TEST(GatherRows, RejectsIndexAboveUint32RangeWithOverflowError) {
 }
 
 TEST(GatherRows, LargeThreadedCaseCopiesEveryRow) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     constexpr std::size_t rows = 300;
     constexpr std::size_t width = 64;
     const std::vector<float> table_values = pseudo_random(rows * width, -1.0F, 1.0F, 5U);
@@ -282,7 +264,7 @@ TEST(ScatterAddRows, RejectsIndexAboveUint32RangeWithOverflowError) {
 }
 
 TEST(ScatterAddRows, LargeThreadedCaseMatchesSerialDoubleOracle) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     set_cpu_thread_count(2);
     constexpr std::size_t rows = 300;
     constexpr std::size_t width = 64;
@@ -299,7 +281,7 @@ TEST(ScatterAddRows, LargeThreadedCaseMatchesSerialDoubleOracle) {
 
 TEST(ScatterAddRows, ResultIsIndependentOfThreadCount) {
     // Every destination row is accumulated in index order whatever the thread count.
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     constexpr std::size_t rows = 300;
     constexpr std::size_t width = 64;
     constexpr std::size_t count = 50000;
@@ -320,7 +302,7 @@ TEST(ScatterAddRows, ResultIsIndependentOfThreadCount) {
 TEST(ScatterAddRows, ThreadedCaseWithFewerRowsThanThreadsCoversEveryRow) {
     // Row bands computed from row_count · band / bands: with 1 destination row and 3 threads,
     // two bands are empty and the row must still get every contribution.
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     set_cpu_thread_count(3);
     constexpr std::size_t count = 2048;
     constexpr std::size_t width = 64;
@@ -345,13 +327,13 @@ TEST(Indexing, ScatterAddIsTheAdjointOfGather) {
     const std::vector<float> scattered =
         tensor_ops::scatter_add_rows(Tensor({indices.size(), width}, upstream), indices, rows)
             .to_host();
-    const double left = inner_product(gathered, upstream);
-    const double right = inner_product(table, scattered);
+    const double left = testing::inner_product(gathered, upstream);
+    const double right = testing::inner_product(table, scattered);
     EXPECT_NEAR(left, right, 1e-5 * (1.0 + std::fabs(left)));
 }
 
 TEST(Indexing, ScatterAddIsTheAdjointOfGatherOnLargeThreadedCase) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     set_cpu_thread_count(2);
     constexpr std::size_t rows = 300;
     constexpr std::size_t width = 64;
@@ -363,8 +345,8 @@ TEST(Indexing, ScatterAddIsTheAdjointOfGatherOnLargeThreadedCase) {
         tensor_ops::gather_rows(Tensor({rows, width}, table), indices, {count}).to_host();
     const std::vector<float> scattered =
         tensor_ops::scatter_add_rows(Tensor({count, width}, upstream), indices, rows).to_host();
-    const double left = inner_product(gathered, upstream);
-    const double right = inner_product(table, scattered);
+    const double left = testing::inner_product(gathered, upstream);
+    const double right = testing::inner_product(table, scattered);
     EXPECT_NEAR(left, right, 1e-4 * (1.0 + std::fabs(left)));
 }
 

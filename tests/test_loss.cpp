@@ -69,17 +69,6 @@ std::vector<std::uint32_t> pseudo_random_targets(std::size_t count, std::uint32_
     return targets;
 }
 
-// Restores the process-wide CPU thread count when a test that changes it ends.
-class ThreadCountGuard {
-  public:
-    ThreadCountGuard() : saved_(cpu_thread_count()) {}
-    ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
-    ThreadCountGuard(const ThreadCountGuard&) = delete;
-    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
-  private:
-    std::size_t saved_;
-};
 
 // Runs cross_entropy expecting `Error`, then checks the logits were left untouched.
 template <typename Error>
@@ -212,7 +201,7 @@ TEST(CrossEntropy, LargeVocabularyMatchesDoubleOracle) {
 }
 
 TEST(CrossEntropy, ResultIsIndependentOfThreadCount) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     constexpr std::size_t positions = 64;
     constexpr std::size_t vocabulary = 8192;
     const Tensor logits({positions, vocabulary},
@@ -303,7 +292,7 @@ TEST(CrossEntropy, RejectsNonFiniteTargetLogitWithoutChangingInputs) {
 }
 
 TEST(CrossEntropy, RejectsNonFiniteTargetLogitInLargeThreadedInput) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     set_cpu_thread_count(2);
     constexpr std::size_t positions = 64;
     constexpr std::size_t vocabulary = 8192;

@@ -161,25 +161,6 @@ RmsNormGradientOracle rms_norm_backward_oracle(const std::vector<float>& x,
     return oracle;
 }
 
-double weighted_sum(const std::vector<float>& values, const std::vector<float>& weights) {
-    double total = 0.0;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-        total += static_cast<double>(values[i]) * weights[i];
-    }
-    return total;
-}
-
-// Restores the process-wide CPU thread count when a test that changes it ends.
-class ThreadCountGuard {
-  public:
-    ThreadCountGuard() : saved_(cpu_thread_count()) {}
-    ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
-    ThreadCountGuard(const ThreadCountGuard&) = delete;
-    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
-  private:
-    std::size_t saved_;
-};
 
 constexpr double default_epsilon = static_cast<double>(tensor_ops::default_normalization_epsilon);
 
@@ -416,7 +397,7 @@ TEST(LayerNormBackward, MatchesFiniteDifferencesForInputScaleAndBias) {
     const std::vector<float> w = pseudo_random(48, -1.0F, 1.0F, 204U);
     const auto objective = [&](const std::vector<float>& xs, const std::vector<float>& gammas,
                                const std::vector<float>& betas) {
-        return weighted_sum(tensor_ops::layer_norm(Tensor(shape, xs), Tensor({width}, gammas),
+        return testing::inner_product(tensor_ops::layer_norm(Tensor(shape, xs), Tensor({width}, gammas),
                                                    Tensor({width}, betas))
                                 .output.to_host(),
                             w);
@@ -623,7 +604,7 @@ TEST(RmsNormBackward, MatchesFiniteDifferencesForInputAndScale) {
     const std::vector<float> scale = pseudo_random(width, 0.5F, 1.5F, 702U);
     const std::vector<float> w = pseudo_random(48, -1.0F, 1.0F, 703U);
     const auto objective = [&](const std::vector<float>& xs, const std::vector<float>& gammas) {
-        return weighted_sum(
+        return testing::inner_product(
             tensor_ops::rms_norm(Tensor(shape, xs), Tensor({width}, gammas)).output.to_host(), w);
     };
     const tensor_ops::RmsNormResult forward =
@@ -687,7 +668,7 @@ TEST(RmsNormBackward, RejectsMismatchedShapes) {
 TEST(Normalization, ResultsAreBitIdenticalForAnyThreadCount) {
     // Rows are independent and the parameter-gradient sums are folded per fixed block of rows,
     // so every output is the same bit pattern whatever the pool size.
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     constexpr std::size_t rows = 512;
     constexpr std::size_t width = 768;
     const Tensor x({rows, width}, pseudo_random(rows * width, -4.0F, 4.0F, 901U));

@@ -117,25 +117,6 @@ std::vector<float> to_float(const std::vector<double>& values) {
     return result;
 }
 
-double weighted_sum(const std::vector<float>& values, const std::vector<float>& weights) {
-    double total = 0.0;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-        total += static_cast<double>(values[i]) * weights[i];
-    }
-    return total;
-}
-
-// Restores the process-wide CPU thread count when a test that changes it ends.
-class ThreadCountGuard {
-  public:
-    ThreadCountGuard() : saved_(cpu_thread_count()) {}
-    ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
-    ThreadCountGuard(const ThreadCountGuard&) = delete;
-    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
-
-  private:
-    std::size_t saved_;
-};
 
 bool is_positive_zero(float value) {
     return value == 0.0F && !std::signbit(value);
@@ -305,7 +286,7 @@ TEST(Softmax, RejectsSingleElementSliceOfNegativeInfinity) {
 }
 
 TEST(Softmax, LargeThreadedCaseMatchesOracleAndIsThreadCountIndependent) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     // Last axis ([256,1024]) and a strided middle axis ([64,128,8]) both cross the threading
     // threshold.
     const std::vector<std::pair<Shape, std::size_t>> cases = {{{256, 1024}, 1}, {{64, 128, 8}, 1}};
@@ -326,7 +307,7 @@ TEST(Softmax, LargeThreadedCaseMatchesOracleAndIsThreadCountIndependent) {
 }
 
 TEST(Softmax, ReportsFailureInLargeThreadedInput) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     set_cpu_thread_count(2);
     std::vector<float> values = pseudo_random(256 * 1024);
     values[200 * 1024 + 17] = quiet_nan;  // a row owned by the second thread
@@ -366,7 +347,7 @@ TEST(SoftmaxBackward, MatchesFiniteDifferencesOfWeightedSumOnEveryAxis) {
     const std::vector<float> w = pseudo_random(24, -1.0F, 1.0F, 12U);
     for (std::size_t axis = 0; axis < 3; ++axis) {
         const auto objective = [&](const std::vector<float>& input) {
-            return weighted_sum(tensor_ops::softmax(Tensor(shape, input), axis).to_host(), w);
+            return testing::inner_product(tensor_ops::softmax(Tensor(shape, input), axis).to_host(), w);
         };
         const Tensor p = tensor_ops::softmax(Tensor(shape, x), axis);
         const Tensor dx = tensor_ops::softmax_backward(p, Tensor(shape, w), axis);
@@ -393,7 +374,7 @@ TEST(SoftmaxBackward, RejectsAxisAtOrBeyondRank) {
 }
 
 TEST(SoftmaxBackward, LargeThreadedCaseIsThreadCountIndependent) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     const Shape shape{64, 128, 8};
     const std::vector<float> logits = pseudo_random(64 * 128 * 8, -3.0F, 3.0F, 5U);
     const std::vector<float> upstream = pseudo_random(64 * 128 * 8, -1.0F, 1.0F, 6U);
@@ -571,7 +552,7 @@ TEST(CausalSoftmax, EarlierQueriesAreBitIdenticalWhenLaterScoresChange) {
 }
 
 TEST(CausalSoftmax, LargeThreadedCaseMatchesOracleAndIsThreadCountIndependent) {
-    const ThreadCountGuard guard;
+    const testing::ThreadCountGuard guard;
     constexpr std::size_t t_count = 64;
     const Shape shape{2, 8, t_count, t_count};
     const std::vector<float> scores = pseudo_random(2 * 8 * t_count * t_count, -5.0F, 5.0F, 61U);
@@ -626,7 +607,7 @@ TEST(CausalSoftmaxBackward, MatchesFiniteDifferencesIncludingScale) {
     const std::vector<float> w = pseudo_random(32, -1.0F, 1.0F, 82U);
     for (const float scale : {0.5F, 1.0F, 2.5F}) {
         const auto objective = [&](const std::vector<float>& input) {
-            return weighted_sum(tensor_ops::causal_softmax(Tensor(shape, input), scale).to_host(),
+            return testing::inner_product(tensor_ops::causal_softmax(Tensor(shape, input), scale).to_host(),
                                 w);
         };
         const Tensor p = tensor_ops::causal_softmax(Tensor(shape, scores), scale);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/core/threading.hpp"
 
 namespace riftco_transformer::testing {
 
@@ -99,6 +100,27 @@ inline std::vector<float> pseudo_random(std::size_t count, float lo = -1.0F, flo
     }
     return values;
 }
+
+// Σ a_i·b_i in double (adjoint identities, weighted objectives for finite differences).
+inline double inner_product(const std::vector<float>& a, const std::vector<float>& b) {
+    double total = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        total += static_cast<double>(a[i]) * b[i];
+    }
+    return total;
+}
+
+// Restores the process-wide CPU thread count when a test that changes it ends.
+class ThreadCountGuard {
+public:
+    ThreadCountGuard() : saved_(cpu_thread_count()) {}
+    ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
+    ThreadCountGuard(const ThreadCountGuard&) = delete;
+    ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+private:
+    std::size_t saved_;
+};
 
 inline std::vector<double> to_double(const std::vector<float>& values) {
     return {values.begin(), values.end()};

@@ -2,6 +2,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/tensor/shape.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer {
@@ -22,6 +23,16 @@ std::size_t checked_element_count(std::span<const std::size_t> shape) {
         count *= dimension;
     }
     return count;
+}
+
+std::vector<std::size_t> detail::row_major_strides(std::span<const std::size_t> shape) {
+    std::vector<std::size_t> strides(shape.size());
+    std::size_t stride = 1;
+    for (std::size_t axis = shape.size(); axis-- > 0;) {
+        strides[axis] = stride;
+        stride *= shape[axis];
+    }
+    return strides;
 }
 
 std::string shape_to_string(std::span<const std::size_t> shape) {

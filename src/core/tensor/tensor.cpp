@@ -5,20 +5,11 @@
 #include <utility>
 
 #include "core/backend/adapter.hpp"
+#include "core/tensor/shape.hpp"
 #include "core/tensor/tensor_access.hpp"
 
 namespace riftco_transformer {
 namespace {
-
-std::vector<std::size_t> row_major_strides(const Shape& shape) {
-    std::vector<std::size_t> strides(shape.size());
-    std::size_t stride = 1;
-    for (std::size_t axis = shape.size(); axis-- > 0;) {
-        strides[axis] = stride;
-        stride *= shape[axis];
-    }
-    return strides;
-}
 
 const detail::StorageCapability& storage_capability(ExecutionBackend backend,
                                                     std::string_view operation) {
@@ -47,7 +38,7 @@ Tensor::Tensor() noexcept = default;
 
 Tensor::Tensor(Shape shape, std::shared_ptr<detail::Storage> storage)
     : shape_(std::move(shape)),
-      strides_(row_major_strides(shape_)),
+      strides_(detail::row_major_strides(shape_)),
       numel_(storage->element_count()),
       storage_(std::move(storage)) {}
 

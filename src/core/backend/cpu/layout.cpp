@@ -8,18 +8,9 @@
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/strided.hpp"
 #include "core/parallel/parallel_for.hpp"
+#include "core/tensor/shape.hpp"
 
 namespace riftco_transformer::detail {
-
-std::vector<std::size_t> contiguous_strides(std::span<const std::size_t> shape) {
-    std::vector<std::size_t> strides(shape.size());
-    std::size_t stride = 1;
-    for (std::size_t axis = shape.size(); axis-- > 0;) {
-        strides[axis] = stride;
-        stride *= shape[axis];
-    }
-    return strides;
-}
 
 void strided_copy(const float* src, std::span<const std::size_t> out_shape,
                   std::span<const std::size_t> source_strides, float* dst) {
@@ -74,7 +65,7 @@ namespace {
 // Strides of `from` aligned to the axes of `to` (right-aligned), 0 where `from` broadcasts.
 std::vector<std::size_t> broadcast_strides(std::span<const std::size_t> from,
                                            std::span<const std::size_t> to) {
-    const std::vector<std::size_t> from_strides = contiguous_strides(from);
+    const std::vector<std::size_t> from_strides = row_major_strides(from);
     std::vector<std::size_t> strides(to.size(), 0);
     const std::size_t offset = to.size() - from.size();
     for (std::size_t axis = 0; axis < from.size(); ++axis) {
@@ -86,7 +77,7 @@ std::vector<std::size_t> broadcast_strides(std::span<const std::size_t> from,
 }  // namespace
 
 void CpuLayout::permute(const Tensor& x, std::span<const std::size_t> axes, Tensor& out) const {
-    const std::vector<std::size_t> input_strides = contiguous_strides(x.shape());
+    const std::vector<std::size_t> input_strides = row_major_strides(x.shape());
     std::vector<std::size_t> strides(axes.size());
     for (std::size_t d = 0; d < axes.size(); ++d)
         strides[d] = input_strides[axes[d]];
@@ -155,7 +146,7 @@ void CpuLayout::concatenate_last_axis(std::span<const Tensor> inputs, Tensor& ou
 }
 
 void CpuLayout::slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const {
-    const std::vector<std::size_t> strides = contiguous_strides(x.shape());
+    const std::vector<std::size_t> strides = row_major_strides(x.shape());
     strided_copy(cpu_data(x) + start * strides[axis], out.shape(), strides, cpu_output(out));
 }
 

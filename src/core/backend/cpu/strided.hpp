@@ -13,7 +13,4 @@ namespace riftco_transformer::detail {
 void strided_copy(const float* src, std::span<const std::size_t> out_shape,
                   std::span<const std::size_t> source_strides, float* dst);
 
-// Row-major strides of a shape.
-[[nodiscard]] std::vector<std::size_t> contiguous_strides(std::span<const std::size_t> shape);
-
 }  // namespace riftco_transformer::detail
