@@ -70,3 +70,28 @@ TEST(CpuMemoryCache, CachedBytesNeverExceedTheLimit) {
 }
 
 }  // namespace riftco_transformer
+
+namespace riftco_transformer {
+
+TEST(CpuMemoryAccounting, LiveBytesFollowTensorLifetimes) {
+    const std::size_t before = cpu_memory_statistics().live_bytes;
+    {
+        const Tensor a({1000});
+        EXPECT_EQ(cpu_memory_statistics().live_bytes, before + 1000 * sizeof(float));
+        const Tensor shared = a;  // copy-on-write: no new storage yet
+        EXPECT_EQ(cpu_memory_statistics().live_bytes, before + 1000 * sizeof(float));
+    }
+    EXPECT_EQ(cpu_memory_statistics().live_bytes, before);
+}
+
+TEST(CpuMemoryAccounting, PeakRecordsTheHighWaterMarkSinceReset) {
+    reset_cpu_peak_memory();
+    const std::size_t base = cpu_memory_statistics().live_bytes;
+    EXPECT_EQ(cpu_memory_statistics().peak_live_bytes, base);
+    { const Tensor transient({250000}); }
+    const CpuMemoryStatistics after = cpu_memory_statistics();
+    EXPECT_EQ(after.live_bytes, base);
+    EXPECT_EQ(after.peak_live_bytes, base + 250000 * sizeof(float));
+}
+
+}  // namespace riftco_transformer

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
@@ -123,7 +124,12 @@ class HostBlockCache {
 
     CpuMemoryStatistics statistics() {
         const std::lock_guard<std::mutex> lock(mutex_);
-        return {cached_bytes_, limit_, hits_, misses_};
+        CpuMemoryStatistics result;
+        result.cached_bytes = cached_bytes_;
+        result.cache_limit_bytes = limit_;
+        result.cache_hits = hits_;
+        result.cache_misses = misses_;
+        return result;
     }
 
   private:
@@ -142,18 +148,25 @@ HostBlockCache& cache() {
     return *instance;
 }
 
-}  // namespace
+// Bytes of live tensor storage (requested sizes) and their high-water mark.
+std::atomic<std::size_t> live_bytes{0};
+std::atomic<std::size_t> peak_live_bytes{0};
 
-void* acquire_host_block(std::size_t bytes) {
+void count_acquired(std::size_t bytes) noexcept {
+    const std::size_t now = live_bytes.fetch_add(bytes) + bytes;
+    std::size_t peak = peak_live_bytes.load();
+    while (now > peak && !peak_live_bytes.compare_exchange_weak(peak, now)) {
+    }
+}
+
+void* acquire_untracked(std::size_t bytes) {
     if (bytes < large_block_threshold) {
         return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{small_alignment});
     }
     return cache().acquire(bytes);
 }
 
-void release_host_block(void* block, std::size_t bytes) noexcept {
-    if (block == nullptr)
-        return;
+void release_untracked(void* block, std::size_t bytes) noexcept {
     if (bytes < large_block_threshold) {
         ::operator delete (block, std::align_val_t{small_alignment});
         return;
@@ -161,13 +174,34 @@ void release_host_block(void* block, std::size_t bytes) noexcept {
     cache().release(block, bytes);
 }
 
+}  // namespace
+
+void* acquire_host_block(std::size_t bytes) {
+    void* block = acquire_untracked(bytes);
+    count_acquired(bytes);
+    return block;
+}
+
+void release_host_block(void* block, std::size_t bytes) noexcept {
+    if (block == nullptr) {
+        return;
+    }
+    live_bytes.fetch_sub(bytes);
+    release_untracked(block, bytes);
+}
+
 }  // namespace riftco_transformer::detail
 
 namespace riftco_transformer {
 
 CpuMemoryStatistics cpu_memory_statistics() {
-    return detail::cache().statistics();
+    CpuMemoryStatistics statistics = detail::cache().statistics();
+    statistics.live_bytes = detail::live_bytes.load();
+    statistics.peak_live_bytes = detail::peak_live_bytes.load();
+    return statistics;
 }
+
+void reset_cpu_peak_memory() { detail::peak_live_bytes.store(detail::live_bytes.load()); }
 
 void release_cpu_memory_cache() {
     detail::cache().release_all();
