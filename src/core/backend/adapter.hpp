@@ -45,6 +45,9 @@ class LayoutCapability {
     virtual void concatenate_last_axis(std::span<const Tensor> inputs, Tensor& out) const = 0;
     // out = x[..., start:start+out.shape[axis], ...] along `axis`.
     virtual void slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const = 0;
+    // out = zeros, then out[..., start:start+x.shape[axis], ...] = x along `axis`.
+    virtual void slice_backward(const Tensor& x, std::size_t axis, std::size_t start,
+                                Tensor& out) const = 0;
 };
 
 enum class BinaryOperation { Add, Subtract, Multiply, Divide };

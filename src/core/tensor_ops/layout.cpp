@@ -173,4 +173,24 @@ Tensor slice(const Tensor& x, std::size_t axis, std::size_t start, std::size_t l
     return out;
 }
 
+Tensor slice_backward(const Tensor& upstream, std::size_t axis, std::size_t start,
+                      std::size_t extent) {
+    constexpr std::string_view op = "slice_backward";
+    const auto& adapter = detail::input_adapter(op, {{"upstream", &upstream}});
+    detail::require_axis(op, axis, upstream.rank());
+    const std::size_t length = upstream.shape()[axis];
+    if (start >= extent || length > extent - start) {
+        std::ostringstream message;
+        message << op << ": window [" << start << ", " << start << "+" << length
+                << ") exceeds axis " << axis << " of size " << extent;
+        throw std::out_of_range(message.str());
+    }
+    Shape shape = upstream.shape();
+    shape[axis] = extent;
+    static_cast<void>(checked_element_count(shape));
+    Tensor out = allocate_uninitialized(std::move(shape), upstream.backend());
+    layout_of(adapter, op).slice_backward(upstream, axis, start, out);
+    return out;
+}
+
 }  // namespace riftco_transformer::tensor_ops

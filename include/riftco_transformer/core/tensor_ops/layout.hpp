@@ -38,4 +38,9 @@ namespace riftco_transformer::tensor_ops {
 [[nodiscard]] Tensor slice(const Tensor& x, std::size_t axis, std::size_t start,
                            std::size_t length);
 
+// Adjoint of slice: upstream placed at [start, start + upstream.shape[axis]) of an otherwise
+// zero tensor whose `axis` has size `extent`. Bad axis, or a window past extent: out_of_range.
+[[nodiscard]] Tensor slice_backward(const Tensor& upstream, std::size_t axis, std::size_t start,
+                                    std::size_t extent);
+
 }  // namespace riftco_transformer::tensor_ops

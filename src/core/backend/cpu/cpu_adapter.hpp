@@ -24,6 +24,8 @@ class CpuLayout final : public LayoutCapability {
     void sum_to_shape(const Tensor& x, Tensor& out) const override;
     void concatenate_last_axis(std::span<const Tensor> inputs, Tensor& out) const override;
     void slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const override;
+    void slice_backward(const Tensor& x, std::size_t axis, std::size_t start,
+                        Tensor& out) const override;
 };
 
 class CpuElementwise final : public ElementwiseCapability {

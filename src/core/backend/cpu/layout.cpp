@@ -145,9 +145,51 @@ void CpuLayout::concatenate_last_axis(std::span<const Tensor> inputs, Tensor& ou
     });
 }
 
+namespace {
+
+// x viewed as [outer, extent, inner] around `axis`.
+struct AxisBlocks {
+    std::size_t outer = 1;
+    std::size_t inner = 1;
+};
+
+AxisBlocks blocks_around(const Shape& shape, std::size_t axis) {
+    AxisBlocks blocks;
+    for (std::size_t d = 0; d < axis; ++d) blocks.outer *= shape[d];
+    for (std::size_t d = axis + 1; d < shape.size(); ++d) blocks.inner *= shape[d];
+    return blocks;
+}
+
+// Copies `length` rows of `inner` floats per outer block between a tensor whose axis has
+// `from_extent` entries (reading from row `from_start`) and one with `to_extent` (writing at
+// row `to_start`).
+void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start,
+                      float* dst, std::size_t to_extent, std::size_t to_start,
+                      std::size_t length, AxisBlocks blocks) {
+    const std::size_t run = length * blocks.inner;
+    parallel_for(blocks.outer, items_per_thread_for(run), [&](std::size_t begin, std::size_t end) {
+        for (std::size_t o = begin; o < end; ++o) {
+            std::copy_n(src + (o * from_extent + from_start) * blocks.inner, run,
+                        dst + (o * to_extent + to_start) * blocks.inner);
+        }
+    });
+}
+
+}  // namespace
+
 void CpuLayout::slice(const Tensor& x, std::size_t axis, std::size_t start, Tensor& out) const {
-    const std::vector<std::size_t> strides = row_major_strides(x.shape());
-    strided_copy(cpu_data(x) + start * strides[axis], out.shape(), strides, cpu_output(out));
+    // x [.., extent, ..] -> out [.., length, ..]
+    copy_axis_window(cpu_data(x), x.shape()[axis], start, cpu_output(out), out.shape()[axis], 0,
+                     out.shape()[axis], blocks_around(x.shape(), axis));
+}
+
+void CpuLayout::slice_backward(const Tensor& x, std::size_t axis, std::size_t start,
+                               Tensor& out) const {
+    // x [.., length, ..] -> out [.., extent, ..], zero outside the window
+    float* dst = cpu_output(out);
+    std::fill_n(dst, out.numel(), 0.0F);
+    copy_axis_window(cpu_data(x), x.shape()[axis], 0, dst, out.shape()[axis], start,
+                     x.shape()[axis], blocks_around(x.shape(), axis));
 }
 
 }  // namespace riftco_transformer::detail

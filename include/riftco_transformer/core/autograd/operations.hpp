@@ -1,0 +1,87 @@
+#pragma once
+// Differentiable operations on Variables. Each runs the raw tensor operation of the same name
+// (tensor_ops, with the same validation and error categories) and records the vector-Jacobian
+// product that backward() applies. Backward rules use raw tensor_ops only: no graph is built
+// during backward. Shapes follow the raw operations.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/tensor_ops/normalization.hpp"
+
+namespace riftco_transformer {
+
+// Arithmetic (identical shapes; use broadcast_to explicitly).
+// VJPs: add (G, G); subtract (G, −G); multiply (G⊙B, G⊙A); divide (G⊘B, −G⊙A⊘B²).
+[[nodiscard]] Variable operator+(const Variable& left, const Variable& right);
+[[nodiscard]] Variable operator-(const Variable& left, const Variable& right);
+[[nodiscard]] Variable operator*(const Variable& left, const Variable& right);
+[[nodiscard]] Variable operator/(const Variable& left, const Variable& right);
+[[nodiscard]] Variable operator-(const Variable& x);
+// Scalars act elementwise on the variable's backend (finite scalars only).
+[[nodiscard]] Variable operator+(const Variable& x, float scalar);
+[[nodiscard]] Variable operator+(float scalar, const Variable& x);
+[[nodiscard]] Variable operator-(const Variable& x, float scalar);
+[[nodiscard]] Variable operator-(float scalar, const Variable& x);
+[[nodiscard]] Variable operator*(const Variable& x, float scalar);
+[[nodiscard]] Variable operator*(float scalar, const Variable& x);
+[[nodiscard]] Variable operator/(const Variable& x, float scalar);  // scalar != 0
+// scalar / x: domain_error if any x element is zero.
+[[nodiscard]] Variable operator/(float scalar, const Variable& x);
+
+// [..., M, K] × [..., K, N]: dA = G·Bᵀ (skipped unless A needs it), dB = Aᵀ·G (likewise).
+// Runs on the inputs' backend in both directions, whatever the thread default is later.
+[[nodiscard]] Variable matmul(const Variable& left, const Variable& right);
+
+// Layout. VJPs: the inverse permutation / reshape; sum_to_shape for broadcast_to; the
+// transposed slice for concatenate and slice.
+[[nodiscard]] Variable permute(const Variable& x, std::span<const std::size_t> axes);
+[[nodiscard]] Variable permute(const Variable& x, std::initializer_list<std::size_t> axes);
+[[nodiscard]] Variable transpose_2d(const Variable& x);
+[[nodiscard]] Variable reshape(const Variable& x, Shape shape);
+[[nodiscard]] Variable broadcast_to(const Variable& x, const Shape& shape);
+[[nodiscard]] Variable sum_to_shape(const Variable& x, const Shape& shape);
+[[nodiscard]] Variable concatenate_last_axis(std::span<const Variable> inputs);
+[[nodiscard]] Variable concatenate_last_axis(const Variable& left, const Variable& right);
+[[nodiscard]] Variable slice(const Variable& x, std::size_t axis, std::size_t start,
+                             std::size_t length);
+
+// Reductions. VJP: the upstream broadcast back (÷ count for mean).
+[[nodiscard]] Variable sum(const Variable& x);
+[[nodiscard]] Variable sum(const Variable& x, std::size_t axis, bool keep_dims = false);
+[[nodiscard]] Variable mean(const Variable& x);
+[[nodiscard]] Variable mean(const Variable& x, std::size_t axis, bool keep_dims = false);
+
+// Unary functions. log needs x > 0 and sqrt needs x > 0 STRICTLY (domain_error at forward:
+// the derivative of sqrt at 0 is infinite), unlike raw sqrt which accepts 0.
+// VJPs: exp G⊙eˣ; log G⊘x; sqrt G/(2√x); erf G·(2/√π)e^{−x²}.
+[[nodiscard]] Variable exp(const Variable& x);
+[[nodiscard]] Variable log(const Variable& x);
+[[nodiscard]] Variable sqrt(const Variable& x);
+[[nodiscard]] Variable erf(const Variable& x);
+[[nodiscard]] Variable gelu(const Variable& x);
+[[nodiscard]] Variable relu(const Variable& x);
+[[nodiscard]] Variable silu(const Variable& x);
+
+// Indexing: rows of a [R, W] table; VJP scatter-adds the upstream rows.
+[[nodiscard]] Variable gather_rows(const Variable& table, std::span<const std::size_t> indices,
+                                   const Shape& index_shape);
+
+// Softmax along `axis`; VJP p ⊙ (g − Σ g ⊙ p).
+[[nodiscard]] Variable softmax(const Variable& x, std::size_t axis);
+
+// Normalisation over the last axis (forward saves the row statistics).
+[[nodiscard]] Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bias,
+                                  float epsilon = tensor_ops::default_normalization_epsilon);
+[[nodiscard]] Variable rms_norm(const Variable& x, const Variable& scale,
+                                float epsilon = tensor_ops::default_normalization_epsilon);
+
+// Mean cross-entropy of logits [..., V] against one target per position (scalar result).
+// The forward pass keeps the base gradient (softmax − onehot)/N; backward scales it.
+[[nodiscard]] Variable cross_entropy(const Variable& logits,
+                                     std::span<const std::uint32_t> targets);
+
+}  // namespace riftco_transformer

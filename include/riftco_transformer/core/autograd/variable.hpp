@@ -1,0 +1,101 @@
+#pragma once
+// Reverse-mode automatic differentiation: Variable is a handle on a graph node.
+//
+// Graph rules (spec ENGINE §4 with the improvements in DESIGN.md "Autograd"):
+// - The result of an operation requires gradients iff any input does; otherwise it is a
+//   detached constant with no parents.
+// - Gradient buffers exist only on leaves that require them; intermediate gradients and the
+//   tensors a node saved for its backward rule are released as soon as the pass used them.
+// - backward() is transactional: it computes every leaf gradient in a private context and
+//   publishes them only when the whole pass succeeded. By default a successful pass
+//   consumes the graph (any later backward through it is std::logic_error); pass
+//   BackwardOptions{.retain_graph = true} to keep it for another pass.
+// - Leaves carry version counters: a leaf whose value was replaced (set_value, an optimizer
+//   step, a backend move) after a graph read it makes that graph fail at backward with
+//   std::logic_error before anything is touched.
+// - By default backward REPLACES the gradients of the leaves it reaches;
+//   BackwardOptions{.accumulate = true} adds to them instead (micro-batching).
+// - Traversal and graph destruction are iterative: depth is limited only by memory.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "riftco_transformer/core/tensor.hpp"
+
+namespace riftco_transformer {
+
+namespace detail {
+struct Node;
+}  // namespace detail
+
+struct BackwardOptions {
+    bool accumulate = false;    // add into existing leaf gradients instead of replacing them
+    bool retain_graph = false;  // keep saved tensors so the graph can be differentiated again
+};
+
+struct GraphStatistics {
+    std::size_t node_count = 0;            // nodes reachable from this variable
+    std::size_t node_tensor_elements = 0;  // elements of their values and leaf gradients
+};
+
+class Variable {
+public:
+    // An empty handle; every operation on it is std::logic_error.
+    Variable() noexcept = default;
+    // A leaf holding `value`.
+    explicit Variable(Tensor value, bool requires_gradient = true);
+    [[nodiscard]] static Variable scalar(float value, bool requires_gradient = true);
+
+    [[nodiscard]] bool defined() const noexcept { return node_ != nullptr; }
+    [[nodiscard]] const Tensor& value() const;
+    [[nodiscard]] const Shape& shape() const;
+    [[nodiscard]] ExecutionBackend backend() const;
+    [[nodiscard]] bool requires_gradient() const;
+    [[nodiscard]] bool is_leaf() const;
+    // Leaves only (std::logic_error otherwise). Turning it off freezes the leaf: no gradient
+    // is computed for it (a matmul skips its weight-gradient product) and any buffer is freed.
+    void set_requires_gradient(bool requires_gradient);
+
+    // Leaf gradients. has_gradient() is false until a backward pass reached the leaf (or after
+    // zero_gradient()); gradient() then returns zeros of the value's shape. Non-leaves and
+    // leaves that do not require gradients: std::logic_error.
+    [[nodiscard]] bool has_gradient() const;
+    [[nodiscard]] Tensor gradient() const;
+    void zero_gradient();
+
+    // Replaces a leaf's value (same shape and backend: std::invalid_argument; non-leaf:
+    // std::logic_error), bumps its version (making graphs that read it stale) and clears its
+    // gradient.
+    void set_value(Tensor value);
+    [[nodiscard]] std::uint64_t version() const;
+
+    // backward(): scalar (one-element) outputs only, implicit seed 1 (std::invalid_argument
+    // otherwise). backward(seed): seed of the output's shape and backend
+    // (std::invalid_argument). A variable that does not require gradients, a consumed graph
+    // or a stale input: std::logic_error. On any failure no visible gradient changes.
+    void backward(BackwardOptions options = {});
+    void backward(const Tensor& seed, BackwardOptions options = {});
+
+    [[nodiscard]] GraphStatistics graph_statistics() const;
+
+    // Internal: the node behind the handle (for operations and tests of graph structure).
+    [[nodiscard]] const std::shared_ptr<detail::Node>& node() const noexcept { return node_; }
+    explicit Variable(std::shared_ptr<detail::Node> node) noexcept : node_(std::move(node)) {}
+
+private:
+    [[nodiscard]] detail::Node& checked_node(const char* operation) const;
+    std::shared_ptr<detail::Node> node_;
+};
+
+// Process-wide counters that make the frugality guarantees observable.
+struct AutogradCounters {
+    std::uint64_t nodes_created = 0;             // interior (non-leaf) nodes
+    std::uint64_t backward_passes = 0;           // completed passes, nested ones included
+    std::uint64_t matmul_left_gradients = 0;     // dA = G·Bᵀ products computed
+    std::uint64_t matmul_right_gradients = 0;    // dB = Aᵀ·G products computed
+};
+[[nodiscard]] AutogradCounters autograd_counters() noexcept;
+void reset_autograd_counters() noexcept;
+
+}  // namespace riftco_transformer

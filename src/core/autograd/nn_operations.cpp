@@ -1,0 +1,88 @@
+// Differentiable gather, softmax, normalisation and cross-entropy, each wrapping the fused
+// raw forward and backward kernels.
+
+#include <vector>
+
+#include "core/autograd/node.hpp"
+#include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/elementwise.hpp"
+#include "riftco_transformer/core/tensor_ops/indexing.hpp"
+#include "riftco_transformer/core/tensor_ops/layout.hpp"
+#include "riftco_transformer/core/tensor_ops/loss.hpp"
+#include "riftco_transformer/core/tensor_ops/softmax.hpp"
+
+namespace riftco_transformer {
+namespace ops = tensor_ops;
+using detail::make_result;
+using detail::require_defined;
+
+Variable gather_rows(const Variable& table, std::span<const std::size_t> indices,
+                     const Shape& index_shape) {
+    require_defined(table, "gather_rows", "table");
+    Tensor out = ops::gather_rows(table.value(), indices, index_shape);
+    // table [R, W], out index_shape + [W]: d table = scatter-add of the upstream rows.
+    std::vector<std::size_t> saved_indices(indices.begin(), indices.end());
+    const std::size_t rows = table.shape()[0];
+    const std::size_t width = table.shape()[1];
+    return make_result("gather_rows", std::move(out), {&table},
+                       [saved_indices, rows, width](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::scatter_add_rows(
+                               g.reshape({saved_indices.size(), width}), saved_indices, rows)};
+                       });
+}
+
+Variable softmax(const Variable& x, std::size_t axis) {
+    require_defined(x, "softmax", "x");
+    Tensor out = ops::softmax(x.value(), axis);
+    const Tensor probabilities = out;
+    return make_result("softmax", std::move(out), {&x},
+                       [probabilities, axis](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::softmax_backward(probabilities, g, axis)};
+                       });
+}
+
+Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bias, float epsilon) {
+    require_defined(x, "layer_norm", "x");
+    require_defined(scale, "layer_norm", "scale");
+    require_defined(bias, "layer_norm", "bias");
+    ops::LayerNormResult result = ops::layer_norm(x.value(), scale.value(), bias.value(), epsilon);
+    const Tensor input = x.value();
+    const Tensor gamma = scale.value();
+    const Tensor row_mean = result.mean;
+    const Tensor inverse = result.inverse_deviation;
+    return make_result("layer_norm", std::move(result.output), {&x, &scale, &bias},
+                       [input, gamma, row_mean, inverse](const Tensor& g, std::span<const bool>) {
+                           ops::LayerNormGradients d =
+                               ops::layer_norm_backward(input, gamma, row_mean, inverse, g);
+                           return std::vector<Tensor>{std::move(d.input), std::move(d.scale),
+                                                      std::move(d.bias)};
+                       });
+}
+
+Variable rms_norm(const Variable& x, const Variable& scale, float epsilon) {
+    require_defined(x, "rms_norm", "x");
+    require_defined(scale, "rms_norm", "scale");
+    ops::RmsNormResult result = ops::rms_norm(x.value(), scale.value(), epsilon);
+    const Tensor input = x.value();
+    const Tensor gamma = scale.value();
+    const Tensor inverse = result.inverse_rms;
+    return make_result("rms_norm", std::move(result.output), {&x, &scale},
+                       [input, gamma, inverse](const Tensor& g, std::span<const bool>) {
+                           ops::RmsNormGradients d = ops::rms_norm_backward(input, gamma, inverse, g);
+                           return std::vector<Tensor>{std::move(d.input), std::move(d.scale)};
+                       });
+}
+
+Variable cross_entropy(const Variable& logits, std::span<const std::uint32_t> targets) {
+    require_defined(logits, "cross_entropy", "logits");
+    ops::CrossEntropyResult result = ops::cross_entropy(logits.value(), targets);
+    const Tensor base_gradient = logits.requires_gradient() ? result.gradient : Tensor();
+    // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend.
+    return make_result("cross_entropy", std::move(result.loss), {&logits},
+                       [base_gradient](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::multiply(
+                               base_gradient, ops::broadcast_to(g, base_gradient.shape()))};
+                       });
+}
+
+}  // namespace riftco_transformer
