@@ -106,13 +106,17 @@ Variable operator*(const Variable& x, float scalar) {
 Variable operator*(float scalar, const Variable& x) { return x * scalar; }
 
 Variable operator/(const Variable& x, float scalar) {
-    if (scalar == 0.0F) {
-        throw std::domain_error("divide: the scalar denominator is zero");
-    }
+    require_defined(x, "divide", "x");
     if (!std::isfinite(scalar)) {
         throw std::invalid_argument("divide: the scalar denominator must be finite");
     }
-    return x * (1.0F / scalar);
+    // A true elementwise division (x·(1/c) would round differently and overflow for tiny c);
+    // the zero check is the raw divide's domain rule. d x = G ⊘ c.
+    const Tensor denominator = Tensor::full(x.shape(), scalar, x.backend());
+    return make_result("divide_scalar", ops::divide(x.value(), denominator), {&x},
+                       [denominator](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::divide(g, denominator)};
+                       });
 }
 
 Variable operator/(float scalar, const Variable& x) {

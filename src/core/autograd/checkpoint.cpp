@@ -33,8 +33,14 @@ ReplayCheck check_run(const Variable& output, const Variable& replay_input,
         fail(std::string("the output is on ") + std::string(execution_backend_name(output.backend())) +
              ", the input on " + std::string(execution_backend_name(backend)));
     }
+    // Every declared dependency may be read; those still requiring gradients must be (a
+    // dependency frozen after the forward pass is simply skipped, as in a plain graph).
     std::unordered_set<const Node*> declared;
-    for (const Variable& dependency : dependencies) declared.insert(dependency.node().get());
+    std::size_t required_dependencies = 0;
+    for (const Variable& dependency : dependencies) {
+        declared.insert(dependency.node().get());
+        required_dependencies += dependency.requires_gradient() ? 1 : 0;
+    }
     bool saw_input = false;
     std::unordered_set<const Node*> seen_dependencies;
     std::unordered_set<const Node*> visited{output.node().get()};
@@ -70,7 +76,7 @@ ReplayCheck check_run(const Variable& output, const Variable& replay_input,
     if (replay_input.requires_gradient() && !saw_input) {
         fail("the output does not depend on the input");
     }
-    if (seen_dependencies.size() != declared.size()) {
+    if (seen_dependencies.size() != required_dependencies) {
         fail("the output does not depend on every declared dependency");
     }
     return {output.shape(), output.backend()};
@@ -140,14 +146,15 @@ Variable checkpoint(const Variable& input, std::span<const Variable> dependencie
             }
             // A nested, isolated pass: nothing is published to the dependencies here; the outer
             // pass adds exactly these contributions.
-            std::unordered_map<const Node*, Tensor> inner =
-                detail::compute_leaf_gradients(replay_output.node(), g, false);
+            auto inner = detail::compute_leaf_gradients(replay_output.node(), g, false);
             std::vector<Tensor> gradients(needed.size());
-            if (needed[0]) gradients[0] = std::move(inner[replay_input.node().get()]);
+            const auto take = [&inner](const Variable& leaf) {
+                auto found = inner.find(leaf.node().get());
+                return found == inner.end() ? Tensor() : std::move(found->second.gradient);
+            };
+            if (needed[0]) gradients[0] = take(replay_input);
             for (std::size_t i = 0; i < saved_dependencies.size(); ++i) {
-                if (needed[i + 1]) {
-                    gradients[i + 1] = std::move(inner[saved_dependencies[i].node().get()]);
-                }
+                if (needed[i + 1]) gradients[i + 1] = take(saved_dependencies[i]);
             }
             return gradients;
         });

@@ -100,38 +100,39 @@ Variable make_result_from(std::string_view operation, Tensor value,
     throw std::logic_error(message.str());
 }
 
-// Nodes that can receive a gradient from `root`, parents after children (reverse postorder
-// of an iterative DFS), after checking every edge's version and every node's rule.
-std::vector<Node*> backward_order(Node& root) {
-    std::vector<Node*> postorder;
+// Nodes that can receive a gradient from `root`, children before parents (reverse postorder
+// of an iterative DFS), after checking every edge's version and every node's rule. The
+// returned handles keep each node alive until the pass has processed it.
+std::vector<std::shared_ptr<Node>> backward_order(const std::shared_ptr<Node>& root) {
+    std::vector<std::shared_ptr<Node>> postorder;
     std::unordered_set<const Node*> visited;
     // (node, index of the next parent to visit)
-    std::vector<std::pair<Node*, std::size_t>> stack;
-    stack.emplace_back(&root, 0);
-    visited.insert(&root);
+    std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack;
+    stack.emplace_back(root, 0);
+    visited.insert(root.get());
     while (!stack.empty()) {
-        auto& [node, next] = stack.back();
-        if (next == 0 && !node->leaf && node->consumed) {
-            throw_consumed(*node);
+        Node& node = *stack.back().first;
+        std::size_t& next = stack.back().second;
+        if (next == 0 && !node.leaf && node.consumed) {
+            throw_consumed(node);
         }
-        if (next < node->parents.size()) {
-            const Edge& edge = node->parents[next++];
-            Node* parent = edge.node.get();
-            if (parent == nullptr || !parent->requires_gradient) {
+        if (next < node.parents.size()) {
+            const Edge& edge = node.parents[next++];
+            if (edge.node == nullptr || !edge.node->requires_gradient) {
                 continue;
             }
-            if (parent->version != edge.version) {
-                throw_stale(*node, *parent);
+            if (edge.node->version != edge.version) {
+                throw_stale(node, *edge.node);
             }
-            if (visited.insert(parent).second) {
-                stack.emplace_back(parent, 0);
+            if (visited.insert(edge.node.get()).second) {
+                stack.emplace_back(edge.node, 0);
             }
             continue;
         }
-        postorder.push_back(node);
+        postorder.push_back(std::move(stack.back().first));
         stack.pop_back();
     }
-    return {postorder.rbegin(), postorder.rend()};
+    return {std::make_move_iterator(postorder.rbegin()), std::make_move_iterator(postorder.rend())};
 }
 
 void validate_contribution(const Node& child, std::size_t index, const Node& parent,
@@ -168,22 +169,23 @@ Variable make_result(std::string_view operation, Tensor value, std::span<const V
     return make_result_from(operation, std::move(value), pointers, std::move(rule));
 }
 
-std::unordered_map<const Node*, Tensor> compute_leaf_gradients(const std::shared_ptr<Node>& root,
-                                                               const Tensor& seed,
-                                                               bool retain_graph) {
-    const std::vector<Node*> order = backward_order(*root);
+std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
+    const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph) {
+    std::vector<std::shared_ptr<Node>> order = backward_order(root);
     std::unordered_map<const Node*, Tensor> pending;  // the private context
-    std::unordered_map<const Node*, Tensor> leaf_gradients;
+    std::unordered_map<const Node*, LeafGradient> leaf_gradients;
     pending.emplace(root.get(), seed);
-    for (Node* node : order) {
-        auto found = pending.find(node);
+    for (std::shared_ptr<Node>& entry : order) {
+        // Taking the handle out of `order` lets a consumed node die right after this step.
+        const std::shared_ptr<Node> node = std::move(entry);
+        auto found = pending.find(node.get());
         if (found == pending.end()) {
             continue;  // nothing flowed here (cannot happen for a reachable node; defensive)
         }
         Tensor upstream = std::move(found->second);
         pending.erase(found);
         if (node->leaf) {
-            leaf_gradients.emplace(node, std::move(upstream));
+            leaf_gradients.emplace(node.get(), LeafGradient{node, std::move(upstream)});
             continue;
         }
         const std::size_t count = node->parents.size();
@@ -194,11 +196,6 @@ std::unordered_map<const Node*, Tensor> compute_leaf_gradients(const std::shared
         }
         std::vector<Tensor> gradients =
             node->backward(upstream, std::span<const bool>(needed.get(), count));
-        if (!retain_graph) {
-            // The saved tensors go now; the node can no longer be differentiated.
-            node->backward = nullptr;
-            node->consumed = true;
-        }
         if (gradients.size() != count) {
             std::ostringstream message;
             message << "backward: the rule of '" << node->operation << "' returned "
@@ -215,6 +212,13 @@ std::unordered_map<const Node*, Tensor> compute_leaf_gradients(const std::shared
             if (!inserted) {
                 slot->second = tensor_ops::add(slot->second, gradients[i]);
             }
+        }
+        if (!retain_graph) {
+            // Consume: the saved tensors and the edges go now (parents still to be processed
+            // are held by `order`), so the node can no longer be differentiated.
+            node->backward = nullptr;
+            node->parents.clear();
+            node->consumed = true;
         }
     }
     counter_cells().backward_passes.fetch_add(1, std::memory_order_relaxed);

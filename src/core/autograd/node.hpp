@@ -62,10 +62,18 @@ const std::shared_ptr<Node>& require_defined(const Variable& variable,
 [[nodiscard]] Variable make_result(std::string_view operation, Tensor value,
                                    std::span<const Variable> inputs, BackwardRule rule);
 
+struct LeafGradient {
+    std::shared_ptr<Node> leaf;  // kept alive until the caller publishes (or drops) the result
+    Tensor gradient;
+};
+
 // Runs a backward pass from `root` seeded with `seed` in a private context and returns the
 // gradient of every leaf reached (nothing is published). Checks every stale input and
-// consumed node first. Without retain_graph, each interior rule is released right after use.
-[[nodiscard]] std::unordered_map<const Node*, Tensor> compute_leaf_gradients(
+// consumed node first. Without retain_graph, each interior node is consumed right after use:
+// its rule (with the tensors it saved) and its edges are released, so activations that only
+// the graph kept alive are freed while the pass proceeds, even if the caller still holds the
+// output. A pass that fails midway leaves the nodes it already processed consumed.
+[[nodiscard]] std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
     const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph);
 
 // Counters (AutogradCounters), updated by the operations.

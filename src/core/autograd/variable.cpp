@@ -141,22 +141,17 @@ void Variable::backward(const Tensor& seed, BackwardOptions options) {
                 << execution_backend_name(node.value.backend());
         throw std::invalid_argument(message.str());
     }
-    std::unordered_map<const Node*, Tensor> gradients =
-        detail::compute_leaf_gradients(node_, seed, options.retain_graph);
+    auto gradients = detail::compute_leaf_gradients(node_, seed, options.retain_graph);
     // Prepare every published value first (accumulation can still fail), then commit.
-    std::vector<std::pair<Node*, Tensor>> updates;
-    updates.reserve(gradients.size());
-    for (auto& [leaf, gradient] : gradients) {
-        Node* mutable_leaf = const_cast<Node*>(leaf);
-        if (options.accumulate && !mutable_leaf->gradient.is_singular()) {
-            updates.emplace_back(mutable_leaf,
-                                 tensor_ops::add(mutable_leaf->gradient, gradient));
-        } else {
-            updates.emplace_back(mutable_leaf, std::move(gradient));
+    if (options.accumulate) {
+        for (auto& [key, result] : gradients) {
+            if (!result.leaf->gradient.is_singular()) {
+                result.gradient = tensor_ops::add(result.leaf->gradient, result.gradient);
+            }
         }
     }
-    for (auto& [leaf, gradient] : updates) {
-        leaf->gradient = std::move(gradient);
+    for (auto& [key, result] : gradients) {
+        result.leaf->gradient = std::move(result.gradient);
     }
 }
 

@@ -7,9 +7,14 @@
 // - Gradient buffers exist only on leaves that require them; intermediate gradients and the
 //   tensors a node saved for its backward rule are released as soon as the pass used them.
 // - backward() is transactional: it computes every leaf gradient in a private context and
-//   publishes them only when the whole pass succeeded. By default a successful pass
-//   consumes the graph (any later backward through it is std::logic_error); pass
-//   BackwardOptions{.retain_graph = true} to keep it for another pass.
+//   publishes them only when the whole pass succeeded; a failed pass leaves every visible
+//   gradient as it was. By default a pass consumes the graph as it goes: each node's saved
+//   tensors are released as soon as its rule ran, so any later backward through it is
+//   std::logic_error. This holds for a pass that fails midway too (a rule that throws, a
+//   malformed custom gradient): the nodes it already processed are consumed. Checks that
+//   need no computation (seed, requires-gradient, stale inputs, consumed nodes) run before
+//   anything is released. Pass BackwardOptions{.retain_graph = true} to keep the graph for
+//   another pass, including a retry after a failure.
 // - Leaves carry version counters: a leaf whose value was replaced (set_value, an optimizer
 //   step, a backend move) after a graph read it makes that graph fail at backward with
 //   std::logic_error before anything is touched.
