@@ -31,6 +31,17 @@ bool broadcasts(const Shape& from, const Shape& to) {
     return true;
 }
 
+// out_of_range unless [start, start + length) lies within an axis of size `extent`.
+void require_window(std::string_view op, std::size_t axis, std::size_t start, std::size_t length,
+                    std::size_t extent) {
+    if (start >= extent || length > extent - start) {
+        std::ostringstream message;
+        message << op << ": window [" << start << ", " << start << "+" << length
+                << ") exceeds axis " << axis << " of size " << extent;
+        throw std::out_of_range(message.str());
+    }
+}
+
 }  // namespace
 
 Tensor permute(const Tensor& x, std::span<const std::size_t> axes) {
@@ -160,12 +171,7 @@ Tensor slice(const Tensor& x, std::size_t axis, std::size_t start, std::size_t l
         throw std::invalid_argument(std::string(op) + ": length is 0");
     }
     const std::size_t extent = x.shape()[axis];
-    if (start >= extent || length > extent - start) {
-        std::ostringstream message;
-        message << op << ": window [" << start << ", " << start << "+" << length
-                << ") exceeds axis " << axis << " of size " << extent;
-        throw std::out_of_range(message.str());
-    }
+    require_window(op, axis, start, length, extent);
     Shape shape = x.shape();
     shape[axis] = length;
     Tensor out = allocate_uninitialized(std::move(shape), x.backend());
@@ -179,12 +185,7 @@ Tensor slice_backward(const Tensor& upstream, std::size_t axis, std::size_t star
     const auto& adapter = detail::input_adapter(op, {{"upstream", &upstream}});
     detail::require_axis(op, axis, upstream.rank());
     const std::size_t length = upstream.shape()[axis];
-    if (start >= extent || length > extent - start) {
-        std::ostringstream message;
-        message << op << ": window [" << start << ", " << start << "+" << length
-                << ") exceeds axis " << axis << " of size " << extent;
-        throw std::out_of_range(message.str());
-    }
+    require_window(op, axis, start, length, extent);
     Shape shape = upstream.shape();
     shape[axis] = extent;
     static_cast<void>(checked_element_count(shape));
