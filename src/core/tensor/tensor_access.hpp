@@ -14,6 +14,13 @@ struct TensorAccess {
     // Mutable access for an adapter writing a freshly allocated output: the output is never
     // shared yet, so no copy-on-write is needed.
     [[nodiscard]] static Storage& output_storage(Tensor& tensor) { return *tensor.storage_; }
+    // Mutable access to an existing tensor's storage for an in-place update (an optimizer
+    // step): storage shared with copies is cloned first, so no other value can observe the
+    // write.
+    [[nodiscard]] static Storage& unique_storage(Tensor& tensor) {
+        tensor.make_storage_unique();
+        return *tensor.storage_;
+    }
     [[nodiscard]] static Tensor wrap(Shape shape, std::shared_ptr<Storage> storage) {
         return Tensor(std::move(shape), std::move(storage));
     }
