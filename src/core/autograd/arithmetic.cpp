@@ -136,28 +136,38 @@ Variable operator/(float scalar, const Variable& x) {
                        });
 }
 
-Variable matmul(const Variable& left, const Variable& right) {
+Variable matmul(const Variable& left, const Variable& right, bool transpose_left,
+                bool transpose_right) {
     require_defined(left, "matmul", "left");
     require_defined(right, "matmul", "right");
-    // The output, both products of the rule and every saved tensor live on the inputs'
-    // backend: tensors carry their backend, so the thread default cannot redirect backward.
+    // C = op(A)·op(B): d op(A) = G·op(B)ᵀ and d op(B) = op(A)ᵀ·G, written back through the
+    // transposes with the raw kernel's flags. Everything runs on the inputs' backend (tensors
+    // carry it), so a later change of the thread default cannot redirect backward.
     const Tensor left_value = right.requires_gradient() ? left.value() : Tensor();
     const Tensor right_value = left.requires_gradient() ? right.value() : Tensor();
+    const bool ta = transpose_left;
+    const bool tb = transpose_right;
     return make_result(
-        "matmul", ops::matmul(left.value(), right.value()), {&left, &right},
-        [left_value, right_value](const Tensor& g, std::span<const bool> needed) {
+        "matmul", ops::matmul(left.value(), right.value(), ta, tb), {&left, &right},
+        [left_value, right_value, ta, tb](const Tensor& g, std::span<const bool> needed) {
             std::vector<Tensor> gradients(2);
             auto& counters = detail::counter_cells();
             if (needed[0]) {
-                gradients[0] = ops::matmul(g, right_value, false, true);  // G·Bᵀ
+                gradients[0] = ta ? ops::matmul(right_value, g, tb, true)     // op(B)·Gᵀ
+                                  : ops::matmul(g, right_value, false, !tb);  // G·op(B)ᵀ
                 counters.matmul_left_gradients.fetch_add(1, std::memory_order_relaxed);
             }
             if (needed[1]) {
-                gradients[1] = ops::matmul(left_value, g, true, false);  // Aᵀ·G
+                gradients[1] = tb ? ops::matmul(g, left_value, true, ta)      // Gᵀ·op(A)
+                                  : ops::matmul(left_value, g, !ta, false);   // op(A)ᵀ·G
                 counters.matmul_right_gradients.fetch_add(1, std::memory_order_relaxed);
             }
             return gradients;
         });
+}
+
+Variable matmul(const Variable& left, const Variable& right) {
+    return matmul(left, right, false, false);
 }
 
 }  // namespace riftco_transformer

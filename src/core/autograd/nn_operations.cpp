@@ -41,6 +41,17 @@ Variable softmax(const Variable& x, std::size_t axis) {
                        });
 }
 
+Variable causal_softmax(const Variable& scores, float scale) {
+    require_defined(scores, "causal_softmax", "scores");
+    Tensor out = ops::causal_softmax(scores.value(), scale);
+    const Tensor probabilities = out;
+    return make_result("causal_softmax", std::move(out), {&scores},
+                       [probabilities, scale](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{
+                               ops::causal_softmax_backward(probabilities, g, scale)};
+                       });
+}
+
 Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bias, float epsilon) {
     require_defined(x, "layer_norm", "x");
     require_defined(scale, "layer_norm", "scale");

@@ -95,6 +95,30 @@ void Variable::zero_gradient() {
     node.gradient = Tensor();
 }
 
+namespace {
+
+// The one place a leaf's value is replaced: new value, new version, no gradient.
+void commit_leaf_value(Node& node, Tensor value) {
+    node.value = std::move(value);
+    ++node.version;
+    node.gradient = Tensor();
+}
+
+}  // namespace
+
+void Variable::replace_value(Tensor value) {
+    Node& node = require_leaf(checked_node("Variable::replace_value"), "Variable::replace_value");
+    if (value.is_singular()) {
+        throw std::logic_error("Variable::replace_value: the new value is a singular tensor");
+    }
+    if (value.shape() != node.value.shape()) {
+        throw std::invalid_argument("Variable::replace_value: the new value has shape " +
+                                    shape_to_string(value.shape()) + ", the leaf has shape " +
+                                    shape_to_string(node.value.shape()));
+    }
+    commit_leaf_value(node, std::move(value));
+}
+
 void Variable::set_value(Tensor value) {
     Node& node = require_leaf(checked_node("Variable::set_value"), "Variable::set_value");
     if (value.is_singular()) {
@@ -109,9 +133,7 @@ void Variable::set_value(Tensor value) {
                 << execution_backend_name(node.value.backend());
         throw std::invalid_argument(message.str());
     }
-    node.value = std::move(value);
-    ++node.version;
-    node.gradient = Tensor();
+    commit_leaf_value(node, std::move(value));
 }
 
 void Variable::backward(BackwardOptions options) {

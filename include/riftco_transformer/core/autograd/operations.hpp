@@ -35,6 +35,10 @@ namespace riftco_transformer {
 // [..., M, K] × [..., K, N]: dA = G·Bᵀ (skipped unless A needs it), dB = Aᵀ·G (likewise).
 // Runs on the inputs' backend in both directions, whatever the thread default is later.
 [[nodiscard]] Variable matmul(const Variable& left, const Variable& right);
+// op(left) · op(right), op transposing the last two axes where asked (no transposed copies in
+// either direction).
+[[nodiscard]] Variable matmul(const Variable& left, const Variable& right, bool transpose_left,
+                              bool transpose_right);
 
 // Layout. VJPs: the inverse permutation / reshape; sum_to_shape for broadcast_to; the
 // transposed slice for concatenate and slice.
@@ -72,6 +76,10 @@ namespace riftco_transformer {
 
 // Softmax along `axis`; VJP p ⊙ (g − Σ g ⊙ p).
 [[nodiscard]] Variable softmax(const Variable& x, std::size_t axis);
+
+// Causal softmax of scores [B,H,T,T] scaled by `scale` (future keys get exactly 0);
+// VJP scale·p ⊙ (g − Σ g ⊙ p), exactly 0 on masked entries.
+[[nodiscard]] Variable causal_softmax(const Variable& scores, float scale);
 
 // Normalisation over the last axis (forward saves the row statistics).
 [[nodiscard]] Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bias,

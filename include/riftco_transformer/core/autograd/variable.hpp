@@ -73,6 +73,9 @@ public:
     // std::logic_error), bumps its version (making graphs that read it stale) and clears its
     // gradient.
     void set_value(Tensor value);
+    // set_value for a backend move: the value keeps the leaf's shape (std::invalid_argument
+    // otherwise) and may live on another backend; same version and gradient effects.
+    void replace_value(Tensor value);
     [[nodiscard]] std::uint64_t version() const;
 
     // backward(): scalar (one-element) outputs only, implicit seed 1 (std::invalid_argument

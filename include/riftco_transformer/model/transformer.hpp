@@ -1,0 +1,89 @@
+#pragma once
+// The GPT-2-style decoder (spec ENGINE §6, schema "riftco_decoder_v1"):
+//   h0 = E_tok[id] + E_pos[t]          learned absolute positions 0..T-1 in every row
+//   a  = x + Attn(LN1(x))              pre-norm blocks
+//   y  = a + FFN(LN2(a))               FFN: expand, exact-erf GELU, project
+//   logits = LMHead(LN_final(h_N))     biased head, no weight tying
+// Parameters, in order: token_embedding.weight, position_embedding.weight, then per block
+// blocks.{i}.attention_norm.{scale,bias}, attention.{query,key,value,output}.{weight,bias},
+// feed_forward_norm.{scale,bias}, feed_forward.{expand,project}.{weight,bias}; then
+// final_norm.{scale,bias}, language_model_head.{weight,bias}.
+// Count: 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V (19,419 for V=27, C=16, D=32, N=2, F=64).
+// Random draws, in order: token embedding, position embedding, per block query, key, value,
+// output, expand, project; LM head.
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "riftco_transformer/nn/attention.hpp"
+#include "riftco_transformer/nn/layers.hpp"
+#include "riftco_transformer/nn/module.hpp"
+
+namespace riftco_transformer {
+
+struct TransformerDimensions {
+    std::size_t vocabulary_size = 0;     // V
+    std::size_t maximum_context = 0;     // C
+    std::size_t model_width = 0;         // D
+    std::size_t head_count = 0;          // H
+    std::size_t block_count = 0;         // N
+    std::size_t feed_forward_width = 0;  // F
+};
+
+// Activation checkpointing: runtime policy, not model state.
+enum class ActivationCheckpointing : std::uint32_t {
+    Disabled = 0,
+    TransformerBlock = 1,  // each block is replayed during backward instead of keeping its activations
+};
+
+class TransformerBlock final : public Module {
+public:
+    TransformerBlock(const TransformerDimensions& dimensions, std::mt19937& generator,
+                     float layer_norm_epsilon, AttentionKind attention);
+    // x [B,T,D] -> [B,T,D]
+    [[nodiscard]] Variable forward(const Variable& x) const;
+    void set_attention(AttentionKind kind) { attention_->set_kind(kind); }
+
+private:
+    LayerNorm* attention_norm_;
+    CausalSelfAttention* attention_;
+    LayerNorm* feed_forward_norm_;
+    FeedForward* feed_forward_;
+};
+
+class DecoderOnlyTransformer final : public Module {
+public:
+    // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
+    // or not > 0, an unknown policy value: std::invalid_argument.
+    DecoderOnlyTransformer(const TransformerDimensions& dimensions, std::mt19937& generator,
+                           float layer_norm_epsilon = 1e-5F,
+                           AttentionKind attention = AttentionKind::Materialized,
+                           ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
+
+    // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
+    // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
+    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape) const;
+
+    [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
+    [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
+    void set_attention(AttentionKind kind);
+    [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
+        return checkpointing_;
+    }
+    void set_activation_checkpointing(ActivationCheckpointing checkpointing);
+
+private:
+    TransformerDimensions dimensions_;
+    AttentionKind attention_;
+    ActivationCheckpointing checkpointing_;
+    Embedding* token_embedding_;
+    Embedding* position_embedding_;
+    std::vector<TransformerBlock*> blocks_;
+    LayerNorm* final_norm_;
+    Linear* language_model_head_;
+};
+
+}  // namespace riftco_transformer

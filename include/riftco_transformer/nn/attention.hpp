@@ -1,0 +1,62 @@
+#pragma once
+// Causal self-attention (spec ENGINE §7).
+//
+// S = Q·Kᵀ·(1/√d_h) with the scale computed in float, future keys masked (key t_k is visible
+// from query t_q iff t_k <= t_q), P = softmax over keys, O = P·V. Masked probabilities and
+// their gradients are exactly 0. Q, K and V are [B,H,T,d_h] with identical shapes and one
+// backend (std::invalid_argument otherwise).
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/nn/layers.hpp"
+#include "riftco_transformer/nn/module.hpp"
+
+namespace riftco_transformer {
+
+// How attention is executed: runtime policy, never part of a model's parameters or state.
+enum class AttentionKind : std::uint32_t {
+    Materialized = 0,  // keeps the [B,H,T,T] probabilities for backward
+};
+
+struct AttentionOutputs {
+    Variable context;        // [B,H,T,d_h]
+    Variable probabilities;  // [B,H,T,T]; an upstream here contributes to dQ and dK only
+};
+
+// The materialized algorithm, returning both outputs (their gradients add up when both are
+// used).
+[[nodiscard]] AttentionOutputs causal_scaled_dot_product_attention(const Variable& query,
+                                                                   const Variable& key,
+                                                                   const Variable& value);
+
+// The context alone, computed by `kind`.
+[[nodiscard]] Variable causal_attention(const Variable& query, const Variable& key,
+                                        const Variable& value, AttentionKind kind);
+
+// Four biased projections "query", "key", "value", "output" (D -> D); no norm, no residual.
+class CausalSelfAttention final : public Module {
+public:
+    // D == 0, H == 0 or D % H != 0: std::invalid_argument.
+    CausalSelfAttention(std::size_t width, std::size_t head_count, std::mt19937& generator,
+                        AttentionKind kind = AttentionKind::Materialized);
+    // x [B,T,D] -> [B,T,D]. Any other shape: std::invalid_argument.
+    [[nodiscard]] Variable forward(const Variable& x) const;
+
+    [[nodiscard]] AttentionKind kind() const noexcept { return kind_; }
+    void set_kind(AttentionKind kind);
+    [[nodiscard]] std::size_t head_count() const noexcept { return head_count_; }
+
+private:
+    std::size_t width_;
+    std::size_t head_count_;
+    AttentionKind kind_;
+    Linear* query_;
+    Linear* key_;
+    Linear* value_;
+    Linear* output_;
+};
+
+}  // namespace riftco_transformer

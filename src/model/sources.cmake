@@ -1,0 +1,2 @@
+list(APPEND RIFTCO_TRANSFORMER_SOURCES
+    src/model/transformer.cpp)

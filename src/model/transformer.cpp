@@ -1,0 +1,162 @@
+#include "riftco_transformer/model/transformer.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "riftco_transformer/core/autograd/custom_gradient.hpp"
+#include "riftco_transformer/core/autograd/operations.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+void validate(const TransformerDimensions& d, float epsilon) {
+    const auto fail = [&](const std::string& what) {
+        std::ostringstream message;
+        message << "DecoderOnlyTransformer: " << what << " (V=" << d.vocabulary_size
+                << ", C=" << d.maximum_context << ", D=" << d.model_width << ", H=" << d.head_count
+                << ", N=" << d.block_count << ", F=" << d.feed_forward_width << ")";
+        throw std::invalid_argument(message.str());
+    };
+    if (d.vocabulary_size == 0 || d.maximum_context == 0 || d.model_width == 0 ||
+        d.head_count == 0 || d.block_count == 0 || d.feed_forward_width == 0) {
+        fail("every dimension must be positive");
+    }
+    if (d.model_width % d.head_count != 0) fail("model_width must be a multiple of head_count");
+    constexpr std::size_t id_limit = std::numeric_limits<std::uint32_t>::max();
+    if (d.vocabulary_size - 1 > id_limit) fail("vocabulary ids must fit in uint32");
+    if (d.maximum_context - 1 > id_limit) fail("positions must fit in uint32");
+    if (!std::isfinite(epsilon) || !(epsilon > 0.0F)) {
+        fail("layer_norm_epsilon must be finite and > 0 (got " + std::to_string(epsilon) + ")");
+    }
+}
+
+void require_attention(AttentionKind kind) {
+    if (kind != AttentionKind::Materialized) {
+        throw std::invalid_argument("DecoderOnlyTransformer: unknown attention kind value " +
+                                    std::to_string(static_cast<std::uint32_t>(kind)));
+    }
+}
+
+void require_checkpointing(ActivationCheckpointing checkpointing) {
+    if (checkpointing != ActivationCheckpointing::Disabled &&
+        checkpointing != ActivationCheckpointing::TransformerBlock) {
+        throw std::invalid_argument(
+            "DecoderOnlyTransformer: unknown activation checkpointing value " +
+            std::to_string(static_cast<std::uint32_t>(checkpointing)));
+    }
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937& generator,
+                                   float layer_norm_epsilon, AttentionKind attention) {
+    attention_norm_ = &register_module(
+        "attention_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
+    attention_ = &register_module("attention", std::make_unique<CausalSelfAttention>(
+                                                   d.model_width, d.head_count, generator,
+                                                   attention));
+    feed_forward_norm_ = &register_module(
+        "feed_forward_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
+    feed_forward_ = &register_module(
+        "feed_forward",
+        std::make_unique<FeedForward>(d.model_width, d.feed_forward_width, generator));
+}
+
+Variable TransformerBlock::forward(const Variable& x) const {
+    const Variable attended = x + attention_->forward(attention_norm_->forward(x));
+    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
+}
+
+DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dimensions,
+                                               std::mt19937& generator, float layer_norm_epsilon,
+                                               AttentionKind attention,
+                                               ActivationCheckpointing checkpointing)
+    : dimensions_(dimensions), attention_(attention), checkpointing_(checkpointing) {
+    validate(dimensions, layer_norm_epsilon);
+    require_attention(attention);
+    require_checkpointing(checkpointing);
+    const TransformerDimensions& d = dimensions;
+    token_embedding_ = &register_module(
+        "token_embedding", std::make_unique<Embedding>(d.vocabulary_size, d.model_width, generator));
+    position_embedding_ = &register_module(
+        "position_embedding",
+        std::make_unique<Embedding>(d.maximum_context, d.model_width, generator));
+    auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
+    for (std::size_t i = 0; i < d.block_count; ++i) {
+        blocks_.push_back(&blocks.append(
+            std::make_unique<TransformerBlock>(d, generator, layer_norm_epsilon, attention)));
+    }
+    final_norm_ = &register_module("final_norm",
+                                   std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
+    language_model_head_ = &register_module(
+        "language_model_head",
+        std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+}
+
+void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
+    require_attention(kind);
+    for (TransformerBlock* block : blocks_) block->set_attention(kind);
+    attention_ = kind;
+}
+
+void DecoderOnlyTransformer::set_activation_checkpointing(ActivationCheckpointing checkpointing) {
+    require_checkpointing(checkpointing);
+    checkpointing_ = checkpointing;
+}
+
+Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
+                                         const Shape& shape) const {
+    constexpr const char* op = "DecoderOnlyTransformer::forward";
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
+        throw std::invalid_argument(std::string(op) + ": token shape must be [B,T] with B, T > 0 (got " +
+                                    shape_to_string(shape) + ")");
+    }
+    const std::size_t batch = shape[0];
+    const std::size_t time = shape[1];
+    if (batch > std::numeric_limits<std::size_t>::max() / time || tokens.size() != batch * time) {
+        std::ostringstream message;
+        message << op << ": " << tokens.size() << " token ids given for shape "
+                << shape_to_string(shape);
+        throw std::invalid_argument(message.str());
+    }
+    if (time > dimensions_.maximum_context) {
+        std::ostringstream message;
+        message << op << ": sequence length " << time << " exceeds the maximum context "
+                << dimensions_.maximum_context;
+        throw std::invalid_argument(message.str());
+    }
+    std::vector<std::size_t> ids(tokens.size());
+    std::vector<std::size_t> positions(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] >= dimensions_.vocabulary_size) {
+            std::ostringstream message;
+            message << op << ": token id " << tokens[i] << " at position " << i
+                    << " is out of range for vocabulary size " << dimensions_.vocabulary_size;
+            throw std::out_of_range(message.str());
+        }
+        ids[i] = tokens[i];
+        positions[i] = i % time;  // positions restart in every batch row
+    }
+    // [B,T] -> [B,T,D]
+    Variable hidden = token_embedding_->forward(ids, shape) + position_embedding_->forward(positions, shape);
+    for (const TransformerBlock* block : blocks_) {
+        if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
+            const ParameterList block_parameters = block->parameters();
+            std::vector<Variable> dependencies;
+            for (const NamedParameter& named : block_parameters) {
+                if (named.parameter.requires_gradient()) dependencies.push_back(named.parameter);
+            }
+            hidden = checkpoint(hidden, dependencies,
+                                [block](const Variable& input) { return block->forward(input); });
+        } else {
+            hidden = block->forward(hidden);
+        }
+    }
+    // [B,T,D] -> [B,T,V]
+    return language_model_head_->forward(final_norm_->forward(hidden));
+}
+
+}  // namespace riftco_transformer

@@ -1,0 +1,163 @@
+// DecoderOnlyTransformer: structure, parameter names and count, causality, checkpointing.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/model/transformer.hpp"
+#include "support/test_support.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+TransformerDimensions reference_tiny() {
+    return {.vocabulary_size = 27, .maximum_context = 16, .model_width = 32, .head_count = 4,
+            .block_count = 2, .feed_forward_width = 64};
+}
+
+std::vector<std::uint32_t> tokens_for(std::size_t count, std::uint32_t vocabulary, std::uint32_t seed) {
+    std::vector<std::uint32_t> tokens(count);
+    std::uint32_t state = seed;
+    for (auto& token : tokens) {
+        state = state * 1664525U + 1013904223U;
+        token = (state >> 8U) % vocabulary;
+    }
+    return tokens;
+}
+
+}  // namespace
+
+TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
+    std::mt19937 generator(7);
+    const DecoderOnlyTransformer model(reference_tiny(), generator);
+    EXPECT_EQ(model.parameter_count(), 19419U);
+    // 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V by hand: 1728 + 512 + 2·(4096 + 4096 + 288 + 64) + 64 + 27
+    EXPECT_EQ(1728U + 512U + 2U * (4096U + 4096U + 288U + 64U) + 64U + 27U, 19419U);
+    std::vector<std::string> names;
+    for (const auto& named : model.parameters()) names.push_back(named.name);
+    std::vector<std::string> expected = {"token_embedding.weight", "position_embedding.weight"};
+    for (const char* block : {"blocks.0.", "blocks.1."}) {
+        for (const char* name :
+             {"attention_norm.scale", "attention_norm.bias", "attention.query.weight",
+              "attention.query.bias", "attention.key.weight", "attention.key.bias",
+              "attention.value.weight", "attention.value.bias", "attention.output.weight",
+              "attention.output.bias", "feed_forward_norm.scale", "feed_forward_norm.bias",
+              "feed_forward.expand.weight", "feed_forward.expand.bias",
+              "feed_forward.project.weight", "feed_forward.project.bias"}) {
+            expected.push_back(std::string(block) + name);
+        }
+    }
+    for (const char* name : {"final_norm.scale", "final_norm.bias", "language_model_head.weight",
+                             "language_model_head.bias"}) {
+        expected.emplace_back(name);
+    }
+    EXPECT_EQ(names, expected);
+}
+
+TEST(Transformer, SameSeedGivesBitIdenticalWeights) {
+    std::mt19937 first_generator(42);
+    std::mt19937 second_generator(42);
+    const DecoderOnlyTransformer first(reference_tiny(), first_generator);
+    const DecoderOnlyTransformer second(reference_tiny(), second_generator);
+    const ParameterList a = first.parameters();
+    const ParameterList b = second.parameters();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(testing::bit_identical(a[i].parameter.value().to_host(),
+                                           b[i].parameter.value().to_host()))
+            << a[i].name;
+    }
+}
+
+TEST(Transformer, LaterTokensLeaveEarlierLogitsBitIdentical) {
+    std::mt19937 generator(3);
+    const DecoderOnlyTransformer model(reference_tiny(), generator);
+    const std::size_t batch = 2;
+    const std::size_t time = 12;
+    std::vector<std::uint32_t> tokens = tokens_for(batch * time, 27, 5);
+    const std::vector<float> before = model.forward(tokens, {batch, time}).value().to_host();
+    const std::size_t cut = 7;
+    for (std::size_t b = 0; b < batch; ++b) {
+        for (std::size_t t = cut + 1; t < time; ++t) tokens[b * time + t] = (tokens[b * time + t] + 11) % 27;
+    }
+    const std::vector<float> after = model.forward(tokens, {batch, time}).value().to_host();
+    for (std::size_t b = 0; b < batch; ++b) {
+        const std::size_t begin = b * time * 27;
+        const std::vector<float> early_before(before.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              before.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
+        const std::vector<float> early_after(after.begin() + static_cast<std::ptrdiff_t>(begin),
+                                             after.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
+        EXPECT_TRUE(testing::bit_identical(early_before, early_after)) << "row " << b;
+    }
+    EXPECT_FALSE(testing::bit_identical(before, after));
+}
+
+TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
+    std::mt19937 generator(11);
+    DecoderOnlyTransformer model(reference_tiny(), generator);
+    const std::vector<std::uint32_t> tokens = tokens_for(2 * 8, 27, 9);
+    const std::vector<std::uint32_t> targets = tokens_for(2 * 8, 27, 10);
+    const Variable plain_loss = cross_entropy(model.forward(tokens, {2, 8}), targets);
+    Variable plain = plain_loss;
+    plain.backward();
+    std::vector<std::vector<float>> plain_gradients;
+    for (const auto& named : model.parameters()) plain_gradients.push_back(named.parameter.gradient().to_host());
+
+    model.set_activation_checkpointing(ActivationCheckpointing::TransformerBlock);
+    Variable checkpointed = cross_entropy(model.forward(tokens, {2, 8}), targets);
+    EXPECT_EQ(checkpointed.value().item(), plain_loss.value().item());
+    checkpointed.backward();
+    const ParameterList parameters = model.parameters();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        EXPECT_TRUE(testing::all_close(parameters[i].parameter.gradient(),
+                                       testing::to_double(plain_gradients[i]), 1e-6, 1e-5))
+            << parameters[i].name;
+    }
+}
+
+TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
+    const TransformerDimensions dims{.vocabulary_size = 11, .maximum_context = 6, .model_width = 8,
+                                     .head_count = 2, .block_count = 1, .feed_forward_width = 12};
+    std::mt19937 generator(5);
+    DecoderOnlyTransformer model(dims, generator);
+    const std::vector<std::uint32_t> tokens = tokens_for(2 * 5, 11, 1);
+    const std::vector<std::uint32_t> targets = tokens_for(2 * 5, 11, 2);
+    Variable loss = cross_entropy(model.forward(tokens, {2, 5}), targets);
+    loss.backward();
+    for (const auto& named : model.parameters()) {
+        Variable parameter = named.parameter;
+        const std::vector<float> analytic = parameter.gradient().to_host();
+        std::vector<float> values = parameter.value().to_host();
+        // Probe a few elements of each parameter with centred differences (eps 1e-2).
+        for (std::size_t i = 0; i < values.size(); i += std::max<std::size_t>(1, values.size() / 3)) {
+            const float original = values[i];
+            const auto loss_at = [&](float v) {
+                values[i] = v;
+                parameter.set_value(Tensor(parameter.shape(), values));
+                return static_cast<double>(cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
+            };
+            const double numeric = (loss_at(original + 1e-2F) - loss_at(original - 1e-2F)) / 2e-2;
+            loss_at(original);
+            EXPECT_NEAR(analytic[i], numeric, 5e-3 + 5e-3 * std::fabs(numeric)) << named.name << "[" << i << "]";
+        }
+    }
+}
+
+TEST(Transformer, RejectsBadDimensionsAndInputs) {
+    std::mt19937 generator(1);
+    TransformerDimensions bad = reference_tiny();
+    bad.head_count = 5;
+    EXPECT_THROW(DecoderOnlyTransformer(bad, generator), std::invalid_argument);
+    bad = reference_tiny();
+    bad.block_count = 0;
+    EXPECT_THROW(DecoderOnlyTransformer(bad, generator), std::invalid_argument);
+    EXPECT_THROW(DecoderOnlyTransformer(reference_tiny(), generator, 0.0F), std::invalid_argument);
+    const DecoderOnlyTransformer model(reference_tiny(), generator);
+    const std::vector<std::uint32_t> tokens(17, 1);
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {1, 17})), std::invalid_argument);  // T > C
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {2, 8})), std::invalid_argument);   // count
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {17})), std::invalid_argument);     // rank
+    const std::vector<std::uint32_t> out_of_range = {1, 27};
+    EXPECT_THROW(static_cast<void>(model.forward(out_of_range, {1, 2})), std::out_of_range);
+}
+
+}  // namespace riftco_transformer
