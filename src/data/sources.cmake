@@ -1,0 +1,1 @@
+list(APPEND RIFTCO_TRANSFORMER_SOURCES src/data/batching.cpp)
