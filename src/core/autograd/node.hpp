@@ -46,6 +46,14 @@ struct Node {
     ~Node();
 };
 
+// The effects of replacing a leaf's value, whoever writes it (Variable::set_value, or an
+// optimizer updating the storage in place): a new version, so graphs that read the old value
+// fail at backward with std::logic_error, and no gradient.
+inline void mark_leaf_value_replaced(Node& leaf) noexcept {
+    ++leaf.version;
+    leaf.gradient = Tensor();
+}
+
 // A new serial number (monotonic, process-wide).
 [[nodiscard]] std::uint64_t next_node_serial() noexcept;
 

@@ -100,8 +100,7 @@ namespace {
 // The one place a leaf's value is replaced: new value, new version, no gradient.
 void commit_leaf_value(Node& node, Tensor value) {
     node.value = std::move(value);
-    ++node.version;
-    node.gradient = Tensor();
+    detail::mark_leaf_value_replaced(node);
 }
 
 }  // namespace
