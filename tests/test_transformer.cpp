@@ -114,6 +114,32 @@ TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
     }
 }
 
+TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
+    std::mt19937 generator(13);
+    DecoderOnlyTransformer model(reference_tiny(), generator);
+    const std::vector<std::uint32_t> tokens = tokens_for(3 * 16, 27, 21);
+    const std::vector<std::uint32_t> targets = tokens_for(3 * 16, 27, 22);
+    const auto run = [&](AttentionKind kind, ActivationCheckpointing checkpointing) {
+        model.set_attention(kind);
+        model.set_activation_checkpointing(checkpointing);
+        Variable logits = model.forward(tokens, {3, 16});
+        std::vector<std::vector<float>> result{logits.value().to_host()};
+        cross_entropy(logits, targets).backward();
+        for (const auto& named : model.parameters()) result.push_back(named.parameter.gradient().to_host());
+        return result;
+    };
+    const auto reference = run(AttentionKind::Materialized, ActivationCheckpointing::Disabled);
+    for (const auto checkpointing : {ActivationCheckpointing::Disabled, ActivationCheckpointing::TransformerBlock}) {
+        const auto flash = run(AttentionKind::Flash, checkpointing);
+        EXPECT_TRUE(testing::all_close(flash[0], testing::to_double(reference[0]), 3e-5, 0.0));
+        for (std::size_t i = 1; i < flash.size(); ++i) {
+            EXPECT_TRUE(testing::all_close(flash[i], testing::to_double(reference[i]), 5e-5, 0.0)) << i;
+        }
+    }
+    EXPECT_THROW(model.set_attention(static_cast<AttentionKind>(5)), std::invalid_argument);
+    EXPECT_EQ(model.attention(), AttentionKind::Flash);
+}
+
 TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
     const TransformerDimensions dims{.vocabulary_size = 11, .maximum_context = 6, .model_width = 8,
                                      .head_count = 2, .block_count = 1, .feed_forward_width = 12};

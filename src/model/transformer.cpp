@@ -34,7 +34,7 @@ void validate(const TransformerDimensions& d, float epsilon) {
 }
 
 void require_attention(AttentionKind kind) {
-    if (kind != AttentionKind::Materialized) {
+    if (kind != AttentionKind::Materialized && kind != AttentionKind::Flash) {
         throw std::invalid_argument("DecoderOnlyTransformer: unknown attention kind value " +
                                     std::to_string(static_cast<std::uint32_t>(kind)));
     }

@@ -4,7 +4,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/autograd/node.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -28,7 +30,7 @@ void require_attention_inputs(const Variable& query, const Variable& key, const 
 }
 
 void require_kind(AttentionKind kind) {
-    if (kind != AttentionKind::Materialized) {
+    if (kind != AttentionKind::Materialized && kind != AttentionKind::Flash) {
         throw std::invalid_argument("attention: unknown attention kind value " +
                                     std::to_string(static_cast<std::uint32_t>(kind)));
     }
@@ -48,9 +50,29 @@ AttentionOutputs causal_scaled_dot_product_attention(const Variable& query, cons
     return {std::move(context), std::move(probabilities)};
 }
 
+Variable flash_causal_attention(const Variable& query, const Variable& key,
+                                const Variable& value) {
+    require_attention_inputs(query, key, value);
+    tensor_ops::FlashAttentionResult forward =
+        tensor_ops::flash_attention(query.value(), key.value(), value.value());
+    Tensor context = forward.context;
+    // Saved: Q, K, V, the context and two [B,H,T] statistics — linear in T.
+    return detail::make_result(
+        "flash_attention", std::move(context), {&query, &key, &value},
+        [q = query.value(), k = key.value(), v = value.value(),
+         forward = std::move(forward)](const Tensor& g, std::span<const bool>) {
+            tensor_ops::FlashAttentionGradients d =
+                tensor_ops::flash_attention_backward(q, k, v, forward, g);
+            return std::vector<Tensor>{std::move(d.query), std::move(d.key), std::move(d.value)};
+        });
+}
+
 Variable causal_attention(const Variable& query, const Variable& key, const Variable& value,
                           AttentionKind kind) {
     require_kind(kind);
+    if (kind == AttentionKind::Flash) {
+        return flash_causal_attention(query, key, value);
+    }
     return causal_scaled_dot_product_attention(query, key, value).context;
 }
 

@@ -9,6 +9,7 @@
 //   std::logic_error       a singular (moved-from) tensor used as input
 //   std::runtime_error     the backend is unavailable or lacks the capability
 
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
 #include "riftco_transformer/core/tensor_ops/layout.hpp"

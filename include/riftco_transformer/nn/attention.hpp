@@ -19,6 +19,7 @@ namespace riftco_transformer {
 // How attention is executed: runtime policy, never part of a model's parameters or state.
 enum class AttentionKind : std::uint32_t {
     Materialized = 0,  // keeps the [B,H,T,T] probabilities for backward
+    Flash = 1,         // memory-linear: keeps per-row max and sum, recomputes in backward
 };
 
 struct AttentionOutputs {
@@ -32,7 +33,11 @@ struct AttentionOutputs {
                                                                    const Variable& key,
                                                                    const Variable& value);
 
-// The context alone, computed by `kind`.
+// The memory-linear algorithm (context only): no [B,H,T,T] buffer in either direction.
+[[nodiscard]] Variable flash_causal_attention(const Variable& query, const Variable& key,
+                                              const Variable& value);
+
+// The context alone, computed by `kind`; both kinds agree within float tolerance.
 [[nodiscard]] Variable causal_attention(const Variable& query, const Variable& key,
                                         const Variable& value, AttentionKind kind);
 

@@ -12,6 +12,7 @@
 //   are fresh, nothing visible has changed.
 // This vtable is private: it is not part of any ABI.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -136,29 +137,116 @@ class LossCapability {
                                Tensor& loss, Tensor& gradient) const = 0;
 };
 
-// Declared for the attention, quantized-linear and optimizer issues: the CPU reference and
-// the accelerators fill these in as those land. Until then adapters report them absent.
+// Memory-linear ("flash") causal attention: Q, K, V, context [B,H,T,d_h]; row statistics
+// [B,H,T] hold m_i = max_{j<=i} S_ij and l_i = Σ_{j<=i} exp(S_ij − m_i) of the scaled scores
+// S = scale·Q·Kᵀ. No [B,H,T,T] buffer exists in either direction. domain_error: a visible
+// score that is NaN or +inf, or a query row without a finite visible score.
 class AttentionCapability {
-  public:
+public:
     virtual ~AttentionCapability() = default;
-    // Q, K, V [B,H,T,d_h]; probabilities [B,H,T,T]; context [B,H,T,d_h].
-    virtual void materialized_forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                      float scale, Tensor& probabilities,
-                                      Tensor& context) const = 0;
-    // Row statistics [B,H,T]: running max m_i and Σ exp(S_ij − m_i).
     virtual void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                float scale, Tensor& context, Tensor& row_max,
                                Tensor& row_sum) const = 0;
+    // Recomputes P_ij = exp(S_ij − m_i)/l_i tile by tile and applies the softmax VJP.
+    virtual void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                const Tensor& context, const Tensor& row_max,
+                                const Tensor& row_sum, const Tensor& upstream, float scale,
+                                Tensor& query_gradient, Tensor& key_gradient,
+                                Tensor& value_gradient) const = 0;
 };
 
+// Declared for the quantized-linear issue: adapters report it absent until it lands.
 class QuantizedLinearCapability {
   public:
     virtual ~QuantizedLinearCapability() = default;
 };
 
+// Overflow-safe partial sum of squares (spec ENGINE §9.3): Σ x² = scale²·scaled_squares with
+// scale = max |x|, a pair that neither overflows nor underflows whatever the magnitudes or
+// the element count.
+struct ScaledSumOfSquares {
+    double scale = 0.0;           // max |x| of the elements summed (0 when all were zero)
+    double scaled_squares = 0.0;  // Σ (|x|/scale)²; 0 while scale is 0
+
+    // Adds another partial: the spec's running-pair rule, applied to a pair instead of one
+    // element (an element |x| is the pair (|x|, 1)).
+    void merge(const ScaledSumOfSquares& other) noexcept {
+        if (other.scale == 0.0) {
+            return;
+        }
+        if (scale < other.scale) {
+            const double ratio = scale / other.scale;
+            scaled_squares = other.scaled_squares + scaled_squares * ratio * ratio;
+            scale = other.scale;
+        } else {
+            const double ratio = other.scale / scale;
+            scaled_squares += other.scaled_squares * ratio * ratio;
+        }
+    }
+    // √(Σ x²) = scale·√scaled_squares.
+    [[nodiscard]] double norm() const noexcept { return scale * std::sqrt(scaled_squares); }
+};
+
+struct GradientSquares {
+    ScaledSumOfSquares squares;
+    std::size_t first_non_finite = 0;  // flat index of the first NaN/±inf; numel when none
+};
+
+// The per-step constants of one Adam update (spec ENGINE §9.3 step 6, plus AdamW).
+struct AdamUpdateScalars {
+    double beta1 = 0.0;
+    double beta2 = 0.0;
+    double bias_correction1 = 0.0;  // c1 = 1 − β1^t
+    double bias_correction2 = 0.0;  // c2 = 1 − β2^t
+    double learning_rate = 0.0;     // the scheduled lr_t
+    double epsilon = 0.0;
+    double clip_scale = 1.0;    // s, the global clip factor
+    double decay_factor = 1.0;  // 1 − lr_t·λ (decoupled weight decay); exactly 1 without it
+};
+
+// One moment page and the stretch of its parameter it covers: value[offset, offset + n),
+// gradient[offset, offset + n), first_moment [n], second_moment [n] with n the page's numel.
+// A null gradient reads as zeros (a parameter backward never reached).
+struct AdamSlice {
+    Tensor* value = nullptr;
+    const Tensor* gradient = nullptr;
+    std::size_t offset = 0;
+    Tensor* first_moment = nullptr;
+    Tensor* second_moment = nullptr;
+};
+
+// Where the first problem of a step lies, as (slice, element within the slice); slice equals
+// the slice count when there is none.
+struct AdamCheck {
+    std::size_t value_slice = 0;  // a non-finite current value θ
+    std::size_t value_element = 0;
+    std::size_t update_slice = 0;  // a θ', m' or v' that is not finite once narrowed to float
+    std::size_t update_element = 0;
+};
+
+// Adam as two passes over every slice of a step (DESIGN.md "Transactions everywhere"): a
+// read-only check, then an in-place write. Both evaluate, per scalar and in double,
+//   g̃ = s·g,  m' = β1·m + (1−β1)·g̃,  v' = β2·v + (1−β2)·g̃²,
+//   θ' = θ·(1 − lr·λ) − lr·(m'/c1)/(√(v'/c2) + ε)
+// with the same arithmetic, so what the check accepted is exactly what the write stores.
 class AdamCapability {
   public:
     virtual ~AdamCapability() = default;
+    // x (any shape, flat order) -> its scaled sum of squares, accumulated in double over fixed
+    // blocks merged in order (independent of the thread count). When first_non_finite < numel
+    // the squares are unspecified.
+    [[nodiscard]] virtual GradientSquares scaled_sum_of_squares(const Tensor& x) const = 0;
+    // The flat index of the first NaN/±inf of x, or x.numel().
+    [[nodiscard]] virtual std::size_t first_non_finite(const Tensor& x) const = 0;
+    // Pass 1: reads every slice, writes nothing.
+    [[nodiscard]] virtual AdamCheck check_update(const AdamUpdateScalars& scalars,
+                                                 std::span<const AdamSlice> slices) const = 0;
+    // Pass 2: writes θ', m', v' (narrowed to float) in place. The caller ran check_update
+    // with the same arguments and it found nothing, and made the storage of every value and
+    // moment unique (TensorAccess::unique_storage), so no other tensor observes the writes and
+    // no gradient aliases a written buffer. Must not fail.
+    virtual void apply_update(const AdamUpdateScalars& scalars,
+                              std::span<const AdamSlice> slices) const = 0;
 };
 
 class BackendAdapter {

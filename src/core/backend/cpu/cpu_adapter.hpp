@@ -83,10 +83,30 @@ class CpuNormalization final : public NormalizationCapability {
                            Tensor& scale_gradient) const override;
 };
 
+class CpuAttention final : public AttentionCapability {
+public:
+    void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
+                       Tensor& context, Tensor& row_max, Tensor& row_sum) const override;
+    void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
+                        const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
+                        const Tensor& upstream, float scale, Tensor& query_gradient,
+                        Tensor& key_gradient, Tensor& value_gradient) const override;
+};
+
 class CpuLoss final : public LossCapability {
   public:
     void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets, Tensor& loss,
                        Tensor& gradient) const override;
+};
+
+class CpuAdam final : public AdamCapability {
+  public:
+    [[nodiscard]] GradientSquares scaled_sum_of_squares(const Tensor& x) const override;
+    [[nodiscard]] std::size_t first_non_finite(const Tensor& x) const override;
+    [[nodiscard]] AdamCheck check_update(const AdamUpdateScalars& scalars,
+                                         std::span<const AdamSlice> slices) const override;
+    void apply_update(const AdamUpdateScalars& scalars,
+                      std::span<const AdamSlice> slices) const override;
 };
 
 // Host-memory adapter running the CPU kernels under a backend identity: the CPU adapter
@@ -117,12 +137,14 @@ class HostAdapter final : public BackendAdapter {
         return &normalization_;
     }
     [[nodiscard]] const LossCapability* loss() const noexcept override { return &loss_; }
-    // Filled in by the attention, quantized-linear and optimizer issues.
-    [[nodiscard]] const AttentionCapability* attention() const noexcept override { return nullptr; }
+    [[nodiscard]] const AttentionCapability* attention() const noexcept override {
+        return &attention_;
+    }
+    // Filled in by the quantized-linear issue.
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return nullptr;
     }
-    [[nodiscard]] const AdamCapability* adam() const noexcept override { return nullptr; }
+    [[nodiscard]] const AdamCapability* adam() const noexcept override { return &adam_; }
 
   private:
     ExecutionBackend identity_;
@@ -135,6 +157,8 @@ class HostAdapter final : public BackendAdapter {
     CpuIndexing indexing_;
     CpuNormalization normalization_;
     CpuLoss loss_;
+    CpuAttention attention_;
+    CpuAdam adam_;
 };
 
 [[nodiscard]] const BackendAdapter& cpu_adapter() noexcept;
