@@ -2,6 +2,8 @@
 // consumption, staleness and accumulation. (The per-operation suites go deeper.)
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "support/test_support.hpp"
@@ -113,6 +115,38 @@ TEST(AutogradBasics, CheckpointMatchesPlainGradients) {
     sum(checkpoint(checkpoint(x, deps, block), deps, block)).backward();
     EXPECT_TRUE(testing::all_close(w.gradient(), testing::to_double(plain_w), 1e-6, 1e-5));
     EXPECT_TRUE(testing::all_close(x.gradient(), testing::to_double(plain_x), 1e-6, 1e-5));
+}
+
+}  // namespace riftco_transformer
+
+namespace riftco_transformer {
+
+TEST(AutogradBasics, NoGradientGuardRecordsNoGraphAndNests) {
+    Variable w(Tensor({2}, {1.0F, 2.0F}));
+    EXPECT_FALSE(gradient_recording_disabled());
+    {
+        const NoGradientGuard outer;
+        {
+            const NoGradientGuard inner;
+            EXPECT_TRUE(gradient_recording_disabled());
+        }
+        EXPECT_TRUE(gradient_recording_disabled());
+        const Variable y = sum(w * w);
+        EXPECT_TRUE(y.is_leaf());
+        EXPECT_FALSE(y.requires_gradient());
+        EXPECT_EQ(y.value().item(), 5.0F);
+        EXPECT_THROW(Variable(y).backward(), std::logic_error);
+    }
+    EXPECT_FALSE(gradient_recording_disabled());
+    sum(w * w).backward();
+    EXPECT_TRUE(testing::all_close(w.gradient(), {2.0, 4.0}));
+}
+
+TEST(AutogradBasics, NoGradientGuardIsPerThread) {
+    const NoGradientGuard guard;
+    bool other_thread_disabled = true;
+    std::thread([&] { other_thread_disabled = gradient_recording_disabled(); }).join();
+    EXPECT_FALSE(other_thread_disabled);
 }
 
 }  // namespace riftco_transformer

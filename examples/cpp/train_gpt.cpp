@@ -131,6 +131,7 @@ std::string read_corpus(const std::filesystem::path& directory) {
 // Mean loss over every position of held-out windows (non-overlapping, full context).
 double evaluate(const DecoderOnlyTransformer& model, const std::vector<std::uint32_t>& tokens,
                 std::size_t context) {
+    const NoGradientGuard no_graph;  // evaluation keeps no activations for a backward pass
     constexpr std::size_t rows_per_batch = 16;
     double total = 0.0;
     std::size_t count = 0;
@@ -167,6 +168,7 @@ double unigram_baseline(const std::vector<std::uint32_t>& train, const std::vect
 
 std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model, std::vector<std::uint32_t> tokens,
                                   std::size_t length, float temperature, std::mt19937_64& generator) {
+    const NoGradientGuard no_graph;
     const std::size_t context = model.dimensions().maximum_context;
     const std::size_t vocabulary = model.dimensions().vocabulary_size;
     for (std::size_t n = 0; n < length; ++n) {

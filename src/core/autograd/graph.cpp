@@ -10,6 +10,10 @@
 
 namespace riftco_transformer::detail {
 
+namespace {
+thread_local bool recording_disabled = false;
+}  // namespace
+
 CounterCells& counter_cells() noexcept {
     static CounterCells cells;
     return cells;
@@ -61,6 +65,7 @@ Variable make_result_from(std::string_view operation, Tensor value,
         const auto& node = require_defined(*inputs[i], operation, "input");
         any_requires = any_requires || node->requires_gradient;
     }
+    any_requires = any_requires && !recording_disabled;
     auto node = std::make_shared<Node>();
     node->value = std::move(value);
     node->serial = next_node_serial();
@@ -226,3 +231,15 @@ std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
 }
 
 }  // namespace riftco_transformer::detail
+
+namespace riftco_transformer {
+
+NoGradientGuard::NoGradientGuard() noexcept : previous_(detail::recording_disabled) {
+    detail::recording_disabled = true;
+}
+
+NoGradientGuard::~NoGradientGuard() { detail::recording_disabled = previous_; }
+
+bool gradient_recording_disabled() noexcept { return detail::recording_disabled; }
+
+}  // namespace riftco_transformer

@@ -96,6 +96,22 @@ private:
     std::shared_ptr<detail::Node> node_;
 };
 
+// While a guard is alive on a thread, operations on that thread record no graph: every result
+// is a detached constant (evaluation, sampling, serving). Guards nest.
+class NoGradientGuard {
+public:
+    NoGradientGuard() noexcept;
+    ~NoGradientGuard();
+    NoGradientGuard(const NoGradientGuard&) = delete;
+    NoGradientGuard& operator=(const NoGradientGuard&) = delete;
+
+private:
+    bool previous_;
+};
+
+// True while a NoGradientGuard is alive on the calling thread.
+[[nodiscard]] bool gradient_recording_disabled() noexcept;
+
 // Process-wide counters that make the frugality guarantees observable.
 struct AutogradCounters {
     std::uint64_t nodes_created = 0;             // interior (non-leaf) nodes
