@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/backend/cpu/attention_reference.hpp"
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
@@ -136,6 +137,41 @@ TEST(Attention, ProbabilitiesUpstreamReachesOnlyQueryAndKey) {
     EXPECT_TRUE(q.has_gradient());
     EXPECT_TRUE(k.has_gradient());
     EXPECT_FALSE(v.has_gradient());
+}
+
+}  // namespace riftco_transformer
+
+
+namespace riftco_transformer {
+
+TEST(FlashAttention, FastTilesMatchTheReadableTile8ReferenceForwardAndBackward) {
+    for (const std::size_t time : {1U, 8U, 9U, 63U, 64U, 65U, 129U}) {
+        const std::size_t items = 3;
+        const std::size_t width = 8;
+        const Inputs in = make_inputs(1, items, time, width, static_cast<std::uint32_t>(time) + 40U);
+        const Tensor q(in.shape, in.q), k(in.shape, in.k), v(in.shape, in.v);
+        const tensor_ops::FlashAttentionResult fast = tensor_ops::flash_attention(q, k, v);
+        const std::vector<float> g = testing::pseudo_random(in.q.size(), -1.0F, 1.0F, 3U);
+        const tensor_ops::FlashAttentionGradients fast_gradients =
+            tensor_ops::flash_attention_backward(q, k, v, fast, Tensor(in.shape, g));
+
+        const float scale = 1.0F / std::sqrt(static_cast<float>(width));
+        std::vector<float> context(in.q.size()), row_max(items * time), row_sum(items * time);
+        detail::flash_attention_reference_forward(in.q.data(), in.k.data(), in.v.data(), items, time, width, scale,
+                                                  context.data(), row_max.data(), row_sum.data());
+        std::vector<float> dq(in.q.size()), dk(in.q.size()), dv(in.q.size());
+        detail::flash_attention_reference_backward(in.q.data(), in.k.data(), in.v.data(), context.data(),
+                                                   row_max.data(), row_sum.data(), g.data(), items, time, width,
+                                                   scale, dq.data(), dk.data(), dv.data());
+        EXPECT_TRUE(testing::all_close(fast.context, testing::to_double(context), 1e-5, 1e-5)) << time;
+        EXPECT_TRUE(testing::all_close(fast.row_max, testing::to_double(row_max), 1e-5, 1e-5)) << time;
+        EXPECT_TRUE(testing::all_close(fast.row_sum, testing::to_double(row_sum), 1e-5, 1e-5)) << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.query, testing::to_double(dq), 2e-5, 1e-4)) << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.key, testing::to_double(dk), 2e-5, 1e-4)) << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.value, testing::to_double(dv), 2e-5, 1e-4)) << time;
+        // The reference itself against the straightforward double oracle.
+        EXPECT_TRUE(testing::all_close(context, oracle_attention(in.q, in.k, in.v, items, time, width), 1e-6, 1e-5));
+    }
 }
 
 }  // namespace riftco_transformer

@@ -3,13 +3,16 @@
 // Fits a tokenizer (BPE by default) on the training part of the corpus, trains the decoder
 // with Adam (warmup + cosine schedule, global-norm clipping), prints step, loss, tokens/s and
 // an ETA, reports held-out loss against the unigram baseline of the same tokenizer, and ends
-// by sampling text. Exit status 0 only when the held-out loss beats the baseline.
+// by sampling text. Exit status 0 only when the held-out loss beats the baseline (by at least
+// --require-improvement nats).
 //
 //   riftco-train [--steps N] [--batch B] [--context T] [--width D] [--heads H] [--blocks N]
 //                [--feed-forward F] [--tokenizer bpe|byte] [--vocabulary V]
 //                [--learning-rate LR] [--warmup S] [--attention materialized|flash]
 //                [--activation-checkpointing disabled|block] [--seed S]
 //                [--sample-length L] [--temperature T] [--corpus-dir DIR]
+//                [--require-improvement NATS]   (exit 1 unless held-out loss is at least this
+//                                                far below the unigram baseline; default 0)
 
 #include <algorithm>
 #include <chrono>
@@ -53,6 +56,7 @@ struct Options {
     std::uint64_t seed = 1234;
     std::size_t sample_length = 200;
     float temperature = 0.8F;
+    double required_improvement = 0.0;
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
 };
 
@@ -107,6 +111,13 @@ Options parse(int argc, char** argv) {
         else if (flag == "--sample-length") o.sample_length = positive(flag, v);
         else if (flag == "--temperature") o.temperature = static_cast<float>(positive_real(flag, v));
         else if (flag == "--corpus-dir") o.corpus_dir = v;
+        else if (flag == "--require-improvement") {
+            std::size_t used = 0;
+            o.required_improvement = std::stod(v, &used);
+            if (used != v.size() || !std::isfinite(o.required_improvement) || o.required_improvement < 0.0) {
+                throw std::invalid_argument("--require-improvement needs a non-negative number (got '" + v + "')");
+            }
+        }
         else throw std::invalid_argument("unknown flag " + flag + " (see --help)");
     }
     if (o.warmup >= o.steps) o.warmup = o.steps / 10;
@@ -256,7 +267,7 @@ int main(int argc, char** argv) {
         const std::vector<std::uint32_t> generated = sample(model, prompt, o.sample_length, o.temperature, sampler);
         const std::vector<std::uint8_t> bytes = tokenizer->decode_bytes(generated);
         std::cout << std::string(bytes.begin(), bytes.end()) << "\n";
-        return held_out_loss < baseline ? 0 : 1;
+        return baseline - held_out_loss > o.required_improvement ? 0 : 1;
     } catch (const std::exception& error) {
         std::cerr << "riftco-train: " << error.what() << '\n';
         return 2;
