@@ -26,14 +26,17 @@ std::vector<double> oracle_attention(const std::vector<float>& q, const std::vec
             double max = -INFINITY;
             for (std::size_t j = 0; j <= i; ++j) {
                 double dot = 0.0;
-                for (std::size_t d = 0; d < width; ++d) dot += static_cast<double>(q[base + i * width + d]) * k[base + j * width + d];
+                for (std::size_t d = 0; d < width; ++d)
+                    dot += static_cast<double>(q[base + i * width + d]) * k[base + j * width + d];
                 weights[j] = dot * scale;
                 max = std::max(max, weights[j]);
             }
             double total = 0.0;
-            for (double& w : weights) total += (w = std::exp(w - max));
+            for (double& w : weights)
+                total += (w = std::exp(w - max));
             for (std::size_t j = 0; j <= i; ++j) {
-                for (std::size_t d = 0; d < width; ++d) out[base + i * width + d] += weights[j] / total * v[base + j * width + d];
+                for (std::size_t d = 0; d < width; ++d)
+                    out[base + i * width + d] += weights[j] / total * v[base + j * width + d];
             }
         }
     }
@@ -45,9 +48,11 @@ struct Inputs {
     Shape shape;
 };
 
-Inputs make_inputs(std::size_t batch, std::size_t heads, std::size_t time, std::size_t width, std::uint32_t seed) {
+Inputs make_inputs(std::size_t batch, std::size_t heads, std::size_t time, std::size_t width,
+                   std::uint32_t seed) {
     const std::size_t count = batch * heads * time * width;
-    return {testing::pseudo_random(count, -1.5F, 1.5F, seed), testing::pseudo_random(count, -1.5F, 1.5F, seed + 1),
+    return {testing::pseudo_random(count, -1.5F, 1.5F, seed),
+            testing::pseudo_random(count, -1.5F, 1.5F, seed + 1),
             testing::pseudo_random(count, -1.0F, 1.0F, seed + 2), Shape{batch, heads, time, width}};
 }
 
@@ -56,10 +61,15 @@ Inputs make_inputs(std::size_t batch, std::size_t heads, std::size_t time, std::
 TEST(Attention, BothKindsMatchTheDoubleOracleAcrossTileBoundaries) {
     for (const std::size_t time : {1U, 7U, 64U, 65U, 150U}) {
         const Inputs in = make_inputs(2, 3, time, 16, static_cast<std::uint32_t>(time));
-        const Variable q(Tensor(in.shape, in.q)), k(Tensor(in.shape, in.k)), v(Tensor(in.shape, in.v));
+        const Variable q(Tensor(in.shape, in.q)), k(Tensor(in.shape, in.k)),
+            v(Tensor(in.shape, in.v));
         const std::vector<double> expected = oracle_attention(in.q, in.k, in.v, 6, time, 16);
-        EXPECT_TRUE(testing::all_close(causal_attention(q, k, v, AttentionKind::Materialized).value(), expected, 1e-5, 1e-5)) << time;
-        EXPECT_TRUE(testing::all_close(causal_attention(q, k, v, AttentionKind::Flash).value(), expected, 1e-5, 1e-5)) << time;
+        EXPECT_TRUE(testing::all_close(
+            causal_attention(q, k, v, AttentionKind::Materialized).value(), expected, 1e-5, 1e-5))
+            << time;
+        EXPECT_TRUE(testing::all_close(causal_attention(q, k, v, AttentionKind::Flash).value(),
+                                       expected, 1e-5, 1e-5))
+            << time;
     }
 }
 
@@ -77,7 +87,9 @@ TEST(Attention, FlashEqualsMaterializedWithinContractTolerancesForwardAndBackwar
     }
     EXPECT_TRUE(testing::all_close(outputs[1], testing::to_double(outputs[0]), 3e-5, 0.0));
     for (std::size_t i = 0; i < 3; ++i) {
-        EXPECT_TRUE(testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 5e-5, 0.0)) << i;
+        EXPECT_TRUE(
+            testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 5e-5, 0.0))
+            << i;
     }
 }
 
@@ -93,13 +105,17 @@ TEST(Attention, FlashGradientsMatchFiniteDifferences) {
             const std::vector<float>& vv = which == 2 ? values : in.v;
             const std::vector<double> out = oracle_attention(qq, kk, vv, 1, 5, 4);
             double total = 0.0;
-            for (std::size_t i = 0; i < out.size(); ++i) total += out[i] * weights[i];
+            for (std::size_t i = 0; i < out.size(); ++i)
+                total += out[i] * weights[i];
             return total;
         };
     };
-    EXPECT_TRUE(testing::all_close(q.gradient(), testing::finite_difference_gradient(objective(0), in.q, 1e-3), 2e-3, 0.0));
-    EXPECT_TRUE(testing::all_close(k.gradient(), testing::finite_difference_gradient(objective(1), in.k, 1e-3), 2e-3, 0.0));
-    EXPECT_TRUE(testing::all_close(v.gradient(), testing::finite_difference_gradient(objective(2), in.v, 1e-3), 2e-3, 0.0));
+    EXPECT_TRUE(testing::all_close(
+        q.gradient(), testing::finite_difference_gradient(objective(0), in.q, 1e-3), 2e-3, 0.0));
+    EXPECT_TRUE(testing::all_close(
+        k.gradient(), testing::finite_difference_gradient(objective(1), in.k, 1e-3), 2e-3, 0.0));
+    EXPECT_TRUE(testing::all_close(
+        v.gradient(), testing::finite_difference_gradient(objective(2), in.v, 1e-3), 2e-3, 0.0));
 }
 
 TEST(Attention, FlashKeepsNoQuadraticBuffer) {
@@ -116,24 +132,32 @@ TEST(Attention, FlashKeepsNoQuadraticBuffer) {
 }
 
 TEST(Attention, ValidationIsSharedByBothKinds) {
-    const Variable q(Tensor({1, 1, 4, 2}, 0.5F)), k(Tensor({1, 1, 4, 3}, 0.5F)), v(Tensor({1, 1, 4, 2}, 0.5F));
+    const Variable q(Tensor({1, 1, 4, 2}, 0.5F)), k(Tensor({1, 1, 4, 3}, 0.5F)),
+        v(Tensor({1, 1, 4, 2}, 0.5F));
     for (const auto kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
         EXPECT_THROW(static_cast<void>(causal_attention(q, k, v, kind)), std::invalid_argument);
         const Variable flat(Tensor({4, 2}, 0.5F));
-        EXPECT_THROW(static_cast<void>(causal_attention(flat, flat, flat, kind)), std::invalid_argument);
+        EXPECT_THROW(static_cast<void>(causal_attention(flat, flat, flat, kind)),
+                     std::invalid_argument);
         Tensor bad({1, 1, 4, 2}, 0.5F);
         bad.set_flat(0, NAN);
         const Variable nan_query(bad);
-        EXPECT_THROW(static_cast<void>(causal_attention(nan_query, Variable(bad), Variable(bad), kind)), std::domain_error);
+        EXPECT_THROW(
+            static_cast<void>(causal_attention(nan_query, Variable(bad), Variable(bad), kind)),
+            std::domain_error);
     }
-    EXPECT_THROW(static_cast<void>(causal_attention(q, q, q, static_cast<AttentionKind>(9))), std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(causal_attention(q, q, q, static_cast<AttentionKind>(9))),
+                 std::invalid_argument);
 }
 
 TEST(Attention, ProbabilitiesUpstreamReachesOnlyQueryAndKey) {
     const Inputs in = make_inputs(1, 2, 6, 4, 21);
     Variable q(Tensor(in.shape, in.q)), k(Tensor(in.shape, in.k)), v(Tensor(in.shape, in.v));
     const AttentionOutputs outputs = causal_scaled_dot_product_attention(q, k, v);
-    sum(outputs.probabilities * Variable(Tensor(outputs.probabilities.shape(), testing::pseudo_random(72, -1.0F, 1.0F, 4)), false)).backward();
+    sum(outputs.probabilities *
+        Variable(Tensor(outputs.probabilities.shape(), testing::pseudo_random(72, -1.0F, 1.0F, 4)),
+                 false))
+        .backward();
     EXPECT_TRUE(q.has_gradient());
     EXPECT_TRUE(k.has_gradient());
     EXPECT_FALSE(v.has_gradient());
@@ -141,14 +165,14 @@ TEST(Attention, ProbabilitiesUpstreamReachesOnlyQueryAndKey) {
 
 }  // namespace riftco_transformer
 
-
 namespace riftco_transformer {
 
 TEST(FlashAttention, FastTilesMatchTheReadableTile8ReferenceForwardAndBackward) {
     for (const std::size_t time : {1U, 8U, 9U, 63U, 64U, 65U, 129U}) {
         const std::size_t items = 3;
         const std::size_t width = 8;
-        const Inputs in = make_inputs(1, items, time, width, static_cast<std::uint32_t>(time) + 40U);
+        const Inputs in =
+            make_inputs(1, items, time, width, static_cast<std::uint32_t>(time) + 40U);
         const Tensor q(in.shape, in.q), k(in.shape, in.k), v(in.shape, in.v);
         const tensor_ops::FlashAttentionResult fast = tensor_ops::flash_attention(q, k, v);
         const std::vector<float> g = testing::pseudo_random(in.q.size(), -1.0F, 1.0F, 3U);
@@ -157,20 +181,28 @@ TEST(FlashAttention, FastTilesMatchTheReadableTile8ReferenceForwardAndBackward) 
 
         const float scale = 1.0F / std::sqrt(static_cast<float>(width));
         std::vector<float> context(in.q.size()), row_max(items * time), row_sum(items * time);
-        detail::flash_attention_reference_forward(in.q.data(), in.k.data(), in.v.data(), items, time, width, scale,
-                                                  context.data(), row_max.data(), row_sum.data());
+        detail::flash_attention_reference_forward(in.q.data(), in.k.data(), in.v.data(), items,
+                                                  time, width, scale, context.data(),
+                                                  row_max.data(), row_sum.data());
         std::vector<float> dq(in.q.size()), dk(in.q.size()), dv(in.q.size());
-        detail::flash_attention_reference_backward(in.q.data(), in.k.data(), in.v.data(), context.data(),
-                                                   row_max.data(), row_sum.data(), g.data(), items, time, width,
-                                                   scale, dq.data(), dk.data(), dv.data());
-        EXPECT_TRUE(testing::all_close(fast.context, testing::to_double(context), 1e-5, 1e-5)) << time;
-        EXPECT_TRUE(testing::all_close(fast.row_max, testing::to_double(row_max), 1e-5, 1e-5)) << time;
-        EXPECT_TRUE(testing::all_close(fast.row_sum, testing::to_double(row_sum), 1e-5, 1e-5)) << time;
-        EXPECT_TRUE(testing::all_close(fast_gradients.query, testing::to_double(dq), 2e-5, 1e-4)) << time;
-        EXPECT_TRUE(testing::all_close(fast_gradients.key, testing::to_double(dk), 2e-5, 1e-4)) << time;
-        EXPECT_TRUE(testing::all_close(fast_gradients.value, testing::to_double(dv), 2e-5, 1e-4)) << time;
+        detail::flash_attention_reference_backward(
+            in.q.data(), in.k.data(), in.v.data(), context.data(), row_max.data(), row_sum.data(),
+            g.data(), items, time, width, scale, dq.data(), dk.data(), dv.data());
+        EXPECT_TRUE(testing::all_close(fast.context, testing::to_double(context), 1e-5, 1e-5))
+            << time;
+        EXPECT_TRUE(testing::all_close(fast.row_max, testing::to_double(row_max), 1e-5, 1e-5))
+            << time;
+        EXPECT_TRUE(testing::all_close(fast.row_sum, testing::to_double(row_sum), 1e-5, 1e-5))
+            << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.query, testing::to_double(dq), 2e-5, 1e-4))
+            << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.key, testing::to_double(dk), 2e-5, 1e-4))
+            << time;
+        EXPECT_TRUE(testing::all_close(fast_gradients.value, testing::to_double(dv), 2e-5, 1e-4))
+            << time;
         // The reference itself against the straightforward double oracle.
-        EXPECT_TRUE(testing::all_close(context, oracle_attention(in.q, in.k, in.v, items, time, width), 1e-6, 1e-5));
+        EXPECT_TRUE(testing::all_close(
+            context, oracle_attention(in.q, in.k, in.v, items, time, width), 1e-6, 1e-5));
     }
 }
 

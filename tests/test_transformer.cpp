@@ -5,17 +5,23 @@
 
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/optim/adam.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
 
 TransformerDimensions reference_tiny() {
-    return {.vocabulary_size = 27, .maximum_context = 16, .model_width = 32, .head_count = 4,
-            .block_count = 2, .feed_forward_width = 64};
+    return {.vocabulary_size = 27,
+            .maximum_context = 16,
+            .model_width = 32,
+            .head_count = 4,
+            .block_count = 2,
+            .feed_forward_width = 64};
 }
 
-std::vector<std::uint32_t> tokens_for(std::size_t count, std::uint32_t vocabulary, std::uint32_t seed) {
+std::vector<std::uint32_t> tokens_for(std::size_t count, std::uint32_t vocabulary,
+                                      std::uint32_t seed) {
     std::vector<std::uint32_t> tokens(count);
     std::uint32_t state = seed;
     for (auto& token : tokens) {
@@ -31,10 +37,12 @@ TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
     std::mt19937 generator(7);
     const DecoderOnlyTransformer model(reference_tiny(), generator);
     EXPECT_EQ(model.parameter_count(), 19419U);
-    // 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V by hand: 1728 + 512 + 2·(4096 + 4096 + 288 + 64) + 64 + 27
+    // 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V by hand: 1728 + 512 + 2·(4096 + 4096 + 288 + 64) +
+    // 64 + 27
     EXPECT_EQ(1728U + 512U + 2U * (4096U + 4096U + 288U + 64U) + 64U + 27U, 19419U);
     std::vector<std::string> names;
-    for (const auto& named : model.parameters()) names.push_back(named.name);
+    for (const auto& named : model.parameters())
+        names.push_back(named.name);
     std::vector<std::string> expected = {"token_embedding.weight", "position_embedding.weight"};
     for (const char* block : {"blocks.0.", "blocks.1."}) {
         for (const char* name :
@@ -69,26 +77,64 @@ TEST(Transformer, SameSeedGivesBitIdenticalWeights) {
 }
 
 TEST(Transformer, LaterTokensLeaveEarlierLogitsBitIdentical) {
-    std::mt19937 generator(3);
-    const DecoderOnlyTransformer model(reference_tiny(), generator);
-    const std::size_t batch = 2;
-    const std::size_t time = 12;
-    std::vector<std::uint32_t> tokens = tokens_for(batch * time, 27, 5);
-    const std::vector<float> before = model.forward(tokens, {batch, time}).value().to_host();
-    const std::size_t cut = 7;
-    for (std::size_t b = 0; b < batch; ++b) {
-        for (std::size_t t = cut + 1; t < time; ++t) tokens[b * time + t] = (tokens[b * time + t] + 11) % 27;
+    for (const auto kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
+        std::mt19937 generator(3);
+        DecoderOnlyTransformer model(reference_tiny(), generator);
+        model.set_attention(kind);
+        const std::size_t batch = 2;
+        const std::size_t time = 12;
+        std::vector<std::uint32_t> tokens = tokens_for(batch * time, 27, 5);
+        const std::vector<float> before = model.forward(tokens, {batch, time}).value().to_host();
+        const std::size_t cut = 7;
+        for (std::size_t b = 0; b < batch; ++b) {
+            for (std::size_t t = cut + 1; t < time; ++t)
+                tokens[b * time + t] = (tokens[b * time + t] + 11) % 27;
+        }
+        const std::vector<float> after = model.forward(tokens, {batch, time}).value().to_host();
+        for (std::size_t b = 0; b < batch; ++b) {
+            const std::size_t begin = b * time * 27;
+            const std::vector<float> early_before(
+                before.begin() + static_cast<std::ptrdiff_t>(begin),
+                before.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
+            const std::vector<float> early_after(
+                after.begin() + static_cast<std::ptrdiff_t>(begin),
+                after.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
+            EXPECT_TRUE(testing::bit_identical(early_before, early_after)) << "row " << b;
+        }
+        EXPECT_FALSE(testing::bit_identical(before, after));
     }
-    const std::vector<float> after = model.forward(tokens, {batch, time}).value().to_host();
-    for (std::size_t b = 0; b < batch; ++b) {
-        const std::size_t begin = b * time * 27;
-        const std::vector<float> early_before(before.begin() + static_cast<std::ptrdiff_t>(begin),
-                                              before.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
-        const std::vector<float> early_after(after.begin() + static_cast<std::ptrdiff_t>(begin),
-                                             after.begin() + static_cast<std::ptrdiff_t>(begin + (cut + 1) * 27));
-        EXPECT_TRUE(testing::bit_identical(early_before, early_after)) << "row " << b;
+}
+
+TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
+    std::mt19937 plain_generator(17);
+    std::mt19937 checkpointed_generator(17);
+    DecoderOnlyTransformer plain(reference_tiny(), plain_generator);
+    DecoderOnlyTransformer checkpointed(reference_tiny(), checkpointed_generator, 1e-5F,
+                                        AttentionKind::Flash,
+                                        ActivationCheckpointing::TransformerBlock);
+    plain.set_attention(AttentionKind::Flash);
+    Adam plain_adam(plain.parameters());
+    Adam checkpointed_adam(checkpointed.parameters());
+    for (std::uint32_t step = 0; step < 3; ++step) {
+        const std::vector<std::uint32_t> tokens = tokens_for(2 * 10, 27, 30 + step);
+        const std::vector<std::uint32_t> targets = tokens_for(2 * 10, 27, 40 + step);
+        Variable plain_loss = cross_entropy(plain.forward(tokens, {2, 10}), targets);
+        Variable checkpointed_loss = cross_entropy(checkpointed.forward(tokens, {2, 10}), targets);
+        EXPECT_NEAR(plain_loss.value().item(), checkpointed_loss.value().item(), 1e-6);
+        plain_loss.backward();
+        checkpointed_loss.backward();
+        const AdamStepStats a = plain_adam.step();
+        const AdamStepStats b = checkpointed_adam.step();
+        EXPECT_NEAR(a.gradient_norm, b.gradient_norm, 1e-6 * a.gradient_norm);
     }
-    EXPECT_FALSE(testing::bit_identical(before, after));
+    const ParameterList p = plain.parameters();
+    const ParameterList c = checkpointed.parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        EXPECT_TRUE(testing::all_close(c[i].parameter.value(),
+                                       testing::to_double(p[i].parameter.value().to_host()), 1e-6,
+                                       1e-6))
+            << p[i].name;
+    }
 }
 
 TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
@@ -100,7 +146,8 @@ TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
     Variable plain = plain_loss;
     plain.backward();
     std::vector<std::vector<float>> plain_gradients;
-    for (const auto& named : model.parameters()) plain_gradients.push_back(named.parameter.gradient().to_host());
+    for (const auto& named : model.parameters())
+        plain_gradients.push_back(named.parameter.gradient().to_host());
 
     model.set_activation_checkpointing(ActivationCheckpointing::TransformerBlock);
     Variable checkpointed = cross_entropy(model.forward(tokens, {2, 8}), targets);
@@ -125,15 +172,18 @@ TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
         Variable logits = model.forward(tokens, {3, 16});
         std::vector<std::vector<float>> result{logits.value().to_host()};
         cross_entropy(logits, targets).backward();
-        for (const auto& named : model.parameters()) result.push_back(named.parameter.gradient().to_host());
+        for (const auto& named : model.parameters())
+            result.push_back(named.parameter.gradient().to_host());
         return result;
     };
     const auto reference = run(AttentionKind::Materialized, ActivationCheckpointing::Disabled);
-    for (const auto checkpointing : {ActivationCheckpointing::Disabled, ActivationCheckpointing::TransformerBlock}) {
+    for (const auto checkpointing :
+         {ActivationCheckpointing::Disabled, ActivationCheckpointing::TransformerBlock}) {
         const auto flash = run(AttentionKind::Flash, checkpointing);
         EXPECT_TRUE(testing::all_close(flash[0], testing::to_double(reference[0]), 3e-5, 0.0));
         for (std::size_t i = 1; i < flash.size(); ++i) {
-            EXPECT_TRUE(testing::all_close(flash[i], testing::to_double(reference[i]), 5e-5, 0.0)) << i;
+            EXPECT_TRUE(testing::all_close(flash[i], testing::to_double(reference[i]), 5e-5, 0.0))
+                << i;
         }
     }
     EXPECT_THROW(model.set_attention(static_cast<AttentionKind>(5)), std::invalid_argument);
@@ -141,8 +191,12 @@ TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
 }
 
 TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
-    const TransformerDimensions dims{.vocabulary_size = 11, .maximum_context = 6, .model_width = 8,
-                                     .head_count = 2, .block_count = 1, .feed_forward_width = 12};
+    const TransformerDimensions dims{.vocabulary_size = 11,
+                                     .maximum_context = 6,
+                                     .model_width = 8,
+                                     .head_count = 2,
+                                     .block_count = 1,
+                                     .feed_forward_width = 12};
     std::mt19937 generator(5);
     DecoderOnlyTransformer model(dims, generator);
     const std::vector<std::uint32_t> tokens = tokens_for(2 * 5, 11, 1);
@@ -154,16 +208,19 @@ TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
         const std::vector<float> analytic = parameter.gradient().to_host();
         std::vector<float> values = parameter.value().to_host();
         // Probe a few elements of each parameter with centred differences (eps 1e-2).
-        for (std::size_t i = 0; i < values.size(); i += std::max<std::size_t>(1, values.size() / 3)) {
+        for (std::size_t i = 0; i < values.size();
+             i += std::max<std::size_t>(1, values.size() / 3)) {
             const float original = values[i];
             const auto loss_at = [&](float v) {
                 values[i] = v;
                 parameter.set_value(Tensor(parameter.shape(), values));
-                return static_cast<double>(cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
+                return static_cast<double>(
+                    cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
             };
             const double numeric = (loss_at(original + 1e-2F) - loss_at(original - 1e-2F)) / 2e-2;
             loss_at(original);
-            EXPECT_NEAR(analytic[i], numeric, 5e-3 + 5e-3 * std::fabs(numeric)) << named.name << "[" << i << "]";
+            EXPECT_NEAR(analytic[i], numeric, 5e-3 + 5e-3 * std::fabs(numeric))
+                << named.name << "[" << i << "]";
         }
     }
 }
@@ -179,9 +236,10 @@ TEST(Transformer, RejectsBadDimensionsAndInputs) {
     EXPECT_THROW(DecoderOnlyTransformer(reference_tiny(), generator, 0.0F), std::invalid_argument);
     const DecoderOnlyTransformer model(reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens(17, 1);
-    EXPECT_THROW(static_cast<void>(model.forward(tokens, {1, 17})), std::invalid_argument);  // T > C
-    EXPECT_THROW(static_cast<void>(model.forward(tokens, {2, 8})), std::invalid_argument);   // count
-    EXPECT_THROW(static_cast<void>(model.forward(tokens, {17})), std::invalid_argument);     // rank
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {1, 17})),
+                 std::invalid_argument);                                                    // T > C
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {2, 8})), std::invalid_argument);  // count
+    EXPECT_THROW(static_cast<void>(model.forward(tokens, {17})), std::invalid_argument);    // rank
     const std::vector<std::uint32_t> out_of_range = {1, 27};
     EXPECT_THROW(static_cast<void>(model.forward(out_of_range, {1, 2})), std::out_of_range);
 }

@@ -86,48 +86,76 @@ Options parse(int argc, char** argv) {
             std::cout << "see the comment at the top of examples/cpp/train_gpt.cpp for flags\n";
             std::exit(0);
         }
-        if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+        if (i + 1 >= argc)
+            throw std::invalid_argument(flag + " needs a value");
         const std::string v = argv[++i];
-        if (flag == "--steps") o.steps = positive(flag, v);
-        else if (flag == "--batch") o.batch = positive(flag, v);
-        else if (flag == "--context") o.context = positive(flag, v);
-        else if (flag == "--width") o.width = positive(flag, v);
-        else if (flag == "--heads") o.heads = positive(flag, v);
-        else if (flag == "--blocks") o.blocks = positive(flag, v);
-        else if (flag == "--feed-forward") o.feed_forward = positive(flag, v);
-        else if (flag == "--tokenizer") o.tokenizer = parse_tokenizer_method(v);
-        else if (flag == "--vocabulary") o.vocabulary = positive(flag, v);
-        else if (flag == "--learning-rate") o.learning_rate = positive_real(flag, v);
-        else if (flag == "--warmup") o.warmup = std::stoull(v);
+        if (flag == "--steps")
+            o.steps = positive(flag, v);
+        else if (flag == "--batch")
+            o.batch = positive(flag, v);
+        else if (flag == "--context")
+            o.context = positive(flag, v);
+        else if (flag == "--width")
+            o.width = positive(flag, v);
+        else if (flag == "--heads")
+            o.heads = positive(flag, v);
+        else if (flag == "--blocks")
+            o.blocks = positive(flag, v);
+        else if (flag == "--feed-forward")
+            o.feed_forward = positive(flag, v);
+        else if (flag == "--tokenizer")
+            o.tokenizer = parse_tokenizer_method(v);
+        else if (flag == "--vocabulary")
+            o.vocabulary = positive(flag, v);
+        else if (flag == "--learning-rate")
+            o.learning_rate = positive_real(flag, v);
+        else if (flag == "--warmup")
+            o.warmup = std::stoull(v);
         else if (flag == "--attention") {
-            if (v == "materialized") o.attention = AttentionKind::Materialized;
-            else if (v == "flash") o.attention = AttentionKind::Flash;
-            else throw std::invalid_argument("--attention must be materialized or flash (got '" + v + "')");
+            if (v == "materialized")
+                o.attention = AttentionKind::Materialized;
+            else if (v == "flash")
+                o.attention = AttentionKind::Flash;
+            else
+                throw std::invalid_argument("--attention must be materialized or flash (got '" + v +
+                                            "')");
         } else if (flag == "--activation-checkpointing") {
-            if (v == "disabled") o.checkpointing = ActivationCheckpointing::Disabled;
-            else if (v == "block") o.checkpointing = ActivationCheckpointing::TransformerBlock;
-            else throw std::invalid_argument("--activation-checkpointing must be disabled or block (got '" + v + "')");
-        } else if (flag == "--seed") o.seed = std::stoull(v);
-        else if (flag == "--sample-length") o.sample_length = positive(flag, v);
-        else if (flag == "--temperature") o.temperature = static_cast<float>(positive_real(flag, v));
-        else if (flag == "--corpus-dir") o.corpus_dir = v;
+            if (v == "disabled")
+                o.checkpointing = ActivationCheckpointing::Disabled;
+            else if (v == "block")
+                o.checkpointing = ActivationCheckpointing::TransformerBlock;
+            else
+                throw std::invalid_argument(
+                    "--activation-checkpointing must be disabled or block (got '" + v + "')");
+        } else if (flag == "--seed")
+            o.seed = std::stoull(v);
+        else if (flag == "--sample-length")
+            o.sample_length = positive(flag, v);
+        else if (flag == "--temperature")
+            o.temperature = static_cast<float>(positive_real(flag, v));
+        else if (flag == "--corpus-dir")
+            o.corpus_dir = v;
         else if (flag == "--require-improvement") {
             std::size_t used = 0;
             o.required_improvement = std::stod(v, &used);
-            if (used != v.size() || !std::isfinite(o.required_improvement) || o.required_improvement < 0.0) {
-                throw std::invalid_argument("--require-improvement needs a non-negative number (got '" + v + "')");
+            if (used != v.size() || !std::isfinite(o.required_improvement) ||
+                o.required_improvement < 0.0) {
+                throw std::invalid_argument(
+                    "--require-improvement needs a non-negative number (got '" + v + "')");
             }
-        }
-        else throw std::invalid_argument("unknown flag " + flag + " (see --help)");
+        } else
+            throw std::invalid_argument("unknown flag " + flag + " (see --help)");
     }
-    if (o.warmup >= o.steps) o.warmup = o.steps / 10;
+    if (o.warmup >= o.steps)
+        o.warmup = o.steps / 10;
     return o;
 }
 
 std::string read_corpus(const std::filesystem::path& directory) {
     std::vector<std::filesystem::path> files;
     for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-        if (entry.path().extension() == ".txt") files.push_back(entry.path());
+        if (entry.path().extension() == ".txt")
+            files.push_back(entry.path());
     }
     std::sort(files.begin(), files.end());
     std::string text;
@@ -135,7 +163,8 @@ std::string read_corpus(const std::filesystem::path& directory) {
         std::ifstream stream(file, std::ios::binary);
         text.append(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
     }
-    if (text.empty()) throw std::runtime_error("no .txt corpus in " + directory.string());
+    if (text.empty())
+        throw std::runtime_error("no .txt corpus in " + directory.string());
     return text;
 }
 
@@ -152,45 +181,53 @@ double evaluate(const DecoderOnlyTransformer& model, const std::vector<std::uint
         inputs.clear();
         targets.clear();
         std::size_t rows = 0;
-        for (; rows < rows_per_batch && start + context + 1 <= tokens.size(); ++rows, start += context) {
+        for (; rows < rows_per_batch && start + context + 1 <= tokens.size();
+             ++rows, start += context) {
             inputs.insert(inputs.end(), tokens.begin() + static_cast<std::ptrdiff_t>(start),
                           tokens.begin() + static_cast<std::ptrdiff_t>(start + context));
             targets.insert(targets.end(), tokens.begin() + static_cast<std::ptrdiff_t>(start + 1),
                            tokens.begin() + static_cast<std::ptrdiff_t>(start + context + 1));
         }
         const Variable logits = model.forward(inputs, {rows, context});
-        total += static_cast<double>(tensor_ops::cross_entropy(logits.value(), targets).loss.item()) *
-                 static_cast<double>(targets.size());
+        total +=
+            static_cast<double>(tensor_ops::cross_entropy(logits.value(), targets).loss.item()) *
+            static_cast<double>(targets.size());
         count += targets.size();
     }
     return total / static_cast<double>(count);
 }
 
 // Cross-entropy of the add-one-smoothed training unigram distribution on held-out tokens.
-double unigram_baseline(const std::vector<std::uint32_t>& train, const std::vector<std::uint32_t>& held_out,
-                        std::size_t vocabulary) {
+double unigram_baseline(const std::vector<std::uint32_t>& train,
+                        const std::vector<std::uint32_t>& held_out, std::size_t vocabulary) {
     std::vector<double> counts(vocabulary, 1.0);
-    for (const std::uint32_t token : train) counts[token] += 1.0;
+    for (const std::uint32_t token : train)
+        counts[token] += 1.0;
     const double total = static_cast<double>(train.size() + vocabulary);
     double loss = 0.0;
-    for (const std::uint32_t token : held_out) loss -= std::log(counts[token] / total);
+    for (const std::uint32_t token : held_out)
+        loss -= std::log(counts[token] / total);
     return loss / static_cast<double>(held_out.size());
 }
 
-std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model, std::vector<std::uint32_t> tokens,
-                                  std::size_t length, float temperature, std::mt19937_64& generator) {
+std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model,
+                                  std::vector<std::uint32_t> tokens, std::size_t length,
+                                  float temperature, std::mt19937_64& generator) {
     const NoGradientGuard no_graph;
     const std::size_t context = model.dimensions().maximum_context;
     const std::size_t vocabulary = model.dimensions().vocabulary_size;
     for (std::size_t n = 0; n < length; ++n) {
         const std::size_t window = std::min(context, tokens.size());
-        const std::vector<std::uint32_t> input(tokens.end() - static_cast<std::ptrdiff_t>(window), tokens.end());
+        const std::vector<std::uint32_t> input(tokens.end() - static_cast<std::ptrdiff_t>(window),
+                                               tokens.end());
         const Tensor logits = model.forward(input, {1, window}).value();
         const Tensor last = tensor_ops::slice(logits, 1, window - 1, 1).reshape({vocabulary});
-        const std::vector<float> p = tensor_ops::softmax(tensor_ops::scale(last, 1.0F / temperature), 0).to_host();
+        const std::vector<float> p =
+            tensor_ops::softmax(tensor_ops::scale(last, 1.0F / temperature), 0).to_host();
         double u = static_cast<double>(generator() >> 11U) * 0x1.0p-53;
         std::uint32_t next = 0;
-        while (next + 1 < vocabulary && u >= p[next]) u -= p[next++];
+        while (next + 1 < vocabulary && u >= p[next])
+            u -= p[next++];
         tokens.push_back(next);
     }
     return tokens;
@@ -209,17 +246,22 @@ int main(int argc, char** argv) {
         const auto fit_start = std::chrono::steady_clock::now();
         TokenizerOptions tokenizer_options;
         tokenizer_options.method = o.tokenizer;
-        if (o.tokenizer == TokenizerMethod::Bpe) tokenizer_options.vocabulary_size = o.vocabulary;
+        if (o.tokenizer == TokenizerMethod::Bpe)
+            tokenizer_options.vocabulary_size = o.vocabulary;
         const auto tokenizer = create_tokenizer(text_bytes(train_text), tokenizer_options);
         // Held-out text is encoded with the training tokenizer; bytes it never saw cannot be
         // encoded by the byte method, so the split keeps whatever the tokenizer accepts.
         const std::vector<std::uint32_t> train = tokenizer->encode_bytes(text_bytes(train_text));
-        const std::vector<std::uint32_t> held_out = tokenizer->encode_bytes(text_bytes(held_out_text));
-        const double fit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
+        const std::vector<std::uint32_t> held_out =
+            tokenizer->encode_bytes(text_bytes(held_out_text));
+        const double fit_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
 
         const TransformerDimensions dims{.vocabulary_size = tokenizer->vocabulary_size(),
-                                         .maximum_context = o.context, .model_width = o.width,
-                                         .head_count = o.heads, .block_count = o.blocks,
+                                         .maximum_context = o.context,
+                                         .model_width = o.width,
+                                         .head_count = o.heads,
+                                         .block_count = o.blocks,
                                          .feed_forward_width = o.feed_forward};
         std::mt19937 init_generator(static_cast<std::mt19937::result_type>(o.seed));
         DecoderOnlyTransformer model(dims, init_generator, 1e-5F, o.attention, o.checkpointing);
@@ -231,31 +273,37 @@ int main(int argc, char** argv) {
 
         std::cout << "corpus: " << text.size() << " bytes (" << train.size() << " training, "
                   << held_out.size() << " held-out tokens); " << tokenizer_method_name(o.tokenizer)
-                  << " tokenizer, vocabulary " << dims.vocabulary_size << ", fitted in " << std::fixed
-                  << std::setprecision(2) << fit_seconds << " s\n"
+                  << " tokenizer, vocabulary " << dims.vocabulary_size << ", fitted in "
+                  << std::fixed << std::setprecision(2) << fit_seconds << " s\n"
                   << "model: D=" << o.width << " H=" << o.heads << " N=" << o.blocks
-                  << " F=" << o.feed_forward << " T=" << o.context << ", " << model.parameter_count()
-                  << " parameters; batch " << o.batch << ", "
-                  << (o.attention == AttentionKind::Flash ? "flash" : "materialized") << " attention, "
-                  << cpu_thread_count() << " CPU threads\n";
+                  << " F=" << o.feed_forward << " T=" << o.context << ", "
+                  << model.parameter_count() << " parameters; batch " << o.batch << ", "
+                  << (o.attention == AttentionKind::Flash ? "flash" : "materialized")
+                  << " attention, " << cpu_thread_count() << " CPU threads\n";
 
         const auto start = std::chrono::steady_clock::now();
         double smoothed = 0.0;
         for (std::size_t step = 1; step <= o.steps; ++step) {
             const TrainingBatch batch = batches.next();
-            Variable loss = cross_entropy(model.forward(batch.inputs, {o.batch, o.context}), batch.targets);
+            Variable loss =
+                cross_entropy(model.forward(batch.inputs, {o.batch, o.context}), batch.targets);
             const double value = loss.value().item();
             loss.backward();
             const AdamStepStats stats = adam.step();
             smoothed = step == 1 ? value : 0.9 * smoothed + 0.1 * value;
             if (step % 25 == 0 || step == 1 || step == o.steps) {
-                const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                const double seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 const double rate = static_cast<double>(step * o.batch * o.context) / seconds;
-                std::cout << "step " << std::setw(5) << step << "  loss " << std::setprecision(4) << smoothed
-                          << "  lr " << std::scientific << std::setprecision(2) << stats.learning_rate << std::fixed
-                          << "  grad-norm " << std::setprecision(3) << stats.gradient_norm << "  "
-                          << std::setprecision(0) << rate << " tokens/s  eta " << std::setprecision(1)
-                          << seconds / static_cast<double>(step) * static_cast<double>(o.steps - step) << " s\n";
+                std::cout << "step " << std::setw(5) << step << "  loss " << std::setprecision(4)
+                          << smoothed << "  lr " << std::scientific << std::setprecision(2)
+                          << stats.learning_rate << std::fixed << "  grad-norm "
+                          << std::setprecision(3) << stats.gradient_norm << "  "
+                          << std::setprecision(0) << rate << " tokens/s  eta "
+                          << std::setprecision(1)
+                          << seconds / static_cast<double>(step) *
+                                 static_cast<double>(o.steps - step)
+                          << " s\n";
             }
         }
         const double held_out_loss = evaluate(model, held_out, o.context);
@@ -263,8 +311,10 @@ int main(int argc, char** argv) {
         std::cout << std::setprecision(4) << "held-out loss " << held_out_loss
                   << " nats/token; unigram baseline " << baseline << " nats/token\n\n";
         std::mt19937_64 sampler(o.seed + 2);
-        const std::vector<std::uint32_t> prompt = tokenizer->encode_bytes(text_bytes(std::string("Alice ")));
-        const std::vector<std::uint32_t> generated = sample(model, prompt, o.sample_length, o.temperature, sampler);
+        const std::vector<std::uint32_t> prompt =
+            tokenizer->encode_bytes(text_bytes(std::string("Alice ")));
+        const std::vector<std::uint32_t> generated =
+            sample(model, prompt, o.sample_length, o.temperature, sampler);
         const std::vector<std::uint8_t> bytes = tokenizer->decode_bytes(generated);
         std::cout << std::string(bytes.begin(), bytes.end()) << "\n";
         return baseline - held_out_loss > o.required_improvement ? 0 : 1;

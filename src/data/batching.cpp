@@ -15,7 +15,8 @@ std::uint64_t uniform_index(std::mt19937_64& generator, std::uint64_t bound) {
     const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
                                 std::numeric_limits<std::uint64_t>::max() % bound;
     std::uint64_t draw = generator();
-    while (draw >= limit) draw = generator();
+    while (draw >= limit)
+        draw = generator();
     return draw % bound;
 }
 
@@ -74,8 +75,10 @@ TrainingBatch WindowBatchSource::next() {
             start = uniform_index(generator_, sequences_[sequence_index].size() - context_size_);
         }
         const std::uint32_t* window_begin = sequences_[sequence_index].data() + start;
-        std::copy_n(window_begin, context_size_, batch.inputs.begin() + static_cast<std::ptrdiff_t>(row * context_size_));
-        std::copy_n(window_begin + 1, context_size_, batch.targets.begin() + static_cast<std::ptrdiff_t>(row * context_size_));
+        std::copy_n(window_begin, context_size_,
+                    batch.inputs.begin() + static_cast<std::ptrdiff_t>(row * context_size_));
+        std::copy_n(window_begin + 1, context_size_,
+                    batch.targets.begin() + static_cast<std::ptrdiff_t>(row * context_size_));
     }
     ++batches_emitted_;
     return batch;
@@ -84,7 +87,8 @@ TrainingBatch WindowBatchSource::next() {
 std::vector<TrainingBatch> fixed_batches(BatchSource& source, std::size_t count) {
     std::vector<TrainingBatch> batches;
     batches.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) batches.push_back(source.next());
+    for (std::size_t i = 0; i < count; ++i)
+        batches.push_back(source.next());
     return batches;
 }
 

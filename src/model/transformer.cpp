@@ -24,10 +24,13 @@ void validate(const TransformerDimensions& d, float epsilon) {
         d.head_count == 0 || d.block_count == 0 || d.feed_forward_width == 0) {
         fail("every dimension must be positive");
     }
-    if (d.model_width % d.head_count != 0) fail("model_width must be a multiple of head_count");
+    if (d.model_width % d.head_count != 0)
+        fail("model_width must be a multiple of head_count");
     constexpr std::size_t id_limit = std::numeric_limits<std::uint32_t>::max();
-    if (d.vocabulary_size - 1 > id_limit) fail("vocabulary ids must fit in uint32");
-    if (d.maximum_context - 1 > id_limit) fail("positions must fit in uint32");
+    if (d.vocabulary_size - 1 > id_limit)
+        fail("vocabulary ids must fit in uint32");
+    if (d.maximum_context - 1 > id_limit)
+        fail("positions must fit in uint32");
     if (!std::isfinite(epsilon) || !(epsilon > 0.0F)) {
         fail("layer_norm_epsilon must be finite and > 0 (got " + std::to_string(epsilon) + ")");
     }
@@ -55,9 +58,9 @@ TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937&
                                    float layer_norm_epsilon, AttentionKind attention) {
     attention_norm_ = &register_module(
         "attention_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    attention_ = &register_module("attention", std::make_unique<CausalSelfAttention>(
-                                                   d.model_width, d.head_count, generator,
-                                                   attention));
+    attention_ = &register_module(
+        "attention",
+        std::make_unique<CausalSelfAttention>(d.model_width, d.head_count, generator, attention));
     feed_forward_norm_ = &register_module(
         "feed_forward_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
     feed_forward_ = &register_module(
@@ -79,11 +82,12 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     require_attention(attention);
     require_checkpointing(checkpointing);
     const TransformerDimensions& d = dimensions;
-    token_embedding_ = &register_module(
-        "token_embedding", std::make_unique<Embedding>(d.vocabulary_size, d.model_width, generator));
-    position_embedding_ = &register_module(
-        "position_embedding",
-        std::make_unique<Embedding>(d.maximum_context, d.model_width, generator));
+    token_embedding_ =
+        &register_module("token_embedding",
+                         std::make_unique<Embedding>(d.vocabulary_size, d.model_width, generator));
+    position_embedding_ =
+        &register_module("position_embedding",
+                         std::make_unique<Embedding>(d.maximum_context, d.model_width, generator));
     auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
     for (std::size_t i = 0; i < d.block_count; ++i) {
         blocks_.push_back(&blocks.append(
@@ -91,14 +95,15 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     }
     final_norm_ = &register_module("final_norm",
                                    std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    language_model_head_ = &register_module(
-        "language_model_head",
-        std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+    language_model_head_ =
+        &register_module("language_model_head",
+                         std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
 }
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
     require_attention(kind);
-    for (TransformerBlock* block : blocks_) block->set_attention(kind);
+    for (TransformerBlock* block : blocks_)
+        block->set_attention(kind);
     attention_ = kind;
 }
 
@@ -111,7 +116,8 @@ Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
                                          const Shape& shape) const {
     constexpr const char* op = "DecoderOnlyTransformer::forward";
     if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
-        throw std::invalid_argument(std::string(op) + ": token shape must be [B,T] with B, T > 0 (got " +
+        throw std::invalid_argument(std::string(op) +
+                                    ": token shape must be [B,T] with B, T > 0 (got " +
                                     shape_to_string(shape) + ")");
     }
     const std::size_t batch = shape[0];
@@ -141,13 +147,15 @@ Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
         positions[i] = i % time;  // positions restart in every batch row
     }
     // [B,T] -> [B,T,D]
-    Variable hidden = token_embedding_->forward(ids, shape) + position_embedding_->forward(positions, shape);
+    Variable hidden =
+        token_embedding_->forward(ids, shape) + position_embedding_->forward(positions, shape);
     for (const TransformerBlock* block : blocks_) {
         if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
             const ParameterList block_parameters = block->parameters();
             std::vector<Variable> dependencies;
             for (const NamedParameter& named : block_parameters) {
-                if (named.parameter.requires_gradient()) dependencies.push_back(named.parameter);
+                if (named.parameter.requires_gradient())
+                    dependencies.push_back(named.parameter);
             }
             hidden = checkpoint(hidden, dependencies,
                                 [block](const Variable& input) { return block->forward(input); });

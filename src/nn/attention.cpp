@@ -25,7 +25,8 @@ void require_attention_inputs(const Variable& query, const Variable& key, const 
         throw std::invalid_argument(message.str());
     }
     if (key.backend() != query.backend() || value.backend() != query.backend()) {
-        throw std::invalid_argument(std::string(op) + ": query, key and value are on different backends");
+        throw std::invalid_argument(std::string(op) +
+                                    ": query, key and value are on different backends");
     }
 }
 
@@ -50,8 +51,7 @@ AttentionOutputs causal_scaled_dot_product_attention(const Variable& query, cons
     return {std::move(context), std::move(probabilities)};
 }
 
-Variable flash_causal_attention(const Variable& query, const Variable& key,
-                                const Variable& value) {
+Variable flash_causal_attention(const Variable& query, const Variable& key, const Variable& value) {
     require_attention_inputs(query, key, value);
     tensor_ops::FlashAttentionResult forward =
         tensor_ops::flash_attention(query.value(), key.value(), value.value());
@@ -59,8 +59,8 @@ Variable flash_causal_attention(const Variable& query, const Variable& key,
     // Saved: Q, K, V, the context and two [B,H,T] statistics — linear in T.
     return detail::make_result(
         "flash_attention", std::move(context), {&query, &key, &value},
-        [q = query.value(), k = key.value(), v = value.value(),
-         forward = std::move(forward)](const Tensor& g, std::span<const bool>) {
+        [q = query.value(), k = key.value(), v = value.value(), forward = std::move(forward)](
+            const Tensor& g, std::span<const bool>) {
             tensor_ops::FlashAttentionGradients d =
                 tensor_ops::flash_attention_backward(q, k, v, forward, g);
             return std::vector<Tensor>{std::move(d.query), std::move(d.key), std::move(d.value)};
@@ -111,9 +111,9 @@ Variable CausalSelfAttention::forward(const Variable& x) const {
     const auto split_heads = [&](const Variable& projected) {
         return permute(reshape(projected, {batch, time, head_count_, head_width}), {0, 2, 1, 3});
     };
-    const Variable context = causal_attention(split_heads(query_->forward(x)),
-                                              split_heads(key_->forward(x)),
-                                              split_heads(value_->forward(x)), kind_);
+    const Variable context =
+        causal_attention(split_heads(query_->forward(x)), split_heads(key_->forward(x)),
+                         split_heads(value_->forward(x)), kind_);
     // [B,H,T,d] -> [B,T,H,d] -> [B,T,D]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, width_}));
 }

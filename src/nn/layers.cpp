@@ -49,8 +49,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
     const Variable no_bias = Variable(Tensor::scalar(0.0F, x.backend()), false);
     return detail::make_result(
         op, rows_out.reshape(output_shape), {&x, &weight, has_bias ? &bias : &no_bias},
-        [saved_weight, saved_input, input_shape, rows, out_features](
-            const Tensor& g, std::span<const bool> needed) {
+        [saved_weight, saved_input, input_shape, rows, out_features](const Tensor& g,
+                                                                     std::span<const bool> needed) {
             const Tensor rows_g = g.reshape({rows, out_features});
             std::vector<Tensor> gradients(3);
             auto& counters = detail::counter_cells();
@@ -74,26 +74,27 @@ Linear::Linear(std::size_t in_features, std::size_t out_features, std::mt19937& 
     : in_features_(in_features), out_features_(out_features) {
     if (in_features == 0 || out_features == 0) {
         std::ostringstream message;
-        message << "Linear: widths must be positive (in " << in_features << ", out "
-                << out_features << ")";
+        message << "Linear: widths must be positive (in " << in_features << ", out " << out_features
+                << ")";
         throw std::invalid_argument(message.str());
     }
     const ExecutionBackend backend = current_execution_backend();
-    weight_ = register_parameter(
-        "weight", xavier_uniform({out_features, in_features}, in_features, out_features,
-                                 generator, backend));
+    weight_ = register_parameter("weight", xavier_uniform({out_features, in_features}, in_features,
+                                                          out_features, generator, backend));
     if (use_bias) {
         bias_ = register_parameter("bias", Tensor::zeros({out_features}, backend));
     }
 }
 
-Variable Linear::forward(const Variable& x) const { return linear(x, weight_, bias_); }
+Variable Linear::forward(const Variable& x) const {
+    return linear(x, weight_, bias_);
+}
 
 Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator) {
     if (vocabulary_size == 0 || width == 0) {
         std::ostringstream message;
-        message << "Embedding: sizes must be positive (vocabulary " << vocabulary_size
-                << ", width " << width << ")";
+        message << "Embedding: sizes must be positive (vocabulary " << vocabulary_size << ", width "
+                << width << ")";
         throw std::invalid_argument(message.str());
     }
     const auto limit = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width)));
@@ -138,7 +139,9 @@ RMSNorm::RMSNorm(std::size_t width, float epsilon) : epsilon_(epsilon) {
     scale_ = register_parameter("scale", Tensor::full({width}, 1.0F, current_execution_backend()));
 }
 
-Variable RMSNorm::forward(const Variable& x) const { return rms_norm(x, scale_, epsilon_); }
+Variable RMSNorm::forward(const Variable& x) const {
+    return rms_norm(x, scale_, epsilon_);
+}
 
 FeedForward::FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
                          Activation activation)
@@ -158,11 +161,11 @@ Variable FeedForward::forward(const Variable& x) const {
 }
 
 SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator) {
-    gate_ = &register_module("gate",
-                             std::make_unique<Linear>(width, hidden_width, generator, false));
+    gate_ =
+        &register_module("gate", std::make_unique<Linear>(width, hidden_width, generator, false));
     up_ = &register_module("up", std::make_unique<Linear>(width, hidden_width, generator, false));
-    down_ = &register_module("down",
-                             std::make_unique<Linear>(hidden_width, width, generator, false));
+    down_ =
+        &register_module("down", std::make_unique<Linear>(hidden_width, width, generator, false));
 }
 
 Variable SwiGLU::forward(const Variable& x) const {

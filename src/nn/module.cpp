@@ -49,7 +49,8 @@ ParameterList Module::parameters() const {
 
 std::size_t Module::parameter_count() const {
     std::size_t count = 0;
-    for (const NamedParameter& named : parameters()) count += named.parameter.value().numel();
+    for (const NamedParameter& named : parameters())
+        count += named.parameter.value().numel();
     return count;
 }
 

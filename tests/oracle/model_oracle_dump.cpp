@@ -27,7 +27,8 @@ void write_floats(std::ostream& out, const std::vector<float>& values) {
 
 void write_shape(std::ostream& out, const Shape& shape) {
     out << '[';
-    for (std::size_t i = 0; i < shape.size(); ++i) out << (i == 0 ? "" : ",") << shape[i];
+    for (std::size_t i = 0; i < shape.size(); ++i)
+        out << (i == 0 ? "" : ",") << shape[i];
     out << ']';
 }
 
@@ -38,8 +39,12 @@ int main(int argc, char** argv) {
         std::cerr << "usage: riftco_model_oracle_dump OUTPUT.json\n";
         return 2;
     }
-    const TransformerDimensions dims{.vocabulary_size = 27, .maximum_context = 16, .model_width = 32,
-                                     .head_count = 4, .block_count = 2, .feed_forward_width = 64};
+    const TransformerDimensions dims{.vocabulary_size = 27,
+                                     .maximum_context = 16,
+                                     .model_width = 32,
+                                     .head_count = 4,
+                                     .block_count = 2,
+                                     .feed_forward_width = 64};
     const std::size_t batch = 2;
     const std::size_t time = 12;
     std::vector<std::uint32_t> tokens(batch * time);
@@ -54,9 +59,11 @@ int main(int argc, char** argv) {
     std::ofstream out(argv[1]);
     out << "{\"dimensions\":{\"V\":27,\"C\":16,\"D\":32,\"H\":4,\"N\":2,\"F\":64},";
     out << "\"batch\":" << batch << ",\"time\":" << time << ",\"tokens\":[";
-    for (std::size_t i = 0; i < tokens.size(); ++i) out << (i ? "," : "") << tokens[i];
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        out << (i ? "," : "") << tokens[i];
     out << "],\"targets\":[";
-    for (std::size_t i = 0; i < targets.size(); ++i) out << (i ? "," : "") << targets[i];
+    for (std::size_t i = 0; i < targets.size(); ++i)
+        out << (i ? "," : "") << targets[i];
     out << "],\"parameters\":[";
     const ParameterList parameters = model.parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -73,12 +80,13 @@ int main(int argc, char** argv) {
         Variable loss = cross_entropy(logits, targets);
         loss.backward();
         out << (kind == AttentionKind::Flash ? "," : "") << '"'
-            << (kind == AttentionKind::Flash ? "flash" : "materialized") << "\":{\"loss\":"
-            << std::setprecision(9) << loss.value().item() << ",\"logits\":";
+            << (kind == AttentionKind::Flash ? "flash" : "materialized")
+            << "\":{\"loss\":" << std::setprecision(9) << loss.value().item() << ",\"logits\":";
         write_floats(out, logits.value().to_host());
         out << ",\"gradients\":[";
         for (std::size_t i = 0; i < parameters.size(); ++i) {
-            if (i) out << ',';
+            if (i)
+                out << ',';
             write_floats(out, parameters[i].parameter.gradient().to_host());
         }
         out << "]}";
@@ -92,7 +100,8 @@ int main(int argc, char** argv) {
     out << "},\"adam\":{\"learning_rate\":0.01,\"gradient_norm\":" << std::setprecision(17)
         << stats.gradient_norm << ",\"parameters\":[";
     for (std::size_t i = 0; i < parameters.size(); ++i) {
-        if (i) out << ',';
+        if (i)
+            out << ',';
         write_floats(out, parameters[i].parameter.value().to_host());
     }
     out << "]}}\n";

@@ -26,7 +26,7 @@ struct TrainingBatch {
 [[nodiscard]] std::uint64_t uniform_index(std::mt19937_64& generator, std::uint64_t bound);
 
 class BatchSource {
-public:
+  public:
     virtual ~BatchSource() = default;
     [[nodiscard]] virtual TrainingBatch next() = 0;
     [[nodiscard]] virtual std::size_t batch_size() const noexcept = 0;
@@ -43,7 +43,7 @@ enum class WindowSampling : std::uint32_t {
 // batch_size or context_size 0: std::invalid_argument; no usable sequence:
 // std::invalid_argument ("at least context_size + 1 tokens").
 class WindowBatchSource final : public BatchSource {
-public:
+  public:
     WindowBatchSource(std::vector<std::vector<std::uint32_t>> sequences, std::size_t batch_size,
                       std::size_t context_size, std::uint64_t seed,
                       WindowSampling sampling = WindowSampling::WindowUniform);
@@ -57,7 +57,7 @@ public:
     [[nodiscard]] std::uint64_t window_count() const noexcept { return total_windows_; }
     [[nodiscard]] std::uint64_t batches_emitted() const noexcept { return batches_emitted_; }
 
-private:
+  private:
     std::vector<std::vector<std::uint32_t>> sequences_;  // usable ones only
     std::vector<std::uint64_t> first_window_;            // prefix sums of window counts
     std::uint64_t total_windows_ = 0;

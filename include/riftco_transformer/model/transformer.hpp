@@ -36,18 +36,19 @@ struct TransformerDimensions {
 // Activation checkpointing: runtime policy, not model state.
 enum class ActivationCheckpointing : std::uint32_t {
     Disabled = 0,
-    TransformerBlock = 1,  // each block is replayed during backward instead of keeping its activations
+    TransformerBlock =
+        1,  // each block is replayed during backward instead of keeping its activations
 };
 
 class TransformerBlock final : public Module {
-public:
+  public:
     TransformerBlock(const TransformerDimensions& dimensions, std::mt19937& generator,
                      float layer_norm_epsilon, AttentionKind attention);
     // x [B,T,D] -> [B,T,D]
     [[nodiscard]] Variable forward(const Variable& x) const;
     void set_attention(AttentionKind kind) { attention_->set_kind(kind); }
 
-private:
+  private:
     LayerNorm* attention_norm_;
     CausalSelfAttention* attention_;
     LayerNorm* feed_forward_norm_;
@@ -55,13 +56,13 @@ private:
 };
 
 class DecoderOnlyTransformer final : public Module {
-public:
+  public:
     // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
     // or not > 0, an unknown policy value: std::invalid_argument.
-    DecoderOnlyTransformer(const TransformerDimensions& dimensions, std::mt19937& generator,
-                           float layer_norm_epsilon = 1e-5F,
-                           AttentionKind attention = AttentionKind::Materialized,
-                           ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
+    DecoderOnlyTransformer(
+        const TransformerDimensions& dimensions, std::mt19937& generator,
+        float layer_norm_epsilon = 1e-5F, AttentionKind attention = AttentionKind::Materialized,
+        ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
 
     // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
     // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
@@ -75,7 +76,7 @@ public:
     }
     void set_activation_checkpointing(ActivationCheckpointing checkpointing);
 
-private:
+  private:
     TransformerDimensions dimensions_;
     AttentionKind attention_;
     ActivationCheckpointing checkpointing_;

@@ -43,7 +43,7 @@ struct AttentionOutputs {
 
 // Four biased projections "query", "key", "value", "output" (D -> D); no norm, no residual.
 class CausalSelfAttention final : public Module {
-public:
+  public:
     // D == 0, H == 0 or D % H != 0: std::invalid_argument.
     CausalSelfAttention(std::size_t width, std::size_t head_count, std::mt19937& generator,
                         AttentionKind kind = AttentionKind::Materialized);
@@ -54,7 +54,7 @@ public:
     void set_kind(AttentionKind kind);
     [[nodiscard]] std::size_t head_count() const noexcept { return head_count_; }
 
-private:
+  private:
     std::size_t width_;
     std::size_t head_count_;
     AttentionKind kind_;

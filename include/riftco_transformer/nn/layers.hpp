@@ -21,7 +21,7 @@ namespace riftco_transformer {
 
 // Parameters "weight" [out, in] (Xavier(in, out)) and, when use_bias, "bias" [out] (zeros).
 class Linear final : public Module {
-public:
+  public:
     Linear(std::size_t in_features, std::size_t out_features, std::mt19937& generator,
            bool use_bias = true);
     // x [.., in] -> [.., out]. Rank 0 or a last dimension != in: std::invalid_argument.
@@ -31,7 +31,7 @@ public:
     [[nodiscard]] std::size_t in_features() const { return in_features_; }
     [[nodiscard]] std::size_t out_features() const { return out_features_; }
 
-private:
+  private:
     std::size_t in_features_;
     std::size_t out_features_;
     Variable weight_;  // handles share the registered leaves
@@ -40,24 +40,25 @@ private:
 
 // Parameter "weight" [V, D] ~ U(±1/√D).
 class Embedding final : public Module {
-public:
+  public:
     Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator);
     // ids (prod(index_shape) of them, each < V) -> index_shape + [D].
-    [[nodiscard]] Variable forward(std::span<const std::size_t> ids, const Shape& index_shape) const;
+    [[nodiscard]] Variable forward(std::span<const std::size_t> ids,
+                                   const Shape& index_shape) const;
     [[nodiscard]] const Variable& weight() const { return weight_; }
 
-private:
+  private:
     Variable weight_;
 };
 
 // Parameters "scale" [W] (ones) and "bias" [W] (zeros) over the last axis.
 class LayerNorm final : public Module {
-public:
+  public:
     explicit LayerNorm(std::size_t width,
                        float epsilon = tensor_ops::default_normalization_epsilon);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
-private:
+  private:
     float epsilon_;
     Variable scale_;
     Variable bias_;
@@ -65,11 +66,11 @@ private:
 
 // Parameter "scale" [W] (ones): y = x·scale/√(mean(x²) + eps).
 class RMSNorm final : public Module {
-public:
+  public:
     explicit RMSNorm(std::size_t width, float epsilon = tensor_ops::default_normalization_epsilon);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
-private:
+  private:
     float epsilon_;
     Variable scale_;
 };
@@ -78,12 +79,12 @@ enum class Activation : std::uint32_t { Gelu = 0, Relu = 1 };
 
 // expand (D -> F), activation, project (F -> D); no norm, no residual.
 class FeedForward final : public Module {
-public:
+  public:
     FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
                 Activation activation = Activation::Gelu);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
-private:
+  private:
     Activation activation_;
     Linear* expand_;
     Linear* project_;
@@ -91,11 +92,11 @@ private:
 
 // down(silu(gate(x)) ⊙ up(x)); gate and up D -> F, down F -> D, all without bias.
 class SwiGLU final : public Module {
-public:
+  public:
     SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
-private:
+  private:
     Linear* gate_;
     Linear* up_;
     Linear* down_;

@@ -24,7 +24,7 @@
 namespace riftco_transformer {
 
 class Module {
-public:
+  public:
     virtual ~Module() = default;
     Module(const Module&) = delete;
     Module& operator=(const Module&) = delete;
@@ -37,7 +37,7 @@ public:
     [[nodiscard]] ExecutionBackend backend() const;
     virtual void to(ExecutionBackend backend);
 
-protected:
+  protected:
     Module() = default;
     // Registers a new trainable leaf holding `value` and returns a handle on it (handles are
     // shared: keep a copy in the layer).
@@ -49,7 +49,7 @@ protected:
         return reference;
     }
 
-private:
+  private:
     void adopt(std::string name, std::unique_ptr<Module> child);
     void require_new_name(const std::string& name) const;
     void collect(const std::string& prefix, ParameterList& out) const;
@@ -64,14 +64,14 @@ private:
 
 // An ordered list of child modules named "0", "1", ...
 class ModuleList final : public Module {
-public:
+  public:
     template <typename Child>
     Child& append(std::unique_ptr<Child> child) {
         return register_module(std::to_string(size_++), std::move(child));
     }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
-private:
+  private:
     std::size_t size_ = 0;
 };
 

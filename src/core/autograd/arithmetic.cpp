@@ -54,33 +54,32 @@ Variable operator/(const Variable& left, const Variable& right) {
     // d left = G ⊘ B; d right = −G⊙A⊘B² = −(G ⊘ B) ⊙ (A ⊘ B)
     const Tensor denominator = right.value();
     const Tensor saved_quotient = right.requires_gradient() ? quotient : Tensor();
-    return make_result("divide", std::move(quotient), {&left, &right},
-                       [denominator, saved_quotient](const Tensor& g,
-                                                     std::span<const bool> needed) {
-                           const Tensor scaled = ops::divide(g, denominator);
-                           return std::vector<Tensor>{
-                               needed[0] ? scaled : Tensor(),
-                               needed[1] ? ops::negate(ops::multiply(scaled, saved_quotient))
-                                         : Tensor()};
-                       });
+    return make_result(
+        "divide", std::move(quotient), {&left, &right},
+        [denominator, saved_quotient](const Tensor& g, std::span<const bool> needed) {
+            const Tensor scaled = ops::divide(g, denominator);
+            return std::vector<Tensor>{
+                needed[0] ? scaled : Tensor(),
+                needed[1] ? ops::negate(ops::multiply(scaled, saved_quotient)) : Tensor()};
+        });
 }
 
 Variable operator-(const Variable& x) {
     require_defined(x, "negate", "x");
-    return make_result("negate", ops::negate(x.value()), {&x},
-                       [](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{ops::negate(g)};
-                       });
+    return make_result(
+        "negate", ops::negate(x.value()), {&x},
+        [](const Tensor& g, std::span<const bool>) { return std::vector<Tensor>{ops::negate(g)}; });
 }
 
 Variable operator+(const Variable& x, float scalar) {
     require_defined(x, "add_scalar", "x");
-    return make_result("add_scalar", ops::add_scalar(x.value(), scalar), {&x},
-                       [](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{g};
-                       });
+    return make_result(
+        "add_scalar", ops::add_scalar(x.value(), scalar), {&x},
+        [](const Tensor& g, std::span<const bool>) { return std::vector<Tensor>{g}; });
 }
-Variable operator+(float scalar, const Variable& x) { return x + scalar; }
+Variable operator+(float scalar, const Variable& x) {
+    return x + scalar;
+}
 Variable operator-(const Variable& x, float scalar) {
     if (!std::isfinite(scalar)) {
         throw std::invalid_argument("subtract: the scalar must be finite");
@@ -90,10 +89,9 @@ Variable operator-(const Variable& x, float scalar) {
 
 Variable operator-(float scalar, const Variable& x) {
     require_defined(x, "subtract", "x");
-    return make_result("scalar_subtract", ops::add_scalar(ops::negate(x.value()), scalar), {&x},
-                       [](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{ops::negate(g)};
-                       });
+    return make_result(
+        "scalar_subtract", ops::add_scalar(ops::negate(x.value()), scalar), {&x},
+        [](const Tensor& g, std::span<const bool>) { return std::vector<Tensor>{ops::negate(g)}; });
 }
 
 Variable operator*(const Variable& x, float scalar) {
@@ -103,7 +101,9 @@ Variable operator*(const Variable& x, float scalar) {
                            return std::vector<Tensor>{ops::scale(g, scalar)};
                        });
 }
-Variable operator*(float scalar, const Variable& x) { return x * scalar; }
+Variable operator*(float scalar, const Variable& x) {
+    return x * scalar;
+}
 
 Variable operator/(const Variable& x, float scalar) {
     require_defined(x, "divide", "x");
@@ -125,8 +125,8 @@ Variable operator/(float scalar, const Variable& x) {
         throw std::invalid_argument("divide: the scalar numerator must be finite");
     }
     const Tensor denominator = x.value();
-    Tensor quotient = ops::divide(Tensor::full(denominator.shape(), scalar, denominator.backend()),
-                                  denominator);
+    Tensor quotient =
+        ops::divide(Tensor::full(denominator.shape(), scalar, denominator.backend()), denominator);
     const Tensor saved_quotient = quotient;
     // d x = −G ⊙ (c/x) ⊘ x
     return make_result("scalar_divide", std::move(quotient), {&x},
@@ -158,8 +158,8 @@ Variable matmul(const Variable& left, const Variable& right, bool transpose_left
                 counters.matmul_left_gradients.fetch_add(1, std::memory_order_relaxed);
             }
             if (needed[1]) {
-                gradients[1] = tb ? ops::matmul(g, left_value, true, ta)      // Gᵀ·op(A)
-                                  : ops::matmul(left_value, g, !ta, false);   // op(A)ᵀ·G
+                gradients[1] = tb ? ops::matmul(g, left_value, true, ta)     // Gᵀ·op(A)
+                                  : ops::matmul(left_value, g, !ta, false);  // op(A)ᵀ·G
                 counters.matmul_right_gradients.fetch_add(1, std::memory_order_relaxed);
             }
             return gradients;

@@ -27,11 +27,14 @@ ReplayCheck check_run(const Variable& output, const Variable& replay_input,
     const auto fail = [phase](const std::string& what) {
         throw std::logic_error(std::string("checkpoint (") + phase + "): " + what);
     };
-    if (!output.defined()) fail("recompute returned an empty Variable");
-    if (!output.requires_gradient()) fail("the output does not require gradients");
+    if (!output.defined())
+        fail("recompute returned an empty Variable");
+    if (!output.requires_gradient())
+        fail("the output does not require gradients");
     if (output.backend() != backend) {
-        fail(std::string("the output is on ") + std::string(execution_backend_name(output.backend())) +
-             ", the input on " + std::string(execution_backend_name(backend)));
+        fail(std::string("the output is on ") +
+             std::string(execution_backend_name(output.backend())) + ", the input on " +
+             std::string(execution_backend_name(backend)));
     }
     // Every declared dependency may be read; those still requiring gradients must be (a
     // dependency frozen after the forward pass is simply skipped, as in a plain graph).
@@ -98,8 +101,7 @@ Variable checkpoint(const Variable& input, std::span<const Variable> dependencie
         std::ostringstream where;
         where << "checkpoint: dependency " << i;
         if (!node->leaf || !node->requires_gradient) {
-            throw std::invalid_argument(where.str() +
-                                        " is not a leaf that requires gradients");
+            throw std::invalid_argument(where.str() + " is not a leaf that requires gradients");
         }
         if (!unique.insert(node.get()).second) {
             throw std::invalid_argument(where.str() + " is declared twice");
@@ -136,9 +138,8 @@ Variable checkpoint(const Variable& input, std::span<const Variable> dependencie
             const std::uint64_t replay_serial = detail::next_node_serial();
             const Variable replay_input(saved_input, input_requires);
             const Variable replay_output = recompute(replay_input);
-            const ReplayCheck replayed = check_run(replay_output, replay_input,
-                                                   saved_dependencies, backend, replay_serial,
-                                                   "replay");
+            const ReplayCheck replayed = check_run(replay_output, replay_input, saved_dependencies,
+                                                   backend, replay_serial, "replay");
             if (replayed.shape != expected.shape) {
                 throw std::logic_error("checkpoint (replay): the output shape changed from " +
                                        shape_to_string(expected.shape) + " to " +
@@ -152,9 +153,11 @@ Variable checkpoint(const Variable& input, std::span<const Variable> dependencie
                 auto found = inner.find(leaf.node().get());
                 return found == inner.end() ? Tensor() : std::move(found->second.gradient);
             };
-            if (needed[0]) gradients[0] = take(replay_input);
+            if (needed[0])
+                gradients[0] = take(replay_input);
             for (std::size_t i = 0; i < saved_dependencies.size(); ++i) {
-                if (needed[i + 1]) gradients[i + 1] = take(saved_dependencies[i]);
+                if (needed[i + 1])
+                    gradients[i + 1] = take(saved_dependencies[i]);
             }
             return gradients;
         });

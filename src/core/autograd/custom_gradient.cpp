@@ -55,7 +55,8 @@ Variable custom_gradient(Tensor output, std::span<const Variable> inputs,
                             << (gradients[i].is_singular()
                                     ? std::string("singular")
                                     : shape_to_string(gradients[i].shape()) + " on " +
-                                          std::string(execution_backend_name(gradients[i].backend())))
+                                          std::string(
+                                              execution_backend_name(gradients[i].backend())))
                             << ") does not match input " << i << " (" << shape_to_string(shapes[i])
                             << " on " << execution_backend_name(backends[i]) << ")";
                     throw std::invalid_argument(message.str());

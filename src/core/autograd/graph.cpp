@@ -30,7 +30,8 @@ Node::~Node() {
     // loop instead of 100,000 nested destructor calls.
     std::vector<std::shared_ptr<Node>> pending;
     for (Edge& edge : parents) {
-        if (edge.node) pending.push_back(std::move(edge.node));
+        if (edge.node)
+            pending.push_back(std::move(edge.node));
     }
     parents.clear();
     while (!pending.empty()) {
@@ -38,7 +39,8 @@ Node::~Node() {
         pending.pop_back();
         if (node.use_count() == 1) {
             for (Edge& edge : node->parents) {
-                if (edge.node) pending.push_back(std::move(edge.node));
+                if (edge.node)
+                    pending.push_back(std::move(edge.node));
             }
             node->parents.clear();
             node->backward = nullptr;  // a rule may hold the last handle on other nodes
@@ -145,8 +147,8 @@ void validate_contribution(const Node& child, std::size_t index, const Node& par
     if (gradient.is_singular() || gradient.shape() != parent.value.shape() ||
         gradient.backend() != parent.value.backend()) {
         std::ostringstream message;
-        message << "backward: the rule of '" << child.operation << "' returned for input "
-                << index << " a gradient of "
+        message << "backward: the rule of '" << child.operation << "' returned for input " << index
+                << " a gradient of "
                 << (gradient.is_singular() ? std::string("no value")
                                            : "shape " + shape_to_string(gradient.shape()))
                 << ", but the input has shape " << shape_to_string(parent.value.shape());
@@ -170,7 +172,8 @@ Variable make_result(std::string_view operation, Tensor value, std::span<const V
                      BackwardRule rule) {
     std::vector<const Variable*> pointers;
     pointers.reserve(inputs.size());
-    for (const Variable& input : inputs) pointers.push_back(&input);
+    for (const Variable& input : inputs)
+        pointers.push_back(&input);
     return make_result_from(operation, std::move(value), pointers, std::move(rule));
 }
 
@@ -208,10 +211,12 @@ std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
             throw std::invalid_argument(message.str());
         }
         for (std::size_t i = 0; i < count; ++i) {
-            if (needed[i]) validate_contribution(*node, i, *node->parents[i].node, gradients[i]);
+            if (needed[i])
+                validate_contribution(*node, i, *node->parents[i].node, gradients[i]);
         }
         for (std::size_t i = 0; i < count; ++i) {
-            if (!needed[i]) continue;
+            if (!needed[i])
+                continue;
             const Node* parent = node->parents[i].node.get();
             auto [slot, inserted] = pending.try_emplace(parent, std::move(gradients[i]));
             if (!inserted) {
@@ -238,8 +243,12 @@ NoGradientGuard::NoGradientGuard() noexcept : previous_(detail::recording_disabl
     detail::recording_disabled = true;
 }
 
-NoGradientGuard::~NoGradientGuard() { detail::recording_disabled = previous_; }
+NoGradientGuard::~NoGradientGuard() {
+    detail::recording_disabled = previous_;
+}
 
-bool gradient_recording_disabled() noexcept { return detail::recording_disabled; }
+bool gradient_recording_disabled() noexcept {
+    return detail::recording_disabled;
+}
 
 }  // namespace riftco_transformer

@@ -16,7 +16,8 @@ Variable permute(const Variable& x, std::span<const std::size_t> axes) {
     Tensor out = ops::permute(x.value(), axes);
     // out axis d is input axis axes[d], so the inverse sends d back to axes[d].
     std::vector<std::size_t> inverse(axes.size());
-    for (std::size_t d = 0; d < axes.size(); ++d) inverse[axes[d]] = d;
+    for (std::size_t d = 0; d < axes.size(); ++d)
+        inverse[axes[d]] = d;
     return make_result("permute", std::move(out), {&x},
                        [inverse](const Tensor& g, std::span<const bool>) {
                            return std::vector<Tensor>{ops::permute(g, inverse)};
@@ -71,7 +72,8 @@ Variable concatenate_last_axis(std::span<const Variable> inputs) {
         values.push_back(input.value());
     }
     Tensor out = ops::concatenate_last_axis(values);
-    for (const Tensor& value : values) widths.push_back(value.shape().back());
+    for (const Tensor& value : values)
+        widths.push_back(value.shape().back());
     return make_result("concatenate_last_axis", std::move(out), inputs,
                        [widths](const Tensor& g, std::span<const bool> needed) {
                            // [.., Σ w] -> one [.., w_i] slice per input
@@ -79,7 +81,8 @@ Variable concatenate_last_axis(std::span<const Variable> inputs) {
                            const std::size_t axis = g.rank() - 1;
                            std::size_t offset = 0;
                            for (std::size_t i = 0; i < widths.size(); ++i) {
-                               if (needed[i]) gradients[i] = ops::slice(g, axis, offset, widths[i]);
+                               if (needed[i])
+                                   gradients[i] = ops::slice(g, axis, offset, widths[i]);
                                offset += widths[i];
                            }
                            return gradients;

@@ -35,21 +35,22 @@ Variable softmax(const Variable& x, std::size_t axis) {
     require_defined(x, "softmax", "x");
     Tensor out = ops::softmax(x.value(), axis);
     const Tensor probabilities = out;
-    return make_result("softmax", std::move(out), {&x},
-                       [probabilities, axis](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{ops::softmax_backward(probabilities, g, axis)};
-                       });
+    return make_result(
+        "softmax", std::move(out), {&x},
+        [probabilities, axis](const Tensor& g, std::span<const bool>) {
+            return std::vector<Tensor>{ops::softmax_backward(probabilities, g, axis)};
+        });
 }
 
 Variable causal_softmax(const Variable& scores, float scale) {
     require_defined(scores, "causal_softmax", "scores");
     Tensor out = ops::causal_softmax(scores.value(), scale);
     const Tensor probabilities = out;
-    return make_result("causal_softmax", std::move(out), {&scores},
-                       [probabilities, scale](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{
-                               ops::causal_softmax_backward(probabilities, g, scale)};
-                       });
+    return make_result(
+        "causal_softmax", std::move(out), {&scores},
+        [probabilities, scale](const Tensor& g, std::span<const bool>) {
+            return std::vector<Tensor>{ops::causal_softmax_backward(probabilities, g, scale)};
+        });
 }
 
 Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bias, float epsilon) {
@@ -61,13 +62,13 @@ Variable layer_norm(const Variable& x, const Variable& scale, const Variable& bi
     const Tensor gamma = scale.value();
     const Tensor row_mean = result.mean;
     const Tensor inverse = result.inverse_deviation;
-    return make_result("layer_norm", std::move(result.output), {&x, &scale, &bias},
-                       [input, gamma, row_mean, inverse](const Tensor& g, std::span<const bool>) {
-                           ops::LayerNormGradients d =
-                               ops::layer_norm_backward(input, gamma, row_mean, inverse, g);
-                           return std::vector<Tensor>{std::move(d.input), std::move(d.scale),
-                                                      std::move(d.bias)};
-                       });
+    return make_result(
+        "layer_norm", std::move(result.output), {&x, &scale, &bias},
+        [input, gamma, row_mean, inverse](const Tensor& g, std::span<const bool>) {
+            ops::LayerNormGradients d =
+                ops::layer_norm_backward(input, gamma, row_mean, inverse, g);
+            return std::vector<Tensor>{std::move(d.input), std::move(d.scale), std::move(d.bias)};
+        });
 }
 
 Variable rms_norm(const Variable& x, const Variable& scale, float epsilon) {
@@ -79,7 +80,8 @@ Variable rms_norm(const Variable& x, const Variable& scale, float epsilon) {
     const Tensor inverse = result.inverse_rms;
     return make_result("rms_norm", std::move(result.output), {&x, &scale},
                        [input, gamma, inverse](const Tensor& g, std::span<const bool>) {
-                           ops::RmsNormGradients d = ops::rms_norm_backward(input, gamma, inverse, g);
+                           ops::RmsNormGradients d =
+                               ops::rms_norm_backward(input, gamma, inverse, g);
                            return std::vector<Tensor>{std::move(d.input), std::move(d.scale)};
                        });
 }

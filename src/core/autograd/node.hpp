@@ -32,13 +32,13 @@ struct Node {
     Tensor value;
     bool requires_gradient = false;
     bool leaf = true;
-    std::uint64_t version = 0;       // leaves: bumped whenever the value is replaced
-    std::uint64_t serial = 0;        // creation order (checkpoint's capture check)
-    std::string_view operation;      // producing operation, for messages
-    std::vector<Edge> parents;       // interior nodes only
-    BackwardRule backward;           // interior nodes; released when consumed
-    bool consumed = false;           // interior: a backward pass used and released the rule
-    Tensor gradient;                 // leaves: singular until a pass publishes one
+    std::uint64_t version = 0;   // leaves: bumped whenever the value is replaced
+    std::uint64_t serial = 0;    // creation order (checkpoint's capture check)
+    std::string_view operation;  // producing operation, for messages
+    std::vector<Edge> parents;   // interior nodes only
+    BackwardRule backward;       // interior nodes; released when consumed
+    bool consumed = false;       // interior: a backward pass used and released the rule
+    Tensor gradient;             // leaves: singular until a pass publishes one
 
     Node() = default;
     Node(const Node&) = delete;
@@ -58,9 +58,8 @@ inline void mark_leaf_value_replaced(Node& leaf) noexcept {
 [[nodiscard]] std::uint64_t next_node_serial() noexcept;
 
 // The node of a defined variable; std::logic_error naming `operation` and `argument` otherwise.
-const std::shared_ptr<Node>& require_defined(const Variable& variable,
-                                                           std::string_view operation,
-                                                           std::string_view argument);
+const std::shared_ptr<Node>& require_defined(const Variable& variable, std::string_view operation,
+                                             std::string_view argument);
 
 // The result of a differentiable operation: a detached constant when no input requires
 // gradients, otherwise an interior node with an edge per input (in order) and `rule`.

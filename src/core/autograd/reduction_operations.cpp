@@ -57,8 +57,7 @@ Variable mean(const Variable& x) {
 Variable mean(const Variable& x, std::size_t axis, bool keep_dims) {
     require_defined(x, "mean", "x");
     Tensor out = ops::mean(x.value(), axis, keep_dims);  // validates the axis
-    return reduction("mean", x, std::move(out), axis,
-                     1.0 / static_cast<double>(x.shape()[axis]));
+    return reduction("mean", x, std::move(out), axis, 1.0 / static_cast<double>(x.shape()[axis]));
 }
 
 }  // namespace riftco_transformer

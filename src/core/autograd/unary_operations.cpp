@@ -56,11 +56,12 @@ Variable sqrt(const Variable& x) {
 Variable erf(const Variable& x) {
     require_defined(x, "erf", "x");
     const Tensor input = x.value();  // d x = G · (2/√π)·e^{−x²}
-    return make_result("erf", ops::erf(input), {&x}, [input](const Tensor& g, std::span<const bool>) {
-        constexpr float two_over_sqrt_pi = 1.12837916709551257F;
-        const Tensor density = ops::exp(ops::negate(ops::multiply(input, input)));
-        return std::vector<Tensor>{ops::scale(ops::multiply(g, density), two_over_sqrt_pi)};
-    });
+    return make_result(
+        "erf", ops::erf(input), {&x}, [input](const Tensor& g, std::span<const bool>) {
+            constexpr float two_over_sqrt_pi = 1.12837916709551257F;
+            const Tensor density = ops::exp(ops::negate(ops::multiply(input, input)));
+            return std::vector<Tensor>{ops::scale(ops::multiply(g, density), two_over_sqrt_pi)};
+        });
 }
 
 Variable gelu(const Variable& x) {

@@ -34,23 +34,33 @@ Node& Variable::checked_node(const char* operation) const {
     return *node_;
 }
 
-const Tensor& Variable::value() const { return checked_node("Variable::value").value; }
-const Shape& Variable::shape() const { return checked_node("Variable::shape").value.shape(); }
+const Tensor& Variable::value() const {
+    return checked_node("Variable::value").value;
+}
+const Shape& Variable::shape() const {
+    return checked_node("Variable::shape").value.shape();
+}
 ExecutionBackend Variable::backend() const {
     return checked_node("Variable::backend").value.backend();
 }
 bool Variable::requires_gradient() const {
     return checked_node("Variable::requires_gradient").requires_gradient;
 }
-bool Variable::is_leaf() const { return checked_node("Variable::is_leaf").leaf; }
-std::uint64_t Variable::version() const { return checked_node("Variable::version").version; }
+bool Variable::is_leaf() const {
+    return checked_node("Variable::is_leaf").leaf;
+}
+std::uint64_t Variable::version() const {
+    return checked_node("Variable::version").version;
+}
 
 namespace {
 
 Node& require_leaf(Node& node, const char* operation) {
     if (!node.leaf) {
-        throw std::logic_error(std::string(operation) + ": only leaves can do this (this is the "
-                               "result of '" + std::string(node.operation) + "')");
+        throw std::logic_error(std::string(operation) +
+                               ": only leaves can do this (this is the "
+                               "result of '" +
+                               std::string(node.operation) + "')");
     }
     return node;
 }
@@ -76,8 +86,8 @@ void Variable::set_requires_gradient(bool requires_gradient) {
 }
 
 bool Variable::has_gradient() const {
-    Node& node = require_gradient_leaf(checked_node("Variable::has_gradient"),
-                                       "Variable::has_gradient");
+    Node& node =
+        require_gradient_leaf(checked_node("Variable::has_gradient"), "Variable::has_gradient");
     return !node.gradient.is_singular();
 }
 
@@ -90,8 +100,8 @@ Tensor Variable::gradient() const {
 }
 
 void Variable::zero_gradient() {
-    Node& node = require_gradient_leaf(checked_node("Variable::zero_gradient"),
-                                       "Variable::zero_gradient");
+    Node& node =
+        require_gradient_leaf(checked_node("Variable::zero_gradient"), "Variable::zero_gradient");
     node.gradient = Tensor();
 }
 
@@ -125,9 +135,8 @@ void Variable::set_value(Tensor value) {
     }
     if (value.shape() != node.value.shape() || value.backend() != node.value.backend()) {
         std::ostringstream message;
-        message << "Variable::set_value: the new value has shape "
-                << shape_to_string(value.shape()) << " on "
-                << execution_backend_name(value.backend()) << ", the leaf has shape "
+        message << "Variable::set_value: the new value has shape " << shape_to_string(value.shape())
+                << " on " << execution_backend_name(value.backend()) << ", the leaf has shape "
                 << shape_to_string(node.value.shape()) << " on "
                 << execution_backend_name(node.value.backend());
         throw std::invalid_argument(message.str());
@@ -157,8 +166,8 @@ void Variable::backward(const Tensor& seed, BackwardOptions options) {
     if (seed.shape() != node.value.shape() || seed.backend() != node.value.backend()) {
         std::ostringstream message;
         message << "Variable::backward: the seed has shape " << shape_to_string(seed.shape())
-                << " on " << execution_backend_name(seed.backend())
-                << ", the output has shape " << shape_to_string(node.value.shape()) << " on "
+                << " on " << execution_backend_name(seed.backend()) << ", the output has shape "
+                << shape_to_string(node.value.shape()) << " on "
                 << execution_backend_name(node.value.backend());
         throw std::invalid_argument(message.str());
     }

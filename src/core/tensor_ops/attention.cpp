@@ -34,8 +34,8 @@ FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key, con
     FlashAttentionResult result{detail::allocate_uninitialized(query.shape(), query.backend()),
                                 detail::allocate_uninitialized(statistics_shape, query.backend()),
                                 detail::allocate_uninitialized(statistics_shape, query.backend())};
-    attention_of(adapter, op).flash_forward(query, key, value, scale, result.context,
-                                            result.row_max, result.row_sum);
+    attention_of(adapter, op)
+        .flash_forward(query, key, value, scale, result.context, result.row_max, result.row_sum);
     return result;
 }
 
@@ -55,7 +55,8 @@ FlashAttentionGradients flash_attention_backward(const Tensor& query, const Tens
     detail::require_same_shape(op, {"query", &query}, {"context", &forward.context});
     detail::require_same_shape(op, {"query", &query}, {"upstream", &upstream});
     const Shape statistics_shape(query.shape().begin(), query.shape().end() - 1);
-    if (forward.row_max.shape() != statistics_shape || forward.row_sum.shape() != statistics_shape) {
+    if (forward.row_max.shape() != statistics_shape ||
+        forward.row_sum.shape() != statistics_shape) {
         throw std::invalid_argument(std::string(op) + ": row statistics must be " +
                                     shape_to_string(statistics_shape));
     }
@@ -63,9 +64,9 @@ FlashAttentionGradients flash_attention_backward(const Tensor& query, const Tens
         detail::allocate_uninitialized(query.shape(), query.backend()),
         detail::allocate_uninitialized(query.shape(), query.backend()),
         detail::allocate_uninitialized(query.shape(), query.backend())};
-    attention_of(adapter, op).flash_backward(query, key, value, forward.context, forward.row_max,
-                                             forward.row_sum, upstream, scale, gradients.query,
-                                             gradients.key, gradients.value);
+    attention_of(adapter, op)
+        .flash_backward(query, key, value, forward.context, forward.row_max, forward.row_sum,
+                        upstream, scale, gradients.query, gradients.key, gradients.value);
     return gradients;
 }
 

@@ -45,7 +45,7 @@ struct GraphStatistics {
 };
 
 class Variable {
-public:
+  public:
     // An empty handle; every operation on it is std::logic_error.
     Variable() noexcept = default;
     // A leaf holding `value`.
@@ -91,7 +91,7 @@ public:
     [[nodiscard]] const std::shared_ptr<detail::Node>& node() const noexcept { return node_; }
     explicit Variable(std::shared_ptr<detail::Node> node) noexcept : node_(std::move(node)) {}
 
-private:
+  private:
     [[nodiscard]] detail::Node& checked_node(const char* operation) const;
     std::shared_ptr<detail::Node> node_;
 };
@@ -99,13 +99,13 @@ private:
 // While a guard is alive on a thread, operations on that thread record no graph: every result
 // is a detached constant (evaluation, sampling, serving). Guards nest.
 class NoGradientGuard {
-public:
+  public:
     NoGradientGuard() noexcept;
     ~NoGradientGuard();
     NoGradientGuard(const NoGradientGuard&) = delete;
     NoGradientGuard& operator=(const NoGradientGuard&) = delete;
 
-private:
+  private:
     bool previous_;
 };
 
@@ -114,10 +114,10 @@ private:
 
 // Process-wide counters that make the frugality guarantees observable.
 struct AutogradCounters {
-    std::uint64_t nodes_created = 0;             // interior (non-leaf) nodes
-    std::uint64_t backward_passes = 0;           // completed passes, nested ones included
-    std::uint64_t matmul_left_gradients = 0;     // dA = G·Bᵀ products computed
-    std::uint64_t matmul_right_gradients = 0;    // dB = Aᵀ·G products computed
+    std::uint64_t nodes_created = 0;           // interior (non-leaf) nodes
+    std::uint64_t backward_passes = 0;         // completed passes, nested ones included
+    std::uint64_t matmul_left_gradients = 0;   // dA = G·Bᵀ products computed
+    std::uint64_t matmul_right_gradients = 0;  // dB = Aᵀ·G products computed
 };
 [[nodiscard]] AutogradCounters autograd_counters() noexcept;
 void reset_autograd_counters() noexcept;

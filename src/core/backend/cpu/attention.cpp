@@ -60,7 +60,8 @@ bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size
         for (std::size_t c = 0; c < cols; ++c) {
             const float value = row[c] * scale;
             const bool visible = k0 + c <= query;
-            bad = bad || (visible && (value != value || value == std::numeric_limits<float>::infinity()));
+            bad = bad ||
+                  (visible && (value != value || value == std::numeric_limits<float>::infinity()));
             row[c] = visible ? value : negative_infinity;
         }
     }
@@ -122,18 +123,22 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
                             std::fill_n(s, cols, 0.0F);  // nothing visible yet
                             continue;
                         }
-                        for (std::size_t c = 0; c < cols; ++c) s[c] = fast_exp(s[c] - new_max);
+                        for (std::size_t c = 0; c < cols; ++c)
+                            s[c] = fast_exp(s[c] - new_max);
                         const float correction = fast_exp(old_max - new_max);
-                        l[q0 + r] = l[q0 + r] * correction + static_cast<float>(detail::row_sum(s, cols));
+                        l[q0 + r] =
+                            l[q0 + r] * correction + static_cast<float>(detail::row_sum(s, cols));
                         float* acc = o + (q0 + r) * width;
-                        for (std::size_t d = 0; d < width; ++d) acc[d] *= correction;
+                        for (std::size_t d = 0; d < width; ++d)
+                            acc[d] *= correction;
                         m[q0 + r] = new_max;
                     }
                     // acc += P·V_j  ([rows, cols] x [cols, d])
-                    tile_gemm(false, false, rows, width, cols, scores.data(), cols,
-                              v + k0 * width, width, update.data(), width);
+                    tile_gemm(false, false, rows, width, cols, scores.data(), cols, v + k0 * width,
+                              width, update.data(), width);
                     float* acc = o + q0 * width;
-                    for (std::size_t i = 0; i < rows * width; ++i) acc[i] += update[i];
+                    for (std::size_t i = 0; i < rows * width; ++i)
+                        acc[i] += update[i];
                 }
                 for (std::size_t r = 0; r < rows; ++r) {
                     if (m[q0 + r] == negative_infinity) {
@@ -142,13 +147,16 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
                     }
                     const float inverse = 1.0F / l[q0 + r];
                     float* out = o + (q0 + r) * width;
-                    for (std::size_t d = 0; d < width; ++d) out[d] *= inverse;
+                    for (std::size_t d = 0; d < width; ++d)
+                        out[d] *= inverse;
                 }
             }
         }
     });
-    if (nan_or_inf.any()) throw_bad_scores(nan_or_inf.row(), false);
-    if (no_finite.any()) throw_bad_scores(no_finite.row(), true);
+    if (nan_or_inf.any())
+        throw_bad_scores(nan_or_inf.row(), false);
+    if (no_finite.any())
+        throw_bad_scores(no_finite.row(), true);
 }
 
 void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -190,7 +198,8 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
             std::fill_n(dk, time * width, 0.0F);
             std::fill_n(dv, time * width, 0.0F);
             for (std::size_t t = 0; t < time; ++t) {
-                row_dot_products[t] = static_cast<float>(row_dot(g + t * width, o + t * width, width));
+                row_dot_products[t] =
+                    static_cast<float>(row_dot(g + t * width, o + t * width, width));
             }
             for (std::size_t q0 = 0; q0 < time; q0 += tile) {
                 const std::size_t rows = std::min(tile, time - q0);
@@ -211,7 +220,8 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
                     // dV_j += Pᵀ·dO_i   ([cols, rows] x [rows, d])
                     tile_gemm(true, false, cols, width, rows, p, cols, g + q0 * width, width,
                               product.data(), width);
-                    for (std::size_t i = 0; i < cols * width; ++i) dv[k0 * width + i] += product[i];
+                    for (std::size_t i = 0; i < cols * width; ++i)
+                        dv[k0 * width + i] += product[i];
                     // dP = dO_i·V_jᵀ; dS = P ⊙ (dP − D_i)·scale
                     float* ds = d_scores.data();
                     tile_gemm(false, true, rows, cols, width, g + q0 * width, width, v + k0 * width,
@@ -220,15 +230,18 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
                         const float d_row = row_dot_products[q0 + r];
                         float* dsr = ds + r * cols;
                         const float* pr = p + r * cols;
-                        for (std::size_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - d_row) * scale;
+                        for (std::size_t c = 0; c < cols; ++c)
+                            dsr[c] = pr[c] * (dsr[c] - d_row) * scale;
                     }
                     // dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i
                     tile_gemm(false, false, rows, width, cols, ds, cols, k + k0 * width, width,
                               product.data(), width);
-                    for (std::size_t i = 0; i < rows * width; ++i) dq[q0 * width + i] += product[i];
+                    for (std::size_t i = 0; i < rows * width; ++i)
+                        dq[q0 * width + i] += product[i];
                     tile_gemm(true, false, cols, width, rows, ds, cols, q + q0 * width, width,
                               product.data(), width);
-                    for (std::size_t i = 0; i < cols * width; ++i) dk[k0 * width + i] += product[i];
+                    for (std::size_t i = 0; i < cols * width; ++i)
+                        dk[k0 * width + i] += product[i];
                 }
             }
         }

@@ -44,15 +44,19 @@ void flash_attention_reference_forward(const float* query, const float* key, con
                 for (std::size_t k0 = 0; k0 <= i; k0 += tile) {
                     const std::size_t k1 = std::min(time, k0 + tile);
                     double tile_max = -std::numeric_limits<double>::infinity();
-                    for (std::size_t j = k0; j < k1; ++j) tile_max = std::max(tile_max, score(q, k, i, j, width, scale));
+                    for (std::size_t j = k0; j < k1; ++j)
+                        tile_max = std::max(tile_max, score(q, k, i, j, width, scale));
                     const double new_max = std::max(m, tile_max);
-                    const double rescale = m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - new_max);
+                    const double rescale =
+                        m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - new_max);
                     l *= rescale;
-                    for (double& n : numerator) n *= rescale;
+                    for (double& n : numerator)
+                        n *= rescale;
                     for (std::size_t j = k0; j < k1 && j <= i; ++j) {
                         const double weight = std::exp(score(q, k, i, j, width, scale) - new_max);
                         l += weight;
-                        for (std::size_t d = 0; d < width; ++d) numerator[d] += weight * v[j * width + d];
+                        for (std::size_t d = 0; d < width; ++d)
+                            numerator[d] += weight * v[j * width + d];
                     }
                     m = new_max;
                 }
@@ -85,7 +89,8 @@ void flash_attention_reference_backward(const float* query, const float* key, co
         for (std::size_t i = 0; i < time; ++i) {
             // D_i = Σ_d dO_id·O_id; P_ij = exp(S_ij − m_i)/l_i; dS_ij = P_ij·(dP_ij − D_i)
             double d_row = 0.0;
-            for (std::size_t d = 0; d < width; ++d) d_row += static_cast<double>(g[i * width + d]) * o[i * width + d];
+            for (std::size_t d = 0; d < width; ++d)
+                d_row += static_cast<double>(g[i * width + d]) * o[i * width + d];
             const double m = row_max[item * time + i];
             const double l = row_sum[item * time + i];
             for (std::size_t j = 0; j <= i; ++j) {
