@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/core/threading.hpp"
 #include "riftco_transformer/data/batching.hpp"
@@ -169,10 +170,11 @@ std::string read_corpus(const std::filesystem::path& directory) {
 }
 
 // Mean loss over every position of held-out windows (non-overlapping, full context).
+// Rows per forward pass = the training batch size, so evaluation never needs more memory than
+// a training step.
 double evaluate(const DecoderOnlyTransformer& model, const std::vector<std::uint32_t>& tokens,
-                std::size_t context) {
+                std::size_t context, std::size_t rows_per_batch) {
     const NoGradientGuard no_graph;  // evaluation keeps no activations for a backward pass
-    constexpr std::size_t rows_per_batch = 16;
     double total = 0.0;
     std::size_t count = 0;
     std::vector<std::uint32_t> inputs;
@@ -306,7 +308,11 @@ int main(int argc, char** argv) {
                           << " s\n";
             }
         }
-        const double held_out_loss = evaluate(model, held_out, o.context);
+        const CpuMemoryStatistics memory = cpu_memory_statistics();
+        std::cout << "peak tensor memory while training: " << std::setprecision(1)
+                  << static_cast<double>(memory.peak_live_bytes) / 1048576.0 << " MiB (block cache "
+                  << static_cast<double>(memory.cached_bytes) / 1048576.0 << " MiB)\n";
+        const double held_out_loss = evaluate(model, held_out, o.context, o.batch);
         const double baseline = unigram_baseline(train, held_out, dims.vocabulary_size);
         std::cout << std::setprecision(4) << "held-out loss " << held_out_loss
                   << " nats/token; unigram baseline " << baseline << " nats/token\n\n";
