@@ -3,7 +3,7 @@
 // from and returned to this cache, so a training loop that allocates the same activation
 // sizes every step reuses warm, already-faulted memory instead of mapping fresh pages from
 // the kernel each time (for a 32 MiB tensor: thousands of page faults per allocation).
-// The cache holds at most RIFTCO_TRANSFORMER_CPU_CACHE_BYTES (default 256 MiB) of free blocks.
+// The cache holds at most RIFTCO_TRANSFORMER_CPU_CACHE_BYTES (default 512 MiB) of free blocks.
 
 #include <cstddef>
 

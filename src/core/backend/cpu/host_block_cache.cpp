@@ -22,7 +22,7 @@ constexpr std::size_t small_alignment = 64;
 constexpr std::size_t page = 4096;
 constexpr std::size_t huge_page = std::size_t{2} << 20U;
 constexpr std::size_t large_block_threshold = std::size_t{256} << 10U;
-constexpr std::size_t default_cache_limit = std::size_t{256} << 20U;
+constexpr std::size_t default_cache_limit = std::size_t{512} << 20U;
 
 constexpr std::size_t huge_page_worthy = std::size_t{4} << 20U;
 
