@@ -23,12 +23,14 @@
 #include <string>
 #include <vector>
 
+#include "example_support.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/core/threading.hpp"
 
 namespace {
 
 namespace ops = riftco_transformer::tensor_ops;
+namespace examples = riftco_transformer::examples;
 using riftco_transformer::Shape;
 using riftco_transformer::Tensor;
 
@@ -47,24 +49,6 @@ struct Options {
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
 };
 
-std::size_t parse_count(const std::string& flag, const std::string& text) {
-    std::size_t used = 0;
-    const unsigned long long value = std::stoull(text, &used);
-    if (used != text.size() || value == 0) {
-        throw std::invalid_argument(flag + " needs a positive integer (got '" + text + "')");
-    }
-    return static_cast<std::size_t>(value);
-}
-
-float parse_positive(const std::string& flag, const std::string& text) {
-    std::size_t used = 0;
-    const float value = std::stof(text, &used);
-    if (used != text.size() || !std::isfinite(value) || value <= 0.0F) {
-        throw std::invalid_argument(flag + " needs a positive number (got '" + text + "')");
-    }
-    return value;
-}
-
 Options parse_options(int argc, char** argv) {
     Options options;
     for (int i = 1; i < argc; ++i) {
@@ -80,48 +64,30 @@ Options parse_options(int argc, char** argv) {
         }
         const std::string value = argv[++i];
         if (flag == "--steps")
-            options.steps = parse_count(flag, value);
+            options.steps = examples::parse_positive_integer(flag, value);
         else if (flag == "--batch")
-            options.batch = parse_count(flag, value);
+            options.batch = examples::parse_positive_integer(flag, value);
         else if (flag == "--context")
-            options.context = parse_count(flag, value);
+            options.context = examples::parse_positive_integer(flag, value);
         else if (flag == "--embedding")
-            options.embedding = parse_count(flag, value);
+            options.embedding = examples::parse_positive_integer(flag, value);
         else if (flag == "--hidden")
-            options.hidden = parse_count(flag, value);
+            options.hidden = examples::parse_positive_integer(flag, value);
         else if (flag == "--learning-rate")
-            options.learning_rate = parse_positive(flag, value);
+            options.learning_rate =
+                static_cast<float>(examples::parse_positive_number(flag, value));
         else if (flag == "--seed")
-            options.seed = std::stoull(value);
+            options.seed = examples::parse_unsigned(flag, value);
         else if (flag == "--sample-length")
-            options.sample_length = parse_count(flag, value);
+            options.sample_length = examples::parse_positive_integer(flag, value);
         else if (flag == "--temperature")
-            options.temperature = parse_positive(flag, value);
+            options.temperature = static_cast<float>(examples::parse_positive_number(flag, value));
         else if (flag == "--corpus-dir")
             options.corpus_dir = value;
         else
             throw std::invalid_argument("unknown flag " + flag + " (see --help)");
     }
     return options;
-}
-
-// Every *.txt file in the corpus directory, in name order, joined.
-std::string read_corpus(const std::filesystem::path& directory) {
-    std::vector<std::filesystem::path> files;
-    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-        if (entry.path().extension() == ".txt")
-            files.push_back(entry.path());
-    }
-    std::sort(files.begin(), files.end());
-    std::string text;
-    for (const auto& file : files) {
-        std::ifstream stream(file, std::ios::binary);
-        text.append(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
-    }
-    if (text.empty()) {
-        throw std::runtime_error("no .txt corpus found in " + directory.string());
-    }
-    return text;
 }
 
 // Portable random numbers: std::mt19937_64's bit stream is fully specified, and the float
@@ -340,7 +306,7 @@ std::string sample(Model& model, const std::string& prompt, std::size_t length, 
 int main(int argc, char** argv) {
     try {
         const Options options = parse_options(argc, argv);
-        const std::string text = read_corpus(options.corpus_dir);
+        const std::string text = examples::read_corpus(options.corpus_dir);
         const std::size_t split = text.size() * 9 / 10;  // last 10% held out
         Random random(options.seed);
         Model model = make_model(options, random);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "example_support.hpp"
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
@@ -61,24 +62,6 @@ struct Options {
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
 };
 
-std::size_t positive(const std::string& flag, const std::string& text) {
-    std::size_t used = 0;
-    const unsigned long long value = std::stoull(text, &used);
-    if (used != text.size() || value == 0) {
-        throw std::invalid_argument(flag + " needs a positive integer (got '" + text + "')");
-    }
-    return static_cast<std::size_t>(value);
-}
-
-double positive_real(const std::string& flag, const std::string& text) {
-    std::size_t used = 0;
-    const double value = std::stod(text, &used);
-    if (used != text.size() || !std::isfinite(value) || value <= 0.0) {
-        throw std::invalid_argument(flag + " needs a positive number (got '" + text + "')");
-    }
-    return value;
-}
-
 Options parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -91,27 +74,27 @@ Options parse(int argc, char** argv) {
             throw std::invalid_argument(flag + " needs a value");
         const std::string v = argv[++i];
         if (flag == "--steps")
-            o.steps = positive(flag, v);
+            o.steps = examples::parse_positive_integer(flag, v);
         else if (flag == "--batch")
-            o.batch = positive(flag, v);
+            o.batch = examples::parse_positive_integer(flag, v);
         else if (flag == "--context")
-            o.context = positive(flag, v);
+            o.context = examples::parse_positive_integer(flag, v);
         else if (flag == "--width")
-            o.width = positive(flag, v);
+            o.width = examples::parse_positive_integer(flag, v);
         else if (flag == "--heads")
-            o.heads = positive(flag, v);
+            o.heads = examples::parse_positive_integer(flag, v);
         else if (flag == "--blocks")
-            o.blocks = positive(flag, v);
+            o.blocks = examples::parse_positive_integer(flag, v);
         else if (flag == "--feed-forward")
-            o.feed_forward = positive(flag, v);
+            o.feed_forward = examples::parse_positive_integer(flag, v);
         else if (flag == "--tokenizer")
             o.tokenizer = parse_tokenizer_method(v);
         else if (flag == "--vocabulary")
-            o.vocabulary = positive(flag, v);
+            o.vocabulary = examples::parse_positive_integer(flag, v);
         else if (flag == "--learning-rate")
-            o.learning_rate = positive_real(flag, v);
+            o.learning_rate = examples::parse_positive_number(flag, v);
         else if (flag == "--warmup")
-            o.warmup = std::stoull(v);
+            o.warmup = v == "0" ? 0 : examples::parse_positive_integer(flag, v);
         else if (flag == "--attention") {
             if (v == "materialized")
                 o.attention = AttentionKind::Materialized;
@@ -129,44 +112,21 @@ Options parse(int argc, char** argv) {
                 throw std::invalid_argument(
                     "--activation-checkpointing must be disabled or block (got '" + v + "')");
         } else if (flag == "--seed")
-            o.seed = std::stoull(v);
+            o.seed = examples::parse_unsigned(flag, v);
         else if (flag == "--sample-length")
-            o.sample_length = positive(flag, v);
+            o.sample_length = examples::parse_positive_integer(flag, v);
         else if (flag == "--temperature")
-            o.temperature = static_cast<float>(positive_real(flag, v));
+            o.temperature = static_cast<float>(examples::parse_positive_number(flag, v));
         else if (flag == "--corpus-dir")
             o.corpus_dir = v;
-        else if (flag == "--require-improvement") {
-            std::size_t used = 0;
-            o.required_improvement = std::stod(v, &used);
-            if (used != v.size() || !std::isfinite(o.required_improvement) ||
-                o.required_improvement < 0.0) {
-                throw std::invalid_argument(
-                    "--require-improvement needs a non-negative number (got '" + v + "')");
-            }
-        } else
+        else if (flag == "--require-improvement")
+            o.required_improvement = examples::parse_positive_number(flag, v, true);
+        else
             throw std::invalid_argument("unknown flag " + flag + " (see --help)");
     }
     if (o.warmup >= o.steps)
         o.warmup = o.steps / 10;
     return o;
-}
-
-std::string read_corpus(const std::filesystem::path& directory) {
-    std::vector<std::filesystem::path> files;
-    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-        if (entry.path().extension() == ".txt")
-            files.push_back(entry.path());
-    }
-    std::sort(files.begin(), files.end());
-    std::string text;
-    for (const auto& file : files) {
-        std::ifstream stream(file, std::ios::binary);
-        text.append(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
-    }
-    if (text.empty())
-        throw std::runtime_error("no .txt corpus in " + directory.string());
-    return text;
 }
 
 // Mean loss over every position of held-out windows (non-overlapping, full context).
@@ -240,7 +200,7 @@ std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model,
 int main(int argc, char** argv) {
     try {
         const Options o = parse(argc, argv);
-        const std::string text = read_corpus(o.corpus_dir);
+        const std::string text = examples::read_corpus(o.corpus_dir);
         const std::size_t split = text.size() * 9 / 10;
         const std::string train_text = text.substr(0, split);
         const std::string held_out_text = text.substr(split);
