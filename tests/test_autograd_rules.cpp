@@ -11,28 +11,15 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
+#include "support/autograd_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-// What a caller can see of one leaf's gradient: whether it has one and its values.
-struct GradientSnapshot {
-    bool has_gradient = false;
-    std::vector<float> values;
-};
-
-GradientSnapshot snapshot(const Variable& leaf) {
-    return {leaf.has_gradient(), leaf.gradient().to_host()};
-}
-
-::testing::AssertionResult unchanged(const GradientSnapshot& before, const Variable& leaf) {
-    if (leaf.has_gradient() != before.has_gradient) {
-        return ::testing::AssertionFailure() << "has_gradient changed from " << before.has_gradient
-                                             << " to " << leaf.has_gradient();
-    }
-    return testing::bit_identical(leaf.gradient().to_host(), before.values);
-}
+using testing::GradientSnapshot;
+using testing::snapshot;
+using testing::unchanged;
 
 // A custom op y = x (identity) whose vjp throws `Exception`: a failure placed anywhere in a
 // graph.

@@ -9,27 +9,15 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
+#include "support/autograd_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-struct GradientSnapshot {
-    bool has_gradient = false;
-    std::vector<float> values;
-};
-
-GradientSnapshot snapshot(const Variable& leaf) {
-    return {leaf.has_gradient(), leaf.gradient().to_host()};
-}
-
-::testing::AssertionResult unchanged(const GradientSnapshot& before, const Variable& leaf) {
-    if (leaf.has_gradient() != before.has_gradient) {
-        return ::testing::AssertionFailure() << "has_gradient changed from " << before.has_gradient
-                                             << " to " << leaf.has_gradient();
-    }
-    return testing::bit_identical(leaf.gradient().to_host(), before.values);
-}
+using testing::GradientSnapshot;
+using testing::snapshot;
+using testing::unchanged;
 
 ::testing::AssertionResult gradients_match(const Variable& leaf, const std::vector<float>& plain) {
     return testing::all_close(leaf.gradient(), testing::to_double(plain), 1e-6, 1e-5);

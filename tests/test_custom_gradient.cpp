@@ -10,27 +10,15 @@
 
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
+#include "support/autograd_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-struct GradientSnapshot {
-    bool has_gradient = false;
-    std::vector<float> values;
-};
-
-GradientSnapshot snapshot(const Variable& leaf) {
-    return {leaf.has_gradient(), leaf.gradient().to_host()};
-}
-
-::testing::AssertionResult unchanged(const GradientSnapshot& before, const Variable& leaf) {
-    if (leaf.has_gradient() != before.has_gradient) {
-        return ::testing::AssertionFailure() << "has_gradient changed from " << before.has_gradient
-                                             << " to " << leaf.has_gradient();
-    }
-    return testing::bit_identical(leaf.gradient().to_host(), before.values);
-}
+using testing::GradientSnapshot;
+using testing::snapshot;
+using testing::unchanged;
 
 // y = x³ elementwise, differentiated by the caller: d x = 3x² ⊙ g.
 Variable cube(const Variable& x) {
