@@ -46,17 +46,6 @@ TransformerDimensions small_dimensions() {
             .feed_forward_width = 12};
 }
 
-std::vector<std::uint32_t> tokens_for(std::size_t count, std::uint32_t vocabulary,
-                                      std::uint32_t seed) {
-    std::vector<std::uint32_t> tokens(count);
-    std::uint32_t state = seed;
-    for (auto& token : tokens) {
-        state = state * 1664525U + 1013904223U;
-        token = (state >> 8U) % vocabulary;
-    }
-    return tokens;
-}
-
 // Two parameters on explicitly chosen backends: "first" [3] and "second" [2,2].
 class MixedPlacement final : public Module {
   public:
@@ -80,8 +69,8 @@ Variable sum_of_all(const ParameterList& list) {
 TEST_F(EmulatedModule, MovingToMetalMovesEveryParameterAndClearsItsGradient) {
     std::mt19937 generator(3U);
     DecoderOnlyTransformer model(small_dimensions(), generator);
-    const std::vector<std::uint32_t> tokens = tokens_for(2 * 4, 13, 1U);
-    const std::vector<std::uint32_t> targets = tokens_for(2 * 4, 13, 2U);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 4, 13, 1U);
+    const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 4, 13, 2U);
     cross_entropy(model.forward(tokens, {2, 4}), targets).backward();
     // A graph built before the move.
     Variable stale = cross_entropy(model.forward(tokens, {2, 4}), targets);
@@ -203,8 +192,8 @@ TEST_F(EmulatedModule, AModelComputesTheSameLogitsAndGradientsOnMetalAsOnCpu) {
     const DecoderOnlyTransformer on_cpu(small_dimensions(), cpu_generator);
     DecoderOnlyTransformer on_metal(small_dimensions(), metal_generator);
     on_metal.to(metal);
-    const std::vector<std::uint32_t> tokens = tokens_for(3 * 6, 13, 7U);
-    const std::vector<std::uint32_t> targets = tokens_for(3 * 6, 13, 8U);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(3 * 6, 13, 7U);
+    const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(3 * 6, 13, 8U);
 
     // The thread default stays on the CPU: the model runs on its parameters' backend.
     const Variable cpu_logits = on_cpu.forward(tokens, {3, 6});
@@ -234,7 +223,7 @@ TEST_F(EmulatedModule, AModelBuiltOnMetalRunsWithTheThreadOnEitherBackend) {
         const ScopedExecutionBackend scope(metal);
         model = std::make_unique<DecoderOnlyTransformer>(small_dimensions(), generator);
     }
-    const std::vector<std::uint32_t> tokens = tokens_for(2 * 5, 13, 10U);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 5, 13, 10U);
     const std::vector<float> with_cpu_default = model->forward(tokens, {2, 5}).value().to_host();
     std::vector<float> with_metal_default;
     {

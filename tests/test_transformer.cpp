@@ -20,17 +20,6 @@ TransformerDimensions reference_tiny() {
             .feed_forward_width = 64};
 }
 
-std::vector<std::uint32_t> tokens_for(std::size_t count, std::uint32_t vocabulary,
-                                      std::uint32_t seed) {
-    std::vector<std::uint32_t> tokens(count);
-    std::uint32_t state = seed;
-    for (auto& token : tokens) {
-        state = state * 1664525U + 1013904223U;
-        token = (state >> 8U) % vocabulary;
-    }
-    return tokens;
-}
-
 }  // namespace
 
 TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
@@ -83,7 +72,7 @@ TEST(Transformer, LaterTokensLeaveEarlierLogitsBitIdentical) {
         model.set_attention(kind);
         const std::size_t batch = 2;
         const std::size_t time = 12;
-        std::vector<std::uint32_t> tokens = tokens_for(batch * time, 27, 5);
+        std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(batch * time, 27, 5);
         const std::vector<float> before = model.forward(tokens, {batch, time}).value().to_host();
         const std::size_t cut = 7;
         for (std::size_t b = 0; b < batch; ++b) {
@@ -116,8 +105,8 @@ TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
     Adam plain_adam(plain.parameters());
     Adam checkpointed_adam(checkpointed.parameters());
     for (std::uint32_t step = 0; step < 3; ++step) {
-        const std::vector<std::uint32_t> tokens = tokens_for(2 * 10, 27, 30 + step);
-        const std::vector<std::uint32_t> targets = tokens_for(2 * 10, 27, 40 + step);
+        const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 10, 27, 30 + step);
+        const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 10, 27, 40 + step);
         Variable plain_loss = cross_entropy(plain.forward(tokens, {2, 10}), targets);
         Variable checkpointed_loss = cross_entropy(checkpointed.forward(tokens, {2, 10}), targets);
         EXPECT_NEAR(plain_loss.value().item(), checkpointed_loss.value().item(), 1e-6);
@@ -140,8 +129,8 @@ TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
 TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
     std::mt19937 generator(11);
     DecoderOnlyTransformer model(reference_tiny(), generator);
-    const std::vector<std::uint32_t> tokens = tokens_for(2 * 8, 27, 9);
-    const std::vector<std::uint32_t> targets = tokens_for(2 * 8, 27, 10);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 8, 27, 9);
+    const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 8, 27, 10);
     const Variable plain_loss = cross_entropy(model.forward(tokens, {2, 8}), targets);
     Variable plain = plain_loss;
     plain.backward();
@@ -164,8 +153,8 @@ TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
 TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
     std::mt19937 generator(13);
     DecoderOnlyTransformer model(reference_tiny(), generator);
-    const std::vector<std::uint32_t> tokens = tokens_for(3 * 16, 27, 21);
-    const std::vector<std::uint32_t> targets = tokens_for(3 * 16, 27, 22);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(3 * 16, 27, 21);
+    const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(3 * 16, 27, 22);
     const auto run = [&](AttentionKind kind, ActivationCheckpointing checkpointing) {
         model.set_attention(kind);
         model.set_activation_checkpointing(checkpointing);
@@ -199,8 +188,8 @@ TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
                                      .feed_forward_width = 12};
     std::mt19937 generator(5);
     DecoderOnlyTransformer model(dims, generator);
-    const std::vector<std::uint32_t> tokens = tokens_for(2 * 5, 11, 1);
-    const std::vector<std::uint32_t> targets = tokens_for(2 * 5, 11, 2);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 5, 11, 1);
+    const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 5, 11, 2);
     Variable loss = cross_entropy(model.forward(tokens, {2, 5}), targets);
     loss.backward();
     for (const auto& named : model.parameters()) {

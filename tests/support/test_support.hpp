@@ -101,6 +101,18 @@ inline std::vector<float> pseudo_random(std::size_t count, float lo = -1.0F, flo
     return values;
 }
 
+// Deterministic pseudo-random token ids in [0, vocabulary).
+inline std::vector<std::uint32_t> pseudo_random_tokens(std::size_t count, std::uint32_t vocabulary,
+                                                       std::uint32_t seed) {
+    std::vector<std::uint32_t> tokens(count);
+    std::uint32_t state = seed;
+    for (auto& token : tokens) {
+        state = state * 1664525U + 1013904223U;
+        token = (state >> 8U) % vocabulary;
+    }
+    return tokens;
+}
+
 // Σ a_i·b_i in double (adjoint identities, weighted objectives for finite differences).
 inline double inner_product(const std::vector<float>& a, const std::vector<float>& b) {
     double total = 0.0;
