@@ -179,6 +179,18 @@ TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
     EXPECT_EQ(model.attention(), AttentionKind::Flash);
 }
 
+TEST(Transformer, CheckpointedModelEvaluatesUnderNoGradientGuard) {
+    std::mt19937 generator(19);
+    DecoderOnlyTransformer model(reference_tiny(), generator, 1e-5F, AttentionKind::Flash,
+                                 ActivationCheckpointing::TransformerBlock);
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 6, 27, 3);
+    const std::vector<float> recorded = model.forward(tokens, {2, 6}).value().to_host();
+    const NoGradientGuard no_graph;
+    const Variable logits = model.forward(tokens, {2, 6});
+    EXPECT_FALSE(logits.requires_gradient());
+    EXPECT_TRUE(testing::bit_identical(logits.value().to_host(), recorded));
+}
+
 TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
     const TransformerDimensions dims{.vocabulary_size = 11,
                                      .maximum_context = 6,

@@ -94,6 +94,10 @@ Variable checkpoint(const Variable& input, std::span<const Variable> dependencie
         throw std::invalid_argument("checkpoint: the recompute callable is empty");
     }
     const auto& input_node = detail::require_defined(input, op, "input");
+    if (gradient_recording_disabled()) {
+        // No graph is being recorded (NoGradientGuard): there is nothing to save or replay.
+        return recompute(input);
+    }
     const ExecutionBackend backend = input_node->value.backend();
     std::unordered_set<const Node*> unique;
     for (std::size_t i = 0; i < dependencies.size(); ++i) {

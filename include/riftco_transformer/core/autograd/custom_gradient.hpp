@@ -37,7 +37,8 @@ using Recompute = std::function<Variable(const Variable& input)>;
 // another backend; recompute reads a graph node created outside it that it was not given,
 // creates a differentiable leaf of its own, or does not use the input (when it requires
 // gradients) or a declared dependency; the replay's output shape or backend differs.
-// recompute must be deterministic.
+// recompute must be deterministic. Under a NoGradientGuard, checkpoint just returns
+// recompute(input).
 [[nodiscard]] Variable checkpoint(const Variable& input, std::span<const Variable> dependencies,
                                   Recompute recompute);
 
