@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_report import print_table, progress  # tools/ is on sys.path when a script here runs
+
 OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 BENCHMARK_RELATIVE_PATH = Path("bench") / "riftco_bench_kernels"
 GEMM_SHAPES = [(1024, 1024, 1024), (512, 768, 3072), (512, 3072, 768), (2048, 2048, 2048)]
@@ -279,34 +281,6 @@ def base_name(run_name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Report.
-
-def progress(text: str) -> None:
-    """A one-line status on a terminal's stderr (nothing when stderr is not a terminal)."""
-    if sys.stderr.isatty():
-        print(f"\r{text:<70}", end="" if text else "\r", file=sys.stderr, flush=True)
-
-
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    numeric = [all(_is_number(row[i]) for row in rows) if rows else False
-               for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(cell).rjust(width) if numeric[i] else str(cell).ljust(width)
-                         for i, (cell, width) in enumerate(zip(cells, widths))).rstrip()
-
-    print(line(headers))
-    print("  ".join("-" * width for width in widths))
-    for row in rows:
-        print(line(row))
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(str(text).rstrip("x%"))
-        return True
-    except ValueError:
-        return str(text) in ("-", "")
 
 
 def describe_side(name: str, info: dict[str, Any]) -> str:
