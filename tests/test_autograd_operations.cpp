@@ -222,9 +222,10 @@ TEST(AutogradArithmetic, DivideGivesUpstreamOverBAndMinusUpstreamTimesAOverBSqua
     EXPECT_TRUE(testing::all_close(checked.inputs[1].gradient(), expected_b, hand_atol, hand_rtol));
 }
 
-TEST(AutogradArithmetic, ConstantLeftOperandGetsNoGradientAndTheRightOneDoes) {
-    const Operand left = constant(random_operand({3, 2}, -1.0F, 1.0F, 9U));
-    const Operand right = away_from_zero(random_operand({3, 2}, -1.0F, 1.0F, 10U), 0.5F);
+namespace {
+
+// add, subtract, multiply and divide of `left` and `right`, each checked by check_operation.
+void check_every_binary_operation(const Operand& left, const Operand& right) {
     {
         SCOPED_TRACE("add");
         check_operation(
@@ -251,33 +252,18 @@ TEST(AutogradArithmetic, ConstantLeftOperandGetsNoGradientAndTheRightOneDoes) {
     }
 }
 
+}  // namespace
+
+TEST(AutogradArithmetic, ConstantLeftOperandGetsNoGradientAndTheRightOneDoes) {
+    const Operand left = constant(random_operand({3, 2}, -1.0F, 1.0F, 9U));
+    const Operand right = away_from_zero(random_operand({3, 2}, -1.0F, 1.0F, 10U), 0.5F);
+    check_every_binary_operation(left, right);
+}
+
 TEST(AutogradArithmetic, ConstantRightOperandGetsNoGradientAndTheLeftOneDoes) {
     const Operand left = random_operand({3, 2}, -1.0F, 1.0F, 11U);
     const Operand right = constant(away_from_zero(random_operand({3, 2}, -1.0F, 1.0F, 12U), 0.5F));
-    {
-        SCOPED_TRACE("add");
-        check_operation(
-            {left, right}, [](const auto& v) { return v[0] + v[1]; },
-            [](const auto& t) { return ops::add(t[0], t[1]); });
-    }
-    {
-        SCOPED_TRACE("subtract");
-        check_operation(
-            {left, right}, [](const auto& v) { return v[0] - v[1]; },
-            [](const auto& t) { return ops::subtract(t[0], t[1]); });
-    }
-    {
-        SCOPED_TRACE("multiply");
-        check_operation(
-            {left, right}, [](const auto& v) { return v[0] * v[1]; },
-            [](const auto& t) { return ops::multiply(t[0], t[1]); });
-    }
-    {
-        SCOPED_TRACE("divide");
-        check_operation(
-            {left, right}, [](const auto& v) { return v[0] / v[1]; },
-            [](const auto& t) { return ops::divide(t[0], t[1]); });
-    }
+    check_every_binary_operation(left, right);
 }
 
 TEST(AutogradArithmetic, NegateNegatesTheUpstream) {
