@@ -45,28 +45,30 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
     // Save only what the needed products read: W for dx, x for dW.
     const Tensor saved_weight = x.requires_gradient() ? weight.value() : Tensor();
     const Tensor saved_input = weight.requires_gradient() ? rows_in : Tensor();
-    const bool has_bias = bias.defined();
-    const Variable no_bias = Variable(Tensor::scalar(0.0F, x.backend()), false);
-    return detail::make_result(
-        op, rows_out.reshape(output_shape), {&x, &weight, has_bias ? &bias : &no_bias},
-        [saved_weight, saved_input, input_shape, rows, out_features](const Tensor& g,
-                                                                     std::span<const bool> needed) {
-            const Tensor rows_g = g.reshape({rows, out_features});
-            std::vector<Tensor> gradients(3);
-            auto& counters = detail::counter_cells();
-            if (needed[0]) {
-                gradients[0] = ops::matmul(rows_g, saved_weight).reshape(input_shape);  // G·W
-                counters.matmul_left_gradients.fetch_add(1, std::memory_order_relaxed);
-            }
-            if (needed[1]) {
-                gradients[1] = ops::matmul(rows_g, saved_input, true, false);  // Gᵀ·x
-                counters.matmul_right_gradients.fetch_add(1, std::memory_order_relaxed);
-            }
-            if (needed[2]) {
-                gradients[2] = ops::sum(rows_g, 0);  // Σ_rows G
-            }
-            return gradients;
-        });
+    // Inputs: x, weight and, when there is one, the bias (the rule sees 2 or 3 of them).
+    auto rule = [saved_weight, saved_input, input_shape, rows, out_features](
+                    const Tensor& g, std::span<const bool> needed) {
+        const Tensor rows_g = g.reshape({rows, out_features});
+        std::vector<Tensor> gradients(needed.size());
+        auto& counters = detail::counter_cells();
+        if (needed[0]) {
+            gradients[0] = ops::matmul(rows_g, saved_weight).reshape(input_shape);  // G·W
+            counters.matmul_left_gradients.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (needed[1]) {
+            gradients[1] = ops::matmul(rows_g, saved_input, true, false);  // Gᵀ·x
+            counters.matmul_right_gradients.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (needed.size() == 3 && needed[2]) {
+            gradients[2] = ops::sum(rows_g, 0);  // Σ_rows G
+        }
+        return gradients;
+    };
+    Tensor output = rows_out.reshape(output_shape);
+    if (bias.defined()) {
+        return detail::make_result(op, std::move(output), {&x, &weight, &bias}, std::move(rule));
+    }
+    return detail::make_result(op, std::move(output), {&x, &weight}, std::move(rule));
 }
 
 Linear::Linear(std::size_t in_features, std::size_t out_features, std::mt19937& generator,
