@@ -1,0 +1,359 @@
+/*
+ * riftco_transformer stable C ABI, version 2.8 (spec WORKFLOWS §8).
+ *
+ * Conventions that hold for every function below:
+ * - Only rt_ functions/types and RT_ constants. Fixed-width integers everywhere; backends,
+ *   methods and policies are int32_t values that are never renumbered (only appended).
+ * - Status-returning functions catch every C++ exception and return an RT_STATUS_* code.
+ *   They clear the calling thread's error text on entry and set it on failure;
+ *   rt_last_error() returns it (at most 1023 bytes, valid until the next status-returning
+ *   call on that thread: copy it at once). A failing call changes nothing: its outputs are
+ *   untouched and the handles it was given keep their state.
+ * - Handles are opaque. Every successful create/derive yields one handle that is released
+ *   exactly once with its rt_*_release (void, NULL is a no-op).
+ * - Versioned structs start with uint64_t struct_size. Initialise with the matching
+ *   rt_*_init(&s, sizeof s), then edit fields. A struct_size below the first published
+ *   size of that struct is RT_STATUS_INVALID_ARGUMENT; a larger one is accepted and only the
+ *   prefix this library knows is read or written. reserved fields must be zero.
+ * - Variable-size outputs use (out, capacity, *required): every input is validated, then
+ *   *required is set, then capacity is checked. out == NULL with capacity == 0 is a size
+ *   query (RT_STATUS_OK); out == NULL with capacity > 0 is RT_STATUS_INVALID_ARGUMENT; a
+ *   capacity below *required is RT_STATUS_OUT_OF_RANGE and out is untouched. Text outputs
+ *   count their terminating NUL. Input pointers may be NULL only together with a zero count.
+ * - Host data only crosses by copy: no function returns a pointer into tensor storage.
+ * - Threading: the raw handles contain no locks. Callers serialise calls that touch the same
+ *   handle, or handles derived from the same model, and never release a handle while a call
+ *   that uses it is in flight. Independent handles may be used from different threads.
+ * - Model-derived handles (parameter lists, variables, Adam) share ownership of the model's
+ *   state: they stay valid after rt_model_release. A context may be released while its
+ *   tensors live.
+ */
+#ifndef RIFTCO_TRANSFORMER_C_API_H
+#define RIFTCO_TRANSFORMER_C_API_H
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define RT_CALL __cdecl
+#if defined(RIFTCO_TRANSFORMER_C_API_BUILDING)
+#define RT_API __declspec(dllexport)
+#else
+#define RT_API __declspec(dllimport)
+#endif
+#else
+#define RT_CALL
+#define RT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Versioning --------------------------------------------------------------------------
+ * (major << 16) | minor. A client accepts a library with the same major and a minor at least
+ * its own; minors only add. */
+#define RT_ABI_VERSION_MAJOR 2
+#define RT_ABI_VERSION_MINOR 8
+#define RT_ABI_VERSION 0x00020008u
+
+RT_API uint32_t RT_CALL rt_abi_version(void);
+
+/* ---- Status and errors ------------------------------------------------------------------ */
+typedef int32_t rt_status;
+#define RT_STATUS_OK 0
+#define RT_STATUS_INVALID_ARGUMENT 1    /* bad value, shape, state or ordering of calls */
+#define RT_STATUS_OUT_OF_RANGE 2        /* an index or id past its bound; capacity too small */
+#define RT_STATUS_OVERFLOW 3            /* a size or numeric result that does not fit */
+#define RT_STATUS_BACKEND_UNAVAILABLE 4 /* an explicitly requested backend cannot run here */
+#define RT_STATUS_OUT_OF_MEMORY 5
+#define RT_STATUS_RUNTIME_ERROR 6 /* a broken contract of call order (stale or consumed graph,
+                                     pinned model) or another runtime failure */
+#define RT_STATUS_UNKNOWN_ERROR 255
+
+/* Lower-case name ("ok", "invalid_argument", ...); any other value: "unrecognized status".
+ * Never NULL; static storage. */
+RT_API const char* RT_CALL rt_status_string(rt_status status);
+/* The calling thread's last error text ("" after a successful call). Never NULL. */
+RT_API const char* RT_CALL rt_last_error(void);
+
+/* ---- Backends --------------------------------------------------------------------------- */
+#define RT_BACKEND_CPU 0
+#define RT_BACKEND_METAL 1
+#define RT_BACKEND_CUDA 2
+#define RT_BACKEND_TPU 3
+
+/* *out_available = 1 when the backend was compiled in and can run here, else 0. An unknown
+ * value is RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_backend_is_available(int32_t backend, int32_t* out_available);
+/* Stable name ("cpu", "metal", "cuda", "tpu"), NUL-terminated, size-query protocol. */
+RT_API rt_status RT_CALL rt_backend_name(int32_t backend, char* out, uint64_t capacity,
+                                         uint64_t* required);
+/* Why the backend cannot run ("" when it can), NUL-terminated, size-query protocol. */
+RT_API rt_status RT_CALL rt_backend_unavailability_reason(int32_t backend, char* out,
+                                                          uint64_t capacity, uint64_t* required);
+
+/* ---- Tokenizers (immutable) ------------------------------------------------------------- */
+typedef struct rt_tokenizer rt_tokenizer;
+
+#define RT_TOKENIZER_METHOD_BYTE 0 /* the corpus's distinct bytes, sorted */
+#define RT_TOKENIZER_METHOD_BPE 1  /* 256 byte tokens plus learned merges */
+
+typedef struct rt_tokenizer_options {
+    uint64_t struct_size;
+    int32_t method;                  /* init: RT_TOKENIZER_METHOD_BYTE */
+    uint32_t reserved;               /* must be 0 */
+    uint64_t vocabulary_size;        /* BPE maximum, in [256, 2^32-1]; init 512 */
+    uint64_t minimum_pair_frequency; /* BPE, >= 1; init 2 */
+} rt_tokenizer_options;
+
+typedef struct rt_bpe_merge_rule {
+    uint32_t left;
+    uint32_t right;
+    uint32_t result;
+} rt_bpe_merge_rule;
+
+RT_API rt_status RT_CALL rt_tokenizer_options_init(rt_tokenizer_options* options,
+                                                   uint64_t struct_size);
+/* Byte tokenizer over the corpus's distinct bytes (corpus non-empty). */
+RT_API rt_status RT_CALL rt_tokenizer_create(const uint8_t* corpus, uint64_t corpus_size,
+                                             rt_tokenizer** out);
+/* options == NULL means the byte method. The byte method ignores vocabulary_size and
+ * minimum_pair_frequency. */
+RT_API rt_status RT_CALL rt_tokenizer_create_with_options(const uint8_t* corpus,
+                                                          uint64_t corpus_size,
+                                                          const rt_tokenizer_options* options,
+                                                          rt_tokenizer** out);
+/* Exact restoration: vocabulary[id] is the byte of token id (distinct, strictly increasing). */
+RT_API rt_status RT_CALL rt_tokenizer_create_from_byte_vocabulary(const uint8_t* vocabulary,
+                                                                  uint64_t count,
+                                                                  rt_tokenizer** out);
+/* Exact restoration of a BPE merge table (rule i creates id 256 + i). */
+RT_API rt_status RT_CALL rt_tokenizer_create_from_bpe_merges(const rt_bpe_merge_rule* rules,
+                                                             uint64_t count, rt_tokenizer** out);
+RT_API void RT_CALL rt_tokenizer_release(rt_tokenizer* tokenizer);
+
+RT_API rt_status RT_CALL rt_tokenizer_get_method(const rt_tokenizer* tokenizer,
+                                                 int32_t* out_method);
+RT_API rt_status RT_CALL rt_tokenizer_vocabulary_size(const rt_tokenizer* tokenizer,
+                                                      uint64_t* out_size);
+/* BPE only (byte tokenizers: RT_STATUS_INVALID_ARGUMENT). */
+RT_API rt_status RT_CALL rt_tokenizer_bpe_merge_count(const rt_tokenizer* tokenizer,
+                                                      uint64_t* out_count);
+RT_API rt_status RT_CALL rt_tokenizer_bpe_merge_rule(const rt_tokenizer* tokenizer,
+                                                     uint64_t index, rt_bpe_merge_rule* out_rule);
+/* Byte only: the byte of every id, size-query protocol (count = vocabulary size). */
+RT_API rt_status RT_CALL rt_tokenizer_vocabulary(const rt_tokenizer* tokenizer, uint8_t* out,
+                                                 uint64_t capacity, uint64_t* required);
+/* The bytes of one token (id >= vocabulary size: RT_STATUS_OUT_OF_RANGE). */
+RT_API rt_status RT_CALL rt_tokenizer_token_bytes(const rt_tokenizer* tokenizer, uint32_t id,
+                                                  uint8_t* out, uint64_t capacity,
+                                                  uint64_t* required);
+/* Binary-safe encode. Never produces more ids than input bytes, so capacity = byte_count
+ * always suffices. A byte the byte tokenizer never saw: RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_tokenizer_encode(const rt_tokenizer* tokenizer, const uint8_t* bytes,
+                                             uint64_t byte_count, uint32_t* out,
+                                             uint64_t capacity, uint64_t* required);
+/* Binary-safe decode (an unknown id: RT_STATUS_OUT_OF_RANGE). */
+RT_API rt_status RT_CALL rt_tokenizer_decode(const rt_tokenizer* tokenizer, const uint32_t* ids,
+                                             uint64_t id_count, uint8_t* out, uint64_t capacity,
+                                             uint64_t* required);
+
+/* ---- Contexts and tensors (immutable, float32, row-major) ------------------------------- */
+typedef struct rt_context rt_context;
+typedef struct rt_tensor rt_tensor;
+
+/* An unavailable backend: RT_STATUS_BACKEND_UNAVAILABLE; never falls back. */
+RT_API rt_status RT_CALL rt_context_create(int32_t backend, rt_context** out);
+RT_API void RT_CALL rt_context_release(rt_context* context);
+RT_API rt_status RT_CALL rt_context_backend(const rt_context* context, int32_t* out_backend);
+
+/* rank 0 is a scalar (shape may be NULL); every dimension > 0; count == product(shape);
+ * every value is copied. */
+RT_API rt_status RT_CALL rt_tensor_create_f32(const rt_context* context, const uint64_t* shape,
+                                              uint64_t rank, const float* values, uint64_t count,
+                                              rt_tensor** out);
+RT_API rt_status RT_CALL rt_tensor_zeros_f32(const rt_context* context, const uint64_t* shape,
+                                             uint64_t rank, rt_tensor** out);
+RT_API void RT_CALL rt_tensor_release(rt_tensor* tensor);
+RT_API rt_status RT_CALL rt_tensor_backend(const rt_tensor* tensor, int32_t* out_backend);
+RT_API rt_status RT_CALL rt_tensor_rank(const rt_tensor* tensor, uint64_t* out_rank);
+RT_API rt_status RT_CALL rt_tensor_shape(const rt_tensor* tensor, uint64_t* out, uint64_t capacity,
+                                         uint64_t* required);
+RT_API rt_status RT_CALL rt_tensor_numel(const rt_tensor* tensor, uint64_t* out_numel);
+RT_API rt_status RT_CALL rt_tensor_copy_to_host_f32(const rt_tensor* tensor, float* out,
+                                                    uint64_t capacity, uint64_t* required);
+/* [..., M, K] x [..., K, N] -> [..., M, N] on the inputs' (shared) backend; mixed backends:
+ * RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_tensor_matmul(const rt_tensor* left, const rt_tensor* right,
+                                          rt_tensor** out);
+
+/* ---- Decoder-only transformer ----------------------------------------------------------- */
+typedef struct rt_model rt_model;
+typedef struct rt_parameter_list rt_parameter_list;
+typedef struct rt_variable rt_variable;
+
+#define RT_ATTENTION_MATERIALIZED 0
+#define RT_ATTENTION_FLASH 1
+#define RT_ACTIVATION_CHECKPOINTING_DISABLED 0
+#define RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK 1
+
+typedef struct rt_transformer_config {
+    uint64_t struct_size;
+    uint64_t vocabulary_size;    /* V, init 0 (must be set) */
+    uint64_t maximum_context;    /* C, init 0 */
+    uint64_t model_width;        /* D, init 0 */
+    uint64_t head_count;         /* H, init 0; D % H == 0 */
+    uint64_t block_count;        /* N, init 0 */
+    uint64_t feed_forward_width; /* F, init 0 */
+    uint32_t random_seed;        /* init 5489 */
+    float layer_norm_epsilon;    /* init 1e-5 */
+} rt_transformer_config;
+
+RT_API rt_status RT_CALL rt_transformer_config_init(rt_transformer_config* config,
+                                                    uint64_t struct_size);
+/* A new model on CPU, materialized attention, checkpointing disabled. */
+RT_API rt_status RT_CALL rt_model_create(const rt_transformer_config* config, rt_model** out);
+RT_API void RT_CALL rt_model_release(rt_model* model);
+/* The configuration the model was created with (caller sets out->struct_size). */
+RT_API rt_status RT_CALL rt_model_config(const rt_model* model, rt_transformer_config* out);
+/* Transactional transfer. Rejected (RT_STATUS_RUNTIME_ERROR) while any variable or Adam
+ * optimizer derived from the model is alive; an unavailable backend is
+ * RT_STATUS_BACKEND_UNAVAILABLE. Either way nothing changes. */
+RT_API rt_status RT_CALL rt_model_to(rt_model* model, int32_t backend);
+RT_API rt_status RT_CALL rt_model_backend(const rt_model* model, int32_t* out_backend);
+RT_API rt_status RT_CALL rt_model_set_full_sequence_attention(rt_model* model, int32_t attention);
+RT_API rt_status RT_CALL rt_model_get_full_sequence_attention(const rt_model* model,
+                                                              int32_t* out_attention);
+RT_API rt_status RT_CALL rt_model_set_activation_checkpointing(rt_model* model,
+                                                               int32_t checkpointing);
+RT_API rt_status RT_CALL rt_model_get_activation_checkpointing(const rt_model* model,
+                                                               int32_t* out_checkpointing);
+/* tokens [batch, time] row-major -> logits variable [batch, time, V]. count == batch*time,
+ * 0 < time <= C, every id < V (else RT_STATUS_OUT_OF_RANGE). */
+RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count,
+                                          uint64_t batch, uint64_t time, rt_variable** out);
+/* The model's trainable parameters in their canonical order. */
+RT_API rt_status RT_CALL rt_model_parameters(rt_model* model, rt_parameter_list** out);
+
+/* ---- Parameter lists --------------------------------------------------------------------
+ * Flat order: list order, then each tensor's row-major order. */
+RT_API void RT_CALL rt_parameter_list_release(rt_parameter_list* list);
+RT_API rt_status RT_CALL rt_parameter_list_count(const rt_parameter_list* list, uint64_t* out);
+RT_API rt_status RT_CALL rt_parameter_list_backend(const rt_parameter_list* list,
+                                                   int32_t* out_backend);
+RT_API rt_status RT_CALL rt_parameter_list_name(const rt_parameter_list* list, uint64_t index,
+                                                char* out, uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL rt_parameter_list_rank(const rt_parameter_list* list, uint64_t index,
+                                                uint64_t* out_rank);
+RT_API rt_status RT_CALL rt_parameter_list_shape(const rt_parameter_list* list, uint64_t index,
+                                                 uint64_t* out, uint64_t capacity,
+                                                 uint64_t* required);
+RT_API rt_status RT_CALL rt_parameter_list_numel(const rt_parameter_list* list, uint64_t index,
+                                                 uint64_t* out_numel);
+RT_API rt_status RT_CALL rt_parameter_list_total_numel(const rt_parameter_list* list,
+                                                       uint64_t* out_numel);
+RT_API rt_status RT_CALL rt_parameter_list_copy_to_host_f32(const rt_parameter_list* list,
+                                                            float* out, uint64_t capacity,
+                                                            uint64_t* required);
+/* Transactional: count == total numel and every value finite, else nothing changes.
+ * Rejected (RT_STATUS_RUNTIME_ERROR) while a variable or Adam optimizer of the model is
+ * alive. Clears gradients and advances the model's parameter epoch. */
+RT_API rt_status RT_CALL rt_parameter_list_load_from_host_f32(rt_parameter_list* list,
+                                                              const float* values,
+                                                              uint64_t count);
+
+/* ---- Autograd ---------------------------------------------------------------------------
+ * Graphs are single-use: a successful backward consumes the graph (a second backward is
+ * RT_STATUS_RUNTIME_ERROR), and an Adam step or parameter load makes every older graph fail
+ * at backward with RT_STATUS_RUNTIME_ERROR. Values stay readable after either. */
+RT_API void RT_CALL rt_variable_release(rt_variable* variable);
+RT_API rt_status RT_CALL rt_variable_backend(const rt_variable* variable, int32_t* out_backend);
+RT_API rt_status RT_CALL rt_variable_rank(const rt_variable* variable, uint64_t* out_rank);
+RT_API rt_status RT_CALL rt_variable_shape(const rt_variable* variable, uint64_t* out,
+                                           uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL rt_variable_numel(const rt_variable* variable, uint64_t* out_numel);
+RT_API rt_status RT_CALL rt_variable_copy_to_host_f32(const rt_variable* variable, float* out,
+                                                      uint64_t capacity, uint64_t* required);
+/* Scalar variables only (implicit seed 1); replaces the gradients of the parameters it
+ * reaches. */
+RT_API rt_status RT_CALL rt_variable_backward(rt_variable* variable);
+/* Mean cross-entropy of logits [..., V] against one target per leading position
+ * (count == numel / V, every target < V) -> scalar variable. */
+RT_API rt_status RT_CALL rt_cross_entropy(const rt_variable* logits, const uint32_t* targets,
+                                          uint64_t count, rt_variable** out);
+
+/* ---- Adam ------------------------------------------------------------------------------- */
+typedef struct rt_adam rt_adam;
+
+#define RT_ADAM_STATE_CONTIGUOUS 0
+#define RT_ADAM_STATE_PAGED 1
+
+typedef struct rt_adam_options {
+    uint64_t struct_size;        /* >= 32 (the 2.3 prefix ends at reserved) */
+    float learning_rate;         /* init 1e-3, finite > 0 */
+    float beta1;                 /* init 0.9, in (0, 1) */
+    float beta2;                 /* init 0.999, in (0, 1) */
+    float epsilon;               /* init 1e-8, finite > 0 */
+    float maximum_gradient_norm; /* init 1.0, > 0 (+inf disables clipping) */
+    uint32_t reserved;           /* must be 0 */
+    /* 2.4 */
+    int32_t state_storage; /* init RT_ADAM_STATE_CONTIGUOUS */
+    uint32_t reserved2;    /* must be 0 */
+    uint64_t page_size;    /* elements per moment page, > 0; init 4096 */
+} rt_adam_options;
+
+typedef struct rt_adam_step_stats {
+    uint64_t struct_size;
+    uint64_t step;        /* the step count after this update */
+    double gradient_norm; /* global norm before clipping */
+    double clip_scale;    /* factor applied to every gradient (1 when not clipped) */
+} rt_adam_step_stats;
+
+typedef struct rt_adam_state {
+    uint64_t struct_size;
+    uint64_t step_count;
+    double beta1_power; /* beta1^step_count */
+    double beta2_power;
+    uint64_t value_count; /* N: scalars of all parameters (each array below holds N floats) */
+} rt_adam_state;
+
+RT_API rt_status RT_CALL rt_adam_options_init(rt_adam_options* options, uint64_t struct_size);
+/* options == NULL means the defaults. The list's parameters are copied (the optimizer keeps
+ * the model state alive). Pins the model: rt_model_to and parameter loads are rejected while
+ * the optimizer lives. */
+RT_API rt_status RT_CALL rt_adam_create(const rt_parameter_list* parameters,
+                                        const rt_adam_options* options, rt_adam** out);
+RT_API void RT_CALL rt_adam_release(rt_adam* adam);
+RT_API rt_status RT_CALL rt_adam_backend(const rt_adam* adam, int32_t* out_backend);
+RT_API rt_status RT_CALL rt_adam_step_count(const rt_adam* adam, uint64_t* out_count);
+RT_API rt_status RT_CALL rt_adam_parameter_count(const rt_adam* adam, uint64_t* out_count);
+RT_API rt_status RT_CALL rt_adam_state_storage(const rt_adam* adam, int32_t* out_storage);
+RT_API rt_status RT_CALL rt_adam_state_page_size(const rt_adam* adam, uint64_t* out_page_size);
+RT_API rt_status RT_CALL rt_adam_state_page_count(const rt_adam* adam, uint64_t* out_page_count);
+RT_API rt_status RT_CALL rt_adam_state_payload_bytes(const rt_adam* adam, uint64_t* out_bytes);
+/* One transactional update; advances the model's parameter epoch. stats may be NULL; when
+ * given, stats->struct_size must be set. */
+RT_API rt_status RT_CALL rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats);
+RT_API rt_status RT_CALL rt_adam_zero_gradients(rt_adam* adam);
+/* Logical state for exact resume (needs a clean step boundary: no pending gradients). */
+RT_API rt_status RT_CALL rt_adam_state_get(const rt_adam* adam, rt_adam_state* out_state);
+/* Copies parameter values and both moments (N floats each; capacity >= N, else
+ * RT_STATUS_OUT_OF_RANGE with nothing written). */
+RT_API rt_status RT_CALL rt_adam_state_copy_to_host_f32(const rt_adam* adam, float* values,
+                                                        float* first_moments,
+                                                        float* second_moments,
+                                                        uint64_t capacity);
+/* Transactional restore (count == N). Rejected (RT_STATUS_RUNTIME_ERROR) while a variable of
+ * the model is alive. Advances the model's parameter epoch. */
+RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam,
+                                                          const rt_adam_state* state,
+                                                          const float* values,
+                                                          const float* first_moments,
+                                                          const float* second_moments,
+                                                          uint64_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RIFTCO_TRANSFORMER_C_API_H */
