@@ -3,6 +3,8 @@
 // default used by tensors created without an explicit backend.
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <thread>
 
@@ -27,11 +29,25 @@ enum class ExecutionBackend : std::uint32_t {
 [[nodiscard]] std::string_view execution_backend_unavailability_reason(
     ExecutionBackend backend) noexcept;
 
+// Thrown whenever an operation needs a recognised backend that cannot run here (selection,
+// tensor construction or transfer, a kernel call). It is a std::runtime_error, so callers that
+// only know the standard categories still catch it; the C ABI maps it to
+// RT_STATUS_BACKEND_UNAVAILABLE. The message names the backend and the reason.
+class BackendUnavailableError : public std::runtime_error {
+  public:
+    BackendUnavailableError(ExecutionBackend backend, const std::string& message)
+        : std::runtime_error(message), backend_(backend) {}
+    [[nodiscard]] ExecutionBackend backend() const noexcept { return backend_; }
+
+  private:
+    ExecutionBackend backend_;
+};
+
 // The calling thread's construction default. Every thread starts on Cpu.
 [[nodiscard]] ExecutionBackend current_execution_backend() noexcept;
 
 // Changes the calling thread's construction default. Transactional: an unknown value throws
-// std::invalid_argument, an unavailable backend std::runtime_error (with the reason), and in
+// std::invalid_argument, an unavailable backend BackendUnavailableError (with the reason), and in
 // both cases the previous selection stays.
 void set_execution_backend(ExecutionBackend backend);
 

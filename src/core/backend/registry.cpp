@@ -52,7 +52,7 @@ const BackendAdapter& require_available_adapter(ExecutionBackend backend,
         std::ostringstream message;
         message << operation << ": execution backend '" << adapter->name()
                 << "' is unavailable: " << adapter->unavailability_reason();
-        throw std::runtime_error(message.str());
+        throw BackendUnavailableError(backend, message.str());
     }
     return *adapter;
 }

@@ -1,0 +1,91 @@
+// Variables (graph outputs) and the cross-entropy loss. Graphs are single-use: the C++ graph
+// consumes itself on backward; the model's parameter epoch turns a graph built before an
+// optimizer step or a parameter load into an explicit error.
+
+#include "c_api/boundary.hpp"
+#include "c_api/handles.hpp"
+#include "riftco_transformer/core/autograd/operations.hpp"
+
+using namespace riftco_transformer;
+using namespace riftco_transformer::c_api;
+
+namespace {
+
+const rt_variable& variable_of(const rt_variable* handle, const char* argument) {
+    return require_handle(handle, argument);
+}
+
+}  // namespace
+
+extern "C" {
+
+void rt_variable_release(rt_variable* variable) { delete variable; }
+
+rt_status rt_variable_backend(const rt_variable* variable, int32_t* out_backend) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(variable, "variable");
+        require_pointer(out_backend, "out_backend");
+        *out_backend = static_cast<int32_t>(native.variable.backend());
+    });
+}
+
+rt_status rt_variable_rank(const rt_variable* variable, uint64_t* out_rank) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(variable, "variable");
+        require_pointer(out_rank, "out_rank");
+        *out_rank = native.variable.shape().size();
+    });
+}
+
+rt_status rt_variable_shape(const rt_variable* variable, uint64_t* out, uint64_t capacity,
+                            uint64_t* required) {
+    return guarded(__func__, [&] {
+        write_shape(variable_of(variable, "variable").variable.shape(), out, capacity, required);
+    });
+}
+
+rt_status rt_variable_numel(const rt_variable* variable, uint64_t* out_numel) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(variable, "variable");
+        require_pointer(out_numel, "out_numel");
+        *out_numel = native.variable.value().numel();
+    });
+}
+
+rt_status rt_variable_copy_to_host_f32(const rt_variable* variable, float* out,
+                                       uint64_t capacity, uint64_t* required) {
+    return guarded(__func__, [&] {
+        write_tensor_values(variable_of(variable, "variable").variable.value(), out, capacity,
+                            required);
+    });
+}
+
+rt_status rt_variable_backward(rt_variable* variable) {
+    return guarded(__func__, [&] {
+        rt_variable& native = require_handle(variable, "variable");
+        const ModelState& state = native.pin.state();
+        if (native.epoch != state.parameter_epoch) {
+            throw std::logic_error(
+                "the graph was built at parameter epoch " + std::to_string(native.epoch) +
+                " but the model is at epoch " + std::to_string(state.parameter_epoch) +
+                " (an Adam step or a parameter load replaced the parameters it read); build "
+                "a new graph");
+        }
+        native.variable.backward();
+    });
+}
+
+rt_status rt_cross_entropy(const rt_variable* logits, const uint32_t* targets, uint64_t count,
+                           rt_variable** out) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(logits, "logits");
+        const auto given = input_array(targets, count, "targets");
+        require_pointer(out, "out");
+        Variable loss = cross_entropy(native.variable, given);
+        auto* result = new rt_variable(native.pin.shared_state(), std::move(loss));
+        result->epoch = native.epoch;  // the loss's graph is the logits' graph
+        *out = result;
+    });
+}
+
+}  // extern "C"

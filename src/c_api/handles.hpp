@@ -1,0 +1,103 @@
+#pragma once
+// What the opaque C handles are. Each rt_* struct is the C++ object behind one handle.
+//
+// Ownership (spec WORKFLOWS §8.6): a model's state lives in a shared ModelState. The model
+// handle and every handle derived from it (parameter lists, variables, Adam) hold a
+// shared_ptr to it, so releasing the model handle invalidates nothing. Variables and
+// optimizers additionally hold a ModelPin: while any pin lives, operations that would change
+// the backend or the parameters underneath them (rt_model_to, parameter loads) are rejected.
+// The parameter epoch counts parameter replacements (Adam steps, loads): a graph records the
+// epoch it was built at, and backward rejects a graph from an older epoch.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "riftco_transformer/c_api.h"
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/backend.hpp"
+#include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/data/tokenizer.hpp"
+#include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/nn/parameter.hpp"
+#include "riftco_transformer/optim/adam.hpp"
+
+namespace riftco_transformer::c_api {
+
+struct ModelState {
+    std::unique_ptr<DecoderOnlyTransformer> model;
+    rt_transformer_config config{};  // as created (struct_size = sizeof)
+    std::size_t live_variables = 0;
+    std::size_t live_optimizers = 0;
+    std::uint64_t parameter_epoch = 0;
+
+    // std::logic_error naming `operation` when a variable or an optimizer pins the model.
+    void require_unpinned(const char* operation) const;
+    // std::logic_error when a variable pins the model (optimizers allowed).
+    void require_no_live_graph(const char* operation) const;
+};
+
+// RAII registration of one live variable or optimizer with its model.
+class ModelPin {
+  public:
+    enum class Kind { Variable, Optimizer };
+    ModelPin(std::shared_ptr<ModelState> state, Kind kind);
+    ~ModelPin();
+    ModelPin(const ModelPin&) = delete;
+    ModelPin& operator=(const ModelPin&) = delete;
+    ModelPin(ModelPin&&) = delete;
+    ModelPin& operator=(ModelPin&&) = delete;
+
+    [[nodiscard]] ModelState& state() const noexcept { return *state_; }
+    [[nodiscard]] const std::shared_ptr<ModelState>& shared_state() const noexcept {
+        return state_;
+    }
+
+  private:
+    std::shared_ptr<ModelState> state_;
+    Kind kind_;
+};
+
+}  // namespace riftco_transformer::c_api
+
+struct rt_tokenizer {
+    std::shared_ptr<const riftco_transformer::Tokenizer> tokenizer;
+};
+
+struct rt_context {
+    riftco_transformer::ExecutionBackend backend = riftco_transformer::ExecutionBackend::Cpu;
+};
+
+struct rt_tensor {
+    riftco_transformer::Tensor tensor;  // never mutated after creation
+};
+
+struct rt_model {
+    std::shared_ptr<riftco_transformer::c_api::ModelState> state;
+};
+
+struct rt_parameter_list {
+    std::shared_ptr<riftco_transformer::c_api::ModelState> state;
+    riftco_transformer::ParameterList parameters;
+};
+
+struct rt_variable {
+    rt_variable(std::shared_ptr<riftco_transformer::c_api::ModelState> state,
+                riftco_transformer::Variable value)
+        : pin(std::move(state), riftco_transformer::c_api::ModelPin::Kind::Variable),
+          variable(std::move(value)),
+          epoch(pin.state().parameter_epoch) {}
+    riftco_transformer::c_api::ModelPin pin;
+    riftco_transformer::Variable variable;
+    std::uint64_t epoch;  // the model's parameter epoch when the graph was built
+};
+
+struct rt_adam {
+    rt_adam(std::shared_ptr<riftco_transformer::c_api::ModelState> state,
+            riftco_transformer::Adam optimizer)
+        : pin(std::move(state), riftco_transformer::c_api::ModelPin::Kind::Optimizer),
+          adam(std::move(optimizer)) {}
+    riftco_transformer::c_api::ModelPin pin;
+    riftco_transformer::Adam adam;
+};
