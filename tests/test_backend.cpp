@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend/adapter.hpp"
@@ -103,13 +104,15 @@ TEST_F(BackendSelection, SelectingCpuSucceeds) {
     EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
 }
 
-TEST_F(BackendSelection, SelectingAnUnavailableBackendIsRuntimeErrorWithTheReason) {
+TEST_F(BackendSelection, SelectingAnUnavailableBackendIsBackendUnavailableErrorWithTheReason) {
     for (const ExecutionBackend backend : stub_backends) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
         try {
             set_execution_backend(backend);
             ADD_FAILURE() << "set_execution_backend did not throw";
-        } catch (const std::runtime_error& error) {
+        } catch (const BackendUnavailableError& error) {
+            static_assert(std::is_base_of_v<std::runtime_error, BackendUnavailableError>);
+            EXPECT_EQ(error.backend(), backend);
             const std::string reason(execution_backend_unavailability_reason(backend));
             EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
         }
@@ -172,19 +175,19 @@ TEST(BackendSelectionDeathTest, GuardDestroyedOnAnotherThreadAborts) {
 // ---------------------------------------------------------------------------------------------
 // Tensors and operations on unavailable backends
 
-TEST(BackendTensors, CreatingATensorOnAnUnavailableBackendIsRuntimeError) {
+TEST(BackendTensors, CreatingATensorOnAnUnavailableBackendIsBackendUnavailableError) {
     for (const ExecutionBackend backend : stub_backends) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
-        EXPECT_THROW(Tensor(Shape{2, 2}, backend), std::runtime_error);
-        EXPECT_THROW(Tensor(Shape{2}, {1.0F, 2.0F}, backend), std::runtime_error);
-        EXPECT_THROW(static_cast<void>(Tensor::full({2}, 1.0F, backend)), std::runtime_error);
+        EXPECT_THROW(Tensor(Shape{2, 2}, backend), BackendUnavailableError);
+        EXPECT_THROW(Tensor(Shape{2}, {1.0F, 2.0F}, backend), BackendUnavailableError);
+        EXPECT_THROW(static_cast<void>(Tensor::full({2}, 1.0F, backend)), BackendUnavailableError);
     }
 }
 
-TEST(BackendTensors, TransferToAnUnavailableBackendIsRuntimeErrorAndKeepsTheSource) {
+TEST(BackendTensors, TransferToAnUnavailableBackendIsBackendUnavailableErrorAndKeepsTheSource) {
     const Tensor source(Shape{2}, {1.0F, 2.0F});
     for (const ExecutionBackend backend : stub_backends) {
-        EXPECT_THROW(static_cast<void>(source.to(backend)), std::runtime_error);
+        EXPECT_THROW(static_cast<void>(source.to(backend)), BackendUnavailableError);
     }
     EXPECT_EQ(source.backend(), ExecutionBackend::Cpu);
     EXPECT_TRUE(testing::bit_identical(source.to_host(), {1.0F, 2.0F}));

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Builds the wheel with `pip wheel`, installs it into a fresh virtual environment and uses it.
+
+Checks, in order:
+  1. `pip wheel <source>` builds one py3-none-<platform> wheel through scikit-build-core
+     (CMAKE_ARGS from the environment passes through; this script adds the ccache launcher
+     when ccache exists).
+  2. The wheel installs with `pip install --no-index` into a fresh virtual environment (no
+     system site-packages), so it needs no runtime dependency.
+  3. From a directory outside the source tree and without RIFTCO_TRANSFORMER_LIBRARY, the
+     package loads the library from riftco_transformer/.libs and runs the seed's tensor
+     snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]).
+  4. The installed library depends on nothing beyond the C/C++ runtime and libgomp (ldd).
+
+Exit 77 (CTest skip) only when the build front end cannot be obtained (no venv module, or
+scikit-build-core cannot be downloaded); every other failure is a test failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SKIP = 77
+
+# Shared objects the installed library may load: the C and C++ runtimes and OpenMP.
+ALLOWED_DEPENDENCIES = re.compile(
+    r"^(linux-vdso\.so\.1|ld-linux[-\w.]*\.so\.\d+|libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|"
+    r"libgcc_s\.so\.1|libgomp\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1)$"
+)
+
+
+def run(command: list[str], description: str, **kwargs) -> subprocess.CompletedProcess:
+    print(f"+ {' '.join(map(str, command))}", flush=True)
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        sys.exit(f"{description} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source-dir", type=Path, required=True)
+    parser.add_argument("--work-dir", type=Path, required=True)
+    args = parser.parse_args()
+    source = args.source_dir.resolve()
+    work = args.work_dir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+
+    # 1. A build environment with the build backend.
+    builder = work / "build-venv"
+    if subprocess.run([sys.executable, "-m", "venv", str(builder)]).returncode != 0:
+        print("skipped: the venv module (python3-venv) is missing")
+        return SKIP
+    fetched = subprocess.run(
+        [str(venv_python(builder)), "-m", "pip", "install", "-q", "scikit-build-core>=0.9"],
+        capture_output=True, text=True)
+    if fetched.returncode != 0:
+        print(f"skipped: cannot install scikit-build-core:\n{fetched.stderr}")
+        return SKIP
+
+    environment = dict(os.environ)
+    environment.pop("RIFTCO_TRANSFORMER_LIBRARY", None)
+    environment.pop("PYTHONPATH", None)
+    if shutil.which("ccache"):
+        launcher = "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+        environment["CMAKE_ARGS"] = f"{environment.get('CMAKE_ARGS', '')} {launcher}".strip()
+        environment.setdefault("CCACHE_BASEDIR", str(source))
+    dist = work / "dist"
+    run([str(venv_python(builder)), "-m", "pip", "wheel", str(source), "--no-build-isolation",
+         "--no-deps", "-w", str(dist)], "pip wheel", env=environment)
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
+    wheel = wheels[0]
+    if not re.match(r"riftco_transformer-[\w.]+-py3-none-\w+\.whl$", wheel.name):
+        sys.exit(f"wheel {wheel.name} is not tagged py3-none-<platform>")
+    print(f"built {wheel.name}")
+
+    # 2. A fresh environment that gets nothing but the wheel.
+    fresh = work / "fresh-venv"
+    run([sys.executable, "-m", "venv", str(fresh)], "creating the fresh virtual environment")
+    run([str(venv_python(fresh)), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+         str(wheel)], "installing the wheel", env=environment)
+
+    # 3. Use it from outside the source tree.
+    outside = work / "outside"
+    outside.mkdir()
+    probe = ("import riftco_transformer, riftco_transformer.native._loader as loader; "
+             "print(loader.library()._name)")
+    loaded = run([str(venv_python(fresh)), "-c", probe], "importing the installed package",
+                 cwd=outside, env=environment).stdout.strip().splitlines()[-1]
+    library = Path(loaded).resolve()
+    expected_directory = (fresh / "lib").resolve()
+    if ".libs" not in library.parts or expected_directory not in library.parents:
+        sys.exit(f"the package loaded {library}, not the wheel's riftco_transformer/.libs copy")
+    print(f"loaded {library}")
+    snippet = source / "examples" / "python" / "tensor_snippet.py"
+    output = run([str(venv_python(fresh)), str(snippet)], "the tensor snippet", cwd=outside,
+                 env=environment).stdout.splitlines()
+    if output != ["(2, 2)", "[58.0, 64.0, 139.0, 154.0]"]:
+        sys.exit(f"the tensor snippet printed {output}")
+    print("tensor snippet: ok")
+
+    # 4. Runtime dependencies of the installed library.
+    if shutil.which("ldd"):
+        listing = run(["ldd", str(library)], "ldd").stdout
+        names = [line.split()[0] for line in listing.splitlines() if line.strip()]
+        unexpected = [name for name in names if not ALLOWED_DEPENDENCIES.match(Path(name).name)]
+        if unexpected:
+            sys.exit(f"the installed library depends on {unexpected}:\n{listing}")
+        print(f"runtime dependencies: {', '.join(Path(name).name for name in names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
