@@ -1,0 +1,64 @@
+"""The ctypes client of the riftco_transformer C ABI 2.8 (no third-party dependencies).
+
+Every class here wraps one native handle (see ``_handle.NativeHandle`` for the shared lifetime
+and thread-safety contract); bulk data crosses as buffers (see ``_buffers``). The native
+library is located and checked on first use (see ``_loader``).
+"""
+
+from ._abi import (
+    ABI_VERSION,
+    ABI_VERSION_MAJOR,
+    ABI_VERSION_MINOR,
+    BACKEND_CPU,
+    BACKEND_CUDA,
+    BACKEND_METAL,
+    BACKEND_TPU,
+    STATUS_BACKEND_UNAVAILABLE,
+    STATUS_INVALID_ARGUMENT,
+    STATUS_OK,
+    STATUS_OUT_OF_MEMORY,
+    STATUS_OUT_OF_RANGE,
+    STATUS_OVERFLOW,
+    STATUS_RUNTIME_ERROR,
+    STATUS_UNKNOWN_ERROR,
+)
+from ._errors import RiftcoTransformerError
+from .adam import Adam, AdamOptions, AdamState, AdamStepStats
+from .autograd import Variable, cross_entropy
+from .backends import backend_available
+from .model import DecoderOnlyTransformer, TransformerConfig
+from .parameters import ParameterList
+from .tensor import Context, Tensor
+from .tokenizer import Tokenizer
+
+__all__ = [
+    "ABI_VERSION",
+    "ABI_VERSION_MAJOR",
+    "ABI_VERSION_MINOR",
+    "BACKEND_CPU",
+    "BACKEND_CUDA",
+    "BACKEND_METAL",
+    "BACKEND_TPU",
+    "STATUS_BACKEND_UNAVAILABLE",
+    "STATUS_INVALID_ARGUMENT",
+    "STATUS_OK",
+    "STATUS_OUT_OF_MEMORY",
+    "STATUS_OUT_OF_RANGE",
+    "STATUS_OVERFLOW",
+    "STATUS_RUNTIME_ERROR",
+    "STATUS_UNKNOWN_ERROR",
+    "Adam",
+    "AdamOptions",
+    "AdamState",
+    "AdamStepStats",
+    "Context",
+    "DecoderOnlyTransformer",
+    "ParameterList",
+    "RiftcoTransformerError",
+    "Tensor",
+    "Tokenizer",
+    "TransformerConfig",
+    "Variable",
+    "backend_available",
+    "cross_entropy",
+]

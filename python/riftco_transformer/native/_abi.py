@@ -1,0 +1,253 @@
+"""The C ABI 2.8 of ``include/riftco_transformer/c_api.h``, transcribed for ctypes.
+
+This module is a transcription and nothing else: the header's constants, the layouts of its
+size-prefixed structs, and one prototype (result type and argument types) for every ``rt_``
+function. Keep it in the header's order so the two can be read side by side.
+
+Conventions used below:
+
+* Handles are opaque, so every handle argument is a ``c_void_p`` and every "out handle" is a
+  ``POINTER(c_void_p)``.
+* Status-returning functions return ``rt_status`` (``int32_t``); the caller checks it (see
+  ``_errors.check_status``).
+* Array arguments keep their element type (``POINTER(c_float)``, ``POINTER(c_uint32)``...),
+  so ctypes rejects a buffer of the wrong element type instead of reinterpreting it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int32
+from ctypes import c_uint8, c_uint32, c_uint64, c_void_p
+
+# ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
+# minor is at least ours (minors only add).
+ABI_VERSION_MAJOR = 2
+ABI_VERSION_MINOR = 8
+ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
+
+# ---- Status codes (never renumbered).
+STATUS_OK = 0
+STATUS_INVALID_ARGUMENT = 1
+STATUS_OUT_OF_RANGE = 2
+STATUS_OVERFLOW = 3
+STATUS_BACKEND_UNAVAILABLE = 4
+STATUS_OUT_OF_MEMORY = 5
+STATUS_RUNTIME_ERROR = 6
+STATUS_UNKNOWN_ERROR = 255
+
+# ---- Backends (never renumbered).
+BACKEND_CPU = 0
+BACKEND_METAL = 1
+BACKEND_CUDA = 2
+BACKEND_TPU = 3
+
+# ---- Tokenizer methods, attention kinds, checkpointing policies, Adam state storage.
+TOKENIZER_METHOD_BYTE = 0
+TOKENIZER_METHOD_BPE = 1
+ATTENTION_MATERIALIZED = 0
+ATTENTION_FLASH = 1
+ACTIVATION_CHECKPOINTING_DISABLED = 0
+ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1
+ADAM_STATE_CONTIGUOUS = 0
+ADAM_STATE_PAGED = 1
+
+rt_status = c_int32
+handle = c_void_p
+handle_out = POINTER(c_void_p)
+size_out = POINTER(c_uint64)
+
+
+# ---- Size-prefixed structs. Always fill one with its rt_*_init(&s, sizeof s) before editing.
+class TokenizerOptions(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("method", c_int32),
+        ("reserved", c_uint32),
+        ("vocabulary_size", c_uint64),
+        ("minimum_pair_frequency", c_uint64),
+    ]
+
+
+class BpeMergeRule(Structure):
+    _fields_ = [("left", c_uint32), ("right", c_uint32), ("result", c_uint32)]
+
+
+class TransformerConfigStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("vocabulary_size", c_uint64),
+        ("maximum_context", c_uint64),
+        ("model_width", c_uint64),
+        ("head_count", c_uint64),
+        ("block_count", c_uint64),
+        ("feed_forward_width", c_uint64),
+        ("random_seed", c_uint32),
+        ("layer_norm_epsilon", c_float),
+    ]
+
+
+class AdamOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("learning_rate", c_float),
+        ("beta1", c_float),
+        ("beta2", c_float),
+        ("epsilon", c_float),
+        ("maximum_gradient_norm", c_float),
+        ("reserved", c_uint32),
+        ("state_storage", c_int32),
+        ("reserved2", c_uint32),
+        ("page_size", c_uint64),
+    ]
+
+
+class AdamStepStatsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("step", c_uint64),
+        ("gradient_norm", c_double),
+        ("clip_scale", c_double),
+    ]
+
+
+class AdamStateStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("step_count", c_uint64),
+        ("beta1_power", c_double),
+        ("beta2_power", c_double),
+        ("value_count", c_uint64),
+    ]
+
+
+# ---- Prototypes: name -> (result type, argument types), in the header's order.
+PROTOTYPES: dict[str, tuple[object, list[object]]] = {
+    # Versioning, status and errors.
+    "rt_abi_version": (c_uint32, []),
+    "rt_status_string": (c_char_p, [rt_status]),
+    "rt_last_error": (c_char_p, []),
+    # Backends.
+    "rt_backend_is_available": (rt_status, [c_int32, POINTER(c_int32)]),
+    "rt_backend_name": (rt_status, [c_int32, POINTER(c_char), c_uint64, size_out]),
+    "rt_backend_unavailability_reason": (rt_status, [c_int32, POINTER(c_char), c_uint64, size_out]),
+    # Tokenizers.
+    "rt_tokenizer_options_init": (rt_status, [POINTER(TokenizerOptions), c_uint64]),
+    "rt_tokenizer_create": (rt_status, [POINTER(c_uint8), c_uint64, handle_out]),
+    "rt_tokenizer_create_with_options": (
+        rt_status,
+        [POINTER(c_uint8), c_uint64, POINTER(TokenizerOptions), handle_out],
+    ),
+    "rt_tokenizer_create_from_byte_vocabulary": (rt_status, [POINTER(c_uint8), c_uint64, handle_out]),
+    "rt_tokenizer_create_from_bpe_merges": (rt_status, [POINTER(BpeMergeRule), c_uint64, handle_out]),
+    "rt_tokenizer_release": (None, [handle]),
+    "rt_tokenizer_get_method": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_tokenizer_vocabulary_size": (rt_status, [handle, size_out]),
+    "rt_tokenizer_bpe_merge_count": (rt_status, [handle, size_out]),
+    "rt_tokenizer_bpe_merge_rule": (rt_status, [handle, c_uint64, POINTER(BpeMergeRule)]),
+    "rt_tokenizer_vocabulary": (rt_status, [handle, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_tokenizer_token_bytes": (rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_tokenizer_encode": (
+        rt_status,
+        [handle, POINTER(c_uint8), c_uint64, POINTER(c_uint32), c_uint64, size_out],
+    ),
+    "rt_tokenizer_decode": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, POINTER(c_uint8), c_uint64, size_out],
+    ),
+    # Contexts and tensors.
+    "rt_context_create": (rt_status, [c_int32, handle_out]),
+    "rt_context_release": (None, [handle]),
+    "rt_context_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_tensor_create_f32": (
+        rt_status,
+        [handle, POINTER(c_uint64), c_uint64, POINTER(c_float), c_uint64, handle_out],
+    ),
+    "rt_tensor_zeros_f32": (rt_status, [handle, POINTER(c_uint64), c_uint64, handle_out]),
+    "rt_tensor_release": (None, [handle]),
+    "rt_tensor_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_tensor_rank": (rt_status, [handle, size_out]),
+    "rt_tensor_shape": (rt_status, [handle, POINTER(c_uint64), c_uint64, size_out]),
+    "rt_tensor_numel": (rt_status, [handle, size_out]),
+    "rt_tensor_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
+    "rt_tensor_matmul": (rt_status, [handle, handle, handle_out]),
+    # Decoder-only transformer.
+    "rt_transformer_config_init": (rt_status, [POINTER(TransformerConfigStruct), c_uint64]),
+    "rt_model_create": (rt_status, [POINTER(TransformerConfigStruct), handle_out]),
+    "rt_model_release": (None, [handle]),
+    "rt_model_config": (rt_status, [handle, POINTER(TransformerConfigStruct)]),
+    "rt_model_to": (rt_status, [handle, c_int32]),
+    "rt_model_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_set_full_sequence_attention": (rt_status, [handle, c_int32]),
+    "rt_model_get_full_sequence_attention": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_set_activation_checkpointing": (rt_status, [handle, c_int32]),
+    "rt_model_get_activation_checkpointing": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_forward": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
+    ),
+    "rt_model_parameters": (rt_status, [handle, handle_out]),
+    # Parameter lists.
+    "rt_parameter_list_release": (None, [handle]),
+    "rt_parameter_list_count": (rt_status, [handle, size_out]),
+    "rt_parameter_list_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_parameter_list_name": (rt_status, [handle, c_uint64, POINTER(c_char), c_uint64, size_out]),
+    "rt_parameter_list_rank": (rt_status, [handle, c_uint64, size_out]),
+    "rt_parameter_list_shape": (
+        rt_status,
+        [handle, c_uint64, POINTER(c_uint64), c_uint64, size_out],
+    ),
+    "rt_parameter_list_numel": (rt_status, [handle, c_uint64, size_out]),
+    "rt_parameter_list_total_numel": (rt_status, [handle, size_out]),
+    "rt_parameter_list_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
+    "rt_parameter_list_load_from_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64]),
+    # Autograd.
+    "rt_variable_release": (None, [handle]),
+    "rt_variable_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_variable_rank": (rt_status, [handle, size_out]),
+    "rt_variable_shape": (rt_status, [handle, POINTER(c_uint64), c_uint64, size_out]),
+    "rt_variable_numel": (rt_status, [handle, size_out]),
+    "rt_variable_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
+    "rt_variable_backward": (rt_status, [handle]),
+    "rt_cross_entropy": (rt_status, [handle, POINTER(c_uint32), c_uint64, handle_out]),
+    # Adam.
+    "rt_adam_options_init": (rt_status, [POINTER(AdamOptionsStruct), c_uint64]),
+    "rt_adam_create": (rt_status, [handle, POINTER(AdamOptionsStruct), handle_out]),
+    "rt_adam_release": (None, [handle]),
+    "rt_adam_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_adam_step_count": (rt_status, [handle, size_out]),
+    "rt_adam_parameter_count": (rt_status, [handle, size_out]),
+    "rt_adam_state_storage": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_adam_state_page_size": (rt_status, [handle, size_out]),
+    "rt_adam_state_page_count": (rt_status, [handle, size_out]),
+    "rt_adam_state_payload_bytes": (rt_status, [handle, size_out]),
+    "rt_adam_step": (rt_status, [handle, POINTER(AdamStepStatsStruct)]),
+    "rt_adam_zero_gradients": (rt_status, [handle]),
+    "rt_adam_state_get": (rt_status, [handle, POINTER(AdamStateStruct)]),
+    "rt_adam_state_copy_to_host_f32": (
+        rt_status,
+        [handle, POINTER(c_float), POINTER(c_float), POINTER(c_float), c_uint64],
+    ),
+    "rt_adam_state_load_from_host_f32": (
+        rt_status,
+        [
+            handle,
+            POINTER(AdamStateStruct),
+            POINTER(c_float),
+            POINTER(c_float),
+            POINTER(c_float),
+            c_uint64,
+        ],
+    ),
+}
+
+
+def declare_prototypes(library: ctypes.CDLL) -> None:
+    """Set ``restype``/``argtypes`` of every ``rt_`` function on ``library``.
+
+    Raises ``AttributeError`` naming the first function the library does not export.
+    """
+    for name, (result_type, argument_types) in PROTOTYPES.items():
+        function = getattr(library, name)
+        function.restype = result_type
+        function.argtypes = argument_types

@@ -1,0 +1,106 @@
+"""Autograd variables (model outputs and losses) and the cross-entropy loss.
+
+A variable belongs to its model: it shares the model's lock and keeps the model's native state
+alive, so it stays usable after the model wrapper is closed. While a variable is open the model
+is pinned (``model.to(...)`` and parameter loads fail with runtime_error); close variables you
+no longer need, or use them in ``with`` blocks.
+
+Graphs are single-use: ``backward()`` consumes the graph (a second call is a native
+runtime_error), and an Adam step or a parameter load makes every older graph fail at
+``backward()`` (runtime_error). Values stay readable after either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import partial
+
+from ._buffers import read_sized, token_ids
+from ._errors import check_status
+from ._handle import NativeHandle
+from ._loader import library
+from ._readout import Float32Readout
+from .backends import BACKEND_NAMES
+
+
+class Variable(Float32Readout, NativeHandle):
+    """A node of a model's autograd graph: its values (row-major float32) and ``backward()``.
+
+    Produced by calling a :class:`DecoderOnlyTransformer` and by :func:`cross_entropy`; there
+    is no public constructor.
+    """
+
+    _release_function = "rt_variable_release"
+    _copy_to_host_function = "rt_variable_copy_to_host_f32"
+
+    def __init__(self, *arguments, **keywords) -> None:
+        raise TypeError("variables come from calling a model or from cross_entropy(...)")
+
+    @property
+    def backend(self) -> str:
+        """The backend holding the values, e.g. ``"cpu"``."""
+        return BACKEND_NAMES[self._query("rt_variable_backend", ctypes.c_int32)]
+
+    @property
+    def rank(self) -> int:
+        """The number of dimensions (0 for a scalar such as a loss)."""
+        return self._query("rt_variable_rank", ctypes.c_uint64)
+
+    @property
+    def numel(self) -> int:
+        """The number of values."""
+        return self._query("rt_variable_numel", ctypes.c_uint64)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The dimensions, e.g. ``(batch, time, vocabulary)`` for logits; ``()`` for a loss."""
+        with self._native() as pointer:
+            return tuple(read_sized(partial(library().rt_variable_shape, pointer), ctypes.c_uint64))
+
+    def item(self) -> float:
+        """The single value of a one-element variable (ValueError for any other size)."""
+        with self._native():
+            numel = self.numel
+            if numel != 1:
+                raise ValueError(f"item() needs exactly one value; this Variable has {numel}")
+            return self.to_array()[0]
+
+    def backward(self) -> None:
+        """Compute the gradients of this scalar with respect to the model's parameters.
+
+        Replaces the gradients of the parameters it reaches (they are not accumulated) and
+        consumes the graph.
+        """
+        with self._native() as pointer:
+            check_status(library().rt_variable_backward(pointer))
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<Variable (closed)>"
+        return f"<Variable shape={self.shape} backend={self.backend!r}>"
+
+
+def cross_entropy(logits: Variable, targets) -> Variable:
+    """The mean cross-entropy of ``logits [..., V]`` against one target id per position.
+
+    ``targets`` is a flat row of ``numel / V`` ids, or a 2-D batch nested exactly like the
+    logits' leading dimensions (ValueError otherwise). A wrong count is a native
+    invalid_argument; an id >= V is a native out_of_range. The result is a scalar variable of
+    the same model.
+    """
+    if not isinstance(logits, Variable):
+        raise TypeError(f"logits must be a Variable, not {type(logits).__name__}")
+    target_ids = token_ids(targets, "targets")
+    loss = ctypes.c_void_p()
+    with logits._native() as pointer:
+        if len(target_ids.shape) == 2 and target_ids.shape != logits.shape[:-1]:
+            raise ValueError(
+                f"targets are nested as {target_ids.shape}, but the logits' leading shape is "
+                f"{logits.shape[:-1]}"
+            )
+        check_status(
+            library().rt_cross_entropy(
+                pointer, target_ids.values, len(target_ids.values), ctypes.byref(loss)
+            )
+        )
+    return Variable._from_pointer(loss.value, logits._lock)

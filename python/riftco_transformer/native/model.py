@@ -1,0 +1,215 @@
+"""The GPT-style decoder-only transformer and its configuration."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+from ._abi import (
+    ACTIVATION_CHECKPOINTING_DISABLED,
+    ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
+    ATTENTION_FLASH,
+    ATTENTION_MATERIALIZED,
+    TransformerConfigStruct,
+)
+from ._buffers import token_ids
+from ._errors import check_status
+from ._handle import NativeHandle
+from ._loader import library
+from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
+from ._validation import require_positive_float
+from .autograd import Variable
+from .backends import BACKEND_NAMES, backend_value
+from .parameters import ParameterList
+
+ATTENTION_VALUES = {"materialized": ATTENTION_MATERIALIZED, "flash": ATTENTION_FLASH}
+ATTENTION_NAMES = {value: name for name, value in ATTENTION_VALUES.items()}
+ACTIVATION_CHECKPOINTING_VALUES = {
+    "disabled": ACTIVATION_CHECKPOINTING_DISABLED,
+    "block": ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
+    "transformer_block": ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
+}
+ACTIVATION_CHECKPOINTING_NAMES = {
+    ACTIVATION_CHECKPOINTING_DISABLED: "disabled",
+    ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK: "block",
+}
+
+_DIMENSION_FIELDS = (
+    "vocabulary_size",
+    "maximum_context",
+    "model_width",
+    "head_count",
+    "block_count",
+    "feed_forward_width",
+)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The shape of a decoder-only transformer.
+
+    ``vocabulary_size`` V, ``maximum_context`` C, ``model_width`` D, ``head_count`` H,
+    ``block_count`` N and ``feed_forward_width`` F are positive ints (TypeError/ValueError
+    otherwise); ``random_seed`` (uint32) fixes the initial weights; ``layer_norm_epsilon`` is
+    a positive float. That H divides D is checked by the library when the model is created.
+    """
+
+    vocabulary_size: int
+    maximum_context: int
+    model_width: int
+    head_count: int
+    block_count: int
+    feed_forward_width: int
+    random_seed: int = 5489
+    layer_norm_epsilon: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in _DIMENSION_FIELDS:
+            object.__setattr__(self, name, require_int(getattr(self, name), name, 1, UINT64_LIMIT))
+        object.__setattr__(
+            self, "random_seed", require_int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
+        )
+        object.__setattr__(
+            self,
+            "layer_norm_epsilon",
+            require_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"),
+        )
+
+
+def _native_config(config: TransformerConfig) -> TransformerConfigStruct:
+    native_config = TransformerConfigStruct()
+    check_status(
+        library().rt_transformer_config_init(
+            ctypes.byref(native_config), ctypes.sizeof(native_config)
+        )
+    )
+    for name in _DIMENSION_FIELDS:
+        setattr(native_config, name, getattr(config, name))
+    native_config.random_seed = config.random_seed
+    native_config.layer_norm_epsilon = config.layer_norm_epsilon
+    return native_config
+
+
+class DecoderOnlyTransformer(NativeHandle):
+    """A GPT-style decoder-only transformer, created on CPU with weights from the config's seed.
+
+    ``attention`` selects full-sequence attention: ``"materialized"`` (keeps the [B,H,T,T]
+    probabilities) or ``"flash"`` (memory-linear, recomputes them in backward).
+    ``activation_checkpointing`` is ``"disabled"`` or ``"block"`` (keep only block inputs and
+    recompute each block during backward; ``"transformer_block"`` is accepted too). Both are
+    runtime policies that change memory and time, not results.
+
+    The model's parameter lists, variables and Adam optimizers share its lock and native
+    state: they stay usable after the model is closed.
+    """
+
+    _release_function = "rt_model_release"
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        attention: str = "materialized",
+        activation_checkpointing: str = "disabled",
+    ) -> None:
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, not {type(config).__name__}")
+        # Validate the policies before creating anything; the setters below apply them.
+        require_choice(attention, "attention", ATTENTION_VALUES)
+        require_choice(
+            activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING_VALUES
+        )
+        pointer = ctypes.c_void_p()
+        check_status(
+            library().rt_model_create(ctypes.byref(_native_config(config)), ctypes.byref(pointer))
+        )
+        self._adopt(pointer.value, threading.RLock())
+        self._config = config
+        try:
+            self.set_full_sequence_attention(attention)
+            self.set_activation_checkpointing(activation_checkpointing)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def config(self) -> TransformerConfig:
+        """The configuration the model was created with."""
+        with self._native():
+            return self._config
+
+    @property
+    def backend(self) -> str:
+        """The backend holding the parameters, e.g. ``"cpu"``."""
+        return BACKEND_NAMES[self._query("rt_model_backend", ctypes.c_int32)]
+
+    def to(self, backend: str | int) -> DecoderOnlyTransformer:
+        """Move the parameters to ``backend`` (a name, an ABI value or ``"auto"``); returns self.
+
+        Transactional: an unavailable backend (backend_unavailable) or an open variable or
+        Adam optimizer of this model (runtime_error) raises and changes nothing.
+        """
+        value = backend_value(backend, allow_auto=True)
+        with self._native() as pointer:
+            check_status(library().rt_model_to(pointer, value))
+        return self
+
+    @property
+    def full_sequence_attention(self) -> str:
+        """``"materialized"`` or ``"flash"``."""
+        return ATTENTION_NAMES[self._query("rt_model_get_full_sequence_attention", ctypes.c_int32)]
+
+    def set_full_sequence_attention(self, attention: str) -> None:
+        """Select the attention used by future forwards: ``"materialized"`` or ``"flash"``."""
+        value = require_choice(attention, "attention", ATTENTION_VALUES)
+        with self._native() as pointer:
+            check_status(library().rt_model_set_full_sequence_attention(pointer, value))
+
+    @property
+    def activation_checkpointing(self) -> str:
+        """``"disabled"`` or ``"block"``."""
+        return ACTIVATION_CHECKPOINTING_NAMES[
+            self._query("rt_model_get_activation_checkpointing", ctypes.c_int32)
+        ]
+
+    def set_activation_checkpointing(self, policy: str) -> None:
+        """Select ``"disabled"`` or ``"block"`` (alias ``"transformer_block"``) checkpointing."""
+        value = require_choice(policy, "activation_checkpointing", ACTIVATION_CHECKPOINTING_VALUES)
+        with self._native() as pointer:
+            check_status(library().rt_model_set_activation_checkpointing(pointer, value))
+
+    def __call__(self, tokens) -> Variable:
+        """Logits ``[B, T, V]`` for token ids ``[B, T]`` (a flat row is ``B = 1``).
+
+        ``tokens``: one flat row or a rectangular 2-D batch of ints (lists, ``array('I')``
+        rows, numpy integer arrays). ``T`` must be in ``[1, maximum_context]`` and every id
+        below V (native errors otherwise). Each call builds a fresh single-use graph.
+        """
+        ids = token_ids(tokens, "tokens")
+        batch, time = (1, ids.shape[0]) if len(ids.shape) == 1 else ids.shape
+        logits = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(
+                library().rt_model_forward(
+                    pointer, ids.values, len(ids.values), batch, time, ctypes.byref(logits)
+                )
+            )
+        return Variable._from_pointer(logits.value, self._lock)
+
+    def parameters(self) -> ParameterList:
+        """The trainable parameters in canonical order (a new list handle each call)."""
+        parameter_list = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(library().rt_model_parameters(pointer, ctypes.byref(parameter_list)))
+        return ParameterList._from_pointer(parameter_list.value, self._lock)
+
+    @property
+    def parameter_count(self) -> int:
+        """The number of trainable scalars."""
+        with self.parameters() as parameter_list:
+            return parameter_list.total_numel
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<DecoderOnlyTransformer (closed)>"
+        return f"<DecoderOnlyTransformer {self._config} backend={self.backend!r}>"
