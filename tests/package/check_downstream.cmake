@@ -18,10 +18,14 @@ if(BUILD_TYPE)
 endif()
 run_step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}" ${config_args})
 run_step("configure downstream" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/package/downstream"
-    -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+    -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_C_COMPILER=${C_COMPILER}
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE})
 run_step("build downstream" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run_step("run downstream" "${WORK_DIR}/build/downstream")
 if(NOT last_output MATCHES "58 64 139 154")
     message(FATAL_ERROR "downstream program printed an unexpected result:\n${last_output}")
+endif()
+run_step("run downstream C ABI client" "${WORK_DIR}/build/downstream_c")
+if(NOT last_output MATCHES "58 64 139 154")
+    message(FATAL_ERROR "downstream C program printed an unexpected result:\n${last_output}")
 endif()
