@@ -1,0 +1,152 @@
+"""The ctypes transcription matches c_api.h, and native failures become RiftcoTransformerError."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+import pytest
+
+import riftco_transformer
+from riftco_transformer import Context, RiftcoTransformerError, Tensor, Tokenizer
+from riftco_transformer.native import _abi
+from riftco_transformer.native._loader import library
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+HEADER = (REPOSITORY / "include" / "riftco_transformer" / "c_api.h").read_text()
+
+
+def header_defines(prefix: str) -> dict[str, int]:
+    return {
+        name: int(value, 0)
+        for name, value in re.findall(rf"#define {prefix}(\w*) (0x[0-9a-fA-F]+|\d+)u?\b", HEADER)
+    }
+
+
+def test_status_constants_match_the_header():
+    for name, value in header_defines("RT_STATUS_").items():
+        assert getattr(riftco_transformer, f"STATUS_{name}") == value, name
+
+
+def test_backend_constants_match_the_header():
+    assert {f"BACKEND_{name}": value for name, value in header_defines("RT_BACKEND_").items()} == {
+        "BACKEND_CPU": riftco_transformer.BACKEND_CPU,
+        "BACKEND_METAL": riftco_transformer.BACKEND_METAL,
+        "BACKEND_CUDA": riftco_transformer.BACKEND_CUDA,
+        "BACKEND_TPU": riftco_transformer.BACKEND_TPU,
+    }
+
+
+def test_abi_version_matches_the_header_and_the_loaded_library():
+    versions = header_defines("RT_ABI_VERSION")
+    assert riftco_transformer.ABI_VERSION == versions[""] == 0x00020008
+    assert riftco_transformer.ABI_VERSION_MAJOR == versions["_MAJOR"]
+    assert riftco_transformer.ABI_VERSION_MINOR == versions["_MINOR"]
+    loaded = library().rt_abi_version()
+    assert loaded >> 16 == riftco_transformer.ABI_VERSION_MAJOR
+    assert loaded & 0xFFFF >= riftco_transformer.ABI_VERSION_MINOR
+
+
+def test_every_header_function_has_exactly_one_prototype():
+    declared = set(re.findall(r"RT_CALL (rt_\w+)\(", HEADER))
+    assert declared == set(_abi.PROTOTYPES)
+
+
+def test_struct_layouts_have_the_sizes_the_header_implies():
+    # Sizes added up by hand from the header's field lists (all naturally aligned).
+    assert ctypes.sizeof(_abi.TokenizerOptions) == 8 + 4 + 4 + 8 + 8
+    assert ctypes.sizeof(_abi.BpeMergeRule) == 3 * 4
+    assert ctypes.sizeof(_abi.TransformerConfigStruct) == 8 + 6 * 8 + 4 + 4
+    assert ctypes.sizeof(_abi.AdamOptionsStruct) == 8 + 5 * 4 + 4 + 4 + 4 + 8
+    assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8
+    assert ctypes.sizeof(_abi.AdamStateStruct) == 8 + 8 + 8 + 8 + 8
+
+
+@pytest.mark.parametrize(
+    ("status", "name"),
+    [
+        (0, "ok"),
+        (1, "invalid_argument"),
+        (2, "out_of_range"),
+        (3, "overflow"),
+        (4, "backend_unavailable"),
+        (5, "out_of_memory"),
+        (6, "runtime_error"),
+        (255, "unknown_error"),
+        (42, "unrecognized status"),
+    ],
+)
+def test_status_names_are_the_stable_lower_case_names(status, name):
+    assert library().rt_status_string(status).decode() == name
+
+
+def test_a_native_failure_carries_status_name_and_copied_detail(context):
+    with pytest.raises(RiftcoTransformerError) as caught:
+        Tensor.from_data(context, (2, 3), [1.0] * 5)
+    error = caught.value
+    assert isinstance(error, RuntimeError)
+    assert error.status == riftco_transformer.STATUS_INVALID_ARGUMENT
+    assert error.status_name == "invalid_argument"
+    assert "rt_tensor_create_f32" in error.detail and "5 values" in error.detail
+    assert str(error) == f"invalid_argument: {error.detail}"
+    # The detail was copied: later successful calls (which clear the thread's text) keep it.
+    Tensor.zeros(context, (1,)).close()
+    assert library().rt_last_error() == b""
+    assert "5 values" in error.detail
+
+
+def test_python_side_validation_raises_before_any_native_call(context):
+    with pytest.raises(RiftcoTransformerError):
+        Tensor.from_data(context, (2, 3), [1.0] * 5)
+    native_text = library().rt_last_error()
+    # Any status-returning native call would clear the thread's error text.
+    with pytest.raises(TypeError):
+        Tensor.from_data(context, (2, True), [1.0, 2.0])
+    with pytest.raises(TypeError):
+        Tokenizer(["not", "bytes"])
+    assert library().rt_last_error() == native_text
+
+
+def test_overflowing_sizes_are_the_overflow_status(context):
+    with pytest.raises(RiftcoTransformerError) as caught:
+        Tensor.zeros(context, (1 << 40, 1 << 30))
+    assert caught.value.status == riftco_transformer.STATUS_OVERFLOW
+
+
+def test_the_package_root_exports_exactly_the_public_api():
+    # No legacy aliases: the documented names and nothing else.
+    assert set(riftco_transformer.__all__) == {
+        "ABI_VERSION",
+        "ABI_VERSION_MAJOR",
+        "ABI_VERSION_MINOR",
+        "BACKEND_CPU",
+        "BACKEND_CUDA",
+        "BACKEND_METAL",
+        "BACKEND_TPU",
+        "STATUS_BACKEND_UNAVAILABLE",
+        "STATUS_INVALID_ARGUMENT",
+        "STATUS_OK",
+        "STATUS_OUT_OF_MEMORY",
+        "STATUS_OUT_OF_RANGE",
+        "STATUS_OVERFLOW",
+        "STATUS_RUNTIME_ERROR",
+        "STATUS_UNKNOWN_ERROR",
+        "Adam",
+        "AdamOptions",
+        "AdamState",
+        "AdamStepStats",
+        "Context",
+        "DecoderOnlyTransformer",
+        "ParameterList",
+        "RiftcoTransformerError",
+        "Tensor",
+        "Tokenizer",
+        "TransformerConfig",
+        "Variable",
+        "backend_available",
+        "cross_entropy",
+        "__version__",
+    }
+    assert riftco_transformer.__version__ == "0.1.0"
+    assert Context is riftco_transformer.native.Context
