@@ -73,7 +73,9 @@ def parse_arguments() -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--text", help="train on this text (default: a built-in paragraph)")
     source.add_argument("--file", type=Path, help="train on this file's bytes")
-    parser.add_argument("--backend", choices=("auto", "cpu", "metal", "cuda", "tpu"), default="auto")
+    parser.add_argument(
+        "--backend", choices=("auto", "cpu", "metal", "cuda", "tpu"), default="auto"
+    )
     parser.add_argument("--attention", choices=("materialized", "flash"), default="materialized")
     parser.add_argument(
         "--activation-checkpointing", choices=("disabled", "block"), default="disabled"
@@ -104,7 +106,9 @@ def split_tokens(tokens: list[int], fraction: float, context: int) -> tuple[list
     return tokens[:-validation_count], tokens[-validation_count:]
 
 
-def random_batch(tokens: list[int], batch_size: int, context: int, generator: random.Random) -> Batch:
+def random_batch(
+    tokens: list[int], batch_size: int, context: int, generator: random.Random
+) -> Batch:
     """``batch_size`` windows at uniformly random offsets; targets are inputs shifted by one."""
     starts = [generator.randrange(len(tokens) - context) for _ in range(batch_size)]
     inputs = [tokens[start : start + context] for start in starts]
@@ -144,7 +148,9 @@ def train(arguments: argparse.Namespace) -> None:
     data = corpus.encode("utf-8") if isinstance(corpus, str) else corpus
     tokens = tokenizer.encode_bytes(data)
     context = arguments.context
-    training_tokens, validation_tokens = split_tokens(tokens, arguments.validation_fraction, context)
+    training_tokens, validation_tokens = split_tokens(
+        tokens, arguments.validation_fraction, context
+    )
 
     validation_generator = random.Random(VALIDATION_SEED)
     validation_batches = [
@@ -181,14 +187,17 @@ def train(arguments: argparse.Namespace) -> None:
     training_generator = random.Random(MODEL_SEED)
     recent_losses: deque[float] = deque(maxlen=arguments.loss_average_window)
     for step in range(1, arguments.steps + 1):
-        inputs, targets = random_batch(training_tokens, arguments.batch_size, context, training_generator)
+        inputs, targets = random_batch(
+            training_tokens, arguments.batch_size, context, training_generator
+        )
         with model(inputs) as logits, cross_entropy(logits, targets) as loss_variable:
             loss = loss_variable.item()
             loss_variable.backward()
         stats = optimizer.step()
         recent_losses.append(loss)
+        average = sum(recent_losses) / len(recent_losses)
         print(
-            f"step {step} train loss {loss:.4f} average {sum(recent_losses) / len(recent_losses):.4f} "
+            f"step {step} train loss {loss:.4f} average {average:.4f} "
             f"gradient_norm {stats.gradient_norm:.4f} clip_scale {stats.clip_scale:.4f}"
         )
         if step % arguments.eval_every == 0 or step == arguments.steps:

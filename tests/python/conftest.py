@@ -87,7 +87,9 @@ def run_python():
         cwd: Path | None = None,
         timeout: float = 120,
     ) -> subprocess.CompletedProcess:
-        command = [sys.executable, str(script)] if script is not None else [sys.executable, "-c", code]
+        command = (
+            [sys.executable, str(script)] if script is not None else [sys.executable, "-c", code]
+        )
         return subprocess.run(
             [*command, *arguments],
             capture_output=True,

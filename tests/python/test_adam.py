@@ -14,7 +14,6 @@ from riftco_transformer import (
     STATUS_RUNTIME_ERROR,
     Adam,
     AdamOptions,
-    AdamState,
     AdamStepStats,
     DecoderOnlyTransformer,
     RiftcoTransformerError,
@@ -159,12 +158,15 @@ def test_the_optimizer_reports_its_storage(model):
 
 def test_paged_storage_splits_each_parameter_into_pages_with_the_same_math(tiny_config):
     page_size = 100
-    with DecoderOnlyTransformer(tiny_config) as contiguous_model, DecoderOnlyTransformer(
-        tiny_config
-    ) as paged_model:
-        with Adam(contiguous_model.parameters()) as contiguous, Adam(
-            paged_model.parameters(), state_storage="paged", page_size=page_size
-        ) as paged, paged_model.parameters() as parameters:
+    with (
+        DecoderOnlyTransformer(tiny_config) as contiguous_model,
+        DecoderOnlyTransformer(tiny_config) as paged_model,
+    ):
+        with (
+            Adam(contiguous_model.parameters()) as contiguous,
+            Adam(paged_model.parameters(), state_storage="paged", page_size=page_size) as paged,
+            paged_model.parameters() as parameters,
+        ):
             assert paged.state_storage == "paged"
             assert paged.state_page_size == page_size
             assert paged.state_page_count == sum(
@@ -233,18 +235,26 @@ def test_an_open_variable_blocks_a_state_load(model):
         optimizer.load_state(state)
 
 
-def test_an_inconsistent_state_is_a_native_invalid_argument_and_changes_nothing(model):
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda state: dataclasses.replace(
+            state,
+            values=state.values[:-1],
+            first_moments=state.first_moments[:-1],
+            second_moments=state.second_moments[:-1],
+        ),
+        lambda state: dataclasses.replace(state, beta1_power=0.5),  # not beta1 ** step_count
+        lambda state: dataclasses.replace(state, values=array("f", [math.nan]) * len(state.values)),
+    ],
+    ids=["wrong-count", "wrong-power", "not-finite"],
+)
+def test_an_inconsistent_state_is_a_native_invalid_argument_and_changes_nothing(model, corrupt):
     with Adam(model.parameters()) as optimizer:
         train_step(model, optimizer)
         state = optimizer.state()
-        short = array("f", state.values[:-1])
-        wrong_count = dataclasses.replace(
-            state, values=short, first_moments=short, second_moments=short
-        )
-        wrong_power = dataclasses.replace(state, beta1_power=0.5)
-        not_finite = dataclasses.replace(state, values=array("f", [math.nan]) * len(state.values))
-        for bad in (wrong_count, wrong_power, not_finite):
-            assert native_error(lambda: optimizer.load_state(bad)).status == STATUS_INVALID_ARGUMENT
+        error = native_error(lambda: optimizer.load_state(corrupt(state)))
+        assert error.status == STATUS_INVALID_ARGUMENT
         assert optimizer.state() == state
 
 

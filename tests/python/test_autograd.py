@@ -49,9 +49,10 @@ def test_a_loss_is_a_scalar_equal_to_the_mean_cross_entropy_of_its_logits(model)
 
 def test_targets_may_be_flat_for_any_batch(model):
     with model([[1, 2], [3, 4]]) as logits:
-        with cross_entropy(logits, [[5, 6], [7, 8]]) as nested, cross_entropy(
-            logits, [5, 6, 7, 8]
-        ) as flat:
+        with (
+            cross_entropy(logits, [[5, 6], [7, 8]]) as nested,
+            cross_entropy(logits, [5, 6, 7, 8]) as flat,
+        ):
             assert nested.item() == flat.item()
 
 
@@ -68,7 +69,10 @@ def test_a_wrong_target_count_is_a_native_invalid_argument(model):
 
 def test_a_target_outside_the_vocabulary_is_a_native_out_of_range(model):
     with model([1, 2]) as logits:
-        assert native_error(lambda: cross_entropy(logits, [1, VOCABULARY])).status == STATUS_OUT_OF_RANGE
+        assert (
+            native_error(lambda: cross_entropy(logits, [1, VOCABULARY])).status
+            == STATUS_OUT_OF_RANGE
+        )
 
 
 def test_cross_entropy_needs_a_variable():
@@ -121,7 +125,7 @@ def test_variables_have_no_public_constructor():
 
 
 def test_numpy_values_have_the_variable_shape(model):
-    numpy = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     with model([[1, 2, 3]]) as logits:
         values = logits.numpy()
         assert values.shape == (1, 3, VOCABULARY)

@@ -60,7 +60,9 @@ def test_availability_of_the_accelerators_is_a_bool(backend):
     assert backend_available(backend) in (True, False)
 
 
-@pytest.mark.parametrize("backend", [pytest.param(name, marks=unavailable(name)) for name in ACCELERATORS])
+@pytest.mark.parametrize(
+    "backend", [pytest.param(name, marks=unavailable(name)) for name in ACCELERATORS]
+)
 def test_an_unavailable_context_is_refused_not_replaced(backend):
     with pytest.raises(RiftcoTransformerError) as caught:
         Context(backend)
@@ -69,7 +71,9 @@ def test_an_unavailable_context_is_refused_not_replaced(backend):
     assert backend in caught.value.detail
 
 
-@pytest.mark.parametrize("backend", [pytest.param(name, marks=unavailable(name)) for name in ACCELERATORS])
+@pytest.mark.parametrize(
+    "backend", [pytest.param(name, marks=unavailable(name)) for name in ACCELERATORS]
+)
 def test_moving_a_model_to_an_unavailable_backend_changes_nothing(tiny_config, backend):
     with DecoderOnlyTransformer(tiny_config) as model:
         with pytest.raises(RiftcoTransformerError) as caught:

@@ -150,7 +150,7 @@ def test_boolean_and_object_numpy_arrays_are_a_type_error(context):
 
 
 def test_numpy_returns_the_tensor_shape_including_scalars(context):
-    numpy = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     with Tensor.from_data(context, (), 3.0) as scalar:
         assert scalar.numpy().shape == ()
         assert float(scalar.numpy()) == 3.0

@@ -50,7 +50,10 @@ def test_train_tiny_reports_validation_and_every_training_step(run_python):
     assert re.fullmatch(r"step 0 validation loss [\d.]+ perplexity [\d.]+", lines[1])
     training = [line for line in lines if " train loss " in line]
     assert len(training) == 12
-    pattern = r"step (\d+) train loss ([\d.]+) average ([\d.]+) gradient_norm ([\d.]+) clip_scale ([\d.]+)"
+    pattern = (
+        r"step (\d+) train loss ([\d.]+) average ([\d.]+) "
+        r"gradient_norm ([\d.]+) clip_scale ([\d.]+)"
+    )
     for step, line in enumerate(training, start=1):
         match = re.fullmatch(pattern, line)
         assert match and int(match[1]) == step
@@ -65,8 +68,20 @@ def test_train_tiny_runs_the_byte_tokenizer_flash_attention_and_checkpointing(ru
     result = run_python(
         script=EXAMPLES / "train_tiny.py",
         arguments=(
-            "--steps", "2", "--backend", "auto", "--tokenizer", "byte", "--attention", "flash",
-            "--activation-checkpointing", "block", "--text", "abcdefgh" * 20, "--context", "8",
+            "--steps",
+            "2",
+            "--backend",
+            "auto",
+            "--tokenizer",
+            "byte",
+            "--attention",
+            "flash",
+            "--activation-checkpointing",
+            "block",
+            "--text",
+            "abcdefgh" * 20,
+            "--context",
+            "8",
         ),
     )
     assert result.returncode == 0, result.stderr

@@ -134,9 +134,10 @@ def test_a_flat_row_is_a_batch_of_one(model):
 
 
 def test_batches_accept_lists_and_uint32_arrays_with_identical_results(model):
-    with model([[1, 2, 3], [4, 5, 6]]) as from_lists, model(
-        [array("I", [1, 2, 3]), array("I", [4, 5, 6])]
-    ) as from_arrays:
+    with (
+        model([[1, 2, 3], [4, 5, 6]]) as from_lists,
+        model([array("I", [1, 2, 3]), array("I", [4, 5, 6])]) as from_arrays,
+    ):
         assert from_lists.shape == (2, 3, 32)
         assert from_lists.to_array() == from_arrays.to_array()
 
@@ -153,7 +154,10 @@ def test_numpy_token_batches_are_accepted(model):
 
 
 def test_the_same_seed_gives_the_same_logits(tiny_config):
-    with DecoderOnlyTransformer(tiny_config) as first, DecoderOnlyTransformer(tiny_config) as second:
+    with (
+        DecoderOnlyTransformer(tiny_config) as first,
+        DecoderOnlyTransformer(tiny_config) as second,
+    ):
         with first([1, 2]) as a, second([1, 2]) as b:
             assert a.to_array() == b.to_array()
     other_seed = dataclasses.replace(tiny_config, random_seed=8)
@@ -164,9 +168,10 @@ def test_the_same_seed_gives_the_same_logits(tiny_config):
 
 def test_flash_and_materialized_attention_agree(tiny_config):
     tokens = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]]
-    with DecoderOnlyTransformer(tiny_config) as materialized, DecoderOnlyTransformer(
-        tiny_config, attention="flash"
-    ) as flash:
+    with (
+        DecoderOnlyTransformer(tiny_config) as materialized,
+        DecoderOnlyTransformer(tiny_config, attention="flash") as flash,
+    ):
         with materialized(tokens) as expected, flash(tokens) as actual:
             assert actual.tolist() == pytest.approx(expected.tolist(), abs=1e-5)
 
@@ -238,7 +243,9 @@ def test_a_rejected_load_changes_nothing(model, fault):
 def test_an_open_variable_pins_the_model(model):
     with model.parameters() as parameters, model([1, 2]) as logits:
         values = parameters.flat_values()
-        assert native_error(lambda: parameters.load_flat_values(values)).status == STATUS_RUNTIME_ERROR
+        assert (
+            native_error(lambda: parameters.load_flat_values(values)).status == STATUS_RUNTIME_ERROR
+        )
         assert native_error(lambda: model.to("cpu")).status == STATUS_RUNTIME_ERROR
         logits.close()
         parameters.load_flat_values(values)

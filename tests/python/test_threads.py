@@ -79,9 +79,7 @@ def test_closing_a_model_while_threads_run_forwards_losses_and_steps(tiny_config
         optimizer.step()
         steps[0] += 1
 
-    unexpected = hammer(
-        [evaluate] * 7 + [train], model.close, "DecoderOnlyTransformer is closed"
-    )
+    unexpected = hammer([evaluate] * 7 + [train], model.close, "DecoderOnlyTransformer is closed")
     assert unexpected == []
     assert model.closed
     assert optimizer.step_count == steps[0]  # the optimizer outlives the model wrapper

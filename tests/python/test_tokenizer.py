@@ -79,9 +79,10 @@ def test_bpe_encodes_bytes_its_corpus_never_had():
 
 def test_bpe_defaults_are_the_library_defaults_and_the_vocabulary_is_a_cap():
     corpus = "the quick brown fox jumps over the lazy dog " * 20
-    with Tokenizer(corpus, method="bpe") as default, Tokenizer(
-        corpus, method="bpe", vocabulary_size=512, minimum_pair_frequency=2
-    ) as explicit:
+    with (
+        Tokenizer(corpus, method="bpe") as default,
+        Tokenizer(corpus, method="bpe", vocabulary_size=512, minimum_pair_frequency=2) as explicit,
+    ):
         assert default.merge_rules == explicit.merge_rules
         assert 256 < default.vocab_size <= 512
 
@@ -167,7 +168,9 @@ def test_unknown_ids_are_a_native_out_of_range():
         assert native_status(lambda: tokenizer.token_bytes(3)) == STATUS_OUT_OF_RANGE
 
 
-@pytest.mark.parametrize(("token_id", "error"), [(-1, ValueError), (2**32, ValueError), (1.0, TypeError)])
+@pytest.mark.parametrize(
+    ("token_id", "error"), [(-1, ValueError), (2**32, ValueError), (1.0, TypeError)]
+)
 def test_ids_outside_uint32_are_rejected_in_python(token_id, error):
     with Tokenizer("abc") as tokenizer:
         with pytest.raises(error):

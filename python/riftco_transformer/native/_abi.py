@@ -138,15 +138,24 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         rt_status,
         [POINTER(c_uint8), c_uint64, POINTER(TokenizerOptions), handle_out],
     ),
-    "rt_tokenizer_create_from_byte_vocabulary": (rt_status, [POINTER(c_uint8), c_uint64, handle_out]),
-    "rt_tokenizer_create_from_bpe_merges": (rt_status, [POINTER(BpeMergeRule), c_uint64, handle_out]),
+    "rt_tokenizer_create_from_byte_vocabulary": (
+        rt_status,
+        [POINTER(c_uint8), c_uint64, handle_out],
+    ),
+    "rt_tokenizer_create_from_bpe_merges": (
+        rt_status,
+        [POINTER(BpeMergeRule), c_uint64, handle_out],
+    ),
     "rt_tokenizer_release": (None, [handle]),
     "rt_tokenizer_get_method": (rt_status, [handle, POINTER(c_int32)]),
     "rt_tokenizer_vocabulary_size": (rt_status, [handle, size_out]),
     "rt_tokenizer_bpe_merge_count": (rt_status, [handle, size_out]),
     "rt_tokenizer_bpe_merge_rule": (rt_status, [handle, c_uint64, POINTER(BpeMergeRule)]),
     "rt_tokenizer_vocabulary": (rt_status, [handle, POINTER(c_uint8), c_uint64, size_out]),
-    "rt_tokenizer_token_bytes": (rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_tokenizer_token_bytes": (
+        rt_status,
+        [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out],
+    ),
     "rt_tokenizer_encode": (
         rt_status,
         [handle, POINTER(c_uint8), c_uint64, POINTER(c_uint32), c_uint64, size_out],
@@ -199,7 +208,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     ),
     "rt_parameter_list_numel": (rt_status, [handle, c_uint64, size_out]),
     "rt_parameter_list_total_numel": (rt_status, [handle, size_out]),
-    "rt_parameter_list_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
+    "rt_parameter_list_copy_to_host_f32": (
+        rt_status,
+        [handle, POINTER(c_float), c_uint64, size_out],
+    ),
     "rt_parameter_list_load_from_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64]),
     # Autograd.
     "rt_variable_release": (None, [handle]),

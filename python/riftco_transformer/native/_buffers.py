@@ -42,15 +42,10 @@ def _element_format(view: memoryview) -> str:
     return format_
 
 
-def _numpy_array_type() -> type | None:
-    """numpy.ndarray when numpy is already imported by the caller, else None."""
-    numpy = sys.modules.get("numpy")
-    return numpy.ndarray if numpy is not None else None
-
-
 def _is_numpy_array(value: object) -> bool:
-    ndarray = _numpy_array_type()
-    return ndarray is not None and isinstance(value, ndarray)
+    """Whether ``value`` is a numpy array (numpy is not imported: an array implies it is)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)
 
 
 def _supports_buffer(value: object) -> bool:

@@ -15,7 +15,12 @@ from ._abi import BACKEND_CPU, BACKEND_CUDA, BACKEND_METAL, BACKEND_TPU
 from ._errors import check_status
 from ._loader import library
 
-BACKEND_VALUES = {"cpu": BACKEND_CPU, "metal": BACKEND_METAL, "cuda": BACKEND_CUDA, "tpu": BACKEND_TPU}
+BACKEND_VALUES = {
+    "cpu": BACKEND_CPU,
+    "metal": BACKEND_METAL,
+    "cuda": BACKEND_CUDA,
+    "tpu": BACKEND_TPU,
+}
 BACKEND_NAMES = {value: name for name, value in BACKEND_VALUES.items()}
 AUTO_PREFERENCE = ("tpu", "cuda", "metal", "cpu")
 

@@ -54,7 +54,11 @@ class ParameterList(NativeHandle):
         native = library()
         with self._native() as pointer:
             return tuple(
-                tuple(read_sized(partial(native.rt_parameter_list_shape, pointer, index), ctypes.c_uint64))
+                tuple(
+                    read_sized(
+                        partial(native.rt_parameter_list_shape, pointer, index), ctypes.c_uint64
+                    )
+                )
                 for index in range(len(self))
             )
 
@@ -78,7 +82,9 @@ class ParameterList(NativeHandle):
         data = float32_input(values, "values")
         with self._native() as pointer:
             check_status(
-                library().rt_parameter_list_load_from_host_f32(pointer, data.values, len(data.values))
+                library().rt_parameter_list_load_from_host_f32(
+                    pointer, data.values, len(data.values)
+                )
             )
 
     def __repr__(self) -> str:

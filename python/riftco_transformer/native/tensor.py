@@ -86,7 +86,10 @@ class Tensor(Float32Readout, NativeHandle):
         with context._native() as context_pointer:
             check_status(
                 library().rt_tensor_zeros_f32(
-                    context_pointer, uint64_array(dimensions), len(dimensions), ctypes.byref(pointer)
+                    context_pointer,
+                    uint64_array(dimensions),
+                    len(dimensions),
+                    ctypes.byref(pointer),
                 )
             )
         return cls._from_pointer(pointer.value, threading.RLock())

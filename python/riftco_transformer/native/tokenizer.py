@@ -48,7 +48,9 @@ class Tokenizer(NativeHandle):
         if method_value == TOKENIZER_METHOD_BYTE and (
             vocabulary_size is not None or minimum_pair_frequency is not None
         ):
-            raise ValueError("the byte method takes neither vocabulary_size nor minimum_pair_frequency")
+            raise ValueError(
+                "the byte method takes neither vocabulary_size nor minimum_pair_frequency"
+            )
         if vocabulary_size is not None:
             vocabulary_size = require_int(
                 vocabulary_size, "vocabulary_size", BPE_BASE_VOCABULARY_SIZE, UINT32_LIMIT
@@ -61,7 +63,9 @@ class Tokenizer(NativeHandle):
         data = byte_input(text, "corpus")
         native = library()
         options = TokenizerOptions()
-        check_status(native.rt_tokenizer_options_init(ctypes.byref(options), ctypes.sizeof(options)))
+        check_status(
+            native.rt_tokenizer_options_init(ctypes.byref(options), ctypes.sizeof(options))
+        )
         options.method = method_value
         if vocabulary_size is not None:
             options.vocabulary_size = vocabulary_size
@@ -140,7 +144,9 @@ class Tokenizer(NativeHandle):
     def vocabulary_bytes(self) -> bytes:
         """The byte of every id, in id order (byte method only; BPE: native invalid_argument)."""
         with self._native() as pointer:
-            return bytes(read_sized(partial(library().rt_tokenizer_vocabulary, pointer), ctypes.c_uint8))
+            return bytes(
+                read_sized(partial(library().rt_tokenizer_vocabulary, pointer), ctypes.c_uint8)
+            )
 
     @property
     def merge_rules(self) -> tuple[MergeRule, ...]:
@@ -163,7 +169,9 @@ class Tokenizer(NativeHandle):
         token_id = require_int(token_id, "token_id", 0, UINT32_LIMIT)
         with self._native() as pointer:
             return bytes(
-                read_sized(partial(library().rt_tokenizer_token_bytes, pointer, token_id), ctypes.c_uint8)
+                read_sized(
+                    partial(library().rt_tokenizer_token_bytes, pointer, token_id), ctypes.c_uint8
+                )
             )
 
     def encode(self, text: str) -> list[int]:
