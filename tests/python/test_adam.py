@@ -16,18 +16,13 @@ from riftco_transformer import (
     AdamOptions,
     AdamStepStats,
     DecoderOnlyTransformer,
-    RiftcoTransformerError,
     cross_entropy,
 )
 
+from support import native_error
+
 TOKENS = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]
 TARGETS = [[2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]]
-
-
-def native_error(call) -> RiftcoTransformerError:
-    with pytest.raises(RiftcoTransformerError) as caught:
-        call()
-    return caught.value
 
 
 def train_step(model, optimizer) -> tuple[float, AdamStepStats]:

@@ -11,18 +11,13 @@ from riftco_transformer import (
     STATUS_OUT_OF_RANGE,
     STATUS_RUNTIME_ERROR,
     Adam,
-    RiftcoTransformerError,
     Variable,
     cross_entropy,
 )
 
+from support import native_error
+
 VOCABULARY = 32  # the tiny model's
-
-
-def native_error(call) -> RiftcoTransformerError:
-    with pytest.raises(RiftcoTransformerError) as caught:
-        call()
-    return caught.value
 
 
 def mean_cross_entropy(logits: list[float], targets: list[int]) -> float:

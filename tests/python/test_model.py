@@ -14,16 +14,11 @@ from riftco_transformer import (
     STATUS_RUNTIME_ERROR,
     Adam,
     DecoderOnlyTransformer,
-    RiftcoTransformerError,
     TransformerConfig,
     cross_entropy,
 )
 
-
-def native_error(call) -> RiftcoTransformerError:
-    with pytest.raises(RiftcoTransformerError) as caught:
-        call()
-    return caught.value
+from support import native_error
 
 
 def gpt_parameter_count(config: TransformerConfig) -> int:
@@ -42,7 +37,7 @@ def gpt_parameter_count(config: TransformerConfig) -> int:
 # ---- configuration -------------------------------------------------------------------------
 
 
-def test_the_config_is_frozen_with_the_documented_defaults(tiny_config):
+def test_the_config_is_frozen_with_the_documented_defaults():
     config = TransformerConfig(16, 8, 16, 4, 1, 32)
     assert config.random_seed == 5489
     assert config.layer_norm_epsilon == 1e-5

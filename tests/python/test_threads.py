@@ -5,8 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
-from riftco_transformer import Adam, Context, DecoderOnlyTransformer, Tensor, Tokenizer
-from riftco_transformer import cross_entropy
+from riftco_transformer import (
+    Adam,
+    Context,
+    DecoderOnlyTransformer,
+    Tensor,
+    Tokenizer,
+    cross_entropy,
+)
 
 TOKENS = [[1, 2, 3, 4, 5, 6, 7, 8]] * 4
 TARGETS = [[2, 3, 4, 5, 6, 7, 8, 9]] * 4

@@ -9,16 +9,10 @@ import pytest
 from riftco_transformer import (
     STATUS_INVALID_ARGUMENT,
     STATUS_OUT_OF_RANGE,
-    RiftcoTransformerError,
     Tokenizer,
 )
 
-
-def native_status(call) -> int:
-    with pytest.raises(RiftcoTransformerError) as caught:
-        call()
-    return caught.value.status
-
+from support import native_error
 
 # ---- byte method ---------------------------------------------------------------------------
 
@@ -43,7 +37,7 @@ def test_a_str_corpus_is_encoded_as_utf8():
 
 def test_a_byte_the_corpus_lacked_is_a_native_invalid_argument():
     with Tokenizer("abc") as tokenizer:
-        assert native_status(lambda: tokenizer.encode("abd")) == STATUS_INVALID_ARGUMENT
+        assert native_error(lambda: tokenizer.encode("abd")).status == STATUS_INVALID_ARGUMENT
 
 
 def test_the_byte_method_takes_no_bpe_options():
@@ -55,7 +49,7 @@ def test_the_byte_method_takes_no_bpe_options():
 
 def test_the_byte_vocabulary_query_fails_natively_on_a_bpe_tokenizer():
     with Tokenizer("abc", method="bpe") as tokenizer:
-        assert native_status(lambda: tokenizer.vocabulary_bytes) == STATUS_INVALID_ARGUMENT
+        assert native_error(lambda: tokenizer.vocabulary_bytes).status == STATUS_INVALID_ARGUMENT
 
 
 # ---- BPE -----------------------------------------------------------------------------------
@@ -115,7 +109,7 @@ def test_tokenizer_options_are_validated_in_python(keywords, error):
 
 @pytest.mark.parametrize("method", ["byte", "bpe"])
 def test_an_empty_corpus_is_a_native_invalid_argument(method):
-    assert native_status(lambda: Tokenizer(b"", method=method)) == STATUS_INVALID_ARGUMENT
+    assert native_error(lambda: Tokenizer(b"", method=method)).status == STATUS_INVALID_ARGUMENT
 
 
 # ---- strict and binary-safe APIs -------------------------------------------------------------
@@ -164,8 +158,8 @@ def test_empty_inputs_encode_and_decode_to_empty_outputs():
 
 def test_unknown_ids_are_a_native_out_of_range():
     with Tokenizer("abc") as tokenizer:
-        assert native_status(lambda: tokenizer.decode([3])) == STATUS_OUT_OF_RANGE
-        assert native_status(lambda: tokenizer.token_bytes(3)) == STATUS_OUT_OF_RANGE
+        assert native_error(lambda: tokenizer.decode([3])).status == STATUS_OUT_OF_RANGE
+        assert native_error(lambda: tokenizer.token_bytes(3)).status == STATUS_OUT_OF_RANGE
 
 
 @pytest.mark.parametrize(
@@ -227,8 +221,8 @@ def test_an_empty_merge_table_is_the_plain_byte_level_bpe():
     ],
 )
 def test_an_invalid_state_is_a_native_invalid_argument(method, byte_vocabulary, merge_rules):
-    status = native_status(lambda: Tokenizer.from_state(method, byte_vocabulary, merge_rules))
-    assert status == STATUS_INVALID_ARGUMENT
+    error = native_error(lambda: Tokenizer.from_state(method, byte_vocabulary, merge_rules))
+    assert error.status == STATUS_INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize(

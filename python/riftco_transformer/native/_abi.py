@@ -17,8 +17,19 @@ Conventions used below:
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int32
-from ctypes import c_uint8, c_uint32, c_uint64, c_void_p
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_double,
+    c_float,
+    c_int32,
+    c_uint8,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
 
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).

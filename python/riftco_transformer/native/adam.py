@@ -6,14 +6,24 @@ import ctypes
 from array import array
 from dataclasses import dataclass
 
-from ._abi import ADAM_STATE_CONTIGUOUS, ADAM_STATE_PAGED, AdamOptionsStruct, AdamStateStruct
-from ._abi import AdamStepStatsStruct
+from ._abi import (
+    ADAM_STATE_CONTIGUOUS,
+    ADAM_STATE_PAGED,
+    AdamOptionsStruct,
+    AdamStateStruct,
+    AdamStepStatsStruct,
+)
 from ._buffers import FLOAT32_TYPECODE, float32_input
 from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
-from ._validation import UINT64_LIMIT, require_choice, require_int, require_open_unit_interval
-from ._validation import require_positive_float
+from ._validation import (
+    UINT64_LIMIT,
+    require_choice,
+    require_int,
+    require_open_unit_interval,
+    require_positive_float,
+)
 from .backends import BACKEND_NAMES
 from .parameters import ParameterList
 

@@ -17,8 +17,13 @@ from ._buffers import token_ids
 from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
-from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
-from ._validation import require_positive_float
+from ._validation import (
+    UINT32_LIMIT,
+    UINT64_LIMIT,
+    require_choice,
+    require_int,
+    require_positive_float,
+)
 from .autograd import Variable
 from .backends import BACKEND_NAMES, backend_value
 from .parameters import ParameterList
@@ -98,7 +103,7 @@ class DecoderOnlyTransformer(NativeHandle):
     probabilities) or ``"flash"`` (memory-linear, recomputes them in backward).
     ``activation_checkpointing`` is ``"disabled"`` or ``"block"`` (keep only block inputs and
     recompute each block during backward; ``"transformer_block"`` is accepted too). Both are
-    runtime policies that change memory and time, not results.
+    runtime policies: they change memory and time, not results (beyond float rounding).
 
     The model's parameter lists, variables and Adam optimizers share its lock and native
     state: they stay usable after the model is closed.
