@@ -123,7 +123,8 @@ RT_API rt_status RT_CALL rt_tokenizer_create_with_options(const uint8_t* corpus,
                                                           uint64_t corpus_size,
                                                           const rt_tokenizer_options* options,
                                                           rt_tokenizer** out);
-/* Exact restoration: vocabulary[id] is the byte of token id (distinct, strictly increasing). */
+/* Exact restoration: vocabulary[id] is the byte of token id (1 to 256 distinct bytes, in any
+ * order: the order given is the id order). */
 RT_API rt_status RT_CALL rt_tokenizer_create_from_byte_vocabulary(const uint8_t* vocabulary,
                                                                   uint64_t count,
                                                                   rt_tokenizer** out);
@@ -228,8 +229,9 @@ RT_API rt_status RT_CALL rt_model_set_activation_checkpointing(rt_model* model,
                                                                int32_t checkpointing);
 RT_API rt_status RT_CALL rt_model_get_activation_checkpointing(const rt_model* model,
                                                                int32_t* out_checkpointing);
-/* tokens [batch, time] row-major -> logits variable [batch, time, V]. count == batch*time,
- * 0 < time <= C, every id < V (else RT_STATUS_OUT_OF_RANGE). */
+/* tokens [batch, time] row-major -> logits variable [batch, time, V]. batch > 0,
+ * 0 < time <= C and count == batch*time (else RT_STATUS_INVALID_ARGUMENT); every id < V
+ * (else RT_STATUS_OUT_OF_RANGE). */
 RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count,
                                           uint64_t batch, uint64_t time, rt_variable** out);
 /* The model's trainable parameters in their canonical order. */
@@ -331,8 +333,10 @@ RT_API rt_status RT_CALL rt_adam_state_storage(const rt_adam* adam, int32_t* out
 RT_API rt_status RT_CALL rt_adam_state_page_size(const rt_adam* adam, uint64_t* out_page_size);
 RT_API rt_status RT_CALL rt_adam_state_page_count(const rt_adam* adam, uint64_t* out_page_count);
 RT_API rt_status RT_CALL rt_adam_state_payload_bytes(const rt_adam* adam, uint64_t* out_bytes);
-/* One transactional update; advances the model's parameter epoch. stats may be NULL; when
- * given, stats->struct_size must be set. */
+/* One transactional update; advances the model's parameter epoch. A parameter without a
+ * pending gradient (backward did not reach it, or none ran since the last step) takes a zero
+ * gradient: its moments decay and it still moves while they are non-zero. stats may be NULL;
+ * when given, stats->struct_size must be set. */
 RT_API rt_status RT_CALL rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats);
 RT_API rt_status RT_CALL rt_adam_zero_gradients(rt_adam* adam);
 /* Logical state for exact resume (needs a clean step boundary: no pending gradients). */

@@ -211,7 +211,7 @@ rt_status rt_adam_state_load_from_host_f32(rt_adam* adam, const rt_adam_state* s
             throw std::invalid_argument("state->value_count " + std::to_string(state->value_count) +
                                         " differs from count " + std::to_string(count));
         }
-        native.pin.state().require_no_live_graph("rt_adam_state_load_from_host_f32");
+        native.pin.state().require_no_live_graph();
         AdamState restored;
         restored.step_count = state->step_count;
         restored.beta1_power = state->beta1_power;

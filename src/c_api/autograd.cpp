@@ -64,6 +64,11 @@ rt_status rt_variable_backward(rt_variable* variable) {
     return guarded(__func__, [&] {
         rt_variable& native = require_handle(variable, "variable");
         const ModelState& state = native.pin.state();
+        if (native.backward_consumed) {
+            throw std::logic_error(
+                "an earlier rt_variable_backward consumed this graph (graphs are single-use); "
+                "build a new graph with rt_model_forward");
+        }
         if (native.epoch != state.parameter_epoch) {
             throw std::logic_error(
                 "the graph was built at parameter epoch " + std::to_string(native.epoch) +
@@ -72,6 +77,7 @@ rt_status rt_variable_backward(rt_variable* variable) {
                 "a new graph");
         }
         native.variable.backward();
+        native.backward_consumed = true;
     });
 }
 

@@ -32,10 +32,11 @@ struct ModelState {
     std::size_t live_optimizers = 0;
     std::uint64_t parameter_epoch = 0;
 
-    // std::logic_error naming `operation` when a variable or an optimizer pins the model.
-    void require_unpinned(const char* operation) const;
+    // std::logic_error when a variable or an optimizer pins the model (the boundary prefixes
+    // the function name).
+    void require_unpinned() const;
     // std::logic_error when a variable pins the model (optimizers allowed).
-    void require_no_live_graph(const char* operation) const;
+    void require_no_live_graph() const;
 };
 
 // RAII registration of one live variable or optimizer with its model.
@@ -90,7 +91,8 @@ struct rt_variable {
           epoch(pin.state().parameter_epoch) {}
     riftco_transformer::c_api::ModelPin pin;
     riftco_transformer::Variable variable;
-    std::uint64_t epoch;  // the model's parameter epoch when the graph was built
+    std::uint64_t epoch;            // the model's parameter epoch when the graph was built
+    bool backward_consumed = false; // a backward through this handle succeeded
 };
 
 struct rt_adam {

@@ -13,18 +13,18 @@ using namespace riftco_transformer::c_api;
 
 namespace riftco_transformer::c_api {
 
-void ModelState::require_unpinned(const char* operation) const {
+void ModelState::require_unpinned() const {
     if (live_variables != 0 || live_optimizers != 0) {
-        throw std::logic_error(std::string(operation) + ": the model is pinned by " +
+        throw std::logic_error("the model is pinned by " +
                                std::to_string(live_variables) + " live variable(s) and " +
                                std::to_string(live_optimizers) +
                                " live Adam optimizer(s); release them first");
     }
 }
 
-void ModelState::require_no_live_graph(const char* operation) const {
+void ModelState::require_no_live_graph() const {
     if (live_variables != 0) {
-        throw std::logic_error(std::string(operation) + ": the model is pinned by " +
+        throw std::logic_error("the model is pinned by " +
                                std::to_string(live_variables) +
                                " live variable(s); release them first");
     }
@@ -142,7 +142,7 @@ rt_status rt_model_to(rt_model* model, int32_t backend) {
     return guarded(__func__, [&] {
         ModelState& state = state_of(model);
         const ExecutionBackend destination = backend_from_value(backend, "backend");
-        state.require_unpinned("rt_model_to");
+        state.require_unpinned();
         state.model->to(destination);
     });
 }
@@ -323,7 +323,7 @@ rt_status rt_parameter_list_load_from_host_f32(rt_parameter_list* list, const fl
                                             "] is not finite");
             }
         }
-        native.state->require_unpinned("rt_parameter_list_load_from_host_f32");
+        native.state->require_unpinned();
         // Every new value is built before the first is installed, so a failed allocation
         // changes nothing.
         std::vector<Tensor> replacements;
