@@ -24,6 +24,10 @@ class RiftcoTransformerError(RuntimeError):
         self.detail = detail
 
 
+# Tracebacks name the class where users import it from.
+RiftcoTransformerError.__module__ = "riftco_transformer"
+
+
 def check_status(status: int) -> None:
     """Raise :class:`RiftcoTransformerError` when ``status`` is not ``ok``.
 

@@ -27,15 +27,21 @@ def copy_to_host(wrapper, function_name: str, destination_for_count) -> None:
 
 
 def read_array(wrapper, function_name: str) -> array:
-    """``wrapper``'s values as a new ``array('f')``."""
-    values = array(FLOAT32_TYPECODE)
+    """``wrapper``'s values as a new ``array('f')``.
 
-    def grown_to(count: int) -> ctypes.Array:
-        values.frombytes(bytes(4 * count))
+    The array is allocated by repetition (one allocation, filled by doubling memcpy) and then
+    written by the native copy. Most of the time goes to the kernel mapping the new array's
+    pages; ``copy_to`` into a reused buffer, or ``numpy()``, avoids that.
+    """
+    allocated: list[array] = []
+
+    def allocate(count: int) -> ctypes.Array:
+        values = array(FLOAT32_TYPECODE, [0.0]) * count if count else array(FLOAT32_TYPECODE)
+        allocated.append(values)
         return (ctypes.c_float * count).from_buffer(values)
 
-    copy_to_host(wrapper, function_name, grown_to)
-    return values
+    copy_to_host(wrapper, function_name, allocate)
+    return allocated[-1]
 
 
 class Float32Readout:
