@@ -2,6 +2,8 @@
 """Builds the wheel with `pip wheel`, installs it into a fresh virtual environment and uses it.
 
 Checks, in order:
+  0. CMAKE_ARGS reaches the CMake configure step: with -DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON
+     (rejected at configure time by this version) the build fails with that option's message.
   1. `pip wheel <source>` builds one py3-none-<platform> wheel through scikit-build-core
      (CMAKE_ARGS from the environment passes through; this script adds the ccache launcher
      when ccache exists).
@@ -76,6 +78,22 @@ def main() -> int:
         launcher = "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
         environment["CMAKE_ARGS"] = f"{environment.get('CMAKE_ARGS', '')} {launcher}".strip()
         environment.setdefault("CCACHE_BASEDIR", str(source))
+    # 0. Build options pass through CMAKE_ARGS.
+    probe_environment = dict(environment)
+    probe_environment["CMAKE_ARGS"] = (
+        f"{environment.get('CMAKE_ARGS', '')} -DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON".strip())
+    rejected = subprocess.run(
+        [str(venv_python(builder)), "-m", "pip", "wheel", str(source), "--no-build-isolation",
+         "--no-deps", "-w", str(work / "probe-dist")],
+        capture_output=True, text=True, env=probe_environment)
+    rejected_output = rejected.stdout + rejected.stderr
+    # CMake's own message (CMakeLists.txt), with its line wrapping undone.
+    expected = "RIFTCO_TRANSFORMER_ENABLE_CUDA=ON: this version ships only the unavailable CUDA stub"
+    if rejected.returncode == 0 or expected not in " ".join(rejected_output.split()):
+        sys.exit(f"CMAKE_ARGS=-DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON did not reach CMake:\n"
+                 f"{rejected_output}")
+    print("CMAKE_ARGS reaches CMake: ok")
+
     dist = work / "dist"
     run([str(venv_python(builder)), "-m", "pip", "wheel", str(source), "--no-build-isolation",
          "--no-deps", "-w", str(dist)], "pip wheel", env=environment)
