@@ -1,0 +1,65 @@
+// Compile-time guards for what ABI 2.8 has published: numeric values shared with the engine's
+// enums, and the size and field offsets of every versioned struct. A change that would
+// renumber a value or move a field fails the build here instead of breaking old clients.
+
+#include <cstddef>
+
+#include "riftco_transformer/c_api.h"
+#include "riftco_transformer/core/backend.hpp"
+#include "riftco_transformer/data/tokenizer.hpp"
+#include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/nn/attention.hpp"
+#include "riftco_transformer/optim/adam_options.hpp"
+
+namespace {
+
+using namespace riftco_transformer;
+
+template <typename Enum>
+constexpr bool same_value(int c_value, Enum engine_value) {
+    return c_value == static_cast<int>(engine_value);
+}
+
+static_assert(RT_ABI_VERSION == ((RT_ABI_VERSION_MAJOR << 16) | RT_ABI_VERSION_MINOR));
+
+static_assert(RT_STATUS_OK == 0 && RT_STATUS_INVALID_ARGUMENT == 1 &&
+              RT_STATUS_OUT_OF_RANGE == 2 && RT_STATUS_OVERFLOW == 3 &&
+              RT_STATUS_BACKEND_UNAVAILABLE == 4 && RT_STATUS_OUT_OF_MEMORY == 5 &&
+              RT_STATUS_RUNTIME_ERROR == 6 && RT_STATUS_UNKNOWN_ERROR == 255);
+
+// The handles convert these values with a cast, so the engine's enums must agree.
+static_assert(same_value(RT_BACKEND_CPU, ExecutionBackend::Cpu) && RT_BACKEND_CPU == 0);
+static_assert(same_value(RT_BACKEND_METAL, ExecutionBackend::Metal) && RT_BACKEND_METAL == 1);
+static_assert(same_value(RT_BACKEND_CUDA, ExecutionBackend::Cuda) && RT_BACKEND_CUDA == 2);
+static_assert(same_value(RT_BACKEND_TPU, ExecutionBackend::Tpu) && RT_BACKEND_TPU == 3);
+static_assert(same_value(RT_TOKENIZER_METHOD_BYTE, TokenizerMethod::Byte));
+static_assert(same_value(RT_TOKENIZER_METHOD_BPE, TokenizerMethod::Bpe));
+static_assert(same_value(RT_ATTENTION_MATERIALIZED, AttentionKind::Materialized));
+static_assert(same_value(RT_ATTENTION_FLASH, AttentionKind::Flash));
+static_assert(same_value(RT_ACTIVATION_CHECKPOINTING_DISABLED, ActivationCheckpointing::Disabled));
+static_assert(same_value(RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
+                         ActivationCheckpointing::TransformerBlock));
+static_assert(same_value(RT_ADAM_STATE_CONTIGUOUS, AdamStateStorage::Contiguous));
+static_assert(same_value(RT_ADAM_STATE_PAGED, AdamStateStorage::Paged));
+
+// Struct layouts: explicit reserved words, no tail padding.
+static_assert(sizeof(rt_bpe_merge_rule) == 12);
+static_assert(sizeof(rt_tokenizer_options) == 32 && offsetof(rt_tokenizer_options, method) == 8 &&
+              offsetof(rt_tokenizer_options, vocabulary_size) == 16 &&
+              offsetof(rt_tokenizer_options, minimum_pair_frequency) == 24);
+static_assert(sizeof(rt_transformer_config) == 64 &&
+              offsetof(rt_transformer_config, vocabulary_size) == 8 &&
+              offsetof(rt_transformer_config, feed_forward_width) == 48 &&
+              offsetof(rt_transformer_config, random_seed) == 56 &&
+              offsetof(rt_transformer_config, layer_norm_epsilon) == 60);
+static_assert(sizeof(rt_adam_options) == 48 && offsetof(rt_adam_options, learning_rate) == 8 &&
+              offsetof(rt_adam_options, maximum_gradient_norm) == 24 &&
+              offsetof(rt_adam_options, reserved) == 28 &&
+              offsetof(rt_adam_options, state_storage) == 32 &&
+              offsetof(rt_adam_options, page_size) == 40);
+static_assert(sizeof(rt_adam_step_stats) == 32 && offsetof(rt_adam_step_stats, step) == 8 &&
+              offsetof(rt_adam_step_stats, clip_scale) == 24);
+static_assert(sizeof(rt_adam_state) == 40 && offsetof(rt_adam_state, step_count) == 8 &&
+              offsetof(rt_adam_state, value_count) == 32);
+
+}  // namespace
