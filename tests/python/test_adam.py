@@ -113,6 +113,28 @@ def test_a_temporary_parameter_list_is_enough(model, tiny_config):
         assert stats.step == 1
 
 
+def test_the_optimizer_reports_the_names_and_shapes_it_optimises(model, tiny_config):
+    with model.parameters() as parameters:
+        names, shapes = parameters.names, parameters.shapes
+    with Adam(model.parameters()) as optimizer:
+        assert optimizer.parameter_names == names
+        assert optimizer.parameter_shapes == shapes
+        assert optimizer.parameter_names[0] == "token_embedding.weight"
+        assert optimizer.parameter_shapes[0] == (tiny_config.vocabulary_size,
+                                                 tiny_config.model_width)
+
+
+def test_the_optimizer_knows_which_model_it_updates(model, tiny_config):
+    other = DecoderOnlyTransformer(tiny_config)
+    optimizer = Adam(model.parameters())
+    with other, optimizer:
+        assert optimizer.owns_parameters_of(model)
+        assert not optimizer.owns_parameters_of(other)
+        assert not optimizer.owns_parameters_of(object())
+        model.close()
+        assert optimizer.owns_parameters_of(model)
+
+
 def test_a_step_reports_the_global_norm_and_the_clip_scale(model):
     with Adam(model.parameters(), maximum_gradient_norm=0.5) as optimizer:
         assert optimizer.step_count == 0

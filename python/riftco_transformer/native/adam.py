@@ -147,6 +147,9 @@ class Adam(NativeHandle):
             )
         self._adopt(pointer.value, parameters._lock)
         self._options = options
+        # The optimizer's parameter list is fixed at creation: record what it holds.
+        self._parameter_names = parameters.names
+        self._parameter_shapes = parameters.shapes
 
     @property
     def options(self) -> AdamOptions:
@@ -168,6 +171,27 @@ class Adam(NativeHandle):
     def parameter_count(self) -> int:
         """The number of parameter tensors optimised."""
         return self._query("rt_adam_parameter_count", ctypes.c_uint64)
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """The names of the optimised parameters, in order (fixed at creation)."""
+        with self._native():
+            return self._parameter_names
+
+    @property
+    def parameter_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes of the optimised parameters, in order (fixed at creation)."""
+        with self._native():
+            return self._parameter_shapes
+
+    def owns_parameters_of(self, model) -> bool:
+        """Whether this optimizer updates parameters of ``model`` (a DecoderOnlyTransformer).
+
+        Objects derived from one model share its lock, so this compares locks; it stays true
+        after the model wrapper is closed.
+        """
+        with self._native():
+            return getattr(model, "_lock", None) is self._lock
 
     @property
     def state_storage(self) -> str:
