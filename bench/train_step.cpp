@@ -62,7 +62,8 @@ Options parse(int argc, char** argv) {
             if (kind != "flash" && kind != "materialized") {
                 throw std::invalid_argument("--attention: flash or materialized");
             }
-            options.attention = kind == "flash" ? AttentionKind::Flash : AttentionKind::Materialized;
+            options.attention =
+                kind == "flash" ? AttentionKind::Flash : AttentionKind::Materialized;
         } else if (flag == "--vocab") {
             options.dimensions.vocabulary_size = positive(flag, value);
         } else if (flag == "--width") {

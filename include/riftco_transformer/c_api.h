@@ -61,13 +61,14 @@ RT_API uint32_t RT_CALL rt_abi_version(void);
 /* ---- Status and errors ------------------------------------------------------------------ */
 typedef int32_t rt_status;
 #define RT_STATUS_OK 0
-#define RT_STATUS_INVALID_ARGUMENT 1    /* bad value, shape, state or ordering of calls */
+#define RT_STATUS_INVALID_ARGUMENT 1    /* a bad value, shape, pointer or struct */
 #define RT_STATUS_OUT_OF_RANGE 2        /* an index or id past its bound; capacity too small */
 #define RT_STATUS_OVERFLOW 3            /* a size or numeric result that does not fit */
 #define RT_STATUS_BACKEND_UNAVAILABLE 4 /* an explicitly requested backend cannot run here */
 #define RT_STATUS_OUT_OF_MEMORY 5
-#define RT_STATUS_RUNTIME_ERROR 6 /* a broken contract of call order (stale or consumed graph,
-                                     pinned model) or another runtime failure */
+/* RT_STATUS_RUNTIME_ERROR: a broken contract of call order (a stale or consumed graph, a
+ * pinned model) or another runtime failure. */
+#define RT_STATUS_RUNTIME_ERROR 6
 #define RT_STATUS_UNKNOWN_ERROR 255
 
 /* Lower-case name ("ok", "invalid_argument", ...); any other value: "unrecognized status".
@@ -140,8 +141,8 @@ RT_API rt_status RT_CALL rt_tokenizer_vocabulary_size(const rt_tokenizer* tokeni
 /* BPE only (byte tokenizers: RT_STATUS_INVALID_ARGUMENT). */
 RT_API rt_status RT_CALL rt_tokenizer_bpe_merge_count(const rt_tokenizer* tokenizer,
                                                       uint64_t* out_count);
-RT_API rt_status RT_CALL rt_tokenizer_bpe_merge_rule(const rt_tokenizer* tokenizer,
-                                                     uint64_t index, rt_bpe_merge_rule* out_rule);
+RT_API rt_status RT_CALL rt_tokenizer_bpe_merge_rule(const rt_tokenizer* tokenizer, uint64_t index,
+                                                     rt_bpe_merge_rule* out_rule);
 /* Byte only: the byte of every id, size-query protocol (count = vocabulary size). */
 RT_API rt_status RT_CALL rt_tokenizer_vocabulary(const rt_tokenizer* tokenizer, uint8_t* out,
                                                  uint64_t capacity, uint64_t* required);
@@ -152,8 +153,8 @@ RT_API rt_status RT_CALL rt_tokenizer_token_bytes(const rt_tokenizer* tokenizer,
 /* Binary-safe encode. Never produces more ids than input bytes, so capacity = byte_count
  * always suffices. A byte the byte tokenizer never saw: RT_STATUS_INVALID_ARGUMENT. */
 RT_API rt_status RT_CALL rt_tokenizer_encode(const rt_tokenizer* tokenizer, const uint8_t* bytes,
-                                             uint64_t byte_count, uint32_t* out,
-                                             uint64_t capacity, uint64_t* required);
+                                             uint64_t byte_count, uint32_t* out, uint64_t capacity,
+                                             uint64_t* required);
 /* Binary-safe decode (an unknown id: RT_STATUS_OUT_OF_RANGE). */
 RT_API rt_status RT_CALL rt_tokenizer_decode(const rt_tokenizer* tokenizer, const uint32_t* ids,
                                              uint64_t id_count, uint8_t* out, uint64_t capacity,
@@ -261,8 +262,7 @@ RT_API rt_status RT_CALL rt_parameter_list_copy_to_host_f32(const rt_parameter_l
  * Rejected (RT_STATUS_RUNTIME_ERROR) while a variable or Adam optimizer of the model is
  * alive. Clears gradients and advances the model's parameter epoch. */
 RT_API rt_status RT_CALL rt_parameter_list_load_from_host_f32(rt_parameter_list* list,
-                                                              const float* values,
-                                                              uint64_t count);
+                                                              const float* values, uint64_t count);
 
 /* ---- Autograd ---------------------------------------------------------------------------
  * Graphs are single-use: a successful backward consumes the graph (a second backward is
@@ -344,13 +344,11 @@ RT_API rt_status RT_CALL rt_adam_state_get(const rt_adam* adam, rt_adam_state* o
 /* Copies parameter values and both moments (N floats each; capacity >= N, else
  * RT_STATUS_OUT_OF_RANGE with nothing written). */
 RT_API rt_status RT_CALL rt_adam_state_copy_to_host_f32(const rt_adam* adam, float* values,
-                                                        float* first_moments,
-                                                        float* second_moments,
+                                                        float* first_moments, float* second_moments,
                                                         uint64_t capacity);
 /* Transactional restore (count == N). Rejected (RT_STATUS_RUNTIME_ERROR) while a variable of
  * the model is alive. Advances the model's parameter epoch. */
-RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam,
-                                                          const rt_adam_state* state,
+RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const rt_adam_state* state,
                                                           const float* values,
                                                           const float* first_moments,
                                                           const float* second_moments,

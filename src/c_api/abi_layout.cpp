@@ -22,10 +22,10 @@ constexpr bool same_value(int c_value, Enum engine_value) {
 
 static_assert(RT_ABI_VERSION == ((RT_ABI_VERSION_MAJOR << 16) | RT_ABI_VERSION_MINOR));
 
-static_assert(RT_STATUS_OK == 0 && RT_STATUS_INVALID_ARGUMENT == 1 &&
-              RT_STATUS_OUT_OF_RANGE == 2 && RT_STATUS_OVERFLOW == 3 &&
-              RT_STATUS_BACKEND_UNAVAILABLE == 4 && RT_STATUS_OUT_OF_MEMORY == 5 &&
-              RT_STATUS_RUNTIME_ERROR == 6 && RT_STATUS_UNKNOWN_ERROR == 255);
+static_assert(RT_STATUS_OK == 0 && RT_STATUS_INVALID_ARGUMENT == 1 && RT_STATUS_OUT_OF_RANGE == 2 &&
+              RT_STATUS_OVERFLOW == 3 && RT_STATUS_BACKEND_UNAVAILABLE == 4 &&
+              RT_STATUS_OUT_OF_MEMORY == 5 && RT_STATUS_RUNTIME_ERROR == 6 &&
+              RT_STATUS_UNKNOWN_ERROR == 255);
 
 // The handles convert these values with a cast, so the engine's enums must agree.
 static_assert(same_value(RT_BACKEND_CPU, ExecutionBackend::Cpu) && RT_BACKEND_CPU == 0);

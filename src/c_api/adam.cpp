@@ -52,7 +52,9 @@ AdamOptions native_options(const rt_adam_options& given) {
     return options;
 }
 
-const rt_adam& adam_of(const rt_adam* handle) { return require_handle(handle, "adam"); }
+const rt_adam& adam_of(const rt_adam* handle) {
+    return require_handle(handle, "adam");
+}
 
 }  // namespace
 
@@ -60,8 +62,8 @@ extern "C" {
 
 rt_status rt_adam_options_init(rt_adam_options* options, uint64_t struct_size) {
     return guarded(__func__, [&] {
-        initialise_struct(options, struct_size, adam_options_minimum_size,
-                          default_adam_options(), "options");
+        initialise_struct(options, struct_size, adam_options_minimum_size, default_adam_options(),
+                          "options");
     });
 }
 
@@ -69,18 +71,19 @@ rt_status rt_adam_create(const rt_parameter_list* parameters, const rt_adam_opti
                          rt_adam** out) {
     return guarded(__func__, [&] {
         const rt_parameter_list& list = require_handle(parameters, "parameters");
-        const rt_adam_options given =
-            options == nullptr
-                ? default_adam_options()
-                : read_struct(options, adam_options_minimum_size, default_adam_options(),
-                              "options");
+        const rt_adam_options given = options == nullptr
+                                          ? default_adam_options()
+                                          : read_struct(options, adam_options_minimum_size,
+                                                        default_adam_options(), "options");
         const AdamOptions native = native_options(given);
         require_pointer(out, "out");
         *out = new rt_adam(list.state, Adam(list.parameters, native));
     });
 }
 
-void rt_adam_release(rt_adam* adam) { delete adam; }
+void rt_adam_release(rt_adam* adam) {
+    delete adam;
+}
 
 rt_status rt_adam_backend(const rt_adam* adam, int32_t* out_backend) {
     return guarded(__func__, [&] {
@@ -177,9 +180,8 @@ rt_status rt_adam_state_get(const rt_adam* adam, rt_adam_state* out_state) {
     });
 }
 
-rt_status rt_adam_state_copy_to_host_f32(const rt_adam* adam, float* values,
-                                         float* first_moments, float* second_moments,
-                                         uint64_t capacity) {
+rt_status rt_adam_state_copy_to_host_f32(const rt_adam* adam, float* values, float* first_moments,
+                                         float* second_moments, uint64_t capacity) {
     return guarded(__func__, [&] {
         const rt_adam& native = adam_of(adam);
         require_pointer(values, "values");

@@ -19,7 +19,9 @@ const rt_variable& variable_of(const rt_variable* handle, const char* argument) 
 
 extern "C" {
 
-void rt_variable_release(rt_variable* variable) { delete variable; }
+void rt_variable_release(rt_variable* variable) {
+    delete variable;
+}
 
 rt_status rt_variable_backend(const rt_variable* variable, int32_t* out_backend) {
     return guarded(__func__, [&] {
@@ -52,8 +54,8 @@ rt_status rt_variable_numel(const rt_variable* variable, uint64_t* out_numel) {
     });
 }
 
-rt_status rt_variable_copy_to_host_f32(const rt_variable* variable, float* out,
-                                       uint64_t capacity, uint64_t* required) {
+rt_status rt_variable_copy_to_host_f32(const rt_variable* variable, float* out, uint64_t capacity,
+                                       uint64_t* required) {
     return guarded(__func__, [&] {
         write_tensor_values(variable_of(variable, "variable").variable.value(), out, capacity,
                             required);

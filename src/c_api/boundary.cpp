@@ -27,7 +27,9 @@ void set_last_error(const char* function, std::string_view detail) noexcept {
 
 }  // namespace
 
-void clear_last_error() noexcept { last_error_text[0] = '\0'; }
+void clear_last_error() noexcept {
+    last_error_text[0] = '\0';
+}
 
 rt_status report_current_exception(const char* function) noexcept {
     try {
@@ -59,7 +61,9 @@ rt_status report_current_exception(const char* function) noexcept {
     }
 }
 
-const char* last_error() noexcept { return last_error_text.data(); }
+const char* last_error() noexcept {
+    return last_error_text.data();
+}
 
 ExecutionBackend backend_from_value(std::int32_t value, const char* argument) {
     if (value < RT_BACKEND_CPU || value > RT_BACKEND_TPU) {
@@ -69,8 +73,7 @@ ExecutionBackend backend_from_value(std::int32_t value, const char* argument) {
     return static_cast<ExecutionBackend>(value);
 }
 
-void write_text(std::string_view text, char* out, std::uint64_t capacity,
-                std::uint64_t* required) {
+void write_text(std::string_view text, char* out, std::uint64_t capacity, std::uint64_t* required) {
     std::vector<char> with_terminator(text.begin(), text.end());
     with_terminator.push_back('\0');
     write_output<char>(with_terminator, out, capacity, required);

@@ -7,7 +7,9 @@ using namespace riftco_transformer::c_api;
 
 extern "C" {
 
-uint32_t rt_abi_version(void) { return RT_ABI_VERSION; }
+uint32_t rt_abi_version(void) {
+    return RT_ABI_VERSION;
+}
 
 const char* rt_status_string(rt_status status) {
     switch (status) {
@@ -32,7 +34,9 @@ const char* rt_status_string(rt_status status) {
     }
 }
 
-const char* rt_last_error(void) { return last_error(); }
+const char* rt_last_error(void) {
+    return last_error();
+}
 
 rt_status rt_backend_is_available(int32_t backend, int32_t* out_available) {
     return guarded(__func__, [&] {

@@ -91,8 +91,8 @@ struct rt_variable {
           epoch(pin.state().parameter_epoch) {}
     riftco_transformer::c_api::ModelPin pin;
     riftco_transformer::Variable variable;
-    std::uint64_t epoch;            // the model's parameter epoch when the graph was built
-    bool backward_consumed = false; // a backward through this handle succeeded
+    std::uint64_t epoch;             // the model's parameter epoch when the graph was built
+    bool backward_consumed = false;  // a backward through this handle succeeded
 };
 
 struct rt_adam {

@@ -15,17 +15,15 @@ namespace riftco_transformer::c_api {
 
 void ModelState::require_unpinned() const {
     if (live_variables != 0 || live_optimizers != 0) {
-        throw std::logic_error("the model is pinned by " +
-                               std::to_string(live_variables) + " live variable(s) and " +
-                               std::to_string(live_optimizers) +
+        throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
+                               " live variable(s) and " + std::to_string(live_optimizers) +
                                " live Adam optimizer(s); release them first");
     }
 }
 
 void ModelState::require_no_live_graph() const {
     if (live_variables != 0) {
-        throw std::logic_error("the model is pinned by " +
-                               std::to_string(live_variables) +
+        throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
                                " live variable(s); release them first");
     }
 }
@@ -129,7 +127,9 @@ rt_status rt_model_create(const rt_transformer_config* config, rt_model** out) {
     });
 }
 
-void rt_model_release(rt_model* model) { delete model; }
+void rt_model_release(rt_model* model) {
+    delete model;
+}
 
 rt_status rt_model_config(const rt_model* model, rt_transformer_config* out) {
     return guarded(__func__, [&] {
@@ -177,8 +177,7 @@ rt_status rt_model_set_activation_checkpointing(rt_model* model, int32_t checkpo
     });
 }
 
-rt_status rt_model_get_activation_checkpointing(const rt_model* model,
-                                                int32_t* out_checkpointing) {
+rt_status rt_model_get_activation_checkpointing(const rt_model* model, int32_t* out_checkpointing) {
     return guarded(__func__, [&] {
         const ModelState& state = state_of(model);
         require_pointer(out_checkpointing, "out_checkpointing");
@@ -186,8 +185,8 @@ rt_status rt_model_get_activation_checkpointing(const rt_model* model,
     });
 }
 
-rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count,
-                           uint64_t batch, uint64_t time, rt_variable** out) {
+rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count, uint64_t batch,
+                           uint64_t time, rt_variable** out) {
     return guarded(__func__, [&] {
         const rt_model& native = require_handle(model, "model");
         const auto ids = input_array(tokens, count, "tokens");
@@ -195,8 +194,8 @@ rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t cou
         const std::size_t time_size = to_size(time, "time");
         if (batch_size == 0 || time_size == 0) {
             throw std::invalid_argument("batch and time must be positive (got batch " +
-                                        std::to_string(batch) + ", time " +
-                                        std::to_string(time) + ")");
+                                        std::to_string(batch) + ", time " + std::to_string(time) +
+                                        ")");
         }
         if (batch_size > ids.size() / time_size || batch_size * time_size != ids.size()) {
             throw std::invalid_argument("count " + std::to_string(count) +
@@ -217,7 +216,9 @@ rt_status rt_model_parameters(rt_model* model, rt_parameter_list** out) {
     });
 }
 
-void rt_parameter_list_release(rt_parameter_list* list) { delete list; }
+void rt_parameter_list_release(rt_parameter_list* list) {
+    delete list;
+}
 
 rt_status rt_parameter_list_count(const rt_parameter_list* list, uint64_t* out) {
     return guarded(__func__, [&] {
@@ -240,9 +241,8 @@ rt_status rt_parameter_list_backend(const rt_parameter_list* list, int32_t* out_
 
 rt_status rt_parameter_list_name(const rt_parameter_list* list, uint64_t index, char* out,
                                  uint64_t capacity, uint64_t* required) {
-    return guarded(__func__, [&] {
-        write_text(parameter_at(list, index).name, out, capacity, required);
-    });
+    return guarded(__func__,
+                   [&] { write_text(parameter_at(list, index).name, out, capacity, required); });
 }
 
 rt_status rt_parameter_list_rank(const rt_parameter_list* list, uint64_t index,
@@ -284,8 +284,7 @@ rt_status rt_parameter_list_copy_to_host_f32(const rt_parameter_list* list, floa
         const rt_parameter_list& native = list_of(list);
         require_pointer(required, "required");
         if (out == nullptr && capacity != 0) {
-            throw std::invalid_argument("out is NULL but capacity is " +
-                                        std::to_string(capacity));
+            throw std::invalid_argument("out is NULL but capacity is " + std::to_string(capacity));
         }
         const std::size_t total = total_numel(native.parameters);
         *required = total;
@@ -293,9 +292,8 @@ rt_status rt_parameter_list_copy_to_host_f32(const rt_parameter_list* list, floa
             return;
         }
         if (capacity < total) {
-            throw std::out_of_range("capacity " + std::to_string(capacity) +
-                                    " is below the " + std::to_string(total) +
-                                    " values required");
+            throw std::out_of_range("capacity " + std::to_string(capacity) + " is below the " +
+                                    std::to_string(total) + " values required");
         }
         std::size_t offset = 0;
         for (const NamedParameter& entry : native.parameters) {
@@ -319,8 +317,7 @@ rt_status rt_parameter_list_load_from_host_f32(rt_parameter_list* list, const fl
         }
         for (std::size_t index = 0; index < given.size(); ++index) {
             if (!std::isfinite(given[index])) {
-                throw std::invalid_argument("values[" + std::to_string(index) +
-                                            "] is not finite");
+                throw std::invalid_argument("values[" + std::to_string(index) + "] is not finite");
             }
         }
         native.state->require_unpinned();

@@ -23,7 +23,9 @@ Shape shape_from(const uint64_t* dimensions, uint64_t rank) {
     return shape;
 }
 
-void publish(Tensor tensor, rt_tensor** out) { *out = new rt_tensor{std::move(tensor)}; }
+void publish(Tensor tensor, rt_tensor** out) {
+    *out = new rt_tensor{std::move(tensor)};
+}
 
 const Tensor& tensor_of(const rt_tensor* handle, const char* argument) {
     return require_handle(handle, argument).tensor;
@@ -47,7 +49,9 @@ rt_status rt_context_create(int32_t backend, rt_context** out) {
     });
 }
 
-void rt_context_release(rt_context* context) { delete context; }
+void rt_context_release(rt_context* context) {
+    delete context;
+}
 
 rt_status rt_context_backend(const rt_context* context, int32_t* out_backend) {
     return guarded(__func__, [&] {
@@ -78,7 +82,9 @@ rt_status rt_tensor_zeros_f32(const rt_context* context, const uint64_t* shape, 
     });
 }
 
-void rt_tensor_release(rt_tensor* tensor) { delete tensor; }
+void rt_tensor_release(rt_tensor* tensor) {
+    delete tensor;
+}
 
 rt_status rt_tensor_backend(const rt_tensor* tensor, int32_t* out_backend) {
     return guarded(__func__, [&] {

@@ -99,7 +99,9 @@ rt_status rt_tokenizer_create_from_bpe_merges(const rt_bpe_merge_rule* rules, ui
     });
 }
 
-void rt_tokenizer_release(rt_tokenizer* tokenizer) { delete tokenizer; }
+void rt_tokenizer_release(rt_tokenizer* tokenizer) {
+    delete tokenizer;
+}
 
 rt_status rt_tokenizer_get_method(const rt_tokenizer* tokenizer, int32_t* out_method) {
     return guarded(__func__, [&] {
@@ -162,9 +164,8 @@ rt_status rt_tokenizer_encode(const rt_tokenizer* tokenizer, const uint8_t* byte
     });
 }
 
-rt_status rt_tokenizer_decode(const rt_tokenizer* tokenizer, const uint32_t* ids,
-                              uint64_t id_count, uint8_t* out, uint64_t capacity,
-                              uint64_t* required) {
+rt_status rt_tokenizer_decode(const rt_tokenizer* tokenizer, const uint32_t* ids, uint64_t id_count,
+                              uint8_t* out, uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         const Tokenizer& native = tokenizer_of(tokenizer);
         const auto input = input_array(ids, id_count, "ids");

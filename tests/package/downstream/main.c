@@ -19,12 +19,12 @@ int main(void) {
     rt_tensor* product = NULL;
     float values[4] = {0};
     uint64_t required = 0;
-    int ok = rt_context_create(RT_BACKEND_CPU, &context) == RT_STATUS_OK &&
-             rt_tensor_create_f32(context, left_shape, 2, left_values, 6, &left) == RT_STATUS_OK &&
-             rt_tensor_create_f32(context, right_shape, 2, right_values, 6, &right) ==
-                 RT_STATUS_OK &&
-             rt_tensor_matmul(left, right, &product) == RT_STATUS_OK &&
-             rt_tensor_copy_to_host_f32(product, values, 4, &required) == RT_STATUS_OK;
+    int ok =
+        rt_context_create(RT_BACKEND_CPU, &context) == RT_STATUS_OK &&
+        rt_tensor_create_f32(context, left_shape, 2, left_values, 6, &left) == RT_STATUS_OK &&
+        rt_tensor_create_f32(context, right_shape, 2, right_values, 6, &right) == RT_STATUS_OK &&
+        rt_tensor_matmul(left, right, &product) == RT_STATUS_OK &&
+        rt_tensor_copy_to_host_f32(product, values, 4, &required) == RT_STATUS_OK;
     if (!ok) {
         fprintf(stderr, "C ABI call failed: %s\n", rt_last_error());
     } else {
