@@ -123,6 +123,21 @@ def test_a_float32_c_contiguous_numpy_array_is_passed_without_a_copy():
     assert ctypes.addressof(converted) == values.__array_interface__["data"][0]
 
 
+def test_a_read_only_numpy_array_is_passed_without_a_copy_and_kept_alive(context):
+    numpy = pytest.importorskip("numpy")
+    values = numpy.arange(16, dtype=numpy.float32).reshape(4, 4)
+    values.flags.writeable = False
+    address = values.__array_interface__["data"][0]
+    converted = float32_input(values, "values").values
+    assert ctypes.addressof(converted) == address
+    del values  # the ctypes view keeps the array (and its memory) alive
+    assert list(converted) == [float(index) for index in range(16)]
+    frozen = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
+    frozen.flags.writeable = False
+    with Tensor.from_data(context, (2, 3), frozen) as tensor:
+        assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 @pytest.mark.parametrize(
     ("make", "expected"),
     [

@@ -3,8 +3,9 @@
 Inputs become ctypes arrays that the native call reads:
 
 * a writable, C-contiguous buffer of the right element type (``array('f')``, a float32 numpy
-  array, a ``memoryview`` of either) is passed in place, without a copy;
-* a read-only or non-contiguous buffer of the right element type is copied once;
+  array, a ``memoryview`` of either) is passed in place, without a copy, and so is a
+  C-contiguous numpy array of that type even when it is read-only;
+* another read-only or a non-contiguous buffer of the right element type is copied once;
 * a numpy array of another numeric dtype is converted once by numpy;
 * a Python sequence of numbers, flat or rectangularly nested, is converted once by ``array``.
 
@@ -57,7 +58,17 @@ def _supports_buffer(value: object) -> bool:
 
 
 def _ctypes_view(source: object, element_type: type, count: int) -> ctypes.Array:
-    """A ctypes array over ``source``'s memory (writable, C-contiguous) or over one copy of it."""
+    """A ctypes array over ``source``'s memory (writable, C-contiguous) or over one copy of it.
+
+    A C-contiguous numpy array is always viewed in place, read-only ones included: its data
+    address comes from ``__array_interface__`` and the ctypes array keeps the numpy array
+    alive. (The native calls only read ``const`` inputs.)
+    """
+    if _is_numpy_array(source) and source.flags.c_contiguous:
+        address = source.__array_interface__["data"][0]
+        in_place = (element_type * count).from_address(address)
+        in_place._source = source  # from_address does not keep the memory's owner alive
+        return in_place
     view = memoryview(source)
     array_type = element_type * count
     if not view.c_contiguous:
