@@ -79,21 +79,28 @@ void write_text(std::string_view text, char* out, std::uint64_t capacity, std::u
     write_output<char>(with_terminator, out, capacity, required);
 }
 
-void write_tensor_values(const Tensor& tensor, float* out, std::uint64_t capacity,
-                         std::uint64_t* required) {
+bool begin_output(const void* out, std::uint64_t capacity, std::uint64_t* required,
+                  std::size_t count) {
     require_pointer(required, "required");
     if (out == nullptr && capacity != 0) {
         throw std::invalid_argument("out is NULL but capacity is " + std::to_string(capacity));
     }
-    *required = tensor.numel();
+    *required = count;
     if (out == nullptr) {
-        return;
+        return false;
     }
-    if (capacity < tensor.numel()) {
+    if (capacity < count) {
         throw std::out_of_range("capacity " + std::to_string(capacity) + " is below the " +
-                                std::to_string(tensor.numel()) + " elements required");
+                                std::to_string(count) + " elements required");
     }
-    tensor.copy_to_host(std::span<float>(out, tensor.numel()));
+    return true;
+}
+
+void write_tensor_values(const Tensor& tensor, float* out, std::uint64_t capacity,
+                         std::uint64_t* required) {
+    if (begin_output(out, capacity, required, tensor.numel())) {
+        tensor.copy_to_host(std::span<float>(out, tensor.numel()));
+    }
 }
 
 void write_shape(const Shape& shape, std::uint64_t* out, std::uint64_t capacity,

@@ -81,25 +81,19 @@ std::span<const Element> input_array(const Element* data, std::uint64_t count,
 // A known backend value (else std::invalid_argument); availability is not checked here.
 ExecutionBackend backend_from_value(std::int32_t value, const char* argument);
 
-// Variable-size output protocol (header "Conventions"): validates out/capacity, sets
-// *required = elements.size(), then copies when capacity suffices (else std::out_of_range,
-// out untouched). Call only after every input has been validated.
+// Variable-size output protocol (header "Conventions"), the one place it is decided: validates
+// out/capacity, sets *required = count, and returns false for a size query (out == NULL) or
+// true when the caller should now write `count` elements to out; a capacity below count is
+// std::out_of_range with out untouched. Call only after every input has been validated.
+bool begin_output(const void* out, std::uint64_t capacity, std::uint64_t* required,
+                  std::size_t count);
+
 template <typename Element>
 void write_output(std::span<const Element> elements, Element* out, std::uint64_t capacity,
                   std::uint64_t* required) {
-    require_pointer(required, "required");
-    if (out == nullptr && capacity != 0) {
-        throw std::invalid_argument("out is NULL but capacity is " + std::to_string(capacity));
+    if (begin_output(out, capacity, required, elements.size())) {
+        std::copy(elements.begin(), elements.end(), out);
     }
-    *required = elements.size();
-    if (out == nullptr) {
-        return;  // size query
-    }
-    if (capacity < elements.size()) {
-        throw std::out_of_range("capacity " + std::to_string(capacity) + " is below the " +
-                                std::to_string(elements.size()) + " elements required");
-    }
-    std::copy(elements.begin(), elements.end(), out);
 }
 
 // Text with its terminating NUL.

@@ -190,20 +190,10 @@ rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t cou
     return guarded(__func__, [&] {
         const rt_model& native = require_handle(model, "model");
         const auto ids = input_array(tokens, count, "tokens");
-        const std::size_t batch_size = to_size(batch, "batch");
-        const std::size_t time_size = to_size(time, "time");
-        if (batch_size == 0 || time_size == 0) {
-            throw std::invalid_argument("batch and time must be positive (got batch " +
-                                        std::to_string(batch) + ", time " + std::to_string(time) +
-                                        ")");
-        }
-        if (batch_size > ids.size() / time_size || batch_size * time_size != ids.size()) {
-            throw std::invalid_argument("count " + std::to_string(count) +
-                                        " is not batch*time (batch " + std::to_string(batch) +
-                                        ", time " + std::to_string(time) + ")");
-        }
+        const Shape shape{to_size(batch, "batch"), to_size(time, "time")};
         require_pointer(out, "out");
-        Variable logits = native.state->model->forward(ids, Shape{batch_size, time_size});
+        // The model checks B, T > 0, count == B·T, T <= C and every id < V.
+        Variable logits = native.state->model->forward(ids, shape);
         *out = new rt_variable(native.state, std::move(logits));
     });
 }
@@ -282,18 +272,8 @@ rt_status rt_parameter_list_copy_to_host_f32(const rt_parameter_list* list, floa
                                              uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         const rt_parameter_list& native = list_of(list);
-        require_pointer(required, "required");
-        if (out == nullptr && capacity != 0) {
-            throw std::invalid_argument("out is NULL but capacity is " + std::to_string(capacity));
-        }
-        const std::size_t total = total_numel(native.parameters);
-        *required = total;
-        if (out == nullptr) {
-            return;
-        }
-        if (capacity < total) {
-            throw std::out_of_range("capacity " + std::to_string(capacity) + " is below the " +
-                                    std::to_string(total) + " values required");
+        if (!begin_output(out, capacity, required, total_numel(native.parameters))) {
+            return;  // size query
         }
         std::size_t offset = 0;
         for (const NamedParameter& entry : native.parameters) {
