@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_test_fixtures.h"
 #include "c_test_support.h"
 
 #if !defined(__STDC_NO_THREADS__)
@@ -19,14 +20,6 @@
 #endif
 
 /* ==== Fixtures ============================================================================ */
-
-/* The tiny decoder every model test uses: V=16, C=8, D=16, H=2, N=1, F=32. */
-#define TINY_VOCABULARY 16u
-#define TINY_CONTEXT 8u
-#define TINY_WIDTH 16u
-#define TINY_HEADS 2u
-#define TINY_BLOCKS 1u
-#define TINY_FEED_FORWARD 32u
 
 /* The training batch: two rows of eight positions over the repeating pattern 0, 1, ..., 15,
  * each target the token that follows. */
@@ -40,31 +33,6 @@
 static const int32_t unavailable_backends[] = {RT_BACKEND_METAL, RT_BACKEND_CUDA, RT_BACKEND_TPU};
 static const char* const unavailable_backend_names[] = {"metal", "cuda", "tpu"};
 #define UNAVAILABLE_BACKEND_COUNT 3u
-
-static rt_transformer_config tiny_config(void) {
-    rt_transformer_config config;
-    EXPECT_OK(rt_transformer_config_init(&config, sizeof config));
-    config.vocabulary_size = TINY_VOCABULARY;
-    config.maximum_context = TINY_CONTEXT;
-    config.model_width = TINY_WIDTH;
-    config.head_count = TINY_HEADS;
-    config.block_count = TINY_BLOCKS;
-    config.feed_forward_width = TINY_FEED_FORWARD;
-    return config;
-}
-
-static rt_model* create_tiny_model(void) {
-    const rt_transformer_config config = tiny_config();
-    rt_model* model = NULL;
-    EXPECT_OK(rt_model_create(&config, &model));
-    return model;
-}
-
-static rt_parameter_list* parameters_of(rt_model* model) {
-    rt_parameter_list* list = NULL;
-    EXPECT_OK(rt_model_parameters(model, &list));
-    return list;
-}
 
 static void pattern_tokens(uint32_t tokens[PATTERN_TOKENS]) {
     for (uint32_t position = 0; position < PATTERN_TOKENS; ++position) {
@@ -104,23 +72,6 @@ static float scalar_value(const rt_variable* variable) {
     EXPECT_OK(rt_variable_copy_to_host_f32(variable, &value, 1, &required));
     EXPECT_EQ_U64(required, 1u);
     return value;
-}
-
-static uint64_t total_numel(const rt_parameter_list* list) {
-    uint64_t total = 0;
-    EXPECT_OK(rt_parameter_list_total_numel(list, &total));
-    return total;
-}
-
-/* Every parameter value in flat order (list order, then row-major); the caller frees it. */
-static float* copy_parameter_values(const rt_parameter_list* list) {
-    const uint64_t total = total_numel(list);
-    float* values = malloc(total * sizeof *values);
-    EXPECT(values != NULL);
-    uint64_t required = 0;
-    EXPECT_OK(rt_parameter_list_copy_to_host_f32(list, values, total, &required));
-    EXPECT_EQ_U64(required, total);
-    return values;
 }
 
 static int parameters_equal(const rt_parameter_list* list, const float* expected) {
@@ -384,37 +335,34 @@ static void tokenizer_options_in_a_larger_struct_keep_their_tail(void) {
     rt_tokenizer_release(tokenizer);
 }
 
-static void tokenizer_creation_rejects_nonzero_reserved_options(void) {
+/* Creating a tokenizer from `options` fails with invalid_argument and yields no handle. */
+static void expect_tokenizer_options_rejected(const rt_tokenizer_options* options) {
     static const char corpus[] = "abc";
+    rt_tokenizer* tokenizer = NULL;
+    EXPECT_STATUS(rt_tokenizer_create_with_options((const uint8_t*)corpus, 3, options, &tokenizer),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(tokenizer == NULL);
+}
+
+static void tokenizer_creation_rejects_nonzero_reserved_options(void) {
     rt_tokenizer_options options;
     EXPECT_OK(rt_tokenizer_options_init(&options, sizeof options));
     options.reserved = 1;
-    rt_tokenizer* tokenizer = NULL;
-    EXPECT_STATUS(rt_tokenizer_create_with_options((const uint8_t*)corpus, 3, &options, &tokenizer),
-                  RT_STATUS_INVALID_ARGUMENT);
-    EXPECT(tokenizer == NULL);
+    expect_tokenizer_options_rejected(&options);
 }
 
 static void tokenizer_creation_rejects_an_unknown_method(void) {
-    static const char corpus[] = "abc";
     rt_tokenizer_options options;
     EXPECT_OK(rt_tokenizer_options_init(&options, sizeof options));
     options.method = 2;
-    rt_tokenizer* tokenizer = NULL;
-    EXPECT_STATUS(rt_tokenizer_create_with_options((const uint8_t*)corpus, 3, &options, &tokenizer),
-                  RT_STATUS_INVALID_ARGUMENT);
-    EXPECT(tokenizer == NULL);
+    expect_tokenizer_options_rejected(&options);
 }
 
 static void tokenizer_options_struct_size_is_checked_at_creation(void) {
-    static const char corpus[] = "abc";
     rt_tokenizer_options options;
     EXPECT_OK(rt_tokenizer_options_init(&options, sizeof options));
     options.struct_size = 8;
-    rt_tokenizer* tokenizer = NULL;
-    EXPECT_STATUS(rt_tokenizer_create_with_options((const uint8_t*)corpus, 3, &options, &tokenizer),
-                  RT_STATUS_INVALID_ARGUMENT);
-    EXPECT(tokenizer == NULL);
+    expect_tokenizer_options_rejected(&options);
 }
 
 static void tokenizer_creation_rejects_an_empty_or_missing_corpus(void) {

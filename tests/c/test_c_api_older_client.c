@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_test_fixtures.h"
 #include "c_test_support.h"
 
 /* rt_adam_options as ABI 2.3 published it, under this client's own name. */
@@ -35,35 +36,6 @@ static older_adam_options older_default_options(void) {
     older_adam_options options;
     EXPECT_OK(rt_adam_options_init(as_current(&options), sizeof options));
     return options;
-}
-
-static rt_model* create_tiny_model(void) {
-    rt_transformer_config config;
-    EXPECT_OK(rt_transformer_config_init(&config, sizeof config));
-    config.vocabulary_size = 16;
-    config.maximum_context = 8;
-    config.model_width = 16;
-    config.head_count = 2;
-    config.block_count = 1;
-    config.feed_forward_width = 32;
-    rt_model* model = NULL;
-    EXPECT_OK(rt_model_create(&config, &model));
-    return model;
-}
-
-static rt_parameter_list* parameters_of(rt_model* model) {
-    rt_parameter_list* list = NULL;
-    EXPECT_OK(rt_model_parameters(model, &list));
-    return list;
-}
-
-static float* copy_parameter_values(const rt_parameter_list* list, uint64_t* total) {
-    EXPECT_OK(rt_parameter_list_total_numel(list, total));
-    float* values = malloc((size_t)*total * sizeof *values);
-    EXPECT(values != NULL);
-    uint64_t required = 0;
-    EXPECT_OK(rt_parameter_list_copy_to_host_f32(list, values, *total, &required));
-    return values;
 }
 
 /* forward over 0, 1, ..., 7 -> cross-entropy against 1, 2, ..., 8 -> backward -> step. */
@@ -153,8 +125,8 @@ static void optimizer_from_older_options_uses_contiguous_4096_element_pages(void
 static void optimizer_from_older_options_steps(void) {
     rt_model* model = create_tiny_model();
     rt_parameter_list* list = parameters_of(model);
-    uint64_t total = 0;
-    float* before = copy_parameter_values(list, &total);
+    const uint64_t total = total_numel(list);
+    float* before = copy_parameter_values(list);
     older_adam_options options = older_default_options();
     options.learning_rate = 1e-2f;
     rt_adam* adam = NULL;
@@ -164,7 +136,7 @@ static void optimizer_from_older_options_steps(void) {
     uint64_t steps = 0;
     EXPECT_OK(rt_adam_step_count(adam, &steps));
     EXPECT_EQ_U64(steps, 1u);
-    float* after = copy_parameter_values(list, &total);
+    float* after = copy_parameter_values(list);
     EXPECT(memcmp(after, before, (size_t)total * sizeof *after) != 0);
     free(after);
     free(before);
@@ -197,9 +169,9 @@ static void older_options_train_exactly_like_the_same_current_options(void) {
         train_step(older_model, older_adam);
         train_step(current_model, current_adam);
     }
-    uint64_t total = 0;
-    float* older_values = copy_parameter_values(older_list, &total);
-    float* current_values = copy_parameter_values(current_list, &total);
+    const uint64_t total = total_numel(older_list);
+    float* older_values = copy_parameter_values(older_list);
+    float* current_values = copy_parameter_values(current_list);
     EXPECT(memcmp(older_values, current_values, (size_t)total * sizeof *older_values) == 0);
     free(current_values);
     free(older_values);
