@@ -33,14 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_report import print_table, progress  # tools/ is on sys.path when a script here runs
+# tools/ is on sys.path when a script here runs
+from bench_report import THREAD_VARIABLES, peer_environment, print_table, progress
 
-OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 BENCHMARK_RELATIVE_PATH = Path("bench") / "riftco_bench_kernels"
 GEMM_SHAPES = [(1024, 1024, 1024), (512, 768, 3072), (512, 3072, 768), (2048, 2048, 2048)]
 GEMM_TARGET_RATIO = 0.9
 SLOW_FRACTION_OF_MEMCPY = 0.2
-THREAD_VARIABLES = ("RIFTCO_TRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 MEMCPY_REFERENCE = "BM_MemoryCopy"
 FLOAT_BYTES = 4
 EIGHT_MEBI = 8 << 20
@@ -324,23 +323,10 @@ def main() -> int:
               f"  cmake -S . -B {args.build_dir} -G Ninja -DCMAKE_BUILD_TYPE=Release\n"
               f"  cmake --build {args.build_dir} --target riftco_bench_kernels", file=sys.stderr)
         return 2
-    if not Path(OPENBLAS_OPENMP_DIR).is_dir():
-        print(f"error: {OPENBLAS_OPENMP_DIR} missing (apt-get install libopenblas0-openmp)",
-              file=sys.stderr)
-        return 2
-
     # One environment for both sides: thread counts, BLAS build and kernel family.
-    environment = dict(os.environ)
-    for variable in THREAD_VARIABLES:
-        environment[variable] = str(args.threads)
-    if args.openblas_coretype is not None:
-        if args.openblas_coretype:
-            environment["OPENBLAS_CORETYPE"] = args.openblas_coretype
-        else:
-            environment.pop("OPENBLAS_CORETYPE", None)
-    library_path = environment.get("LD_LIBRARY_PATH")
-    environment["LD_LIBRARY_PATH"] = OPENBLAS_OPENMP_DIR + (f":{library_path}" if library_path
-                                                            else "")
+    environment = peer_environment(args.threads, args.openblas_coretype)
+    if environment is None:
+        return 2
     coretype = environment.get("OPENBLAS_CORETYPE")
 
     report: dict[str, Any] = {

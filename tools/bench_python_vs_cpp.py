@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import array
 import ctypes
+import importlib.util
 import json
 import os
 import statistics
@@ -35,11 +36,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_report import print_table, progress
+from bench_report import print_table, progress, thread_environment
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TINY = dict(vocab=256, width=128, heads=4, blocks=4, feed_forward=512, context=128, batch=8)
-THREAD_VARIABLES = ("RIFTCO_TRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 OVERHEAD_TARGET = 1.10
 COPY_ELEMENTS = 10_000_000
 
@@ -153,10 +153,9 @@ def measure_bulk_copy(repeats: int) -> None:
         add("Tensor.copy_to(array('f'))", best_seconds(lambda: tensor.copy_to(destination),
                                                        repeats), memcpy)
         add("Tensor.to_array()", best_seconds(tensor.to_array, repeats), memcpy)
-        try:
-            import numpy  # noqa: F401  (optional)
+        if importlib.util.find_spec("numpy") is not None:  # numpy is optional
             add("Tensor.numpy()", best_seconds(tensor.numpy, repeats), memcpy)
-        except ImportError:
+        else:
             rows.append(["Tensor.numpy()", "numpy not installed", "", ""])
         add("Tensor.tolist() (Python floats)", best_seconds(tensor.tolist, max(1, repeats // 2)),
             memcpy)
@@ -188,11 +187,9 @@ def main() -> int:
         return 0
 
     library = args.build_dir.resolve() / "libriftco_transformer_c.so"
-    environment = dict(os.environ)
+    environment = thread_environment(args.threads)
     environment["RIFTCO_TRANSFORMER_LIBRARY"] = str(library)
     environment["PYTHONPATH"] = str(REPOSITORY / "python")
-    for variable in THREAD_VARIABLES:
-        environment[variable] = str(args.threads)
     os.environ.update(environment)
     sys.path.insert(0, str(REPOSITORY / "python"))
     measure_step_overhead(args, environment)

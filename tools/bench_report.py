@@ -1,5 +1,39 @@
-"""Report helpers shared by the benchmark scripts in tools/ (status line, aligned tables)."""
+"""Helpers shared by the benchmark scripts in tools/: the environment both sides of a
+comparison run in, a status line, aligned tables."""
+import os
 import sys
+from pathlib import Path
+
+OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+THREAD_VARIABLES = ("RIFTCO_TRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """This process's environment with every thread-count variable set to ``threads``."""
+    environment = dict(os.environ)
+    for variable in THREAD_VARIABLES:
+        environment[variable] = str(threads)
+    return environment
+
+
+def peer_environment(threads: int, openblas_coretype: str | None) -> dict[str, str] | None:
+    """One environment for ours and a peer (numpy, PyTorch): thread counts, the OpenMP build of
+    OpenBLAS first on LD_LIBRARY_PATH, and OPENBLAS_CORETYPE (None keeps it, '' unsets it).
+    None, after printing why, when the OpenMP OpenBLAS is not installed."""
+    if not Path(OPENBLAS_OPENMP_DIR).is_dir():
+        print(f"error: {OPENBLAS_OPENMP_DIR} missing (apt-get install libopenblas0-openmp)",
+              file=sys.stderr)
+        return None
+    environment = thread_environment(threads)
+    if openblas_coretype is not None:
+        if openblas_coretype:
+            environment["OPENBLAS_CORETYPE"] = openblas_coretype
+        else:
+            environment.pop("OPENBLAS_CORETYPE", None)
+    library_path = environment.get("LD_LIBRARY_PATH")
+    environment["LD_LIBRARY_PATH"] = OPENBLAS_OPENMP_DIR + (f":{library_path}" if library_path
+                                                            else "")
+    return environment
 
 
 def progress(text: str) -> None:

@@ -47,12 +47,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_report import print_table, progress  # tools/ is on sys.path when a script here runs
+# tools/ is on sys.path when a script here runs
+from bench_report import THREAD_VARIABLES, peer_environment, print_table, progress
 
-OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 PROGRAM_RELATIVE_PATH = Path("examples") / "cpp" / "riftco-train"
 DEFAULT_ANCHOR = "/work/shared/bench/torch_anchor.py"
-THREAD_VARIABLES = ("RIFTCO_TRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SPEED_TARGET = 1.0   # ours tokens/s >= torch tokens/s
 MEMORY_TARGET = 1.0  # ours peak RSS <= torch peak RSS
 TAINTED_OTHERS_CPU_PCT = 10.0
@@ -425,23 +424,10 @@ def main() -> int:
     if not args.torch_anchor.is_file():
         print(f"error: {args.torch_anchor} not found (--torch-anchor)", file=sys.stderr)
         return 2
-    if not Path(OPENBLAS_OPENMP_DIR).is_dir():
-        print(f"error: {OPENBLAS_OPENMP_DIR} missing (apt-get install libopenblas0-openmp)",
-              file=sys.stderr)
-        return 2
-
     # One environment for both sides: thread counts, BLAS build and kernel family.
-    environment = dict(os.environ)
-    for variable in THREAD_VARIABLES:
-        environment[variable] = str(args.threads)
-    if args.openblas_coretype is not None:
-        if args.openblas_coretype:
-            environment["OPENBLAS_CORETYPE"] = args.openblas_coretype
-        else:
-            environment.pop("OPENBLAS_CORETYPE", None)
-    library_path = environment.get("LD_LIBRARY_PATH")
-    environment["LD_LIBRARY_PATH"] = OPENBLAS_OPENMP_DIR + (f":{library_path}" if library_path
-                                                            else "")
+    environment = peer_environment(args.threads, args.openblas_coretype)
+    if environment is None:
+        return 2
     coretype = environment.get("OPENBLAS_CORETYPE")
 
     report: dict[str, Any] = {
