@@ -87,57 +87,43 @@ void rt_adam_release(rt_adam* adam) {
 
 rt_status rt_adam_backend(const rt_adam* adam, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_backend, "out_backend");
-        *out_backend = static_cast<int32_t>(native.adam.backend());
+        set_output(out_backend, static_cast<int32_t>(adam_of(adam).adam.backend()), "out_backend");
     });
 }
 
 rt_status rt_adam_step_count(const rt_adam* adam, uint64_t* out_count) {
-    return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_count, "out_count");
-        *out_count = native.adam.step_count();
-    });
+    return guarded(__func__,
+                   [&] { set_output(out_count, adam_of(adam).adam.step_count(), "out_count"); });
 }
 
 rt_status rt_adam_parameter_count(const rt_adam* adam, uint64_t* out_count) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_count, "out_count");
-        *out_count = native.adam.parameter_tensor_count();
+        set_output(out_count, adam_of(adam).adam.parameter_tensor_count(), "out_count");
     });
 }
 
 rt_status rt_adam_state_storage(const rt_adam* adam, int32_t* out_storage) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_storage, "out_storage");
-        *out_storage = static_cast<int32_t>(native.adam.state_storage_kind());
+        set_output(out_storage, static_cast<int32_t>(adam_of(adam).adam.state_storage_kind()),
+                   "out_storage");
     });
 }
 
 rt_status rt_adam_state_page_size(const rt_adam* adam, uint64_t* out_page_size) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_page_size, "out_page_size");
-        *out_page_size = native.adam.state_page_size();
+        set_output(out_page_size, adam_of(adam).adam.state_page_size(), "out_page_size");
     });
 }
 
 rt_status rt_adam_state_page_count(const rt_adam* adam, uint64_t* out_page_count) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_page_count, "out_page_count");
-        *out_page_count = native.adam.state_page_count();
+        set_output(out_page_count, adam_of(adam).adam.state_page_count(), "out_page_count");
     });
 }
 
 rt_status rt_adam_state_payload_bytes(const rt_adam* adam, uint64_t* out_bytes) {
     return guarded(__func__, [&] {
-        const rt_adam& native = adam_of(adam);
-        require_pointer(out_bytes, "out_bytes");
-        *out_bytes = native.adam.state_payload_bytes();
+        set_output(out_bytes, adam_of(adam).adam.state_payload_bytes(), "out_bytes");
     });
 }
 

@@ -25,17 +25,15 @@ void rt_variable_release(rt_variable* variable) {
 
 rt_status rt_variable_backend(const rt_variable* variable, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        const rt_variable& native = variable_of(variable, "variable");
-        require_pointer(out_backend, "out_backend");
-        *out_backend = static_cast<int32_t>(native.variable.backend());
+        set_output(out_backend,
+                   static_cast<int32_t>(variable_of(variable, "variable").variable.backend()),
+                   "out_backend");
     });
 }
 
 rt_status rt_variable_rank(const rt_variable* variable, uint64_t* out_rank) {
     return guarded(__func__, [&] {
-        const rt_variable& native = variable_of(variable, "variable");
-        require_pointer(out_rank, "out_rank");
-        *out_rank = native.variable.shape().size();
+        set_output(out_rank, variable_of(variable, "variable").variable.shape().size(), "out_rank");
     });
 }
 
@@ -48,9 +46,8 @@ rt_status rt_variable_shape(const rt_variable* variable, uint64_t* out, uint64_t
 
 rt_status rt_variable_numel(const rt_variable* variable, uint64_t* out_numel) {
     return guarded(__func__, [&] {
-        const rt_variable& native = variable_of(variable, "variable");
-        require_pointer(out_numel, "out_numel");
-        *out_numel = native.variable.value().numel();
+        set_output(out_numel, variable_of(variable, "variable").variable.value().numel(),
+                   "out_numel");
     });
 }
 

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "riftco_transformer/c_api.h"
 #include "riftco_transformer/core/backend.hpp"
@@ -76,6 +77,14 @@ std::span<const Element> input_array(const Element* data, std::uint64_t count,
         return {};
     }
     return {data, static_cast<std::size_t>(count)};
+}
+
+// Writes one scalar output: `out` must not be NULL (std::invalid_argument naming it). The value
+// is computed, and its handle checked, before out is; nothing is written on any failure.
+template <typename Value>
+void set_output(Value* out, std::type_identity_t<Value> value, const char* argument) {
+    require_pointer(out, argument);
+    *out = value;
 }
 
 // A known backend value (else std::invalid_argument); availability is not checked here.

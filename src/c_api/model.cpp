@@ -149,9 +149,8 @@ rt_status rt_model_to(rt_model* model, int32_t backend) {
 
 rt_status rt_model_backend(const rt_model* model, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        const ModelState& state = state_of(model);
-        require_pointer(out_backend, "out_backend");
-        *out_backend = static_cast<int32_t>(state.model->backend());
+        set_output(out_backend, static_cast<int32_t>(state_of(model).model->backend()),
+                   "out_backend");
     });
 }
 
@@ -164,9 +163,8 @@ rt_status rt_model_set_full_sequence_attention(rt_model* model, int32_t attentio
 
 rt_status rt_model_get_full_sequence_attention(const rt_model* model, int32_t* out_attention) {
     return guarded(__func__, [&] {
-        const ModelState& state = state_of(model);
-        require_pointer(out_attention, "out_attention");
-        *out_attention = static_cast<int32_t>(state.model->attention());
+        set_output(out_attention, static_cast<int32_t>(state_of(model).model->attention()),
+                   "out_attention");
     });
 }
 
@@ -179,9 +177,9 @@ rt_status rt_model_set_activation_checkpointing(rt_model* model, int32_t checkpo
 
 rt_status rt_model_get_activation_checkpointing(const rt_model* model, int32_t* out_checkpointing) {
     return guarded(__func__, [&] {
-        const ModelState& state = state_of(model);
-        require_pointer(out_checkpointing, "out_checkpointing");
-        *out_checkpointing = static_cast<int32_t>(state.model->activation_checkpointing());
+        set_output(out_checkpointing,
+                   static_cast<int32_t>(state_of(model).model->activation_checkpointing()),
+                   "out_checkpointing");
     });
 }
 
@@ -200,9 +198,10 @@ rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t cou
 
 rt_status rt_model_parameters(rt_model* model, rt_parameter_list** out) {
     return guarded(__func__, [&] {
-        const rt_model& native = require_handle(model, "model");
-        require_pointer(out, "out");
-        *out = new rt_parameter_list{native.state, native.state->model->parameters()};
+        set_output(out,
+                   new rt_parameter_list{require_handle(model, "model").state,
+                                         require_handle(model, "model").state->model->parameters()},
+                   "out");
     });
 }
 
@@ -211,11 +210,7 @@ void rt_parameter_list_release(rt_parameter_list* list) {
 }
 
 rt_status rt_parameter_list_count(const rt_parameter_list* list, uint64_t* out) {
-    return guarded(__func__, [&] {
-        const rt_parameter_list& native = list_of(list);
-        require_pointer(out, "out");
-        *out = native.parameters.size();
-    });
+    return guarded(__func__, [&] { set_output(out, list_of(list).parameters.size(), "out"); });
 }
 
 rt_status rt_parameter_list_backend(const rt_parameter_list* list, int32_t* out_backend) {
@@ -238,9 +233,7 @@ rt_status rt_parameter_list_name(const rt_parameter_list* list, uint64_t index, 
 rt_status rt_parameter_list_rank(const rt_parameter_list* list, uint64_t index,
                                  uint64_t* out_rank) {
     return guarded(__func__, [&] {
-        const NamedParameter& entry = parameter_at(list, index);
-        require_pointer(out_rank, "out_rank");
-        *out_rank = entry.parameter.shape().size();
+        set_output(out_rank, parameter_at(list, index).parameter.shape().size(), "out_rank");
     });
 }
 
@@ -254,17 +247,13 @@ rt_status rt_parameter_list_shape(const rt_parameter_list* list, uint64_t index,
 rt_status rt_parameter_list_numel(const rt_parameter_list* list, uint64_t index,
                                   uint64_t* out_numel) {
     return guarded(__func__, [&] {
-        const NamedParameter& entry = parameter_at(list, index);
-        require_pointer(out_numel, "out_numel");
-        *out_numel = entry.parameter.value().numel();
+        set_output(out_numel, parameter_at(list, index).parameter.value().numel(), "out_numel");
     });
 }
 
 rt_status rt_parameter_list_total_numel(const rt_parameter_list* list, uint64_t* out_numel) {
     return guarded(__func__, [&] {
-        const rt_parameter_list& native = list_of(list);
-        require_pointer(out_numel, "out_numel");
-        *out_numel = total_numel(native.parameters);
+        set_output(out_numel, total_numel(list_of(list).parameters), "out_numel");
     });
 }
 

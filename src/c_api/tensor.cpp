@@ -55,9 +55,8 @@ void rt_context_release(rt_context* context) {
 
 rt_status rt_context_backend(const rt_context* context, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        const rt_context& native = require_handle(context, "context");
-        require_pointer(out_backend, "out_backend");
-        *out_backend = static_cast<int32_t>(native.backend);
+        set_output(out_backend, static_cast<int32_t>(require_handle(context, "context").backend),
+                   "out_backend");
     });
 }
 
@@ -88,17 +87,14 @@ void rt_tensor_release(rt_tensor* tensor) {
 
 rt_status rt_tensor_backend(const rt_tensor* tensor, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        const Tensor& native = tensor_of(tensor, "tensor");
-        require_pointer(out_backend, "out_backend");
-        *out_backend = static_cast<int32_t>(native.backend());
+        set_output(out_backend, static_cast<int32_t>(tensor_of(tensor, "tensor").backend()),
+                   "out_backend");
     });
 }
 
 rt_status rt_tensor_rank(const rt_tensor* tensor, uint64_t* out_rank) {
     return guarded(__func__, [&] {
-        const Tensor& native = tensor_of(tensor, "tensor");
-        require_pointer(out_rank, "out_rank");
-        *out_rank = native.shape().size();
+        set_output(out_rank, tensor_of(tensor, "tensor").shape().size(), "out_rank");
     });
 }
 
@@ -110,11 +106,8 @@ rt_status rt_tensor_shape(const rt_tensor* tensor, uint64_t* out, uint64_t capac
 }
 
 rt_status rt_tensor_numel(const rt_tensor* tensor, uint64_t* out_numel) {
-    return guarded(__func__, [&] {
-        const Tensor& native = tensor_of(tensor, "tensor");
-        require_pointer(out_numel, "out_numel");
-        *out_numel = native.numel();
-    });
+    return guarded(
+        __func__, [&] { set_output(out_numel, tensor_of(tensor, "tensor").numel(), "out_numel"); });
 }
 
 rt_status rt_tensor_copy_to_host_f32(const rt_tensor* tensor, float* out, uint64_t capacity,

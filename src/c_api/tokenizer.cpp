@@ -105,25 +105,20 @@ void rt_tokenizer_release(rt_tokenizer* tokenizer) {
 
 rt_status rt_tokenizer_get_method(const rt_tokenizer* tokenizer, int32_t* out_method) {
     return guarded(__func__, [&] {
-        const Tokenizer& native = tokenizer_of(tokenizer);
-        require_pointer(out_method, "out_method");
-        *out_method = static_cast<int32_t>(native.method());
+        set_output(out_method, static_cast<int32_t>(tokenizer_of(tokenizer).method()),
+                   "out_method");
     });
 }
 
 rt_status rt_tokenizer_vocabulary_size(const rt_tokenizer* tokenizer, uint64_t* out_size) {
     return guarded(__func__, [&] {
-        const Tokenizer& native = tokenizer_of(tokenizer);
-        require_pointer(out_size, "out_size");
-        *out_size = native.vocabulary_size();
+        set_output(out_size, tokenizer_of(tokenizer).vocabulary_size(), "out_size");
     });
 }
 
 rt_status rt_tokenizer_bpe_merge_count(const rt_tokenizer* tokenizer, uint64_t* out_count) {
     return guarded(__func__, [&] {
-        const Tokenizer& native = tokenizer_of(tokenizer);
-        require_pointer(out_count, "out_count");
-        *out_count = native.merge_count();
+        set_output(out_count, tokenizer_of(tokenizer).merge_count(), "out_count");
     });
 }
 
