@@ -12,7 +12,8 @@ Checks, in order:
   3. From a directory outside the source tree and without RIFTCO_TRANSFORMER_LIBRARY, the
      package loads the library from riftco_transformer/.libs and runs the seed's tensor
      snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]).
-  4. The installed library depends on nothing beyond the C/C++ runtime and libgomp (ldd).
+  4. The installed library depends on nothing beyond the C/C++ runtime and libgomp (ldd),
+     and its SONAME still carries the ABI major (readelf) although the file has the plain name.
 
 Exit 77 (CTest skip) only when the build front end cannot be obtained (no venv module, or
 scikit-build-core cannot be downloaded); every other failure is a test failure.
@@ -138,6 +139,11 @@ def main() -> int:
         if unexpected:
             sys.exit(f"the installed library depends on {unexpected}:\n{listing}")
         print(f"runtime dependencies: {', '.join(Path(name).name for name in names)}")
+    if shutil.which("readelf"):
+        dynamic = run(["readelf", "-d", str(library)], "readelf").stdout
+        if "[libriftco_transformer_c.so.2]" not in dynamic:
+            sys.exit(f"the installed library's SONAME does not carry ABI major 2:\n{dynamic}")
+        print("SONAME libriftco_transformer_c.so.2: ok")
     return 0
 
 
