@@ -198,10 +198,9 @@ rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t cou
 
 rt_status rt_model_parameters(rt_model* model, rt_parameter_list** out) {
     return guarded(__func__, [&] {
-        set_output(out,
-                   new rt_parameter_list{require_handle(model, "model").state,
-                                         require_handle(model, "model").state->model->parameters()},
-                   "out");
+        const rt_model& native = require_handle(model, "model");
+        require_pointer(out, "out");  // before anything is allocated
+        *out = new rt_parameter_list{native.state, native.state->model->parameters()};
     });
 }
 
