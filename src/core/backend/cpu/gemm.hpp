@@ -1,7 +1,7 @@
 #pragma once
 // The GEMM seam: C[M,N] = op(A)·op(B) (beta = 0) in row-major storage, where op transposes
-// when asked. One implementation is linked: OpenBLAS's cblas_sgemm when configured, the
-// blocked fallback otherwise.
+// when asked. One implementation is linked, chosen at configure time (RIFTCO_TRANSFORMER_GEMM):
+// oneDNN's dnnl_sgemm, OpenBLAS's cblas_sgemm, or the blocked fallback.
 
 #include <cstddef>
 
@@ -30,7 +30,8 @@ void gemm_blocked(const GemmArguments& arguments);
 // Tells the BLAS how many threads it may use (no-op for the fallback).
 void gemm_set_thread_count(std::size_t thread_count);
 
-// "openblas ..." or "blocked fallback".
+// Which library and kernel family runs: "onednn 2.6.3 jit sgemm (isa avx512_core)",
+// "openblas <config> (<corename> kernels)" or "blocked fallback".
 [[nodiscard]] const char* gemm_implementation_name() noexcept;
 
 }  // namespace riftco_transformer::detail

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <stdexcept>
+#include <string>
 
 #include "core/backend/cpu/gemm.hpp"
 
@@ -29,8 +30,12 @@ void gemm_set_thread_count(std::size_t thread_count) {
     openblas_set_num_threads(static_cast<int>(thread_count));
 }
 
+// "openblas <config> (<corename> kernels)": the kernel family OpenBLAS's dispatch chose, so a
+// generic fallback (Prescott, on CPUs newer than its model table) shows in every report.
 const char* gemm_implementation_name() noexcept {
-    return "openblas";
+    static const std::string name = std::string("openblas ") + openblas_get_config() + " (" +
+                                    openblas_get_corename() + " kernels)";
+    return name.c_str();
 }
 
 }  // namespace riftco_transformer::detail
