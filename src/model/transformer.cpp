@@ -112,13 +112,37 @@ void DecoderOnlyTransformer::set_activation_checkpointing(ActivationCheckpointin
     checkpointing_ = checkpointing;
 }
 
-Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
-                                         const Shape& shape) const {
+namespace {
+
+void throw_token_out_of_range(std::uint32_t id, std::size_t position, std::size_t vocabulary) {
+    std::ostringstream message;
+    message << "DecoderOnlyTransformer::forward: token id " << id << " at position " << position
+            << " is out of range for vocabulary size " << vocabulary;
+    throw std::out_of_range(message.str());
+}
+
+}  // namespace
+
+void DecoderOnlyTransformer::require_token_shape(const Shape& shape) const {
     constexpr const char* op = "DecoderOnlyTransformer::forward";
     if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
         throw std::invalid_argument(std::string(op) +
                                     ": token shape must be [B,T] with B, T > 0 (got " +
                                     shape_to_string(shape) + ")");
+    }
+    if (shape[1] > dimensions_.maximum_context) {
+        std::ostringstream message;
+        message << op << ": sequence length " << shape[1] << " exceeds the maximum context "
+                << dimensions_.maximum_context;
+        throw std::invalid_argument(message.str());
+    }
+}
+
+Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
+                                         const Shape& shape) const {
+    constexpr const char* op = "DecoderOnlyTransformer::forward";
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
+        require_token_shape(shape);
     }
     const std::size_t batch = shape[0];
     const std::size_t time = shape[1];
@@ -128,27 +152,34 @@ Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
                 << shape_to_string(shape);
         throw std::invalid_argument(message.str());
     }
-    if (time > dimensions_.maximum_context) {
-        std::ostringstream message;
-        message << op << ": sequence length " << time << " exceeds the maximum context "
-                << dimensions_.maximum_context;
-        throw std::invalid_argument(message.str());
-    }
-    std::vector<std::size_t> ids(tokens.size());
-    std::vector<std::size_t> positions(tokens.size());
+    require_token_shape(shape);
+    // Host ids: the first offending position is named, then the ids are uploaded once.
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         if (tokens[i] >= dimensions_.vocabulary_size) {
-            std::ostringstream message;
-            message << op << ": token id " << tokens[i] << " at position " << i
-                    << " is out of range for vocabulary size " << dimensions_.vocabulary_size;
-            throw std::out_of_range(message.str());
+            throw_token_out_of_range(tokens[i], i, dimensions_.vocabulary_size);
         }
-        ids[i] = tokens[i];
-        positions[i] = i % time;  // positions restart in every batch row
     }
-    // [B,T] -> [B,T,D]
+    return forward(IndexTensor(shape, tokens, token_embedding_->weight().value().backend()));
+}
+
+Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
+    constexpr const char* op = "DecoderOnlyTransformer::forward";
+    if (tokens.is_singular()) {
+        throw std::logic_error(std::string(op) + ": tokens is a singular index tensor");
+    }
+    require_token_shape(tokens.shape());
+    if (tokens.max_id() >= dimensions_.vocabulary_size) {
+        throw_token_out_of_range(tokens.max_id(), tokens.max_id_position(),
+                                 dimensions_.vocabulary_size);
+    }
+    const Shape& shape = tokens.shape();
+    const std::size_t time = shape[1];
+    // [B,T] -> [B,T,D]: token rows gathered on the backend; positions 0..T-1 restart in every
+    // batch row, so their embeddings are the first T rows of the table, broadcast over B.
+    const Variable tokens_embedded = token_embedding_->forward(tokens);
     Variable hidden =
-        token_embedding_->forward(ids, shape) + position_embedding_->forward(positions, shape);
+        tokens_embedded +
+        broadcast_to(slice(position_embedding_->weight(), 0, 0, time), tokens_embedded.shape());
     for (const TransformerBlock* block : blocks_) {
         if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
             const ParameterList block_parameters = block->parameters();

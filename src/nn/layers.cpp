@@ -108,6 +108,10 @@ Variable Embedding::forward(std::span<const std::size_t> ids, const Shape& index
     return gather_rows(weight_, ids, index_shape);
 }
 
+Variable Embedding::forward(const IndexTensor& ids) const {
+    return gather_rows(weight_, ids);
+}
+
 namespace {
 void require_width(const char* layer, std::size_t width) {
     if (width == 0) {

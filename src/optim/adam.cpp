@@ -14,9 +14,8 @@
 #include <utility>
 
 #include "core/autograd/node.hpp"
-#include "core/tensor/tensor_access.hpp"
+#include "core/backend/synchronization.hpp"
 #include "optim/adam_backend.hpp"
-#include "core/autograd/node.hpp"
 #include "optim/moment_layout.hpp"
 #include "optim/number_text.hpp"
 
@@ -149,15 +148,18 @@ void Adam::check_parameters(const char* operation) const {
 
 void Adam::require_finite_values(const char* operation) const {
     const detail::AdamCapability& adam = detail::adam_capability(backend_, operation);
+    std::vector<const Tensor*> values;
+    values.reserve(parameters_.size());
     for (const NamedParameter& entry : parameters_) {
-        const Tensor& value = node_of(entry).value;
-        const std::size_t bad = adam.first_non_finite(value);
-        if (bad != value.numel()) {
-            throw std::domain_error(std::string(operation) + ": the value of " + quoted(entry) +
-                                    " has element " + std::to_string(bad) + " = " +
-                                    detail::number_text(value.flat(bad)) +
-                                    " (values must be finite)");
-        }
+        values.push_back(&node_of(entry).value);
+    }
+    const detail::FirstNonFinite bad = adam.first_non_finite(values);  // one batched request
+    detail::synchronize(backend_);
+    if (bad.tensor != values.size()) {
+        throw std::domain_error(std::string(operation) + ": the value of " +
+                                quoted(parameters_[bad.tensor]) + " has element " +
+                                std::to_string(bad.element) + " = " +
+                                detail::number_text(bad.value) + " (values must be finite)");
     }
 }
 
@@ -197,14 +199,14 @@ AdamStepStats Adam::step() {
                           page.offset, &page.first_moment, &page.second_moment});
     }
     const detail::AdamCheck check = adam.check_update(scalars, slices);
+    detail::synchronize(backend_);  // the step's second (and last) host read
     if (check.value_slice != slices.size()) {
         const MomentPage& page = pages_[check.value_slice];
         const NamedParameter& entry = parameters_[page.parameter];
         const std::size_t element = page.offset + check.value_element;
         throw std::domain_error("Adam::step: the value of " + quoted(entry) + " has element " +
                                 std::to_string(element) + " = " +
-                                detail::number_text(node_of(entry).value.flat(element)) +
-                                " (values must be finite)");
+                                detail::number_text(check.value) + " (values must be finite)");
     }
     if (check.update_slice != slices.size()) {
         const MomentPage& page = pages_[check.update_slice];
@@ -214,15 +216,8 @@ AdamStepStats Adam::step() {
             " is not finite in float (value, first or second moment); nothing was changed");
     }
 
-    // Pass 2. Copy-on-write first: a value whose storage a copy (or a gradient) shares gets
-    // its own before anything is written, so a failed allocation still changes nothing.
-    for (NamedParameter& entry : parameters_) {
-        static_cast<void>(detail::TensorAccess::unique_storage(node_of(entry).value));
-    }
-    for (MomentPage& page : pages_) {
-        static_cast<void>(detail::TensorAccess::unique_storage(page.first_moment));
-        static_cast<void>(detail::TensorAccess::unique_storage(page.second_moment));
-    }
+    // Pass 2, inside the adapter: it writes in place after copy-on-write, or hands every
+    // value and moment a new buffer; either way no copy or gradient observes the write.
     adam.apply_update(scalars, slices);
     for (NamedParameter& entry : parameters_) {
         detail::mark_leaf_value_replaced(node_of(entry));

@@ -2,6 +2,9 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <vector>
+
+#include "core/backend/synchronization.hpp"
 
 #include "core/autograd/node.hpp"
 #include "optim/number_text.hpp"
@@ -15,24 +18,26 @@ const AdamCapability& adam_capability(ExecutionBackend backend, std::string_view
 
 double gradient_norm(const AdamCapability& capability, std::span<const NamedParameter> parameters,
                      std::string_view operation) {
-    ScaledSumOfSquares total;
+    // One batched request over every gradient, one host read of its small result.
+    std::vector<const Tensor*> gradients;
+    gradients.reserve(parameters.size());
+    ExecutionBackend backend = ExecutionBackend::Cpu;
     for (const NamedParameter& entry : parameters) {
         const Tensor& gradient = entry.parameter.node()->gradient;
-        if (gradient.is_singular()) {
-            continue;
-        }
-        const GradientSquares squares = capability.scaled_sum_of_squares(gradient);
-        if (squares.first_non_finite != gradient.numel()) {
-            std::ostringstream message;
-            message << operation << ": the gradient of parameter '" << entry.name
-                    << "' has element " << squares.first_non_finite << " = "
-                    << number_text(gradient.flat(squares.first_non_finite))
-                    << " (gradients must be finite)";
-            throw std::domain_error(message.str());
-        }
-        total.merge(squares.squares);
+        gradients.push_back(gradient.is_singular() ? nullptr : &gradient);
+        backend = entry.parameter.node()->value.backend();
     }
-    return total.norm();
+    const GradientStatistics statistics = capability.gradient_statistics(gradients);
+    synchronize(backend);
+    const FirstNonFinite& bad = statistics.first_non_finite;
+    if (bad.tensor != gradients.size()) {
+        std::ostringstream message;
+        message << operation << ": the gradient of parameter '" << parameters[bad.tensor].name
+                << "' has element " << bad.element << " = " << number_text(bad.value)
+                << " (gradients must be finite)";
+        throw std::domain_error(message.str());
+    }
+    return statistics.squares.norm();
 }
 
 }  // namespace riftco_transformer::detail

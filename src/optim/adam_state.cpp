@@ -6,9 +6,9 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "core/autograd/node.hpp"
-#include "core/tensor/tensor_access.hpp"
 #include "core/autograd/node.hpp"
 #include "optim/number_text.hpp"
 #include "riftco_transformer/optim/adam.hpp"
@@ -114,27 +114,35 @@ void Adam::load_state(const AdamState& state) {
     check_beta_power("beta1_power", options_.beta1, state.step_count, state.beta1_power);
     check_beta_power("beta2_power", options_.beta2, state.step_count, state.beta2_power);
 
-    // Commit: copy-on-write first (the only step that can still fail), then write in place.
-    for (NamedParameter& entry : parameters_) {
-        static_cast<void>(detail::TensorAccess::unique_storage(entry.parameter.node()->value));
-    }
-    for (MomentPage& page : pages_) {
-        static_cast<void>(detail::TensorAccess::unique_storage(page.first_moment));
-        static_cast<void>(detail::TensorAccess::unique_storage(page.second_moment));
-    }
+    // Stage: every value and moment is uploaded whole into a fresh tensor (the only step that
+    // can still fail, so a failure changes nothing); nothing is written at an offset of a live
+    // buffer. Commit: the fresh tensors replace the live ones (moves, which cannot fail).
+    std::vector<Tensor> values;
+    values.reserve(parameters_.size());
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        Tensor& value = parameters_[i].parameter.node()->value;
-        detail::TensorAccess::unique_storage(value).copy_from_host(
-            0, std::span<const float>(state.parameter_values)
-                   .subspan(parameter_offsets_[i], value.numel()));
+        const Tensor& value = parameters_[i].parameter.node()->value;
+        values.emplace_back(value.shape(),
+                            std::span<const float>(state.parameter_values)
+                                .subspan(parameter_offsets_[i], value.numel()),
+                            backend_);
     }
-    for (MomentPage& page : pages_) {
+    std::vector<std::pair<Tensor, Tensor>> moments;
+    moments.reserve(pages_.size());
+    for (const MomentPage& page : pages_) {
         const std::size_t first = parameter_offsets_[page.parameter] + page.offset;
         const std::size_t count = page.first_moment.numel();
-        detail::TensorAccess::unique_storage(page.first_moment)
-            .copy_from_host(0, std::span<const float>(state.first_moments).subspan(first, count));
-        detail::TensorAccess::unique_storage(page.second_moment)
-            .copy_from_host(0, std::span<const float>(state.second_moments).subspan(first, count));
+        moments.emplace_back(
+            Tensor({count}, std::span<const float>(state.first_moments).subspan(first, count),
+                   backend_),
+            Tensor({count}, std::span<const float>(state.second_moments).subspan(first, count),
+                   backend_));
+    }
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+        parameters_[i].parameter.node()->value = std::move(values[i]);
+    }
+    for (std::size_t p = 0; p < pages_.size(); ++p) {
+        pages_[p].first_moment = std::move(moments[p].first);
+        pages_[p].second_moment = std::move(moments[p].second);
     }
     for (NamedParameter& entry : parameters_) {
         detail::mark_leaf_value_replaced(*entry.parameter.node());

@@ -84,7 +84,8 @@ class Tensor {
     [[nodiscard]] std::vector<float> to_host() const;
     void copy_to_host(std::span<float> destination) const;
     void copy_from_host(std::span<const float> source);
-    // Checked single-element write.
+    // Checked single-element write (through the backend's adapter, which may give this
+    // tensor a new buffer; copies never observe it).
     void set_flat(std::size_t flat_index, float value);
 
     // Same elements in the same flat order under a shape with equal numel.

@@ -67,6 +67,10 @@ class DecoderOnlyTransformer final : public Module {
     // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
     // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
     [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape) const;
+    // The same from token ids already on the model's backend ([B,T]); the vocabulary check
+    // reads the maximum recorded at the upload (no device read). The host form above checks
+    // and uploads once, then calls this.
+    [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
 
     [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
     [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
@@ -77,6 +81,8 @@ class DecoderOnlyTransformer final : public Module {
     void set_activation_checkpointing(ActivationCheckpointing checkpointing);
 
   private:
+    void require_token_shape(const Shape& shape) const;
+
     TransformerDimensions dimensions_;
     AttentionKind attention_;
     ActivationCheckpointing checkpointing_;

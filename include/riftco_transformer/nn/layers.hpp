@@ -8,6 +8,7 @@
 #include <span>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
 #include "riftco_transformer/nn/module.hpp"
 
@@ -45,6 +46,8 @@ class Embedding final : public Module {
     // ids (prod(index_shape) of them, each < V) -> index_shape + [D].
     [[nodiscard]] Variable forward(std::span<const std::size_t> ids,
                                    const Shape& index_shape) const;
+    // ids on the weight's backend (each < V) -> ids.shape() + [D].
+    [[nodiscard]] Variable forward(const IndexTensor& ids) const;
     [[nodiscard]] const Variable& weight() const { return weight_; }
 
   private:

@@ -16,19 +16,26 @@ namespace ops = tensor_ops;
 using detail::make_result;
 using detail::require_defined;
 
+Variable gather_rows(const Variable& table, const IndexTensor& indices) {
+    require_defined(table, "gather_rows", "table");
+    Tensor out = ops::gather_rows(table.value(), indices);
+    // table [R, W], out indices.shape + [W]: d table = scatter-add of the upstream rows. The
+    // backward keeps the index tensor itself (shared storage on the backend), no host copy.
+    const std::size_t rows = table.shape()[0];
+    const std::size_t width = table.shape()[1];
+    const IndexTensor flat_indices = indices.reshape({indices.numel()});
+    return make_result("gather_rows", std::move(out), {&table},
+                       [flat_indices, rows, width](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::scatter_add_rows(
+                               g.reshape({flat_indices.numel(), width}), flat_indices, rows)};
+                       });
+}
+
 Variable gather_rows(const Variable& table, std::span<const std::size_t> indices,
                      const Shape& index_shape) {
     require_defined(table, "gather_rows", "table");
-    Tensor out = ops::gather_rows(table.value(), indices, index_shape);
-    // table [R, W], out index_shape + [W]: d table = scatter-add of the upstream rows.
-    std::vector<std::size_t> saved_indices(indices.begin(), indices.end());
-    const std::size_t rows = table.shape()[0];
-    const std::size_t width = table.shape()[1];
-    return make_result("gather_rows", std::move(out), {&table},
-                       [saved_indices, rows, width](const Tensor& g, std::span<const bool>) {
-                           return std::vector<Tensor>{ops::scatter_add_rows(
-                               g.reshape({saved_indices.size(), width}), saved_indices, rows)};
-                       });
+    // tensor_ops's host-id checks (naming the first offending position), then one upload.
+    return gather_rows(table, ops::row_indices(table.value(), indices, index_shape));
 }
 
 Variable softmax(const Variable& x, std::size_t axis) {
@@ -89,6 +96,16 @@ Variable rms_norm(const Variable& x, const Variable& scale, float epsilon) {
 Variable cross_entropy(const Variable& logits, std::span<const std::uint32_t> targets) {
     require_defined(logits, "cross_entropy", "logits");
     ops::CrossEntropyResult result = ops::cross_entropy(logits.value(), targets);
+    return detail::cross_entropy_result(logits, std::move(result));
+}
+
+Variable cross_entropy(const Variable& logits, const IndexTensor& targets) {
+    require_defined(logits, "cross_entropy", "logits");
+    return detail::cross_entropy_result(logits, ops::cross_entropy(logits.value(), targets));
+}
+
+namespace detail {
+Variable cross_entropy_result(const Variable& logits, tensor_ops::CrossEntropyResult result) {
     const Tensor base_gradient = logits.requires_gradient() ? result.gradient : Tensor();
     // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend.
     return make_result("cross_entropy", std::move(result.loss), {&logits},
@@ -97,5 +114,6 @@ Variable cross_entropy(const Variable& logits, std::span<const std::uint32_t> ta
                                base_gradient, ops::broadcast_to(g, base_gradient.shape()))};
                        });
 }
+}  // namespace detail
 
 }  // namespace riftco_transformer

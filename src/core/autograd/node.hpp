@@ -15,6 +15,7 @@
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/core/tensor_ops/loss.hpp"
 
 namespace riftco_transformer::detail {
 
@@ -91,5 +92,9 @@ struct CounterCells {
     std::atomic<std::uint64_t> matmul_right_gradients{0};
 };
 [[nodiscard]] CounterCells& counter_cells() noexcept;
+
+// cross_entropy's differentiable result from a raw one (shared by its two forms).
+[[nodiscard]] Variable cross_entropy_result(const Variable& logits,
+                                            tensor_ops::CrossEntropyResult result);
 
 }  // namespace riftco_transformer::detail

@@ -4,12 +4,27 @@
 // capability; adapters never validate user input again and never call back up.
 //
 // Contract for every capability call:
-// - inputs are on this adapter's backend and have the shapes tensor_ops checked;
+// - inputs are on this adapter's backend and have the shapes tensor_ops checked; index
+//   inputs (IndexTensor) were range-checked by tensor_ops from the maximum recorded at their
+//   upload, so kernels never check ids again;
 // - outputs were allocated on this backend by tensor_ops (uninitialised) with their final
-//   shapes, and the adapter has finished writing them when it returns;
-// - value-domain violations a kernel discovers are thrown with the category the operation
-//   documents (std::domain_error, std::overflow_error) after the kernel ran; because outputs
-//   are fresh, nothing visible has changed.
+//   shapes. The adapter either writes into that storage or gives the output a new one
+//   (TensorAccess::replace_storage): a device whose results are immutable buffers (PJRT)
+//   hands back the buffer its program produced. Either way the output holds the result when
+//   the call returns, as far as any later operation can tell;
+// - value-domain violations a kernel discovers carry the category and message the operation
+//   documents (std::domain_error, std::overflow_error). The CPU adapter, its own sync point,
+//   throws them when the kernel ends. An asynchronous device records the first one
+//   (detail::defer_error) and it is raised at the next sync point of that backend; outputs
+//   computed after it are unspecified. Because outputs are fresh, nothing visible changed.
+// - no capability writes into an input; the only writes to existing tensors are
+//   StorageCapability::write_range and AdamCapability::apply_update, both inside the adapter.
+//
+// Sync points (detail::synchronize: one host read counted, then any deferred error raised):
+// - Tensor::to_host, Tensor::copy_to_host, Tensor::flat / at / item, IndexTensor::to_host;
+// - Tensor::to and IndexTensor::to when they stage through host memory (no direct copy);
+// - the optimizer's reads, two per Adam::step whatever the parameter count: the batched
+//   gradient statistics (global norm and first non-finite element) and the update check.
 // This vtable is private: it is not part of any ABI.
 
 #include <cmath>
@@ -21,6 +36,7 @@
 
 #include "core/tensor/storage.hpp"
 #include "riftco_transformer/core/backend.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::detail {
@@ -31,7 +47,16 @@ class StorageCapability {
     // Storage for `element_count` floats, contents unspecified.
     [[nodiscard]] virtual std::shared_ptr<Storage> allocate(std::size_t element_count) const = 0;
     [[nodiscard]] virtual std::shared_ptr<Storage> clone(const Storage& source) const = 0;
+    // Fills a fresh storage.
     virtual void fill(Storage& storage, float value) const = 0;
+    // Writes values at [offset, offset + values.size()) of an existing tensor of this backend
+    // (the caller checked the bounds). No copy sharing the old storage may observe it: the
+    // adapter makes the storage unique and writes, or gives the tensor a new storage.
+    virtual void write_range(Tensor& tensor, std::size_t offset,
+                             std::span<const float> values) const = 0;
+    // A copy, on this backend, of a storage that another backend owns, made without staging
+    // through a host vector; null when this adapter cannot read that storage directly.
+    [[nodiscard]] virtual std::shared_ptr<Storage> import_from(const Storage& source) const = 0;
 };
 
 class LayoutCapability {
@@ -104,11 +129,12 @@ class SoftmaxCapability {
 class IndexingCapability {
   public:
     virtual ~IndexingCapability() = default;
-    // Indices are already range-checked against the table's rows.
-    virtual void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+    // table [R,W], indices (n ids, each < R) -> out [n,W] (flat over the index shape).
+    virtual void gather_rows(const Tensor& table, const IndexTensor& indices,
                              Tensor& out) const = 0;
-    // out [row_count, W] is overwritten: zero, then every upstream row added at its index.
-    virtual void scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
+    // upstream [n,W], indices (n ids, each < row_count) -> out [row_count, W]: zero, then
+    // every upstream row added at its index, repeated indices in index order.
+    virtual void scatter_add_rows(const Tensor& upstream, const IndexTensor& indices,
                                   Tensor& out) const = 0;
 };
 
@@ -131,10 +157,10 @@ class NormalizationCapability {
 class LossCapability {
   public:
     virtual ~LossCapability() = default;
-    // Targets are already range-checked against V. domain_error: non-finite target logit;
+    // targets: one id < V per position. domain_error: non-finite target logit;
     // overflow_error: non-finite mean loss.
-    virtual void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
-                               Tensor& loss, Tensor& gradient) const = 0;
+    virtual void cross_entropy(const Tensor& logits, const IndexTensor& targets, Tensor& loss,
+                               Tensor& gradient) const = 0;
 };
 
 // Memory-linear ("flash") causal attention: Q, K, V, context [B,H,T,d_h]; row statistics
@@ -187,9 +213,18 @@ struct ScaledSumOfSquares {
     [[nodiscard]] double norm() const noexcept { return scale * std::sqrt(scaled_squares); }
 };
 
-struct GradientSquares {
-    ScaledSumOfSquares squares;
-    std::size_t first_non_finite = 0;  // flat index of the first NaN/±inf; numel when none
+// The first NaN/±inf of a list of tensors: (tensor, element, its value); tensor equals the
+// list's size when every element is finite.
+struct FirstNonFinite {
+    std::size_t tensor = 0;
+    std::size_t element = 0;
+    float value = 0.0F;
+};
+
+// One batched reduction over every gradient of a step, read by the host in one go.
+struct GradientStatistics {
+    ScaledSumOfSquares squares;  // merged in list order; unspecified when one is non-finite
+    FirstNonFinite first_non_finite;
 };
 
 // The per-step constants of one Adam update (spec ENGINE §9.3 step 6, plus AdamW).
@@ -220,6 +255,7 @@ struct AdamSlice {
 struct AdamCheck {
     std::size_t value_slice = 0;  // a non-finite current value θ
     std::size_t value_element = 0;
+    float value = 0.0F;            // that θ
     std::size_t update_slice = 0;  // a θ', m' or v' that is not finite once narrowed to float
     std::size_t update_element = 0;
 };
@@ -232,19 +268,22 @@ struct AdamCheck {
 class AdamCapability {
   public:
     virtual ~AdamCapability() = default;
-    // x (any shape, flat order) -> its scaled sum of squares, accumulated in double over fixed
-    // blocks merged in order (independent of the thread count). When first_non_finite < numel
-    // the squares are unspecified.
-    [[nodiscard]] virtual GradientSquares scaled_sum_of_squares(const Tensor& x) const = 0;
-    // The flat index of the first NaN/±inf of x, or x.numel().
-    [[nodiscard]] virtual std::size_t first_non_finite(const Tensor& x) const = 0;
+    // One request over all tensors (null entries are skipped): each tensor's scaled sum of
+    // squares, accumulated in double over fixed blocks merged in order (independent of the
+    // thread count), merged in list order; and the first non-finite element in list order.
+    [[nodiscard]] virtual GradientStatistics gradient_statistics(
+        std::span<const Tensor* const> tensors) const = 0;
+    // The first non-finite element of the tensors, in list order (null entries skipped).
+    [[nodiscard]] virtual FirstNonFinite first_non_finite(
+        std::span<const Tensor* const> tensors) const = 0;
     // Pass 1: reads every slice, writes nothing.
     [[nodiscard]] virtual AdamCheck check_update(const AdamUpdateScalars& scalars,
                                                  std::span<const AdamSlice> slices) const = 0;
-    // Pass 2: writes θ', m', v' (narrowed to float) in place. The caller ran check_update
-    // with the same arguments and it found nothing, and made the storage of every value and
-    // moment unique (TensorAccess::unique_storage), so no other tensor observes the writes and
-    // no gradient aliases a written buffer. Must not fail.
+    // Pass 2: gives every value and moment its θ', m', v' (narrowed to float). The caller ran
+    // check_update with the same arguments and it found nothing. The adapter either writes
+    // in place after making each written storage unique (TensorAccess::unique_storage) or
+    // gives the tensors new storages, so no copy and no gradient observes the write. Every
+    // allocation happens before the first write: a failure changes nothing.
     virtual void apply_update(const AdamUpdateScalars& scalars,
                               std::span<const AdamSlice> slices) const = 0;
 };

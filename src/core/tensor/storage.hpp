@@ -1,8 +1,11 @@
 #pragma once
-// Backend-owned element storage. Only the owning adapter knows what is behind it; everyone
-// else moves host data through the two copy calls.
+// Backend-owned element storage: element_count 4-byte elements, float32 for a Tensor and
+// uint32 for an IndexTensor. Only the owning adapter knows what is behind it; everyone else
+// moves host data through the copy calls, and writes to an existing tensor go through the
+// adapter's StorageCapability::write_range (which may give the tensor a new storage).
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "riftco_transformer/core/backend.hpp"
@@ -23,6 +26,11 @@ class Storage {
     // Elements [offset, offset + destination.size()) to host memory; the caller checks bounds.
     virtual void copy_to_host(std::size_t offset, std::span<float> destination) const = 0;
     virtual void copy_from_host(std::size_t offset, std::span<const float> source) = 0;
+    // The same for index storage (uint32 elements).
+    virtual void copy_indices_to_host(std::size_t offset,
+                                      std::span<std::uint32_t> destination) const = 0;
+    virtual void copy_indices_from_host(std::size_t offset,
+                                        std::span<const std::uint32_t> source) = 0;
 
   private:
     ExecutionBackend backend_;

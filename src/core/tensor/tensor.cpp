@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/backend/adapter.hpp"
+#include "core/backend/synchronization.hpp"
 #include "core/tensor/shape.hpp"
 #include "core/tensor/tensor_access.hpp"
 
@@ -160,6 +161,7 @@ float Tensor::flat(std::size_t flat_index) const {
                                 " is out of range for " + std::to_string(numel_) + " elements");
     }
     float value = 0.0F;
+    detail::synchronize(storage_->backend());
     storage_->copy_to_host(flat_index, std::span<float>(&value, 1));
     return value;
 }
@@ -180,6 +182,7 @@ float Tensor::item() const {
 std::vector<float> Tensor::to_host() const {
     require_not_singular("Tensor::to_host");
     std::vector<float> values(numel_);
+    detail::synchronize(storage_->backend());
     storage_->copy_to_host(0, values);
     return values;
 }
@@ -191,6 +194,7 @@ void Tensor::copy_to_host(std::span<float> destination) const {
                                     std::to_string(destination.size()) + " floats, tensor has " +
                                     std::to_string(numel_));
     }
+    detail::synchronize(storage_->backend());
     storage_->copy_to_host(0, destination);
 }
 
@@ -207,8 +211,8 @@ void Tensor::copy_from_host(std::span<const float> source) {
                                     std::to_string(source.size()) + " floats, tensor has " +
                                     std::to_string(numel_));
     }
-    make_storage_unique();
-    storage_->copy_from_host(0, source);
+    storage_capability(storage_->backend(), "Tensor::copy_from_host")
+        .write_range(*this, 0, source);
 }
 
 void Tensor::set_flat(std::size_t flat_index, float value) {
@@ -217,8 +221,8 @@ void Tensor::set_flat(std::size_t flat_index, float value) {
         throw std::out_of_range("Tensor::set_flat: index " + std::to_string(flat_index) +
                                 " is out of range for " + std::to_string(numel_) + " elements");
     }
-    make_storage_unique();
-    storage_->copy_from_host(flat_index, std::span<const float>(&value, 1));
+    storage_capability(storage_->backend(), "Tensor::set_flat")
+        .write_range(*this, flat_index, std::span<const float>(&value, 1));
 }
 
 Tensor Tensor::reshape(Shape shape) const {
@@ -241,13 +245,38 @@ Tensor Tensor::to(ExecutionBackend backend) const {
         static_cast<void>(detail::require_available_adapter(backend, "Tensor::to"));
         return Tensor(shape_, storage_);
     }
-    Tensor result = detail::allocate_uninitialized(shape_, backend);
-    // Host staging: the only path that works between any two backends. Direct device-to-device
-    // copies belong in the storage capability once two device backends coexist.
+    // A direct copy when the target's adapter can read this storage (host memory, or a peer
+    // device); host staging, a sync point of the source, otherwise.
+    const detail::StorageCapability& target = storage_capability(backend, "Tensor::to");
+    if (backend == ExecutionBackend::Cpu) {
+        detail::synchronize(source);  // arriving in host memory is a host read of the source
+    }
+    if (std::shared_ptr<detail::Storage> copied = target.import_from(*storage_)) {
+        return Tensor(shape_, std::move(copied));
+    }
     std::vector<float> staging(numel_);
+    if (backend != ExecutionBackend::Cpu) {
+        detail::synchronize(source);
+    }
     storage_->copy_to_host(0, staging);
+    Tensor result = detail::allocate_uninitialized(shape_, backend);
     result.storage_->copy_from_host(0, staging);
     return result;
 }
 
 }  // namespace riftco_transformer
+
+namespace riftco_transformer::detail {
+
+void TensorAccess::replace_storage(Tensor& tensor, std::shared_ptr<Storage> storage) {
+    if (storage == nullptr || tensor.storage_ == nullptr ||
+        storage->backend() != tensor.storage_->backend() ||
+        storage->element_count() != tensor.storage_->element_count()) {
+        throw std::logic_error(
+            "TensorAccess::replace_storage: the replacement must be a storage of the same "
+            "backend and element count");
+    }
+    tensor.storage_ = std::move(storage);
+}
+
+}  // namespace riftco_transformer::detail

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/tensor/storage.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::detail {
@@ -23,6 +24,20 @@ struct TensorAccess {
     }
     [[nodiscard]] static Tensor wrap(Shape shape, std::shared_ptr<Storage> storage) {
         return Tensor(std::move(shape), std::move(storage));
+    }
+    [[nodiscard]] static const std::shared_ptr<Storage>& shared_storage(const Tensor& tensor) {
+        return tensor.storage_;
+    }
+    // An adapter giving an output (or a tensor it updates) a new buffer instead of writing
+    // into the one it has: the replacement has the same backend and element count.
+    static void replace_storage(Tensor& tensor, std::shared_ptr<Storage> storage);
+
+    [[nodiscard]] static const Storage& storage(const IndexTensor& indices) {
+        return *indices.storage_;
+    }
+    [[nodiscard]] static const std::shared_ptr<Storage>& shared_storage(
+        const IndexTensor& indices) {
+        return indices.storage_;
     }
 };
 

@@ -15,9 +15,10 @@ const detail::IndexingCapability& indexing_of(const detail::BackendAdapter& adap
     return detail::require_capability(adapter.indexing(), adapter, operation, "indexing");
 }
 
-// overflow_error above the uint32 id range, out_of_range at or past row_count.
-void require_indices(std::string_view op, std::span<const std::size_t> indices,
-                     std::size_t row_count) {
+// Host ids: overflow_error above the uint32 id range, out_of_range at or past row_count,
+// naming the first offending position.
+void require_host_indices(std::string_view op, std::span<const std::size_t> indices,
+                          std::size_t row_count) {
     for (std::size_t i = 0; i < indices.size(); ++i) {
         const std::size_t index = indices[i];
         if (index > std::numeric_limits<std::uint32_t>::max()) {
@@ -35,12 +36,33 @@ void require_indices(std::string_view op, std::span<const std::size_t> indices,
     }
 }
 
+std::vector<std::uint32_t> narrow(std::span<const std::size_t> indices) {
+    std::vector<std::uint32_t> ids(indices.size());
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+        ids[i] = static_cast<std::uint32_t>(indices[i]);
+    }
+    return ids;
+}
+
 }  // namespace
 
-Tensor gather_rows(const Tensor& table, std::span<const std::size_t> indices,
-                   const Shape& index_shape) {
+Tensor gather_rows(const Tensor& table, const IndexTensor& indices) {
     constexpr std::string_view op = "gather_rows";
     const auto& adapter = detail::input_adapter(op, {{"table", &table}});
+    detail::require_rank(op, {"table", &table}, 2);
+    detail::require_indices(op, "indices", indices, table.backend(), table.shape()[0], "rows");
+    Shape shape = indices.shape();
+    shape.push_back(table.shape()[1]);
+    static_cast<void>(checked_element_count(shape));
+    Tensor out = detail::allocate_uninitialized(std::move(shape), table.backend());
+    indexing_of(adapter, op).gather_rows(table, indices, out);
+    return out;
+}
+
+IndexTensor row_indices(const Tensor& table, std::span<const std::size_t> indices,
+                        const Shape& index_shape) {
+    constexpr std::string_view op = "gather_rows";
+    detail::require_tensor(op, "table", table);
     detail::require_rank(op, {"table", &table}, 2);
     const std::size_t expected = checked_element_count(index_shape);
     if (indices.size() != expected) {
@@ -49,19 +71,43 @@ Tensor gather_rows(const Tensor& table, std::span<const std::size_t> indices,
                 << shape_to_string(index_shape) << " (" << expected << " positions)";
         throw std::invalid_argument(message.str());
     }
-    require_indices(op, indices, table.shape()[0]);
-    Shape shape = index_shape;
-    shape.push_back(table.shape()[1]);
+    require_host_indices(op, indices, table.shape()[0]);
+    return IndexTensor(index_shape, narrow(indices), table.backend());
+}
+
+Tensor gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+                   const Shape& index_shape) {
+    return gather_rows(table, row_indices(table, indices, index_shape));
+}
+
+Tensor scatter_add_rows(const Tensor& upstream, const IndexTensor& indices,
+                        std::size_t row_count) {
+    constexpr std::string_view op = "scatter_add_rows";
+    const auto& adapter = detail::input_adapter(op, {{"upstream", &upstream}});
+    if (row_count == 0) {
+        throw std::invalid_argument(std::string(op) + ": row_count is 0");
+    }
+    detail::require_minimum_rank(op, {"upstream", &upstream}, 1);
+    const std::size_t width = upstream.shape().back();
+    detail::require_indices(op, "indices", indices, upstream.backend(), row_count, "rows");
+    if (upstream.numel() / width != indices.numel()) {
+        std::ostringstream message;
+        message << op << ": upstream " << shape_to_string(upstream.shape()) << " holds "
+                << upstream.numel() / width << " rows but " << indices.numel()
+                << " indices were given";
+        throw std::invalid_argument(message.str());
+    }
+    Shape shape{row_count, width};
     static_cast<void>(checked_element_count(shape));
-    Tensor out = detail::allocate_uninitialized(std::move(shape), table.backend());
-    indexing_of(adapter, op).gather_rows(table, indices, out);
+    Tensor out = detail::allocate_uninitialized(std::move(shape), upstream.backend());
+    indexing_of(adapter, op).scatter_add_rows(upstream, indices, out);
     return out;
 }
 
 Tensor scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
                         std::size_t row_count) {
     constexpr std::string_view op = "scatter_add_rows";
-    const auto& adapter = detail::input_adapter(op, {{"upstream", &upstream}});
+    detail::require_tensor(op, "upstream", upstream);
     if (row_count == 0) {
         throw std::invalid_argument(std::string(op) + ": row_count is 0");
     }
@@ -74,12 +120,10 @@ Tensor scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> ind
                 << " indices were given";
         throw std::invalid_argument(message.str());
     }
-    require_indices(op, indices, row_count);
-    Shape shape{row_count, width};
-    static_cast<void>(checked_element_count(shape));
-    Tensor out = detail::allocate_uninitialized(std::move(shape), upstream.backend());
-    indexing_of(adapter, op).scatter_add_rows(upstream, indices, out);
-    return out;
+    require_host_indices(op, indices, row_count);
+    return scatter_add_rows(upstream, IndexTensor({indices.size()}, narrow(indices),
+                                                  upstream.backend()),
+                            row_count);
 }
 
 }  // namespace riftco_transformer::tensor_ops

@@ -6,22 +6,48 @@
 #include "core/tensor_ops/validation.hpp"
 
 namespace riftco_transformer::tensor_ops {
+namespace {
 
-CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets) {
-    constexpr std::string_view op = "cross_entropy";
-    const auto& adapter = detail::input_adapter(op, {{"logits", &logits}});
+// [..., V] -> V, with the rank rule.
+std::size_t vocabulary_of(std::string_view op, const Tensor& logits) {
     if (logits.rank() == 0) {
         throw std::invalid_argument(std::string(op) +
                                     ": logits must have rank >= 1 [..., V] (got a scalar)");
     }
-    const std::size_t vocabulary = logits.shape().back();
-    const std::size_t positions = logits.numel() / vocabulary;
-    if (targets.size() != positions) {
+    return logits.shape().back();
+}
+
+void require_target_count(std::string_view op, const Tensor& logits, std::size_t count) {
+    const std::size_t positions = logits.numel() / logits.shape().back();
+    if (count != positions) {
         std::ostringstream message;
-        message << op << ": " << targets.size() << " targets given for logits "
+        message << op << ": " << count << " targets given for logits "
                 << shape_to_string(logits.shape()) << " (" << positions << " positions)";
         throw std::invalid_argument(message.str());
     }
+}
+
+}  // namespace
+
+CrossEntropyResult cross_entropy(const Tensor& logits, const IndexTensor& targets) {
+    constexpr std::string_view op = "cross_entropy";
+    const auto& adapter = detail::input_adapter(op, {{"logits", &logits}});
+    const std::size_t vocabulary = vocabulary_of(op, logits);
+    detail::require_indices(op, "targets", targets, logits.backend(), vocabulary,
+                            "vocabulary entries");
+    require_target_count(op, logits, targets.numel());
+    const auto& loss = detail::require_capability(adapter.loss(), adapter, op, "loss");
+    CrossEntropyResult result{detail::allocate_uninitialized(Shape{}, logits.backend()),
+                              detail::allocate_uninitialized(logits.shape(), logits.backend())};
+    loss.cross_entropy(logits, targets, result.loss, result.gradient);
+    return result;
+}
+
+CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets) {
+    constexpr std::string_view op = "cross_entropy";
+    detail::require_tensor(op, "logits", logits);
+    const std::size_t vocabulary = vocabulary_of(op, logits);
+    require_target_count(op, logits, targets.size());
     for (std::size_t n = 0; n < targets.size(); ++n) {
         if (targets[n] >= vocabulary) {
             std::ostringstream message;
@@ -30,11 +56,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::uint
             throw std::out_of_range(message.str());
         }
     }
-    const auto& loss = detail::require_capability(adapter.loss(), adapter, op, "loss");
-    CrossEntropyResult result{detail::allocate_uninitialized(Shape{}, logits.backend()),
-                              detail::allocate_uninitialized(logits.shape(), logits.backend())};
-    loss.cross_entropy(logits, targets, result.loss, result.gradient);
-    return result;
+    return cross_entropy(logits, IndexTensor({targets.size()}, targets, logits.backend()));
 }
 
 }  // namespace riftco_transformer::tensor_ops

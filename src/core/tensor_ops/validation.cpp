@@ -15,6 +15,31 @@ void require_tensor(std::string_view operation, std::string_view argument, const
     }
 }
 
+void require_indices(std::string_view operation, std::string_view argument,
+                     const IndexTensor& indices, ExecutionBackend backend, std::size_t bound,
+                     std::string_view what) {
+    if (indices.is_singular()) {
+        std::ostringstream message;
+        message << operation << ": " << argument
+                << " is a singular index tensor (default-constructed or moved-from)";
+        throw std::logic_error(message.str());
+    }
+    if (indices.backend() != backend) {
+        std::ostringstream message;
+        message << operation << ": " << argument << " are on "
+                << execution_backend_name(indices.backend()) << ", the data on "
+                << execution_backend_name(backend);
+        throw std::invalid_argument(message.str());
+    }
+    if (indices.numel() > 0 && indices.max_id() >= bound) {
+        std::ostringstream message;
+        message << operation << ": " << argument << "[" << indices.max_id_position()
+                << "] = " << indices.max_id() << " is out of range for " << bound << " "
+                << what;
+        throw std::out_of_range(message.str());
+    }
+}
+
 std::string describe(const Tensor& tensor) {
     if (tensor.is_singular()) {
         return "singular tensor";

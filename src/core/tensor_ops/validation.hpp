@@ -40,4 +40,12 @@ void require_finite_positive(std::string_view operation, std::string_view argume
 
 [[nodiscard]] std::string describe(const Tensor& tensor);  // "shape [2,3] on cpu"
 
+// The one home of the id rules: `indices` is non-singular (logic_error) and on `backend`
+// (invalid_argument), and every id is < bound (out_of_range "<op>: <argument>[<p>] = <id> is
+// out of range for <bound> <what>", p being the first position of the largest id). O(1):
+// it reads the maximum recorded at the upload, never the device.
+void require_indices(std::string_view operation, std::string_view argument,
+                     const IndexTensor& indices, ExecutionBackend backend, std::size_t bound,
+                     std::string_view what);
+
 }  // namespace riftco_transformer::detail

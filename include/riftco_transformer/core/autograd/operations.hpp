@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
 
 namespace riftco_transformer {
@@ -70,7 +71,10 @@ namespace riftco_transformer {
 [[nodiscard]] Variable relu(const Variable& x);
 [[nodiscard]] Variable silu(const Variable& x);
 
-// Indexing: rows of a [R, W] table; VJP scatter-adds the upstream rows.
+// Indexing: rows of a [R, W] table; VJP scatter-adds the upstream rows. The backward keeps
+// the index tensor (on the table's backend), never a host copy of the ids.
+[[nodiscard]] Variable gather_rows(const Variable& table, const IndexTensor& indices);
+// Host ids: checked and uploaded once (tensor_ops::row_indices), then the form above.
 [[nodiscard]] Variable gather_rows(const Variable& table, std::span<const std::size_t> indices,
                                    const Shape& index_shape);
 
@@ -91,5 +95,6 @@ namespace riftco_transformer {
 // The forward pass keeps the base gradient (softmax − onehot)/N; backward scales it.
 [[nodiscard]] Variable cross_entropy(const Variable& logits,
                                      std::span<const std::uint32_t> targets);
+[[nodiscard]] Variable cross_entropy(const Variable& logits, const IndexTensor& targets);
 
 }  // namespace riftco_transformer

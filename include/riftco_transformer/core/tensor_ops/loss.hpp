@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
@@ -18,5 +19,9 @@ struct CrossEntropyResult {
 // a non-finite target logit: domain_error; a non-finite mean loss: overflow_error.
 [[nodiscard]] CrossEntropyResult cross_entropy(const Tensor& logits,
                                                std::span<const std::uint32_t> targets);
+// The same with targets already on the logits' backend (a targets tensor of any shape with
+// N ids; another backend: invalid_argument). The range check reads the maximum recorded at
+// the upload: O(1), no device read.
+[[nodiscard]] CrossEntropyResult cross_entropy(const Tensor& logits, const IndexTensor& targets);
 
 }  // namespace riftco_transformer::tensor_ops

@@ -141,13 +141,22 @@ StepConstants constants_of(const AdamUpdateScalars& scalars) {
 
 }  // namespace
 
-GradientSquares CpuAdam::scaled_sum_of_squares(const Tensor& x) const {
+namespace {
+
+// One tensor's squares (unspecified when it holds a non-finite element) and the flat index
+// of its first NaN/±inf (count when none).
+struct TensorSquares {
+    ScaledSumOfSquares squares;
+    std::size_t first_non_finite = 0;
+};
+
+TensorSquares tensor_squares(const Tensor& x, bool with_squares) {
     const float* values = cpu_data(x);
     const std::size_t count = x.numel();
     const std::size_t blocks = (count + norm_block - 1) / norm_block;
-    std::vector<ScaledSumOfSquares> partial(blocks);
+    std::vector<ScaledSumOfSquares> partial(with_squares ? blocks : 0);
     std::vector<std::size_t> first_bad(blocks, none);
-    parallel_for(blocks, items_per_thread_for(norm_block * 2),
+    parallel_for(blocks, items_per_thread_for(with_squares ? norm_block * 2 : norm_block),
                  [&](std::size_t begin, std::size_t end) {
                      for (std::size_t block = begin; block < end; ++block) {
                          const std::size_t first = block * norm_block;
@@ -155,44 +164,52 @@ GradientSquares CpuAdam::scaled_sum_of_squares(const Tensor& x) const {
                          const std::size_t bad = scan_non_finite(values + first, n);
                          if (bad != n) {
                              first_bad[block] = first + bad;
-                         } else {
+                         } else if (with_squares) {
                              partial[block] = block_squares(values + first, n);
                          }
                      }
                  });
-    GradientSquares result;
+    TensorSquares result;
     result.first_non_finite = count;
     for (std::size_t block = 0; block < blocks; ++block) {
         if (first_bad[block] != none) {
             result.first_non_finite = first_bad[block];
             return result;
         }
-        result.squares.merge(partial[block]);
+        if (with_squares) {
+            result.squares.merge(partial[block]);
+        }
     }
     return result;
 }
 
-std::size_t CpuAdam::first_non_finite(const Tensor& x) const {
-    const float* values = cpu_data(x);
-    const std::size_t count = x.numel();
-    const std::size_t blocks = (count + norm_block - 1) / norm_block;
-    std::vector<std::size_t> first_bad(blocks, none);
-    parallel_for(blocks, items_per_thread_for(norm_block), [&](std::size_t begin, std::size_t end) {
-        for (std::size_t block = begin; block < end; ++block) {
-            const std::size_t first = block * norm_block;
-            const std::size_t n = std::min(count, first + norm_block) - first;
-            const std::size_t bad = scan_non_finite(values + first, n);
-            if (bad != n) {
-                first_bad[block] = first + bad;
-            }
+// Runs tensor_squares over the list in order, stopping at the first non-finite element.
+GradientStatistics list_statistics(std::span<const Tensor* const> tensors, bool with_squares) {
+    GradientStatistics statistics;
+    statistics.first_non_finite.tensor = tensors.size();
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+        if (tensors[t] == nullptr) {
+            continue;
         }
-    });
-    for (const std::size_t bad : first_bad) {
-        if (bad != none) {
-            return bad;
+        const TensorSquares squares = tensor_squares(*tensors[t], with_squares);
+        if (squares.first_non_finite != tensors[t]->numel()) {
+            statistics.first_non_finite = {t, squares.first_non_finite,
+                                           cpu_data(*tensors[t])[squares.first_non_finite]};
+            return statistics;
         }
+        statistics.squares.merge(squares.squares);
     }
-    return count;
+    return statistics;
+}
+
+}  // namespace
+
+GradientStatistics CpuAdam::gradient_statistics(std::span<const Tensor* const> tensors) const {
+    return list_statistics(tensors, true);
+}
+
+FirstNonFinite CpuAdam::first_non_finite(std::span<const Tensor* const> tensors) const {
+    return list_statistics(tensors, false).first_non_finite;
 }
 
 AdamCheck CpuAdam::check_update(const AdamUpdateScalars& scalars,
@@ -227,11 +244,13 @@ AdamCheck CpuAdam::check_update(const AdamUpdateScalars& scalars,
             }
         }
     });
-    AdamCheck check{slices.size(), 0, slices.size(), 0};
+    AdamCheck check{slices.size(), 0, 0.0F, slices.size(), 0};
     for (std::size_t index = 0; index < items.size(); ++index) {
         if (check.value_slice == slices.size() && bad_value[index] != none) {
+            const AdamSlice& slice = slices[items[index].slice];
             check.value_slice = items[index].slice;
             check.value_element = bad_value[index];
+            check.value = cpu_data(*slice.value)[slice.offset + bad_value[index]];
         }
         if (check.update_slice == slices.size() && bad_update[index] != none) {
             check.update_slice = items[index].slice;
@@ -245,6 +264,13 @@ void CpuAdam::apply_update(const AdamUpdateScalars& scalars,
                            std::span<const AdamSlice> slices) const {
     const StepConstants constants = constants_of(scalars);
     const std::vector<WorkItem> items = work_items(slices);
+    // In place: every written storage is made unique first (copy-on-write clones allocate
+    // here, before the first write), so no copy or gradient observes the update.
+    for (const AdamSlice& slice : slices) {
+        static_cast<void>(TensorAccess::unique_storage(*slice.value));
+        static_cast<void>(TensorAccess::unique_storage(*slice.first_moment));
+        static_cast<void>(TensorAccess::unique_storage(*slice.second_moment));
+    }
     parallel_for(items.size(), 1, [&](std::size_t begin, std::size_t end) {
         for (std::size_t index = begin; index < end; ++index) {
             const WorkItem& item = items[index];

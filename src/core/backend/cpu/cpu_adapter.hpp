@@ -12,6 +12,10 @@ class CpuStorageCapability final : public StorageCapability {
     [[nodiscard]] std::shared_ptr<Storage> allocate(std::size_t element_count) const override;
     [[nodiscard]] std::shared_ptr<Storage> clone(const Storage& source) const override;
     void fill(Storage& storage, float value) const override;
+    void write_range(Tensor& tensor, std::size_t offset,
+                     std::span<const float> values) const override;
+    // Reads any host-memory (CpuStorage) source directly.
+    [[nodiscard]] std::shared_ptr<Storage> import_from(const Storage& source) const override;
 
   private:
     ExecutionBackend backend_;
@@ -62,9 +66,9 @@ class CpuSoftmax final : public SoftmaxCapability {
 
 class CpuIndexing final : public IndexingCapability {
   public:
-    void gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+    void gather_rows(const Tensor& table, const IndexTensor& indices,
                      Tensor& out) const override;
-    void scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
+    void scatter_add_rows(const Tensor& upstream, const IndexTensor& indices,
                           Tensor& out) const override;
 };
 
@@ -95,14 +99,16 @@ public:
 
 class CpuLoss final : public LossCapability {
   public:
-    void cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets, Tensor& loss,
+    void cross_entropy(const Tensor& logits, const IndexTensor& targets, Tensor& loss,
                        Tensor& gradient) const override;
 };
 
 class CpuAdam final : public AdamCapability {
   public:
-    [[nodiscard]] GradientSquares scaled_sum_of_squares(const Tensor& x) const override;
-    [[nodiscard]] std::size_t first_non_finite(const Tensor& x) const override;
+    [[nodiscard]] GradientStatistics gradient_statistics(
+        std::span<const Tensor* const> tensors) const override;
+    [[nodiscard]] FirstNonFinite first_non_finite(
+        std::span<const Tensor* const> tensors) const override;
     [[nodiscard]] AdamCheck check_update(const AdamUpdateScalars& scalars,
                                          std::span<const AdamSlice> slices) const override;
     void apply_update(const AdamUpdateScalars& scalars,

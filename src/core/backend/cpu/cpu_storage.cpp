@@ -27,4 +27,18 @@ void CpuStorage::copy_from_host(std::size_t offset, std::span<const float> sourc
     }
 }
 
+void CpuStorage::copy_indices_to_host(std::size_t offset,
+                                      std::span<std::uint32_t> destination) const {
+    if (!destination.empty()) {
+        std::memcpy(destination.data(), indices() + offset, destination.size_bytes());
+    }
+}
+
+void CpuStorage::copy_indices_from_host(std::size_t offset,
+                                        std::span<const std::uint32_t> source) {
+    if (!source.empty()) {
+        std::memcpy(indices() + offset, source.data(), source.size_bytes());
+    }
+}
+
 }  // namespace riftco_transformer::detail

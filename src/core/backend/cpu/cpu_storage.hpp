@@ -2,6 +2,7 @@
 // CPU storage: 64-byte aligned host memory, and the pointer accessors CPU kernels use.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -17,11 +18,22 @@ class CpuStorage final : public Storage {
 
     void copy_to_host(std::size_t offset, std::span<float> destination) const override;
     void copy_from_host(std::size_t offset, std::span<const float> source) override;
+    void copy_indices_to_host(std::size_t offset,
+                              std::span<std::uint32_t> destination) const override;
+    void copy_indices_from_host(std::size_t offset,
+                                std::span<const std::uint32_t> source) override;
 
     ~CpuStorage() override;
 
     [[nodiscard]] float* data() noexcept { return elements_; }
     [[nodiscard]] const float* data() const noexcept { return elements_; }
+    // The block as uint32 elements (index storage is only ever read and written as such).
+    [[nodiscard]] std::uint32_t* indices() noexcept {
+        return reinterpret_cast<std::uint32_t*>(elements_);
+    }
+    [[nodiscard]] const std::uint32_t* indices() const noexcept {
+        return reinterpret_cast<const std::uint32_t*>(elements_);
+    }
 
   private:
     float* elements_;  // from acquire_host_block(element_count · sizeof(float))
@@ -33,6 +45,9 @@ class CpuStorage final : public Storage {
 }
 [[nodiscard]] inline float* cpu_output(Tensor& tensor) {
     return static_cast<CpuStorage&>(TensorAccess::output_storage(tensor)).data();
+}
+[[nodiscard]] inline const std::uint32_t* cpu_indices(const IndexTensor& indices) {
+    return static_cast<const CpuStorage&>(TensorAccess::storage(indices)).indices();
 }
 
 }  // namespace riftco_transformer::detail

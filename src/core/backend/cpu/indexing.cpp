@@ -9,21 +9,22 @@
 
 namespace riftco_transformer::detail {
 
-void CpuIndexing::gather_rows(const Tensor& table, std::span<const std::size_t> indices,
+void CpuIndexing::gather_rows(const Tensor& table, const IndexTensor& index_tensor,
                               Tensor& out) const {
     // table [R,W], out [n,W]: out[i] = table[indices[i]]
     const std::size_t width = table.shape()[1];
     const float* src = cpu_data(table);
+    const std::uint32_t* indices = cpu_indices(index_tensor);
     float* dst = cpu_output(out);
-    parallel_for(indices.size(), items_per_thread_for(width),
+    parallel_for(index_tensor.numel(), items_per_thread_for(width),
                  [&](std::size_t begin, std::size_t end) {
                      for (std::size_t i = begin; i < end; ++i) {
-                         std::copy_n(src + indices[i] * width, width, dst + i * width);
+                         std::copy_n(src + std::size_t{indices[i]} * width, width, dst + i * width);
                      }
                  });
 }
 
-void CpuIndexing::scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> indices,
+void CpuIndexing::scatter_add_rows(const Tensor& upstream, const IndexTensor& index_tensor,
                                    Tensor& out) const {
     // upstream [n,W], out [R,W]: out[r] = Σ_{i: indices[i] = r} upstream[i].
     // Threads own disjoint bands of destination rows and each scans every index, so repeated
@@ -31,14 +32,16 @@ void CpuIndexing::scatter_add_rows(const Tensor& upstream, std::span<const std::
     const std::size_t width = out.shape()[1];
     const std::size_t row_count = out.shape()[0];
     const float* src = cpu_data(upstream);
+    const std::uint32_t* indices = cpu_indices(index_tensor);
+    const std::size_t index_count = index_tensor.numel();
     float* dst = cpu_output(out);
     std::fill_n(dst, out.numel(), 0.0F);
-    const std::size_t work_per_band = indices.size() * width;
+    const std::size_t work_per_band = index_count * width;
     const std::size_t bands = work_per_band < (std::size_t{1} << 16U) ? 1 : cpu_thread_count();
     parallel_for(bands, 1, [&](std::size_t band_begin, std::size_t band_end) {
         const std::size_t first_row = row_count * band_begin / bands;
         const std::size_t last_row = row_count * band_end / bands;
-        for (std::size_t i = 0; i < indices.size(); ++i) {
+        for (std::size_t i = 0; i < index_count; ++i) {
             const std::size_t row = indices[i];
             if (row < first_row || row >= last_row)
                 continue;

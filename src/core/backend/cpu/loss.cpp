@@ -17,13 +17,14 @@ namespace {
 constexpr std::size_t loss_row_block = 16;
 }  // namespace
 
-void CpuLoss::cross_entropy(const Tensor& logits, std::span<const std::uint32_t> targets,
-                            Tensor& loss, Tensor& gradient) const {
+void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids, Tensor& loss,
+                            Tensor& gradient) const {
     // logits [N,V] -> loss = −(1/N)·Σ_n (z_{n,y} − max_n − log Σ_j exp(z_nj − max_n))
     //                 gradient[n] = (softmax(z_n) − onehot(y_n))/N
     const std::size_t vocabulary = logits.shape().back();
     const std::size_t positions = logits.numel() / vocabulary;
     const float* z = cpu_data(logits);
+    const std::uint32_t* targets = cpu_indices(target_ids);
     float* grad = cpu_output(gradient);
     const auto inverse_count = static_cast<float>(1.0 / static_cast<double>(positions));
     const std::size_t blocks = (positions + loss_row_block - 1) / loss_row_block;
