@@ -180,18 +180,28 @@ Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
     Variable hidden =
         tokens_embedded +
         broadcast_to(slice(position_embedding_->weight(), 0, 0, time), tokens_embedded.shape());
-    for (const TransformerBlock* block : blocks_) {
-        if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
-            const ParameterList block_parameters = block->parameters();
-            std::vector<Variable> dependencies;
-            for (const NamedParameter& named : block_parameters) {
-                if (named.parameter.requires_gradient())
-                    dependencies.push_back(named.parameter);
+    for (std::size_t index = 0; index < blocks_.size(); ++index) {
+        const TransformerBlock* block = blocks_[index];
+        try {
+            if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
+                const ParameterList block_parameters = block->parameters();
+                std::vector<Variable> dependencies;
+                for (const NamedParameter& named : block_parameters) {
+                    if (named.parameter.requires_gradient())
+                        dependencies.push_back(named.parameter);
+                }
+                hidden = checkpoint(hidden, dependencies, [block](const Variable& input) {
+                    return block->forward(input);
+                });
+            } else {
+                hidden = block->forward(hidden);
             }
-            hidden = checkpoint(hidden, dependencies,
-                                [block](const Variable& input) { return block->forward(input); });
-        } else {
-            hidden = block->forward(hidden);
+        } catch (const std::domain_error& error) {
+            // A kernel of the block met NaN/inf (the softmax of non-finite attention scores):
+            // the cause is the activations, not an argument of the op that noticed.
+            throw std::domain_error(std::string(op) + ": non-finite activations in block " +
+                                    std::to_string(index) + " (weights too large or not finite?): " +
+                                    error.what());
         }
     }
     // [B,T,D] -> [B,T,V]

@@ -115,8 +115,7 @@ class CpuAdam final : public AdamCapability {
                       std::span<const AdamSlice> slices) const override;
 };
 
-// Host-memory adapter running the CPU kernels under a backend identity: the CPU adapter
-// itself, and (test builds only) an emulated device that exercises cross-backend rules.
+// Host-memory adapter running the CPU kernels under a backend identity (the CPU adapter).
 class HostAdapter final : public BackendAdapter {
   public:
     explicit HostAdapter(ExecutionBackend identity) noexcept
