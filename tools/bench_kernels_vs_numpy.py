@@ -333,7 +333,7 @@ def print_kernels(ours_context: dict[str, Any], ours_environment: dict[str, str]
     openblas = {k: v for k, v in ours_context.items()
                 if k.startswith("openblas_") or k == "OPENBLAS_CORETYPE"}
     if openblas:
-        print("  " + "  ".join(f"{k}={v}" for k, v in openblas.items()))
+        print("  OpenBLAS context: " + "  ".join(f"{k}={v}" for k, v in openblas.items()))
     ours_kernel = ours_context.get("openblas_corename")
     if reason := generic_kernel(ours_kernel, flags):
         print(f"  note: our OpenBLAS runs {ours_kernel} ({reason}): that is what a user gets, "

@@ -117,13 +117,19 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+# OPENBLAS_CORETYPE family -> the /proc/cpuinfo flags it needs, best first.
+OPENBLAS_FAMILY_FLAGS = (
+    ("SkylakeX", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+    ("Haswell", ("avx2", "fma")),
+)
+
+
 def openblas_family_for_cpu(flags: set[str]) -> str | None:
     """The OPENBLAS_CORETYPE family this CPU's flags call for: SkylakeX with AVX-512
     F/BW/VL/DQ, Haswell with AVX2 and FMA, else None (leave OpenBLAS to choose)."""
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        return "SkylakeX"
-    if {"avx2", "fma"} <= flags:
-        return "Haswell"
+    for family, needed in OPENBLAS_FAMILY_FLAGS:
+        if set(needed) <= flags:
+            return family
     return None
 
 
