@@ -364,6 +364,10 @@ def settle_torch_kernel(python: str, environment: dict[str, str], requested: str
         settled["coretype_set_by"] = "--torch-openblas-coretype"
         settled["notes"].append(f"OPENBLAS_CORETYPE={requested} set for the torch side by "
                                 "--torch-openblas-coretype (experiment)")
+        if reason:
+            settled["warnings"].append(f"torch's OpenBLAS runs {kernel} ({reason}), as "
+                                       "--torch-openblas-coretype asked: the torch peer is NOT "
+                                       "at its best and the ratios flatter ours")
     elif not probe.get("openblas_library"):
         settled["warnings"].append(
             "torch's process mapped no libopenblas (BLAS libraries: "
