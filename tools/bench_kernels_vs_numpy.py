@@ -336,8 +336,9 @@ def print_kernels(ours_context: dict[str, Any], ours_environment: dict[str, str]
         print("  OpenBLAS context: " + "  ".join(f"{k}={v}" for k, v in openblas.items()))
     ours_kernel = ours_context.get("openblas_corename")
     if reason := generic_kernel(ours_kernel, flags):
-        print(f"  note: our OpenBLAS runs {ours_kernel} ({reason}): that is what a user gets, "
-              "and the ratios below show it")
+        print(f"  note: our OpenBLAS runs {ours_kernel} ({reason}): "
+              + ("--openblas-coretype asked for it" if coretype
+                 else "that is what a user gets, and the ratios below show it"))
 
     print(f"numpy: numpy {numpy_info.get('numpy')}, python {numpy_info.get('python')} "
           f"({python}); {describe_tuning(peer_environment)}; "

@@ -756,8 +756,9 @@ def print_kernels(blas_seen: dict[str, Any], environment: dict[str, str],
             kernels["ours_openblas"] = ours_openblas
             print(f"         its OpenBLAS in this environment: {describe_openblas(ours_openblas)}")
             if reason := generic_kernel(ours_openblas.get("openblas_corename"), cpu_flags()):
-                print(f"         note: {reason}: that is what a user gets, and the ratios "
-                      "below show it")
+                print(f"         note: {reason}: " + (
+                    "--openblas-coretype asked for it" if environment.get("OPENBLAS_CORETYPE")
+                    else "that is what a user gets, and the ratios below show it"))
     else:
         print("  ours : no run completed")
     probe = settled["probes"][-1]
