@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
 """Runs the kernel benchmarks (bench/riftco_bench_kernels) beside numpy in one invocation.
 
-GEMM: float32 (M,N,K) shapes, ours (tensor_ops::matmul) against numpy.matmul, both on the
-same OpenBLAS build (Debian's OpenMP build) with the same thread count and the same
-OPENBLAS_CORETYPE. The two sides are sampled alternately, shape by shape and round by round,
-so that load from other processes falls on both; the figure per side is the median over the
-rounds, and PASS means ours >= 0.9 x numpy.
+GEMM: float32 (M,N,K) shapes, ours (tensor_ops::matmul) against numpy.matmul, each side at
+its best with the same thread count. Ours runs as a user runs it: OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE removed from the environment (OpenBLAS autodetects), unless
+--openblas-coretype sets one for an experiment. numpy is the PyPI wheel (its own current
+OpenBLAS) in a virtual environment, by default ~/.cache/riftco-transformer/numpy-venv
+(created with `python3 -m venv` and `pip install numpy threadpoolctl` when absent; --python
+picks another interpreter), with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed and no BLAS
+directory on LD_LIBRARY_PATH. The script prints the kernel each side ran (ours: the
+benchmark's riftco_* and openblas_* context; numpy: threadpoolctl.threadpool_info()) and
+warns when numpy's is a generic fallback, because then the peer is not at its best. The two
+sides are sampled alternately, shape by shape and round by round, so that load from other
+processes falls on both; the figure per side is the median over the rounds, and PASS means
+ours >= 0.9 x numpy.
 
 Memory-bound kernels: GB/s (bytes read + written once per call) from one run of the
 benchmark with --benchmark_repetitions (median aggregate), and as a fraction of
@@ -14,11 +22,11 @@ BM_MemoryCopy (std::memcpy of 64 MiB) from that same run. numpy equivalents of s
 
 This is a report, not a test: the exit status is 0 unless something failed to run.
 
-    /usr/bin/python3 tools/bench_kernels_vs_numpy.py --build-dir build/release --threads 2
+    python3 tools/bench_kernels_vs_numpy.py --build-dir build/release --threads 2
 
-Only the standard library is used here; numpy is imported in a worker subprocess started
-with LD_LIBRARY_PATH pointing at the OpenMP OpenBLAS, because Debian's numpy calls whatever
-libblas.so.3 the system alternatives select.
+Only the standard library is used in this process (any python3 runs it); numpy and
+threadpoolctl are imported in a worker subprocess (this file with --numpy-worker) under the
+numpy side's interpreter.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 # tools/ is on sys.path when a script here runs
-from bench_report import THREAD_VARIABLES, peer_environment, print_table, progress
+from bench_report import (THREAD_VARIABLES, cpu_flags, describe_tuning, generic_kernel,
+                          mapped_openblas_info, numpy_environment, print_table, print_warning,
+                          progress, removed_tuning_variables, user_environment)
 
 BENCHMARK_RELATIVE_PATH = Path("bench") / "riftco_bench_kernels"
 GEMM_SHAPES = [(1024, 1024, 1024), (512, 768, 3072), (512, 3072, 768), (2048, 2048, 2048)]
@@ -43,6 +53,8 @@ SLOW_FRACTION_OF_MEMCPY = 0.2
 MEMCPY_REFERENCE = "BM_MemoryCopy"
 FLOAT_BYTES = 4
 EIGHT_MEBI = 8 << 20
+DEFAULT_NUMPY_VENV = Path.home() / ".cache" / "riftco-transformer" / "numpy-venv"
+NUMPY_VENV_PACKAGES = ("numpy", "threadpoolctl")
 
 # Benchmark base name (without "/real_time") -> (kernel, shape) for the table; the bytes per
 # call are those counted in bench_kernels.cpp.
@@ -78,37 +90,6 @@ NUMPY_REFERENCE_BYTES = {
 # ---------------------------------------------------------------------------------------------
 # numpy worker: runs in a subprocess (this file with --numpy-worker), one JSON request per
 # stdin line, one JSON reply per stdout line.
-
-def _openblas_info() -> dict[str, Any]:
-    """Which libopenblas this process mapped, and what it reports about itself."""
-    import ctypes
-
-    info: dict[str, Any] = {"openblas_library": None}
-    with open("/proc/self/maps", encoding="utf-8") as maps:
-        for line in maps:
-            slash = line.find("/")
-            if slash >= 0 and "libopenblas" in line[slash:]:
-                info["openblas_library"] = line[slash:].strip()
-                break
-    if info["openblas_library"] is None:
-        return info
-    library = ctypes.CDLL(info["openblas_library"])
-    for name, restype in (("openblas_get_corename", ctypes.c_char_p),
-                          ("openblas_get_config", ctypes.c_char_p),
-                          ("openblas_get_parallel", ctypes.c_int),
-                          ("openblas_get_num_threads", ctypes.c_int)):
-        function = getattr(library, name, None)
-        if function is None:
-            continue
-        function.restype = restype
-        value = function()
-        info[name.replace("_get", "")] = value.decode() if isinstance(value, bytes) else value
-    parallel = info.get("openblas_parallel")
-    if isinstance(parallel, int):
-        info["openblas_parallel"] = {0: "sequential", 1: "pthreads", 2: "openmp"}.get(
-            parallel, str(parallel))
-    return info
-
 
 def _numpy_worker() -> int:
     import numpy as np
@@ -198,7 +179,13 @@ def _numpy_worker() -> int:
         try:
             if request["op"] == "info":
                 reply = {"numpy": np.__version__, "python": sys.version.split()[0],
-                         **_openblas_info()}
+                         "executable": sys.executable, **mapped_openblas_info()}
+                try:
+                    from threadpoolctl import threadpool_info
+                    reply["threadpool_info"] = threadpool_info()
+                except ImportError as error:
+                    reply["threadpool_info"] = None
+                    reply["threadpoolctl_error"] = str(error)
             elif request["op"] == "gemm":
                 call = gemm_call(request["m"], request["n"], request["k"],
                                  request["preallocated"])
@@ -279,17 +266,117 @@ def base_name(run_name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# The numpy side's interpreter.
+
+def numpy_venv_python(venv: Path) -> str | None:
+    """The interpreter of the numpy virtual environment ``venv``, created (python3 -m venv,
+    pip install numpy threadpoolctl) when absent or missing a package. None, after printing
+    why, when that fails."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", "import " + ", ".join(NUMPY_VENV_PACKAGES)]
+    if python.is_file() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(python)
+    commands = []
+    if not python.is_file():
+        commands.append([sys.executable, "-m", "venv", str(venv)])
+    commands.append([str(python), "-m", "pip", "install", "--quiet", *NUMPY_VENV_PACKAGES])
+    for command in commands:
+        print(f"numpy side: {' '.join(command)}", flush=True)
+        if subprocess.run(command).returncode != 0:
+            print(f"error: `{' '.join(command)}` failed; pass --python with an interpreter "
+                  f"that has numpy (and threadpoolctl)", file=sys.stderr)
+            return None
+    if subprocess.run(check).returncode != 0:
+        print(f"error: {python} still cannot import {', '.join(NUMPY_VENV_PACKAGES)}",
+              file=sys.stderr)
+        return None
+    return str(python)
+
+
+# ---------------------------------------------------------------------------------------------
 # Report.
 
+def numpy_blas_entries(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """numpy's BLAS as threadpoolctl reports it, or one entry built from the mapped
+    libopenblas (interpreters without threadpoolctl)."""
+    entries = [e for e in info.get("threadpool_info") or [] if e.get("user_api") == "blas"]
+    if entries or not info.get("openblas_library"):
+        return entries
+    return [{"internal_api": "openblas (ctypes; no threadpoolctl)",
+             "version": info.get("openblas_config"), "architecture": info.get("openblas_corename"),
+             "threading_layer": info.get("openblas_parallel"),
+             "num_threads": info.get("openblas_num_threads"),
+             "filepath": info.get("openblas_library")}]
 
-def describe_side(name: str, info: dict[str, Any]) -> str:
-    return (f"  {name:<6} corename={info.get('openblas_corename')}  "
-            f"parallel={info.get('openblas_parallel')}  threads={info.get('openblas_num_threads')}"
-            f"  library={info.get('openblas_library')}")
+
+def entry_kernel(entry: dict[str, Any]) -> str | None:
+    return entry.get("architecture") or entry.get("corename")
+
+
+def print_kernels(ours_context: dict[str, Any], ours_environment: dict[str, str],
+                  numpy_info: dict[str, Any], peer_environment: dict[str, str],
+                  python: str, flags: set[str]) -> list[str]:
+    """Prints each side's environment and kernel; returns the warnings printed."""
+    warnings = []
+    removed = removed_tuning_variables()
+    if removed:
+        print(f"removed from the inherited environment for both sides: "
+              f"{', '.join(f'{k}={v}' for k, v in removed.items())}")
+    coretype = ours_environment.get("OPENBLAS_CORETYPE")
+    print(f"ours : {describe_tuning(ours_environment)}"
+          + (f"  <-- set by --openblas-coretype {coretype} (experiment: users do not set it)"
+             if coretype else " (as a user runs it: OpenBLAS autodetects)")
+          + f"; LD_LIBRARY_PATH={ours_environment.get('LD_LIBRARY_PATH', '(unset)')}")
+    riftco = {k: v for k, v in ours_context.items() if k.startswith("riftco_")}
+    print("  kernel: " + ("  ".join(f"{k}={v}" for k, v in sorted(riftco.items()))
+                          if riftco else "(no riftco_* context keys)"))
+    openblas = {k: v for k, v in ours_context.items()
+                if k.startswith("openblas_") or k == "OPENBLAS_CORETYPE"}
+    if openblas:
+        print("  OpenBLAS context: " + "  ".join(f"{k}={v}" for k, v in openblas.items()))
+    ours_kernel = ours_context.get("openblas_corename")
+    if reason := generic_kernel(ours_kernel, flags):
+        print(f"  note: our OpenBLAS runs {ours_kernel} ({reason}): "
+              + ("--openblas-coretype asked for it" if coretype
+                 else "that is what a user gets, and the ratios below show it"))
+
+    print(f"numpy: numpy {numpy_info.get('numpy')}, python {numpy_info.get('python')} "
+          f"({python}); {describe_tuning(peer_environment)}; "
+          f"LD_LIBRARY_PATH={peer_environment.get('LD_LIBRARY_PATH', '(unset)')}")
+    entries = numpy_blas_entries(numpy_info)
+    if not entries:
+        print("  kernel: unknown (no threadpoolctl in that interpreter and no libopenblas "
+              f"mapped{': ' + numpy_info['threadpoolctl_error'] if numpy_info.get('threadpoolctl_error') else ''})")
+        warnings.append("numpy's BLAS kernel is unknown: the peer may not be at its best")
+    for entry in entries:
+        print("  kernel: " + "  ".join(
+            f"{key}={entry.get(key)}" for key in ("internal_api", "version", "architecture",
+                                                  "corename", "threading_layer", "num_threads",
+                                                  "filepath")
+            if key in entry or key == "architecture"))
+        kernel = entry_kernel(entry)
+        if reason := generic_kernel(kernel, flags):
+            warnings.append(f"numpy's BLAS runs {kernel} kernels: {reason}, so the numpy peer "
+                            f"is NOT at its best and every ratio below flatters ours")
+        if entry.get("num_threads") not in (None, int(ours_environment["OPENBLAS_NUM_THREADS"])):
+            warnings.append(f"numpy's BLAS uses {entry.get('num_threads')} threads, ours "
+                            f"{ours_environment['OPENBLAS_NUM_THREADS']}")
+    others = [e for e in numpy_info.get("threadpool_info") or [] if e.get("user_api") != "blas"]
+    for entry in others:
+        print(f"  also loaded: {entry.get('user_api')} {entry.get('internal_api')} "
+              f"{entry.get('version')} num_threads={entry.get('num_threads')} "
+              f"{entry.get('filepath')}")
+    if warnings:
+        print_warning(["WARNING: " + w for w in warnings])
+    return warnings
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + (
+        " Each side runs at its best with the same thread count: ours as a user runs it "
+        "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset), numpy from the PyPI wheel in a "
+        "virtual environment (neither set, no BLAS directory on LD_LIBRARY_PATH). Prints "
+        "the BLAS kernel each side ran and warns when numpy's is a generic fallback."))
     parser.add_argument("--build-dir", default="build/release", type=Path,
                         help="CMake build directory holding bench/riftco_bench_kernels")
     parser.add_argument("--threads", default=2, type=int,
@@ -300,15 +387,18 @@ def main() -> int:
                              "--benchmark_repetitions / numpy samples; medians are reported")
     parser.add_argument("--min-time", default=0.5, type=float,
                         help="seconds per sample on each side (--benchmark_min_time)")
-    parser.add_argument("--openblas-coretype", default=None,
-                        help="OPENBLAS_CORETYPE for both sides (default: inherit; '' unsets)")
+    parser.add_argument("--openblas-coretype", default=None, metavar="NAME",
+                        help="experiment: OPENBLAS_CORETYPE for our side only (default: unset, "
+                             "as a user runs it; the numpy side never gets one)")
     parser.add_argument("--numpy-preallocated-out", action="store_true",
                         help="numpy GEMM writes into a preallocated out= (default: allocates "
                              "its result each call, as tensor_ops::matmul does)")
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--python", default="/usr/bin/python3",
-                        help="interpreter with Debian's numpy for the numpy side")
+    parser.add_argument("--python", default=None,
+                        help="interpreter for the numpy side (default: the PyPI numpy wheel "
+                             "in ~/.cache/riftco-transformer/numpy-venv, created with python3 -m venv and "
+                             "pip install numpy threadpoolctl when absent)")
     parser.add_argument("--json-out", type=Path, help="also write every figure to this file")
     parser.add_argument("--numpy-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,47 +413,42 @@ def main() -> int:
               f"  cmake -S . -B {args.build_dir} -G Ninja -DCMAKE_BUILD_TYPE=Release\n"
               f"  cmake --build {args.build_dir} --target riftco_bench_kernels", file=sys.stderr)
         return 2
-    # One environment for both sides: thread counts, BLAS build and kernel family.
-    environment = peer_environment(args.threads, args.openblas_coretype)
-    if environment is None:
+    # Each side at its best: ours as a user runs it, numpy on the wheel's own OpenBLAS; only
+    # the thread counts are shared.
+    environment = user_environment(args.threads, args.openblas_coretype)
+    peer_environment = numpy_environment(args.threads)
+    python = args.python or numpy_venv_python(DEFAULT_NUMPY_VENV)
+    if python is None:
         return 2
-    coretype = environment.get("OPENBLAS_CORETYPE")
+    flags = cpu_flags()
 
     report: dict[str, Any] = {
         "settings": {"threads": args.threads, "repetitions": args.repetitions,
                      "min_time_s": args.min_time, "binary": str(binary),
-                     "OPENBLAS_CORETYPE": coretype,
-                     "LD_LIBRARY_PATH": environment["LD_LIBRARY_PATH"],
+                     "numpy_python": python,
+                     "removed_from_environment": removed_tuning_variables(),
+                     "ours_OPENBLAS_CORETYPE": environment.get("OPENBLAS_CORETYPE"),
+                     "ours_LD_LIBRARY_PATH": environment.get("LD_LIBRARY_PATH"),
+                     "numpy_LD_LIBRARY_PATH": peer_environment.get("LD_LIBRARY_PATH"),
                      "numpy_preallocated_out": args.numpy_preallocated_out},
         "load_average_start": os.getloadavg(),
     }
 
     try:
-        worker = NumpyWorker(args.python, environment)
+        worker = NumpyWorker(python, peer_environment)
     except OSError as error:
-        print(f"error: cannot start {args.python}: {error}", file=sys.stderr)
+        print(f"error: cannot start {python}: {error}", file=sys.stderr)
         return 2
     try:
         numpy_info = worker.ask(op="info")
-        # A cheap run of ours just for its context (which OpenBLAS it loaded).
+        # A cheap run of ours just for its context (which GEMM and OpenBLAS it loaded).
         ours_context = run_benchmark(binary, environment, "^BM_MemoryCopy/", 0.01, 1)["context"]
         report["numpy_info"] = numpy_info
         report["ours_context"] = ours_context
-        ours_info = {key: ours_context.get(key) for key in (
-            "openblas_corename", "openblas_parallel", "openblas_library")}
-        ours_info["openblas_num_threads"] = ours_context.get("openblas_threads")
 
         print(f"threads: {args.threads} on both sides ({', '.join(THREAD_VARIABLES)})")
-        print(f"OPENBLAS_CORETYPE: {coretype if coretype else 'unset (OpenBLAS autodetects)'}"
-              " on both sides")
-        print(f"LD_LIBRARY_PATH: {environment['LD_LIBRARY_PATH']}")
-        print(describe_side("ours", ours_info) + f"  gemm={ours_context.get('riftco_gemm')}"
-              f"  riftco threads={ours_context.get('riftco_cpu_threads')}")
-        print(describe_side("numpy", numpy_info) + f"  numpy {numpy_info.get('numpy')}")
-        if (os.path.realpath(str(ours_info["openblas_library"])) !=
-                os.path.realpath(str(numpy_info.get("openblas_library")))
-                or ours_info["openblas_corename"] != numpy_info.get("openblas_corename")):
-            print("WARNING: the two sides did not load the same OpenBLAS build and kernels")
+        report["warnings"] = print_kernels(ours_context, environment, numpy_info,
+                                           peer_environment, python, flags)
         if ours_context.get("library_build_type") == "debug":
             print("note: Google Benchmark itself reports a debug build (Debian's package); "
                   "this does not affect the code being timed")
@@ -386,6 +471,8 @@ def main() -> int:
 
     report["load_average_end"] = os.getloadavg()
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in report['load_average_end'])}")
+    if report.get("warnings"):
+        print_warning(["WARNING (repeated from the top): " + w for w in report["warnings"]])
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -4,8 +4,21 @@
 Workloads are those of the PyTorch yardstick (/work/shared/bench/torch_anchor.py): tiny and
 small, GPT-2-style, fp32, batch B of T tokens, Adam with global clipping. Each (config,
 attention) pair runs our program and the anchor alternately, --repetitions times each, with
-the same thread count, the same OpenBLAS build and the same OPENBLAS_CORETYPE, so that load
-from other processes falls on both sides; the figures are medians over the repetitions.
+the same thread count, so that load from other processes falls on both sides; the figures
+are medians over the repetitions.
+
+Each side runs at its best. Ours runs as a user runs it: OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE removed from the environment (--openblas-coretype sets one for ours only,
+as an experiment). Torch (Debian's, calling whatever libblas.so.3 is found) gets the OpenMP
+OpenBLAS first on LD_LIBRARY_PATH and neither variable; a probe in that environment (this
+file with --torch-probe: imports torch, runs one torch.mm, asks the libopenblas mapped in
+/proc/self/maps for openblas_get_corename through ctypes) reports the kernel torch's process
+uses. If that is a generic fallback (an OpenBLAS that does not know the CPU picks Prescott),
+the torch side alone gets OPENBLAS_CORETYPE for the CPU's family from /proc/cpuinfo
+(SkylakeX with AVX-512 F/BW/VL/DQ, Haswell with AVX2+FMA), is probed again, and the output
+says so (--torch-openblas-coretype overrides the choice). The script prints the kernel each
+side ran: torch's from the probe and the anchor's mapped BLAS, ours from the BLAS libraries
+mapped into riftco-train and any line of its output that mentions gemm, kernel or BLAS.
 Attention: ours `flash` against torch `sdpa` (fused scaled_dot_product_attention), ours
 `materialized` against torch `materialized` (explicit T x T scores and softmax).
 
@@ -26,7 +39,8 @@ This is a report, not a test: the exit status is 0 unless something failed to ru
 
     /usr/bin/python3 tools/bench_train_vs_torch.py --build-dir build/release --threads 2
 
-Only the standard library is used here; torch runs in the anchor's own process.
+Only the standard library is used in this process; torch is imported only by the anchor
+and by the probe, each in its own subprocess under --python.
 """
 
 from __future__ import annotations
@@ -48,7 +62,10 @@ from pathlib import Path
 from typing import Any
 
 # tools/ is on sys.path when a script here runs
-from bench_report import THREAD_VARIABLES, peer_environment, print_table, progress
+from bench_report import (OPENBLAS_FAMILY_FLAGS, THREAD_VARIABLES, cpu_flags,
+                          describe_tuning, generic_kernel, mapped_openblas_info,
+                          openblas_family_for_cpu, print_table, print_warning, progress,
+                          removed_tuning_variables, torch_environment, user_environment)
 
 PROGRAM_RELATIVE_PATH = Path("examples") / "cpp" / "riftco-train"
 DEFAULT_ANCHOR = "/work/shared/bench/torch_anchor.py"
@@ -69,6 +86,10 @@ MODE_ALIASES = {"sdpa": "flash"}
 
 STEP_LINE = re.compile(r"^step\s+(\d+)\s+loss\s+\S+.*?\s(\d+(?:\.\d+)?) tokens/s")
 CORPUS_LINE = re.compile(r"vocabulary (\d+)")
+# A line of riftco-train's output that names its GEMM / kernel / BLAS (printed if present).
+KERNEL_LINE = re.compile(r"gemm|kernel|blas", re.IGNORECASE)
+# Shared objects, in a process's maps, that are a BLAS or GEMM library.
+BLAS_LIBRARY = re.compile(r"blas|blis|dnnl|mkl", re.IGNORECASE)
 MODEL_LINE = re.compile(r"(\d+) parameters")
 
 
@@ -105,13 +126,17 @@ def process_status_kib(pid: int, key: str) -> int | None:
     return None
 
 
-def mapped_openblas(pid: int) -> str | None:
+def mapped_blas_libraries(pid: int) -> list[str]:
+    """The BLAS / GEMM shared objects (OpenBLAS, BLIS, oneDNN, MKL) mapped into a process."""
+    paths: list[str] = []
     with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
         for line in maps:
             slash = line.find("/")
-            if slash >= 0 and "libopenblas" in line[slash:]:
-                return line[slash:].strip()
-    return None
+            if slash >= 0:
+                path = line[slash:].strip()
+                if BLAS_LIBRARY.search(os.path.basename(path)) and path not in paths:
+                    paths.append(path)
+    return paths
 
 
 def snapshot(pid: int) -> dict[str, Any]:
@@ -157,11 +182,14 @@ def run_ours(program: Path, config: dict[str, int], attention: str, steps: int,
 
         def handle(line: str) -> None:
             result["lines"].append(line)
+            step_line = STEP_LINE.match(line)
+            if KERNEL_LINE.search(line) and not step_line:
+                result.setdefault("kernel_lines", []).append(line)
             if line.startswith("corpus:") and (match := CORPUS_LINE.search(line)):
                 result["vocabulary"] = int(match.group(1))
             elif line.startswith("model:") and (match := MODEL_LINE.search(line)):
                 result["params"] = int(match.group(1))
-            elif match := STEP_LINE.match(line):
+            elif match := step_line:
                 step, rate = int(match.group(1)), float(match.group(2))
                 stamp = {"step": step, "rate": rate, "monotonic": time.monotonic(),
                          "seconds": step * batch * context / rate if rate > 0 else None}
@@ -176,7 +204,7 @@ def run_ours(program: Path, config: dict[str, int], attention: str, steps: int,
                 else:
                     stamp["cpu"] = snapshot(pid)
                 if step == 1:
-                    result["openblas_library"] = mapped_openblas(pid)
+                    result["blas_libraries"] = mapped_blas_libraries(pid)
                 result.setdefault("progress", []).append(stamp)
 
         try:
@@ -267,6 +295,118 @@ def run_torch(python: str, anchor: Path, config_name: str, mode: str, threads: i
                 record["command"] = command
                 return record
     raise RuntimeError(f"{' '.join(command)} printed no train record:\n{completed.stdout}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: which BLAS kernels each side's process runs.
+
+def _torch_probe() -> int:
+    """Runs under --python in the torch side's environment: loads torch and its BLAS the way
+    the anchor does, and prints one JSON line about them."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.mm(torch.ones(256, 256), torch.ones(256, 256))
+    print(json.dumps({"torch": torch.__version__, "python": sys.version.split()[0],
+                      "blas_libraries": mapped_blas_libraries(os.getpid()),
+                      **mapped_openblas_info()}), flush=True)
+    return 0
+
+
+def _openblas_probe(library: str) -> int:
+    """Loads ``library`` (a libopenblas) here and prints one JSON line about it; run in a
+    side's environment, it says which kernels OpenBLAS autodetects there."""
+    import ctypes
+
+    ctypes.CDLL(library)
+    print(json.dumps(mapped_openblas_info()), flush=True)
+    return 0
+
+
+def run_probe(command: list[str], environment: dict[str, str]) -> dict[str, Any]:
+    completed = subprocess.run(command, env=environment, capture_output=True, text=True,
+                               timeout=300)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} exited with {completed.returncode}:\n"
+                           f"{completed.stderr.strip()[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def probe_torch(python: str, environment: dict[str, str]) -> dict[str, Any]:
+    probe = run_probe([python, os.path.abspath(__file__), "--torch-probe"], environment)
+    probe["OPENBLAS_CORETYPE"] = environment.get("OPENBLAS_CORETYPE")
+    return probe
+
+
+def describe_openblas(info: dict[str, Any]) -> str:
+    if not info.get("openblas_library"):
+        return "no libopenblas mapped"
+    return (f"corename={info.get('openblas_corename')}  parallel={info.get('openblas_parallel')}"
+            f"  threads={info.get('openblas_num_threads')}  library={info['openblas_library']}"
+            f"  config={info.get('openblas_config')}")
+
+
+def settle_torch_kernel(python: str, environment: dict[str, str], requested: str | None,
+                        flags: set[str]) -> dict[str, Any]:
+    """Probes the kernel torch's process runs in ``environment``; when it is a generic
+    fallback and ``requested`` is None (auto), sets OPENBLAS_CORETYPE in ``environment`` (the
+    torch side's only) to the CPU's family and probes again. ``requested`` '' keeps the
+    autodetected kernel; a name was already set by the caller (an experiment). Returns the
+    probes, the notes and the warnings, all of which it prints."""
+    probe = probe_torch(python, environment)
+    settled: dict[str, Any] = {"probes": [probe], "notes": [], "warnings": [],
+                               "coretype_set_by": None}
+    kernel = probe.get("openblas_corename")
+    reason = generic_kernel(kernel, flags)
+    family = openblas_family_for_cpu(flags)
+    if requested:
+        settled["coretype_set_by"] = "--torch-openblas-coretype"
+        settled["notes"].append(f"OPENBLAS_CORETYPE={requested} set for the torch side by "
+                                "--torch-openblas-coretype (experiment)")
+        if reason:
+            settled["warnings"].append(f"torch's OpenBLAS runs {kernel} ({reason}), as "
+                                       "--torch-openblas-coretype asked: the torch peer is NOT "
+                                       "at its best and the ratios flatter ours")
+    elif not probe.get("openblas_library"):
+        settled["warnings"].append(
+            "torch's process mapped no libopenblas (BLAS libraries: "
+            f"{', '.join(probe.get('blas_libraries') or []) or 'none found'}); its GEMM may "
+            "be the reference BLAS, so the torch peer may not be at its best")
+    elif reason and requested == "":
+        settled["warnings"].append(f"torch's OpenBLAS autodetected {kernel} ({reason}); kept "
+                                   "by --torch-openblas-coretype '', so the torch peer is NOT "
+                                   "at its best and the ratios flatter ours")
+    elif reason and family is None:
+        settled["warnings"].append(f"torch's OpenBLAS autodetected {kernel} ({reason}) and "
+                                   "this CPU has neither AVX-512 nor AVX2+FMA to pick a "
+                                   "family from; the torch peer may not be at its best")
+    elif reason:
+        environment["OPENBLAS_CORETYPE"] = family
+        settled["coretype_set_by"] = "auto"
+        fixed = probe_torch(python, environment)
+        settled["probes"].append(fixed)
+        needed = dict(OPENBLAS_FAMILY_FLAGS)[family]
+        settled["notes"].append(
+            f"torch's OpenBLAS autodetected {kernel} ({reason}); OPENBLAS_CORETYPE={family} "
+            f"set for the torch side only (/proc/cpuinfo has {' '.join(needed)}); it now runs "
+            f"{fixed.get('openblas_corename')}")
+        if (still := generic_kernel(fixed.get("openblas_corename"), flags)) or \
+                fixed.get("openblas_corename") is None:
+            settled["warnings"].append(f"with OPENBLAS_CORETYPE={family} torch's OpenBLAS "
+                                       f"still runs {fixed.get('openblas_corename')} "
+                                       f"({still or 'unknown'}); the torch peer is NOT at its "
+                                       "best")
+    return settled
+
+
+def probe_ours_openblas(libraries: list[str], environment: dict[str, str]) -> dict[str, Any] | None:
+    """What the libopenblas ours mapped (if any) autodetects in ours' environment."""
+    openblas = [path for path in libraries if "libopenblas" in os.path.basename(path)]
+    if not openblas:
+        return None
+    return run_probe([sys.executable, os.path.abspath(__file__), "--openblas-probe",
+                      openblas[0]], environment)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +513,11 @@ def print_report(args, summaries: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + (
+        " Each side runs at its best with the same thread count: ours as a user runs it "
+        "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset); torch on the OpenMP OpenBLAS, with "
+        "OPENBLAS_CORETYPE set for the CPU's family only if a probe finds its autodetected "
+        "kernel a generic fallback. Prints the kernel each side ran."))
     parser.add_argument("--build-dir", default="build/release", type=Path,
                         help="CMake build directory holding examples/cpp/riftco-train")
     parser.add_argument("--torch-anchor", default=DEFAULT_ANCHOR, type=Path,
@@ -398,12 +542,24 @@ def main() -> int:
     parser.add_argument("--threads", default=2, type=int,
                         help="threads for both sides (RIFTCO_TRANSFORMER_NUM_THREADS, "
                              "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS)")
-    parser.add_argument("--openblas-coretype", default=None,
-                        help="OPENBLAS_CORETYPE for both sides (default: inherit; '' unsets)")
+    parser.add_argument("--openblas-coretype", default=None, metavar="NAME",
+                        help="experiment: OPENBLAS_CORETYPE for our side only (default: unset, "
+                             "as a user runs it)")
+    parser.add_argument("--torch-openblas-coretype", default=None, metavar="NAME",
+                        help="OPENBLAS_CORETYPE for the torch side (default: unset, and set to "
+                             "the CPU's family, SkylakeX or Haswell, only if the probe finds "
+                             "the autodetected kernel a generic fallback; '' keeps whatever "
+                             "OpenBLAS autodetects)")
     parser.add_argument("--timeout", default=1800.0, type=float,
                         help="seconds allowed per run of either side")
     parser.add_argument("--json-out", type=Path, help="also write every figure to this file")
+    parser.add_argument("--torch-probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--openblas-probe", metavar="LIBRARY", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_probe:
+        return _torch_probe()
+    if args.openblas_probe:
+        return _openblas_probe(args.openblas_probe)
 
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     modes = [MODE_ALIASES.get(m.strip(), m.strip()) for m in args.modes.split(",") if m.strip()]
@@ -424,26 +580,60 @@ def main() -> int:
     if not args.torch_anchor.is_file():
         print(f"error: {args.torch_anchor} not found (--torch-anchor)", file=sys.stderr)
         return 2
-    # One environment for both sides: thread counts, BLAS build and kernel family.
-    environment = peer_environment(args.threads, args.openblas_coretype)
-    if environment is None:
+    # Each side at its best: ours as a user runs it; torch on the OpenMP OpenBLAS with its
+    # kernel checked (and fixed if OpenBLAS fell back to a generic one). Only the thread
+    # counts are shared.
+    environment = user_environment(args.threads, args.openblas_coretype)
+    torch_env = torch_environment(args.threads, args.torch_openblas_coretype)
+    if torch_env is None:
         return 2
+    flags = cpu_flags()
+    print(f"threads: {args.threads} on both sides ({', '.join(THREAD_VARIABLES)})")
+    removed = removed_tuning_variables()
+    if removed:
+        print(f"removed from the inherited environment for both sides: "
+              f"{', '.join(f'{k}={v}' for k, v in removed.items())}")
     coretype = environment.get("OPENBLAS_CORETYPE")
+    print(f"ours : {program}; {describe_tuning(environment)}"
+          + (f"  <-- set by --openblas-coretype {coretype} (experiment: users do not set it)"
+             if coretype else " (as a user runs it)")
+          + f"; LD_LIBRARY_PATH={environment.get('LD_LIBRARY_PATH', '(unset)')}")
+    progress("probing the kernel torch's process runs")
+    try:
+        settled = settle_torch_kernel(args.python, torch_env, args.torch_openblas_coretype,
+                                      flags)
+    except (RuntimeError, OSError, json.JSONDecodeError, subprocess.SubprocessError) as error:
+        progress("")
+        print(f"error: the torch probe failed: {error}", file=sys.stderr)
+        return 1
+    progress("")
+    probe = settled["probes"][-1]
+    print(f"torch: torch {probe.get('torch')} ({args.python} {args.torch_anchor}); "
+          f"{describe_tuning(torch_env)}; LD_LIBRARY_PATH={torch_env['LD_LIBRARY_PATH']}")
+    for earlier in settled["probes"][:-1]:
+        print(f"  kernel (probe, OPENBLAS_CORETYPE "
+              f"{earlier['OPENBLAS_CORETYPE'] or 'unset'}): {describe_openblas(earlier)}")
+    print(f"  kernel (probe, OPENBLAS_CORETYPE {probe['OPENBLAS_CORETYPE'] or 'unset'}): "
+          f"{describe_openblas(probe)}")
+    for note in settled["notes"]:
+        print(f"  note: {note}")
+    if settled["warnings"]:
+        print_warning(["WARNING: " + w for w in settled["warnings"]])
 
     report: dict[str, Any] = {
         "settings": {"threads": args.threads, "repetitions": args.repetitions,
                      "configs": configs, "modes": modes, "steps": steps_for,
                      "torch_steps": args.torch_steps, "torch_warmup": args.torch_warmup,
                      "program": str(program), "torch_anchor": str(args.torch_anchor),
-                     "OPENBLAS_CORETYPE": coretype,
-                     "LD_LIBRARY_PATH": environment["LD_LIBRARY_PATH"]},
+                     "removed_from_environment": removed,
+                     "ours_OPENBLAS_CORETYPE": coretype,
+                     "ours_LD_LIBRARY_PATH": environment.get("LD_LIBRARY_PATH"),
+                     "torch_OPENBLAS_CORETYPE": torch_env.get("OPENBLAS_CORETYPE"),
+                     "torch_OPENBLAS_CORETYPE_set_by": settled["coretype_set_by"],
+                     "torch_LD_LIBRARY_PATH": torch_env["LD_LIBRARY_PATH"]},
+        "torch_kernel": settled,
         "load_average_start": os.getloadavg(),
     }
-    print(f"threads: {args.threads} on both sides ({', '.join(THREAD_VARIABLES)})")
-    print(f"OPENBLAS_CORETYPE: {coretype if coretype else 'unset (OpenBLAS autodetects)'}"
-          " on both sides")
-    print(f"LD_LIBRARY_PATH: {environment['LD_LIBRARY_PATH']}")
-    print(f"ours: {program}; torch: {args.python} {args.torch_anchor}")
     print(f"load average at start: {load_text(report['load_average_start'])} "
           f"(other processes on these cores make absolute figures noisy)")
     print(flush=True)
@@ -458,7 +648,10 @@ def main() -> int:
                     result = run_ours(program, config, attention, steps_for[config_name],
                                       environment, args.timeout)
                     ours_runs.append(result)
-                    blas_seen.setdefault("ours", result.get("openblas_library"))
+                    blas_seen.setdefault("ours", result.get("blas_libraries"))
+                    for line in result.get("kernel_lines", []):
+                        if line not in blas_seen.setdefault("ours_lines", []):
+                            blas_seen["ours_lines"].append(line)
                     wall = result["tokens_per_s_wall"]
                     print(f"  {config_name:<5} {attention:<12} run {repetition + 1} ours : "
                           f"{result['tokens_per_s']:8.1f} tokens/s (steps "
@@ -472,7 +665,7 @@ def main() -> int:
 
                 def sample_torch():
                     record = run_torch(args.python, args.torch_anchor, config_name,
-                                       MODES[attention], args.threads, environment,
+                                       MODES[attention], args.threads, torch_env,
                                        args.timeout, args.torch_steps, args.torch_warmup)
                     if (record.get("batch"), record.get("seq")) != (config["batch"],
                                                                    config["context"]):
@@ -518,15 +711,13 @@ def main() -> int:
     report["summaries"] = summaries
     report["load_average_end"] = os.getloadavg()
     print()
-    ours_blas, torch_blas = blas_seen.get("ours"), blas_seen.get("torch")
-    print(f"OpenBLAS mapped: ours {ours_blas}; torch {blas_seen.get('torch_version')}: "
-          f"{torch_blas}")
-    torch_openblas = [p for p in str(torch_blas).split(",") if "libopenblas" in p]
-    if ours_blas and torch_openblas and (os.path.realpath(ours_blas)
-                                         != os.path.realpath(torch_openblas[0])):
-        print("WARNING: the two sides did not load the same OpenBLAS build")
+    report["kernels"] = print_kernels(blas_seen, environment, torch_env, settled)
+    print()
     print_report(args, summaries)
     print(f"load average at end: {load_text(report['load_average_end'])}")
+    if report["kernels"]["warnings"]:
+        print_warning(["WARNING (repeated from above): " + w
+                       for w in report["kernels"]["warnings"]])
     report["failures"] = failures
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -538,6 +729,57 @@ def main() -> int:
             print(f"  {failure.splitlines()[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def print_kernels(blas_seen: dict[str, Any], environment: dict[str, str],
+                  torch_env: dict[str, str], settled: dict[str, Any]) -> dict[str, Any]:
+    """Prints which kernels each side ran; returns them with every warning so far."""
+    kernels: dict[str, Any] = {"warnings": list(settled["warnings"])}
+    print("kernels:")
+    if "ours" in blas_seen:
+        ours_libraries = blas_seen["ours"] or []
+        kernels["ours_blas_libraries"] = ours_libraries
+        kernels["ours_lines"] = blas_seen.get("ours_lines", [])
+        print(f"  ours : {describe_tuning(environment)}; BLAS/GEMM libraries mapped: "
+              f"{', '.join(ours_libraries) or 'none'}")
+        for line in kernels["ours_lines"]:
+            print(f"         riftco-train: {line.strip()}")
+        if not kernels["ours_lines"]:
+            print("         (riftco-train printed no line mentioning gemm, kernel or BLAS)")
+        try:
+            ours_openblas = probe_ours_openblas(ours_libraries, environment)
+        except (RuntimeError, OSError, json.JSONDecodeError,
+                subprocess.SubprocessError) as error:
+            ours_openblas = None
+            print(f"         (probing its OpenBLAS failed: {error})")
+        if ours_openblas:
+            kernels["ours_openblas"] = ours_openblas
+            print(f"         its OpenBLAS in this environment: {describe_openblas(ours_openblas)}")
+            if reason := generic_kernel(ours_openblas.get("openblas_corename"), cpu_flags()):
+                print(f"         note: {reason}: " + (
+                    "--openblas-coretype asked for it" if environment.get("OPENBLAS_CORETYPE")
+                    else "that is what a user gets, and the ratios below show it"))
+    else:
+        print("  ours : no run completed")
+    probe = settled["probes"][-1]
+    print(f"  torch: {describe_tuning(torch_env)}; probe: {describe_openblas(probe)}")
+    if "torch" in blas_seen:
+        anchor_blas = str(blas_seen["torch"] or "")
+        kernels["torch_anchor_blas"] = anchor_blas
+        print(f"         the anchor ({blas_seen.get('torch_version')}) mapped: "
+              f"{anchor_blas or 'nothing named *blas*'}")
+        anchor_openblas = [p for p in anchor_blas.split(",") if "libopenblas" in p]
+        if probe.get("openblas_library") and anchor_openblas and (
+                os.path.realpath(anchor_openblas[0])
+                != os.path.realpath(probe["openblas_library"])):
+            kernels["warnings"].append(
+                f"the anchor mapped {anchor_openblas[0]}, the probe "
+                f"{probe['openblas_library']}: the probed kernel is not the one torch ran")
+    else:
+        print("  torch: no anchor run completed")
+    if len(kernels["warnings"]) > len(settled["warnings"]):
+        print_warning(["WARNING: " + w for w in kernels["warnings"][len(settled["warnings"]):]])
+    return kernels
 
 
 def number_or_dash(value: float | None) -> str:
