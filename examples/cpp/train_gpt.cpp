@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
         Adam adam(model.parameters(), adam_options);
         WindowBatchSource batches(train, o.batch, o.context, o.seed + 1);
 
+        std::cout << "cpu: " << cpu_info() << "\n";
         std::cout << "corpus: " << text.size() << " bytes (" << train.size() << " training, "
                   << held_out.size() << " held-out tokens); " << tokenizer_method_name(o.tokenizer)
                   << " tokenizer, vocabulary " << dims.vocabulary_size << ", fitted in "

@@ -1,6 +1,7 @@
 // ABI version, status names, the thread's error text, and backend queries.
 
 #include "c_api/boundary.hpp"
+#include "riftco_transformer/core/threading.hpp"
 
 using namespace riftco_transformer;
 using namespace riftco_transformer::c_api;
@@ -59,6 +60,10 @@ rt_status rt_backend_unavailability_reason(int32_t backend, char* out, uint64_t 
         const ExecutionBackend value = backend_from_value(backend, "backend");
         write_text(execution_backend_unavailability_reason(value), out, capacity, required);
     });
+}
+
+rt_status rt_cpu_info(char* out, uint64_t capacity, uint64_t* required) {
+    return guarded(__func__, [&] { write_text(cpu_info(), out, capacity, required); });
 }
 
 }  // extern "C"

@@ -245,6 +245,20 @@ static void cpu_backend_is_available(void) {
     EXPECT_STREQ(reason, "");
 }
 
+static void cpu_info_names_the_gemm_kernel_and_the_thread_count(void) {
+    uint64_t required = 0;
+    EXPECT_OK(rt_cpu_info(NULL, 0, &required));
+    EXPECT(required > 1u);
+    char info[512];
+    EXPECT(required <= sizeof info);
+    EXPECT_OK(rt_cpu_info(info, sizeof info, &required));
+    EXPECT(strncmp(info, "gemm=", 5) == 0);
+    EXPECT(strstr(info, "; threads=") != NULL);
+    EXPECT_EQ_U64((uint64_t)strlen(info) + 1u, required);
+    char small[4];
+    EXPECT_STATUS(rt_cpu_info(small, sizeof small, &required), RT_STATUS_OUT_OF_RANGE);
+}
+
 static void stub_backends_are_unavailable_with_a_reason(void) {
     for (size_t index = 0; index < UNAVAILABLE_BACKEND_COUNT; ++index) {
         int32_t available = -1;
@@ -2791,6 +2805,7 @@ int main(void) {
     RUN_TEST(releasing_null_handles_is_a_no_op);
 
     RUN_TEST(cpu_backend_is_available);
+    RUN_TEST(cpu_info_names_the_gemm_kernel_and_the_thread_count);
     RUN_TEST(stub_backends_are_unavailable_with_a_reason);
     RUN_TEST(backends_have_their_stable_names);
     RUN_TEST(backend_queries_reject_an_unknown_backend);

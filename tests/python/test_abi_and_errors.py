@@ -145,6 +145,7 @@ def test_the_package_root_exports_exactly_the_public_api():
         "TransformerConfig",
         "Variable",
         "backend_available",
+        "cpu_info",
         "cross_entropy",
         "__version__",
     }

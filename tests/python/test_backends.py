@@ -12,6 +12,7 @@ from riftco_transformer import (
     DecoderOnlyTransformer,
     RiftcoTransformerError,
     backend_available,
+    cpu_info,
 )
 from riftco_transformer.native._loader import library
 from riftco_transformer.native.backends import BACKEND_NAMES, backend_value
@@ -95,3 +96,15 @@ def test_a_context_reports_its_backend_by_name():
         assert context.backend == "cpu"
     with Context(0) as context:
         assert context.backend == "cpu"
+
+
+def test_cpu_info_names_the_gemm_library_its_kernel_and_the_threads():
+    info = cpu_info()
+    assert info.startswith("gemm=")
+    assert "; threads=" in info
+    gemm = info[len("gemm="):info.index("; threads=")]
+    # A library and the kernel family it dispatched to on this machine, never a bare name.
+    assert gemm.startswith(("onednn ", "openblas ", "blocked fallback")), info
+    if gemm.startswith(("onednn ", "openblas ")):
+        assert "(" in gemm and gemm.endswith(")"), info
+    assert int(info.rsplit("=", 1)[1]) >= 1

@@ -4,6 +4,7 @@
 // every hardware thread.
 
 #include <cstddef>
+#include <string>
 
 namespace riftco_transformer {
 
@@ -14,5 +15,9 @@ namespace riftco_transformer {
 
 // Overrides the pool size for the whole process (0 is std::invalid_argument).
 void set_cpu_thread_count(std::size_t thread_count);
+
+// What the CPU backend runs, for reports: "gemm=<library and kernel family>; threads=<n>",
+// e.g. "gemm=onednn 2.6.3 jit sgemm (isa avx512_core); threads=2".
+[[nodiscard]] std::string cpu_info();
 
 }  // namespace riftco_transformer

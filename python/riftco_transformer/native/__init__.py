@@ -25,7 +25,7 @@ from ._abi import (
 from ._errors import RiftcoTransformerError
 from .adam import Adam, AdamOptions, AdamState, AdamStepStats
 from .autograd import Variable, cross_entropy
-from .backends import backend_available
+from .backends import backend_available, cpu_info
 from .model import DecoderOnlyTransformer, TransformerConfig
 from .parameters import ParameterList
 from .tensor import Context, Tensor
@@ -60,5 +60,6 @@ __all__ = [
     "TransformerConfig",
     "Variable",
     "backend_available",
+    "cpu_info",
     "cross_entropy",
 ]

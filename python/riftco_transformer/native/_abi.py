@@ -142,6 +142,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_backend_is_available": (rt_status, [c_int32, POINTER(c_int32)]),
     "rt_backend_name": (rt_status, [c_int32, POINTER(c_char), c_uint64, size_out]),
     "rt_backend_unavailability_reason": (rt_status, [c_int32, POINTER(c_char), c_uint64, size_out]),
+    "rt_cpu_info": (rt_status, [POINTER(c_char), c_uint64, size_out]),
     # Tokenizers.
     "rt_tokenizer_options_init": (rt_status, [POINTER(TokenizerOptions), c_uint64]),
     "rt_tokenizer_create": (rt_status, [POINTER(c_uint8), c_uint64, handle_out]),

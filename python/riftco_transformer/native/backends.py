@@ -52,3 +52,17 @@ def backend_available(backend: object) -> bool:
     available = ctypes.c_int32()
     check_status(library().rt_backend_is_available(backend_value(backend), ctypes.byref(available)))
     return available.value == 1
+
+
+def cpu_info() -> str:
+    """What the CPU backend runs: ``"gemm=<library and kernel family>; threads=<n>"``.
+
+    For example ``"gemm=onednn 2.6.3 jit sgemm (isa avx512_core); threads=2"``: the GEMM
+    library the build linked and the instruction set its kernels dispatch to on this machine.
+    """
+    function = library().rt_cpu_info
+    required = ctypes.c_uint64()
+    check_status(function(None, 0, ctypes.byref(required)))
+    buffer = ctypes.create_string_buffer(required.value)
+    check_status(function(buffer, required.value, ctypes.byref(required)))
+    return buffer.value.decode("utf-8")

@@ -70,4 +70,9 @@ void set_cpu_thread_count(std::size_t thread_count) {
     apply(thread_count);
 }
 
+std::string cpu_info() {
+    return std::string("gemm=") + detail::gemm_implementation_name() +
+           "; threads=" + std::to_string(cpu_thread_count());
+}
+
 }  // namespace riftco_transformer
