@@ -14,8 +14,8 @@
 #include <utility>
 
 #include "core/autograd/node.hpp"
-#include "core/backend/synchronization.hpp"
 #include "optim/adam_backend.hpp"
+#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 #include "optim/moment_layout.hpp"
 #include "optim/number_text.hpp"
 
@@ -104,9 +104,9 @@ Adam::Adam(ParameterList parameters, AdamOptions options)
         offset += count;
     }
 
-    const detail::AdamCapability& adam = detail::adam_capability(backend_, "Adam");
+    tensor_ops::require_optimizer_backend(backend_, "Adam");
     require_finite_values("Adam");
-    static_cast<void>(detail::gradient_norm(adam, parameters_, "Adam"));
+    static_cast<void>(detail::gradient_norm(backend_, parameters_, "Adam"));
 
     for (const detail::MomentPageExtent& extent :
          detail::moment_page_extents(element_counts, options_.state_storage, options_.page_size)) {
@@ -147,14 +147,13 @@ void Adam::check_parameters(const char* operation) const {
 }
 
 void Adam::require_finite_values(const char* operation) const {
-    const detail::AdamCapability& adam = detail::adam_capability(backend_, operation);
     std::vector<const Tensor*> values;
     values.reserve(parameters_.size());
     for (const NamedParameter& entry : parameters_) {
         values.push_back(&node_of(entry).value);
     }
-    const detail::FirstNonFinite bad = adam.first_non_finite(values);  // one batched request
-    detail::synchronize(backend_);
+    // One batched request and one host read, whatever the parameter count.
+    const tensor_ops::FirstNonFinite bad = tensor_ops::first_non_finite(backend_, values);
     if (bad.tensor != values.size()) {
         throw std::domain_error(std::string(operation) + ": the value of " +
                                 quoted(parameters_[bad.tensor]) + " has element " +
@@ -169,11 +168,11 @@ AdamStepStats Adam::step() {
         throw std::overflow_error("Adam::step: the step count " + std::to_string(step_count_) +
                                   " cannot advance");
     }
-    const detail::AdamCapability& adam = detail::adam_capability(backend_, operation);
+    tensor_ops::require_optimizer_backend(backend_, operation);
     check_parameters(operation);
 
     // Pass 1: everything that can fail, without writing.
-    const double norm = detail::gradient_norm(adam, parameters_, operation);
+    const double norm = detail::gradient_norm(backend_, parameters_, operation);
     const double clip_scale =
         norm > options_.maximum_gradient_norm ? options_.maximum_gradient_norm / norm : 1.0;
     const std::uint64_t step = step_count_ + 1;
@@ -181,7 +180,7 @@ AdamStepStats Adam::step() {
     const double beta2_power = std::pow(options_.beta2, static_cast<double>(step));
     const double learning_rate =
         scheduled_learning_rate(options_.learning_rate, options_.schedule, step);
-    const detail::AdamUpdateScalars scalars{
+    const tensor_ops::AdamUpdateScalars scalars{
         .beta1 = options_.beta1,
         .beta2 = options_.beta2,
         .bias_correction1 = 1.0 - beta1_power,
@@ -191,15 +190,15 @@ AdamStepStats Adam::step() {
         .clip_scale = clip_scale,
         .decay_factor = 1.0 - learning_rate * options_.weight_decay,
     };
-    std::vector<detail::AdamSlice> slices;
+    std::vector<tensor_ops::AdamSlice> slices;
     slices.reserve(pages_.size());
     for (MomentPage& page : pages_) {
         Node& node = node_of(parameters_[page.parameter]);
         slices.push_back({&node.value, node.gradient.is_singular() ? nullptr : &node.gradient,
                           page.offset, &page.first_moment, &page.second_moment});
     }
-    const detail::AdamCheck check = adam.check_update(scalars, slices);
-    detail::synchronize(backend_);  // the step's second (and last) host read
+    // The step's second (and last) host read.
+    const tensor_ops::AdamCheck check = tensor_ops::adam_check(backend_, scalars, slices);
     if (check.value_slice != slices.size()) {
         const MomentPage& page = pages_[check.value_slice];
         const NamedParameter& entry = parameters_[page.parameter];
@@ -218,7 +217,7 @@ AdamStepStats Adam::step() {
 
     // Pass 2, inside the adapter: it writes in place after copy-on-write, or hands every
     // value and moment a new buffer; either way no copy or gradient observes the write.
-    adam.apply_update(scalars, slices);
+    tensor_ops::adam_apply(backend_, scalars, slices);
     for (NamedParameter& entry : parameters_) {
         detail::mark_leaf_value_replaced(node_of(entry));
     }

@@ -6,6 +6,7 @@
 
 #include "core/autograd/node.hpp"
 #include "optim/adam_backend.hpp"
+#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer {
 
@@ -57,8 +58,8 @@ double global_gradient_norm(const ParameterList& parameters) {
                                    shape_to_string(node.value.shape()));
         }
     }
-    return detail::gradient_norm(detail::adam_capability(backend, operation), parameters,
-                                 operation);
+    tensor_ops::require_optimizer_backend(backend, operation);
+    return detail::gradient_norm(backend, parameters, operation);
 }
 
 }  // namespace riftco_transformer
