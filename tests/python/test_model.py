@@ -11,6 +11,7 @@ import pytest
 from riftco_transformer import (
     STATUS_INVALID_ARGUMENT,
     STATUS_OUT_OF_RANGE,
+    STATUS_OVERFLOW,
     STATUS_RUNTIME_ERROR,
     Adam,
     DecoderOnlyTransformer,
@@ -68,6 +69,15 @@ def test_config_fields_are_validated_at_construction(tiny_config, change, error)
 def test_a_width_that_heads_do_not_divide_is_a_native_invalid_argument(tiny_config):
     config = dataclasses.replace(tiny_config, model_width=18)
     assert native_error(lambda: DecoderOnlyTransformer(config)).status == STATUS_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("block_count", [2**40, 2**64 - 1])
+def test_a_block_count_whose_parameters_cannot_fit_is_a_native_overflow(tiny_config, block_count):
+    # Rejected from the config before any block is allocated (the limit is 2^47 bytes).
+    config = dataclasses.replace(tiny_config, block_count=block_count)
+    error = native_error(lambda: DecoderOnlyTransformer(config))
+    assert error.status == STATUS_OVERFLOW
+    assert f"block_count {block_count} too large" in error.detail
 
 
 def test_the_model_needs_a_transformer_config():
