@@ -315,3 +315,13 @@ def test_state_powers_given_as_ints_are_floats():
     state = AdamState(0, 1, 1, empty, empty, empty)
     assert (type(state.beta1_power), type(state.beta2_power)) == (float, float)
 
+
+def test_a_state_with_a_cyclic_array_is_a_value_error_and_changes_nothing(model):
+    with Adam(model.parameters()) as optimizer:
+        train_step(model, optimizer)
+        state = optimizer.state()
+        cyclic: list = []
+        cyclic.append(cyclic)
+        with pytest.raises(ValueError, match="state.second_moments contains itself"):
+            optimizer.load_state(dataclasses.replace(state, second_moments=cyclic))
+        assert optimizer.state() == state

@@ -245,6 +245,16 @@ def test_a_rejected_load_changes_nothing(model, fault):
         assert parameters.flat_values() == before
 
 
+def test_loaded_values_that_contain_themselves_change_nothing(model):
+    with model.parameters() as parameters:
+        before = parameters.flat_values()
+        cyclic: list = []
+        cyclic.append(cyclic)
+        with pytest.raises(ValueError, match="values contains itself"):
+            parameters.load_flat_values(cyclic)
+        assert parameters.flat_values() == before
+
+
 def test_an_open_variable_pins_the_model(model):
     with model.parameters() as parameters, model([1, 2]) as logits:
         values = parameters.flat_values()

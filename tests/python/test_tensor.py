@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from riftco_transformer import (
@@ -55,6 +57,57 @@ def test_zeros_fills_the_shape_with_zeros(context):
 def test_values_that_are_not_real_numbers_are_a_type_error(context, values):
     with pytest.raises(TypeError):
         Tensor.from_data(context, (2,), values)
+
+
+def cyclic_at_depth_one() -> list:
+    nest: list = []
+    nest.append(nest)  # [[[...]]]
+    return nest
+
+
+def cyclic_at_depth_two() -> list:
+    nest: list = [[0.0]]
+    nest[0][0] = nest  # [[[[...]]]]
+    return nest
+
+
+def cyclic_through_a_tuple() -> list:
+    nest: list = [0.0]
+    nest[0] = (nest,)  # [([...],)]
+    return nest
+
+
+@pytest.mark.parametrize(
+    ("make", "depth"),
+    [(cyclic_at_depth_one, 1), (cyclic_at_depth_two, 2), (cyclic_through_a_tuple, 2)],
+    ids=["depth-1", "depth-2", "through-a-tuple"],
+)
+def test_values_that_contain_themselves_are_a_value_error(context, make, depth):
+    values = make()
+    message = f"values contains itself (the list at depth {depth} also encloses it)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Tensor.from_data(context, (1,), values)
+    with Tensor.from_data(context, (1,), [1.0]) as tensor:  # the context is intact
+        assert tensor.tolist() == [1.0]
+
+
+def test_rows_shared_by_reference_are_not_a_cycle(context):
+    row = [1.0, 2.0]
+    with Tensor.from_data(context, (3, 2), [row, row, row]) as tensor:
+        assert tensor.tolist() == [1.0, 2.0] * 3
+
+
+def nested(value: float, depth: int):
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_may_nest_64_levels_but_not_65(context):
+    with Tensor.from_data(context, (1,) * 64, nested(2.0, 64)) as tensor:
+        assert tensor.shape == (1,) * 64 and tensor.tolist() == [2.0]
+    with pytest.raises(ValueError, match="values is nested more than 64 levels deep"):
+        Tensor.from_data(context, (1,) * 65, nested(2.0, 65))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ Inputs become ctypes arrays that the native call reads:
   C-contiguous numpy array of that type even when it is read-only;
 * another read-only or a non-contiguous buffer of the right element type is copied once;
 * a numpy array of another numeric dtype is converted once by numpy;
-* a Python sequence of numbers, flat or rectangularly nested, is converted once by ``array``.
+* a Python sequence of numbers, flat or rectangularly nested (at most 64 levels deep, and never
+  containing itself), is converted once by ``array``.
 
 Per-element ctypes loops and tuples of Python floats never appear on the data path. numpy is
 optional: it is only used when the caller already passed a numpy array (it is never imported
@@ -30,6 +31,9 @@ from ._validation import UINT32_LIMIT
 FLOAT32_TYPECODE = "f"
 # The array typecode whose items are 4-byte unsigned ints ("I" on every mainstream platform).
 UINT32_TYPECODE = next(code for code in "IL" if array(code).itemsize == 4)
+
+# numpy 2's dimension limit; a list nested deeper is a mistake (or contains itself).
+MAXIMUM_NESTING_DEPTH = 64
 
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 _INTEGER_FORMATS = frozenset("bBhHiIlLqQnN")
@@ -130,6 +134,7 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
 
     A bare number is one value (shape ``()``); a flat sequence has shape ``None`` (taken as
     row-major data of any shape). Leaves are not inspected here; the array conversion does.
+    A nest deeper than MAXIMUM_NESTING_DEPTH or one that contains itself is a ValueError.
     """
     if isinstance(values, numbers.Number):
         return [values], ()
@@ -138,9 +143,17 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
             f"{name} must be a buffer, a numpy array, a number or a list/tuple of numbers, "
             f"not {type(values).__name__}"
         )
+    # In a rectangular nest every list sits at one depth, so a list met again below one of
+    # the levels above it contains itself. `enclosing` holds the ids of those levels' lists
+    # (all of them stay alive in `values` meanwhile).
+    enclosing: set[int] = set()
+    parents: list = [values]
     level: list = list(values)
     shape = [len(level)]
     while level and isinstance(level[0], (list, tuple)):
+        if len(shape) == MAXIMUM_NESTING_DEPTH:
+            raise ValueError(f"{name} is nested more than {MAXIMUM_NESTING_DEPTH} levels deep")
+        enclosing.update(map(id, parents))
         row_length = len(level[0])
         for row in level:
             if not isinstance(row, (list, tuple)) or len(row) != row_length:
@@ -148,7 +161,13 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
                     f"{name} must be rectangular: rows at depth {len(shape)} differ in "
                     "length or nesting"
                 )
+            if id(row) in enclosing:
+                raise ValueError(
+                    f"{name} contains itself (the {type(row).__name__} at depth {len(shape)} "
+                    "also encloses it), so it has no shape"
+                )
         shape.append(row_length)
+        parents = level
         level = list(itertools.chain.from_iterable(level))
     return level, (tuple(shape) if len(shape) > 1 else None)
 
