@@ -325,3 +325,15 @@ def test_a_state_with_a_cyclic_array_is_a_value_error_and_changes_nothing(model)
         with pytest.raises(ValueError, match="state.second_moments contains itself"):
             optimizer.load_state(dataclasses.replace(state, second_moments=cyclic))
         assert optimizer.state() == state
+
+
+def test_a_state_with_a_moment_float32_cannot_hold_is_a_value_error_and_changes_nothing(model):
+    with Adam(model.parameters()) as optimizer:
+        train_step(model, optimizer)
+        state = optimizer.state()
+        moments = list(state.first_moments)
+        moments[-1] = -1e39
+        expected = f"state.first_moments[{len(moments) - 1}] = -1e+39 does not fit in float32"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            optimizer.load_state(dataclasses.replace(state, first_moments=moments))
+        assert optimizer.state() == state

@@ -245,6 +245,16 @@ def test_a_rejected_load_changes_nothing(model, fault):
         assert parameters.flat_values() == before
 
 
+def test_loaded_values_that_float32_cannot_hold_change_nothing(model):
+    with model.parameters() as parameters:
+        before = parameters.flat_values()
+        too_large = list(before)
+        too_large[3] = 1e39
+        with pytest.raises(ValueError, match=r"values\[3\] = 1e\+39 does not fit in float32"):
+            parameters.load_flat_values(too_large)
+        assert parameters.flat_values() == before
+
+
 def test_loaded_values_that_contain_themselves_change_nothing(model):
     with model.parameters() as parameters:
         before = parameters.flat_values()

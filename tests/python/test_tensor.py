@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import struct
 
 import pytest
 
@@ -108,6 +109,40 @@ def test_values_may_nest_64_levels_but_not_65(context):
         assert tensor.shape == (1,) * 64 and tensor.tolist() == [2.0]
     with pytest.raises(ValueError, match="values is nested more than 64 levels deep"):
         Tensor.from_data(context, (1,) * 65, nested(2.0, 65))
+
+
+# The largest finite float32, from its bit pattern 0x7f7fffff (independent of the package).
+FLOAT32_MAX = struct.unpack("<f", bytes.fromhex("ffff7f7f"))[0]
+# The midpoint between FLOAT32_MAX and the next power of two, 2**128: values from it up round
+# to inf in float32 (round half to even), values below it round to FLOAT32_MAX.
+FLOAT32_OVERFLOW_THRESHOLD = (FLOAT32_MAX + 2.0**128) / 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "values", "element"),
+    [
+        ((1,), [1e39], "values[0] = 1e+39"),
+        ((2,), [1.0, -1e39], "values[1] = -1e+39"),
+        ((2, 2), [[1, 2], [3, -1e39]], "values[1][1] = -1e+39"),
+        ((), 1e39, "values = 1e+39"),
+        ((1,), [FLOAT32_OVERFLOW_THRESHOLD], "values[0] = 3.4028235677973366e+38"),
+        ((2,), [1, 10**39], "values[1] = ~1.000e+39 (an int)"),
+        ((2,), [1, 10**400], "values[1] = ~1.000e+400 (an int)"),  # beyond float64 too
+        ((1,), [-(10**5000)], "values[0] = -~1.000e+5000 (an int)"),  # beyond str()'s limit
+    ],
+)
+def test_finite_values_beyond_float32_are_a_value_error_naming_the_element(
+    context, shape, values, element
+):
+    with pytest.raises(ValueError, match=re.escape(f"{element} does not fit in float32")):
+        Tensor.from_data(context, shape, values)
+
+
+def test_values_up_to_the_float32_rounding_threshold_and_infinities_pass(context):
+    just_below = FLOAT32_OVERFLOW_THRESHOLD - 2.0**75  # one float64 ulp (2**75 near 2**127)
+    values = [just_below, -FLOAT32_MAX, float("inf"), float("-inf")]
+    with Tensor.from_data(context, (4,), values) as tensor:
+        assert tensor.tolist() == [FLOAT32_MAX, -FLOAT32_MAX, float("inf"), float("-inf")]
 
 
 @pytest.mark.parametrize(
