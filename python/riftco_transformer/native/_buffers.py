@@ -103,8 +103,9 @@ def float32_input(values: object, name: str) -> Float32Input:
     """Convert ``values`` (buffer, numpy array, number or nested sequence) for the C ABI.
 
     A buffer must hold float32 items (TypeError otherwise: convert it explicitly, e.g. with
-    ``array('f', values)``). Bools are rejected (TypeError) and nested sequences must be
-    rectangular (ValueError).
+    ``array('f', values)``). Bools are rejected (TypeError); nested sequences must be
+    rectangular, at most MAXIMUM_NESTING_DEPTH deep and must not contain themselves, and a
+    finite value beyond float32's range is rejected naming its index (ValueError).
     """
     if _is_numpy_array(values):
         return Float32Input(_float32_from_numpy(values, name), None)
@@ -142,7 +143,8 @@ def _reject_float32_overflow(flat: list, nested_shape: tuple[int, ...] | None, n
             struct.pack("<f", float(value))
         except OverflowError:
             position = _nested_position(index, nested_shape)
-            raise ValueError(_float32_overflow_message(name, position, describe_value(value)))
+            message = _float32_overflow_message(name, position, describe_value(value))
+            raise ValueError(message) from None
 
 
 def _float32_overflow_message(name: str, position: tuple[int, ...], value_text: str) -> str:
