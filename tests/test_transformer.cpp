@@ -1,7 +1,10 @@
 // DecoderOnlyTransformer: structure, parameter names and count, causality, checkpointing.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
 
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/model/transformer.hpp"
@@ -18,6 +21,21 @@ TransformerDimensions reference_tiny() {
             .head_count = 4,
             .block_count = 2,
             .feed_forward_width = 64};
+}
+
+// The overflow_error message of constructing a model with `dimensions`, or "" when none is
+// thrown. The generator must not have been drawn from when construction is rejected.
+std::string construction_overflow_message(const TransformerDimensions& dimensions) {
+    std::mt19937 generator(11);
+    std::string message;
+    try {
+        const DecoderOnlyTransformer model(dimensions, generator);
+    } catch (const std::overflow_error& error) {
+        message = error.what();
+    }
+    std::mt19937 untouched(11);
+    EXPECT_EQ(generator(), untouched()) << "a rejected config drew random weights";
+    return message;
 }
 
 }  // namespace
@@ -243,6 +261,51 @@ TEST(Transformer, RejectsBadDimensionsAndInputs) {
     EXPECT_THROW(static_cast<void>(model.forward(tokens, {17})), std::invalid_argument);    // rank
     const std::vector<std::uint32_t> out_of_range = {1, 27};
     EXPECT_THROW(static_cast<void>(model.forward(out_of_range, {1, 2})), std::out_of_range);
+}
+
+TEST(Transformer, RejectsBlockCountPastTheParameterByteLimitBeforeAllocating) {
+    // Reference tiny model, by hand: one block is 4D² + 2DF + 9D + F = 8544 floats = 34176
+    // bytes; outside the blocks 2VD + CD + 2D + V = 2331 floats = 9324 bytes. The limit is
+    // 2^47 bytes, so at most (2^47 − 9324) / 34176 = 4118021077 blocks fit.
+    constexpr std::size_t most_blocks = 4118021077U;
+    for (const std::size_t block_count :
+         {std::numeric_limits<std::size_t>::max(), std::size_t{1} << 40, most_blocks + 1}) {
+        TransformerDimensions dimensions = reference_tiny();
+        dimensions.block_count = block_count;
+        const std::string message = construction_overflow_message(dimensions);
+        EXPECT_NE(message.find("block_count " + std::to_string(block_count)), std::string::npos)
+            << message;
+        EXPECT_NE(message.find("at most 4118021077 blocks fit"), std::string::npos) << message;
+    }
+}
+
+TEST(Transformer, RejectsWidthsWhoseParameterBytesOverflowBeforeAllocating) {
+    TransformerDimensions wide = reference_tiny();
+    wide.model_width = std::size_t{1} << 62;  // V·D·4 bytes overflows size_t
+    wide.head_count = 1;
+    std::string message = construction_overflow_message(wide);
+    EXPECT_NE(message.find("model_width too large: token_embedding.weight"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("D=4611686018427387904"), std::string::npos) << message;
+
+    TransformerDimensions deep = reference_tiny();
+    deep.feed_forward_width = std::numeric_limits<std::size_t>::max();
+    message = construction_overflow_message(deep);
+    EXPECT_NE(message.find("feed_forward_width too large: blocks.{i}.feed_forward.expand.weight"),
+              std::string::npos)
+        << message;
+
+    // Each parameter fits but their sum does not: with V = 2^32 and D = 2^12 the token
+    // embedding and the LM head weight are 2^46 bytes each, and the position table and final
+    // norm already sit between them.
+    TransformerDimensions large_vocabulary = reference_tiny();
+    large_vocabulary.vocabulary_size = std::size_t{1} << 32;
+    large_vocabulary.maximum_context = 1;
+    large_vocabulary.model_width = std::size_t{1} << 12;
+    message = construction_overflow_message(large_vocabulary);
+    EXPECT_NE(message.find("vocabulary_size/model_width too large: language_model_head.weight"),
+              std::string::npos)
+        << message;
 }
 
 }  // namespace riftco_transformer

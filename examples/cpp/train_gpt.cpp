@@ -6,13 +6,7 @@
 // by sampling text. Exit status 0 only when the held-out loss beats the baseline (by at least
 // --require-improvement nats).
 //
-//   riftco-train [--steps N] [--batch B] [--context T] [--width D] [--heads H] [--blocks N]
-//                [--feed-forward F] [--tokenizer bpe|byte] [--vocabulary V]
-//                [--learning-rate LR] [--warmup S] [--attention materialized|flash]
-//                [--activation-checkpointing disabled|block] [--seed S]
-//                [--sample-length L] [--temperature T] [--corpus-dir DIR]
-//                [--require-improvement NATS]   (exit 1 unless held-out loss is at least this
-//                                                far below the unigram baseline; default 0)
+// `riftco-train --help` lists every flag with its default and meaning (the table in flags()).
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +16,9 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,67 +58,172 @@ struct Options {
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
 };
 
-Options parse(int argc, char** argv) {
+template <typename Value>
+std::string text_of(const Value& value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+}
+
+// One command-line flag: the placeholder of its value, its meaning, how its default prints,
+// and how its value is parsed into Options. --help and parsing both read this one table.
+struct Flag {
+    const char* name;
+    const char* placeholder;
+    const char* meaning;
+    std::string (*shown_default)(const Options&);
+    void (*set)(Options&, const std::string& flag, const std::string& value);
+};
+
+const std::vector<Flag>& flags() {
+    using examples::parse_positive_integer;
+    using examples::parse_positive_number;
+    static const std::vector<Flag> table = {
+        {"--steps", "N", "training steps (Adam updates)",
+         [](const Options& o) { return text_of(o.steps); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.steps = parse_positive_integer(f, v);
+         }},
+        {"--batch", "B", "sequences per training batch (also rows per evaluation pass)",
+         [](const Options& o) { return text_of(o.batch); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.batch = parse_positive_integer(f, v);
+         }},
+        {"--context", "T", "tokens per sequence, the model's maximum context",
+         [](const Options& o) { return text_of(o.context); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.context = parse_positive_integer(f, v);
+         }},
+        {"--width", "D", "model width", [](const Options& o) { return text_of(o.width); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.width = parse_positive_integer(f, v);
+         }},
+        {"--heads", "H", "attention heads (must divide --width)",
+         [](const Options& o) { return text_of(o.heads); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.heads = parse_positive_integer(f, v);
+         }},
+        {"--blocks", "N", "transformer blocks", [](const Options& o) { return text_of(o.blocks); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.blocks = parse_positive_integer(f, v);
+         }},
+        {"--feed-forward", "F", "feed-forward hidden width",
+         [](const Options& o) { return text_of(o.feed_forward); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.feed_forward = parse_positive_integer(f, v);
+         }},
+        {"--tokenizer", "bpe|byte", "tokenizer fitted on the training text",
+         [](const Options& o) { return std::string(tokenizer_method_name(o.tokenizer)); },
+         [](Options& o, const std::string&, const std::string& v) {
+             o.tokenizer = parse_tokenizer_method(v);
+         }},
+        {"--vocabulary", "V", "BPE vocabulary size (the byte tokenizer ignores it)",
+         [](const Options& o) { return text_of(o.vocabulary); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.vocabulary = parse_positive_integer(f, v);
+         }},
+        {"--learning-rate", "LR", "peak Adam learning rate (cosine decay to 0.1 x LR)",
+         [](const Options& o) { return text_of(o.learning_rate); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.learning_rate = parse_positive_number(f, v);
+         }},
+        {"--warmup", "S", "linear warmup steps, 0 allowed (if >= --steps: --steps / 10)",
+         [](const Options& o) { return text_of(o.warmup); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.warmup = v == "0" ? 0 : parse_positive_integer(f, v);
+         }},
+        {"--attention", "materialized|flash",
+         "full-sequence attention: keep the [B,H,T,T] probabilities, or memory-linear flash",
+         [](const Options& o) {
+             return std::string(o.attention == AttentionKind::Flash ? "flash" : "materialized");
+         },
+         [](Options& o, const std::string&, const std::string& v) {
+             if (v == "materialized")
+                 o.attention = AttentionKind::Materialized;
+             else if (v == "flash")
+                 o.attention = AttentionKind::Flash;
+             else
+                 throw std::invalid_argument("--attention must be materialized or flash (got '" +
+                                             v + "')");
+         }},
+        {"--activation-checkpointing", "disabled|block",
+         "block: recompute each block during backward instead of keeping its activations",
+         [](const Options& o) {
+             return std::string(o.checkpointing == ActivationCheckpointing::Disabled ? "disabled"
+                                                                                     : "block");
+         },
+         [](Options& o, const std::string&, const std::string& v) {
+             if (v == "disabled")
+                 o.checkpointing = ActivationCheckpointing::Disabled;
+             else if (v == "block")
+                 o.checkpointing = ActivationCheckpointing::TransformerBlock;
+             else
+                 throw std::invalid_argument(
+                     "--activation-checkpointing must be disabled or block (got '" + v + "')");
+         }},
+        {"--seed", "S", "seed of the initial weights, the batch order and the sampling",
+         [](const Options& o) { return text_of(o.seed); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.seed = examples::parse_unsigned(f, v);
+         }},
+        {"--sample-length", "L", "tokens generated after training (prompt: \"Alice \")",
+         [](const Options& o) { return text_of(o.sample_length); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.sample_length = parse_positive_integer(f, v);
+         }},
+        {"--temperature", "T", "sampling temperature",
+         [](const Options& o) { return text_of(o.temperature); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.temperature = static_cast<float>(parse_positive_number(f, v));
+         }},
+        {"--corpus-dir", "DIR",
+         "directory whose *.txt files, in name order, are the corpus (last 10% held out)",
+         [](const Options& o) { return o.corpus_dir.string(); },
+         [](Options& o, const std::string&, const std::string& v) { o.corpus_dir = v; }},
+        {"--require-improvement", "NATS",
+         "exit 1 unless the held-out loss is more than NATS nats/token below the unigram "
+         "baseline",
+         [](const Options& o) { return text_of(o.required_improvement); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.required_improvement = parse_positive_number(f, v, true);
+         }},
+    };
+    return table;
+}
+
+void print_help(std::ostream& out) {
+    out << "usage: riftco-train [FLAG VALUE]...\n\n"
+           "Fits a tokenizer on the training part of the corpus, pretrains a small GPT with Adam\n"
+           "(warmup + cosine schedule, global-norm clipping), reports held-out loss against the\n"
+           "unigram baseline of the same tokenizer, and samples text. Exit status: 0 when the\n"
+           "held-out loss beats the baseline by more than --require-improvement, 1 when it does\n"
+           "not, 2 for a bad flag or any other error.\n\n"
+           "flags:\n";
+    const Options defaults;
+    for (const Flag& flag : flags()) {
+        out << "  " << flag.name << ' ' << flag.placeholder
+            << "   (default: " << flag.shown_default(defaults) << ")\n      " << flag.meaning
+            << '\n';
+    }
+    out << "  -h, --help\n      print this help and exit\n";
+}
+
+// The options, or nullopt when --help was asked for. An unknown flag or a flag without a
+// value: std::invalid_argument naming it.
+std::optional<Options> parse(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") {
-            std::cout << "see the comment at the top of examples/cpp/train_gpt.cpp for flags\n";
-            std::exit(0);
-        }
+        const std::string name = argv[i];
+        if (name == "--help" || name == "-h")
+            return std::nullopt;
+        const auto flag = std::find_if(flags().begin(), flags().end(), [&](const Flag& candidate) {
+            return name == candidate.name;
+        });
+        if (flag == flags().end())
+            throw std::invalid_argument("unknown flag '" + name + "' (see --help)");
         if (i + 1 >= argc)
-            throw std::invalid_argument(flag + " needs a value");
-        const std::string v = argv[++i];
-        if (flag == "--steps")
-            o.steps = examples::parse_positive_integer(flag, v);
-        else if (flag == "--batch")
-            o.batch = examples::parse_positive_integer(flag, v);
-        else if (flag == "--context")
-            o.context = examples::parse_positive_integer(flag, v);
-        else if (flag == "--width")
-            o.width = examples::parse_positive_integer(flag, v);
-        else if (flag == "--heads")
-            o.heads = examples::parse_positive_integer(flag, v);
-        else if (flag == "--blocks")
-            o.blocks = examples::parse_positive_integer(flag, v);
-        else if (flag == "--feed-forward")
-            o.feed_forward = examples::parse_positive_integer(flag, v);
-        else if (flag == "--tokenizer")
-            o.tokenizer = parse_tokenizer_method(v);
-        else if (flag == "--vocabulary")
-            o.vocabulary = examples::parse_positive_integer(flag, v);
-        else if (flag == "--learning-rate")
-            o.learning_rate = examples::parse_positive_number(flag, v);
-        else if (flag == "--warmup")
-            o.warmup = v == "0" ? 0 : examples::parse_positive_integer(flag, v);
-        else if (flag == "--attention") {
-            if (v == "materialized")
-                o.attention = AttentionKind::Materialized;
-            else if (v == "flash")
-                o.attention = AttentionKind::Flash;
-            else
-                throw std::invalid_argument("--attention must be materialized or flash (got '" + v +
-                                            "')");
-        } else if (flag == "--activation-checkpointing") {
-            if (v == "disabled")
-                o.checkpointing = ActivationCheckpointing::Disabled;
-            else if (v == "block")
-                o.checkpointing = ActivationCheckpointing::TransformerBlock;
-            else
-                throw std::invalid_argument(
-                    "--activation-checkpointing must be disabled or block (got '" + v + "')");
-        } else if (flag == "--seed")
-            o.seed = examples::parse_unsigned(flag, v);
-        else if (flag == "--sample-length")
-            o.sample_length = examples::parse_positive_integer(flag, v);
-        else if (flag == "--temperature")
-            o.temperature = static_cast<float>(examples::parse_positive_number(flag, v));
-        else if (flag == "--corpus-dir")
-            o.corpus_dir = v;
-        else if (flag == "--require-improvement")
-            o.required_improvement = examples::parse_positive_number(flag, v, true);
-        else
-            throw std::invalid_argument("unknown flag " + flag + " (see --help)");
+            throw std::invalid_argument(name + " needs a value (" + flag->placeholder + ")");
+        flag->set(o, name, argv[++i]);
     }
     if (o.warmup >= o.steps)
         o.warmup = o.steps / 10;
@@ -199,7 +300,12 @@ std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model,
 
 int main(int argc, char** argv) {
     try {
-        const Options o = parse(argc, argv);
+        const std::optional<Options> parsed = parse(argc, argv);
+        if (!parsed) {
+            print_help(std::cout);
+            return 0;
+        }
+        const Options& o = *parsed;
         const std::string text = examples::read_corpus(o.corpus_dir);
         const std::size_t split = text.size() * 9 / 10;
         const std::string train_text = text.substr(0, split);

@@ -1351,6 +1351,21 @@ static void model_creation_rejects_a_width_not_divisible_by_the_heads(void) {
     EXPECT(model == NULL);
 }
 
+static void model_creation_rejects_a_block_count_whose_parameters_do_not_fit(void) {
+    /* Rejected from the config alone, before any block is allocated (the limit is 2^47
+     * bytes of parameters), so this returns at once. */
+    const uint64_t block_counts[] = {UINT64_MAX, UINT64_C(1) << 40};
+    for (size_t index = 0; index < 2; ++index) {
+        rt_transformer_config config = tiny_config();
+        config.block_count = block_counts[index];
+        rt_model* model = NULL;
+        EXPECT_STATUS(rt_model_create(&config, &model), RT_STATUS_OVERFLOW);
+        EXPECT(model == NULL);
+        EXPECT_LAST_ERROR_MENTIONS(index == 0 ? "block_count 18446744073709551615 too large"
+                                              : "block_count 1099511627776 too large");
+    }
+}
+
 static void model_creation_rejects_bad_config_pointers_and_sizes(void) {
     rt_transformer_config config = tiny_config();
     rt_model* model = NULL;
@@ -2871,6 +2886,7 @@ int main(void) {
     RUN_TEST(transformer_config_in_a_larger_struct_keeps_its_tail);
     RUN_TEST(model_creation_rejects_a_zero_dimension);
     RUN_TEST(model_creation_rejects_a_width_not_divisible_by_the_heads);
+    RUN_TEST(model_creation_rejects_a_block_count_whose_parameters_do_not_fit);
     RUN_TEST(model_creation_rejects_bad_config_pointers_and_sizes);
     RUN_TEST(model_config_returns_the_creation_config);
     RUN_TEST(model_config_rejects_a_small_output_struct);

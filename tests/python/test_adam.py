@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import re
 from array import array
 
 import pytest
@@ -14,6 +15,7 @@ from riftco_transformer import (
     STATUS_RUNTIME_ERROR,
     Adam,
     AdamOptions,
+    AdamState,
     AdamStepStats,
     DecoderOnlyTransformer,
     cross_entropy,
@@ -286,3 +288,52 @@ def test_state_arguments_are_validated_in_python(model):
             optimizer.load_state(dataclasses.replace(state, step_count=-1))
         with pytest.raises(TypeError):
             optimizer.load_state(dataclasses.replace(state, values=array("d", state.values)))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error", "message"),
+    [
+        ("beta1_power", "1", TypeError, "beta1_power must be a real number, not str ('1')"),
+        ("beta2_power", None, TypeError, "beta2_power must be a real number, not NoneType (None)"),
+        ("beta1_power", True, TypeError, "beta1_power must be a real number, not bool (True)"),
+        ("beta2_power", 10**400, ValueError, "beta2_power is too large for a float"),
+        ("step_count", 1.0, TypeError, "step_count must be an int, not float (1.0)"),
+        ("step_count", 2**64, ValueError, "step_count must be in [0, 18446744073709551616)"),
+    ],
+)
+def test_state_scalars_are_validated_when_the_state_is_made(field, value, error, message):
+    fields = {"step_count": 0, "beta1_power": 1.0, "beta2_power": 1.0}
+    empty = array("f")
+    with pytest.raises(error, match=re.escape(message)):
+        AdamState(
+            **{**fields, field: value}, values=empty, first_moments=empty, second_moments=empty
+        )
+
+
+def test_state_powers_given_as_ints_are_floats():
+    empty = array("f")
+    state = AdamState(0, 1, 1, empty, empty, empty)
+    assert (type(state.beta1_power), type(state.beta2_power)) == (float, float)
+
+
+def test_a_state_with_a_cyclic_array_is_a_value_error_and_changes_nothing(model):
+    with Adam(model.parameters()) as optimizer:
+        train_step(model, optimizer)
+        state = optimizer.state()
+        cyclic: list = []
+        cyclic.append(cyclic)
+        with pytest.raises(ValueError, match="state.second_moments contains itself"):
+            optimizer.load_state(dataclasses.replace(state, second_moments=cyclic))
+        assert optimizer.state() == state
+
+
+def test_a_state_with_a_moment_float32_cannot_hold_is_a_value_error_and_changes_nothing(model):
+    with Adam(model.parameters()) as optimizer:
+        train_step(model, optimizer)
+        state = optimizer.state()
+        moments = list(state.first_moments)
+        moments[-1] = -1e39
+        expected = f"state.first_moments[{len(moments) - 1}] = -1e+39 does not fit in float32"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            optimizer.load_state(dataclasses.replace(state, first_moments=moments))
+        assert optimizer.state() == state

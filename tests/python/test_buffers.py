@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import re
+import warnings
 from array import array
 
 import pytest
@@ -155,6 +157,41 @@ def test_other_numpy_layouts_and_dtypes_are_converted_once(context, make, expect
     numpy = pytest.importorskip("numpy")
     with Tensor.from_data(context, (2, 3), make(numpy)) as tensor:
         assert tensor.tolist() == [float(value) for value in expected]
+
+
+@pytest.mark.parametrize(
+    ("shape", "make", "element"),
+    [
+        ((2,), lambda numpy: numpy.array([1.0, 1e39]), "values[1] = 1e+39"),
+        ((2, 2), lambda numpy: numpy.array([[1.0, 2.0], [-1e39, 3.0]]), "values[1][0] = -1e+39"),
+        ((), lambda numpy: numpy.array(1e39), "values = 1e+39"),
+        ((2, 1), lambda numpy: numpy.array([[1e39, 0.0]]).T, "values[0][0] = 1e+39"),  # strided
+    ],
+    ids=["flat", "nested", "zero-d", "transposed"],
+)
+def test_finite_numpy_floats_beyond_float32_are_a_value_error_not_a_warning(
+    context, shape, make, element
+):
+    numpy = pytest.importorskip("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would fail here
+        with pytest.raises(ValueError, match=re.escape(f"{element} does not fit in float32")):
+            Tensor.from_data(context, shape, make(numpy))
+    with Tensor.from_data(context, (1,), numpy.array([1.0])) as tensor:  # context intact
+        assert tensor.tolist() == [1.0]
+
+
+def test_numpy_infinities_and_the_float32_range_convert_without_a_warning(context):
+    numpy = pytest.importorskip("numpy")
+    largest = float(numpy.finfo(numpy.float32).max)
+    values = numpy.array([largest, -largest, numpy.inf, -numpy.inf])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Tensor.from_data(context, (4,), values) as tensor:
+            assert tensor.tolist() == [largest, -largest, float("inf"), float("-inf")]
+        big_integers = numpy.array([2**63 - 1], dtype=numpy.int64)  # ints never overflow float32
+        with Tensor.from_data(context, (1,), big_integers) as tensor:
+            assert tensor.tolist() == [float(2**63)]
 
 
 def test_boolean_and_object_numpy_arrays_are_a_type_error(context):

@@ -11,6 +11,7 @@ import pytest
 from riftco_transformer import (
     STATUS_INVALID_ARGUMENT,
     STATUS_OUT_OF_RANGE,
+    STATUS_OVERFLOW,
     STATUS_RUNTIME_ERROR,
     Adam,
     DecoderOnlyTransformer,
@@ -68,6 +69,15 @@ def test_config_fields_are_validated_at_construction(tiny_config, change, error)
 def test_a_width_that_heads_do_not_divide_is_a_native_invalid_argument(tiny_config):
     config = dataclasses.replace(tiny_config, model_width=18)
     assert native_error(lambda: DecoderOnlyTransformer(config)).status == STATUS_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("block_count", [2**40, 2**64 - 1])
+def test_a_block_count_whose_parameters_cannot_fit_is_a_native_overflow(tiny_config, block_count):
+    # Rejected from the config before any block is allocated (the limit is 2^47 bytes).
+    config = dataclasses.replace(tiny_config, block_count=block_count)
+    error = native_error(lambda: DecoderOnlyTransformer(config))
+    assert error.status == STATUS_OVERFLOW
+    assert f"block_count {block_count} too large" in error.detail
 
 
 def test_the_model_needs_a_transformer_config():
@@ -232,6 +242,26 @@ def test_a_rejected_load_changes_nothing(model, fault):
             values[len(values) // 2] = math.inf
         error = native_error(lambda: parameters.load_flat_values(values))
         assert error.status == STATUS_INVALID_ARGUMENT
+        assert parameters.flat_values() == before
+
+
+def test_loaded_values_that_float32_cannot_hold_change_nothing(model):
+    with model.parameters() as parameters:
+        before = parameters.flat_values()
+        too_large = list(before)
+        too_large[3] = 1e39
+        with pytest.raises(ValueError, match=r"values\[3\] = 1e\+39 does not fit in float32"):
+            parameters.load_flat_values(too_large)
+        assert parameters.flat_values() == before
+
+
+def test_loaded_values_that_contain_themselves_change_nothing(model):
+    with model.parameters() as parameters:
+        before = parameters.flat_values()
+        cyclic: list = []
+        cyclic.append(cyclic)
+        with pytest.raises(ValueError, match="values contains itself"):
+            parameters.load_flat_values(cyclic)
         assert parameters.flat_values() == before
 
 

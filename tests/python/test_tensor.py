@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import struct
+
 import pytest
 
 from riftco_transformer import (
@@ -55,6 +58,91 @@ def test_zeros_fills_the_shape_with_zeros(context):
 def test_values_that_are_not_real_numbers_are_a_type_error(context, values):
     with pytest.raises(TypeError):
         Tensor.from_data(context, (2,), values)
+
+
+def cyclic_at_depth_one() -> list:
+    nest: list = []
+    nest.append(nest)  # [[[...]]]
+    return nest
+
+
+def cyclic_at_depth_two() -> list:
+    nest: list = [[0.0]]
+    nest[0][0] = nest  # [[[[...]]]]
+    return nest
+
+
+def cyclic_through_a_tuple() -> list:
+    nest: list = [0.0]
+    nest[0] = (nest,)  # [([...],)]
+    return nest
+
+
+@pytest.mark.parametrize(
+    ("make", "depth"),
+    [(cyclic_at_depth_one, 1), (cyclic_at_depth_two, 2), (cyclic_through_a_tuple, 2)],
+    ids=["depth-1", "depth-2", "through-a-tuple"],
+)
+def test_values_that_contain_themselves_are_a_value_error(context, make, depth):
+    values = make()
+    message = f"values contains itself (the list at depth {depth} also encloses it)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Tensor.from_data(context, (1,), values)
+    with Tensor.from_data(context, (1,), [1.0]) as tensor:  # the context is intact
+        assert tensor.tolist() == [1.0]
+
+
+def test_rows_shared_by_reference_are_not_a_cycle(context):
+    row = [1.0, 2.0]
+    with Tensor.from_data(context, (3, 2), [row, row, row]) as tensor:
+        assert tensor.tolist() == [1.0, 2.0] * 3
+
+
+def nested(value: float, depth: int):
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_may_nest_64_levels_but_not_65(context):
+    with Tensor.from_data(context, (1,) * 64, nested(2.0, 64)) as tensor:
+        assert tensor.shape == (1,) * 64 and tensor.tolist() == [2.0]
+    with pytest.raises(ValueError, match="values is nested more than 64 levels deep"):
+        Tensor.from_data(context, (1,) * 65, nested(2.0, 65))
+
+
+# The largest finite float32, from its bit pattern 0x7f7fffff (independent of the package).
+FLOAT32_MAX = struct.unpack("<f", bytes.fromhex("ffff7f7f"))[0]
+# The midpoint between FLOAT32_MAX and the next power of two, 2**128: values from it up round
+# to inf in float32 (round half to even), values below it round to FLOAT32_MAX.
+FLOAT32_OVERFLOW_THRESHOLD = (FLOAT32_MAX + 2.0**128) / 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "values", "element"),
+    [
+        ((1,), [1e39], "values[0] = 1e+39"),
+        ((2,), [1.0, -1e39], "values[1] = -1e+39"),
+        ((2, 2), [[1, 2], [3, -1e39]], "values[1][1] = -1e+39"),
+        ((), 1e39, "values = 1e+39"),
+        ((1,), [FLOAT32_OVERFLOW_THRESHOLD], "values[0] = 3.4028235677973366e+38"),
+        ((2,), [1, 10**39], "values[1] = ~1.000e+39 (an int)"),
+        ((2,), [1, 10**400], "values[1] = ~1.000e+400 (an int)"),  # beyond float64 too
+        ((1,), [-(10**5000)], "values[0] = -~1.000e+5000 (an int)"),  # beyond str()'s limit
+    ],
+)
+def test_finite_values_beyond_float32_are_a_value_error_naming_the_element(
+    context, shape, values, element
+):
+    with pytest.raises(ValueError, match=re.escape(f"{element} does not fit in float32")):
+        Tensor.from_data(context, shape, values)
+
+
+def test_values_up_to_the_float32_rounding_threshold_and_infinities_pass(context):
+    just_below = FLOAT32_OVERFLOW_THRESHOLD - 2.0**75  # one float64 ulp (2**75 near 2**127)
+    values = [just_below, -FLOAT32_MAX, float("inf"), float("-inf")]
+    with Tensor.from_data(context, (4,), values) as tensor:
+        assert tensor.tolist() == [FLOAT32_MAX, -FLOAT32_MAX, float("inf"), float("-inf")]
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from array import array
 
 import pytest
@@ -242,3 +243,20 @@ def test_an_invalid_state_is_a_native_invalid_argument(method, byte_vocabulary, 
 def test_state_arguments_are_validated_in_python(arguments, error):
     with pytest.raises(error):
         Tokenizer.from_state(*arguments)
+
+
+@pytest.mark.parametrize(
+    ("byte_vocabulary", "error", "message"),
+    [
+        ([1, 2.0], TypeError, "byte_vocabulary[1] must be an int, not float (2.0)"),
+        ([300], ValueError, "byte_vocabulary[0] must be in [0, 256), got 300"),
+        ((97, -1), ValueError, "byte_vocabulary[1] must be in [0, 256), got -1"),
+        ([97, "b"], TypeError, "byte_vocabulary[1] must be an int, not str ('b')"),
+        ([False], TypeError, "byte_vocabulary[0] must be an int, not bool (False)"),
+    ],
+)
+def test_a_byte_vocabulary_of_ints_names_the_element_that_is_not_a_byte(
+    byte_vocabulary, error, message
+):
+    with pytest.raises(error, match=re.escape(message)):
+        Tokenizer.from_state("byte", byte_vocabulary)

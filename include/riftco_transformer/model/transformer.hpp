@@ -55,10 +55,17 @@ class TransformerBlock final : public Module {
     FeedForward* feed_forward_;
 };
 
+// The most float32 parameter storage a config may ask for: 2^47 bytes (128 TiB), the user
+// address space of x86-64 and AArch64 with 48-bit virtual addresses, so no larger model could
+// ever be allocated. Checked over every parameter before anything is allocated.
+inline constexpr std::size_t max_transformer_parameter_bytes = std::size_t{1} << 47;
+
 class DecoderOnlyTransformer final : public Module {
   public:
     // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
-    // or not > 0, an unknown policy value: std::invalid_argument.
+    // or not > 0, an unknown policy value: std::invalid_argument. Parameters that need more
+    // than max_transformer_parameter_bytes (overflow-checked; the message names the field,
+    // e.g. block_count): std::overflow_error, thrown before anything is allocated or drawn.
     DecoderOnlyTransformer(
         const TransformerDimensions& dimensions, std::mt19937& generator,
         float layer_norm_epsilon = 1e-5F, AttentionKind attention = AttentionKind::Materialized,

@@ -7,7 +7,12 @@ Inputs become ctypes arrays that the native call reads:
   C-contiguous numpy array of that type even when it is read-only;
 * another read-only or a non-contiguous buffer of the right element type is copied once;
 * a numpy array of another numeric dtype is converted once by numpy;
-* a Python sequence of numbers, flat or rectangularly nested, is converted once by ``array``.
+* a Python sequence of numbers, flat or rectangularly nested (at most 64 levels deep, and never
+  containing itself), is converted once by ``array``.
+
+A finite value that float32 cannot hold (magnitude above FLT_MAX after rounding, e.g. ``1e39``
+or ``10**400``) is a ValueError naming the argument, the element and the value, on every path:
+it is never turned into an infinity silently. Infinities and NaNs themselves pass through.
 
 Per-element ctypes loops and tuples of Python floats never appear on the data path. numpy is
 optional: it is only used when the caller already passed a numpy array (it is never imported
@@ -18,18 +23,24 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import numbers
+import struct
 import sys
 from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._errors import check_status
-from ._validation import UINT32_LIMIT
+from ._validation import UINT32_LIMIT, describe_value
 
 FLOAT32_TYPECODE = "f"
 # The array typecode whose items are 4-byte unsigned ints ("I" on every mainstream platform).
 UINT32_TYPECODE = next(code for code in "IL" if array(code).itemsize == 4)
+
+FLOAT32_MAX = 3.4028234663852886e38
+# numpy 2's dimension limit; a list nested deeper is a mistake (or contains itself).
+MAXIMUM_NESTING_DEPTH = 64
 
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 _INTEGER_FORMATS = frozenset("bBhHiIlLqQnN")
@@ -92,8 +103,9 @@ def float32_input(values: object, name: str) -> Float32Input:
     """Convert ``values`` (buffer, numpy array, number or nested sequence) for the C ABI.
 
     A buffer must hold float32 items (TypeError otherwise: convert it explicitly, e.g. with
-    ``array('f', values)``). Bools are rejected (TypeError) and nested sequences must be
-    rectangular (ValueError).
+    ``array('f', values)``). Bools are rejected (TypeError); nested sequences must be
+    rectangular, at most MAXIMUM_NESTING_DEPTH deep and must not contain themselves, and a
+    finite value beyond float32's range is rejected naming its index (ValueError).
     """
     if _is_numpy_array(values):
         return Float32Input(_float32_from_numpy(values, name), None)
@@ -114,14 +126,60 @@ def float32_input(values: object, name: str) -> Float32Input:
         converted = array(FLOAT32_TYPECODE, flat)
     except TypeError as error:
         raise TypeError(f"{name} must hold real numbers ({error})") from None
+    except OverflowError:  # an int beyond float64's range
+        _reject_float32_overflow(flat, nested_shape, name)
+        raise  # not reached: the scan names the value
+    if any(map(math.isinf, converted)):  # an infinity given, or a finite value that overflowed
+        _reject_float32_overflow(flat, nested_shape, name)
     return Float32Input(_ctypes_view(converted, ctypes.c_float, len(converted)), nested_shape)
+
+
+def _reject_float32_overflow(flat: list, nested_shape: tuple[int, ...] | None, name: str) -> None:
+    """Raise ValueError for the first finite value of ``flat`` that float32 cannot hold."""
+    for index, value in enumerate(flat):
+        try:
+            # Standard-size packing raises exactly when float32 rounding turns a finite value
+            # into ±inf, as array('f') does silently; float() raises for an int beyond float64.
+            struct.pack("<f", float(value))
+        except OverflowError:
+            position = _nested_position(index, nested_shape)
+            message = _float32_overflow_message(name, position, describe_value(value))
+            raise ValueError(message) from None
+
+
+def _float32_overflow_message(name: str, position: tuple[int, ...], value_text: str) -> str:
+    element = name + "".join(f"[{axis_index}]" for axis_index in position)
+    return (
+        f"{element} = {value_text} does not fit in float32 (the largest finite float32 is "
+        f"{FLOAT32_MAX!r}; pass inf explicitly if that is meant)"
+    )
+
+
+def _nested_position(flat_index: int, nested_shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The index of a flat element in the caller's nesting (``()`` for a bare number)."""
+    if nested_shape is None:
+        return (flat_index,)
+    position = []
+    for extent in reversed(nested_shape):
+        flat_index, axis_index = divmod(flat_index, extent)
+        position.append(axis_index)
+    return tuple(reversed(position))
 
 
 def _float32_from_numpy(values, name: str) -> ctypes.Array:
     if values.dtype.kind not in "fiu":
         raise TypeError(f"{name} must have a real numeric dtype, not {values.dtype}")
     numpy = sys.modules["numpy"]
-    contiguous = numpy.ascontiguousarray(values, dtype=numpy.float32)
+    with numpy.errstate(over="ignore"):  # an overflow is reported below, naming the element
+        contiguous = numpy.ascontiguousarray(values, dtype=numpy.float32)
+    # Only floats wider than float32 can overflow it (every int64/uint64 fits).
+    if values.dtype.kind == "f" and values.dtype.itemsize > 4:
+        overflowed = numpy.isinf(contiguous.reshape(values.shape))
+        if overflowed.any():
+            overflowed &= numpy.isfinite(values)
+            if overflowed.any():
+                position = tuple(int(axis_index) for axis_index in numpy.argwhere(overflowed)[0])
+                raise ValueError(_float32_overflow_message(name, position, str(values[position])))
     return _ctypes_view(contiguous, ctypes.c_float, contiguous.size)
 
 
@@ -130,6 +188,7 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
 
     A bare number is one value (shape ``()``); a flat sequence has shape ``None`` (taken as
     row-major data of any shape). Leaves are not inspected here; the array conversion does.
+    A nest deeper than MAXIMUM_NESTING_DEPTH or one that contains itself is a ValueError.
     """
     if isinstance(values, numbers.Number):
         return [values], ()
@@ -138,9 +197,17 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
             f"{name} must be a buffer, a numpy array, a number or a list/tuple of numbers, "
             f"not {type(values).__name__}"
         )
+    # In a rectangular nest every list sits at one depth, so a list met again below one of
+    # the levels above it contains itself. `enclosing` holds the ids of those levels' lists
+    # (all of them stay alive in `values` meanwhile).
+    enclosing: set[int] = set()
+    parents: list = [values]
     level: list = list(values)
     shape = [len(level)]
     while level and isinstance(level[0], (list, tuple)):
+        if len(shape) == MAXIMUM_NESTING_DEPTH:
+            raise ValueError(f"{name} is nested more than {MAXIMUM_NESTING_DEPTH} levels deep")
+        enclosing.update(map(id, parents))
         row_length = len(level[0])
         for row in level:
             if not isinstance(row, (list, tuple)) or len(row) != row_length:
@@ -148,7 +215,13 @@ def _flatten_rectangular(values: object, name: str) -> tuple[list, tuple[int, ..
                     f"{name} must be rectangular: rows at depth {len(shape)} differ in "
                     "length or nesting"
                 )
+            if id(row) in enclosing:
+                raise ValueError(
+                    f"{name} contains itself (the {type(row).__name__} at depth {len(shape)} "
+                    "also encloses it), so it has no shape"
+                )
         shape.append(row_length)
+        parents = level
         level = list(itertools.chain.from_iterable(level))
     return level, (tuple(shape) if len(shape) > 1 else None)
 

@@ -12,9 +12,26 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 
 UINT32_LIMIT = 1 << 32
 UINT64_LIMIT = 1 << 64
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 60
+
+
+def describe_value(value: object) -> str:
+    """``value`` for an error message: its repr, shortened (a huge int as its magnitude).
+
+    Never raises: an int too long for ``str`` (Python's digit limit) is shown as ``~1e+N``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        exponent = math.log10(abs(value))
+        mantissa = 10 ** (exponent - math.floor(exponent))
+        sign = "-" if value < 0 else ""
+        return f"{sign}~{mantissa:.3f}e+{math.floor(exponent)} (an int)"
+    return _SHORT_REPR.repr(value)
 
 
 def require_int(value: object, name: str, minimum: int, limit: int) -> int:
@@ -24,11 +41,26 @@ def require_int(value: object, name: str, minimum: int, limit: int) -> int:
     is expected); ValueError when it is out of range.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be an int, not {type(value).__name__} ({describe_value(value)})"
+        )
     number = int(value)
     if not minimum <= number < limit:
-        raise ValueError(f"{name} must be in [{minimum}, {limit}), got {number}")
+        raise ValueError(f"{name} must be in [{minimum}, {limit}), got {describe_value(number)}")
     return number
+
+
+def require_real(value: object, name: str) -> float:
+    """``value`` as a float: TypeError for a non-real number or a bool, ValueError for an int
+    too large for a float (beyond about 1.8e308)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number, not {type(value).__name__} ({describe_value(value)})"
+        )
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} is too large for a float, got {describe_value(value)}") from None
 
 
 def require_positive_float(value: object, name: str, *, allow_infinity: bool = False) -> float:
@@ -37,9 +69,7 @@ def require_positive_float(value: object, name: str, *, allow_infinity: bool = F
     TypeError for a non-real number or a bool; ValueError for zero, a negative value, NaN or
     a disallowed infinity.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    number = float(value)
+    number = require_real(value, name)
     finite_enough = math.isfinite(number) or (allow_infinity and number == math.inf)
     if not (number > 0 and finite_enough):
         bound = "positive (or inf)" if allow_infinity else "finite and positive"
@@ -49,9 +79,7 @@ def require_positive_float(value: object, name: str, *, allow_infinity: bool = F
 
 def require_open_unit_interval(value: object, name: str) -> float:
     """``value`` as a float strictly between 0 and 1 (TypeError/ValueError otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    number = float(value)
+    number = require_real(value, name)
     if not 0.0 < number < 1.0:
         raise ValueError(f"{name} must be in (0, 1), got {number!r}")
     return number
@@ -60,7 +88,9 @@ def require_open_unit_interval(value: object, name: str) -> float:
 def require_choice(value: object, name: str, choices: dict[str, int]) -> int:
     """The ABI value of a policy given by name (``choices`` maps accepted names to values)."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a str, not {type(value).__name__} ({describe_value(value)})"
+        )
     try:
         return choices[value]
     except KeyError:

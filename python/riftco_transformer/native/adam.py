@@ -23,6 +23,7 @@ from ._validation import (
     require_int,
     require_open_unit_interval,
     require_positive_float,
+    require_real,
 )
 from .backends import BACKEND_NAMES
 from .parameters import ParameterList
@@ -89,6 +90,10 @@ class AdamState:
     ``beta1_power``/``beta2_power`` are ``beta^step_count``; ``values``, ``first_moments`` and
     ``second_moments`` hold one float32 per parameter scalar, in the parameter list's flat
     order (the layout is independent of contiguous or paged storage).
+
+    ``step_count`` must be an int in [0, 2**64) and the powers real numbers (TypeError or
+    ValueError here, naming the field); whether they agree with the optimizer's betas, and
+    the arrays' contents, are checked by :meth:`Adam.load_state`.
     """
 
     step_count: int
@@ -97,6 +102,13 @@ class AdamState:
     values: array
     first_moments: array
     second_moments: array
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "step_count", require_int(self.step_count, "step_count", 0, UINT64_LIMIT)
+        )
+        for name in ("beta1_power", "beta2_power"):
+            object.__setattr__(self, name, require_real(getattr(self, name), name))
 
 
 def _native_options(options: AdamOptions) -> AdamOptionsStruct:
@@ -268,7 +280,6 @@ class Adam(NativeHandle):
         """
         if not isinstance(state, AdamState):
             raise TypeError(f"state must be an AdamState, not {type(state).__name__}")
-        step_count = require_int(state.step_count, "state.step_count", 0, UINT64_LIMIT)
         values, first_moments, second_moments = (
             float32_input(getattr(state, name), f"state.{name}").values
             for name in ("values", "first_moments", "second_moments")
@@ -281,7 +292,7 @@ class Adam(NativeHandle):
             )
         header = AdamStateStruct(
             struct_size=ctypes.sizeof(AdamStateStruct),
-            step_count=step_count,
+            step_count=state.step_count,
             beta1_power=state.beta1_power,
             beta2_power=state.beta2_power,
             value_count=count,

@@ -226,8 +226,9 @@ class Tokenizer(NativeHandle):
 def _bytes_of(byte_vocabulary) -> bytes | memoryview:
     """A byte vocabulary given as bytes-like, or as a sequence of ints 0-255."""
     if isinstance(byte_vocabulary, (list, tuple)):
-        if bool in map(type, byte_vocabulary):
-            raise TypeError("byte_vocabulary must hold ints 0-255, not bools")
+        # A valid vocabulary has at most 256 entries, so checking each one costs nothing.
+        for index, byte in enumerate(byte_vocabulary):
+            require_int(byte, f"byte_vocabulary[{index}]", 0, 256)
         return bytes(byte_vocabulary)
     return byte_vocabulary
 
