@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/backend/cpu/attention_reference.hpp"
+#include "support/attention_reference.hpp"
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"

@@ -105,17 +105,13 @@ void validate(const TransformerDimensions& d, float epsilon) {
         fail("vocabulary ids must fit in uint32");
     if (d.maximum_context - 1 > id_limit)
         fail("positions must fit in uint32");
-    if (!std::isfinite(epsilon) || !(epsilon > 0.0F)) {
-        fail("layer_norm_epsilon must be finite and > 0 (got " + std::to_string(epsilon) + ")");
-    }
+    tensor_ops::require_normalization_epsilon("DecoderOnlyTransformer", "layer_norm_epsilon",
+                                              epsilon);
     require_parameter_bytes_fit(d);
 }
 
 void require_attention(AttentionKind kind) {
-    if (kind != AttentionKind::Materialized && kind != AttentionKind::Flash) {
-        throw std::invalid_argument("DecoderOnlyTransformer: unknown attention kind value " +
-                                    std::to_string(static_cast<std::uint32_t>(kind)));
-    }
+    require_attention_kind("DecoderOnlyTransformer", kind);
 }
 
 void require_checkpointing(ActivationCheckpointing checkpointing) {

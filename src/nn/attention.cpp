@@ -4,46 +4,37 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/autograd/node.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/attention.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-void require_attention_inputs(const Variable& query, const Variable& key, const Variable& value) {
-    constexpr const char* op = "causal attention";
+// Defined handles here; the shape and backend rules are tensor_ops's (attention_scale).
+float checked_scale(const Variable& query, const Variable& key, const Variable& value) {
     if (!query.defined() || !key.defined() || !value.defined()) {
-        throw std::logic_error(std::string(op) + ": an input is an empty Variable");
+        throw std::logic_error("causal attention: an input is an empty Variable");
     }
-    if (query.value().rank() != 4 || key.shape() != query.shape() ||
-        value.shape() != query.shape()) {
-        std::ostringstream message;
-        message << op << ": query, key and value must be identical [B,H,T,d_h] shapes (got "
-                << shape_to_string(query.shape()) << ", " << shape_to_string(key.shape()) << ", "
-                << shape_to_string(value.shape()) << ")";
-        throw std::invalid_argument(message.str());
-    }
-    if (key.backend() != query.backend() || value.backend() != query.backend()) {
-        throw std::invalid_argument(std::string(op) +
-                                    ": query, key and value are on different backends");
-    }
+    return tensor_ops::attention_scale("causal attention", query.value(), key.value(),
+                                       value.value());
 }
 
 void require_kind(AttentionKind kind) {
-    if (kind != AttentionKind::Materialized && kind != AttentionKind::Flash) {
-        throw std::invalid_argument("attention: unknown attention kind value " +
-                                    std::to_string(static_cast<std::uint32_t>(kind)));
-    }
+    require_attention_kind("attention", kind);
 }
 
 }  // namespace
 
+void require_attention_kind(std::string_view operation, AttentionKind kind) {
+    if (kind != AttentionKind::Materialized && kind != AttentionKind::Flash) {
+        throw std::invalid_argument(std::string(operation) + ": unknown attention kind value " +
+                                    std::to_string(static_cast<std::uint32_t>(kind)));
+    }
+}
+
 AttentionOutputs causal_scaled_dot_product_attention(const Variable& query, const Variable& key,
                                                      const Variable& value) {
-    require_attention_inputs(query, key, value);
-    const std::size_t head_width = query.shape()[3];
-    const float scale = 1.0F / std::sqrt(static_cast<float>(head_width));
+    const float scale = checked_scale(query, key, value);
     // [B,H,T,d] x [B,H,T,d]ᵀ -> scores [B,H,T,T] (freed once the softmax has run)
     const Variable scores = matmul(query, key, false, true);
     Variable probabilities = causal_softmax(scores, scale);
@@ -52,19 +43,7 @@ AttentionOutputs causal_scaled_dot_product_attention(const Variable& query, cons
 }
 
 Variable flash_causal_attention(const Variable& query, const Variable& key, const Variable& value) {
-    require_attention_inputs(query, key, value);
-    tensor_ops::FlashAttentionResult forward =
-        tensor_ops::flash_attention(query.value(), key.value(), value.value());
-    Tensor context = forward.context;
-    // Saved: Q, K, V, the context and two [B,H,T] statistics — linear in T.
-    return detail::make_result(
-        "flash_attention", std::move(context), {&query, &key, &value},
-        [q = query.value(), k = key.value(), v = value.value(), forward = std::move(forward)](
-            const Tensor& g, std::span<const bool>) {
-            tensor_ops::FlashAttentionGradients d =
-                tensor_ops::flash_attention_backward(q, k, v, forward, g);
-            return std::vector<Tensor>{std::move(d.query), std::move(d.key), std::move(d.value)};
-        });
+    return flash_attention(query, key, value);
 }
 
 Variable causal_attention(const Variable& query, const Variable& key, const Variable& value,

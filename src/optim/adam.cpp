@@ -171,23 +171,22 @@ AdamStepStats Adam::step() {
     tensor_ops::require_optimizer_backend(backend_, operation);
     check_parameters(operation);
 
-    // Pass 1: everything that can fail, without writing.
-    const double norm = detail::gradient_norm(backend_, parameters_, operation);
-    const double clip_scale =
-        norm > options_.maximum_gradient_norm ? options_.maximum_gradient_norm / norm : 1.0;
+    // Pass 1: everything that can fail, without writing, as one request and one host read:
+    // the gradients' global norm and finiteness, the clip factor, and the check of every
+    // candidate value and moment under it.
     const std::uint64_t step = step_count_ + 1;
     const double beta1_power = std::pow(options_.beta1, static_cast<double>(step));
     const double beta2_power = std::pow(options_.beta2, static_cast<double>(step));
     const double learning_rate =
         scheduled_learning_rate(options_.learning_rate, options_.schedule, step);
-    const tensor_ops::AdamUpdateScalars scalars{
+    tensor_ops::AdamUpdateScalars scalars{
         .beta1 = options_.beta1,
         .beta2 = options_.beta2,
         .bias_correction1 = 1.0 - beta1_power,
         .bias_correction2 = 1.0 - beta2_power,
         .learning_rate = learning_rate,
         .epsilon = options_.epsilon,
-        .clip_scale = clip_scale,
+        .clip_scale = 1.0,  // the step check computes s on the backend
         .decay_factor = 1.0 - learning_rate * options_.weight_decay,
     };
     std::vector<tensor_ops::AdamSlice> slices;
@@ -197,8 +196,16 @@ AdamStepStats Adam::step() {
         slices.push_back({&node.value, node.gradient.is_singular() ? nullptr : &node.gradient,
                           page.offset, &page.first_moment, &page.second_moment});
     }
-    // The step's second (and last) host read.
-    const tensor_ops::AdamCheck check = tensor_ops::adam_check(backend_, scalars, slices);
+    const std::vector<const Tensor*> gradients = detail::gradients_of(parameters_);
+    const tensor_ops::AdamStepCheck pass = tensor_ops::adam_step_check(
+        backend_, scalars, options_.maximum_gradient_norm, gradients, slices);
+    if (pass.gradients.first_non_finite.tensor != gradients.size()) {
+        detail::throw_non_finite_gradient(operation, parameters_, pass.gradients.first_non_finite);
+    }
+    const double norm = pass.gradients.squares.norm();
+    const double clip_scale = pass.clip_scale;
+    scalars.clip_scale = clip_scale;
+    const tensor_ops::AdamCheck& check = pass.check;
     if (check.value_slice != slices.size()) {
         const MomentPage& page = pages_[check.value_slice];
         const NamedParameter& entry = parameters_[page.parameter];

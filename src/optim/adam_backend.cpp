@@ -11,23 +11,33 @@
 
 namespace riftco_transformer::detail {
 
-double gradient_norm(ExecutionBackend backend, std::span<const NamedParameter> parameters,
-                     std::string_view operation) {
+std::vector<const Tensor*> gradients_of(std::span<const NamedParameter> parameters) {
     std::vector<const Tensor*> gradients;
     gradients.reserve(parameters.size());
     for (const NamedParameter& entry : parameters) {
         const Tensor& gradient = entry.parameter.node()->gradient;
         gradients.push_back(gradient.is_singular() ? nullptr : &gradient);
     }
+    return gradients;
+}
+
+void throw_non_finite_gradient(std::string_view operation,
+                               std::span<const NamedParameter> parameters,
+                               const tensor_ops::FirstNonFinite& bad) {
+    std::ostringstream message;
+    message << operation << ": the gradient of parameter '" << parameters[bad.tensor].name
+            << "' has element " << bad.element << " = " << number_text(bad.value)
+            << " (gradients must be finite)";
+    throw std::domain_error(message.str());
+}
+
+double gradient_norm(ExecutionBackend backend, std::span<const NamedParameter> parameters,
+                     std::string_view operation) {
+    const std::vector<const Tensor*> gradients = gradients_of(parameters);
     const tensor_ops::GradientStatistics statistics =
         tensor_ops::gradient_statistics(backend, gradients);
-    const tensor_ops::FirstNonFinite& bad = statistics.first_non_finite;
-    if (bad.tensor != gradients.size()) {
-        std::ostringstream message;
-        message << operation << ": the gradient of parameter '" << parameters[bad.tensor].name
-                << "' has element " << bad.element << " = " << number_text(bad.value)
-                << " (gradients must be finite)";
-        throw std::domain_error(message.str());
+    if (statistics.first_non_finite.tensor != gradients.size()) {
+        throw_non_finite_gradient(operation, parameters, statistics.first_non_finite);
     }
     return statistics.squares.norm();
 }

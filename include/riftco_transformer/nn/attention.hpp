@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <string_view>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/nn/layers.hpp"
@@ -21,6 +22,10 @@ enum class AttentionKind : std::uint32_t {
     Materialized = 0,  // keeps the [B,H,T,T] probabilities for backward
     Flash = 1,         // memory-linear: keeps per-row max and sum, recomputes in backward
 };
+
+// The one home of the AttentionKind rule (layers, models, the C ABI's conversions call it):
+// an unknown value is std::invalid_argument "<operation>: unknown attention kind value <v>".
+void require_attention_kind(std::string_view operation, AttentionKind kind);
 
 struct AttentionOutputs {
     Variable context;        // [B,H,T,d_h]

@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 
+#include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
@@ -14,11 +15,7 @@
 
 namespace riftco_transformer {
 
-// y = x·Wᵀ + b as one differentiable operation: x [.., in], weight [out, in], bias [out] or an
-// empty Variable (no bias) -> [.., out]. Its rule computes dx = G·W, dW = Gᵀ·x and db = Σ G
-// only for inputs that need them (a frozen weight costs no weight-gradient product), with no
-// transposed copy of W in either direction.
-[[nodiscard]] Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+// linear(x, weight, bias), the operation Linear runs, is in core/autograd/operations.hpp.
 
 // Parameters "weight" [out, in] (Xavier(in, out)) and, when use_bias, "bias" [out] (zeros).
 class Linear final : public Module {

@@ -23,8 +23,10 @@
 // Sync points (detail::synchronize: one host read counted, then any deferred error raised):
 // - Tensor::to_host, Tensor::copy_to_host, Tensor::flat / at / item, IndexTensor::to_host;
 // - Tensor::to and IndexTensor::to when they stage through host memory (no direct copy);
-// - the optimizer's reads, two per Adam::step whatever the parameter count: the batched
-//   gradient statistics (global norm and first non-finite element) and the update check.
+// - the optimizer's one read per Adam::step, whatever the parameter count: the batched step
+//   check (global norm, first non-finite gradient, clip factor, candidate check;
+//   tensor_ops::adam_step_check). Adam's constructor, state() and load paths read once per
+//   batched request too (tensor_ops::first_non_finite, gradient_statistics).
 // This vtable is private: it is not part of any ABI.
 
 #include <cmath>
@@ -34,7 +36,7 @@
 #include <span>
 #include <string_view>
 
-#include "core/tensor/storage.hpp"
+#include "core/backend/storage.hpp"
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
@@ -192,6 +194,7 @@ class QuantizedLinearCapability {
 // AdamUpdateScalars, AdamSlice, AdamCheck) are tensor_ops's: see tensor_ops/optimizer.hpp.
 using tensor_ops::AdamCheck;
 using tensor_ops::AdamSlice;
+using tensor_ops::AdamStepCheck;
 using tensor_ops::AdamUpdateScalars;
 using tensor_ops::FirstNonFinite;
 using tensor_ops::GradientStatistics;
@@ -216,6 +219,27 @@ class AdamCapability {
     // Pass 1: reads every slice, writes nothing.
     [[nodiscard]] virtual AdamCheck check_update(const AdamUpdateScalars& scalars,
                                                  std::span<const AdamSlice> slices) const = 0;
+    // Pass 1 of a whole step in one request: gradient_statistics, the clip factor
+    // (tensor_ops::clip_scale_for), then check_update under it (skipped when a gradient is
+    // non-finite). A device computes it without a host round trip in between; this default
+    // composes the two calls above.
+    [[nodiscard]] virtual AdamStepCheck check_step(const AdamUpdateScalars& scalars,
+                                                   double maximum_gradient_norm,
+                                                   std::span<const Tensor* const> gradients,
+                                                   std::span<const AdamSlice> slices) const {
+        AdamStepCheck result;
+        result.gradients = gradient_statistics(gradients);
+        result.check = {slices.size(), 0, 0.0F, slices.size(), 0};
+        if (result.gradients.first_non_finite.tensor != gradients.size()) {
+            return result;
+        }
+        result.clip_scale =
+            tensor_ops::clip_scale_for(result.gradients.squares.norm(), maximum_gradient_norm);
+        AdamUpdateScalars clipped = scalars;
+        clipped.clip_scale = result.clip_scale;
+        result.check = check_update(clipped, slices);
+        return result;
+    }
     // Pass 2: gives every value and moment its θ', m', v' (narrowed to float). The caller ran
     // check_update with the same arguments and it found nothing. The adapter either writes
     // in place after making each written storage unique (TensorAccess::unique_storage) or

@@ -4,7 +4,7 @@
 #include <memory>
 #include <utility>
 
-#include "core/tensor/storage.hpp"
+#include "core/backend/storage.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 

@@ -18,6 +18,17 @@ float require_attention_inputs(std::string_view op, const Tensor& query, const T
     return 1.0F / std::sqrt(static_cast<float>(query.shape()[3]));
 }
 
+}  // namespace
+
+float attention_scale(std::string_view op, const Tensor& query, const Tensor& key,
+                      const Tensor& value) {
+    static_cast<void>(
+        detail::input_adapter(op, {{"query", &query}, {"key", &key}, {"value", &value}}));
+    return require_attention_inputs(op, query, key, value);
+}
+
+namespace {
+
 const detail::AttentionCapability& attention_of(const detail::BackendAdapter& adapter,
                                                 std::string_view op) {
     return detail::require_capability(adapter.attention(), adapter, op, "attention");

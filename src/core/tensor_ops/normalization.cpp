@@ -6,6 +6,11 @@
 #include "core/tensor_ops/validation.hpp"
 
 namespace riftco_transformer::tensor_ops {
+
+void require_normalization_epsilon(std::string_view operation, std::string_view argument,
+                                   float epsilon) {
+    detail::require_finite_positive(operation, argument, epsilon);
+}
 namespace {
 
 const detail::NormalizationCapability& normalization_of(const detail::BackendAdapter& adapter,
@@ -49,7 +54,7 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& scale, const Tensor& b
     const std::size_t rows = require_rows(op, x);
     require_width_vector(op, {"scale", &scale}, x.shape().back());
     require_width_vector(op, {"bias", &bias}, x.shape().back());
-    detail::require_finite_positive(op, "epsilon", epsilon);
+    require_normalization_epsilon(op, "epsilon", epsilon);
     LayerNormResult result{detail::allocate_uninitialized(x.shape(), x.backend()),
                            detail::allocate_uninitialized(Shape{rows}, x.backend()),
                            detail::allocate_uninitialized(Shape{rows}, x.backend())};
@@ -86,7 +91,7 @@ RmsNormResult rms_norm(const Tensor& x, const Tensor& scale, float epsilon) {
     const auto& adapter = detail::input_adapter(op, {{"x", &x}, {"scale", &scale}});
     const std::size_t rows = require_rows(op, x);
     require_width_vector(op, {"scale", &scale}, x.shape().back());
-    detail::require_finite_positive(op, "epsilon", epsilon);
+    require_normalization_epsilon(op, "epsilon", epsilon);
     RmsNormResult result{detail::allocate_uninitialized(x.shape(), x.backend()),
                          detail::allocate_uninitialized(Shape{rows}, x.backend())};
     normalization_of(adapter, op).rms_norm(x, scale, epsilon, result.output, result.inverse_rms);

@@ -103,6 +103,19 @@ AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
     return check;
 }
 
+AdamStepCheck adam_step_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
+                              double maximum_gradient_norm,
+                              std::span<const Tensor* const> gradients,
+                              std::span<const AdamSlice> slices) {
+    constexpr std::string_view op = "adam_step_check";
+    require_tensors(op, backend, gradients);
+    require_slices(op, backend, slices);
+    const AdamStepCheck result =
+        adam_of(backend, op).check_step(scalars, maximum_gradient_norm, gradients, slices);
+    detail::synchronize(backend);
+    return result;
+}
+
 void adam_apply(ExecutionBackend backend, const AdamUpdateScalars& scalars,
                 std::span<const AdamSlice> slices) {
     constexpr std::string_view op = "adam_apply";

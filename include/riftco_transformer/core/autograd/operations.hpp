@@ -91,6 +91,17 @@ namespace riftco_transformer {
 [[nodiscard]] Variable rms_norm(const Variable& x, const Variable& scale,
                                 float epsilon = tensor_ops::default_normalization_epsilon);
 
+// y = x·Wᵀ + b as one differentiable operation: x [.., in], weight [out, in], bias [out] or an
+// empty Variable (no bias) -> [.., out]. Its rule computes dx = G·W, dW = Gᵀ·x and db = Σ G
+// only for inputs that need them (a frozen weight costs no weight-gradient product), with no
+// transposed copy of W in either direction.
+[[nodiscard]] Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+
+// Memory-linear causal attention of Q, K, V [B,H,T,d_h] (tensor_ops::flash_attention): no
+// [B,H,T,T] buffer in either direction; the VJP recomputes the probabilities tile by tile.
+[[nodiscard]] Variable flash_attention(const Variable& query, const Variable& key,
+                                       const Variable& value);
+
 // Mean cross-entropy of logits [..., V] against one target per position (scalar result).
 // The forward pass keeps the base gradient (softmax − onehot)/N; backward scales it.
 [[nodiscard]] Variable cross_entropy(const Variable& logits,

@@ -4,6 +4,8 @@
 // A visible score that is NaN or +inf, or a query row without a finite visible score:
 // std::domain_error.
 
+#include <string_view>
+
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
@@ -19,6 +21,12 @@ struct FlashAttentionGradients {
     Tensor key;
     Tensor value;
 };
+
+// The one home of the attention input rules, for every attention algorithm: Q, K, V
+// non-singular, on one backend, rank 4 [B,H,T,d_h] with identical shapes
+// (std::invalid_argument naming `operation` otherwise). Returns scale = 1/√d_h in float.
+[[nodiscard]] float attention_scale(std::string_view operation, const Tensor& query,
+                                    const Tensor& key, const Tensor& value);
 
 [[nodiscard]] FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key,
                                                    const Tensor& value);

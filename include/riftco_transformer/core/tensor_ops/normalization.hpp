@@ -1,9 +1,17 @@
 #pragma once
 // Normalisation over the last axis, with the statistics the backward pass needs.
 
+#include <string_view>
+
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
+
+// The one home of the epsilon rule of every normalisation (the ops below, the LayerNorm and
+// RMSNorm layers, model configs): finite and > 0, else std::invalid_argument
+// "<operation>: <argument> must be finite and > 0 (got <epsilon>)".
+void require_normalization_epsilon(std::string_view operation, std::string_view argument,
+                                   float epsilon);
 
 inline constexpr float default_normalization_epsilon = 1e-5F;
 

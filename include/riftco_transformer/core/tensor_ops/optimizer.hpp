@@ -92,6 +92,20 @@ struct AdamCheck {
 // std::runtime_error "<operation>: ..." when it is unavailable or lacks them.
 void require_optimizer_backend(ExecutionBackend backend, std::string_view operation);
 
+// The whole read-only pass of one Adam step: the gradients' statistics, the global clip
+// factor s = max_norm/‖g‖ when ‖g‖ > max_norm (else 1, computed in double from the merged
+// sum of squares) and the check of every slice under that s.
+struct AdamStepCheck {
+    GradientStatistics gradients;  // when a gradient is non-finite, the rest is unspecified
+    double clip_scale = 1.0;
+    AdamCheck check;
+};
+
+// The clip factor of a global norm: max_norm/norm when norm > max_norm, else exactly 1.
+[[nodiscard]] inline double clip_scale_for(double norm, double maximum_norm) noexcept {
+    return norm > maximum_norm ? maximum_norm / norm : 1.0;
+}
+
 // Every non-null tensor on `backend` (invalid_argument naming the position otherwise). The
 // merged sum of squares of all of them in list order and their first non-finite element.
 [[nodiscard]] GradientStatistics gradient_statistics(ExecutionBackend backend,
@@ -104,6 +118,14 @@ void require_optimizer_backend(ExecutionBackend backend, std::string_view operat
 // its value, a gradient of its value's shape (invalid_argument otherwise).
 [[nodiscard]] AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
                                    std::span<const AdamSlice> slices);
+// Pass 1 of a step as ONE request and one host read, whatever the parameter count:
+// gradient_statistics over `gradients`, the clip factor, and adam_check of `slices` with
+// scalars.clip_scale replaced by it. This is the optimizer's one read per step.
+[[nodiscard]] AdamStepCheck adam_step_check(ExecutionBackend backend,
+                                            const AdamUpdateScalars& scalars,
+                                            double maximum_gradient_norm,
+                                            std::span<const Tensor* const> gradients,
+                                            std::span<const AdamSlice> slices);
 // Pass 2: gives every value and moment its θ', m', v' through the backend (in place after
 // copy-on-write, or new buffers), after adam_check accepted the same arguments.
 void adam_apply(ExecutionBackend backend, const AdamUpdateScalars& scalars,

@@ -6,7 +6,7 @@
 #include <memory>
 #include <span>
 
-#include "core/tensor/storage.hpp"
+#include "core/backend/storage.hpp"
 #include "core/tensor/tensor_access.hpp"
 
 namespace riftco_transformer::detail {

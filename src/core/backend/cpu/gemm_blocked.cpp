@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/backend/cpu/gemm.hpp"
-#include "core/parallel/parallel_for.hpp"
+#include "core/backend/cpu/parallel_for.hpp"
 
 namespace riftco_transformer::detail {
 namespace {

@@ -7,7 +7,7 @@
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/strided.hpp"
-#include "core/parallel/parallel_for.hpp"
+#include "core/backend/cpu/parallel_for.hpp"
 #include "core/tensor/shape.hpp"
 
 namespace riftco_transformer::detail {

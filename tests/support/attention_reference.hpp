@@ -1,7 +1,8 @@
 #pragma once
 // The readable flash-attention oracle: tiles of 8 queries × 8 keys, scalar loops, double
 // accumulation, fully masked tiles skipped — the algorithm of spec ENGINE §7 written for
-// reading. The fast path (attention.cpp) is tested against it. Layouts: q, k, v, context
+// reading, kept with the tests (it is never shipped). The fast path
+// (src/core/backend/cpu/attention.cpp) is tested against it. Layouts: q, k, v, context
 // [items, T, d] (items = B·H), row statistics [items, T].
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "core/backend/cpu/attention_reference.hpp"
+#include "support/attention_reference.hpp"
 
 #include <algorithm>
 #include <cmath>
