@@ -29,21 +29,26 @@ dnnl_dim_t as_dim(std::size_t value) {
     return static_cast<dnnl_dim_t>(value);
 }
 
-// The instruction-set family oneDNN's JIT picks from these feature bits (its cpu_isa
-// hierarchy for f32: avx512_core, avx2, avx, sse41).
+// The instruction-set family of the f32 sgemm kernels oneDNN JIT-generates here: the
+// widest of its f32 families (avx512_core, avx2, avx, sse41) within the ISA oneDNN itself
+// detected on this CPU (dnnl_get_effective_cpu_isa, which also honours ONEDNN_MAX_CPU_ISA).
+// oneDNN's ISA values are bit sets: a family is available when all its bits are.
 const char* jit_isa() noexcept {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    const auto effective = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto has = [effective](dnnl_cpu_isa_t isa) {
+        const auto bits = static_cast<unsigned>(isa);
+        return (effective & bits) == bits;
+    };
+    if (has(dnnl_cpu_isa_avx512_core)) {
         return "avx512_core";
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (has(dnnl_cpu_isa_avx2)) {
         return "avx2";
     }
-    if (__builtin_cpu_supports("avx")) {
+    if (has(dnnl_cpu_isa_avx)) {
         return "avx";
     }
-    if (__builtin_cpu_supports("sse4.1")) {
+    if (has(dnnl_cpu_isa_sse41)) {
         return "sse41";
     }
     return "reference (no JIT ISA)";
