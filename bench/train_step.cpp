@@ -1,6 +1,7 @@
 // One GPT training step (forward, cross-entropy, backward, Adam) timed from C++: the
 // reference that tools/bench_python_vs_cpp.py compares the Python-driven step against.
-// Prints one JSON object: {"seconds_per_step": [...], "final_loss": ...}.
+// Prints one JSON object: {"seconds_per_step": [...], "final_loss": ..., "parameter_tensors":
+// N, "host_reads_per_step": [...]} (host reads: the optimizer's one and loss.item()).
 //
 //   riftco_bench_train_step [--steps N] [--warmup W] [--attention flash|materialized]
 //                           [--vocab V] [--width D] [--heads H] [--blocks N]
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
         std::vector<std::uint32_t> tokens(count);
         std::vector<std::uint32_t> targets(count);
         std::vector<double> seconds;
+        std::vector<std::uint64_t> host_reads;  // per timed step: the optimizer's + loss.item()
         float loss_value = 0.0F;
         for (std::size_t step = 0; step < options.warmup + options.steps; ++step) {
             for (std::size_t i = 0; i < count; ++i) {
@@ -106,6 +109,7 @@ int main(int argc, char** argv) {
                 targets[i] =
                     static_cast<std::uint32_t>(((i + 1) * 7919 + step * 31) % d.vocabulary_size);
             }
+            const std::uint64_t reads_before = host_read_count();
             const auto start = std::chrono::steady_clock::now();
             Variable logits = model.forward(tokens, Shape{options.batch, time});
             Variable loss = cross_entropy(logits, targets);
@@ -115,13 +119,20 @@ int main(int argc, char** argv) {
             const auto stop = std::chrono::steady_clock::now();
             if (step >= options.warmup) {
                 seconds.push_back(std::chrono::duration<double>(stop - start).count());
+                host_reads.push_back(host_read_count() - reads_before);
             }
         }
         std::printf("{\"seconds_per_step\": [");
         for (std::size_t i = 0; i < seconds.size(); ++i) {
             std::printf("%s%.6f", i == 0 ? "" : ", ", seconds[i]);
         }
-        std::printf("], \"final_loss\": %.6f}\n", static_cast<double>(loss_value));
+        std::printf("], \"final_loss\": %.6f, \"parameter_tensors\": %zu, \"host_reads_per_step\": [",
+                    static_cast<double>(loss_value), model.parameters().size());
+        for (std::size_t i = 0; i < host_reads.size(); ++i) {
+            std::printf("%s%llu", i == 0 ? "" : ", ",
+                        static_cast<unsigned long long>(host_reads[i]));
+        }
+        std::printf("]}\n");
         return 0;
     } catch (const std::exception& error) {
         std::fprintf(stderr, "riftco_bench_train_step: %s\n", error.what());
