@@ -12,7 +12,8 @@ Checks, in order:
   3. From a directory outside the source tree and without RIFTCO_TRANSFORMER_LIBRARY, the
      package loads the library from riftco_transformer/.libs and runs the seed's tensor
      snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]).
-  4. The installed library depends on nothing beyond the C/C++ runtime and libgomp (ldd),
+  4. The installed library depends on nothing beyond the C/C++ runtime, libgomp and what the
+     wheel carries beside it (the GEMM library) (ldd), and names its GEMM kernel (cpu_info),
      and its SONAME still carries the ABI major (readelf) although the file has the plain name.
 
 Exit 77 (CTest skip) only when the build front end cannot be obtained (no venv module, or
@@ -134,11 +135,26 @@ def main() -> int:
     # 4. Runtime dependencies of the installed library.
     if shutil.which("ldd"):
         listing = run(["ldd", str(library)], "ldd").stdout
-        names = [line.split()[0] for line in listing.splitlines() if line.strip()]
-        unexpected = [name for name in names if not ALLOWED_DEPENDENCIES.match(Path(name).name)]
+        names, unexpected = [], []
+        for line in listing.splitlines():
+            if not line.strip():
+                continue
+            name = line.split()[0]
+            names.append(name)
+            resolved = line.split("=>")[1].split()[0] if "=>" in line else ""
+            # Beside the library in the wheel (the bundled GEMM library) is part of the wheel.
+            bundled = resolved and Path(resolved).resolve().parent == library.resolve().parent
+            if not bundled and not ALLOWED_DEPENDENCIES.match(Path(name).name):
+                unexpected.append(name)
         if unexpected:
             sys.exit(f"the installed library depends on {unexpected}:\n{listing}")
         print(f"runtime dependencies: {', '.join(Path(name).name for name in names)}")
+        info = run([str(venv_python(fresh)), "-c",
+                    "import riftco_transformer; print(riftco_transformer.cpu_info())"],
+                   "cpu_info", cwd=outside, env=environment).stdout.strip()
+        print(f"cpu_info: {info}")
+        if "generic" in info.lower() or "prescott" in info.lower():
+            sys.exit(f"the wheel's GEMM runs a generic kernel: {info}")
     if shutil.which("readelf"):
         dynamic = run(["readelf", "-d", str(library)], "readelf").stdout
         if "[libriftco_transformer_c.so.2]" not in dynamic:
