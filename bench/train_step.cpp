@@ -126,8 +126,9 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < seconds.size(); ++i) {
             std::printf("%s%.6f", i == 0 ? "" : ", ", seconds[i]);
         }
-        std::printf("], \"final_loss\": %.6f, \"parameter_tensors\": %zu, \"host_reads_per_step\": [",
-                    static_cast<double>(loss_value), model.parameters().size());
+        std::printf(
+            "], \"final_loss\": %.6f, \"parameter_tensors\": %zu, \"host_reads_per_step\": [",
+            static_cast<double>(loss_value), model.parameters().size());
         for (std::size_t i = 0; i < host_reads.size(); ++i) {
             std::printf("%s%llu", i == 0 ? "" : ", ",
                         static_cast<unsigned long long>(host_reads[i]));

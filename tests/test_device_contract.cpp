@@ -49,8 +49,7 @@ TEST(IndexTensor, BadUploadsAreRejectedNamingTheProblem) {
     const std::vector<std::uint32_t> ids{1, 2, 3};
     EXPECT_THROW(IndexTensor({2, 2}, ids, cpu), std::invalid_argument);
     EXPECT_THROW(IndexTensor({0, 3}, ids, cpu), std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(IndexTensor({3}, ids, cpu).reshape({2})),
-                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(IndexTensor({3}, ids, cpu).reshape({2})), std::invalid_argument);
     const std::vector<std::size_t> wide{1, std::size_t{1} << 33U};
     try {
         static_cast<void>(IndexTensor::from_size_t({2}, wide, cpu, "ids"));
@@ -100,15 +99,13 @@ TEST(IndexTensor, RangeIsCheckedFromTheRecordedMaximumNamingItsPosition) {
     } catch (const std::out_of_range& error) {
         EXPECT_STREQ(error.what(), "gather_rows: indices[1] = 7 is out of range for 5 rows");
     }
-    EXPECT_THROW(static_cast<void>(tensor_ops::scatter_add_rows(Tensor({4, 3}, 1.0F, cpu),
-                                                                uploaded, 5)),
-                 std::out_of_range);
-    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy(Tensor({4, 5}, 0.0F, cpu),
-                                                             uploaded)),
+    EXPECT_THROW(
+        static_cast<void>(tensor_ops::scatter_add_rows(Tensor({4, 3}, 1.0F, cpu), uploaded, 5)),
+        std::out_of_range);
+    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy(Tensor({4, 5}, 0.0F, cpu), uploaded)),
                  std::out_of_range);
     // Counts still match the data.
-    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy(Tensor({3, 9}, 0.0F, cpu),
-                                                             uploaded)),
+    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy(Tensor({3, 9}, 0.0F, cpu), uploaded)),
                  std::invalid_argument);
 }
 

@@ -56,8 +56,7 @@ void expect_deferred_like_the_cpu(Operation&& operation, const Tensor& cpu_input
 }
 
 TEST(EmulatedDevice, SoftmaxOfANanSliceIsRaisedAtTheNextSyncPointWithTheCpuMessage) {
-    const Tensor x({2, 3}, {0.0F, std::numeric_limits<float>::quiet_NaN(), 1.0F, 1.0F, 2.0F,
-                            3.0F},
+    const Tensor x({2, 3}, {0.0F, std::numeric_limits<float>::quiet_NaN(), 1.0F, 1.0F, 2.0F, 3.0F},
                    cpu);
     expect_deferred_like_the_cpu<std::domain_error>(
         [](const Tensor& input) { return tensor_ops::softmax(input, 1); }, x);
@@ -72,9 +71,8 @@ TEST(EmulatedDevice, LogOfANegativeValueAndANonFiniteTargetLogitAreDeferredToo) 
         [](const Tensor& input) { return tensor_ops::log(input); },
         Tensor({3}, {1.0F, -2.0F, 3.0F}, cpu));
     const std::vector<std::uint32_t> targets{1, 0};
-    const Tensor logits({2, 3}, {0.0F, std::numeric_limits<float>::infinity(), 0.0F, 1.0F, 2.0F,
-                                 3.0F},
-                        cpu);
+    const Tensor logits(
+        {2, 3}, {0.0F, std::numeric_limits<float>::infinity(), 0.0F, 1.0F, 2.0F, 3.0F}, cpu);
     expect_deferred_like_the_cpu<std::domain_error>(
         [&](const Tensor& input) {
             return tensor_ops::cross_entropy(input, IndexTensor({2}, targets, input.backend()))

@@ -271,8 +271,8 @@ Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
             // A kernel of the block met NaN/inf (the softmax of non-finite attention scores):
             // the cause is the activations, not an argument of the op that noticed.
             throw std::domain_error(std::string(op) + ": non-finite activations in block " +
-                                    std::to_string(index) + " (weights too large or not finite?): " +
-                                    error.what());
+                                    std::to_string(index) +
+                                    " (weights too large or not finite?): " + error.what());
         }
     }
     // [B,T,D] -> [B,T,V]

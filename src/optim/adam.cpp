@@ -15,9 +15,9 @@
 
 #include "core/autograd/node.hpp"
 #include "optim/adam_backend.hpp"
-#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 #include "optim/moment_layout.hpp"
 #include "optim/number_text.hpp"
+#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer {
 
@@ -211,8 +211,8 @@ AdamStepStats Adam::step() {
         const NamedParameter& entry = parameters_[page.parameter];
         const std::size_t element = page.offset + check.value_element;
         throw std::domain_error("Adam::step: the value of " + quoted(entry) + " has element " +
-                                std::to_string(element) + " = " +
-                                detail::number_text(check.value) + " (values must be finite)");
+                                std::to_string(element) + " = " + detail::number_text(check.value) +
+                                " (values must be finite)");
     }
     if (check.update_slice != slices.size()) {
         const MomentPage& page = pages_[check.update_slice];

@@ -4,10 +4,9 @@
 #include <stdexcept>
 #include <vector>
 
-
 #include "core/autograd/node.hpp"
-#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 #include "optim/number_text.hpp"
+#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer::detail {
 

@@ -185,8 +185,7 @@ class EmulatedAttention final : public AttentionCapability {
                        Tensor& context, Tensor& row_max, Tensor& row_sum) const override {
         Fresh fresh_context(context);
         deferring([&] {
-            cpu_.flash_forward(query, key, value, scale, fresh_context.tensor(), row_max,
-                               row_sum);
+            cpu_.flash_forward(query, key, value, scale, fresh_context.tensor(), row_max, row_sum);
         });
         fresh_context.replace(context);
     }
@@ -207,8 +206,7 @@ class EmulatedAttention final : public AttentionCapability {
 // Adam whose pass 2 hands every value and moment a new buffer.
 class EmulatedAdam final : public AdamCapability {
   public:
-    GradientStatistics gradient_statistics(
-        std::span<const Tensor* const> tensors) const override {
+    GradientStatistics gradient_statistics(std::span<const Tensor* const> tensors) const override {
         return cpu_.gradient_statistics(tensors);
     }
     FirstNonFinite first_non_finite(std::span<const Tensor* const> tensors) const override {
@@ -225,8 +223,8 @@ class EmulatedAdam final : public AdamCapability {
         const auto copy_of = [&](Tensor* tensor) {
             auto [entry, inserted] = fresh.try_emplace(tensor);
             if (inserted) {
-                entry->second = TensorAccess::wrap(
-                    tensor->shape(), storage_.clone(TensorAccess::storage(*tensor)));
+                entry->second = TensorAccess::wrap(tensor->shape(),
+                                                   storage_.clone(TensorAccess::storage(*tensor)));
             }
             return &entry->second;
         };
@@ -265,9 +263,7 @@ class EmulatedDevice final : public BackendAdapter {
     }
     const LossCapability* loss() const noexcept override { return &loss_; }
     const AttentionCapability* attention() const noexcept override { return &attention_; }
-    const QuantizedLinearCapability* quantized_linear() const noexcept override {
-        return nullptr;
-    }
+    const QuantizedLinearCapability* quantized_linear() const noexcept override { return nullptr; }
     const AdamCapability* adam() const noexcept override { return &adam_; }
 
   private:

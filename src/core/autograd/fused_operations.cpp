@@ -74,7 +74,8 @@ Variable flash_attention(const Variable& query, const Variable& key, const Varia
     detail::require_defined(query, "flash_attention", "query");
     detail::require_defined(key, "flash_attention", "key");
     detail::require_defined(value, "flash_attention", "value");
-    ops::FlashAttentionResult forward = ops::flash_attention(query.value(), key.value(), value.value());
+    ops::FlashAttentionResult forward =
+        ops::flash_attention(query.value(), key.value(), value.value());
     Tensor context = forward.context;
     // Saved: Q, K, V, the context and two [B,H,T] statistics — linear in T.
     return detail::make_result(

@@ -171,17 +171,16 @@ class LossCapability {
 // S = scale·Q·Kᵀ. No [B,H,T,T] buffer exists in either direction. domain_error: a visible
 // score that is NaN or +inf, or a query row without a finite visible score.
 class AttentionCapability {
-public:
+  public:
     virtual ~AttentionCapability() = default;
     virtual void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                float scale, Tensor& context, Tensor& row_max,
                                Tensor& row_sum) const = 0;
     // Recomputes P_ij = exp(S_ij − m_i)/l_i tile by tile and applies the softmax VJP.
     virtual void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                const Tensor& context, const Tensor& row_max,
-                                const Tensor& row_sum, const Tensor& upstream, float scale,
-                                Tensor& query_gradient, Tensor& key_gradient,
-                                Tensor& value_gradient) const = 0;
+                                const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
+                                const Tensor& upstream, float scale, Tensor& query_gradient,
+                                Tensor& key_gradient, Tensor& value_gradient) const = 0;
 };
 
 // Declared for the quantized-linear issue: adapters report it absent until it lands.
@@ -288,6 +287,11 @@ template <typename Capability>
                                                    const BackendAdapter& adapter,
                                                    std::string_view operation,
                                                    std::string_view family);
+
+// The storage capability of an available `backend` (the errors of require_available_adapter
+// and require_capability otherwise).
+[[nodiscard]] const StorageCapability& require_storage(ExecutionBackend backend,
+                                                       std::string_view operation);
 
 [[noreturn]] void throw_missing_capability(const BackendAdapter& adapter,
                                            std::string_view operation, std::string_view family);

@@ -65,4 +65,9 @@ void throw_missing_capability(const BackendAdapter& adapter, std::string_view op
     throw std::runtime_error(message.str());
 }
 
+const StorageCapability& require_storage(ExecutionBackend backend, std::string_view operation) {
+    const BackendAdapter& adapter = require_available_adapter(backend, operation);
+    return require_capability(adapter.storage(), adapter, operation, "storage");
+}
+
 }  // namespace riftco_transformer::detail

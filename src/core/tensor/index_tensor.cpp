@@ -10,16 +10,6 @@
 #include "core/tensor/tensor_access.hpp"
 
 namespace riftco_transformer {
-namespace {
-
-const detail::StorageCapability& storage_capability(ExecutionBackend backend,
-                                                    std::string_view operation) {
-    const detail::BackendAdapter& adapter = detail::require_available_adapter(backend, operation);
-    return detail::require_capability(adapter.storage(), adapter, operation, "storage");
-}
-
-}  // namespace
-
 IndexTensor::IndexTensor() noexcept = default;
 
 IndexTensor::IndexTensor(Shape shape, std::span<const std::uint32_t> ids)
@@ -42,7 +32,7 @@ IndexTensor::IndexTensor(Shape shape, std::span<const std::uint32_t> ids,
         }
     }
     std::shared_ptr<detail::Storage> storage =
-        storage_capability(backend, "IndexTensor").allocate(count);
+        detail::require_storage(backend, "IndexTensor").allocate(count);
     storage->copy_indices_from_host(0, ids);
     shape_ = std::move(shape);
     numel_ = count;
@@ -56,9 +46,8 @@ IndexTensor IndexTensor::from_size_t(Shape shape, std::span<const std::size_t> i
     std::vector<std::uint32_t> narrowed(ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] > std::numeric_limits<std::uint32_t>::max()) {
-            throw std::overflow_error(std::string(argument) + "[" + std::to_string(i) +
-                                      "] = " + std::to_string(ids[i]) +
-                                      " exceeds the uint32 index range");
+            throw std::overflow_error(std::string(argument) + "[" + std::to_string(i) + "] = " +
+                                      std::to_string(ids[i]) + " exceeds the uint32 index range");
         }
         narrowed[i] = static_cast<std::uint32_t>(ids[i]);
     }
@@ -106,7 +95,7 @@ IndexTensor IndexTensor::to(ExecutionBackend backend) const {
         return *this;  // immutable: sharing is a copy
     }
     IndexTensor result = *this;
-    const detail::StorageCapability& target = storage_capability(backend, "IndexTensor::to");
+    const detail::StorageCapability& target = detail::require_storage(backend, "IndexTensor::to");
     if (backend == ExecutionBackend::Cpu) {
         detail::synchronize(storage_->backend());
     }

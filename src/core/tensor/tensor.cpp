@@ -14,8 +14,7 @@ namespace {
 
 const detail::StorageCapability& storage_capability(ExecutionBackend backend,
                                                     std::string_view operation) {
-    const detail::BackendAdapter& adapter = detail::require_available_adapter(backend, operation);
-    return detail::require_capability(adapter.storage(), adapter, operation, "storage");
+    return detail::require_storage(backend, operation);
 }
 
 std::shared_ptr<detail::Storage> allocate_storage(const Shape& shape, ExecutionBackend backend,
@@ -211,8 +210,7 @@ void Tensor::copy_from_host(std::span<const float> source) {
                                     std::to_string(source.size()) + " floats, tensor has " +
                                     std::to_string(numel_));
     }
-    storage_capability(storage_->backend(), "Tensor::copy_from_host")
-        .write_range(*this, 0, source);
+    storage_capability(storage_->backend(), "Tensor::copy_from_host").write_range(*this, 0, source);
 }
 
 void Tensor::set_flat(std::size_t flat_index, float value) {

@@ -36,6 +36,22 @@ void require_host_indices(std::string_view op, std::span<const std::size_t> indi
     }
 }
 
+// row_count > 0, upstream rank >= 1 and one upstream row per index (invalid_argument).
+void require_scatter_shapes(std::string_view op, const Tensor& upstream, std::size_t index_count,
+                            std::size_t row_count) {
+    if (row_count == 0) {
+        throw std::invalid_argument(std::string(op) + ": row_count is 0");
+    }
+    detail::require_minimum_rank(op, {"upstream", &upstream}, 1);
+    const std::size_t width = upstream.shape().back();
+    if (upstream.numel() / width != index_count) {
+        std::ostringstream message;
+        message << op << ": upstream " << shape_to_string(upstream.shape()) << " holds "
+                << upstream.numel() / width << " rows but " << index_count << " indices were given";
+        throw std::invalid_argument(message.str());
+    }
+}
+
 std::vector<std::uint32_t> narrow(std::span<const std::size_t> indices) {
     std::vector<std::uint32_t> ids(indices.size());
     for (std::size_t i = 0; i < indices.size(); ++i) {
@@ -80,24 +96,15 @@ Tensor gather_rows(const Tensor& table, std::span<const std::size_t> indices,
     return gather_rows(table, row_indices(table, indices, index_shape));
 }
 
-Tensor scatter_add_rows(const Tensor& upstream, const IndexTensor& indices,
-                        std::size_t row_count) {
+Tensor scatter_add_rows(const Tensor& upstream, const IndexTensor& indices, std::size_t row_count) {
     constexpr std::string_view op = "scatter_add_rows";
     const auto& adapter = detail::input_adapter(op, {{"upstream", &upstream}});
     if (row_count == 0) {
         throw std::invalid_argument(std::string(op) + ": row_count is 0");
     }
-    detail::require_minimum_rank(op, {"upstream", &upstream}, 1);
-    const std::size_t width = upstream.shape().back();
     detail::require_indices(op, "indices", indices, upstream.backend(), row_count, "rows");
-    if (upstream.numel() / width != indices.numel()) {
-        std::ostringstream message;
-        message << op << ": upstream " << shape_to_string(upstream.shape()) << " holds "
-                << upstream.numel() / width << " rows but " << indices.numel()
-                << " indices were given";
-        throw std::invalid_argument(message.str());
-    }
-    Shape shape{row_count, width};
+    require_scatter_shapes(op, upstream, indices.numel(), row_count);
+    Shape shape{row_count, upstream.shape().back()};
     static_cast<void>(checked_element_count(shape));
     Tensor out = detail::allocate_uninitialized(std::move(shape), upstream.backend());
     indexing_of(adapter, op).scatter_add_rows(upstream, indices, out);
@@ -108,22 +115,10 @@ Tensor scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> ind
                         std::size_t row_count) {
     constexpr std::string_view op = "scatter_add_rows";
     detail::require_tensor(op, "upstream", upstream);
-    if (row_count == 0) {
-        throw std::invalid_argument(std::string(op) + ": row_count is 0");
-    }
-    detail::require_minimum_rank(op, {"upstream", &upstream}, 1);
-    const std::size_t width = upstream.shape().back();
-    if (upstream.numel() / width != indices.size()) {
-        std::ostringstream message;
-        message << op << ": upstream " << shape_to_string(upstream.shape()) << " holds "
-                << upstream.numel() / width << " rows but " << indices.size()
-                << " indices were given";
-        throw std::invalid_argument(message.str());
-    }
+    require_scatter_shapes(op, upstream, indices.size(), row_count);
     require_host_indices(op, indices, row_count);
-    return scatter_add_rows(upstream, IndexTensor({indices.size()}, narrow(indices),
-                                                  upstream.backend()),
-                            row_count);
+    return scatter_add_rows(
+        upstream, IndexTensor({indices.size()}, narrow(indices), upstream.backend()), row_count);
 }
 
 }  // namespace riftco_transformer::tensor_ops

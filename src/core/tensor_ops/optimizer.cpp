@@ -64,8 +64,7 @@ void require_slices(std::string_view operation, ExecutionBackend backend,
                 throw std::invalid_argument(std::string(operation) + ": the gradient of slice " +
                                             std::to_string(i) + " has shape " +
                                             shape_to_string(slice.gradient->shape()) +
-                                            ", its value " +
-                                            shape_to_string(slice.value->shape()));
+                                            ", its value " + shape_to_string(slice.value->shape()));
             }
         }
     }
@@ -77,30 +76,40 @@ void require_optimizer_backend(ExecutionBackend backend, std::string_view operat
     static_cast<void>(adam_of(backend, operation));
 }
 
+namespace {
+// One request to the backend's Adam capability, then its one host read.
+template <typename Request>
+auto read_once(ExecutionBackend backend, std::string_view op, Request&& request) {
+    auto result = request(adam_of(backend, op));
+    detail::synchronize(backend);
+    return result;
+}
+}  // namespace
+
 GradientStatistics gradient_statistics(ExecutionBackend backend,
                                        std::span<const Tensor* const> tensors) {
     constexpr std::string_view op = "gradient_statistics";
     require_tensors(op, backend, tensors);
-    const GradientStatistics statistics = adam_of(backend, op).gradient_statistics(tensors);
-    detail::synchronize(backend);
-    return statistics;
+    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
+        return adam.gradient_statistics(tensors);
+    });
 }
 
 FirstNonFinite first_non_finite(ExecutionBackend backend, std::span<const Tensor* const> tensors) {
     constexpr std::string_view op = "first_non_finite";
     require_tensors(op, backend, tensors);
-    const FirstNonFinite found = adam_of(backend, op).first_non_finite(tensors);
-    detail::synchronize(backend);
-    return found;
+    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
+        return adam.first_non_finite(tensors);
+    });
 }
 
 AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
                      std::span<const AdamSlice> slices) {
     constexpr std::string_view op = "adam_check";
     require_slices(op, backend, slices);
-    const AdamCheck check = adam_of(backend, op).check_update(scalars, slices);
-    detail::synchronize(backend);
-    return check;
+    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
+        return adam.check_update(scalars, slices);
+    });
 }
 
 AdamStepCheck adam_step_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
@@ -110,10 +119,9 @@ AdamStepCheck adam_step_check(ExecutionBackend backend, const AdamUpdateScalars&
     constexpr std::string_view op = "adam_step_check";
     require_tensors(op, backend, gradients);
     require_slices(op, backend, slices);
-    const AdamStepCheck result =
-        adam_of(backend, op).check_step(scalars, maximum_gradient_norm, gradients, slices);
-    detail::synchronize(backend);
-    return result;
+    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
+        return adam.check_step(scalars, maximum_gradient_norm, gradients, slices);
+    });
 }
 
 void adam_apply(ExecutionBackend backend, const AdamUpdateScalars& scalars,

@@ -34,8 +34,7 @@ void require_indices(std::string_view operation, std::string_view argument,
     if (indices.numel() > 0 && indices.max_id() >= bound) {
         std::ostringstream message;
         message << operation << ": " << argument << "[" << indices.max_id_position()
-                << "] = " << indices.max_id() << " is out of range for " << bound << " "
-                << what;
+                << "] = " << indices.max_id() << " is out of range for " << bound << " " << what;
         throw std::out_of_range(message.str());
     }
 }

@@ -66,8 +66,7 @@ class CpuSoftmax final : public SoftmaxCapability {
 
 class CpuIndexing final : public IndexingCapability {
   public:
-    void gather_rows(const Tensor& table, const IndexTensor& indices,
-                     Tensor& out) const override;
+    void gather_rows(const Tensor& table, const IndexTensor& indices, Tensor& out) const override;
     void scatter_add_rows(const Tensor& upstream, const IndexTensor& indices,
                           Tensor& out) const override;
 };
@@ -88,7 +87,7 @@ class CpuNormalization final : public NormalizationCapability {
 };
 
 class CpuAttention final : public AttentionCapability {
-public:
+  public:
     void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
                        Tensor& context, Tensor& row_max, Tensor& row_sum) const override;
     void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,

@@ -34,8 +34,7 @@ void CpuStorage::copy_indices_to_host(std::size_t offset,
     }
 }
 
-void CpuStorage::copy_indices_from_host(std::size_t offset,
-                                        std::span<const std::uint32_t> source) {
+void CpuStorage::copy_indices_from_host(std::size_t offset, std::span<const std::uint32_t> source) {
     if (!source.empty()) {
         std::memcpy(indices() + offset, source.data(), source.size_bytes());
     }

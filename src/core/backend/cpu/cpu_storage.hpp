@@ -20,8 +20,7 @@ class CpuStorage final : public Storage {
     void copy_from_host(std::size_t offset, std::span<const float> source) override;
     void copy_indices_to_host(std::size_t offset,
                               std::span<std::uint32_t> destination) const override;
-    void copy_indices_from_host(std::size_t offset,
-                                std::span<const std::uint32_t> source) override;
+    void copy_indices_from_host(std::size_t offset, std::span<const std::uint32_t> source) override;
 
     ~CpuStorage() override;
 

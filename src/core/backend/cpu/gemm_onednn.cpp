@@ -63,10 +63,9 @@ void gemm(const GemmArguments& g) {
     if (wanted > 0 && !omp_in_parallel() && omp_get_max_threads() != wanted) {
         omp_set_num_threads(wanted);
     }
-    const dnnl_status_t status =
-        dnnl_sgemm(g.transpose_a ? 'T' : 'N', g.transpose_b ? 'T' : 'N', as_dim(g.m),
-                   as_dim(g.n), as_dim(g.k), 1.0F, g.a, as_dim(g.lda), g.b, as_dim(g.ldb), 0.0F,
-                   g.c, as_dim(g.ldc));
+    const dnnl_status_t status = dnnl_sgemm(
+        g.transpose_a ? 'T' : 'N', g.transpose_b ? 'T' : 'N', as_dim(g.m), as_dim(g.n), as_dim(g.k),
+        1.0F, g.a, as_dim(g.lda), g.b, as_dim(g.ldb), 0.0F, g.c, as_dim(g.ldc));
     if (status != dnnl_success) {
         throw std::runtime_error("matmul: oneDNN sgemm failed with status " +
                                  std::to_string(static_cast<int>(status)));
