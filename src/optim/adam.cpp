@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/autograd/node.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/adam_backend.hpp"
 #include "optim/moment_layout.hpp"
 #include "optim/number_text.hpp"
@@ -21,12 +21,10 @@
 
 namespace riftco_transformer {
 
-using detail::Node;
-
 namespace {
 
-Node& node_of(const NamedParameter& entry) {
-    return *entry.parameter.node();
+LeafView node_of(const NamedParameter& entry) {
+    return leaf_view(entry.parameter, "Adam");
 }
 
 std::string quoted(const NamedParameter& entry) {
@@ -39,7 +37,7 @@ void check_list_structure(const ParameterList& parameters) {
         throw std::invalid_argument("Adam: the parameter list is empty");
     }
     std::unordered_map<std::string_view, std::size_t> names;
-    std::unordered_set<const Node*> nodes;
+    std::unordered_set<const void*> nodes;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
         const NamedParameter& entry = parameters[i];
         if (entry.name.empty()) {
@@ -53,7 +51,7 @@ void check_list_structure(const ParameterList& parameters) {
         if (!entry.parameter.defined()) {
             throw std::invalid_argument("Adam: " + quoted(entry) + " is an empty Variable");
         }
-        const Node& node = node_of(entry);
+        const LeafView node = node_of(entry);
         if (!node.leaf) {
             throw std::invalid_argument("Adam: " + quoted(entry) +
                                         " is not a leaf (it is the result of '" +
@@ -64,7 +62,7 @@ void check_list_structure(const ParameterList& parameters) {
                                         " is frozen (requires_gradient is false); pass only "
                                         "trainable parameters");
         }
-        if (!nodes.insert(&node).second) {
+        if (!nodes.insert(node.identity).second) {
             throw std::invalid_argument("Adam: " + quoted(entry) +
                                         " is the same Variable as an earlier entry");
         }
@@ -118,7 +116,7 @@ Adam::Adam(ParameterList parameters, AdamOptions options)
 void Adam::check_parameters(const char* operation) const {
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
         const NamedParameter& entry = parameters_[i];
-        const Node& node = node_of(entry);
+        const LeafView node = node_of(entry);
         if (!node.requires_gradient) {
             throw std::logic_error(std::string(operation) + ": " + quoted(entry) +
                                    " was frozen after the optimizer was built");
@@ -192,7 +190,7 @@ AdamStepStats Adam::step() {
     std::vector<tensor_ops::AdamSlice> slices;
     slices.reserve(pages_.size());
     for (MomentPage& page : pages_) {
-        Node& node = node_of(parameters_[page.parameter]);
+        const LeafView node = node_of(parameters_[page.parameter]);
         slices.push_back({&node.value, node.gradient.is_singular() ? nullptr : &node.gradient,
                           page.offset, &page.first_moment, &page.second_moment});
     }
@@ -226,7 +224,7 @@ AdamStepStats Adam::step() {
     // value and moment a new buffer; either way no copy or gradient observes the write.
     tensor_ops::adam_apply(backend_, scalars, slices);
     for (NamedParameter& entry : parameters_) {
-        detail::mark_leaf_value_replaced(node_of(entry));
+        mark_leaf_updated(entry.parameter);
     }
     step_count_ = step;
     beta1_power_ = beta1_power;

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/autograd/node.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/number_text.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
@@ -14,7 +14,7 @@ std::vector<const Tensor*> gradients_of(std::span<const NamedParameter> paramete
     std::vector<const Tensor*> gradients;
     gradients.reserve(parameters.size());
     for (const NamedParameter& entry : parameters) {
-        const Tensor& gradient = entry.parameter.node()->gradient;
+        const Tensor& gradient = leaf_view(entry.parameter, "gradient_norm").gradient;
         gradients.push_back(gradient.is_singular() ? nullptr : &gradient);
     }
     return gradients;

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/autograd/node.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/number_text.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 
@@ -69,7 +69,7 @@ void check_values(const char* name, std::span<const float> values, std::size_t e
 
 void Adam::require_clean_boundary(const char* operation) const {
     for (const NamedParameter& entry : parameters_) {
-        if (!entry.parameter.node()->gradient.is_singular()) {
+        if (!leaf_view(entry.parameter, operation).gradient.is_singular()) {
             throw std::logic_error(std::string(operation) + ": parameter '" + entry.name +
                                    "' holds a gradient that no step consumed; step() or "
                                    "zero_gradients() first");
@@ -90,7 +90,7 @@ AdamState Adam::state() const {
     state.first_moments.resize(value_count_);
     state.second_moments.resize(value_count_);
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        const Tensor& value = parameters_[i].parameter.node()->value;
+        const Tensor& value = leaf_view(parameters_[i].parameter, operation).value;
         value.copy_to_host(
             std::span<float>(state.parameter_values).subspan(parameter_offsets_[i], value.numel()));
     }
@@ -120,7 +120,7 @@ void Adam::load_state(const AdamState& state) {
     std::vector<Tensor> values;
     values.reserve(parameters_.size());
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        const Tensor& value = parameters_[i].parameter.node()->value;
+        const Tensor& value = leaf_view(parameters_[i].parameter, operation).value;
         values.emplace_back(value.shape(),
                             std::span<const float>(state.parameter_values)
                                 .subspan(parameter_offsets_[i], value.numel()),
@@ -138,14 +138,14 @@ void Adam::load_state(const AdamState& state) {
                    backend_));
     }
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        parameters_[i].parameter.node()->value = std::move(values[i]);
+        leaf_view(parameters_[i].parameter, operation).value = std::move(values[i]);
     }
     for (std::size_t p = 0; p < pages_.size(); ++p) {
         pages_[p].first_moment = std::move(moments[p].first);
         pages_[p].second_moment = std::move(moments[p].second);
     }
     for (NamedParameter& entry : parameters_) {
-        detail::mark_leaf_value_replaced(*entry.parameter.node());
+        mark_leaf_updated(entry.parameter);
     }
     step_count_ = state.step_count;
     beta1_power_ = state.beta1_power;

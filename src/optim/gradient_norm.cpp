@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "core/autograd/node.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/adam_backend.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
@@ -12,19 +12,19 @@ namespace riftco_transformer {
 
 double global_gradient_norm(const ParameterList& parameters) {
     constexpr std::string_view operation = "global_gradient_norm";
-    std::unordered_set<const detail::Node*> seen;
+    std::unordered_set<const void*> seen;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
         const NamedParameter& entry = parameters[i];
         if (!entry.parameter.defined()) {
             throw std::invalid_argument("global_gradient_norm: entry " + std::to_string(i) + " ('" +
                                         entry.name + "') is an empty Variable");
         }
-        const detail::Node& node = *entry.parameter.node();
+        const LeafView node = leaf_view(entry.parameter, operation);
         if (!node.leaf) {
             throw std::invalid_argument("global_gradient_norm: entry " + std::to_string(i) + " ('" +
                                         entry.name + "') is not a leaf");
         }
-        if (!seen.insert(&node).second) {
+        if (!seen.insert(node.identity).second) {
             throw std::invalid_argument("global_gradient_norm: entry " + std::to_string(i) + " ('" +
                                         entry.name + "') is a parameter already listed earlier");
         }
@@ -34,7 +34,7 @@ double global_gradient_norm(const ParameterList& parameters) {
     }
     const ExecutionBackend backend = parameters.front().parameter.backend();
     for (const NamedParameter& entry : parameters) {
-        const detail::Node& node = *entry.parameter.node();
+        const LeafView node = leaf_view(entry.parameter, operation);
         const auto mismatch = [&](const char* what, const Tensor& tensor) {
             std::ostringstream message;
             message << operation << ": the " << what << " of parameter '" << entry.name

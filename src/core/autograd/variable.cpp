@@ -1,4 +1,5 @@
 #include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -223,6 +224,24 @@ void reset_autograd_counters() noexcept {
     cells.backward_passes = 0;
     cells.matmul_left_gradients = 0;
     cells.matmul_right_gradients = 0;
+}
+
+}  // namespace riftco_transformer
+
+namespace riftco_transformer {
+
+LeafView leaf_view(const Variable& variable, std::string_view operation) {
+    detail::Node& node = *detail::require_defined(variable, operation, "parameter");
+    return {node.value, node.gradient, node.leaf, node.requires_gradient, node.operation, &node};
+}
+
+void mark_leaf_updated(const Variable& leaf) {
+    detail::Node& node = *detail::require_defined(leaf, "mark_leaf_updated", "leaf");
+    if (!node.leaf) {
+        throw std::logic_error("mark_leaf_updated: the variable is not a leaf (it is the result "
+                               "of '" + std::string(node.operation) + "')");
+    }
+    detail::mark_leaf_value_replaced(node);
 }
 
 }  // namespace riftco_transformer
