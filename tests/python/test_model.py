@@ -309,3 +309,13 @@ def test_derived_objects_outlive_the_model_wrapper(tiny_config):
             loss.backward()
         assert optimizer.step().step == 1
         assert len(parameters.flat_values()) == gpt_parameter_count(tiny_config)
+
+
+def test_huge_finite_weights_name_non_finite_activations_not_an_internal_op(model):
+    with model.parameters() as parameters:
+        parameters.load_flat_values(array("f", [1e12]) * parameters.total_numel)
+    error = native_error(lambda: model([1, 2, 3]))
+    # A domain error of the model (the C ABI reports domain errors as invalid_argument).
+    assert error.status == STATUS_INVALID_ARGUMENT
+    assert "non-finite activations in block 0" in str(error)
+    assert "DecoderOnlyTransformer::forward" in str(error)
