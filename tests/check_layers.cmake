@@ -1,33 +1,27 @@
 # The layer rules of README's "What is here" that the sources can be checked against:
-# - nn/ composes public operations only: it includes no private header of core/ (autograd
-#   nodes, backend adapters, tensor internals);
-# - optim/ calls tensor_ops and the public leaf access, never a backend or a graph node: it
-#   includes no private header of core/ either;
+# - nn/ composes public operations only, and optim/ calls tensor_ops and the public leaf
+#   access: neither includes a private header of core/ (graph nodes, backend adapters,
+#   tensor internals);
 # - test-only oracles stay out of the shipped sources (src/): the emulated device and the
 #   double-precision flash reference live in tests/support/.
 # Run as: cmake -DSOURCE_DIR=<repo> -P check_layers.cmake
 set(failures "")
-file(GLOB_RECURSE nn_sources "${SOURCE_DIR}/src/nn/*.cpp" "${SOURCE_DIR}/src/nn/*.hpp")
-foreach(source IN LISTS nn_sources)
-    file(STRINGS "${source}" lines REGEX "^#include \"core/")
-    if(lines)
-        list(APPEND failures "${source} includes a private core header: ${lines}")
-    endif()
-endforeach()
-file(GLOB_RECURSE optim_sources "${SOURCE_DIR}/src/optim/*.cpp" "${SOURCE_DIR}/src/optim/*.hpp")
-foreach(source IN LISTS optim_sources)
-    file(STRINGS "${source}" lines REGEX "^#include \"core/")
-    if(lines)
-        list(APPEND failures "${source} includes a private core header: ${lines}")
-    endif()
-endforeach()
-file(GLOB_RECURSE shipped "${SOURCE_DIR}/src/*.cpp" "${SOURCE_DIR}/src/*.hpp")
-foreach(source IN LISTS shipped)
-    file(STRINGS "${source}" lines REGEX "^#include .*(attention_reference|emulated_device)")
-    if(lines)
-        list(APPEND failures "${source} refers to a test-only oracle: ${lines}")
-    endif()
-endforeach()
+
+# Appends to `failures` every file under src/<area> with an #include matching `pattern`.
+function(forbid_includes area pattern what)
+    file(GLOB_RECURSE sources "${SOURCE_DIR}/src/${area}*.cpp" "${SOURCE_DIR}/src/${area}*.hpp")
+    foreach(source IN LISTS sources)
+        file(STRINGS "${source}" lines REGEX "^#include \"?${pattern}")
+        if(lines)
+            list(APPEND failures "${source} includes ${what}: ${lines}")
+        endif()
+    endforeach()
+    set(failures "${failures}" PARENT_SCOPE)
+endfunction()
+
+forbid_includes("nn/" "core/" "a private core header")
+forbid_includes("optim/" "core/" "a private core header")
+forbid_includes("" ".*(attention_reference|emulated_device)" "a test-only oracle")
 if(failures)
     list(JOIN failures "\n" text)
     message(FATAL_ERROR "layer rules broken:\n${text}")

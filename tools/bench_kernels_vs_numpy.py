@@ -44,7 +44,8 @@ from typing import Any
 # tools/ is on sys.path when a script here runs
 from bench_report import (THREAD_VARIABLES, cpu_flags, describe_tuning, generic_kernel,
                           mapped_openblas_info, numpy_environment, print_table, print_warning,
-                          progress, removed_tuning_variables, user_environment)
+                          print_ours_environment, progress, removed_tuning_variables,
+                          user_environment)
 
 BENCHMARK_RELATIVE_PATH = Path("bench") / "riftco_bench_kernels"
 GEMM_SHAPES = [(1024, 1024, 1024), (512, 768, 3072), (512, 3072, 768), (2048, 2048, 2048)]
@@ -318,15 +319,8 @@ def print_kernels(ours_context: dict[str, Any], ours_environment: dict[str, str]
                   python: str, flags: set[str]) -> list[str]:
     """Prints each side's environment and kernel; returns the warnings printed."""
     warnings = []
-    removed = removed_tuning_variables()
-    if removed:
-        print(f"removed from the inherited environment for both sides: "
-              f"{', '.join(f'{k}={v}' for k, v in removed.items())}")
+    print_ours_environment(ours_environment, "as a user runs it: nothing set")
     coretype = ours_environment.get("OPENBLAS_CORETYPE")
-    print(f"ours : {describe_tuning(ours_environment)}"
-          + (f"  <-- set by --openblas-coretype {coretype} (experiment: users do not set it)"
-             if coretype else " (as a user runs it: OpenBLAS autodetects)")
-          + f"; LD_LIBRARY_PATH={ours_environment.get('LD_LIBRARY_PATH', '(unset)')}")
     riftco = {k: v for k, v in ours_context.items() if k.startswith("riftco_")}
     print("  kernel: " + ("  ".join(f"{k}={v}" for k, v in sorted(riftco.items()))
                           if riftco else "(no riftco_* context keys)"))

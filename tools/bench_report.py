@@ -105,6 +105,20 @@ def describe_tuning(environment: dict[str, str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Kernels.
 
+def print_ours_environment(environment: dict[str, str], user_note: str,
+                           program: object = None) -> None:
+    """Prints what was removed from the inherited environment and the one our side runs in."""
+    removed = removed_tuning_variables()
+    if removed:
+        print(f"removed from the inherited environment for both sides: "
+              f"{', '.join(f'{k}={v}' for k, v in removed.items())}")
+    coretype = environment.get("OPENBLAS_CORETYPE")
+    print(f"ours : {f'{program}; ' if program else ''}{describe_tuning(environment)}"
+          + (f"  <-- set by --openblas-coretype {coretype} (experiment: users do not set it)"
+             if coretype else f" ({user_note})")
+          + f"; LD_LIBRARY_PATH={environment.get('LD_LIBRARY_PATH', '(unset)')}")
+
+
 def cpu_flags() -> set[str]:
     """The first CPU's flags from /proc/cpuinfo (empty when unreadable)."""
     try:

@@ -65,7 +65,8 @@ from typing import Any
 from bench_report import (OPENBLAS_FAMILY_FLAGS, THREAD_VARIABLES, cpu_flags,
                           describe_tuning, generic_kernel, mapped_openblas_info,
                           openblas_family_for_cpu, print_table, print_warning, progress,
-                          removed_tuning_variables, torch_environment, user_environment)
+                          print_ours_environment, removed_tuning_variables, torch_environment,
+                          user_environment)
 
 PROGRAM_RELATIVE_PATH = Path("examples") / "cpp" / "riftco-train"
 DEFAULT_ANCHOR = "/work/shared/bench/torch_anchor.py"
@@ -589,15 +590,8 @@ def main() -> int:
         return 2
     flags = cpu_flags()
     print(f"threads: {args.threads} on both sides ({', '.join(THREAD_VARIABLES)})")
-    removed = removed_tuning_variables()
-    if removed:
-        print(f"removed from the inherited environment for both sides: "
-              f"{', '.join(f'{k}={v}' for k, v in removed.items())}")
+    print_ours_environment(environment, "as a user runs it", program)
     coretype = environment.get("OPENBLAS_CORETYPE")
-    print(f"ours : {program}; {describe_tuning(environment)}"
-          + (f"  <-- set by --openblas-coretype {coretype} (experiment: users do not set it)"
-             if coretype else " (as a user runs it)")
-          + f"; LD_LIBRARY_PATH={environment.get('LD_LIBRARY_PATH', '(unset)')}")
     progress("probing the kernel torch's process runs")
     try:
         settled = settle_torch_kernel(args.python, torch_env, args.torch_openblas_coretype,
@@ -625,7 +619,7 @@ def main() -> int:
                      "configs": configs, "modes": modes, "steps": steps_for,
                      "torch_steps": args.torch_steps, "torch_warmup": args.torch_warmup,
                      "program": str(program), "torch_anchor": str(args.torch_anchor),
-                     "removed_from_environment": removed,
+                     "removed_from_environment": removed_tuning_variables(),
                      "ours_OPENBLAS_CORETYPE": coretype,
                      "ours_LD_LIBRARY_PATH": environment.get("LD_LIBRARY_PATH"),
                      "torch_OPENBLAS_CORETYPE": torch_env.get("OPENBLAS_CORETYPE"),
