@@ -184,5 +184,57 @@ TEST(DeviceContract, HugeWeightsNameNonFiniteActivationsAsTheCause) {
     }
 }
 
+TEST(OptimizerOps, GradientStatisticsAreOneBatchedReadOfTheNormAndTheFirstNonFinite) {
+    const Tensor a({3}, {3.0F, 0.0F, -4.0F}, cpu);
+    const Tensor b({2}, {12.0F, 0.0F}, cpu);
+    const std::vector<const Tensor*> tensors{&a, nullptr, &b};
+    const std::uint64_t before = host_read_count();
+    const tensor_ops::GradientStatistics statistics = tensor_ops::gradient_statistics(cpu, tensors);
+    EXPECT_EQ(host_read_count(), before + 1);
+    EXPECT_DOUBLE_EQ(statistics.squares.norm(), 13.0);  // √(9 + 16 + 144)
+    EXPECT_EQ(statistics.first_non_finite.tensor, tensors.size());
+
+    const Tensor bad({4}, {1.0F, 2.0F, std::numeric_limits<float>::infinity(), 0.0F}, cpu);
+    const std::vector<const Tensor*> with_bad{&a, &bad};
+    const tensor_ops::FirstNonFinite found = tensor_ops::first_non_finite(cpu, with_bad);
+    EXPECT_EQ(found.tensor, 1U);
+    EXPECT_EQ(found.element, 2U);
+    EXPECT_EQ(found.value, std::numeric_limits<float>::infinity());
+    EXPECT_EQ(tensor_ops::clip_scale_for(13.0, 1.0), 1.0 / 13.0);
+    EXPECT_EQ(tensor_ops::clip_scale_for(0.5, 1.0), 1.0);
+}
+
+TEST(OptimizerOps, MalformedSlicesAreRejectedBeforeAnyRead) {
+    Tensor value({4}, 1.0F, cpu);
+    const Tensor gradient({4}, 0.5F, cpu);
+    const Tensor wrong_gradient({2, 2}, 0.5F, cpu);
+    Tensor moment({2}, 0.0F, cpu);
+    Tensor other_moment({3}, 0.0F, cpu);
+    const tensor_ops::AdamUpdateScalars scalars{.beta1 = 0.9,
+                                                .beta2 = 0.999,
+                                                .bias_correction1 = 0.1,
+                                                .bias_correction2 = 0.001,
+                                                .learning_rate = 0.01,
+                                                .epsilon = 1e-8};
+    const auto check = [&](tensor_ops::AdamSlice slice) {
+        const std::vector<tensor_ops::AdamSlice> slices{slice};
+        return tensor_ops::adam_check(cpu, scalars, slices);
+    };
+    const std::uint64_t before = host_read_count();
+    EXPECT_THROW(static_cast<void>(check({nullptr, &gradient, 0, &moment, &moment})),
+                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(check({&value, &gradient, 3, &moment, &moment})),
+                 std::invalid_argument);  // [3, 5) is outside a value of 4
+    EXPECT_THROW(static_cast<void>(check({&value, &gradient, 0, &moment, &other_moment})),
+                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(check({&value, &wrong_gradient, 0, &moment, &moment})),
+                 std::invalid_argument);
+    EXPECT_EQ(host_read_count(), before);
+    const tensor_ops::AdamCheck fine = check({&value, &gradient, 2, &moment, &moment});
+    EXPECT_EQ(fine.value_slice, 1U);
+    EXPECT_EQ(fine.update_slice, 1U);
+    EXPECT_EQ(host_read_count(), before + 1);
+}
+
 }  // namespace
 }  // namespace riftco_transformer

@@ -132,6 +132,20 @@ TEST(EmulatedDevice, TransfersCopyStorageDirectlyAndArrivingOnTheHostIsOneRead) 
               tensor_ops::gather_rows(on_cpu, cpu_ids).to_host());
 }
 
+TEST(EmulatedDevice, OptimizerOpsRejectTensorsOfAnotherBackend) {
+    const Tensor on_cpu({2}, 1.0F, cpu);
+    const Tensor on_device({2}, 1.0F, device);
+    const std::vector<const Tensor*> mixed{&on_device, &on_cpu};
+    try {
+        static_cast<void>(tensor_ops::gradient_statistics(device, mixed));
+        FAIL() << "expected invalid_argument";
+    } catch (const std::invalid_argument& error) {
+        EXPECT_STREQ(error.what(), "gradient_statistics: tensor 1 is on cpu, not metal");
+    }
+    EXPECT_THROW(static_cast<void>(tensor_ops::first_non_finite(device, mixed)),
+                 std::invalid_argument);
+}
+
 TransformerDimensions tiny(std::size_t blocks) {
     return {.vocabulary_size = 19,
             .maximum_context = 8,
