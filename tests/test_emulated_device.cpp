@@ -125,6 +125,9 @@ TEST(EmulatedDevice, TransfersCopyStorageDirectlyAndArrivingOnTheHostIsOneRead) 
     EXPECT_EQ(device_ids.backend(), device);
     EXPECT_EQ(device_ids.max_id(), 9U);
     EXPECT_EQ(device_ids.to_host(), ids);
+    const std::uint64_t before_ids_back = host_read_count();
+    EXPECT_EQ(device_ids.to(cpu).to_host(), ids);
+    EXPECT_EQ(host_read_count(), before_ids_back + 2) << "to(cpu) and to_host: one read each";
     // Ids live on one backend: a gather from a device table with CPU ids is rejected.
     EXPECT_THROW(static_cast<void>(tensor_ops::gather_rows(on_device, cpu_ids)),
                  std::invalid_argument);

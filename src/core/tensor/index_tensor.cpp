@@ -96,14 +96,14 @@ IndexTensor IndexTensor::to(ExecutionBackend backend) const {
     }
     IndexTensor result = *this;
     const detail::StorageCapability& target = detail::require_storage(backend, "IndexTensor::to");
-    if (backend == ExecutionBackend::Cpu) {
-        detail::synchronize(storage_->backend());
-    }
     if (std::shared_ptr<detail::Storage> copied = target.import_from(*storage_)) {
+        if (backend == ExecutionBackend::Cpu) {
+            detail::synchronize(storage_->backend());  // arriving in host memory: one read
+        }
         result.storage_ = std::move(copied);
         return result;
     }
-    return IndexTensor(shape_, to_host(), backend);
+    return IndexTensor(shape_, to_host(), backend);  // to_host is the sync point
 }
 
 }  // namespace riftco_transformer
