@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/autograd/node.hpp"
 #include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/model/transformer.hpp"
@@ -50,12 +50,13 @@ TEST(IndexTensor, BadUploadsAreRejectedNamingTheProblem) {
     EXPECT_THROW(IndexTensor({2, 2}, ids, cpu), std::invalid_argument);
     EXPECT_THROW(IndexTensor({0, 3}, ids, cpu), std::invalid_argument);
     EXPECT_THROW(static_cast<void>(IndexTensor({3}, ids, cpu).reshape({2})), std::invalid_argument);
+    // Host ids above the uint32 range fail at the upload, naming the position and the value.
     const std::vector<std::size_t> wide{1, std::size_t{1} << 33U};
     try {
-        static_cast<void>(IndexTensor::from_size_t({2}, wide, cpu, "ids"));
+        static_cast<void>(tensor_ops::gather_rows(Tensor({4, 2}, 1.0F, cpu), wide, {2}));
         FAIL() << "expected overflow_error";
     } catch (const std::overflow_error& error) {
-        EXPECT_NE(std::string(error.what()).find("ids[1] = 8589934592"), std::string::npos)
+        EXPECT_NE(std::string(error.what()).find("indices[1] = 8589934592"), std::string::npos)
             << error.what();
     }
     const IndexTensor singular;
@@ -167,7 +168,7 @@ TEST(DeviceContract, HugeWeightsNameNonFiniteActivationsAsTheCause) {
     std::mt19937 generator(4);
     DecoderOnlyTransformer model(tiny(2), generator);
     for (const NamedParameter& named : model.parameters()) {
-        Tensor& value = named.parameter.node()->value;
+        Tensor& value = leaf_view(named.parameter, "test").value;
         value = Tensor(value.shape(), 1e12F, cpu);
     }
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(6, 23, 2);
@@ -182,6 +183,30 @@ TEST(DeviceContract, HugeWeightsNameNonFiniteActivationsAsTheCause) {
                 << error.what();
         }
     }
+}
+
+TEST(LeafAccess, AViewShowsTheLiveTensorsAndAnUpdateBumpsTheVersionAndDropsTheGradient) {
+    Variable leaf(Tensor({2}, {1.0F, 2.0F}, cpu));
+    Variable loss = sum(leaf * leaf);
+    loss.backward();
+    const LeafView view = leaf_view(leaf, "test");
+    EXPECT_TRUE(view.leaf);
+    EXPECT_TRUE(view.requires_gradient);
+    EXPECT_EQ(view.identity, leaf_view(Variable(leaf), "test").identity);
+    EXPECT_EQ(view.gradient.to_host(), (std::vector<float>{2.0F, 4.0F}));  // d/dx Σx² = 2x
+    view.value.set_flat(0, 5.0F);
+    EXPECT_EQ(leaf.value().flat(0), 5.0F);  // the view is the live value, not a copy
+    const std::uint64_t version = leaf.version();
+    mark_leaf_updated(leaf);
+    EXPECT_EQ(leaf.version(), version + 1);
+    EXPECT_FALSE(leaf.has_gradient());
+
+    const Variable product = leaf * leaf;
+    const LeafView interior = leaf_view(product, "test");
+    EXPECT_FALSE(interior.leaf);
+    EXPECT_FALSE(interior.operation.empty());
+    EXPECT_THROW(mark_leaf_updated(product), std::logic_error);
+    EXPECT_THROW(static_cast<void>(leaf_view(Variable(), "test")), std::logic_error);
 }
 
 TEST(OptimizerOps, GradientStatisticsAreOneBatchedReadOfTheNormAndTheFirstNonFinite) {
@@ -216,9 +241,10 @@ TEST(OptimizerOps, MalformedSlicesAreRejectedBeforeAnyRead) {
                                                 .bias_correction2 = 0.001,
                                                 .learning_rate = 0.01,
                                                 .epsilon = 1e-8};
+    const std::vector<const Tensor*> gradients{&gradient};
     const auto check = [&](tensor_ops::AdamSlice slice) {
         const std::vector<tensor_ops::AdamSlice> slices{slice};
-        return tensor_ops::adam_check(cpu, scalars, slices);
+        return tensor_ops::adam_step_check(cpu, scalars, 1.0, gradients, slices).check;
     };
     const std::uint64_t before = host_read_count();
     EXPECT_THROW(static_cast<void>(check({nullptr, &gradient, 0, &moment, &moment})),

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -46,7 +47,7 @@ struct Options {
     std::size_t blocks = 2;
     std::size_t feed_forward = 512;
     TokenizerMethod tokenizer = TokenizerMethod::Bpe;
-    std::uint64_t vocabulary = 512;
+    std::size_t vocabulary = 512;
     double learning_rate = 3e-3;
     std::size_t warmup = 30;
     AttentionKind attention = AttentionKind::Flash;
@@ -71,57 +72,43 @@ struct Flag {
     const char* name;
     const char* placeholder;
     const char* meaning;
-    std::string (*shown_default)(const Options&);
-    void (*set)(Options&, const std::string& flag, const std::string& value);
+    std::function<std::string(const Options&)> shown_default;
+    std::function<void(Options&, const std::string& flag, const std::string& value)> set;
 };
+
+// A flag holding a positive integer in `member`.
+Flag positive_integer_flag(const char* name, const char* placeholder, const char* meaning,
+                           std::size_t Options::*member) {
+    return {name, placeholder, meaning, [member](const Options& o) { return text_of(o.*member); },
+            [member](Options& o, const std::string& f, const std::string& v) {
+                o.*member = examples::parse_positive_integer(f, v);
+            }};
+}
 
 const std::vector<Flag>& flags() {
     using examples::parse_positive_integer;
     using examples::parse_positive_number;
     static const std::vector<Flag> table = {
-        {"--steps", "N", "training steps (Adam updates)",
-         [](const Options& o) { return text_of(o.steps); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.steps = parse_positive_integer(f, v);
-         }},
-        {"--batch", "B", "sequences per training batch (also rows per evaluation pass)",
-         [](const Options& o) { return text_of(o.batch); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.batch = parse_positive_integer(f, v);
-         }},
-        {"--context", "T", "tokens per sequence, the model's maximum context",
-         [](const Options& o) { return text_of(o.context); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.context = parse_positive_integer(f, v);
-         }},
-        {"--width", "D", "model width", [](const Options& o) { return text_of(o.width); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.width = parse_positive_integer(f, v);
-         }},
-        {"--heads", "H", "attention heads (must divide --width)",
-         [](const Options& o) { return text_of(o.heads); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.heads = parse_positive_integer(f, v);
-         }},
-        {"--blocks", "N", "transformer blocks", [](const Options& o) { return text_of(o.blocks); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.blocks = parse_positive_integer(f, v);
-         }},
-        {"--feed-forward", "F", "feed-forward hidden width",
-         [](const Options& o) { return text_of(o.feed_forward); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.feed_forward = parse_positive_integer(f, v);
-         }},
+        positive_integer_flag("--steps", "N", "training steps (Adam updates)", &Options::steps),
+        positive_integer_flag("--batch", "B",
+                              "sequences per training batch (also rows per evaluation pass)",
+                              &Options::batch),
+        positive_integer_flag("--context", "T", "tokens per sequence, the model's maximum context",
+                              &Options::context),
+        positive_integer_flag("--width", "D", "model width", &Options::width),
+        positive_integer_flag("--heads", "H", "attention heads (must divide --width)",
+                              &Options::heads),
+        positive_integer_flag("--blocks", "N", "transformer blocks", &Options::blocks),
+        positive_integer_flag("--feed-forward", "F", "feed-forward hidden width",
+                              &Options::feed_forward),
         {"--tokenizer", "bpe|byte", "tokenizer fitted on the training text",
          [](const Options& o) { return std::string(tokenizer_method_name(o.tokenizer)); },
          [](Options& o, const std::string&, const std::string& v) {
              o.tokenizer = parse_tokenizer_method(v);
          }},
-        {"--vocabulary", "V", "BPE vocabulary size (the byte tokenizer ignores it)",
-         [](const Options& o) { return text_of(o.vocabulary); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.vocabulary = parse_positive_integer(f, v);
-         }},
+        positive_integer_flag("--vocabulary", "V",
+                              "BPE vocabulary size (the byte tokenizer ignores it)",
+                              &Options::vocabulary),
         {"--learning-rate", "LR", "peak Adam learning rate (cosine decay to 0.1 x LR)",
          [](const Options& o) { return text_of(o.learning_rate); },
          [](Options& o, const std::string& f, const std::string& v) {
@@ -166,11 +153,9 @@ const std::vector<Flag>& flags() {
          [](Options& o, const std::string& f, const std::string& v) {
              o.seed = examples::parse_unsigned(f, v);
          }},
-        {"--sample-length", "L", "tokens generated after training (prompt: \"Alice \")",
-         [](const Options& o) { return text_of(o.sample_length); },
-         [](Options& o, const std::string& f, const std::string& v) {
-             o.sample_length = parse_positive_integer(f, v);
-         }},
+        positive_integer_flag("--sample-length", "L",
+                              "tokens generated after training (prompt: \"Alice \")",
+                              &Options::sample_length),
         {"--temperature", "T", "sampling temperature",
          [](const Options& o) { return text_of(o.temperature); },
          [](Options& o, const std::string& f, const std::string& v) {

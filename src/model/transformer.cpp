@@ -1,5 +1,6 @@
 #include "riftco_transformer/model/transformer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -110,10 +111,6 @@ void validate(const TransformerDimensions& d, float epsilon) {
     require_parameter_bytes_fit(d);
 }
 
-void require_attention(AttentionKind kind) {
-    require_attention_kind("DecoderOnlyTransformer", kind);
-}
-
 void require_checkpointing(ActivationCheckpointing checkpointing) {
     if (checkpointing != ActivationCheckpointing::Disabled &&
         checkpointing != ActivationCheckpointing::TransformerBlock) {
@@ -150,7 +147,7 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
                                                ActivationCheckpointing checkpointing)
     : dimensions_(dimensions), attention_(attention), checkpointing_(checkpointing) {
     validate(dimensions, layer_norm_epsilon);
-    require_attention(attention);
+    require_attention_kind("DecoderOnlyTransformer", attention);
     require_checkpointing(checkpointing);
     const TransformerDimensions& d = dimensions;
     token_embedding_ =
@@ -172,7 +169,7 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
 }
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
-    require_attention(kind);
+    require_attention_kind("DecoderOnlyTransformer", kind);
     for (TransformerBlock* block : blocks_)
         block->set_attention(kind);
     attention_ = kind;
@@ -201,48 +198,58 @@ void DecoderOnlyTransformer::require_token_shape(const Shape& shape) const {
                                     ": token shape must be [B,T] with B, T > 0 (got " +
                                     shape_to_string(shape) + ")");
     }
-    if (shape[1] > dimensions_.maximum_context) {
+}
+
+void DecoderOnlyTransformer::require_context(std::size_t time) const {
+    if (time > dimensions_.maximum_context) {
         std::ostringstream message;
-        message << op << ": sequence length " << shape[1] << " exceeds the maximum context "
-                << dimensions_.maximum_context;
+        message << "DecoderOnlyTransformer::forward: sequence length " << time
+                << " exceeds the maximum context " << dimensions_.maximum_context;
         throw std::invalid_argument(message.str());
     }
 }
 
 Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
                                          const Shape& shape) const {
-    constexpr const char* op = "DecoderOnlyTransformer::forward";
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
-        require_token_shape(shape);
-    }
+    require_token_shape(shape);
     const std::size_t batch = shape[0];
     const std::size_t time = shape[1];
     if (batch > std::numeric_limits<std::size_t>::max() / time || tokens.size() != batch * time) {
         std::ostringstream message;
-        message << op << ": " << tokens.size() << " token ids given for shape "
-                << shape_to_string(shape);
+        message << "DecoderOnlyTransformer::forward: " << tokens.size()
+                << " token ids given for shape " << shape_to_string(shape);
         throw std::invalid_argument(message.str());
     }
-    require_token_shape(shape);
-    // Host ids: the first offending position is named, then the ids are uploaded once.
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-        if (tokens[i] >= dimensions_.vocabulary_size) {
-            throw_token_out_of_range(tokens[i], i, dimensions_.vocabulary_size);
-        }
+    require_context(time);
+    // One upload, which records the largest id; only when that one is out of range are the
+    // host ids scanned again, to name the first offending position.
+    IndexTensor uploaded(shape, tokens, token_embedding_->weight().value().backend());
+    if (uploaded.max_id() >= dimensions_.vocabulary_size) {
+        const std::size_t position = static_cast<std::size_t>(
+            std::find_if(tokens.begin(), tokens.end(),
+                         [&](std::uint32_t id) { return id >= dimensions_.vocabulary_size; }) -
+            tokens.begin());
+        throw_token_out_of_range(tokens[position], position, dimensions_.vocabulary_size);
     }
-    return forward(IndexTensor(shape, tokens, token_embedding_->weight().value().backend()));
+    return forward_checked(uploaded);
 }
 
 Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
-    constexpr const char* op = "DecoderOnlyTransformer::forward";
     if (tokens.is_singular()) {
-        throw std::logic_error(std::string(op) + ": tokens is a singular index tensor");
+        throw std::logic_error(
+            "DecoderOnlyTransformer::forward: tokens is a singular index tensor");
     }
     require_token_shape(tokens.shape());
+    require_context(tokens.shape()[1]);
     if (tokens.max_id() >= dimensions_.vocabulary_size) {
         throw_token_out_of_range(tokens.max_id(), tokens.max_id_position(),
                                  dimensions_.vocabulary_size);
     }
+    return forward_checked(tokens);
+}
+
+Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) const {
+    constexpr const char* op = "DecoderOnlyTransformer::forward";
     const Shape& shape = tokens.shape();
     const std::size_t time = shape[1];
     // [B,T] -> [B,T,D]: token rows gathered on the backend; positions 0..T-1 restart in every

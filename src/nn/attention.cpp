@@ -19,10 +19,6 @@ float checked_scale(const Variable& query, const Variable& key, const Variable& 
                                        value.value());
 }
 
-void require_kind(AttentionKind kind) {
-    require_attention_kind("attention", kind);
-}
-
 }  // namespace
 
 void require_attention_kind(std::string_view operation, AttentionKind kind) {
@@ -48,7 +44,7 @@ Variable flash_causal_attention(const Variable& query, const Variable& key, cons
 
 Variable causal_attention(const Variable& query, const Variable& key, const Variable& value,
                           AttentionKind kind) {
-    require_kind(kind);
+    require_attention_kind("attention", kind);
     if (kind == AttentionKind::Flash) {
         return flash_causal_attention(query, key, value);
     }
@@ -64,7 +60,7 @@ CausalSelfAttention::CausalSelfAttention(std::size_t width, std::size_t head_cou
                 << "head_count " << head_count;
         throw std::invalid_argument(message.str());
     }
-    require_kind(kind);
+    require_attention_kind("attention", kind);
     // Registration (and draw) order: query, key, value, output.
     query_ = &register_module("query", std::make_unique<Linear>(width, width, generator));
     key_ = &register_module("key", std::make_unique<Linear>(width, width, generator));
@@ -73,7 +69,7 @@ CausalSelfAttention::CausalSelfAttention(std::size_t width, std::size_t head_cou
 }
 
 void CausalSelfAttention::set_kind(AttentionKind kind) {
-    require_kind(kind);
+    require_attention_kind("attention", kind);
     kind_ = kind;
 }
 

@@ -28,11 +28,6 @@ class IndexTensor {
     // std::invalid_argument; unavailable backend: std::runtime_error.
     IndexTensor(Shape shape, std::span<const std::uint32_t> ids);
     IndexTensor(Shape shape, std::span<const std::uint32_t> ids, ExecutionBackend backend);
-    // From size_t ids: an id above the uint32 range is std::overflow_error naming
-    // `argument`[i] and its value.
-    [[nodiscard]] static IndexTensor from_size_t(Shape shape, std::span<const std::size_t> ids,
-                                                 ExecutionBackend backend,
-                                                 const char* argument = "indices");
 
     [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
     [[nodiscard]] std::size_t rank() const noexcept { return shape_.size(); }

@@ -88,7 +88,10 @@ class DecoderOnlyTransformer final : public Module {
     void set_activation_checkpointing(ActivationCheckpointing checkpointing);
 
   private:
-    void require_token_shape(const Shape& shape) const;
+    void require_token_shape(const Shape& shape) const;  // [B,T] with B, T > 0
+    void require_context(std::size_t time) const;        // T <= C
+    // The forward pass proper, for ids both forms above have checked.
+    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const;
 
     TransformerDimensions dimensions_;
     AttentionKind attention_;

@@ -293,6 +293,13 @@ template <typename Capability>
 [[nodiscard]] const StorageCapability& require_storage(ExecutionBackend backend,
                                                        std::string_view operation);
 
+// A direct copy of `source` onto `target` (the target's StorageCapability::import_from); when
+// it lands in host memory (target Cpu) it is a sync point of the source. Null when the target
+// cannot read the source directly: the caller then stages through a host read.
+[[nodiscard]] std::shared_ptr<Storage> import_storage(const Storage& source,
+                                                      ExecutionBackend target,
+                                                      std::string_view operation);
+
 [[noreturn]] void throw_missing_capability(const BackendAdapter& adapter,
                                            std::string_view operation, std::string_view family);
 

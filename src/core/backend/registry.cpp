@@ -6,6 +6,7 @@
 
 #include "core/backend/adapter.hpp"
 #include "core/backend/cpu/cpu_adapter.hpp"
+#include "core/backend/synchronization.hpp"
 #include "core/backend/unavailable/unavailable_adapter.hpp"
 
 namespace riftco_transformer::detail {
@@ -68,6 +69,15 @@ void throw_missing_capability(const BackendAdapter& adapter, std::string_view op
 const StorageCapability& require_storage(ExecutionBackend backend, std::string_view operation) {
     const BackendAdapter& adapter = require_available_adapter(backend, operation);
     return require_capability(adapter.storage(), adapter, operation, "storage");
+}
+
+std::shared_ptr<Storage> import_storage(const Storage& source, ExecutionBackend target,
+                                        std::string_view operation) {
+    std::shared_ptr<Storage> copied = require_storage(target, operation).import_from(source);
+    if (copied != nullptr && target == ExecutionBackend::Cpu) {
+        synchronize(source.backend());
+    }
+    return copied;
 }
 
 }  // namespace riftco_transformer::detail

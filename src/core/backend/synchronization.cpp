@@ -48,12 +48,6 @@ void defer_error(ExecutionBackend backend, std::exception_ptr error) noexcept {
     }
 }
 
-bool has_deferred_error(ExecutionBackend backend) noexcept {
-    DeferredErrors& errors = deferred_errors();
-    const std::lock_guard<std::mutex> lock(errors.mutex);
-    return static_cast<bool>(errors.pending[slot(backend)]);
-}
-
 void synchronize(ExecutionBackend backend) {
     host_reads.fetch_add(1, std::memory_order_relaxed);
     std::exception_ptr error;
@@ -65,12 +59,6 @@ void synchronize(ExecutionBackend backend) {
     if (error) {
         std::rethrow_exception(error);
     }
-}
-
-void discard_deferred_error(ExecutionBackend backend) noexcept {
-    DeferredErrors& errors = deferred_errors();
-    const std::lock_guard<std::mutex> lock(errors.mutex);
-    errors.pending[slot(backend)] = nullptr;
 }
 
 }  // namespace detail

@@ -13,14 +13,8 @@ namespace riftco_transformer::detail {
 // outputs after the first failure are unspecified anyway).
 void defer_error(ExecutionBackend backend, std::exception_ptr error) noexcept;
 
-// True when `backend` holds a deferred error not yet raised.
-[[nodiscard]] bool has_deferred_error(ExecutionBackend backend) noexcept;
-
 // A sync point of `backend`: counts one host read, then rethrows (and clears) the deferred
 // error, if any, with its original category and message.
 void synchronize(ExecutionBackend backend);
-
-// Clears a pending error without raising it (an adapter resetting its device state).
-void discard_deferred_error(ExecutionBackend backend) noexcept;
 
 }  // namespace riftco_transformer::detail

@@ -1,6 +1,5 @@
 #include "riftco_transformer/core/index_tensor.hpp"
 
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -39,19 +38,6 @@ IndexTensor::IndexTensor(Shape shape, std::span<const std::uint32_t> ids,
     max_id_ = largest;
     max_id_position_ = position;
     storage_ = std::move(storage);
-}
-
-IndexTensor IndexTensor::from_size_t(Shape shape, std::span<const std::size_t> ids,
-                                     ExecutionBackend backend, const char* argument) {
-    std::vector<std::uint32_t> narrowed(ids.size());
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] > std::numeric_limits<std::uint32_t>::max()) {
-            throw std::overflow_error(std::string(argument) + "[" + std::to_string(i) + "] = " +
-                                      std::to_string(ids[i]) + " exceeds the uint32 index range");
-        }
-        narrowed[i] = static_cast<std::uint32_t>(ids[i]);
-    }
-    return IndexTensor(std::move(shape), narrowed, backend);
 }
 
 ExecutionBackend IndexTensor::backend() const {
@@ -94,16 +80,13 @@ IndexTensor IndexTensor::to(ExecutionBackend backend) const {
         static_cast<void>(detail::require_available_adapter(backend, "IndexTensor::to"));
         return *this;  // immutable: sharing is a copy
     }
-    IndexTensor result = *this;
-    const detail::StorageCapability& target = detail::require_storage(backend, "IndexTensor::to");
-    if (std::shared_ptr<detail::Storage> copied = target.import_from(*storage_)) {
-        if (backend == ExecutionBackend::Cpu) {
-            detail::synchronize(storage_->backend());  // arriving in host memory: one read
-        }
+    if (std::shared_ptr<detail::Storage> copied =
+            detail::import_storage(*storage_, backend, "IndexTensor::to")) {
+        IndexTensor result = *this;
         result.storage_ = std::move(copied);
         return result;
     }
-    return IndexTensor(shape_, to_host(), backend);  // to_host is the sync point
+    return IndexTensor(shape_, to_host(), backend);  // staged: to_host is the sync point
 }
 
 }  // namespace riftco_transformer

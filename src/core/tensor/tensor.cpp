@@ -244,22 +244,14 @@ Tensor Tensor::to(ExecutionBackend backend) const {
         return Tensor(shape_, storage_);
     }
     // A direct copy when the target's adapter can read this storage (host memory, or a peer
-    // device); host staging, a sync point of the source, otherwise.
-    const detail::StorageCapability& target = storage_capability(backend, "Tensor::to");
-    if (backend == ExecutionBackend::Cpu) {
-        detail::synchronize(source);  // arriving in host memory is a host read of the source
-    }
-    if (std::shared_ptr<detail::Storage> copied = target.import_from(*storage_)) {
+    // device); otherwise host staging, a sync point of the source.
+    if (std::shared_ptr<detail::Storage> copied =
+            detail::import_storage(*storage_, backend, "Tensor::to")) {
         return Tensor(shape_, std::move(copied));
     }
     std::vector<float> staging(numel_);
-    if (backend != ExecutionBackend::Cpu) {
-        detail::synchronize(source);
-    }
-    storage_->copy_to_host(0, staging);
-    Tensor result = detail::allocate_uninitialized(shape_, backend);
-    result.storage_->copy_from_host(0, staging);
-    return result;
+    copy_to_host(staging);
+    return Tensor(shape_, staging, backend);
 }
 
 }  // namespace riftco_transformer

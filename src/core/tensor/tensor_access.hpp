@@ -35,10 +35,6 @@ struct TensorAccess {
     [[nodiscard]] static const Storage& storage(const IndexTensor& indices) {
         return *indices.storage_;
     }
-    [[nodiscard]] static const std::shared_ptr<Storage>& shared_storage(
-        const IndexTensor& indices) {
-        return indices.storage_;
-    }
 };
 
 // An output tensor with storage allocated (not initialised) by the backend's adapter.

@@ -15,10 +15,12 @@ const detail::IndexingCapability& indexing_of(const detail::BackendAdapter& adap
     return detail::require_capability(adapter.indexing(), adapter, operation, "indexing");
 }
 
-// Host ids: overflow_error above the uint32 id range, out_of_range at or past row_count,
-// naming the first offending position.
-void require_host_indices(std::string_view op, std::span<const std::size_t> indices,
-                          std::size_t row_count) {
+// Host ids narrowed to uint32 in one pass: overflow_error above the uint32 id range,
+// out_of_range at or past row_count, naming the first offending position.
+std::vector<std::uint32_t> narrowed_host_indices(std::string_view op,
+                                                 std::span<const std::size_t> indices,
+                                                 std::size_t row_count) {
+    std::vector<std::uint32_t> ids(indices.size());
     for (std::size_t i = 0; i < indices.size(); ++i) {
         const std::size_t index = indices[i];
         if (index > std::numeric_limits<std::uint32_t>::max()) {
@@ -33,7 +35,9 @@ void require_host_indices(std::string_view op, std::span<const std::size_t> indi
                     << row_count << " rows";
             throw std::out_of_range(message.str());
         }
+        ids[i] = static_cast<std::uint32_t>(index);
     }
+    return ids;
 }
 
 // row_count > 0, upstream rank >= 1 and one upstream row per index (invalid_argument).
@@ -50,14 +54,6 @@ void require_scatter_shapes(std::string_view op, const Tensor& upstream, std::si
                 << upstream.numel() / width << " rows but " << index_count << " indices were given";
         throw std::invalid_argument(message.str());
     }
-}
-
-std::vector<std::uint32_t> narrow(std::span<const std::size_t> indices) {
-    std::vector<std::uint32_t> ids(indices.size());
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-        ids[i] = static_cast<std::uint32_t>(indices[i]);
-    }
-    return ids;
 }
 
 }  // namespace
@@ -87,8 +83,8 @@ IndexTensor row_indices(const Tensor& table, std::span<const std::size_t> indice
                 << shape_to_string(index_shape) << " (" << expected << " positions)";
         throw std::invalid_argument(message.str());
     }
-    require_host_indices(op, indices, table.shape()[0]);
-    return IndexTensor(index_shape, narrow(indices), table.backend());
+    return IndexTensor(index_shape, narrowed_host_indices(op, indices, table.shape()[0]),
+                       table.backend());
 }
 
 Tensor gather_rows(const Tensor& table, std::span<const std::size_t> indices,
@@ -116,9 +112,11 @@ Tensor scatter_add_rows(const Tensor& upstream, std::span<const std::size_t> ind
     constexpr std::string_view op = "scatter_add_rows";
     detail::require_tensor(op, "upstream", upstream);
     require_scatter_shapes(op, upstream, indices.size(), row_count);
-    require_host_indices(op, indices, row_count);
     return scatter_add_rows(
-        upstream, IndexTensor({indices.size()}, narrow(indices), upstream.backend()), row_count);
+        upstream,
+        IndexTensor({indices.size()}, narrowed_host_indices(op, indices, row_count),
+                    upstream.backend()),
+        row_count);
 }
 
 }  // namespace riftco_transformer::tensor_ops

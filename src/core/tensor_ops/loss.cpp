@@ -1,5 +1,6 @@
 #include "riftco_transformer/core/tensor_ops/loss.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -48,15 +49,20 @@ CrossEntropyResult cross_entropy(const Tensor& logits, std::span<const std::uint
     detail::require_tensor(op, "logits", logits);
     const std::size_t vocabulary = vocabulary_of(op, logits);
     require_target_count(op, logits, targets.size());
-    for (std::size_t n = 0; n < targets.size(); ++n) {
-        if (targets[n] >= vocabulary) {
-            std::ostringstream message;
-            message << op << ": targets[" << n << "] = " << targets[n]
-                    << " is out of range for vocabulary size " << vocabulary;
-            throw std::out_of_range(message.str());
-        }
+    // One upload, which records the largest target; only when that one is out of range are
+    // the host targets scanned again, to name the first offending position.
+    IndexTensor uploaded({targets.size()}, targets, logits.backend());
+    if (uploaded.max_id() >= vocabulary) {
+        const auto n = static_cast<std::size_t>(
+            std::find_if(targets.begin(), targets.end(),
+                         [vocabulary](std::uint32_t id) { return id >= vocabulary; }) -
+            targets.begin());
+        std::ostringstream message;
+        message << op << ": targets[" << n << "] = " << targets[n]
+                << " is out of range for vocabulary size " << vocabulary;
+        throw std::out_of_range(message.str());
     }
-    return cross_entropy(logits, IndexTensor({targets.size()}, targets, logits.backend()));
+    return cross_entropy(logits, uploaded);
 }
 
 }  // namespace riftco_transformer::tensor_ops

@@ -103,15 +103,6 @@ FirstNonFinite first_non_finite(ExecutionBackend backend, std::span<const Tensor
     });
 }
 
-AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
-                     std::span<const AdamSlice> slices) {
-    constexpr std::string_view op = "adam_check";
-    require_slices(op, backend, slices);
-    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
-        return adam.check_update(scalars, slices);
-    });
-}
-
 AdamStepCheck adam_step_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
                               double maximum_gradient_norm,
                               std::span<const Tensor* const> gradients,

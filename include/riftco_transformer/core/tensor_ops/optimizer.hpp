@@ -113,14 +113,12 @@ struct AdamStepCheck {
 // The first non-finite element of the tensors, in list order (null entries skipped).
 [[nodiscard]] FirstNonFinite first_non_finite(ExecutionBackend backend,
                                               std::span<const Tensor* const> tensors);
-// Pass 1 of a step: reads every slice, writes nothing; one host read. Slices are checked
-// first: every tensor on `backend`, the moments of one page the same size, the page inside
-// its value, a gradient of its value's shape (invalid_argument otherwise).
-[[nodiscard]] AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
-                                   std::span<const AdamSlice> slices);
 // Pass 1 of a step as ONE request and one host read, whatever the parameter count:
-// gradient_statistics over `gradients`, the clip factor, and adam_check of `slices` with
-// scalars.clip_scale replaced by it. This is the optimizer's one read per step.
+// gradient_statistics over `gradients`, the clip factor, and the check of every slice with
+// scalars.clip_scale replaced by it (reads, writes nothing). This is the optimizer's one read
+// per step. Slices are checked first: every tensor on `backend`, the moments of one page the
+// same size, the page inside its value, a gradient of its value's shape (invalid_argument
+// otherwise).
 [[nodiscard]] AdamStepCheck adam_step_check(ExecutionBackend backend,
                                             const AdamUpdateScalars& scalars,
                                             double maximum_gradient_norm,
