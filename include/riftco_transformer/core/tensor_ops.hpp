@@ -17,5 +17,6 @@
 #include "riftco_transformer/core/tensor_ops/matmul.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
+#include "riftco_transformer/core/tensor_ops/quantized_linear.hpp"
 #include "riftco_transformer/core/tensor_ops/reduction.hpp"
 #include "riftco_transformer/core/tensor_ops/softmax.hpp"

@@ -11,6 +11,7 @@
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
+#include "riftco_transformer/core/quantized_weight.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
 
 namespace riftco_transformer {
@@ -96,6 +97,11 @@ namespace riftco_transformer {
 // only for inputs that need them (a frozen weight costs no weight-gradient product), with no
 // transposed copy of W in either direction.
 [[nodiscard]] Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+
+// y = x·deq(W)ᵀ for a packed NF4 weight [out, in] (tensor_ops::quantized_linear). The node has
+// exactly one parent, x: the weight is frozen state, never a leaf. VJP dx = G·deq(W), decoded
+// inside the kernel.
+[[nodiscard]] Variable quantized_linear(const Variable& x, const QuantizedWeight& weight);
 
 // Memory-linear causal attention of Q, K, V [B,H,T,d_h] (tensor_ops::flash_attention): no
 // [B,H,T,T] buffer in either direction; the VJP recomputes the probabilities tile by tile.
