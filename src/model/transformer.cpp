@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "riftco_transformer/core/autograd/custom_gradient.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
@@ -166,6 +167,42 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     language_model_head_ =
         &register_module("language_model_head",
                          std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+    for (std::size_t i = 0; i < d.block_count; ++i) {
+        for (LoraTarget target :
+             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
+              LoraTarget::FeedForwardExpand, LoraTarget::FeedForwardProject}) {
+            std::string path = "blocks." + std::to_string(i) + "." +
+                               std::string(lora_target_name(target));
+            auto* layer = dynamic_cast<Linear*>(find_module(path));
+            projections_.push_back({target, std::move(path), layer});
+        }
+    }
+    projections_.push_back(
+        {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
+}
+
+void DecoderOnlyTransformer::attach_lora(const LoraConfig& config) {
+    adaptation_.attach_lora(*this, projections_, config);
+}
+
+void DecoderOnlyTransformer::merge_lora() {
+    adaptation_.merge_lora(*this, projections_);
+}
+
+void DecoderOnlyTransformer::quantize_nf4(const Nf4Options& options) {
+    adaptation_.quantize_nf4(projections_, options);
+}
+
+QuantizedMemoryUsage DecoderOnlyTransformer::quantized_memory_usage() const {
+    return AdaptationLifecycle::quantized_memory(projections_);
+}
+
+std::vector<QuantizedWeight> DecoderOnlyTransformer::packed_quantized_state() const {
+    return adaptation_.packed_state(projections_);
+}
+
+void DecoderOnlyTransformer::load_packed_quantized_state(std::span<const QuantizedWeight> weights) {
+    adaptation_.load_packed_state(projections_, weights);
 }
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
@@ -262,15 +299,28 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
         const TransformerBlock* block = blocks_[index];
         try {
             if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
-                const ParameterList block_parameters = block->parameters();
+                // Dependencies: every trainable leaf of the block, base and adapter alike.
                 std::vector<Variable> dependencies;
-                for (const NamedParameter& named : block_parameters) {
-                    if (named.parameter.requires_gradient())
-                        dependencies.push_back(named.parameter);
+                for (const ParameterList& list :
+                     {block->parameters(), block->adapter_parameters()}) {
+                    for (const NamedParameter& named : list) {
+                        if (named.parameter.requires_gradient())
+                            dependencies.push_back(named.parameter);
+                    }
                 }
-                hidden = checkpoint(hidden, dependencies, [block](const Variable& input) {
-                    return block->forward(input);
-                });
+                const std::uint64_t version = structure_version();
+                const AdaptationLifecycle* adaptation = &adaptation_;
+                hidden = checkpoint(hidden, dependencies,
+                                    [block, version, adaptation, index](const Variable& input) {
+                                        if (adaptation->structure_version() != version) {
+                                            throw std::logic_error(
+                                                "DecoderOnlyTransformer: block " +
+                                                std::to_string(index) +
+                                                " cannot be replayed: LoRA or NF4 changed the "
+                                                "model's structure after the forward pass");
+                                        }
+                                        return block->forward(input);
+                                    });
             } else {
                 hidden = block->forward(hidden);
             }

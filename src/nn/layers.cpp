@@ -28,8 +28,122 @@ Linear::Linear(std::size_t in_features, std::size_t out_features, std::mt19937& 
     }
 }
 
+namespace {
+
+// One LoRA factor as a module, so its parameter is named "<proj>.lora_a.weight".
+class AdapterFactor final : public Module {
+  public:
+    explicit AdapterFactor(Variable weight) {
+        register_parameter("weight", std::move(weight), ParameterScope::Base);
+    }
+};
+
+std::string linear_widths(std::size_t in, std::size_t out) {
+    return "in " + std::to_string(in) + ", out " + std::to_string(out);
+}
+
+}  // namespace
+
 Variable Linear::forward(const Variable& x) const {
-    return linear(x, weight_, bias_);
+    Variable y;
+    if (is_quantized()) {
+        y = quantized_linear(x, packed_);
+        if (bias_.defined()) {
+            y = y + broadcast_to(bias_, y.shape());
+        }
+    } else {
+        y = linear(x, weight_, bias_);
+    }
+    if (adapter_active_) {
+        y = y + adapter_->forward(x);
+    }
+    return y;
+}
+
+ExecutionBackend Linear::weight_backend() const {
+    return is_quantized() ? packed_.backend() : weight_.backend();
+}
+
+void Linear::attach_adapter(LowRankAdapter adapter) {
+    if (adapter_.has_value()) {
+        throw std::logic_error("Linear::attach_adapter: this projection already used an adapter");
+    }
+    if (adapter.in_features() != in_features_ || adapter.out_features() != out_features_) {
+        throw std::invalid_argument("Linear::attach_adapter: adapter widths (" +
+                                    linear_widths(adapter.in_features(), adapter.out_features()) +
+                                    ") differ from the layer's (" +
+                                    linear_widths(in_features_, out_features_) + ")");
+    }
+    register_module("lora_a", std::make_unique<AdapterFactor>(adapter.a()),
+                    ParameterScope::Adapter);
+    try {
+        register_module("lora_b", std::make_unique<AdapterFactor>(adapter.b()),
+                        ParameterScope::Adapter);
+    } catch (...) {
+        remove_entry("lora_a");
+        throw;
+    }
+    adapter_.emplace(std::move(adapter));
+    adapter_active_ = true;
+}
+
+void Linear::rollback_adapter() noexcept {
+    remove_entry("lora_a");
+    remove_entry("lora_b");
+    adapter_.reset();
+    adapter_active_ = false;
+}
+
+Tensor Linear::prepare_merge() const {
+    Tensor merged = is_quantized() ? packed_.dequantize() : weight_.value();
+    if (adapter_active_) {
+        merged = ops::add(merged, adapter_->weight_delta());
+    }
+    return merged;
+}
+
+void Linear::commit_merge(Variable prepared) noexcept {
+    if (is_quantized()) {
+        weight_ = prepared;
+        set_parameter_slot("weight", std::move(prepared));
+        packed_ = QuantizedWeight();
+    } else if (adapter_active_) {
+        weight_.replace_value(prepared.value());
+    }
+    if (adapter_active_) {
+        remove_entry("lora_a");
+        remove_entry("lora_b");
+        adapter_active_ = false;
+    }
+}
+
+QuantizedWeight Linear::prepare_quantization(const Nf4Options& options) const {
+    if (is_quantized()) {
+        throw std::logic_error("Linear: the weight is already packed");
+    }
+    // The layer's handle and the module's slot: any further one is an external holder.
+    if (weight_.node().use_count() > 2) {
+        throw std::logic_error(
+            "Linear: the dense weight is still held outside the model (a parameter list, an "
+            "optimizer or a graph); release it before packing");
+    }
+    return QuantizedWeight::quantize(weight_.value(), options);
+}
+
+void Linear::commit_quantization(QuantizedWeight packed) noexcept {
+    packed_ = std::move(packed);
+    if (weight_.defined()) {
+        set_parameter_slot("weight", Variable());
+        weight_ = Variable();
+    }
+}
+
+void Linear::prepare_transfer(ExecutionBackend backend,
+                              std::vector<std::function<void()>>& commits) {
+    if (is_quantized() && packed_.backend() != backend) {
+        QuantizedWeight moved = packed_.to(backend);
+        commits.push_back([this, moved]() mutable { packed_ = std::move(moved); });
+    }
 }
 
 Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator) {

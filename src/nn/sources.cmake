@@ -2,4 +2,5 @@ list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/nn/module.cpp
     src/nn/initialization.cpp
     src/nn/layers.cpp
+    src/nn/lora.cpp
     src/nn/attention.cpp)

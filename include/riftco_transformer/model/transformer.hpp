@@ -20,6 +20,7 @@
 
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
+#include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/nn/module.hpp"
 
 namespace riftco_transformer {
@@ -87,6 +88,32 @@ class DecoderOnlyTransformer final : public Module {
     }
     void set_activation_checkpointing(ActivationCheckpointing checkpointing);
 
+    // LoRA and NF4 (spec ENGINE §10–11; the rules are AdaptationLifecycle's). Targets
+    // available here: attention.{query,key,value,output}, feed_forward.{expand,project},
+    // language_model_head.
+    void attach_lora(const LoraConfig& config);
+    [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
+    [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }
+    [[nodiscard]] const LoraConfig& lora_config() const { return adaptation_.lora_config(); }
+    // The active adapter factors, block order then the head (empty without LoRA or after merge).
+    [[nodiscard]] ParameterList lora_parameters() const { return adapter_parameters(); }
+    void merge_lora();
+    // Packs all 6N+1 projections (block order: q, k, v, o, expand, project; then the head).
+    void quantize_nf4(const Nf4Options& options = {});
+    [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
+    [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
+    [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;
+    void load_packed_quantized_state(std::span<const QuantizedWeight> weights);
+    // Bumped by attach, merge, quantize and packed-state loads: a checkpointed block recorded
+    // before a bump refuses to replay (std::logic_error).
+    [[nodiscard]] std::uint64_t structure_version() const noexcept {
+        return adaptation_.structure_version();
+    }
+    // The projections in attach order.
+    [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {
+        return projections_;
+    }
+
   private:
     void require_token_shape(const Shape& shape) const;  // [B,T] with B, T > 0
     void require_context(std::size_t time) const;        // T <= C
@@ -101,6 +128,8 @@ class DecoderOnlyTransformer final : public Module {
     std::vector<TransformerBlock*> blocks_;
     LayerNorm* final_norm_;
     Linear* language_model_head_;
+    std::vector<AdaptableProjection> projections_;
+    AdaptationLifecycle adaptation_;
 };
 
 }  // namespace riftco_transformer

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <random>
 #include <span>
 
@@ -11,6 +13,8 @@
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
+#include "riftco_transformer/core/quantized_weight.hpp"
+#include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/nn/module.hpp"
 
 namespace riftco_transformer {
@@ -18,22 +22,67 @@ namespace riftco_transformer {
 // linear(x, weight, bias), the operation Linear runs, is in core/autograd/operations.hpp.
 
 // Parameters "weight" [out, in] (Xavier(in, out)) and, when use_bias, "bias" [out] (zeros).
+// The weight is dense or, after quantize (AdaptationLifecycle::quantize_nf4), a packed NF4
+// QuantizedWeight: its dense slot is then empty and forward decodes the packed codes inside the
+// kernel. An attached LowRankAdapter adds adapter parameters "lora_a.weight" and
+// "lora_b.weight" (listed by adapter_parameters(), never by parameters()).
 class Linear final : public Module {
   public:
     Linear(std::size_t in_features, std::size_t out_features, std::mt19937& generator,
            bool use_bias = true);
-    // x [.., in] -> [.., out]. Rank 0 or a last dimension != in: std::invalid_argument.
+    // x [.., in] -> [.., out]: x·Wᵀ + b (+ scale·(x·Aᵀ)·Bᵀ with an active adapter). Rank 0 or
+    // a last dimension != in: std::invalid_argument.
     [[nodiscard]] Variable forward(const Variable& x) const;
+    // The dense weight; an empty Variable while the weight is packed.
     [[nodiscard]] const Variable& weight() const { return weight_; }
+    [[nodiscard]] const Variable& bias() const { return bias_; }
     [[nodiscard]] bool has_bias() const { return bias_.defined(); }
     [[nodiscard]] std::size_t in_features() const { return in_features_; }
     [[nodiscard]] std::size_t out_features() const { return out_features_; }
+    [[nodiscard]] bool is_quantized() const noexcept { return !packed_.is_singular(); }
+    // The packed weight (singular while dense).
+    [[nodiscard]] const QuantizedWeight& quantized_weight() const noexcept { return packed_; }
+    // The active adapter, or null.
+    [[nodiscard]] const LowRankAdapter* adapter() const noexcept {
+        return adapter_active_ ? &*adapter_ : nullptr;
+    }
+    // True once an adapter was ever attached (merged or not): a projection takes one adapter
+    // in its lifetime.
+    [[nodiscard]] bool used_adapter() const noexcept { return adapter_.has_value(); }
+    // The backend of the base weight, dense or packed.
+    [[nodiscard]] ExecutionBackend weight_backend() const;
+
+    // Steps of AdaptationLifecycle's transactions (prepare may throw and changes nothing;
+    // commit and rollback cannot throw).
+    // Registers the adapter's factors (std::logic_error if one was ever attached,
+    // std::invalid_argument if its widths differ from this layer's).
+    void attach_adapter(LowRankAdapter adapter);
+    void rollback_adapter() noexcept;  // undoes attach_adapter
+    // The merged dense weight: (dense W or deq(W)) + the active adapter's delta.
+    [[nodiscard]] Tensor prepare_merge() const;
+    // Stores it as the dense weight (a fresh leaf when the weight was packed, else the same
+    // leaf with a new value); the adapter stops contributing and its factors leave the
+    // adapter list (the handles stay valid).
+    void commit_merge(Variable prepared) noexcept;
+    // Packs the dense weight (std::logic_error if it is already packed or still held outside
+    // this layer).
+    [[nodiscard]] QuantizedWeight prepare_quantization(const Nf4Options& options) const;
+    // Stores a packed weight and releases the dense value and gradient (also how a packed
+    // state is loaded).
+    void commit_quantization(QuantizedWeight packed) noexcept;
+
+  protected:
+    void prepare_transfer(ExecutionBackend backend,
+                          std::vector<std::function<void()>>& commits) override;
 
   private:
     std::size_t in_features_;
     std::size_t out_features_;
-    Variable weight_;  // handles share the registered leaves
+    Variable weight_;  // handles share the registered leaves; empty while packed
     Variable bias_;    // empty without a bias
+    QuantizedWeight packed_;
+    std::optional<LowRankAdapter> adapter_;
+    bool adapter_active_ = false;
 };
 
 // Parameter "weight" [V, D] ~ U(±1/√D).
