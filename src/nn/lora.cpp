@@ -1,5 +1,7 @@
 #include "riftco_transformer/nn/lora.hpp"
 
+#include "nn/lora_fault_injection.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -51,6 +53,8 @@ float checked_scale(std::size_t rank, float alpha, std::string_view operation) {
     return scale;
 }
 
+std::size_t attach_failure_after = 0;  // see lora_fault_injection.hpp
+
 std::string describe_mask(LoraTargetMask mask) {
     std::ostringstream text;
     text << "0x" << std::hex << mask;
@@ -58,6 +62,10 @@ std::string describe_mask(LoraTargetMask mask) {
 }
 
 }  // namespace
+
+void detail::set_lora_attach_failure_after(std::size_t count) noexcept {
+    attach_failure_after = count;
+}
 
 std::string_view lora_target_name(LoraTarget target) {
     const auto index = static_cast<std::size_t>(target);
@@ -190,6 +198,9 @@ void AdaptationLifecycle::attach_lora(Module& model,
             layer.attach_adapter(LowRankAdapter(layer.in_features(), layer.out_features(),
                                                 config.rank, config.alpha, generator, *backend));
             done.push_back(&layer);
+            if (attach_failure_after != 0 && done.size() == attach_failure_after) {
+                throw std::runtime_error("attach_lora: injected failure (test hook)");
+            }
         }
     } catch (...) {
         for (Linear* layer : done) {
