@@ -241,6 +241,88 @@ RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* token
 /* The model's trainable parameters in their canonical order. */
 RT_API rt_status RT_CALL rt_model_parameters(rt_model* model, rt_parameter_list** out);
 
+/* ---- LoRA and packed NF4 (spec ENGINE §10-11) --------------------------------------------
+ * Target mask bits (uint64): a projection is adapted when its bit is set. */
+#define RT_LORA_TARGET_QUERY ((uint64_t)1 << 0)
+#define RT_LORA_TARGET_KEY ((uint64_t)1 << 1)
+#define RT_LORA_TARGET_VALUE ((uint64_t)1 << 2)
+#define RT_LORA_TARGET_OUTPUT ((uint64_t)1 << 3)
+#define RT_LORA_TARGET_FEED_FORWARD_EXPAND ((uint64_t)1 << 4)
+#define RT_LORA_TARGET_FEED_FORWARD_PROJECT ((uint64_t)1 << 5)
+#define RT_LORA_TARGET_LANGUAGE_MODEL_HEAD ((uint64_t)1 << 6)
+#define RT_LORA_TARGETS_DEFAULT (RT_LORA_TARGET_QUERY | RT_LORA_TARGET_VALUE)
+#define RT_LORA_TARGETS_ALL_LINEAR ((uint64_t)0x7F)
+
+typedef struct rt_lora_config {
+    uint64_t struct_size;
+    uint64_t rank;        /* init 4; 0 < rank <= min(in, out) of every selected projection */
+    float alpha;          /* init 8.0; alpha and alpha/rank finite and > 0 */
+    uint32_t random_seed; /* init 5489: the adapters' std::mt19937 */
+    uint64_t targets;     /* init RT_LORA_TARGETS_DEFAULT; bits outside 0x7F are invalid */
+    uint64_t reserved;    /* must be 0 */
+} rt_lora_config;
+
+/* Byte accounting of the packed weights, summed over the model (all zero when none is
+ * packed). Caller sets struct_size. */
+typedef struct rt_quantized_memory_stats {
+    uint64_t struct_size;
+    uint64_t weight_count;
+    uint64_t packed_code_bytes;      /* ceil(N/2) per weight */
+    uint64_t scale_bytes;            /* every scale-metadata byte */
+    uint64_t logical_payload_bytes;  /* packed_code_bytes + scale_bytes */
+    uint64_t resident_payload_bytes; /* every byte the backend holds (mirrors included) */
+    uint64_t fp32_equivalent_bytes;  /* 4N per weight */
+    uint64_t fp32_scale_bytes;       /* legacy scales: 4M */
+    uint64_t scale_code_bytes;       /* double-quantized: M */
+    uint64_t second_level_scale_bytes; /* double-quantized: 4*ceil(M/C) */
+    uint64_t scale_offset_bytes;       /* double-quantized: 4 */
+    uint64_t double_quantized_weight_count;
+} rt_quantized_memory_stats;
+
+RT_API rt_status RT_CALL rt_lora_config_init(rt_lora_config* config, uint64_t struct_size);
+/* Attaches adapters to the selected projections, block-major (q, k, v, o, expand, project per
+ * block, then the head), and freezes every base parameter. Once per model lifetime:
+ * RT_STATUS_RUNTIME_ERROR for a second attach, an attach after merge, or while a variable or
+ * Adam optimizer of the model is alive; RT_STATUS_INVALID_ARGUMENT for the config rules or a
+ * mask that selects nothing. Atomic: on failure no adapter stays attached. Initially
+ * output-preserving (B = 0). */
+RT_API rt_status RT_CALL rt_model_attach_lora(rt_model* model, const rt_lora_config* config);
+/* *out = 1 while adapters are attached and not merged. */
+RT_API rt_status RT_CALL rt_model_has_lora(const rt_model* model, int32_t* out);
+/* The attached config (RT_STATUS_RUNTIME_ERROR if none was ever attached). */
+RT_API rt_status RT_CALL rt_model_lora_config(const rt_model* model, rt_lora_config* out);
+/* The active adapter factors ("<proj>.lora_a.weight", "<proj>.lora_b.weight"), block order
+ * then the head: the list to give Adam for adapter-only training. The base list of
+ * rt_model_parameters is unchanged by LoRA. */
+RT_API rt_status RT_CALL rt_model_lora_parameters(rt_model* model, rt_parameter_list** out);
+/* One-way, transactional: W <- W + scale*B*A; packed weights are dequantized (plus their
+ * delta), restoring the dense schema; the base becomes trainable again. RT_STATUS_RUNTIME_ERROR
+ * without an attached adapter, after a merge, or while a variable, Adam optimizer or adapter
+ * parameter list of the model is alive. */
+RT_API rt_status RT_CALL rt_model_merge_lora(rt_model* model);
+/* Packs every projection weight (6N+1 of them) as NF4 with float32 block scales, or with
+ * double-quantized scales; block sizes are powers of two in 32..4096. Must run before
+ * attach_lora and only once (RT_STATUS_INVALID_ARGUMENT otherwise); RT_STATUS_RUNTIME_ERROR
+ * while a variable, Adam optimizer or parameter list of the model is alive. Transactional. */
+RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model,
+                                                              uint64_t block_size);
+RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
+    rt_model* model, uint64_t block_size, uint64_t scale_block_size);
+RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model,
+                                                               int32_t* out);
+RT_API rt_status RT_CALL rt_model_quantized_memory_stats(const rt_model* model,
+                                                         rt_quantized_memory_stats* out);
+/* The packed weights in their canonical byte form ("RTNF4ST1", see nn/packed_state.hpp), for
+ * exact-resume checkpoints: size query, copy (size-query protocol), and a transactional load
+ * into an already packed model whose weight count, shapes, block sizes and scale encodings
+ * match (RT_STATUS_INVALID_ARGUMENT otherwise; RT_STATUS_RUNTIME_ERROR on a model that is not
+ * packed or while a variable of it is alive). Loading leaves adapters untouched. */
+RT_API rt_status RT_CALL rt_model_packed_state_size(const rt_model* model, uint64_t* out_size);
+RT_API rt_status RT_CALL rt_model_packed_state_copy(const rt_model* model, uint8_t* out,
+                                                    uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL rt_model_packed_state_load(rt_model* model, const uint8_t* bytes,
+                                                    uint64_t count);
+
 /* ---- Parameter lists --------------------------------------------------------------------
  * Flat order: list order, then each tensor's row-major order. */
 RT_API void RT_CALL rt_parameter_list_release(rt_parameter_list* list);

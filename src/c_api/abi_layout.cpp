@@ -42,7 +42,26 @@ static_assert(same_value(RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
 static_assert(same_value(RT_ADAM_STATE_CONTIGUOUS, AdamStateStorage::Contiguous));
 static_assert(same_value(RT_ADAM_STATE_PAGED, AdamStateStorage::Paged));
 
+static_assert(RT_LORA_TARGET_QUERY == lora_target_bit(LoraTarget::Query));
+static_assert(RT_LORA_TARGET_KEY == lora_target_bit(LoraTarget::Key));
+static_assert(RT_LORA_TARGET_VALUE == lora_target_bit(LoraTarget::Value));
+static_assert(RT_LORA_TARGET_OUTPUT == lora_target_bit(LoraTarget::Output));
+static_assert(RT_LORA_TARGET_FEED_FORWARD_EXPAND == lora_target_bit(LoraTarget::FeedForwardExpand));
+static_assert(RT_LORA_TARGET_FEED_FORWARD_PROJECT ==
+              lora_target_bit(LoraTarget::FeedForwardProject));
+static_assert(RT_LORA_TARGET_LANGUAGE_MODEL_HEAD ==
+              lora_target_bit(LoraTarget::LanguageModelHead));
+static_assert(RT_LORA_TARGETS_DEFAULT == lora_default_targets &&
+              RT_LORA_TARGETS_ALL_LINEAR == 0x7F);
+
 // Struct layouts: explicit reserved words, no tail padding.
+static_assert(sizeof(rt_lora_config) == 40 && offsetof(rt_lora_config, rank) == 8 &&
+              offsetof(rt_lora_config, alpha) == 16 && offsetof(rt_lora_config, random_seed) == 20 &&
+              offsetof(rt_lora_config, targets) == 24 && offsetof(rt_lora_config, reserved) == 32);
+static_assert(sizeof(rt_quantized_memory_stats) == 96 &&
+              offsetof(rt_quantized_memory_stats, weight_count) == 8 &&
+              offsetof(rt_quantized_memory_stats, resident_payload_bytes) == 40 &&
+              offsetof(rt_quantized_memory_stats, double_quantized_weight_count) == 88);
 static_assert(sizeof(rt_bpe_merge_rule) == 12);
 static_assert(sizeof(rt_tokenizer_options) == 32 && offsetof(rt_tokenizer_options, method) == 8 &&
               offsetof(rt_tokenizer_options, vocabulary_size) == 16 &&

@@ -30,6 +30,8 @@ struct ModelState {
     rt_transformer_config config{};  // as created (struct_size = sizeof)
     std::size_t live_variables = 0;
     std::size_t live_optimizers = 0;
+    std::size_t live_parameter_lists = 0;  // base and adapter lists
+    std::size_t live_adapter_lists = 0;
     std::uint64_t parameter_epoch = 0;
 
     // std::logic_error when a variable or an optimizer pins the model (the boundary prefixes
@@ -79,8 +81,21 @@ struct rt_model {
 };
 
 struct rt_parameter_list {
+    rt_parameter_list(std::shared_ptr<riftco_transformer::c_api::ModelState> model_state,
+                      riftco_transformer::ParameterList list, bool adapter_list)
+        : state(std::move(model_state)), parameters(std::move(list)), adapter(adapter_list) {
+        ++state->live_parameter_lists;
+        state->live_adapter_lists += adapter ? 1 : 0;
+    }
+    ~rt_parameter_list() {
+        --state->live_parameter_lists;
+        state->live_adapter_lists -= adapter ? 1 : 0;
+    }
+    rt_parameter_list(const rt_parameter_list&) = delete;
+    rt_parameter_list& operator=(const rt_parameter_list&) = delete;
     std::shared_ptr<riftco_transformer::c_api::ModelState> state;
     riftco_transformer::ParameterList parameters;
+    bool adapter;  // from rt_model_lora_parameters
 };
 
 struct rt_variable {

@@ -200,7 +200,7 @@ rt_status rt_model_parameters(rt_model* model, rt_parameter_list** out) {
     return guarded(__func__, [&] {
         const rt_model& native = require_handle(model, "model");
         require_pointer(out, "out");  // before anything is allocated
-        *out = new rt_parameter_list{native.state, native.state->model->parameters()};
+        *out = new rt_parameter_list(native.state, native.state->model->parameters(), false);
     });
 }
 

@@ -3,4 +3,5 @@ list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/nn/initialization.cpp
     src/nn/layers.cpp
     src/nn/lora.cpp
+    src/nn/packed_state.cpp
     src/nn/attention.cpp)
