@@ -26,6 +26,7 @@ from ._errors import RiftcoTransformerError
 from .adam import Adam, AdamOptions, AdamState, AdamStepStats
 from .autograd import Variable, cross_entropy
 from .backends import backend_available, cpu_info
+from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
 from .model import DecoderOnlyTransformer, TransformerConfig
 from .parameters import ParameterList
 from .tensor import Context, Tensor
@@ -53,7 +54,10 @@ __all__ = [
     "AdamStepStats",
     "Context",
     "DecoderOnlyTransformer",
+    "LORA_TARGETS",
+    "LoraConfig",
     "ParameterList",
+    "QuantizedMemoryStats",
     "RiftcoTransformerError",
     "Tensor",
     "Tokenizer",

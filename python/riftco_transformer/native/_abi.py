@@ -63,6 +63,17 @@ ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1
 ADAM_STATE_CONTIGUOUS = 0
 ADAM_STATE_PAGED = 1
 
+# ---- LoRA target mask bits (uint64).
+LORA_TARGET_QUERY = 1 << 0
+LORA_TARGET_KEY = 1 << 1
+LORA_TARGET_VALUE = 1 << 2
+LORA_TARGET_OUTPUT = 1 << 3
+LORA_TARGET_FEED_FORWARD_EXPAND = 1 << 4
+LORA_TARGET_FEED_FORWARD_PROJECT = 1 << 5
+LORA_TARGET_LANGUAGE_MODEL_HEAD = 1 << 6
+LORA_TARGETS_DEFAULT = LORA_TARGET_QUERY | LORA_TARGET_VALUE
+LORA_TARGETS_ALL_LINEAR = 0x7F
+
 rt_status = c_int32
 handle = c_void_p
 handle_out = POINTER(c_void_p)
@@ -130,6 +141,36 @@ class AdamStateStruct(Structure):
         ("beta2_power", c_double),
         ("value_count", c_uint64),
     ]
+
+
+class LoraConfigStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("rank", c_uint64),
+        ("alpha", c_float),
+        ("random_seed", c_uint32),
+        ("targets", c_uint64),
+        ("reserved", c_uint64),
+    ]
+
+
+QUANTIZED_MEMORY_FIELDS = (
+    "weight_count",
+    "packed_code_bytes",
+    "scale_bytes",
+    "logical_payload_bytes",
+    "resident_payload_bytes",
+    "fp32_equivalent_bytes",
+    "fp32_scale_bytes",
+    "scale_code_bytes",
+    "second_level_scale_bytes",
+    "scale_offset_bytes",
+    "double_quantized_weight_count",
+)
+
+
+class QuantizedMemoryStatsStruct(Structure):
+    _fields_ = [("struct_size", c_uint64)] + [(name, c_uint64) for name in QUANTIZED_MEMORY_FIELDS]
 
 
 # ---- Prototypes: name -> (result type, argument types), in the header's order.
@@ -208,6 +249,23 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
     ),
     "rt_model_parameters": (rt_status, [handle, handle_out]),
+    # LoRA and packed NF4.
+    "rt_lora_config_init": (rt_status, [POINTER(LoraConfigStruct), c_uint64]),
+    "rt_model_attach_lora": (rt_status, [handle, POINTER(LoraConfigStruct)]),
+    "rt_model_has_lora": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_lora_config": (rt_status, [handle, POINTER(LoraConfigStruct)]),
+    "rt_model_lora_parameters": (rt_status, [handle, handle_out]),
+    "rt_model_merge_lora": (rt_status, [handle]),
+    "rt_model_quantize_linear_weights_nf4": (rt_status, [handle, c_uint64]),
+    "rt_model_quantize_linear_weights_nf4_double_quantized": (
+        rt_status,
+        [handle, c_uint64, c_uint64],
+    ),
+    "rt_model_has_quantized_linear_weights": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_quantized_memory_stats": (rt_status, [handle, POINTER(QuantizedMemoryStatsStruct)]),
+    "rt_model_packed_state_size": (rt_status, [handle, size_out]),
+    "rt_model_packed_state_copy": (rt_status, [handle, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_model_packed_state_load": (rt_status, [handle, POINTER(c_uint8), c_uint64]),
     # Parameter lists.
     "rt_parameter_list_release": (None, [handle]),
     "rt_parameter_list_count": (rt_status, [handle, size_out]),

@@ -13,7 +13,8 @@ from ._abi import (
     ATTENTION_MATERIALIZED,
     TransformerConfigStruct,
 )
-from ._buffers import token_ids
+from ._abi import STATUS_RUNTIME_ERROR, LoraConfigStruct, QuantizedMemoryStatsStruct
+from ._buffers import byte_input, read_sized, token_ids
 from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
@@ -26,6 +27,7 @@ from ._validation import (
 )
 from .autograd import Variable
 from .backends import BACKEND_NAMES, backend_value
+from .lora import LoraConfig, QuantizedMemoryStats
 from .parameters import ParameterList
 
 ATTENTION_VALUES = {"materialized": ATTENTION_MATERIALIZED, "flash": ATTENTION_FLASH}
@@ -207,6 +209,125 @@ class DecoderOnlyTransformer(NativeHandle):
         with self._native() as pointer:
             check_status(library().rt_model_parameters(pointer, ctypes.byref(parameter_list)))
         return ParameterList._from_pointer(parameter_list.value, self._lock)
+
+    # ---- LoRA and packed NF4 --------------------------------------------------------------
+
+    def attach_lora(self, config: LoraConfig | None = None) -> None:
+        """Attach low-rank adapters to the projections ``config.targets`` names.
+
+        Once per model lifetime, atomic, and output-preserving (B starts at zero). The whole
+        base is frozen afterwards: train ``adapter_parameters()``; ``parameters()`` still lists
+        the base schema. A second attach, an attach after merge, or an open variable or Adam
+        optimizer of this model is a native runtime_error; a rank above ``min(in, out)`` of a
+        selected projection is invalid_argument.
+        """
+        if config is None:
+            config = LoraConfig()
+        if not isinstance(config, LoraConfig):
+            raise TypeError(f"config must be a LoraConfig, not {type(config).__name__}")
+        native = config._native()
+        with self._native() as pointer:
+            check_status(library().rt_model_attach_lora(pointer, ctypes.byref(native)))
+
+    @property
+    def lora_attached(self) -> bool:
+        """True while adapters are attached and not merged."""
+        return bool(self._query("rt_model_has_lora", ctypes.c_int32))
+
+    @property
+    def lora_config(self) -> LoraConfig | None:
+        """The attached config (kept after merge), or None when LoRA was never attached."""
+        native = LoraConfigStruct()
+        native.struct_size = ctypes.sizeof(native)
+        with self._native() as pointer:
+            status = library().rt_model_lora_config(pointer, ctypes.byref(native))
+        if status == STATUS_RUNTIME_ERROR:  # the one failure: never attached
+            return None
+        check_status(status)
+        return LoraConfig._from_native(native)
+
+    def adapter_parameters(self) -> ParameterList:
+        """The active adapter factors (``<proj>.lora_a.weight``, ``<proj>.lora_b.weight``, block
+        order then the head): what Adam trains for LoRA/QLoRA. Native runtime_error without an
+        attached adapter."""
+        parameter_list = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(library().rt_model_lora_parameters(pointer, ctypes.byref(parameter_list)))
+        return ParameterList._from_pointer(parameter_list.value, self._lock)
+
+    def merge_lora(self) -> None:
+        """Fold every adapter into its weight (``W += scale·B·A``), one-way and transactional.
+
+        Packed NF4 weights are dequantized first, so the model is dense float32 again and
+        trainable. Runtime_error without an attached adapter, after a merge, or while a
+        variable, Adam optimizer or adapter parameter list of this model is open.
+        """
+        with self._native() as pointer:
+            check_status(library().rt_model_merge_lora(pointer))
+
+    def quantize_nf4(
+        self, block_size: int = 64, double_quantization: bool = True, scale_block_size: int = 256
+    ) -> None:
+        """Pack every projection weight as 4-bit NF4 (before ``attach_lora``, once).
+
+        ``block_size`` and ``scale_block_size`` are powers of two in 32..4096 (the latter only
+        with ``double_quantization``, which stores the block scales as 8-bit codes). The dense
+        float32 values are released; the packed weights are decoded inside the kernels.
+        Transactional. Runtime_error while a variable, Adam optimizer or parameter list of this
+        model is open.
+        """
+        block = require_int(block_size, "block_size", 1, UINT64_LIMIT)
+        if not isinstance(double_quantization, bool):
+            raise TypeError(
+                f"double_quantization must be a bool, not {type(double_quantization).__name__}"
+            )
+        scale_block = require_int(scale_block_size, "scale_block_size", 1, UINT64_LIMIT)
+        with self._native() as pointer:
+            if double_quantization:
+                check_status(
+                    library().rt_model_quantize_linear_weights_nf4_double_quantized(
+                        pointer, block, scale_block
+                    )
+                )
+            else:
+                check_status(library().rt_model_quantize_linear_weights_nf4(pointer, block))
+
+    @property
+    def quantized_linear_weights(self) -> bool:
+        """True while the projection weights are packed NF4."""
+        return bool(self._query("rt_model_has_quantized_linear_weights", ctypes.c_int32))
+
+    @property
+    def quantized_memory(self) -> QuantizedMemoryStats:
+        """Exact byte accounting of the packed weights (zeros when nothing is packed)."""
+        native = QuantizedMemoryStatsStruct()
+        native.struct_size = ctypes.sizeof(native)
+        with self._native() as pointer:
+            check_status(library().rt_model_quantized_memory_stats(pointer, ctypes.byref(native)))
+        return QuantizedMemoryStats._from_native(native)
+
+    def packed_quantized_state(self) -> bytes:
+        """The packed weights in their canonical byte form (for exact-resume checkpoints)."""
+        native = library()
+        with self._native() as pointer:
+            return bytes(
+                read_sized(
+                    lambda out, capacity, required: native.rt_model_packed_state_copy(
+                        pointer, out, capacity, required
+                    ),
+                    ctypes.c_uint8,
+                )
+            )
+
+    def load_packed_quantized_state(self, state) -> None:
+        """Replace the packed weights with ``state`` (bytes from ``packed_quantized_state``).
+
+        The model must already be packed with the same shapes, block sizes and scale encoding
+        (invalid_argument otherwise); adapters are untouched. Transactional.
+        """
+        data = byte_input(state, "state")
+        with self._native() as pointer:
+            check_status(library().rt_model_packed_state_load(pointer, data, len(data)))
 
     @property
     def parameter_count(self) -> int:
