@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/gemm.hpp"
 #include "core/backend/cpu/nf4_kernels.hpp"
-#include "core/backend/cpu/cpu_storage.hpp"
 #include "riftco_transformer/core/tensor_ops/quantized_linear.hpp"
 #include "riftco_transformer/core/threading.hpp"
 
@@ -97,12 +97,13 @@ int main(int argc, char** argv) {
     const rt::Tensor dense_weight({out, in}, random_values(out * in, 1));
     const std::vector<float> dense_host = dense_weight.to_host();
     const rt::QuantizedWeight nf4 = rt::QuantizedWeight::quantize(dense_weight, options);
-    std::printf("nf4 weight: [%zu, %zu], block %zu, %s scales (C=%zu), payload %zu bytes "
-                "(fp32 %zu)\n",
-                out, in, nf4.block_size(),
-                nf4.uses_double_quantized_scales() ? "double-quantized" : "legacy fp32",
-                nf4.scale_quantization_block_size(),
-                nf4.memory_usage().logical_payload_bytes, nf4.memory_usage().fp32_equivalent_bytes);
+    std::printf(
+        "nf4 weight: [%zu, %zu], block %zu, %s scales (C=%zu), payload %zu bytes "
+        "(fp32 %zu)\n",
+        out, in, nf4.block_size(),
+        nf4.uses_double_quantized_scales() ? "double-quantized" : "legacy fp32",
+        nf4.scale_quantization_block_size(), nf4.memory_usage().logical_payload_bytes,
+        nf4.memory_usage().fp32_equivalent_bytes);
 
     const Comparison comparisons[] = {
         {"forward (prefill)", tokens, false, 0.7},
@@ -131,9 +132,9 @@ int main(int argc, char** argv) {
             rt::detail::gemm(g);
         });
         const double nf4_seconds = median_seconds(repetitions, [&] {
-            const rt::Tensor result = c.input_backward
-                                          ? rt::tensor_ops::quantized_linear_input_backward(input, nf4)
-                                          : rt::tensor_ops::quantized_linear(input, nf4);
+            const rt::Tensor result =
+                c.input_backward ? rt::tensor_ops::quantized_linear_input_backward(input, nf4)
+                                 : rt::tensor_ops::quantized_linear(input, nf4);
             static_cast<void>(result);
         });
         const double flops = 2.0 * static_cast<double>(c.tokens * in * out);
@@ -141,11 +142,11 @@ int main(int argc, char** argv) {
         std::printf("\n%s: tokens=%zu in=%zu out=%zu\n", c.label, c.tokens, in, out);
         std::printf("  dense fp32 : %9.3f ms  %7.1f GFLOP/s  [%s]\n", dense_seconds * 1e3,
                     flops / dense_seconds * 1e-9, rt::detail::gemm_implementation_name());
-        std::printf("  nf4        : %9.3f ms  %7.1f GFLOP/s  [%s]\n", nf4_seconds * 1e3,
-                    flops / nf4_seconds * 1e-9,
-                    rt::detail::nf4_kernel_description(nf4.storage().layout(), c.tokens,
-                                                       c.input_backward)
-                        .c_str());
+        std::printf(
+            "  nf4        : %9.3f ms  %7.1f GFLOP/s  [%s]\n", nf4_seconds * 1e3,
+            flops / nf4_seconds * 1e-9,
+            rt::detail::nf4_kernel_description(nf4.storage().layout(), c.tokens, c.input_backward)
+                .c_str());
         std::printf("  ratio dense/nf4 time = %.2fx (target >= %.1fx: %s)\n", ratio, c.target,
                     ratio >= c.target ? "met" : "NOT met");
     }

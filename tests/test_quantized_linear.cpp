@@ -28,7 +28,9 @@ constexpr double tolerance = 3e-5;
 // Forces a kernel set for the test's lifetime.
 class KernelChoiceGuard {
   public:
-    explicit KernelChoiceGuard(detail::Nf4KernelChoice choice) { detail::set_nf4_kernel_choice(choice); }
+    explicit KernelChoiceGuard(detail::Nf4KernelChoice choice) {
+        detail::set_nf4_kernel_choice(choice);
+    }
     ~KernelChoiceGuard() { detail::set_nf4_kernel_choice(detail::Nf4KernelChoice::Automatic); }
     KernelChoiceGuard(const KernelChoiceGuard&) = delete;
     KernelChoiceGuard& operator=(const KernelChoiceGuard&) = delete;
@@ -51,15 +53,15 @@ std::string describe(const ProductCase& c) {
 
 const ProductCase product_cases[] = {
     // Direct kernels (rows <= 8): rows = 1, groups of 4 plus a remainder, odd sizes.
-    {1, 256, 64, 64, true, 256},   // in % 128 == 0 (stride-8 decode GEMV)
+    {1, 256, 64, 64, true, 256},  // in % 128 == 0 (stride-8 decode GEMV)
     {1, 4096, 24, 64, true, 256},
-    {1, 384, 10, 32, true, 32},    // B=32: four blocks per 128-element chunk
-    {2, 128, 9, 512, true, 32},    // blocks spanning four rows
-    {3, 256, 5, 4096, false, 0},   // one block for everything
-    {1, 100, 37, 64, false, 0},    // in not a multiple of B, blocks spanning rows
-    {3, 33, 5, 32, true, 32},      // odd in, odd N: rows start on a high nibble
+    {1, 384, 10, 32, true, 32},   // B=32: four blocks per 128-element chunk
+    {2, 128, 9, 512, true, 32},   // blocks spanning four rows
+    {3, 256, 5, 4096, false, 0},  // one block for everything
+    {1, 100, 37, 64, false, 0},   // in not a multiple of B, blocks spanning rows
+    {3, 33, 5, 32, true, 32},     // odd in, odd N: rows start on a high nibble
     {5, 96, 33, 64, true, 64},
-    {6, 256, 12, 64, false, 0},    // stride-8 GEMV with a group of 4 rows and one of 2
+    {6, 256, 12, 64, false, 0},  // stride-8 GEMV with a group of 4 rows and one of 2
     {8, 200, 17, 128, false, 0},
     {1, 1, 1, 32, true, 32},
     // Panel kernels (rows > 8).
@@ -94,8 +96,8 @@ void check_products(detail::Nf4KernelChoice choice) {
         const std::vector<float> x = pseudo_random(c.rows * c.in, -1.0F, 1.0F, 21U);
         const Tensor y = tensor_ops::quantized_linear(Tensor({c.rows, c.in}, x), fixture.weight);
         ASSERT_EQ(y.shape(), (Shape{c.rows, c.out}));
-        EXPECT_TRUE(close_form_b(y.to_host(),
-                                 testing::reference_forward(fixture.dense, c.out, c.in, x), tolerance));
+        EXPECT_TRUE(close_form_b(
+            y.to_host(), testing::reference_forward(fixture.dense, c.out, c.in, x), tolerance));
 
         const std::vector<float> g = pseudo_random(c.rows * c.out, -1.0F, 1.0F, 31U);
         const Tensor dx =
@@ -159,9 +161,10 @@ TEST(QuantizedLinear, KeepsLeadingDimensions) {
     const std::vector<float> x = pseudo_random(6 * 64, -1.0F, 1.0F, 3U);
     const Tensor y = tensor_ops::quantized_linear(Tensor({2, 3, 64}, x), fixture.weight);
     EXPECT_EQ(y.shape(), (Shape{2, 3, 7}));
-    EXPECT_TRUE(close_form_b(y.to_host(), testing::reference_forward(fixture.dense, 7, 64, x),
-                             tolerance));
-    const Tensor dx = tensor_ops::quantized_linear_input_backward(Tensor({2, 3, 7}, 1.0F), fixture.weight);
+    EXPECT_TRUE(
+        close_form_b(y.to_host(), testing::reference_forward(fixture.dense, 7, 64, x), tolerance));
+    const Tensor dx =
+        tensor_ops::quantized_linear_input_backward(Tensor({2, 3, 7}, 1.0F), fixture.weight);
     EXPECT_EQ(dx.shape(), (Shape{2, 3, 64}));
 }
 
@@ -184,10 +187,12 @@ TEST(QuantizedLinear, RejectsShapeErrorsNamingTheArguments) {
         EXPECT_NE(message.find("upstream [2,64]"), std::string::npos) << message;
         EXPECT_NE(message.find("out_features 7"), std::string::npos) << message;
     }
-    EXPECT_THROW(static_cast<void>(tensor_ops::quantized_linear(Tensor::scalar(1.0F), fixture.weight)),
-                 std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(tensor_ops::quantized_linear(Tensor::zeros({2, 64}), QuantizedWeight())),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        static_cast<void>(tensor_ops::quantized_linear(Tensor::scalar(1.0F), fixture.weight)),
+        std::invalid_argument);
+    EXPECT_THROW(
+        static_cast<void>(tensor_ops::quantized_linear(Tensor::zeros({2, 64}), QuantizedWeight())),
+        std::invalid_argument);
     EXPECT_THROW(static_cast<void>(tensor_ops::quantized_linear(Tensor(), fixture.weight)),
                  std::logic_error);
 }
@@ -220,11 +225,12 @@ TEST(QuantizedLinearAutograd, GradientMatchesFiniteDifferences) {
     const Variable x(Tensor({c.rows, c.in}, x_values));
     quantized_linear(x, fixture.weight).backward(Tensor({c.rows, c.out}, weights));
     const auto objective = [&](const std::vector<float>& values) {
-        const Tensor y = tensor_ops::quantized_linear(Tensor({c.rows, c.in}, values), fixture.weight);
+        const Tensor y =
+            tensor_ops::quantized_linear(Tensor({c.rows, c.in}, values), fixture.weight);
         return testing::inner_product(y.to_host(), weights);
     };
-    EXPECT_TRUE(testing::all_close(x.gradient(), testing::finite_difference_gradient(objective, x_values),
-                                   5e-3, 5e-3));
+    EXPECT_TRUE(testing::all_close(
+        x.gradient(), testing::finite_difference_gradient(objective, x_values), 5e-3, 5e-3));
 }
 
 TEST(QuantizedLinearAutograd, AConstantInputRecordsNoGraph) {
@@ -233,8 +239,9 @@ TEST(QuantizedLinearAutograd, AConstantInputRecordsNoGraph) {
     const Variable y = quantized_linear(x, fixture.weight);
     EXPECT_FALSE(y.requires_gradient());
     EXPECT_THROW(static_cast<void>(quantized_linear(Variable(), fixture.weight)), std::logic_error);
-    EXPECT_THROW(static_cast<void>(quantized_linear(Variable(Tensor::zeros({1, 63})), fixture.weight)),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        static_cast<void>(quantized_linear(Variable(Tensor::zeros({1, 63})), fixture.weight)),
+        std::invalid_argument);
 }
 
 }  // namespace

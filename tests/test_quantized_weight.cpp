@@ -62,7 +62,7 @@ struct ByteCountCase {
 TEST(QuantizedWeight, ByteCountsMatchTheSpecFormulasForBothEncodings) {
     // Odd N, partial last blocks, blocks spanning rows, several groups of scales.
     const ByteCountCase cases[] = {{1, 1, 64, 256},    {3, 5, 32, 32},    {7, 33, 64, 32},
-                                   {64, 64, 64, 256}, {5, 100, 128, 64}, {17, 129, 32, 32},
+                                   {64, 64, 64, 256},  {5, 100, 128, 64}, {17, 129, 32, 32},
                                    {2, 4096, 4096, 32}};
     for (const ByteCountCase& c : cases) {
         SCOPED_TRACE("shape [" + std::to_string(c.out) + "," + std::to_string(c.in) + "] B=" +
@@ -343,7 +343,8 @@ TEST(QuantizedWeight, DoubleQuantizedScalesOfRandomWeightsFollowTheFormula) {
             const double rounded = steps < 0 ? -std::floor(-steps + 0.5) : std::floor(steps + 0.5);
             ASSERT_EQ(payload.scale_codes[b], static_cast<int>(128 + rounded)) << "block " << b;
             // The decoded scale is within one step of the true one.
-            EXPECT_LE(std::fabs(reference_scale(payload, b) - scales[b]), range / 127.0F * 0.5F + 1e-6F);
+            EXPECT_LE(std::fabs(reference_scale(payload, b) - scales[b]),
+                      range / 127.0F * 0.5F + 1e-6F);
         }
     }
 }
@@ -364,8 +365,9 @@ TEST(QuantizedWeight, QuantizeRejectsBadArgumentsNamingThem) {
     EXPECT_NE(message.find("scale_block_size 100"), std::string::npos) << message;
     std::vector<float> values = pseudo_random(64);
     values[37] = std::numeric_limits<float>::quiet_NaN();
-    const std::string non_finite = message_of<std::invalid_argument>(
-        [&] { static_cast<void>(QuantizedWeight::quantize(Tensor({2, 32}, values))); });
+    const std::string non_finite = message_of<std::invalid_argument>([&] {
+        static_cast<void>(QuantizedWeight::quantize(Tensor({2, 32}, values)));
+    });
     EXPECT_NE(non_finite.find("flat index 37"), std::string::npos) << non_finite;
     values[37] = std::numeric_limits<float>::infinity();
     EXPECT_THROW(static_cast<void>(QuantizedWeight::quantize(Tensor({2, 32}, values))),
@@ -399,7 +401,8 @@ PackedNf4Payload dq_payload() {
 // The invalid_argument message of loading `payload` on the CPU.
 std::string rejection(PackedNf4Payload payload) {
     return message_of<std::invalid_argument>([&] {
-        static_cast<void>(QuantizedWeight::from_packed_nf4(std::move(payload), ExecutionBackend::Cpu));
+        static_cast<void>(
+            QuantizedWeight::from_packed_nf4(std::move(payload), ExecutionBackend::Cpu));
     });
 }
 
@@ -408,7 +411,8 @@ std::string rejection(PackedNf4Payload payload) {
 
 TEST(QuantizedWeightFromPacked, AcceptsTheValidPayloadsAndRoundTripsThemExactly) {
     for (const PackedNf4Payload& payload : {legacy_payload(), dq_payload()}) {
-        const QuantizedWeight weight = QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu);
+        const QuantizedWeight weight =
+            QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu);
         const PackedNf4Payload copy = weight.copy_payload_to_host();
         EXPECT_EQ(copy.out_features, payload.out_features);
         EXPECT_EQ(copy.in_features, payload.in_features);
@@ -447,8 +451,8 @@ TEST(QuantizedWeightFromPacked, RejectsLegacyScaleCountAndValues) {
     PackedNf4Payload payload = legacy_payload();
     payload.scales.pop_back();
     EXPECT_MENTIONS(rejection(payload), "scales has 3 entries, expected 4");
-    for (const float bad : {-1.0F, std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity()}) {
+    for (const float bad :
+         {-1.0F, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
         payload = legacy_payload();
         payload.scales[2] = bad;
         EXPECT_MENTIONS(rejection(payload), "scales[2]");
@@ -463,7 +467,8 @@ TEST(QuantizedWeightFromPacked, RejectsAZeroScaleBlockWithACodeOtherThanSeven) {
     for (std::size_t i = 32; i < 64; i += 2) {
         payload.codes[i / 2] = 0x77;
     }
-    EXPECT_NO_THROW(static_cast<void>(QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu)));
+    EXPECT_NO_THROW(
+        static_cast<void>(QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu)));
 }
 
 TEST(QuantizedWeightFromPacked, RejectsMixedScaleEncodings) {
@@ -502,8 +507,8 @@ TEST(QuantizedWeightFromPacked, RejectsAnUnsupportedBlockSize) {
 }
 
 TEST(QuantizedWeightFromPacked, RejectsANegativeOrNonFiniteOffsetOrRange) {
-    for (const float bad : {-0.5F, std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity()}) {
+    for (const float bad :
+         {-0.5F, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
         PackedNf4Payload payload = dq_payload();
         payload.scale_offset = bad;
         EXPECT_MENTIONS(rejection(payload), "scale_offset");
@@ -523,13 +528,14 @@ TEST(QuantizedWeightFromPacked, RejectsAZeroDimensionAndOverflow) {
     payload = legacy_payload();
     payload.out_features = std::numeric_limits<std::size_t>::max() / 2;
     payload.in_features = 3;
-    EXPECT_THROW(static_cast<void>(QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu)),
-                 std::overflow_error);
+    EXPECT_THROW(
+        static_cast<void>(QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu)),
+        std::overflow_error);
 }
 
 TEST(QuantizedWeightFromPacked, RejectsAnUnavailableBackend) {
-    EXPECT_THROW(static_cast<void>(QuantizedWeight::from_packed_nf4(legacy_payload(),
-                                                                    ExecutionBackend::Cuda)),
+    EXPECT_THROW(static_cast<void>(
+                     QuantizedWeight::from_packed_nf4(legacy_payload(), ExecutionBackend::Cuda)),
                  std::runtime_error);
 }
 

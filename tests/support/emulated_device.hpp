@@ -5,7 +5,8 @@
 // - deferred errors: value-domain errors its kernels find are recorded and raised at the
 //   next sync point, never at the call;
 // - replaceable outputs: elementwise, matmul, quantized linear, softmax, loss, attention and
-//   Adam results arrive in new buffers that replace the preallocated ones; write_range replaces too;
+//   Adam results arrive in new buffers that replace the preallocated ones; write_range replaces
+//   too;
 // - device copies: it imports host-memory (CPU) storages directly, counted below.
 
 #include <cstddef>

@@ -16,7 +16,8 @@ namespace riftco_transformer::testing {
 
 inline std::uint8_t reference_code(const PackedNf4Payload& payload, std::size_t i) {
     const std::uint8_t byte = payload.codes[i / 2];
-    return i % 2 == 0 ? static_cast<std::uint8_t>(byte & 15U) : static_cast<std::uint8_t>(byte >> 4U);
+    return i % 2 == 0 ? static_cast<std::uint8_t>(byte & 15U)
+                      : static_cast<std::uint8_t>(byte >> 4U);
 }
 
 // ŝ_b: legacy scales directly; double-quantized clamp(μ + t_g·(q_b − 128)/127, 0, FLT_MAX) in

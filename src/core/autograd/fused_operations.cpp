@@ -76,12 +76,11 @@ Variable quantized_linear(const Variable& x, const QuantizedWeight& weight) {
     // x [.., in] -> y [.., out] = x·deq(W)ᵀ (tensor_ops checks the shapes and backends).
     Tensor output = ops::quantized_linear(x.value(), weight);
     // One parent, x: the packed weight is frozen state, shared by the rule, never a leaf.
-    return detail::make_result(op, std::move(output), {&x},
-                               [weight](const Tensor& g, std::span<const bool>) {
-                                   // g [.., out] -> dx [.., in] = g·deq(W)
-                                   return std::vector<Tensor>{
-                                       ops::quantized_linear_input_backward(g, weight)};
-                               });
+    return detail::make_result(
+        op, std::move(output), {&x}, [weight](const Tensor& g, std::span<const bool>) {
+            // g [.., out] -> dx [.., in] = g·deq(W)
+            return std::vector<Tensor>{ops::quantized_linear_input_backward(g, weight)};
+        });
 }
 
 Variable flash_attention(const Variable& query, const Variable& key, const Variable& value) {

@@ -15,9 +15,9 @@ namespace riftco_transformer::detail {
 struct Nf4Layout {
     std::size_t out_features = 0;
     std::size_t in_features = 0;
-    std::size_t block_size = 0;          // B
+    std::size_t block_size = 0;  // B
     bool double_quantized = false;
-    std::size_t scale_block_size = 0;    // C; 0 for legacy scales
+    std::size_t scale_block_size = 0;  // C; 0 for legacy scales
 
     [[nodiscard]] std::size_t element_count() const noexcept { return out_features * in_features; }
     [[nodiscard]] std::size_t block_count() const noexcept {

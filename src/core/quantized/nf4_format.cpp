@@ -56,8 +56,8 @@ Nf4View view_of(const PackedNf4Payload& payload) noexcept {
 }
 
 Nf4Layout checked_nf4_layout(std::string_view operation, std::size_t out_features,
-                             std::size_t in_features, std::size_t block_size,
-                             bool double_quantized, std::size_t scale_block_size) {
+                             std::size_t in_features, std::size_t block_size, bool double_quantized,
+                             std::size_t scale_block_size) {
     if (out_features == 0 || in_features == 0) {
         invalid(operation, "the weight shape [" + std::to_string(out_features) + "," +
                                std::to_string(in_features) + "] has a zero dimension");
@@ -108,7 +108,8 @@ PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layo
         }
         block_scales[block] = scale;
         for (std::size_t i = begin; i < end; ++i) {
-            const std::uint8_t code = scale == 0.0F ? nf4_zero_code : nearest_nf4_code(values[i] / scale);
+            const std::uint8_t code =
+                scale == 0.0F ? nf4_zero_code : nearest_nf4_code(values[i] / scale);
             payload.codes[i / 2] |= static_cast<std::uint8_t>(code << ((i % 2) * 4U));
         }
     }
@@ -147,8 +148,8 @@ PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layo
         // double (std::round rounds halves away from zero).
         for (std::size_t b = begin; b < end; ++b) {
             const double difference = static_cast<double>(block_scales[b] - offset);
-            const double steps =
-                std::clamp(std::round(127.0 * difference / static_cast<double>(range)), -127.0, 127.0);
+            const double steps = std::clamp(
+                std::round(127.0 * difference / static_cast<double>(range)), -127.0, 127.0);
             payload.scale_codes[b] = static_cast<std::uint8_t>(128 + static_cast<int>(steps));
         }
     }
@@ -164,18 +165,18 @@ Nf4Layout validate_nf4_payload(const PackedNf4Payload& payload) {
     const std::size_t blocks = layout.block_count();
     if (payload.codes.size() != layout.packed_byte_count()) {
         invalid(op, "codes has " + std::to_string(payload.codes.size()) + " bytes, expected " +
-                        std::to_string(layout.packed_byte_count()) + " (ceil(N/2), N=" +
-                        std::to_string(count) + ")");
+                        std::to_string(layout.packed_byte_count()) +
+                        " (ceil(N/2), N=" + std::to_string(count) + ")");
     }
     if (count % 2 == 1 && (payload.codes.back() >> 4U) != 0) {
         invalid(op, "codes: the unused high nibble of the last byte is " +
-                        std::to_string(payload.codes.back() >> 4U) + " (must be 0 for odd N=" +
-                        std::to_string(count) + ")");
+                        std::to_string(payload.codes.back() >> 4U) +
+                        " (must be 0 for odd N=" + std::to_string(count) + ")");
     }
     const auto check_scale_value = [&](std::string_view field, std::size_t index, float value) {
         if (!std::isfinite(value) || value < 0.0F) {
-            invalid(op, std::string(field) + "[" + std::to_string(index) + "] = " +
-                            float_text(value) + " is not a finite non-negative number");
+            invalid(op, std::string(field) + "[" + std::to_string(index) +
+                            "] = " + float_text(value) + " is not a finite non-negative number");
         }
     };
     if (!payload.double_quantized) {
@@ -185,10 +186,10 @@ Nf4Layout validate_nf4_payload(const PackedNf4Payload& payload) {
         }
         if (!payload.scale_codes.empty() || !payload.scale_ranges.empty() ||
             payload.scale_offset != 0.0F) {
-            invalid(op, "legacy scales: scale_codes (" + std::to_string(payload.scale_codes.size()) +
-                            "), scale_ranges (" + std::to_string(payload.scale_ranges.size()) +
-                            ") and scale_offset (" + float_text(payload.scale_offset) +
-                            ") must be empty / 0");
+            invalid(op, "legacy scales: scale_codes (" +
+                            std::to_string(payload.scale_codes.size()) + "), scale_ranges (" +
+                            std::to_string(payload.scale_ranges.size()) + ") and scale_offset (" +
+                            float_text(payload.scale_offset) + ") must be empty / 0");
         }
         if (payload.scales.size() != blocks) {
             invalid(op, "scales has " + std::to_string(payload.scales.size()) +

@@ -24,8 +24,7 @@ namespace riftco_transformer::detail {
 
 // ŝ = clamp(μ + t·(q − 128)/127, 0, FLT_MAX), evaluated in float left to right:
 // ((t·(q − 128))/127) then + μ. Overflow saturates; negative values (and −inf) become 0.
-[[nodiscard]] inline float decode_nf4_scale(float offset, float range,
-                                            std::uint8_t code) noexcept {
+[[nodiscard]] inline float decode_nf4_scale(float offset, float range, std::uint8_t code) noexcept {
     const float delta = range * static_cast<float>(static_cast<int>(code) - 128) / 127.0F;
     const float scale = offset + delta;
     if (!(scale > 0.0F)) {

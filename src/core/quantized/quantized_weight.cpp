@@ -15,7 +15,7 @@ namespace riftco_transformer {
 namespace {
 
 const detail::QuantizedLinearCapability& capability_of(ExecutionBackend backend,
-                                                        std::string_view operation) {
+                                                       std::string_view operation) {
     const auto& adapter = detail::require_available_adapter(backend, operation);
     return detail::require_capability(adapter.quantized_linear(), adapter, operation,
                                       "quantized linear");

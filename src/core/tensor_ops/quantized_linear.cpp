@@ -35,8 +35,7 @@ const detail::QuantizedLinearCapability& checked_capability(std::string_view op,
         throw std::invalid_argument(message.str());
     }
     const auto& adapter = detail::require_available_adapter(input.backend(), op);
-    return detail::require_capability(adapter.quantized_linear(), adapter, op,
-                                      "quantized linear");
+    return detail::require_capability(adapter.quantized_linear(), adapter, op, "quantized linear");
 }
 
 }  // namespace

@@ -15,8 +15,7 @@
 namespace riftco_transformer::detail {
 namespace {
 
-void portable_decode_range(const Nf4View& view, std::size_t begin, std::size_t count,
-                           float* out) {
+void portable_decode_range(const Nf4View& view, std::size_t begin, std::size_t count, float* out) {
     dequantize_nf4_range(view, begin, {out, count});
 }
 
@@ -129,13 +128,13 @@ void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, f
     const std::size_t out_features = view.layout.out_features;
     if (rows <= nf4_direct_row_limit) {
         // Threads over W rows; each runs every group of up to 4 x rows over its W rows.
-        parallel_for(out_features, items_per_thread_for(in * rows),
-                     [&](std::size_t begin, std::size_t end) {
-                         for (std::size_t r = 0; r < rows; r += 4) {
-                             kernels.gemv_forward(view, x + r * in, std::min<std::size_t>(4, rows - r),
-                                                  begin, end, y + r * out_features);
-                         }
-                     });
+        parallel_for(
+            out_features, items_per_thread_for(in * rows), [&](std::size_t begin, std::size_t end) {
+                for (std::size_t r = 0; r < rows; r += 4) {
+                    kernels.gemv_forward(view, x + r * in, std::min<std::size_t>(4, rows - r),
+                                         begin, end, y + r * out_features);
+                }
+            });
         return;
     }
     // Row panels of W: Y[:, o0:o0+P] = X · deq(W[o0:o0+P, :])ᵀ, one single-threaded GEMM per
@@ -164,8 +163,7 @@ void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, f
     });
 }
 
-void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t rows,
-                               float* dx) {
+void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t rows, float* dx) {
     const Nf4KernelSet& kernels = active_nf4_kernels();
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
@@ -210,8 +208,7 @@ void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t 
     });
 }
 
-std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows,
-                                   bool input_backward) {
+std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows, bool input_backward) {
     const std::string isa = active_nf4_kernels().name;
     if (rows <= nf4_direct_row_limit) {
         return isa + (input_backward ? " direct column-split gemv" : " direct row-split gemv") +

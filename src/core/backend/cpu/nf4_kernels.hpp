@@ -29,8 +29,8 @@ struct Nf4KernelSet {
     void (*decode_range)(const Nf4View& view, std::size_t begin, std::size_t count, float* out);
     // y[r, o] = Σ_i x[r, i]·deq(W)[o, i] for r < rows (<= 4), o in [o_begin, o_end);
     // x [rows, I], y [rows, O] row-major.
-    void (*gemv_forward)(const Nf4View& view, const float* x, std::size_t rows,
-                         std::size_t o_begin, std::size_t o_end, float* y);
+    void (*gemv_forward)(const Nf4View& view, const float* x, std::size_t rows, std::size_t o_begin,
+                         std::size_t o_end, float* y);
     // dx[r, c] = Σ_o g[r, o]·deq(W)[o, c] for r < rows (<= 4), c in [c_begin, c_end);
     // g [rows, O], dx [rows, I] row-major; c_begin even.
     void (*gemv_backward)(const Nf4View& view, const float* g, std::size_t rows,

@@ -36,7 +36,8 @@ namespace {
 // byte k. first: elements 0..15, second: 16..31.
 RIFTCO_AVX512 inline void lookup32(const std::uint8_t* bytes, __m512 table, __m512& first,
                                    __m512& second) {
-    const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+    const __m512i low =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
     const __m512i high = _mm512_srli_epi32(low, 4);
     const __m512 even = _mm512_permutexvar_ps(low, table);
     const __m512 odd = _mm512_permutexvar_ps(high, table);
@@ -236,9 +237,9 @@ RIFTCO_AVX512 void gemv_forward_strided(const Nf4View& view, const float* x, std
                 const __m512 values = _mm512_permutexvar_ps(
                     _mm512_srli_epi32(packed, static_cast<unsigned>(4 * t)), codebook);
                 for (std::size_t r = 0; r < Rows; ++r) {
-                    partial[r][t % chains] =
-                        _mm512_fmadd_ps(values, _mm512_loadu_ps(x_strided.data() + r * in + c + 16 * t),
-                                        partial[r][t % chains]);
+                    partial[r][t % chains] = _mm512_fmadd_ps(
+                        values, _mm512_loadu_ps(x_strided.data() + r * in + c + 16 * t),
+                        partial[r][t % chains]);
                 }
             }
             __m512 chunk[Rows];
@@ -274,10 +275,18 @@ RIFTCO_AVX512 void gemv_forward_dispatch(const Nf4View& view, const float* x, st
 RIFTCO_AVX512 void gemv_forward(const Nf4View& view, const float* x, std::size_t rows,
                                 std::size_t o_begin, std::size_t o_end, float* y) {
     switch (rows) {
-        case 1: gemv_forward_dispatch<1>(view, x, o_begin, o_end, y); break;
-        case 2: gemv_forward_dispatch<2>(view, x, o_begin, o_end, y); break;
-        case 3: gemv_forward_dispatch<3>(view, x, o_begin, o_end, y); break;
-        default: gemv_forward_dispatch<4>(view, x, o_begin, o_end, y); break;
+        case 1:
+            gemv_forward_dispatch<1>(view, x, o_begin, o_end, y);
+            break;
+        case 2:
+            gemv_forward_dispatch<2>(view, x, o_begin, o_end, y);
+            break;
+        case 3:
+            gemv_forward_dispatch<3>(view, x, o_begin, o_end, y);
+            break;
+        default:
+            gemv_forward_dispatch<4>(view, x, o_begin, o_end, y);
+            break;
     }
 }
 
@@ -340,10 +349,18 @@ RIFTCO_AVX512 void gemv_backward_rows(const Nf4View& view, const float* g, std::
 RIFTCO_AVX512 void gemv_backward(const Nf4View& view, const float* g, std::size_t rows,
                                  std::size_t c_begin, std::size_t c_end, float* dx) {
     switch (rows) {
-        case 1: gemv_backward_rows<1>(view, g, c_begin, c_end, dx); break;
-        case 2: gemv_backward_rows<2>(view, g, c_begin, c_end, dx); break;
-        case 3: gemv_backward_rows<3>(view, g, c_begin, c_end, dx); break;
-        default: gemv_backward_rows<4>(view, g, c_begin, c_end, dx); break;
+        case 1:
+            gemv_backward_rows<1>(view, g, c_begin, c_end, dx);
+            break;
+        case 2:
+            gemv_backward_rows<2>(view, g, c_begin, c_end, dx);
+            break;
+        case 3:
+            gemv_backward_rows<3>(view, g, c_begin, c_end, dx);
+            break;
+        default:
+            gemv_backward_rows<4>(view, g, c_begin, c_end, dx);
+            break;
     }
 }
 

@@ -37,8 +37,7 @@ std::size_t CpuQuantizedStorage::resident_bytes() const noexcept {
            (payload_.double_quantized ? sizeof(float) : 0);
 }
 
-std::shared_ptr<const QuantizedStorage> CpuQuantizedLinear::upload(
-    PackedNf4Payload payload) const {
+std::shared_ptr<const QuantizedStorage> CpuQuantizedLinear::upload(PackedNf4Payload payload) const {
     const Nf4Layout layout{payload.out_features, payload.in_features, payload.block_size,
                            payload.double_quantized, payload.scale_block_size};
     return std::make_shared<CpuQuantizedStorage>(backend_, layout, std::move(payload));
