@@ -203,6 +203,32 @@ class EmulatedAttention final : public AttentionCapability {
     CpuAttention cpu_;
 };
 
+// Packed weights in host memory under the Metal identity (their storages report Metal), the
+// CPU kernels, and products in new buffers.
+class EmulatedQuantizedLinear final : public QuantizedLinearCapability {
+  public:
+    std::shared_ptr<const QuantizedStorage> upload(PackedNf4Payload payload) const override {
+        return cpu_.upload(std::move(payload));
+    }
+    PackedNf4Payload download(const QuantizedStorage& weight) const override {
+        return cpu_.download(weight);
+    }
+    void forward(const Tensor& x, const QuantizedStorage& weight, Tensor& out) const override {
+        Fresh fresh(out);
+        cpu_.forward(x, weight, fresh.tensor());
+        fresh.replace(out);
+    }
+    void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
+                        Tensor& out) const override {
+        Fresh fresh(out);
+        cpu_.input_backward(upstream, weight, fresh.tensor());
+        fresh.replace(out);
+    }
+
+  private:
+    CpuQuantizedLinear cpu_{device};
+};
+
 // Adam whose pass 2 hands every value and moment a new buffer.
 class EmulatedAdam final : public AdamCapability {
   public:
@@ -263,7 +289,9 @@ class EmulatedDevice final : public BackendAdapter {
     }
     const LossCapability* loss() const noexcept override { return &loss_; }
     const AttentionCapability* attention() const noexcept override { return &attention_; }
-    const QuantizedLinearCapability* quantized_linear() const noexcept override { return nullptr; }
+    const QuantizedLinearCapability* quantized_linear() const noexcept override {
+        return &quantized_linear_;
+    }
     const AdamCapability* adam() const noexcept override { return &adam_; }
 
   private:
@@ -277,6 +305,7 @@ class EmulatedDevice final : public BackendAdapter {
     CpuNormalization normalization_;
     EmulatedLoss loss_;
     EmulatedAttention attention_;
+    EmulatedQuantizedLinear quantized_linear_;
     EmulatedAdam adam_;
 };
 

@@ -4,8 +4,9 @@
 // device in the three ways the adapter contract allows (src/core/backend/adapter.hpp):
 // - deferred errors: value-domain errors its kernels find are recorded and raised at the
 //   next sync point, never at the call;
-// - replaceable outputs: elementwise, matmul, softmax, loss, attention and Adam results
-//   arrive in new buffers that replace the preallocated ones; write_range replaces too;
+// - replaceable outputs: elementwise, matmul, quantized linear, softmax, loss, attention and
+//   Adam results arrive in new buffers that replace the preallocated ones; write_range replaces
+//   too;
 // - device copies: it imports host-memory (CPU) storages directly, counted below.
 
 #include <cstddef>

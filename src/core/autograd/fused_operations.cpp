@@ -1,5 +1,5 @@
-// Differentiable fused operations with hand-written VJPs: linear (y = x·Wᵀ + b) and
-// memory-linear causal attention. nn/ composes layers from these.
+// Differentiable fused operations with hand-written VJPs: linear (y = x·Wᵀ + b), linear on a
+// packed NF4 weight, and memory-linear causal attention. nn/ composes layers from these.
 
 #include <sstream>
 #include <stdexcept>
@@ -68,6 +68,19 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
         return detail::make_result(op, std::move(output), {&x, &weight, &bias}, std::move(rule));
     }
     return detail::make_result(op, std::move(output), {&x, &weight}, std::move(rule));
+}
+
+Variable quantized_linear(const Variable& x, const QuantizedWeight& weight) {
+    constexpr std::string_view op = "quantized_linear";
+    detail::require_defined(x, op, "x");
+    // x [.., in] -> y [.., out] = x·deq(W)ᵀ (tensor_ops checks the shapes and backends).
+    Tensor output = ops::quantized_linear(x.value(), weight);
+    // One parent, x: the packed weight is frozen state, shared by the rule, never a leaf.
+    return detail::make_result(
+        op, std::move(output), {&x}, [weight](const Tensor& g, std::span<const bool>) {
+            // g [.., out] -> dx [.., in] = g·deq(W)
+            return std::vector<Tensor>{ops::quantized_linear_input_backward(g, weight)};
+        });
 }
 
 Variable flash_attention(const Variable& query, const Variable& key, const Variable& value) {

@@ -36,6 +36,7 @@
 #include <span>
 #include <string_view>
 
+#include "core/backend/quantized_storage.hpp"
 #include "core/backend/storage.hpp"
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
@@ -183,10 +184,22 @@ class AttentionCapability {
                                 Tensor& key_gradient, Tensor& value_gradient) const = 0;
 };
 
-// Declared for the quantized-linear issue: adapters report it absent until it lands.
+// Packed NF4 weights (spec §11) and the linear products on them. The weight lives in a
+// backend-owned QuantizedStorage; the kernels decode the nibbles themselves and never hold a
+// float32 copy of the whole matrix (bounded per-thread panels are allowed).
 class QuantizedLinearCapability {
   public:
     virtual ~QuantizedLinearCapability() = default;
+    // A payload that passed validate_nf4_payload -> this backend's storage of it.
+    [[nodiscard]] virtual std::shared_ptr<const QuantizedStorage> upload(
+        PackedNf4Payload payload) const = 0;
+    // The exact payload of a storage of this backend, in host memory (a host read).
+    [[nodiscard]] virtual PackedNf4Payload download(const QuantizedStorage& weight) const = 0;
+    // x [R, in] (leading dimensions flattened) -> out [R, out] = x·deq(W)ᵀ.
+    virtual void forward(const Tensor& x, const QuantizedStorage& weight, Tensor& out) const = 0;
+    // upstream [R, out] -> out [R, in] = upstream·deq(W).
+    virtual void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
+                                Tensor& out) const = 0;
 };
 
 // The optimizer's value types (ScaledSumOfSquares, FirstNonFinite, GradientStatistics,

@@ -114,11 +114,26 @@ class CpuAdam final : public AdamCapability {
                       std::span<const AdamSlice> slices) const override;
 };
 
+// NF4 weights in host memory (cpu_quantized_storage.hpp); kernels in quantized_linear.cpp.
+class CpuQuantizedLinear final : public QuantizedLinearCapability {
+  public:
+    explicit CpuQuantizedLinear(ExecutionBackend backend) noexcept : backend_(backend) {}
+    [[nodiscard]] std::shared_ptr<const QuantizedStorage> upload(
+        PackedNf4Payload payload) const override;
+    [[nodiscard]] PackedNf4Payload download(const QuantizedStorage& weight) const override;
+    void forward(const Tensor& x, const QuantizedStorage& weight, Tensor& out) const override;
+    void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
+                        Tensor& out) const override;
+
+  private:
+    ExecutionBackend backend_;
+};
+
 // Host-memory adapter running the CPU kernels under a backend identity (the CPU adapter).
 class HostAdapter final : public BackendAdapter {
   public:
     explicit HostAdapter(ExecutionBackend identity) noexcept
-        : identity_(identity), storage_(identity) {}
+        : identity_(identity), storage_(identity), quantized_linear_(identity) {}
 
     [[nodiscard]] ExecutionBackend backend() const noexcept override { return identity_; }
     [[nodiscard]] bool is_available() const noexcept override { return true; }
@@ -144,9 +159,8 @@ class HostAdapter final : public BackendAdapter {
     [[nodiscard]] const AttentionCapability* attention() const noexcept override {
         return &attention_;
     }
-    // Filled in by the quantized-linear issue.
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
-        return nullptr;
+        return &quantized_linear_;
     }
     [[nodiscard]] const AdamCapability* adam() const noexcept override { return &adam_; }
 
@@ -162,6 +176,7 @@ class HostAdapter final : public BackendAdapter {
     CpuNormalization normalization_;
     CpuLoss loss_;
     CpuAttention attention_;
+    CpuQuantizedLinear quantized_linear_;
     CpuAdam adam_;
 };
 

@@ -1,0 +1,227 @@
+// The portable NF4 inner loops, the instruction-set dispatch and the drivers
+// (nf4_kernels.hpp).
+
+#include "core/backend/cpu/nf4_kernels.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/backend/cpu/gemm.hpp"
+#include "core/backend/cpu/parallel_for.hpp"
+
+namespace riftco_transformer::detail {
+namespace {
+
+void portable_decode_range(const Nf4View& view, std::size_t begin, std::size_t count, float* out) {
+    dequantize_nf4_range(view, begin, {out, count});
+}
+
+void portable_gemv_forward(const Nf4View& view, const float* x, std::size_t rows,
+                           std::size_t o_begin, std::size_t o_end, float* y) {
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    const std::size_t block_size = view.layout.block_size;
+    for (std::size_t o = o_begin; o < o_end; ++o) {
+        const std::size_t row_begin = o * in;
+        const std::size_t row_end = row_begin + in;
+        float total[4] = {0.0F, 0.0F, 0.0F, 0.0F};
+        std::size_t i = row_begin;
+        while (i < row_end) {
+            const std::size_t block = i / block_size;
+            const std::size_t block_end = std::min(row_end, (block + 1) * block_size);
+            const float scale = view.block_scale(block);
+            float block_sum[4] = {0.0F, 0.0F, 0.0F, 0.0F};
+            for (; i < block_end; ++i) {
+                const float value = nf4_codebook[view.code(i)];
+                for (std::size_t r = 0; r < rows; ++r) {
+                    block_sum[r] += value * x[r * in + (i - row_begin)];
+                }
+            }
+            for (std::size_t r = 0; r < rows; ++r) {
+                total[r] += scale * block_sum[r];
+            }
+        }
+        for (std::size_t r = 0; r < rows; ++r) {
+            y[r * out_features + o] = total[r];
+        }
+    }
+}
+
+void portable_gemv_backward(const Nf4View& view, const float* g, std::size_t rows,
+                            std::size_t c_begin, std::size_t c_end, float* dx) {
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    const std::size_t block_size = view.layout.block_size;
+    for (std::size_t r = 0; r < rows; ++r) {
+        std::fill(dx + r * in + c_begin, dx + r * in + c_end, 0.0F);
+    }
+    for (std::size_t o = 0; o < out_features; ++o) {
+        const std::size_t row_begin = o * in;
+        const std::size_t segment_end = row_begin + c_end;
+        std::size_t i = row_begin + c_begin;
+        while (i < segment_end) {
+            const std::size_t block = i / block_size;
+            const std::size_t block_end = std::min(segment_end, (block + 1) * block_size);
+            const float scale = view.block_scale(block);
+            for (; i < block_end; ++i) {
+                const float w = scale * nf4_codebook[view.code(i)];
+                for (std::size_t r = 0; r < rows; ++r) {
+                    dx[r * in + (i - row_begin)] += g[r * out_features + o] * w;
+                }
+            }
+        }
+    }
+}
+
+const Nf4KernelSet portable_set{"portable", portable_decode_range, portable_gemv_forward,
+                                portable_gemv_backward};
+
+std::atomic<Nf4KernelChoice> kernel_choice{Nf4KernelChoice::Automatic};
+
+bool environment_forces_portable() noexcept {
+    static const bool forced = [] {
+        const char* value = std::getenv("RIFTCO_TRANSFORMER_NF4_KERNEL");
+        return value != nullptr && std::strcmp(value, "portable") == 0;
+    }();
+    return forced;
+}
+
+// Panel of W rows (forward) or columns (backward) that fits nf4_panel_floats, a multiple of
+// 32 when it can be (the AVX-512 loops then run on whole 32-element chunks).
+std::size_t panel_width(std::size_t other_dimension, std::size_t limit) {
+    std::size_t width = std::max<std::size_t>(1, nf4_panel_floats / other_dimension);
+    if (width >= 32) {
+        width -= width % 32;
+    }
+    return std::min(width, limit);
+}
+
+struct Scratch {
+    explicit Scratch(std::size_t count) : values(std::make_unique_for_overwrite<float[]>(count)) {}
+    std::unique_ptr<float[]> values;
+};
+
+}  // namespace
+
+const Nf4KernelSet& portable_nf4_kernels() noexcept {
+    return portable_set;
+}
+
+void set_nf4_kernel_choice(Nf4KernelChoice choice) noexcept {
+    kernel_choice.store(choice);
+}
+
+const Nf4KernelSet& active_nf4_kernels() noexcept {
+    if (kernel_choice.load() == Nf4KernelChoice::Portable || environment_forces_portable()) {
+        return portable_set;
+    }
+    const Nf4KernelSet* fast = avx512_nf4_kernels();
+    return fast != nullptr ? *fast : portable_set;
+}
+
+void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, float* y) {
+    const Nf4KernelSet& kernels = active_nf4_kernels();
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    if (rows <= nf4_direct_row_limit) {
+        // Threads over W rows; each runs every group of up to 4 x rows over its W rows.
+        parallel_for(
+            out_features, items_per_thread_for(in * rows), [&](std::size_t begin, std::size_t end) {
+                for (std::size_t r = 0; r < rows; r += 4) {
+                    kernels.gemv_forward(view, x + r * in, std::min<std::size_t>(4, rows - r),
+                                         begin, end, y + r * out_features);
+                }
+            });
+        return;
+    }
+    // Row panels of W: Y[:, o0:o0+P] = X · deq(W[o0:o0+P, :])ᵀ, one single-threaded GEMM per
+    // panel inside each thread (K = I whole).
+    const std::size_t panel = panel_width(in, out_features);
+    const std::size_t panel_count = (out_features + panel - 1) / panel;
+    parallel_for(panel_count, 1, [&](std::size_t begin, std::size_t end) {
+        Scratch scratch(panel * in);
+        for (std::size_t p = begin; p < end; ++p) {
+            const std::size_t o0 = p * panel;
+            const std::size_t width = std::min(panel, out_features - o0);
+            kernels.decode_range(view, o0 * in, width * in, scratch.values.get());
+            GemmArguments g;
+            g.transpose_b = true;
+            g.m = rows;
+            g.n = width;
+            g.k = in;
+            g.a = x;
+            g.lda = in;
+            g.b = scratch.values.get();
+            g.ldb = in;
+            g.c = y + o0;
+            g.ldc = out_features;
+            gemm(g);
+        }
+    });
+}
+
+void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t rows, float* dx) {
+    const Nf4KernelSet& kernels = active_nf4_kernels();
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    if (rows <= nf4_direct_row_limit) {
+        // Threads over 32-column chunks of dX; each reads its columns of every W row.
+        const std::size_t chunks = (in + 31) / 32;
+        parallel_for(chunks, items_per_thread_for(out_features * 32 * rows),
+                     [&](std::size_t begin, std::size_t end) {
+                         const std::size_t c_begin = begin * 32;
+                         const std::size_t c_end = std::min(in, end * 32);
+                         for (std::size_t r = 0; r < rows; r += 4) {
+                             kernels.gemv_backward(view, g + r * out_features,
+                                                   std::min<std::size_t>(4, rows - r), c_begin,
+                                                   c_end, dx + r * in);
+                         }
+                     });
+        return;
+    }
+    // Column panels of W: dX[:, c0:c0+P] = G · deq(W[:, c0:c0+P]) (K = O whole).
+    const std::size_t panel = panel_width(out_features, in);
+    const std::size_t panel_count = (in + panel - 1) / panel;
+    parallel_for(panel_count, 1, [&](std::size_t begin, std::size_t end) {
+        Scratch scratch(panel * out_features);
+        for (std::size_t p = begin; p < end; ++p) {
+            const std::size_t c0 = p * panel;
+            const std::size_t width = std::min(panel, in - c0);
+            for (std::size_t o = 0; o < out_features; ++o) {
+                kernels.decode_range(view, o * in + c0, width, scratch.values.get() + o * width);
+            }
+            GemmArguments arguments;
+            arguments.m = rows;
+            arguments.n = width;
+            arguments.k = out_features;
+            arguments.a = g;
+            arguments.lda = out_features;
+            arguments.b = scratch.values.get();
+            arguments.ldb = width;
+            arguments.c = dx + c0;
+            arguments.ldc = in;
+            gemm(arguments);
+        }
+    });
+}
+
+std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows, bool input_backward) {
+    const std::string isa = active_nf4_kernels().name;
+    if (rows <= nf4_direct_row_limit) {
+        return isa + (input_backward ? " direct column-split gemv" : " direct row-split gemv") +
+               " on packed codes";
+    }
+    if (input_backward) {
+        return isa + " column-panel decode (" +
+               std::to_string(panel_width(layout.out_features, layout.in_features)) +
+               " columns) + " + gemm_implementation_name();
+    }
+    return isa + " row-panel decode (" +
+           std::to_string(panel_width(layout.in_features, layout.out_features)) + " rows) + " +
+           gemm_implementation_name();
+}
+
+}  // namespace riftco_transformer::detail

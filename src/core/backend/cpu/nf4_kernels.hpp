@@ -1,0 +1,61 @@
+#pragma once
+// CPU kernels for packed NF4 weights W [O, I] (flat row-major codes, blocks of B elements).
+// They decode nibbles themselves; no float32 copy of the whole matrix is ever made.
+//
+// Two shapes, each with a portable and an AVX-512 build of its inner loops (the AVX-512 one
+// is compiled with a target attribute and chosen at run time, so a build without
+// -march=native still uses it):
+// - few rows (R <= nf4_direct_row_limit, decoding): matrix-vector products straight on the
+//   packed codes, threaded over output rows (forward) or input columns (backward);
+// - many rows (prefill, training): a bounded panel of W is decoded into per-thread float32
+//   scratch (<= nf4_panel_floats) and fed to the GEMM seam. The forward uses row panels of W
+//   (K = I stays whole), the input backward column panels (K = O stays whole), so no output
+//   is ever accumulated over split reductions.
+
+#include <cstddef>
+#include <string>
+
+#include "core/quantized/nf4_format.hpp"
+
+namespace riftco_transformer::detail {
+
+inline constexpr std::size_t nf4_direct_row_limit = 8;
+inline constexpr std::size_t nf4_panel_floats = std::size_t{1} << 18U;  // 1 MiB per thread
+
+// The inner loops one instruction set provides.
+struct Nf4KernelSet {
+    const char* name;
+    // out[j] = deq(W)_flat[begin + j] for j < count.
+    void (*decode_range)(const Nf4View& view, std::size_t begin, std::size_t count, float* out);
+    // y[r, o] = Σ_i x[r, i]·deq(W)[o, i] for r < rows (<= 4), o in [o_begin, o_end);
+    // x [rows, I], y [rows, O] row-major.
+    void (*gemv_forward)(const Nf4View& view, const float* x, std::size_t rows, std::size_t o_begin,
+                         std::size_t o_end, float* y);
+    // dx[r, c] = Σ_o g[r, o]·deq(W)[o, c] for r < rows (<= 4), c in [c_begin, c_end);
+    // g [rows, O], dx [rows, I] row-major; c_begin even.
+    void (*gemv_backward)(const Nf4View& view, const float* g, std::size_t rows,
+                          std::size_t c_begin, std::size_t c_end, float* dx);
+};
+
+[[nodiscard]] const Nf4KernelSet& portable_nf4_kernels() noexcept;
+// Null when this build or this processor has no AVX-512 (avx512f) path.
+[[nodiscard]] const Nf4KernelSet* avx512_nf4_kernels() noexcept;
+
+// Which set runs: AVX-512 when the CPU has it, unless forced portable by this hook (tests)
+// or by RIFTCO_TRANSFORMER_NF4_KERNEL=portable in the environment (read once).
+enum class Nf4KernelChoice { Automatic, Portable };
+void set_nf4_kernel_choice(Nf4KernelChoice choice) noexcept;
+[[nodiscard]] const Nf4KernelSet& active_nf4_kernels() noexcept;
+
+// The drivers (threads, panels, GEMM).
+// x [R, I] -> y [R, O] = x·deq(W)ᵀ
+void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, float* y);
+// g [R, O] -> dx [R, I] = g·deq(W)
+void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t rows, float* dx);
+
+// What runs for R rows, e.g. "avx512 direct gemv on packed codes" or
+// "avx512 row-panel decode (64 rows) + onednn ... sgemm".
+[[nodiscard]] std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows,
+                                                 bool input_backward);
+
+}  // namespace riftco_transformer::detail

@@ -1,0 +1,165 @@
+// QuantizedWeight: validation and encoding on the host (nf4_format.hpp), state in the
+// backend's QuantizedStorage (its QuantizedLinearCapability).
+
+#include "riftco_transformer/core/quantized_weight.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/backend/adapter.hpp"
+#include "core/backend/synchronization.hpp"
+#include "core/quantized/nf4_format.hpp"
+#include "core/tensor_ops/validation.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+const detail::QuantizedLinearCapability& capability_of(ExecutionBackend backend,
+                                                       std::string_view operation) {
+    const auto& adapter = detail::require_available_adapter(backend, operation);
+    return detail::require_capability(adapter.quantized_linear(), adapter, operation,
+                                      "quantized linear");
+}
+
+}  // namespace
+
+QuantizedMemoryUsage& QuantizedMemoryUsage::operator+=(const QuantizedMemoryUsage& other) noexcept {
+    weight_count += other.weight_count;
+    packed_code_bytes += other.packed_code_bytes;
+    scale_bytes += other.scale_bytes;
+    logical_payload_bytes += other.logical_payload_bytes;
+    resident_payload_bytes += other.resident_payload_bytes;
+    fp32_equivalent_bytes += other.fp32_equivalent_bytes;
+    fp32_scale_bytes += other.fp32_scale_bytes;
+    scale_code_bytes += other.scale_code_bytes;
+    second_level_scale_bytes += other.second_level_scale_bytes;
+    scale_offset_bytes += other.scale_offset_bytes;
+    double_quantized_weight_count += other.double_quantized_weight_count;
+    return *this;
+}
+
+QuantizedWeight QuantizedWeight::quantize(const Tensor& weight, const Nf4Options& options) {
+    constexpr std::string_view op = "QuantizedWeight::quantize";
+    detail::require_tensor(op, "weight", weight);
+    if (weight.rank() != 2) {
+        throw std::invalid_argument(std::string(op) + ": weight must be rank 2 [out, in] (got " +
+                                    shape_to_string(weight.shape()) + ")");
+    }
+    const detail::Nf4Layout layout =
+        detail::checked_nf4_layout(op, weight.shape()[0], weight.shape()[1], options.block_size,
+                                   options.double_quantization, options.scale_block_size);
+    const auto& capability = capability_of(weight.backend(), op);
+    const std::vector<float> values = weight.to_host();
+    return QuantizedWeight(capability.upload(detail::encode_nf4(values, layout)));
+}
+
+QuantizedWeight QuantizedWeight::from_packed_nf4(PackedNf4Payload payload,
+                                                 ExecutionBackend backend) {
+    constexpr std::string_view op = "QuantizedWeight::from_packed_nf4";
+    static_cast<void>(detail::validate_nf4_payload(payload));
+    return QuantizedWeight(capability_of(backend, op).upload(std::move(payload)));
+}
+
+void QuantizedWeight::require_state(const char* operation) const {
+    if (state_ == nullptr) {
+        throw std::logic_error(std::string("QuantizedWeight::") + operation +
+                               ": the weight is singular (default-constructed)");
+    }
+}
+
+ExecutionBackend QuantizedWeight::backend() const {
+    require_state("backend");
+    return state_->backend();
+}
+Shape QuantizedWeight::shape() const {
+    require_state("shape");
+    return {state_->layout().out_features, state_->layout().in_features};
+}
+std::size_t QuantizedWeight::out_features() const {
+    require_state("out_features");
+    return state_->layout().out_features;
+}
+std::size_t QuantizedWeight::in_features() const {
+    require_state("in_features");
+    return state_->layout().in_features;
+}
+std::size_t QuantizedWeight::element_count() const {
+    require_state("element_count");
+    return state_->layout().element_count();
+}
+std::size_t QuantizedWeight::block_size() const {
+    require_state("block_size");
+    return state_->layout().block_size;
+}
+std::size_t QuantizedWeight::block_count() const {
+    require_state("block_count");
+    return state_->layout().block_count();
+}
+std::size_t QuantizedWeight::packed_byte_count() const {
+    require_state("packed_byte_count");
+    return state_->layout().packed_byte_count();
+}
+bool QuantizedWeight::uses_double_quantized_scales() const {
+    require_state("uses_double_quantized_scales");
+    return state_->layout().double_quantized;
+}
+std::size_t QuantizedWeight::scale_quantization_block_size() const {
+    require_state("scale_quantization_block_size");
+    return state_->layout().scale_block_size;
+}
+
+QuantizedMemoryUsage QuantizedWeight::memory_usage() const {
+    require_state("memory_usage");
+    const detail::Nf4Layout& layout = state_->layout();
+    QuantizedMemoryUsage usage;
+    usage.weight_count = 1;
+    usage.packed_code_bytes = layout.packed_byte_count();
+    if (layout.double_quantized) {
+        usage.scale_code_bytes = layout.block_count();
+        usage.second_level_scale_bytes = sizeof(float) * layout.scale_group_count();
+        usage.scale_offset_bytes = sizeof(float);
+        usage.scale_bytes =
+            usage.scale_code_bytes + usage.second_level_scale_bytes + usage.scale_offset_bytes;
+        usage.double_quantized_weight_count = 1;
+    } else {
+        usage.fp32_scale_bytes = sizeof(float) * layout.block_count();
+        usage.scale_bytes = usage.fp32_scale_bytes;
+    }
+    usage.logical_payload_bytes = usage.packed_code_bytes + usage.scale_bytes;
+    usage.resident_payload_bytes = state_->resident_bytes();
+    usage.fp32_equivalent_bytes = sizeof(float) * layout.element_count();
+    return usage;
+}
+
+QuantizedWeight QuantizedWeight::to(ExecutionBackend backend) const {
+    constexpr std::string_view op = "QuantizedWeight::to";
+    require_state("to");
+    if (backend == state_->backend()) {
+        return *this;
+    }
+    const auto& target = capability_of(backend, op);
+    return QuantizedWeight(target.upload(copy_payload_to_host()));
+}
+
+Tensor QuantizedWeight::dequantize() const {
+    require_state("dequantize");
+    const PackedNf4Payload payload = copy_payload_to_host();
+    std::vector<float> values(state_->layout().element_count());
+    detail::dequantize_nf4_range(detail::view_of(payload), 0, values);
+    return Tensor(shape(), values, state_->backend());
+}
+
+PackedNf4Payload QuantizedWeight::copy_payload_to_host() const {
+    constexpr std::string_view op = "QuantizedWeight::copy_payload_to_host";
+    require_state("copy_payload_to_host");
+    PackedNf4Payload payload = capability_of(state_->backend(), op).download(*state_);
+    detail::synchronize(state_->backend());
+    return payload;
+}
+
+const detail::QuantizedStorage& QuantizedWeight::storage() const {
+    require_state("storage");
+    return *state_;
+}
+
+}  // namespace riftco_transformer
