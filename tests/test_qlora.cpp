@@ -126,14 +126,17 @@ TEST(Qlora, QuantizeRejectionsChangeNothing) {
     untouched();
     {
         // A non-finite weight in the LAST projection: nothing is packed, not even the first 12.
-        Variable head = model.projections().back().linear->weight();
-        const Tensor original = head.value();
+        const Tensor original = model.projections().back().linear->weight().value();
         std::vector<float> values = original.to_host();
         values.back() = std::numeric_limits<float>::infinity();
-        head.set_value(Tensor(head.shape(), values));
+        {
+            Variable head = model.projections().back().linear->weight();
+            head.set_value(Tensor(original.shape(), values));
+        }  // no handle outside the model while quantizing
         EXPECT_THROW(model.quantize_nf4(), std::invalid_argument);
         for (const AdaptableProjection& projection : model.projections())
             EXPECT_FALSE(projection.linear->is_quantized()) << projection.path;
+        Variable head = model.projections().back().linear->weight();
         head.set_value(original);
     }
     untouched();

@@ -280,9 +280,16 @@ static void quantize_packs_every_projection_and_reports_exact_bytes(void) {
     EXPECT_EQ_U64(stats.resident_payload_bytes, stats.logical_payload_bytes);
     EXPECT_EQ_U64(stats.fp32_equivalent_bytes, fp32);
 
-    /* The packed model still runs; 4-bit weights move the logits only a little. */
+    /* The packed model still runs: 4-bit weights move the logits, by much less than their
+     * size (the exact kernels are checked against a dequantized oracle in the C++ tests). */
     float* packed_logits = logits_of(model);
-    EXPECT(max_difference(dense, packed_logits, 8u * TINY_VOCABULARY) < 0.5f);
+    float largest = 0.0f;
+    for (uint64_t i = 0; i < 8u * TINY_VOCABULARY; ++i) {
+        EXPECT(isfinite(packed_logits[i]));
+        largest = fabsf(dense[i]) > largest ? fabsf(dense[i]) : largest;
+    }
+    const float moved = max_difference(dense, packed_logits, 8u * TINY_VOCABULARY);
+    EXPECT(moved > 0.0f && moved < 0.35f * largest);
     /* The base list no longer holds the packed weights. */
     list = parameters_of(model);
     EXPECT(count_of(list) < 2u + 12u * TINY_BLOCKS + 4u);

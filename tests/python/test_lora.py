@@ -297,7 +297,8 @@ def test_quantize_nf4_reports_exact_bytes_and_still_runs(double_quantization):
         expected["resident_payload_bytes"] = expected["logical_payload_bytes"]
         assert stats == QuantizedMemoryStats(**expected)
         packed = flat_logits(model)
-        assert max(abs(a - b) for a, b in zip(dense, packed)) < 0.5
+        moved = max(abs(a - b) for a, b in zip(dense, packed))
+        assert 0.0 < moved < 0.35 * max(abs(a) for a in dense)
         assert native_error(model.quantize_nf4).status_name == "invalid_argument"
 
 
