@@ -45,19 +45,15 @@ std::string linear_widths(std::size_t in, std::size_t out) {
 }  // namespace
 
 Variable Linear::forward(const Variable& x) const {
-    Variable y;
-    if (is_quantized()) {
-        y = quantized_linear(x, packed_);
-        if (bias_.defined()) {
-            y = y + broadcast_to(bias_, y.shape());
-        }
-    } else {
-        y = linear(x, weight_, bias_);
-    }
+    // One fused node whichever the base and adapter: the graph keeps only the output.
+    std::optional<LowRankUpdate> update;
     if (adapter_active_) {
-        y = y + adapter_->forward(x);
+        update = LowRankUpdate{adapter_->a(), adapter_->b(), adapter_->scale()};
     }
-    return y;
+    if (is_quantized()) {
+        return quantized_linear(x, packed_, bias_, update ? &*update : nullptr);
+    }
+    return update ? linear(x, weight_, bias_, *update) : linear(x, weight_, bias_);
 }
 
 ExecutionBackend Linear::weight_backend() const {

@@ -103,6 +103,25 @@ namespace riftco_transformer {
 // inside the kernel.
 [[nodiscard]] Variable quantized_linear(const Variable& x, const QuantizedWeight& weight);
 
+// A low-rank update scale·(x·Aᵀ)·Bᵀ computed inside a linear (LoRA): A [rank, in], B [out, rank].
+struct LowRankUpdate {
+    Variable a;
+    Variable b;
+    float scale = 1.0F;
+};
+
+// y = x·Wᵀ + b + scale·(x·Aᵀ)·Bᵀ as ONE node (the graph keeps y alone, not the base and
+// adapter outputs): edges x, W, b (when defined), A, B. Its rule computes
+//   dx = G·W + (s·G·B)·A,  dW = Gᵀ·x,  db = Σ G,  dA = (s·G·B)ᵀ·x,  dB = Gᵀ·(s·x·Aᵀ)
+// only for inputs that need them, so a frozen base weight costs no weight-gradient product.
+// Factor shapes that do not fit the weight, or a non-finite scale: std::invalid_argument.
+[[nodiscard]] Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
+                              const LowRankUpdate& update);
+// The same over a packed NF4 weight (never a parent: frozen state), with an optional bias and
+// optional update; dx decodes the packed weight inside the input-backward kernel.
+[[nodiscard]] Variable quantized_linear(const Variable& x, const QuantizedWeight& weight,
+                                        const Variable& bias, const LowRankUpdate* update = nullptr);
+
 // Memory-linear causal attention of Q, K, V [B,H,T,d_h] (tensor_ops::flash_attention): no
 // [B,H,T,T] buffer in either direction; the VJP recomputes the probabilities tile by tile.
 [[nodiscard]] Variable flash_attention(const Variable& query, const Variable& key,
