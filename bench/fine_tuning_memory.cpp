@@ -15,6 +15,8 @@
 //   peak_rss_step_bytes        the process's peak RSS during the measured steps (VmHWM after
 //                              resetting it with /proc/self/clear_refs), after a warm-up step
 //   rss_before_step_bytes      VmRSS right before them
+//   peak_live_tensor_bytes     CPU tensor storage high-water mark during the measured steps
+//                              (cpu_memory_statistics: exact, independent of allocator caches)
 //   seconds_per_step           median of the measured steps
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 
@@ -130,6 +133,7 @@ int main(int argc, char** argv) try {
     step();  // warm-up: Adam moments and allocator pools exist from here on
     const std::size_t rss_before = status_kib("VmRSS") * 1024;
     reset_peak_rss();
+    reset_cpu_peak_memory();
     std::vector<double> seconds;
     float loss = 0.0F;
     for (std::size_t s = 0; s < steps; ++s) {
@@ -139,14 +143,15 @@ int main(int argc, char** argv) try {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     const std::size_t peak = status_kib("VmHWM") * 1024;
+    const std::size_t peak_live = cpu_memory_statistics().peak_live_bytes;
     std::sort(seconds.begin(), seconds.end());
     std::printf(
         "{\"mode\": \"%s\", \"base_fp32_bytes\": %zu, \"base_resident_bytes\": %zu, "
         "\"packed_resident_bytes\": %zu, \"packed_fp32_equivalent_bytes\": %zu, "
         "\"trainable_parameters\": %zu, \"rss_before_step_bytes\": %zu, "
-        "\"peak_rss_step_bytes\": %zu, \"seconds_per_step\": %.4f, \"final_loss\": %.5f}\n",
+        "\"peak_rss_step_bytes\": %zu, \"peak_live_tensor_bytes\": %zu, \"seconds_per_step\": %.4f, \"final_loss\": %.5f}\n",
         mode.c_str(), base_fp32, base_resident, packed.resident_payload_bytes,
-        packed.fp32_equivalent_bytes, trainable_scalars, rss_before, peak,
+        packed.fp32_equivalent_bytes, trainable_scalars, rss_before, peak, peak_live,
         seconds[seconds.size() / 2], static_cast<double>(loss));
     return 0;
 } catch (const std::exception& error) {

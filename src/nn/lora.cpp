@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/nn/initialization.hpp"
 #include "riftco_transformer/nn/layers.hpp"
@@ -287,6 +288,9 @@ void AdaptationLifecycle::quantize_nf4(std::span<const AdaptableProjection> proj
     for (std::size_t i = 0; i < projections.size(); ++i) {
         projections[i].linear->commit_quantization(std::move(packed[i]));
     }
+    // The dense values just went back to the CPU block cache; hand them to the system, or a
+    // QLoRA process would keep the float32 base resident as free cache blocks.
+    release_cpu_memory_cache();
     quantized_ = true;
     ++structure_version_;
 }
