@@ -11,6 +11,7 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "support/model_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
@@ -18,15 +19,6 @@ namespace {
 
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
 constexpr ExecutionBackend metal = ExecutionBackend::Metal;
-
-TransformerDimensions tiny() {
-    return {.vocabulary_size = 27,
-            .maximum_context = 16,
-            .model_width = 32,
-            .head_count = 4,
-            .block_count = 2,
-            .feed_forward_width = 64};
-}
 
 class EmulatedLora : public ::testing::Test {
   protected:
@@ -43,7 +35,7 @@ const std::vector<std::uint32_t>& tokens() {
 
 TEST_F(EmulatedLora, APackedModelMovesWithItsPackedWeightsAndComputesTheSame) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     model.quantize_nf4();
     const std::vector<float> on_cpu = model.forward(tokens(), {2, 7}).value().to_host();
     model.to(metal);
@@ -61,7 +53,7 @@ TEST_F(EmulatedLora, APackedModelMovesWithItsPackedWeightsAndComputesTheSame) {
 
 TEST_F(EmulatedLora, QloraTrainsOnTheDeviceAndMergesThere) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     model.quantize_nf4();
     model.to(metal);
     model.attach_lora({.targets = 0x7F});
@@ -88,7 +80,7 @@ TEST_F(EmulatedLora, QloraTrainsOnTheDeviceAndMergesThere) {
 
 TEST_F(EmulatedLora, AttachRejectsABaseOnMixedBackendsAndChangesNothing) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     {
         Variable head = model.projections().back().linear->weight();
         head.replace_value(head.value().to(metal));

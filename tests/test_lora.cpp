@@ -15,19 +15,11 @@
 #include "riftco_transformer/nn/initialization.hpp"
 #include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "support/model_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
-
-TransformerDimensions tiny() {
-    return {.vocabulary_size = 27,
-            .maximum_context = 16,
-            .model_width = 32,
-            .head_count = 4,
-            .block_count = 2,
-            .feed_forward_width = 64};
-}
 
 std::vector<std::vector<float>> values_of(const ParameterList& list) {
     std::vector<std::vector<float>> values;
@@ -173,7 +165,7 @@ TEST(LowRankAdapter, RejectsRanksWidthsAndAlpha) {
 
 TEST(Lora, AttachLeavesOutputsAndTheBaseListUnchangedAndNamesFactors) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 7, 27, 1);
     const std::vector<float> before = model.forward(tokens, {2, 7}).value().to_host();
     const std::vector<std::string> base_names = names_of(model.parameters());
@@ -211,8 +203,8 @@ TEST(Lora, AttachLeavesOutputsAndTheBaseListUnchangedAndNamesFactors) {
 TEST(Lora, AdaptersAreDrawnBlockMajorFromTheConfigSeed) {
     std::mt19937 g1(5);
     std::mt19937 g2(6);  // a different base
-    DecoderOnlyTransformer first(tiny(), g1);
-    DecoderOnlyTransformer second(tiny(), g2);
+    DecoderOnlyTransformer first(testing::reference_tiny(), g1);
+    DecoderOnlyTransformer second(testing::reference_tiny(), g2);
     first.attach_lora({.random_seed = 77});
     second.attach_lora({.random_seed = 77});
     EXPECT_EQ(values_of(first.lora_parameters()), values_of(second.lora_parameters()));
@@ -231,7 +223,7 @@ TEST(Lora, FrozenBaseComputesNoWeightGradientProducts) {
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 7, 27, 1);
     const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 7, 27, 2);
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
 
     reset_autograd_counters();
     cross_entropy(model.forward(tokens, {2, 7}), targets).backward();
@@ -270,30 +262,17 @@ TEST(Lora, GradientsOfTheFactorsMatchFiniteDifferences) {
     perturb_adapters(model, 40);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 5, 11, 1);
     const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 5, 11, 2);
+    const auto loss = [&] {
+        return static_cast<double>(
+            cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
+    };
     cross_entropy(model.forward(tokens, {2, 5}), targets).backward();
-    for (const NamedParameter& named : model.lora_parameters()) {
-        Variable factor = named.parameter;
-        const std::vector<float> analytic = factor.gradient().to_host();
-        std::vector<float> values = factor.value().to_host();
-        for (std::size_t i = 0; i < values.size(); i += std::max<std::size_t>(1, values.size() / 4)) {
-            const float original = values[i];
-            const auto loss_at = [&](float v) {
-                values[i] = v;
-                factor.set_value(Tensor(factor.shape(), values));
-                return static_cast<double>(
-                    cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
-            };
-            const double numeric = (loss_at(original + 1e-2F) - loss_at(original - 1e-2F)) / 2e-2;
-            loss_at(original);
-            EXPECT_NEAR(analytic[i], numeric, 5e-3 + 5e-3 * std::fabs(numeric))
-                << named.name << "[" << i << "]";
-        }
-    }
+    testing::expect_gradients_match_finite_differences(model.lora_parameters(), loss, 4);
 }
 
 TEST(Lora, MergeReproducesTheAdaptedModelAndRestoresTheDenseSchema) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::string> base_names = names_of(model.parameters());
     model.attach_lora({.rank = 3, .alpha = 5.0F, .targets = 0x7F});
     perturb_adapters(model, 90);
@@ -321,7 +300,7 @@ TEST(Lora, MergeReproducesTheAdaptedModelAndRestoresTheDenseSchema) {
 
 TEST(Lora, LifecycleRejectionsChangeNothing) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::vector<float>> base_values = values_of(model.parameters());
     const auto untouched = [&] {
         EXPECT_FALSE(model.lora_attached());
@@ -350,7 +329,7 @@ TEST(Lora, LifecycleRejectionsChangeNothing) {
 
 TEST(Lora, AFailedAttachRollsBackEveryAdapterAttachedSoFar) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::string> base_names = names_of(model.parameters());
     detail::set_lora_attach_failure_after(3);
     EXPECT_THROW(model.attach_lora({.targets = 0x7F}), std::runtime_error);
@@ -369,7 +348,7 @@ TEST(Lora, AFailedAttachRollsBackEveryAdapterAttachedSoFar) {
 
 TEST(Lora, AdapterOnlyAdamTrainsTheFactorsAndLeavesTheBase) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     model.attach_lora({.rank = 4, .alpha = 8.0F, .targets = 0x7F});
     const std::vector<std::vector<float>> base_values = values_of(model.parameters());
     // A frozen base parameter cannot be handed to Adam.
@@ -395,7 +374,7 @@ TEST(Lora, CheckpointedBlocksGiveTheSameFactorGradientsAndRefuseStaleReplays) {
     std::vector<std::vector<float>> gradients[2];
     for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
         std::mt19937 generator(5);
-        DecoderOnlyTransformer model(tiny(), generator, 1e-5F, AttentionKind::Materialized,
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Materialized,
                                      checkpointed ? ActivationCheckpointing::TransformerBlock
                                                   : ActivationCheckpointing::Disabled);
         model.attach_lora({.targets = 0x3F});
@@ -410,7 +389,7 @@ TEST(Lora, CheckpointedBlocksGiveTheSameFactorGradientsAndRefuseStaleReplays) {
 
     // A graph recorded before attach cannot replay its blocks after it.
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator, 1e-5F, AttentionKind::Materialized,
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Materialized,
                                  ActivationCheckpointing::TransformerBlock);
     Variable loss = cross_entropy(model.forward(tokens, {2, 7}), targets);
     model.attach_lora({});

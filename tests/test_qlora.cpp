@@ -14,19 +14,11 @@
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/packed_state.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "support/model_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
-
-TransformerDimensions tiny() {
-    return {.vocabulary_size = 27,
-            .maximum_context = 16,
-            .model_width = 32,
-            .head_count = 4,
-            .block_count = 2,
-            .feed_forward_width = 64};
-}
 
 std::vector<std::string> names_of(const ParameterList& list) {
     std::vector<std::string> names;
@@ -47,7 +39,7 @@ std::vector<float> logits(const DecoderOnlyTransformer& model) {
 // A dense model from the same seed whose projection weights are `packed`'s dequantized ones.
 std::unique_ptr<DecoderOnlyTransformer> dequantized_twin(const DecoderOnlyTransformer& packed) {
     std::mt19937 generator(5);
-    auto twin = std::make_unique<DecoderOnlyTransformer>(tiny(), generator);
+    auto twin = std::make_unique<DecoderOnlyTransformer>(testing::reference_tiny(), generator);
     for (std::size_t i = 0; i < packed.projections().size(); ++i) {
         Variable weight = twin->projections()[i].linear->weight();
         weight.set_value(packed.projections()[i].linear->quantized_weight().dequantize());
@@ -59,7 +51,7 @@ std::unique_ptr<DecoderOnlyTransformer> dequantized_twin(const DecoderOnlyTransf
 
 TEST(Qlora, QuantizePacksEveryProjectionAndReleasesTheDenseWeights) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::string> before = names_of(model.parameters());
     model.quantize_nf4();
     EXPECT_TRUE(model.has_quantized_weights());
@@ -86,7 +78,7 @@ TEST(Qlora, QuantizePacksEveryProjectionAndReleasesTheDenseWeights) {
 TEST(Qlora, PackedInferenceMatchesADequantizedDenseTwin) {
     for (const bool double_quantization : {false, true}) {
         std::mt19937 generator(5);
-        DecoderOnlyTransformer model(tiny(), generator);
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator);
         model.quantize_nf4({.block_size = 32,
                             .double_quantization = double_quantization,
                             .scale_block_size = 64});
@@ -105,7 +97,7 @@ TEST(Qlora, PackedInferenceMatchesADequantizedDenseTwin) {
 
 TEST(Qlora, QuantizeRejectionsChangeNothing) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<float> dense = logits(model);
     const auto untouched = [&] {
         EXPECT_FALSE(model.has_quantized_weights());
@@ -143,14 +135,14 @@ TEST(Qlora, QuantizeRejectionsChangeNothing) {
     model.quantize_nf4();
     EXPECT_THROW(model.quantize_nf4(), std::invalid_argument);  // twice
     std::mt19937 other_generator(5);
-    DecoderOnlyTransformer adapted(tiny(), other_generator);
+    DecoderOnlyTransformer adapted(testing::reference_tiny(), other_generator);
     adapted.attach_lora({});
     EXPECT_THROW(adapted.quantize_nf4(), std::invalid_argument);  // after attach
 }
 
 TEST(Qlora, MemoryUsageSumsEveryPackedWeight) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     EXPECT_EQ(model.quantized_memory_usage().weight_count, 0U);
     model.quantize_nf4({.block_size = 32, .double_quantization = true, .scale_block_size = 32});
     const QuantizedMemoryUsage usage = model.quantized_memory_usage();
@@ -169,7 +161,7 @@ TEST(Qlora, MemoryUsageSumsEveryPackedWeight) {
 
 TEST(Qlora, AdaptersTrainOnAPackedBaseAndMergeRestoresADenseModel) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::string> dense_names = names_of(model.parameters());
     model.quantize_nf4();
     const std::vector<PackedNf4Payload> packed_before = [&] {
@@ -224,7 +216,7 @@ TEST(Qlora, AdaptersTrainOnAPackedBaseAndMergeRestoresADenseModel) {
 
 TEST(Qlora, MergeWithoutAdaptersOnPackedWeightsIsRejected) {
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     model.quantize_nf4();
     EXPECT_THROW(model.merge_lora(), std::logic_error);
     EXPECT_TRUE(model.has_quantized_weights());
@@ -232,7 +224,7 @@ TEST(Qlora, MergeWithoutAdaptersOnPackedWeightsIsRejected) {
 
 TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
     std::mt19937 g1(5);
-    DecoderOnlyTransformer source(tiny(), g1);
+    DecoderOnlyTransformer source(testing::reference_tiny(), g1);
     source.quantize_nf4({.block_size = 64, .double_quantization = false});
     const std::vector<QuantizedWeight> state = source.packed_quantized_state();
     const std::vector<std::uint8_t> bytes = encode_packed_nf4_state(state);
@@ -241,7 +233,7 @@ TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
     ASSERT_EQ(payloads.size(), 13U);
 
     std::mt19937 g2(6);  // different weights
-    DecoderOnlyTransformer target(tiny(), g2);
+    DecoderOnlyTransformer target(testing::reference_tiny(), g2);
     target.quantize_nf4({.block_size = 64, .double_quantization = false});
     target.attach_lora({});
     const std::vector<float> adapters_before = target.lora_parameters()[0].parameter.value().to_host();
@@ -284,7 +276,7 @@ TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
     }
     // A model that is not packed has no packed state to load or read.
     std::mt19937 g3(5);
-    DecoderOnlyTransformer dense(tiny(), g3);
+    DecoderOnlyTransformer dense(testing::reference_tiny(), g3);
     EXPECT_THROW((void)dense.packed_quantized_state(), std::logic_error);
     EXPECT_THROW(dense.load_packed_quantized_state(loaded), std::logic_error);
 }
@@ -294,7 +286,7 @@ TEST(Qlora, CheckpointedQloraGivesTheSameFactorGradients) {
     std::vector<std::vector<float>> gradients[2];
     for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
         std::mt19937 generator(5);
-        DecoderOnlyTransformer model(tiny(), generator, 1e-5F, AttentionKind::Flash,
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Flash,
                                      checkpointed ? ActivationCheckpointing::TransformerBlock
                                                   : ActivationCheckpointing::Disabled);
         model.quantize_nf4();

@@ -9,19 +9,11 @@
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "support/model_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
-
-TransformerDimensions reference_tiny() {
-    return {.vocabulary_size = 27,
-            .maximum_context = 16,
-            .model_width = 32,
-            .head_count = 4,
-            .block_count = 2,
-            .feed_forward_width = 64};
-}
 
 // The overflow_error message of constructing a model with `dimensions`, or "" when none is
 // thrown. The generator must not have been drawn from when construction is rejected.
@@ -42,7 +34,7 @@ std::string construction_overflow_message(const TransformerDimensions& dimension
 
 TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
     std::mt19937 generator(7);
-    const DecoderOnlyTransformer model(reference_tiny(), generator);
+    const DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     EXPECT_EQ(model.parameter_count(), 19419U);
     // 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V by hand: 1728 + 512 + 2·(4096 + 4096 + 288 + 64) +
     // 64 + 27
@@ -72,8 +64,8 @@ TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
 TEST(Transformer, SameSeedGivesBitIdenticalWeights) {
     std::mt19937 first_generator(42);
     std::mt19937 second_generator(42);
-    const DecoderOnlyTransformer first(reference_tiny(), first_generator);
-    const DecoderOnlyTransformer second(reference_tiny(), second_generator);
+    const DecoderOnlyTransformer first(testing::reference_tiny(), first_generator);
+    const DecoderOnlyTransformer second(testing::reference_tiny(), second_generator);
     const ParameterList a = first.parameters();
     const ParameterList b = second.parameters();
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -86,7 +78,7 @@ TEST(Transformer, SameSeedGivesBitIdenticalWeights) {
 TEST(Transformer, LaterTokensLeaveEarlierLogitsBitIdentical) {
     for (const auto kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
         std::mt19937 generator(3);
-        DecoderOnlyTransformer model(reference_tiny(), generator);
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator);
         model.set_attention(kind);
         const std::size_t batch = 2;
         const std::size_t time = 12;
@@ -115,8 +107,8 @@ TEST(Transformer, LaterTokensLeaveEarlierLogitsBitIdentical) {
 TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
     std::mt19937 plain_generator(17);
     std::mt19937 checkpointed_generator(17);
-    DecoderOnlyTransformer plain(reference_tiny(), plain_generator);
-    DecoderOnlyTransformer checkpointed(reference_tiny(), checkpointed_generator, 1e-5F,
+    DecoderOnlyTransformer plain(testing::reference_tiny(), plain_generator);
+    DecoderOnlyTransformer checkpointed(testing::reference_tiny(), checkpointed_generator, 1e-5F,
                                         AttentionKind::Flash,
                                         ActivationCheckpointing::TransformerBlock);
     plain.set_attention(AttentionKind::Flash);
@@ -146,7 +138,7 @@ TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
 
 TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
     std::mt19937 generator(11);
-    DecoderOnlyTransformer model(reference_tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 8, 27, 9);
     const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 8, 27, 10);
     const Variable plain_loss = cross_entropy(model.forward(tokens, {2, 8}), targets);
@@ -170,7 +162,7 @@ TEST(Transformer, CheckpointedBlocksGiveTheSameLossAndGradients) {
 
 TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
     std::mt19937 generator(13);
-    DecoderOnlyTransformer model(reference_tiny(), generator);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(3 * 16, 27, 21);
     const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(3 * 16, 27, 22);
     const auto run = [&](AttentionKind kind, ActivationCheckpointing checkpointing) {
@@ -199,7 +191,7 @@ TEST(Transformer, FlashAndMaterializedAgreeAndComposeWithCheckpointing) {
 
 TEST(Transformer, CheckpointedModelEvaluatesUnderNoGradientGuard) {
     std::mt19937 generator(19);
-    DecoderOnlyTransformer model(reference_tiny(), generator, 1e-5F, AttentionKind::Flash,
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Flash,
                                  ActivationCheckpointing::TransformerBlock);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 6, 27, 3);
     const std::vector<float> recorded = model.forward(tokens, {2, 6}).value().to_host();
@@ -220,40 +212,26 @@ TEST(Transformer, GradientsMatchFiniteDifferencesOnSampledParameters) {
     DecoderOnlyTransformer model(dims, generator);
     const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 5, 11, 1);
     const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 5, 11, 2);
-    Variable loss = cross_entropy(model.forward(tokens, {2, 5}), targets);
-    loss.backward();
-    for (const auto& named : model.parameters()) {
-        Variable parameter = named.parameter;
-        const std::vector<float> analytic = parameter.gradient().to_host();
-        std::vector<float> values = parameter.value().to_host();
-        // Probe a few elements of each parameter with centred differences (eps 1e-2).
-        for (std::size_t i = 0; i < values.size();
-             i += std::max<std::size_t>(1, values.size() / 3)) {
-            const float original = values[i];
-            const auto loss_at = [&](float v) {
-                values[i] = v;
-                parameter.set_value(Tensor(parameter.shape(), values));
-                return static_cast<double>(
-                    cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
-            };
-            const double numeric = (loss_at(original + 1e-2F) - loss_at(original - 1e-2F)) / 2e-2;
-            loss_at(original);
-            EXPECT_NEAR(analytic[i], numeric, 5e-3 + 5e-3 * std::fabs(numeric))
-                << named.name << "[" << i << "]";
-        }
-    }
+    cross_entropy(model.forward(tokens, {2, 5}), targets).backward();
+    testing::expect_gradients_match_finite_differences(
+        model.parameters(),
+        [&] {
+            return static_cast<double>(
+                cross_entropy(model.forward(tokens, {2, 5}), targets).value().item());
+        },
+        3);
 }
 
 TEST(Transformer, RejectsBadDimensionsAndInputs) {
     std::mt19937 generator(1);
-    TransformerDimensions bad = reference_tiny();
+    TransformerDimensions bad = testing::reference_tiny();
     bad.head_count = 5;
     EXPECT_THROW(DecoderOnlyTransformer(bad, generator), std::invalid_argument);
-    bad = reference_tiny();
+    bad = testing::reference_tiny();
     bad.block_count = 0;
     EXPECT_THROW(DecoderOnlyTransformer(bad, generator), std::invalid_argument);
-    EXPECT_THROW(DecoderOnlyTransformer(reference_tiny(), generator, 0.0F), std::invalid_argument);
-    const DecoderOnlyTransformer model(reference_tiny(), generator);
+    EXPECT_THROW(DecoderOnlyTransformer(testing::reference_tiny(), generator, 0.0F), std::invalid_argument);
+    const DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens(17, 1);
     EXPECT_THROW(static_cast<void>(model.forward(tokens, {1, 17})),
                  std::invalid_argument);                                                    // T > C
@@ -270,7 +248,7 @@ TEST(Transformer, RejectsBlockCountPastTheParameterByteLimitBeforeAllocating) {
     constexpr std::size_t most_blocks = 4118021077U;
     for (const std::size_t block_count :
          {std::numeric_limits<std::size_t>::max(), std::size_t{1} << 40, most_blocks + 1}) {
-        TransformerDimensions dimensions = reference_tiny();
+        TransformerDimensions dimensions = testing::reference_tiny();
         dimensions.block_count = block_count;
         const std::string message = construction_overflow_message(dimensions);
         EXPECT_NE(message.find("block_count " + std::to_string(block_count)), std::string::npos)
@@ -280,7 +258,7 @@ TEST(Transformer, RejectsBlockCountPastTheParameterByteLimitBeforeAllocating) {
 }
 
 TEST(Transformer, RejectsWidthsWhoseParameterBytesOverflowBeforeAllocating) {
-    TransformerDimensions wide = reference_tiny();
+    TransformerDimensions wide = testing::reference_tiny();
     wide.model_width = std::size_t{1} << 62;  // V·D·4 bytes overflows size_t
     wide.head_count = 1;
     std::string message = construction_overflow_message(wide);
@@ -288,7 +266,7 @@ TEST(Transformer, RejectsWidthsWhoseParameterBytesOverflowBeforeAllocating) {
         << message;
     EXPECT_NE(message.find("D=4611686018427387904"), std::string::npos) << message;
 
-    TransformerDimensions deep = reference_tiny();
+    TransformerDimensions deep = testing::reference_tiny();
     deep.feed_forward_width = std::numeric_limits<std::size_t>::max();
     message = construction_overflow_message(deep);
     EXPECT_NE(message.find("feed_forward_width too large: blocks.{i}.feed_forward.expand.weight"),
@@ -298,7 +276,7 @@ TEST(Transformer, RejectsWidthsWhoseParameterBytesOverflowBeforeAllocating) {
     // Each parameter fits but their sum does not: with V = 2^32 and D = 2^12 the token
     // embedding and the LM head weight are 2^46 bytes each, and the position table and final
     // norm already sit between them.
-    TransformerDimensions large_vocabulary = reference_tiny();
+    TransformerDimensions large_vocabulary = testing::reference_tiny();
     large_vocabulary.vocabulary_size = std::size_t{1} << 32;
     large_vocabulary.maximum_context = 1;
     large_vocabulary.model_width = std::size_t{1} << 12;
