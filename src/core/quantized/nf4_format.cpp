@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -52,6 +53,10 @@ Nf4View view_of(const PackedNf4Payload& payload) noexcept {
     view.scale_codes = payload.scale_codes.data();
     view.scale_ranges = payload.scale_ranges.data();
     view.scale_offset = payload.scale_offset;
+    view.block_shift = static_cast<unsigned>(std::countr_zero(payload.block_size));
+    view.group_shift = payload.double_quantized
+                           ? static_cast<unsigned>(std::countr_zero(payload.scale_block_size))
+                           : 0U;
     return view;
 }
 
@@ -243,7 +248,7 @@ void dequantize_nf4_range(const Nf4View& view, std::size_t begin, std::span<floa
     std::size_t i = begin;
     const std::size_t end = begin + out.size();
     while (i < end) {
-        const std::size_t block = i / block_size;
+        const std::size_t block = i >> view.block_shift;
         const std::size_t block_end = std::min(end, (block + 1) * block_size);
         const float scale = view.block_scale(block);
         for (; i < block_end; ++i) {

@@ -24,13 +24,14 @@ void portable_gemv_forward(const Nf4View& view, const float* x, std::size_t rows
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const std::size_t block_size = view.layout.block_size;
+    const unsigned block_shift = view.block_shift;
     for (std::size_t o = o_begin; o < o_end; ++o) {
         const std::size_t row_begin = o * in;
         const std::size_t row_end = row_begin + in;
         float total[4] = {0.0F, 0.0F, 0.0F, 0.0F};
         std::size_t i = row_begin;
         while (i < row_end) {
-            const std::size_t block = i / block_size;
+            const std::size_t block = i >> block_shift;
             const std::size_t block_end = std::min(row_end, (block + 1) * block_size);
             const float scale = view.block_scale(block);
             float block_sum[4] = {0.0F, 0.0F, 0.0F, 0.0F};
@@ -55,6 +56,7 @@ void portable_gemv_backward(const Nf4View& view, const float* g, std::size_t row
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const std::size_t block_size = view.layout.block_size;
+    const unsigned block_shift = view.block_shift;
     for (std::size_t r = 0; r < rows; ++r) {
         std::fill(dx + r * in + c_begin, dx + r * in + c_end, 0.0F);
     }
@@ -63,7 +65,7 @@ void portable_gemv_backward(const Nf4View& view, const float* g, std::size_t row
         const std::size_t segment_end = row_begin + c_end;
         std::size_t i = row_begin + c_begin;
         while (i < segment_end) {
-            const std::size_t block = i / block_size;
+            const std::size_t block = i >> block_shift;
             const std::size_t block_end = std::min(segment_end, (block + 1) * block_size);
             const float scale = view.block_scale(block);
             for (; i < block_end; ++i) {
