@@ -126,9 +126,9 @@ int main(int argc, char** argv) {
         nf4.memory_usage().fp32_equivalent_bytes);
 
     const Comparison comparisons[] = {
-        {"forward (prefill)", tokens, false, 0.7},
+        {"forward", tokens, false, 0.7},
         {"forward (decode)", 1, false, 3.0},
-        {"input backward (prefill)", tokens, true, 0.7},
+        {"input backward", tokens, true, 0.7},
     };
     for (const Comparison& c : comparisons) {
         const std::size_t k_dense = c.input_backward ? out : in;
