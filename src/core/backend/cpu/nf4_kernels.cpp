@@ -91,10 +91,14 @@ bool environment_forces_portable() noexcept {
     return forced;
 }
 
-// Panel of W rows (forward) or columns (backward) that fits nf4_panel_floats, a multiple of
-// 32 when it can be (the AVX-512 loops then run on whole 32-element chunks).
+// Panel of W rows (forward) or columns (backward): as wide as nf4_panel_floats allows, but
+// at most ceil(limit / (2·threads)), so the panels decoded at one time never add up to more
+// than about half of the matrix whatever the thread count; a multiple of 32 when it can be
+// (the AVX-512 loops then run on whole 32-element chunks).
 std::size_t panel_width(std::size_t other_dimension, std::size_t limit) {
+    const std::size_t threads = std::max<std::size_t>(1, cpu_thread_count());
     std::size_t width = std::max<std::size_t>(1, nf4_panel_floats / other_dimension);
+    width = std::min(width, std::max<std::size_t>(1, (limit + 2 * threads - 1) / (2 * threads)));
     if (width >= 32) {
         width -= width % 32;
     }
