@@ -300,9 +300,8 @@ TEST(QuantizedWeight, DoubleQuantizedZeroBlockDecodesToZeroScale) {
 }
 
 TEST(QuantizedWeight, DoubleQuantizedGroupWithEqualScalesUsesCode128) {
-    // Two groups of C=32 blocks: every scale of the first is 1, of the second 3; μ = 2 and
-    // t_g = 1 for both (|1 − 2| = |3 − 2| = 1), codes 1 and 255. A third, constant group
-    // equal to μ would have t = 0: checked with all scales equal.
+    // 64 blocks (two groups of C=32), every scale 2: μ = 2, so both t_g are 0 and every code
+    // is 128, decoding to μ.
     std::vector<float> equal(32 * 64, 0.0F);
     for (std::size_t block = 0; block < 64; ++block) {
         equal[block * 32] = 2.0F;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -52,6 +53,10 @@ Nf4View view_of(const PackedNf4Payload& payload) noexcept {
     view.scale_codes = payload.scale_codes.data();
     view.scale_ranges = payload.scale_ranges.data();
     view.scale_offset = payload.scale_offset;
+    view.block_shift = static_cast<unsigned>(std::countr_zero(payload.block_size));
+    view.group_shift = payload.double_quantized
+                           ? static_cast<unsigned>(std::countr_zero(payload.scale_block_size))
+                           : 0U;
     return view;
 }
 
@@ -242,12 +247,27 @@ void dequantize_nf4_range(const Nf4View& view, std::size_t begin, std::span<floa
     const std::size_t block_size = view.layout.block_size;
     std::size_t i = begin;
     const std::size_t end = begin + out.size();
+    float* target = out.data() - begin;  // target[i] is element i
     while (i < end) {
-        const std::size_t block = i / block_size;
+        const std::size_t block = i >> view.block_shift;
         const std::size_t block_end = std::min(end, (block + 1) * block_size);
         const float scale = view.block_scale(block);
-        for (; i < block_end; ++i) {
-            out[i - begin] = scale * nf4_codebook[view.code(i)];
+        std::array<float, 16> table;  // ŝ·codebook
+        for (std::size_t k = 0; k < 16; ++k) {
+            table[k] = scale * nf4_codebook[k];
+        }
+        if (i % 2 == 1) {
+            target[i] = table[view.code(i)];
+            ++i;
+        }
+        for (; i + 2 <= block_end; i += 2) {  // one byte: elements i (low) and i + 1 (high)
+            const std::uint8_t byte = view.codes[i / 2];
+            target[i] = table[byte & 0x0FU];
+            target[i + 1] = table[byte >> 4U];
+        }
+        if (i < block_end) {
+            target[i] = table[view.code(i)];
+            ++i;
         }
     }
 }

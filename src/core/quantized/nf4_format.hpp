@@ -41,13 +41,16 @@ struct Nf4View {
     const std::uint8_t* scale_codes = nullptr;  // double: M
     const float* scale_ranges = nullptr;        // double: ceil(M/C)
     float scale_offset = 0.0F;
+    // log2 B and log2 C (both are powers of two): kernels shift instead of dividing.
+    unsigned block_shift = 0;
+    unsigned group_shift = 0;
 
     // ŝ_b of block b.
     [[nodiscard]] float block_scale(std::size_t block) const noexcept {
         if (!layout.double_quantized) {
             return scales[block];
         }
-        return decode_nf4_scale(scale_offset, scale_ranges[block / layout.scale_block_size],
+        return decode_nf4_scale(scale_offset, scale_ranges[block >> group_shift],
                                 scale_codes[block]);
     }
     [[nodiscard]] std::uint8_t code(std::size_t flat_index) const noexcept {

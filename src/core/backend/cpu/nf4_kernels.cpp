@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/backend/cpu/gemm.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
@@ -19,58 +20,56 @@ void portable_decode_range(const Nf4View& view, std::size_t begin, std::size_t c
     dequantize_nf4_range(view, begin, {out, count});
 }
 
+// Σ a_i·b_i in float with eight independent partial sums (so the compiler can vectorise it).
+float dot(const float* a, const float* b, std::size_t count) noexcept {
+    float partial[8] = {};
+    std::size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+        for (std::size_t lane = 0; lane < 8; ++lane) {
+            partial[lane] += a[i + lane] * b[i + lane];
+        }
+    }
+    float total = 0.0F;
+    for (; i < count; ++i) {
+        total += a[i] * b[i];
+    }
+    for (const float value : partial) {
+        total += value;
+    }
+    return total;
+}
+
+// One W row at a time is decoded into a row buffer (I floats), then dotted with each x row.
 void portable_gemv_forward(const Nf4View& view, const float* x, std::size_t rows,
                            std::size_t o_begin, std::size_t o_end, float* y) {
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
-    const std::size_t block_size = view.layout.block_size;
+    std::vector<float> row(in);
     for (std::size_t o = o_begin; o < o_end; ++o) {
-        const std::size_t row_begin = o * in;
-        const std::size_t row_end = row_begin + in;
-        float total[4] = {0.0F, 0.0F, 0.0F, 0.0F};
-        std::size_t i = row_begin;
-        while (i < row_end) {
-            const std::size_t block = i / block_size;
-            const std::size_t block_end = std::min(row_end, (block + 1) * block_size);
-            const float scale = view.block_scale(block);
-            float block_sum[4] = {0.0F, 0.0F, 0.0F, 0.0F};
-            for (; i < block_end; ++i) {
-                const float value = nf4_codebook[view.code(i)];
-                for (std::size_t r = 0; r < rows; ++r) {
-                    block_sum[r] += value * x[r * in + (i - row_begin)];
-                }
-            }
-            for (std::size_t r = 0; r < rows; ++r) {
-                total[r] += scale * block_sum[r];
-            }
-        }
+        dequantize_nf4_range(view, o * in, row);
         for (std::size_t r = 0; r < rows; ++r) {
-            y[r * out_features + o] = total[r];
+            y[r * out_features + o] = dot(row.data(), x + r * in, in);
         }
     }
 }
 
+// The columns [c_begin, c_end) of each W row are decoded, then added g[r, o] times to dx.
 void portable_gemv_backward(const Nf4View& view, const float* g, std::size_t rows,
                             std::size_t c_begin, std::size_t c_end, float* dx) {
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
-    const std::size_t block_size = view.layout.block_size;
+    const std::size_t width = c_end - c_begin;
+    std::vector<float> segment(width);
     for (std::size_t r = 0; r < rows; ++r) {
         std::fill(dx + r * in + c_begin, dx + r * in + c_end, 0.0F);
     }
     for (std::size_t o = 0; o < out_features; ++o) {
-        const std::size_t row_begin = o * in;
-        const std::size_t segment_end = row_begin + c_end;
-        std::size_t i = row_begin + c_begin;
-        while (i < segment_end) {
-            const std::size_t block = i / block_size;
-            const std::size_t block_end = std::min(segment_end, (block + 1) * block_size);
-            const float scale = view.block_scale(block);
-            for (; i < block_end; ++i) {
-                const float w = scale * nf4_codebook[view.code(i)];
-                for (std::size_t r = 0; r < rows; ++r) {
-                    dx[r * in + (i - row_begin)] += g[r * out_features + o] * w;
-                }
+        dequantize_nf4_range(view, o * in + c_begin, segment);
+        for (std::size_t r = 0; r < rows; ++r) {
+            const float upstream = g[r * out_features + o];
+            float* dx_row = dx + r * in + c_begin;
+            for (std::size_t c = 0; c < width; ++c) {
+                dx_row[c] += upstream * segment[c];
             }
         }
     }
@@ -89,10 +88,14 @@ bool environment_forces_portable() noexcept {
     return forced;
 }
 
-// Panel of W rows (forward) or columns (backward) that fits nf4_panel_floats, a multiple of
-// 32 when it can be (the AVX-512 loops then run on whole 32-element chunks).
+// Panel of W rows (forward) or columns (backward): as wide as nf4_panel_floats allows, but
+// at most ceil(limit / (2·threads)), so the panels decoded at one time never add up to more
+// than about half of the matrix whatever the thread count; a multiple of 32 when it can be
+// (the AVX-512 loops then run on whole 32-element chunks).
 std::size_t panel_width(std::size_t other_dimension, std::size_t limit) {
+    const std::size_t threads = std::max<std::size_t>(1, cpu_thread_count());
     std::size_t width = std::max<std::size_t>(1, nf4_panel_floats / other_dimension);
+    width = std::min(width, std::max<std::size_t>(1, (limit + 2 * threads - 1) / (2 * threads)));
     if (width >= 32) {
         width -= width % 32;
     }

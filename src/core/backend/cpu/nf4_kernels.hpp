@@ -8,9 +8,11 @@
 // - few rows (R <= nf4_direct_row_limit, decoding): matrix-vector products straight on the
 //   packed codes, threaded over output rows (forward) or input columns (backward);
 // - many rows (prefill, training): a bounded panel of W is decoded into per-thread float32
-//   scratch (<= nf4_panel_floats) and fed to the GEMM seam. The forward uses row panels of W
-//   (K = I stays whole), the input backward column panels (K = O stays whole), so no output
-//   is ever accumulated over split reductions.
+//   scratch (<= nf4_panel_floats, and narrow enough that the panels of all threads together
+//   stay under about half the matrix) and fed to the GEMM seam, one single-threaded GEMM per
+//   panel inside each thread. The forward uses row panels of W (K = I stays whole), the input
+//   backward column panels (K = O stays whole), so no output is ever accumulated over split
+//   reductions.
 
 #include <cstddef>
 #include <string>
@@ -20,7 +22,7 @@
 namespace riftco_transformer::detail {
 
 inline constexpr std::size_t nf4_direct_row_limit = 8;
-inline constexpr std::size_t nf4_panel_floats = std::size_t{1} << 18U;  // 1 MiB per thread
+inline constexpr std::size_t nf4_panel_floats = std::size_t{1} << 19U;  // 2 MiB per thread
 
 // The inner loops one instruction set provides.
 struct Nf4KernelSet {

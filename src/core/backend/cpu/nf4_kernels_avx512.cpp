@@ -56,11 +56,12 @@ RIFTCO_AVX512 inline __m512 codebook_vector() {
 RIFTCO_AVX512 void decode_range(const Nf4View& view, std::size_t begin, std::size_t count,
                                 float* out) {
     const std::size_t block_size = view.layout.block_size;
+    const unsigned block_shift = view.block_shift;
     const __m512 codebook = codebook_vector();
     const std::size_t end = begin + count;
     std::size_t i = begin;
     while (i < end) {
-        const std::size_t block = i / block_size;
+        const std::size_t block = i >> block_shift;
         const std::size_t block_end = std::min(end, (block + 1) * block_size);
         const float scale = view.block_scale(block);
         if (i % 2 == 1) {
@@ -89,6 +90,7 @@ RIFTCO_AVX512 void gemv_forward_rows(const Nf4View& view, const float* x, std::s
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const std::size_t block_size = view.layout.block_size;
+    const unsigned block_shift = view.block_shift;
     const __m512 codebook = codebook_vector();
     for (std::size_t o = o_begin; o < o_end; ++o) {
         const std::size_t row_begin = o * in;
@@ -101,7 +103,7 @@ RIFTCO_AVX512 void gemv_forward_rows(const Nf4View& view, const float* x, std::s
         }
         std::size_t i = row_begin;
         while (i < row_end) {
-            const std::size_t block = i / block_size;
+            const std::size_t block = i >> block_shift;
             const std::size_t block_end = std::min(row_end, (block + 1) * block_size);
             const float scale = view.block_scale(block);
             if (i % 2 == 1) {
@@ -148,7 +150,6 @@ RIFTCO_AVX512 void gemv_forward_rows(const Nf4View& view, const float* x, std::s
 // the same float operations as decode_nf4_scale, so the values are identical).
 RIFTCO_AVX512 void decode_scales(const Nf4View& view, std::size_t first, std::size_t count,
                                  float* out) {
-    const std::size_t group_size = view.layout.scale_block_size;
     const __m512 offset = _mm512_set1_ps(view.scale_offset);
     const __m512 divisor = _mm512_set1_ps(127.0F);
     const __m512 zero = _mm512_setzero_ps();
@@ -157,7 +158,7 @@ RIFTCO_AVX512 void decode_scales(const Nf4View& view, std::size_t first, std::si
     std::size_t j = 0;
     for (; j + 16 <= count; j += 16) {
         const std::size_t block = first + j;
-        if (block / group_size != (block + 15) / group_size) {
+        if ((block >> view.group_shift) != ((block + 15) >> view.group_shift)) {
             for (std::size_t k = 0; k < 16; ++k) {
                 out[j + k] = view.block_scale(block + k);
             }
@@ -166,7 +167,7 @@ RIFTCO_AVX512 void decode_scales(const Nf4View& view, std::size_t first, std::si
         const __m512i codes = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(view.scale_codes + block)));
         const __m512 steps = _mm512_cvtepi32_ps(_mm512_sub_epi32(codes, bias));
-        const __m512 range = _mm512_set1_ps(view.scale_ranges[block / group_size]);
+        const __m512 range = _mm512_set1_ps(view.scale_ranges[block >> view.group_shift]);
         const __m512 scale =
             _mm512_add_ps(offset, _mm512_div_ps(_mm512_mul_ps(range, steps), divisor));
         // max(scale, 0) returns 0 for NaN and -inf; min saturates +inf at FLT_MAX.
@@ -189,7 +190,7 @@ RIFTCO_AVX512 void gemv_forward_strided(const Nf4View& view, const float* x, std
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const std::size_t block_size = view.layout.block_size;
-    constexpr std::size_t chains = Rows >= 4 ? 1 : 4 / Rows;
+    const unsigned block_shift = view.block_shift;
     std::vector<float> x_strided(Rows * in);
     for (std::size_t r = 0; r < Rows; ++r) {
         for (std::size_t c = 0; c < in; c += 128) {
@@ -213,10 +214,10 @@ RIFTCO_AVX512 void gemv_forward_strided(const Nf4View& view, const float* x, std
 
     for (std::size_t o = o_begin; o < o_end; ++o) {
         const std::size_t row_begin = o * in;
-        const std::size_t first_block = row_begin / block_size;
+        const std::size_t first_block = row_begin >> block_shift;
         const float* scales = view.scales + (view.layout.double_quantized ? 0 : first_block);
         if (view.layout.double_quantized) {
-            const std::size_t last_block = (row_begin + in - 1) / block_size;
+            const std::size_t last_block = (row_begin + in - 1) >> block_shift;
             decode_scales(view, first_block, last_block - first_block + 1, decoded_scales.data());
             scales = decoded_scales.data();
         }
@@ -226,32 +227,33 @@ RIFTCO_AVX512 void gemv_forward_strided(const Nf4View& view, const float* x, std
         }
         for (std::size_t c = 0; c < in; c += 128) {
             const __m512i packed = _mm512_loadu_si512(view.codes + (row_begin + c) / 2);
-            // Independent accumulators so the multiply-adds do not wait on each other.
-            __m512 partial[Rows][chains];
+            // One chain of multiply-adds per chunk: chunks are independent, so out-of-order
+            // execution overlaps their latencies and no extra adds are spent combining.
+            __m512 chunk[Rows];
             for (std::size_t r = 0; r < Rows; ++r) {
-                for (std::size_t a = 0; a < chains; ++a) {
-                    partial[r][a] = _mm512_setzero_ps();
-                }
+                chunk[r] = _mm512_setzero_ps();
             }
             for (std::size_t t = 0; t < 8; ++t) {
                 const __m512 values = _mm512_permutexvar_ps(
                     _mm512_srli_epi32(packed, static_cast<unsigned>(4 * t)), codebook);
                 for (std::size_t r = 0; r < Rows; ++r) {
-                    partial[r][t % chains] = _mm512_fmadd_ps(
-                        values, _mm512_loadu_ps(x_strided.data() + r * in + c + 16 * t),
-                        partial[r][t % chains]);
+                    chunk[r] = _mm512_fmadd_ps(
+                        values, _mm512_loadu_ps(x_strided.data() + r * in + c + 16 * t), chunk[r]);
                 }
             }
-            __m512 chunk[Rows];
-            for (std::size_t r = 0; r < Rows; ++r) {
-                chunk[r] = partial[r][0];
-                for (std::size_t a = 1; a < chains; ++a) {
-                    chunk[r] = _mm512_add_ps(chunk[r], partial[r][a]);
-                }
+            const std::size_t chunk_block = ((row_begin + c) >> block_shift) - first_block;
+            // Lane scales: one block (B >= 128) is a broadcast, two (B = 64) a masked merge of
+            // two broadcasts, four (B = 32) a permute of four loaded scales.
+            __m512 lane_scales;
+            if (blocks_per_chunk == 1) {
+                lane_scales = _mm512_set1_ps(scales[chunk_block]);
+            } else if (blocks_per_chunk == 2) {
+                lane_scales = _mm512_mask_mov_ps(_mm512_set1_ps(scales[chunk_block]), 0xFF00,
+                                                 _mm512_set1_ps(scales[chunk_block + 1]));
+            } else {
+                lane_scales = _mm512_permutexvar_ps(
+                    lane_block_vector, _mm512_maskz_loadu_ps(scale_mask, scales + chunk_block));
             }
-            const std::size_t chunk_block = (row_begin + c) / block_size - first_block;
-            const __m512 lane_scales = _mm512_permutexvar_ps(
-                lane_block_vector, _mm512_maskz_loadu_ps(scale_mask, scales + chunk_block));
             for (std::size_t r = 0; r < Rows; ++r) {
                 total[r] = _mm512_fmadd_ps(chunk[r], lane_scales, total[r]);
             }
@@ -297,6 +299,7 @@ RIFTCO_AVX512 void gemv_backward_rows(const Nf4View& view, const float* g, std::
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const std::size_t block_size = view.layout.block_size;
+    const unsigned block_shift = view.block_shift;
     const __m512 codebook = codebook_vector();
     for (std::size_t r = 0; r < Rows; ++r) {
         std::fill(dx + r * in + c_begin, dx + r * in + c_end, 0.0F);
@@ -312,7 +315,7 @@ RIFTCO_AVX512 void gemv_backward_rows(const Nf4View& view, const float* g, std::
         }
         std::size_t i = row_begin + c_begin;
         while (i < segment_end) {
-            const std::size_t block = i / block_size;
+            const std::size_t block = i >> block_shift;
             const std::size_t block_end = std::min(segment_end, (block + 1) * block_size);
             const float scale = view.block_scale(block);
             if (i % 2 == 1) {
