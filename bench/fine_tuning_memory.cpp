@@ -104,7 +104,8 @@ int main(int argc, char** argv) try {
     DecoderOnlyTransformer model(dims, generator, 1e-5F, AttentionKind::Flash);
     const std::size_t base_fp32 = model.parameter_count() * sizeof(float);  // all dense
     if (mode == "qlora") {
-        model.quantize_nf4({.block_size = 64, .double_quantization = true, .scale_block_size = 256});
+        model.quantize_nf4(
+            {.block_size = 64, .double_quantization = true, .scale_block_size = 256});
     }
     const QuantizedMemoryUsage packed = model.quantized_memory_usage();
     const std::size_t base_resident =
@@ -149,7 +150,8 @@ int main(int argc, char** argv) try {
         "{\"mode\": \"%s\", \"base_fp32_bytes\": %zu, \"base_resident_bytes\": %zu, "
         "\"packed_resident_bytes\": %zu, \"packed_fp32_equivalent_bytes\": %zu, "
         "\"trainable_parameters\": %zu, \"rss_before_step_bytes\": %zu, "
-        "\"peak_rss_step_bytes\": %zu, \"peak_live_tensor_bytes\": %zu, \"seconds_per_step\": %.4f, \"final_loss\": %.5f}\n",
+        "\"peak_rss_step_bytes\": %zu, \"peak_live_tensor_bytes\": %zu, \"seconds_per_step\": "
+        "%.4f, \"final_loss\": %.5f}\n",
         mode.c_str(), base_fp32, base_resident, packed.resident_payload_bytes,
         packed.fp32_equivalent_bytes, trainable_scalars, rss_before, peak, peak_live,
         seconds[seconds.size() / 2], static_cast<double>(loss));

@@ -43,8 +43,8 @@ TEST_F(EmulatedLora, APackedModelMovesWithItsPackedWeightsAndComputesTheSame) {
         EXPECT_EQ(projection.linear->quantized_weight().backend(), metal) << projection.path;
     const Variable logits = model.forward(tokens(), {2, 7});
     EXPECT_EQ(logits.backend(), metal);
-    EXPECT_TRUE(testing::all_close(logits.value().to_host(), testing::to_double(on_cpu), 1e-5,
-                                   1e-5));
+    EXPECT_TRUE(
+        testing::all_close(logits.value().to_host(), testing::to_double(on_cpu), 1e-5, 1e-5));
     EXPECT_EQ(model.quantized_memory_usage().resident_payload_bytes,
               model.quantized_memory_usage().logical_payload_bytes);
     model.to(cpu);

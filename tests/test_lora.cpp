@@ -39,9 +39,8 @@ std::vector<std::string> names_of(const ParameterList& list) {
 void perturb_adapters(const DecoderOnlyTransformer& model, std::uint32_t seed) {
     for (const NamedParameter& named : model.lora_parameters()) {
         Variable factor = named.parameter;
-        factor.set_value(Tensor(factor.shape(),
-                                testing::pseudo_random(factor.value().numel(), -0.2F, 0.2F,
-                                                       seed++)));
+        factor.set_value(Tensor(
+            factor.shape(), testing::pseudo_random(factor.value().numel(), -0.2F, 0.2F, seed++)));
     }
 }
 
@@ -63,8 +62,8 @@ TEST(LoraConfig, DefaultsAreTheSpecs) {
     EXPECT_EQ(config.rank, 4U);
     EXPECT_EQ(config.alpha, 8.0F);
     EXPECT_EQ(config.random_seed, 5489U);
-    EXPECT_EQ(config.targets, lora_target_bit(LoraTarget::Query) |
-                                  lora_target_bit(LoraTarget::Value));
+    EXPECT_EQ(config.targets,
+              lora_target_bit(LoraTarget::Query) | lora_target_bit(LoraTarget::Value));
     EXPECT_EQ(config.targets, 0x5U);
     EXPECT_EQ(lora_scale(config, "test"), 2.0F);
 }
@@ -78,8 +77,8 @@ TEST(LoraConfig, TargetsAreNamedByProjectionPath) {
         const auto target = static_cast<LoraTarget>(i);
         EXPECT_EQ(lora_target_from_name(lora_target_name(target)), target);
     }
-    const std::string message = message_of<std::invalid_argument>(
-        [] { (void)lora_target_from_name("attention.qkv"); });
+    const std::string message =
+        message_of<std::invalid_argument>([] { (void)lora_target_from_name("attention.qkv"); });
     EXPECT_NE(message.find("'attention.qkv'"), std::string::npos) << message;
     EXPECT_NE(message.find("attention.query"), std::string::npos) << message;
     EXPECT_THROW((void)lora_target_name(static_cast<LoraTarget>(10)), std::invalid_argument);
@@ -133,7 +132,8 @@ TEST(LowRankAdapter, ShapesInitialisationScaleAndDelta) {
                 sum += static_cast<double>(b_host[o * 2 + r]) * a_host[r * 6 + i];
             expected[o * 6 + i] = static_cast<float>(1.5 * sum);
         }
-    EXPECT_TRUE(testing::all_close(adapter.weight_delta().to_host(), testing::to_double(expected), 1e-6, 1e-6));
+    EXPECT_TRUE(testing::all_close(adapter.weight_delta().to_host(), testing::to_double(expected),
+                                   1e-6, 1e-6));
     // forward(x) = x·deltaᵀ.
     const std::vector<float> x = testing::pseudo_random(3 * 6, -1, 1, 9);
     const Variable y = adapter.forward(Variable(Tensor({3, 6}, x), false));
@@ -182,12 +182,16 @@ TEST(Lora, AttachLeavesOutputsAndTheBaseListUnchangedAndNamesFactors) {
     EXPECT_TRUE(testing::bit_identical(model.forward(tokens, {2, 7}).value().to_host(), before));
     EXPECT_EQ(names_of(model.parameters()), base_names);
     EXPECT_EQ(values_of(model.parameters()), base_values);
-    const std::vector<std::string> expected = {
-        "blocks.0.attention.query.lora_a.weight",        "blocks.0.attention.query.lora_b.weight",
-        "blocks.0.feed_forward.project.lora_a.weight",   "blocks.0.feed_forward.project.lora_b.weight",
-        "blocks.1.attention.query.lora_a.weight",        "blocks.1.attention.query.lora_b.weight",
-        "blocks.1.feed_forward.project.lora_a.weight",   "blocks.1.feed_forward.project.lora_b.weight",
-        "language_model_head.lora_a.weight",             "language_model_head.lora_b.weight"};
+    const std::vector<std::string> expected = {"blocks.0.attention.query.lora_a.weight",
+                                               "blocks.0.attention.query.lora_b.weight",
+                                               "blocks.0.feed_forward.project.lora_a.weight",
+                                               "blocks.0.feed_forward.project.lora_b.weight",
+                                               "blocks.1.attention.query.lora_a.weight",
+                                               "blocks.1.attention.query.lora_b.weight",
+                                               "blocks.1.feed_forward.project.lora_a.weight",
+                                               "blocks.1.feed_forward.project.lora_b.weight",
+                                               "language_model_head.lora_a.weight",
+                                               "language_model_head.lora_b.weight"};
     EXPECT_EQ(names_of(model.lora_parameters()), expected);
     const ParameterList factors = model.lora_parameters();
     EXPECT_EQ(factors[2].parameter.shape(), (Shape{2, 64}));  // project: in = F
@@ -289,8 +293,8 @@ TEST(Lora, MergeReproducesTheAdaptedModelAndRestoresTheDenseSchema) {
     EXPECT_EQ(names_of(model.parameters()), base_names);
     for (const NamedParameter& named : model.parameters())
         EXPECT_TRUE(named.parameter.requires_gradient()) << named.name;
-    EXPECT_TRUE(testing::all_close(model.forward(tokens, {2, 9}).value().to_host(), testing::to_double(adapted),
-                                   1e-5, 1e-5));
+    EXPECT_TRUE(testing::all_close(model.forward(tokens, {2, 9}).value().to_host(),
+                                   testing::to_double(adapted), 1e-5, 1e-5));
     // Old handles on the factors stay valid.
     EXPECT_EQ(old_factors[0].parameter.value().numel(), 3U * 32U);
     // One-way: no second merge, no attach after merge.
@@ -316,9 +320,8 @@ TEST(Lora, LifecycleRejectionsChangeNothing) {
     EXPECT_THROW(model.attach_lora({.alpha = -2.0F}), std::invalid_argument);
     EXPECT_THROW(model.attach_lora({.targets = 0}), std::invalid_argument);
     // gate/up/down exist only in SwiGLU models: selects nothing here.
-    const std::string nothing = message_of<std::invalid_argument>([&] {
-        model.attach_lora({.targets = lora_target_bit(LoraTarget::FeedForwardGate)});
-    });
+    const std::string nothing = message_of<std::invalid_argument>(
+        [&] { model.attach_lora({.targets = lora_target_bit(LoraTarget::FeedForwardGate)}); });
     EXPECT_NE(nothing.find("selects no projection"), std::string::npos) << nothing;
     // rank 28 > min(32, 27) of the head only: rejected before anything is attached.
     const std::string rank = message_of<std::invalid_argument>(
@@ -374,7 +377,8 @@ TEST(Lora, CheckpointedBlocksGiveTheSameFactorGradientsAndRefuseStaleReplays) {
     std::vector<std::vector<float>> gradients[2];
     for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
         std::mt19937 generator(5);
-        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Materialized,
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F,
+                                     AttentionKind::Materialized,
                                      checkpointed ? ActivationCheckpointing::TransformerBlock
                                                   : ActivationCheckpointing::Disabled);
         model.attach_lora({.targets = 0x3F});
@@ -385,11 +389,14 @@ TEST(Lora, CheckpointedBlocksGiveTheSameFactorGradientsAndRefuseStaleReplays) {
     }
     ASSERT_EQ(gradients[0].size(), gradients[1].size());
     for (std::size_t i = 0; i < gradients[0].size(); ++i)
-        EXPECT_TRUE(testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 1e-5, 1e-5)) << i;
+        EXPECT_TRUE(
+            testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 1e-5, 1e-5))
+            << i;
 
     // A graph recorded before attach cannot replay its blocks after it.
     std::mt19937 generator(5);
-    DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Materialized,
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F,
+                                 AttentionKind::Materialized,
                                  ActivationCheckpointing::TransformerBlock);
     Variable loss = cross_entropy(model.forward(tokens, {2, 7}), targets);
     model.attach_lora({});

@@ -79,9 +79,8 @@ TEST(Qlora, PackedInferenceMatchesADequantizedDenseTwin) {
     for (const bool double_quantization : {false, true}) {
         std::mt19937 generator(5);
         DecoderOnlyTransformer model(testing::reference_tiny(), generator);
-        model.quantize_nf4({.block_size = 32,
-                            .double_quantization = double_quantization,
-                            .scale_block_size = 64});
+        model.quantize_nf4(
+            {.block_size = 32, .double_quantization = double_quantization, .scale_block_size = 64});
         const auto twin = dequantized_twin(model);
         const std::vector<float> expected = logits(*twin);
         EXPECT_TRUE(testing::all_close(logits(model), testing::to_double(expected), 1e-4, 1e-4))
@@ -90,8 +89,8 @@ TEST(Qlora, PackedInferenceMatchesADequantizedDenseTwin) {
         const NoGradientGuard no_graph;
         const Variable detached = model.forward(tokens(), {2, 9});
         EXPECT_FALSE(detached.requires_gradient());
-        EXPECT_TRUE(
-            testing::all_close(detached.value().to_host(), testing::to_double(expected), 1e-4, 1e-4));
+        EXPECT_TRUE(testing::all_close(detached.value().to_host(), testing::to_double(expected),
+                                       1e-4, 1e-4));
     }
 }
 
@@ -204,8 +203,8 @@ TEST(Qlora, AdaptersTrainOnAPackedBaseAndMergeRestoresADenseModel) {
     for (std::size_t i = 0; i < model.projections().size(); ++i) {
         const Linear& layer = *model.projections()[i].linear;
         EXPECT_FALSE(layer.is_quantized());
-        EXPECT_TRUE(testing::bit_identical(layer.weight().value().to_host(),
-                                           expected_weights[i].to_host()))
+        EXPECT_TRUE(
+            testing::bit_identical(layer.weight().value().to_host(), expected_weights[i].to_host()))
             << model.projections()[i].path;
     }
     EXPECT_TRUE(testing::all_close(logits(model), testing::to_double(adapted), 1e-5, 1e-5));
@@ -236,7 +235,8 @@ TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
     DecoderOnlyTransformer target(testing::reference_tiny(), g2);
     target.quantize_nf4({.block_size = 64, .double_quantization = false});
     target.attach_lora({});
-    const std::vector<float> adapters_before = target.lora_parameters()[0].parameter.value().to_host();
+    const std::vector<float> adapters_before =
+        target.lora_parameters()[0].parameter.value().to_host();
     std::vector<QuantizedWeight> loaded;
     for (const PackedNf4Payload& payload : payloads)
         loaded.push_back(QuantizedWeight::from_packed_nf4(payload, ExecutionBackend::Cpu));
@@ -286,23 +286,24 @@ TEST(Qlora, CheckpointedQloraGivesTheSameFactorGradients) {
     std::vector<std::vector<float>> gradients[2];
     for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
         std::mt19937 generator(5);
-        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, AttentionKind::Flash,
+        DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F,
+                                     AttentionKind::Flash,
                                      checkpointed ? ActivationCheckpointing::TransformerBlock
                                                   : ActivationCheckpointing::Disabled);
         model.quantize_nf4();
         model.attach_lora({.targets = 0x7F});
         for (const NamedParameter& named : model.lora_parameters()) {
             Variable factor = named.parameter;
-            factor.set_value(Tensor(factor.shape(),
-                                    testing::pseudo_random(factor.value().numel(), -0.1F, 0.1F, 3)));
+            factor.set_value(Tensor(
+                factor.shape(), testing::pseudo_random(factor.value().numel(), -0.1F, 0.1F, 3)));
         }
         cross_entropy(model.forward(tokens(), {2, 9}), targets).backward();
         for (const NamedParameter& named : model.lora_parameters())
             gradients[checkpointed].push_back(named.parameter.gradient().to_host());
     }
     for (std::size_t i = 0; i < gradients[0].size(); ++i)
-        EXPECT_TRUE(testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 1e-5,
-                                       1e-5))
+        EXPECT_TRUE(
+            testing::all_close(gradients[1][i], testing::to_double(gradients[0][i]), 1e-5, 1e-5))
             << i;
 }
 

@@ -115,8 +115,10 @@ TEST(Transformer, CheckpointedAndPlainTrainingTakeTheSameAdamSteps) {
     Adam plain_adam(plain.parameters());
     Adam checkpointed_adam(checkpointed.parameters());
     for (std::uint32_t step = 0; step < 3; ++step) {
-        const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(2 * 10, 27, 30 + step);
-        const std::vector<std::uint32_t> targets = testing::pseudo_random_tokens(2 * 10, 27, 40 + step);
+        const std::vector<std::uint32_t> tokens =
+            testing::pseudo_random_tokens(2 * 10, 27, 30 + step);
+        const std::vector<std::uint32_t> targets =
+            testing::pseudo_random_tokens(2 * 10, 27, 40 + step);
         Variable plain_loss = cross_entropy(plain.forward(tokens, {2, 10}), targets);
         Variable checkpointed_loss = cross_entropy(checkpointed.forward(tokens, {2, 10}), targets);
         EXPECT_NEAR(plain_loss.value().item(), checkpointed_loss.value().item(), 1e-6);
@@ -230,7 +232,8 @@ TEST(Transformer, RejectsBadDimensionsAndInputs) {
     bad = testing::reference_tiny();
     bad.block_count = 0;
     EXPECT_THROW(DecoderOnlyTransformer(bad, generator), std::invalid_argument);
-    EXPECT_THROW(DecoderOnlyTransformer(testing::reference_tiny(), generator, 0.0F), std::invalid_argument);
+    EXPECT_THROW(DecoderOnlyTransformer(testing::reference_tiny(), generator, 0.0F),
+                 std::invalid_argument);
     const DecoderOnlyTransformer model(testing::reference_tiny(), generator);
     const std::vector<std::uint32_t> tokens(17, 1);
     EXPECT_THROW(static_cast<void>(model.forward(tokens, {1, 17})),

@@ -267,13 +267,13 @@ typedef struct rt_lora_config {
 typedef struct rt_quantized_memory_stats {
     uint64_t struct_size;
     uint64_t weight_count;
-    uint64_t packed_code_bytes;      /* ceil(N/2) per weight */
-    uint64_t scale_bytes;            /* every scale-metadata byte */
-    uint64_t logical_payload_bytes;  /* packed_code_bytes + scale_bytes */
-    uint64_t resident_payload_bytes; /* every byte the backend holds (mirrors included) */
-    uint64_t fp32_equivalent_bytes;  /* 4N per weight */
-    uint64_t fp32_scale_bytes;       /* legacy scales: 4M */
-    uint64_t scale_code_bytes;       /* double-quantized: M */
+    uint64_t packed_code_bytes;        /* ceil(N/2) per weight */
+    uint64_t scale_bytes;              /* every scale-metadata byte */
+    uint64_t logical_payload_bytes;    /* packed_code_bytes + scale_bytes */
+    uint64_t resident_payload_bytes;   /* every byte the backend holds (mirrors included) */
+    uint64_t fp32_equivalent_bytes;    /* 4N per weight */
+    uint64_t fp32_scale_bytes;         /* legacy scales: 4M */
+    uint64_t scale_code_bytes;         /* double-quantized: M */
     uint64_t second_level_scale_bytes; /* double-quantized: 4*ceil(M/C) */
     uint64_t scale_offset_bytes;       /* double-quantized: 4 */
     uint64_t double_quantized_weight_count;
@@ -304,12 +304,10 @@ RT_API rt_status RT_CALL rt_model_merge_lora(rt_model* model);
  * double-quantized scales; block sizes are powers of two in 32..4096. Must run before
  * attach_lora and only once (RT_STATUS_INVALID_ARGUMENT otherwise); RT_STATUS_RUNTIME_ERROR
  * while a variable, Adam optimizer or parameter list of the model is alive. Transactional. */
-RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model,
-                                                              uint64_t block_size);
+RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size);
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
     rt_model* model, uint64_t block_size, uint64_t scale_block_size);
-RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model,
-                                                               int32_t* out);
+RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out);
 RT_API rt_status RT_CALL rt_model_quantized_memory_stats(const rt_model* model,
                                                          rt_quantized_memory_stats* out);
 /* The packed weights in their canonical byte form ("RTNF4ST1", see nn/packed_state.hpp), for

@@ -49,14 +49,14 @@ static_assert(RT_LORA_TARGET_OUTPUT == lora_target_bit(LoraTarget::Output));
 static_assert(RT_LORA_TARGET_FEED_FORWARD_EXPAND == lora_target_bit(LoraTarget::FeedForwardExpand));
 static_assert(RT_LORA_TARGET_FEED_FORWARD_PROJECT ==
               lora_target_bit(LoraTarget::FeedForwardProject));
-static_assert(RT_LORA_TARGET_LANGUAGE_MODEL_HEAD ==
-              lora_target_bit(LoraTarget::LanguageModelHead));
+static_assert(RT_LORA_TARGET_LANGUAGE_MODEL_HEAD == lora_target_bit(LoraTarget::LanguageModelHead));
 static_assert(RT_LORA_TARGETS_DEFAULT == lora_default_targets &&
               RT_LORA_TARGETS_ALL_LINEAR == 0x7F);
 
 // Struct layouts: explicit reserved words, no tail padding.
 static_assert(sizeof(rt_lora_config) == 40 && offsetof(rt_lora_config, rank) == 8 &&
-              offsetof(rt_lora_config, alpha) == 16 && offsetof(rt_lora_config, random_seed) == 20 &&
+              offsetof(rt_lora_config, alpha) == 16 &&
+              offsetof(rt_lora_config, random_seed) == 20 &&
               offsetof(rt_lora_config, targets) == 24 && offsetof(rt_lora_config, reserved) == 32);
 static_assert(sizeof(rt_quantized_memory_stats) == 96 &&
               offsetof(rt_quantized_memory_stats, weight_count) == 8 &&

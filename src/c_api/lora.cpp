@@ -80,9 +80,8 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
 }
 
 rt_status rt_model_has_lora(const rt_model* model, int32_t* out) {
-    return guarded(__func__, [&] {
-        set_output(out, state_of(model).model->lora_attached() ? 1 : 0, "out");
-    });
+    return guarded(__func__,
+                   [&] { set_output(out, state_of(model).model->lora_attached() ? 1 : 0, "out"); });
 }
 
 rt_status rt_model_lora_config(const rt_model* model, rt_lora_config* out) {
@@ -203,12 +202,12 @@ rt_status rt_model_packed_state_load(rt_model* model, const uint8_t* bytes, uint
         weights.reserve(payloads.size());
         const std::vector<AdaptableProjection>& projections = state.model->projections();
         for (std::size_t i = 0; i < payloads.size(); ++i) {
-            const std::string where = "packed state weight " + std::to_string(i) +
-                                      (i < projections.size() ? " (" + projections[i].path + ")"
-                                                              : std::string()) +
-                                      ": ";
+            const std::string where =
+                "packed state weight " + std::to_string(i) +
+                (i < projections.size() ? " (" + projections[i].path + ")" : std::string()) + ": ";
             try {
-                weights.push_back(QuantizedWeight::from_packed_nf4(std::move(payloads[i]), backend));
+                weights.push_back(
+                    QuantizedWeight::from_packed_nf4(std::move(payloads[i]), backend));
             } catch (const std::overflow_error& error) {
                 throw std::overflow_error(where + error.what());
             } catch (const std::invalid_argument& error) {

@@ -171,8 +171,8 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
         for (LoraTarget target :
              {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
               LoraTarget::FeedForwardExpand, LoraTarget::FeedForwardProject}) {
-            std::string path = "blocks." + std::to_string(i) + "." +
-                               std::string(lora_target_name(target));
+            std::string path =
+                "blocks." + std::to_string(i) + "." + std::string(lora_target_name(target));
             auto* layer = dynamic_cast<Linear*>(find_module(path));
             projections_.push_back({target, std::move(path), layer});
         }
@@ -310,17 +310,17 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
                 }
                 const std::uint64_t version = structure_version();
                 const AdaptationLifecycle* adaptation = &adaptation_;
-                hidden = checkpoint(hidden, dependencies,
-                                    [block, version, adaptation, index](const Variable& input) {
-                                        if (adaptation->structure_version() != version) {
-                                            throw std::logic_error(
-                                                "DecoderOnlyTransformer: block " +
-                                                std::to_string(index) +
-                                                " cannot be replayed: LoRA or NF4 changed the "
-                                                "model's structure after the forward pass");
-                                        }
-                                        return block->forward(input);
-                                    });
+                hidden = checkpoint(
+                    hidden, dependencies,
+                    [block, version, adaptation, index](const Variable& input) {
+                        if (adaptation->structure_version() != version) {
+                            throw std::logic_error("DecoderOnlyTransformer: block " +
+                                                   std::to_string(index) +
+                                                   " cannot be replayed: LoRA or NF4 changed the "
+                                                   "model's structure after the forward pass");
+                        }
+                        return block->forward(input);
+                    });
             } else {
                 hidden = block->forward(hidden);
             }

@@ -101,9 +101,8 @@ float lora_scale(const LoraConfig& config, std::string_view operation) {
     return scale;
 }
 
-LowRankAdapter::LowRankAdapter(std::size_t in_features, std::size_t out_features,
-                               std::size_t rank, float alpha, std::mt19937& generator,
-                               ExecutionBackend backend)
+LowRankAdapter::LowRankAdapter(std::size_t in_features, std::size_t out_features, std::size_t rank,
+                               float alpha, std::mt19937& generator, ExecutionBackend backend)
     : in_features_(in_features), out_features_(out_features), rank_(rank), scale_(0.0F) {
     constexpr std::string_view op = "LowRankAdapter";
     if (in_features == 0 || out_features == 0) {
@@ -113,9 +112,9 @@ LowRankAdapter::LowRankAdapter(std::size_t in_features, std::size_t out_features
     }
     scale_ = checked_scale(rank, alpha, op);
     if (rank > std::min(in_features, out_features)) {
-        throw std::invalid_argument("LowRankAdapter: rank " + std::to_string(rank) +
-                                    " exceeds min(in, out) = " +
-                                    std::to_string(std::min(in_features, out_features)));
+        throw std::invalid_argument(
+            "LowRankAdapter: rank " + std::to_string(rank) +
+            " exceeds min(in, out) = " + std::to_string(std::min(in_features, out_features)));
     }
     a_ = Variable(xavier_uniform({rank, in_features}, in_features, rank, generator, backend), true);
     b_ = Variable(Tensor::zeros({out_features, rank}, backend), true);
@@ -150,8 +149,9 @@ void AdaptationLifecycle::attach_lora(Module& model,
                                       const LoraConfig& config) {
     constexpr std::string_view op = "attach_lora";
     if (merged_) {
-        throw std::logic_error("attach_lora: this model's adapters were merged; a model takes "
-                               "LoRA once in its lifetime");
+        throw std::logic_error(
+            "attach_lora: this model's adapters were merged; a model takes "
+            "LoRA once in its lifetime");
     }
     if (attached_) {
         throw std::logic_error("attach_lora: a LoRA adapter is already attached to this model");
@@ -164,10 +164,10 @@ void AdaptationLifecycle::attach_lora(Module& model,
     for (const AdaptableProjection& projection : projections) {
         const ExecutionBackend here = projection.linear->weight_backend();
         if (backend && *backend != here) {
-            throw std::logic_error("attach_lora: base weights are on mixed backends (" +
-                                   projection.path + " is on '" +
-                                   std::string(execution_backend_name(here)) + "', earlier ones on '" +
-                                   std::string(execution_backend_name(*backend)) + "')");
+            throw std::logic_error(
+                "attach_lora: base weights are on mixed backends (" + projection.path + " is on '" +
+                std::string(execution_backend_name(here)) + "', earlier ones on '" +
+                std::string(execution_backend_name(*backend)) + "')");
         }
         backend = here;
         if ((config.targets & lora_target_bit(projection.target)) == 0) {
@@ -323,8 +323,9 @@ void AdaptationLifecycle::load_packed_state(std::span<const AdaptableProjection>
                                             std::span<const QuantizedWeight> weights) {
     constexpr const char* op = "load_packed_quantized_state";
     if (!quantized_) {
-        throw std::logic_error(std::string(op) + ": the model's weights are not packed "
-                                                 "(quantize_nf4 first)");
+        throw std::logic_error(std::string(op) +
+                               ": the model's weights are not packed "
+                               "(quantize_nf4 first)");
     }
     if (weights.size() != projections.size()) {
         throw std::invalid_argument(std::string(op) + ": " + std::to_string(weights.size()) +
@@ -349,18 +350,18 @@ void AdaptationLifecycle::load_packed_state(std::span<const AdaptableProjection>
             incoming.scale_quantization_block_size() != current.scale_quantization_block_size()) {
             throw std::invalid_argument(
                 where + ": block size " + std::to_string(incoming.block_size()) +
-                (incoming.uses_double_quantized_scales() ? " with double-quantized scales (C=" +
-                                                               std::to_string(incoming.scale_quantization_block_size()) +
-                                                               ")"
-                                                         : " with float32 scales") +
+                (incoming.uses_double_quantized_scales()
+                     ? " with double-quantized scales (C=" +
+                           std::to_string(incoming.scale_quantization_block_size()) + ")"
+                     : " with float32 scales") +
                 " differs from the model's block size " + std::to_string(current.block_size()) +
                 (current.uses_double_quantized_scales()
                      ? " with double-quantized scales (C=" +
                            std::to_string(current.scale_quantization_block_size()) + ")"
                      : " with float32 scales"));
         }
-        staged[i] = incoming.backend() == current.backend() ? incoming
-                                                            : incoming.to(current.backend());
+        staged[i] =
+            incoming.backend() == current.backend() ? incoming : incoming.to(current.backend());
     }
     for (std::size_t i = 0; i < staged.size(); ++i) {
         projections[i].linear->commit_quantization(std::move(staged[i]));

@@ -151,8 +151,8 @@ std::vector<PackedNf4Payload> decode_packed_nf4_state(std::span<const std::uint8
         payload.block_size = reader.u64(i, "block_size");
         const std::uint32_t double_quantized = reader.u32(i, "double_quantized");
         if (double_quantized > 1) {
-            Reader::fail(i, "double_quantized", "must be 0 or 1 (got " +
-                                                    std::to_string(double_quantized) + ")");
+            Reader::fail(i, "double_quantized",
+                         "must be 0 or 1 (got " + std::to_string(double_quantized) + ")");
         }
         if (reader.u32(i, "reserved") != 0) {
             Reader::fail(i, "reserved", "must be zero");

@@ -255,10 +255,10 @@ static void quantize_packs_every_projection_and_reports_exact_bytes(void) {
     EXPECT_OK(rt_model_quantized_memory_stats(model, &stats));
     /* Per block: q, k, v, o (D x D), expand (F x D), project (D x F); then the head (V x D).
      * Every N here is a multiple of 64, so M = N / 64 and one scale group per weight. */
-    const uint64_t sizes[7] = {
-        TINY_WIDTH * TINY_WIDTH,        TINY_WIDTH * TINY_WIDTH,        TINY_WIDTH * TINY_WIDTH,
-        TINY_WIDTH * TINY_WIDTH,        TINY_FEED_FORWARD * TINY_WIDTH, TINY_FEED_FORWARD * TINY_WIDTH,
-        TINY_VOCABULARY * TINY_WIDTH};
+    const uint64_t sizes[7] = {TINY_WIDTH * TINY_WIDTH,        TINY_WIDTH * TINY_WIDTH,
+                               TINY_WIDTH * TINY_WIDTH,        TINY_WIDTH * TINY_WIDTH,
+                               TINY_FEED_FORWARD * TINY_WIDTH, TINY_FEED_FORWARD * TINY_WIDTH,
+                               TINY_VOCABULARY * TINY_WIDTH};
     uint64_t codes = 0, scale_codes = 0, ranges = 0, fp32 = 0;
     for (int i = 0; i < 7; ++i) {
         const uint64_t n = sizes[i];
@@ -363,8 +363,7 @@ static void packed_state_round_trips_and_rejects_a_corrupt_or_mismatched_state(v
     uint8_t* longer = malloc(size + 1);
     memcpy(longer, bytes, size);
     longer[size] = 0;
-    EXPECT_STATUS(rt_model_packed_state_load(other, longer, size + 1),
-                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_packed_state_load(other, longer, size + 1), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("trailing");
     free(longer);
     bytes[0] = 'X';

@@ -129,7 +129,7 @@ class QuantizedWeight {
     [[nodiscard]] std::size_t in_features() const;
     [[nodiscard]] std::size_t element_count() const;  // N
     [[nodiscard]] std::size_t block_size() const;
-    [[nodiscard]] std::size_t block_count() const;  // M
+    [[nodiscard]] std::size_t block_count() const;        // M
     [[nodiscard]] std::size_t packed_byte_count() const;  // ceil(N/2)
     [[nodiscard]] bool uses_double_quantized_scales() const;
     [[nodiscard]] std::size_t scale_quantization_block_size() const;  // C; 0 for legacy

@@ -12,8 +12,8 @@
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
-#include "riftco_transformer/core/tensor_ops/normalization.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
+#include "riftco_transformer/core/tensor_ops/normalization.hpp"
 #include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/nn/module.hpp"
 

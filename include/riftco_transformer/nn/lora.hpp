@@ -80,8 +80,8 @@ class LowRankAdapter {
     // A [rank, in] ~ Xavier(fan_in = in, fan_out = rank) drawn from `generator`; B [out, rank]
     // zeros; both on `backend`. std::invalid_argument: a zero width, rank 0 or
     // rank > min(in, out), alpha or alpha/rank not finite and > 0.
-    LowRankAdapter(std::size_t in_features, std::size_t out_features, std::size_t rank,
-                   float alpha, std::mt19937& generator, ExecutionBackend backend);
+    LowRankAdapter(std::size_t in_features, std::size_t out_features, std::size_t rank, float alpha,
+                   std::mt19937& generator, ExecutionBackend backend);
 
     // scale·((x·Aᵀ)·Bᵀ) over the last axis; x's last dimension must be `in`
     // (std::invalid_argument).

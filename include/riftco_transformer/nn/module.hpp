@@ -18,8 +18,8 @@
 //   relies on. A parameter slot may be empty (a packed NF4 weight has released its dense
 //   value): empty slots are skipped by both lists and keep their place in the order.
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -94,10 +94,9 @@ class Module {
     void require_new_name(const std::string& name) const;
     // Parameters whose effective scope is `scope` (an adapter child turns all it holds into
     // adapter parameters); `all` lists both scopes.
-    void collect(const std::string& prefix, ParameterScope inherited, bool all, ParameterScope scope,
-                 ParameterList& out) const;
-    void collect_transfers(ExecutionBackend backend,
-                           std::vector<std::function<void()>>& commits);
+    void collect(const std::string& prefix, ParameterScope inherited, bool all,
+                 ParameterScope scope, ParameterList& out) const;
+    void collect_transfers(ExecutionBackend backend, std::vector<std::function<void()>>& commits);
 
     std::vector<Entry> entries_;
 };

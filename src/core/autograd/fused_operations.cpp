@@ -154,12 +154,12 @@ Variable adapted_linear(std::string_view op, const Variable& x, LinearBase base,
     const bool b_needs = update != nullptr && update->b.requires_gradient();
     // Saved: only what the needed products read.
     struct Saved {
-        Tensor weight;          // dense W, for dx
+        Tensor weight;           // dense W, for dx
         QuantizedWeight packed;  // for dx
-        Tensor input;           // x rows, for dW and dA
-        Tensor a;               // for dx
-        Tensor b;               // for dx and dA
-        Tensor scaled_hidden;   // for dB
+        Tensor input;            // x rows, for dW and dA
+        Tensor a;                // for dx
+        Tensor b;                // for dx and dA
+        Tensor scaled_hidden;    // for dB
         float scale = 1.0F;
     } saved;
     if (x_needs) {

@@ -120,7 +120,8 @@ struct LowRankUpdate {
 // The same over a packed NF4 weight (never a parent: frozen state), with an optional bias and
 // optional update; dx decodes the packed weight inside the input-backward kernel.
 [[nodiscard]] Variable quantized_linear(const Variable& x, const QuantizedWeight& weight,
-                                        const Variable& bias, const LowRankUpdate* update = nullptr);
+                                        const Variable& bias,
+                                        const LowRankUpdate* update = nullptr);
 
 // Memory-linear causal attention of Q, K, V [B,H,T,d_h] (tensor_ops::flash_attention): no
 // [B,H,T,T] buffer in either direction; the VJP recomputes the probabilities tile by tile.
