@@ -125,3 +125,23 @@ def test_train_tiny_reports_an_unavailable_backend_without_a_traceback(run_pytho
     assert result.returncode == 1
     assert result.stderr.startswith("train_tiny: backend_unavailable:")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_fine_tune_tiny_lowers_held_out_loss_and_merging_keeps_it(run_python, method):
+    result = run_python(
+        script=EXAMPLES / "fine_tune_tiny.py", arguments=("--fine-tuning-method", method)
+    )
+    assert result.returncode == 0, result.stderr
+    summary = re.search(
+        rf"^{method}: held-out loss ([0-9.]+) -> ([0-9.]+) \(after merge ([0-9.]+)\)",
+        result.stdout,
+        re.MULTILINE,
+    )
+    assert summary, result.stdout
+    before, after, merged = map(float, summary.groups())
+    assert after < before
+    assert abs(merged - after) <= 2e-4
+    if method == "qlora":
+        packed = re.search(r"\(([0-9.]+)x\)", result.stdout)
+        assert packed and float(packed.group(1)) < 0.15, result.stdout
