@@ -238,7 +238,9 @@ RT_API rt_status RT_CALL rt_model_get_activation_checkpointing(const rt_model* m
  * (else RT_STATUS_OUT_OF_RANGE). */
 RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count,
                                           uint64_t batch, uint64_t time, rt_variable** out);
-/* The model's trainable parameters in their canonical order. */
+/* The model's base parameters in their canonical order. While LoRA adapters are attached they
+ * are frozen (an Adam over them is RT_STATUS_INVALID_ARGUMENT); packed NF4 projection weights
+ * are not parameters and are not listed. */
 RT_API rt_status RT_CALL rt_model_parameters(rt_model* model, rt_parameter_list** out);
 
 /* ---- LoRA and packed NF4 (spec ENGINE §10-11) --------------------------------------------

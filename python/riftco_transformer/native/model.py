@@ -204,7 +204,11 @@ class DecoderOnlyTransformer(NativeHandle):
         return Variable._from_pointer(logits.value, self._lock)
 
     def parameters(self) -> ParameterList:
-        """The trainable parameters in canonical order (a new list handle each call)."""
+        """The base parameters in canonical order (a new list handle each call).
+
+        Frozen while LoRA adapters are attached (train ``adapter_parameters()``); packed NF4
+        projection weights are not parameters and are not listed.
+        """
         parameter_list = ctypes.c_void_p()
         with self._native() as pointer:
             check_status(library().rt_model_parameters(pointer, ctypes.byref(parameter_list)))
@@ -331,7 +335,7 @@ class DecoderOnlyTransformer(NativeHandle):
 
     @property
     def parameter_count(self) -> int:
-        """The number of trainable scalars."""
+        """The number of scalars in ``parameters()``."""
         with self.parameters() as parameter_list:
             return parameter_list.total_numel
 
