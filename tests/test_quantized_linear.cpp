@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -200,6 +202,58 @@ TEST(QuantizedLinear, DecodeRangeOfTheAvx2KernelsEqualsTheOracleBitForBit) {
 
 TEST(QuantizedLinear, DecodeRangeOfThePortableKernelsEqualsTheOracleBitForBit) {
     check_decode_range(detail::Nf4KernelChoice::Portable);
+}
+
+// The direct input-backward kernel on a column segment that starts half-way through a 64-column
+// chunk and ends on a 32-column piece (what a thread of the driver gets), against the oracle;
+// the columns outside the segment stay untouched.
+void check_backward_segment(detail::Nf4KernelChoice choice) {
+    const detail::Nf4KernelSet& set = detail::nf4_kernel_set_for(choice);
+    for (const ProductCase& c :
+         {ProductCase{3, 256, 5, 64, true, 32}, ProductCase{2, 192, 4, 32, false, 0},
+          ProductCase{1, 128, 3, 128, true, 256}}) {
+        SCOPED_TRACE(describe(c));
+        const Fixture fixture = make_weight(c);
+        const PackedNf4Payload payload = fixture.weight.copy_payload_to_host();
+        const detail::Nf4View view = detail::view_of(payload);
+        const std::vector<float> g = pseudo_random(c.rows * c.out, -1.0F, 1.0F, 41U);
+        const std::vector<double> expected =
+            testing::reference_input_backward(fixture.dense, c.out, c.in, g);
+        const std::size_t c_begin = 32;
+        const std::size_t c_end = c.in - 32;  // 64·k + 32 columns
+        std::vector<float> dx(c.rows * c.in, -7.0F);
+        set.gemv_backward(view, g.data(), c.rows, c_begin, c_end, dx.data());
+        for (std::size_t r = 0; r < c.rows; ++r) {
+            for (std::size_t column = 0; column < c.in; ++column) {
+                const std::size_t k = r * c.in + column;
+                if (column < c_begin || column >= c_end) {
+                    ASSERT_EQ(dx[k], -7.0F) << set.name << " wrote outside the segment at " << k;
+                } else {
+                    ASSERT_NEAR(dx[k], expected[k],
+                                tolerance * std::max(1.0, std::abs(expected[k])))
+                        << set.name << " row " << r << " column " << column;
+                }
+            }
+        }
+    }
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfTheAvx512KernelsMatchesTheOracle) {
+    if (!supported(detail::Nf4KernelChoice::Avx512)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX-512 NF4 kernels";
+    }
+    check_backward_segment(detail::Nf4KernelChoice::Avx512);
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfTheAvx2KernelsMatchesTheOracle) {
+    if (!supported(detail::Nf4KernelChoice::Avx2)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX2 + FMA NF4 kernels";
+    }
+    check_backward_segment(detail::Nf4KernelChoice::Avx2);
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfThePortableKernelsMatchesTheOracle) {
+    check_backward_segment(detail::Nf4KernelChoice::Portable);
 }
 
 TEST(QuantizedLinear, KeepsLeadingDimensions) {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace riftco_transformer::detail {
@@ -193,30 +194,81 @@ RIFTCO_AVX2 void decode_scales(const Nf4View& view, std::size_t first, std::size
     }
 }
 
-// The forward GEMV when I % 64 == 0 (every row starts a 64-element chunk; B >= 32, so a chunk
-// lies in one block or in two halves of two). One 32-byte load holds 64 codes as 8 dwords;
-// shifting it right by 4t puts, in the low nibble of dword j, the code of element 8j + t. So
-// eight lookups give the codebook values of the chunk in "stride 8" order, and x is reordered
-// once to match: x_strided[c + 8t + j] = x[c + 8j + t]. Lanes 0..3 lie in the chunk's first
-// half, 4..7 in its second, so one vector of scales per chunk applies them.
+// The codebook split into its four bytes: plane[k] holds byte k (little-endian) of entry v at
+// byte v of both 128-bit lanes, so one shuffle_epi8 looks up 32 codes' byte k at once.
+struct CodebookBytes {
+    __m256i plane[4];
+};
+
+RIFTCO_AVX2 inline CodebookBytes codebook_bytes() {
+    alignas(32) std::uint8_t bytes[4][32];
+    for (std::size_t v = 0; v < 16; ++v) {
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, &nf4_codebook[v], sizeof bits);
+        for (std::size_t k = 0; k < 4; ++k) {
+            bytes[k][v] = bytes[k][v + 16] = static_cast<std::uint8_t>(bits >> (8 * k));
+        }
+    }
+    CodebookBytes table;
+    for (std::size_t k = 0; k < 4; ++k) {
+        table.plane[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes[k]));
+    }
+    return table;
+}
+
+// The codebook values of the 64 elements whose codes are the 32 bytes of `packed`, as eight
+// vectors in "byte-plane" order: the four bytes of each value are looked up by four
+// shuffle_epi8 and put together by unpack_epi8 / unpack_epi16 (in-lane shuffles, which many
+// AVX2 cores issue on two ports, unlike permutevar8x32). Lane j of values[4h + m] holds element
+// 2·(16·(j / 4) + 4m + j % 4) + h (h = 0: low nibbles, 1: high nibbles); values are exact.
+RIFTCO_AVX2 inline void lookup64(__m256i packed, const CodebookBytes& table, __m256 values[8]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i index[2] = {_mm256_and_si256(packed, nibble),
+                              _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble)};
+    for (std::size_t h = 0; h < 2; ++h) {
+        const __m256i byte0 = _mm256_shuffle_epi8(table.plane[0], index[h]);
+        const __m256i byte1 = _mm256_shuffle_epi8(table.plane[1], index[h]);
+        const __m256i byte2 = _mm256_shuffle_epi8(table.plane[2], index[h]);
+        const __m256i byte3 = _mm256_shuffle_epi8(table.plane[3], index[h]);
+        const __m256i low01 = _mm256_unpacklo_epi8(byte0, byte1);
+        const __m256i high01 = _mm256_unpackhi_epi8(byte0, byte1);
+        const __m256i low23 = _mm256_unpacklo_epi8(byte2, byte3);
+        const __m256i high23 = _mm256_unpackhi_epi8(byte2, byte3);
+        values[4 * h + 0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(low01, low23));
+        values[4 * h + 1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(low01, low23));
+        values[4 * h + 2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(high01, high23));
+        values[4 * h + 3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(high01, high23));
+    }
+}
+
+// Lane j of lookup64's values[q] -> its element in the 64-element chunk.
+inline std::size_t plane_element(std::size_t q, std::size_t j) {
+    return 2 * (16 * (j / 4) + 4 * (q % 4) + j % 4) + q / 4;
+}
+
+// The forward GEMV when I % 64 == 0 (every row starts a 64-element chunk), with lookup64: x is
+// reordered once to match its order,
+// x_planes[c + 8q + j] = x[c + 2·(16·(j / 4) + 4·(q % 4) + j % 4) + q / 4]. Lanes 0..3 hold
+// elements of the chunk's first half, 4..7 of its second (B >= 32, so a chunk lies in one
+// block or in two halves of two).
 template <std::size_t Rows>
-RIFTCO_AVX2 void gemv_forward_strided(const Nf4View& view, const float* x, std::size_t o_begin,
-                                      std::size_t o_end, float* y) {
+RIFTCO_AVX2 void gemv_forward_planes(const Nf4View& view, const float* x, std::size_t o_begin,
+                                     std::size_t o_end, float* y) {
     const std::size_t in = view.layout.in_features;
     const std::size_t out_features = view.layout.out_features;
     const unsigned block_shift = view.block_shift;
-    std::vector<float> x_strided(Rows * in);
+    std::vector<float> x_planes(Rows * in);
     for (std::size_t r = 0; r < Rows; ++r) {
         for (std::size_t c = 0; c < in; c += 64) {
-            for (std::size_t t = 0; t < 8; ++t) {
+            for (std::size_t q = 0; q < 8; ++q) {
                 for (std::size_t j = 0; j < 8; ++j) {
-                    x_strided[r * in + c + 8 * t + j] = x[r * in + c + 8 * j + t];
+                    x_planes[r * in + c + 8 * q + j] = x[r * in + c + plane_element(q, j)];
                 }
             }
         }
     }
     const bool two_blocks_per_chunk = view.layout.block_size == 32;
-    const Table codebook = plain_codebook();
+    const CodebookBytes codebook = codebook_bytes();
     std::vector<float> decoded_scales(view.layout.double_quantized ? in / 32 + 2 : 0);
 
     for (std::size_t o = o_begin; o < o_end; ++o) {
@@ -233,29 +285,26 @@ RIFTCO_AVX2 void gemv_forward_strided(const Nf4View& view, const float* x, std::
             total[r] = _mm256_setzero_ps();
         }
         for (std::size_t c = 0; c < in; c += 64) {
-            const __m256i packed = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(view.codes + (row_begin + c) / 2));
-            // One chain of multiply-adds per chunk (chunks overlap in out-of-order execution).
-            __m256 chunk[Rows];
+            __m256 values[8];
+            lookup64(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i*>(view.codes + (row_begin + c) / 2)),
+                     codebook, values);
             for (std::size_t r = 0; r < Rows; ++r) {
-                chunk[r] = _mm256_setzero_ps();
-            }
-            for (std::size_t t = 0; t < 8; ++t) {
-                const __m256 values =
-                    lookup8(_mm256_srli_epi32(packed, static_cast<int>(4 * t)), codebook);
-                for (std::size_t r = 0; r < Rows; ++r) {
-                    chunk[r] = _mm256_fmadd_ps(
-                        values, _mm256_loadu_ps(x_strided.data() + r * in + c + 8 * t), chunk[r]);
+                const float* x_chunk = x_planes.data() + r * in + c;
+                // Two chains per chunk, so the multiply-add latency is not the limit.
+                __m256 even = _mm256_mul_ps(values[0], _mm256_loadu_ps(x_chunk));
+                __m256 odd = _mm256_mul_ps(values[1], _mm256_loadu_ps(x_chunk + 8));
+                for (std::size_t q = 2; q < 8; q += 2) {
+                    even = _mm256_fmadd_ps(values[q], _mm256_loadu_ps(x_chunk + 8 * q), even);
+                    odd = _mm256_fmadd_ps(values[q + 1], _mm256_loadu_ps(x_chunk + 8 * q + 8), odd);
                 }
-            }
-            const std::size_t chunk_block = ((row_begin + c) >> block_shift) - first_block;
-            const __m256 lane_scales =
-                two_blocks_per_chunk
-                    ? _mm256_blend_ps(_mm256_set1_ps(scales[chunk_block]),
-                                      _mm256_set1_ps(scales[chunk_block + 1]), 0xF0)
-                    : _mm256_set1_ps(scales[chunk_block]);
-            for (std::size_t r = 0; r < Rows; ++r) {
-                total[r] = _mm256_fmadd_ps(chunk[r], lane_scales, total[r]);
+                const std::size_t chunk_block = ((row_begin + c) >> block_shift) - first_block;
+                const __m256 lane_scales =
+                    two_blocks_per_chunk
+                        ? _mm256_blend_ps(_mm256_set1_ps(scales[chunk_block]),
+                                          _mm256_set1_ps(scales[chunk_block + 1]), 0xF0)
+                        : _mm256_set1_ps(scales[chunk_block]);
+                total[r] = _mm256_fmadd_ps(_mm256_add_ps(even, odd), lane_scales, total[r]);
             }
         }
         for (std::size_t r = 0; r < Rows; ++r) {
@@ -268,7 +317,7 @@ template <std::size_t Rows>
 RIFTCO_AVX2 void gemv_forward_dispatch(const Nf4View& view, const float* x, std::size_t o_begin,
                                        std::size_t o_end, float* y) {
     if (view.layout.in_features % 64 == 0) {
-        gemv_forward_strided<Rows>(view, x, o_begin, o_end, y);
+        gemv_forward_planes<Rows>(view, x, o_begin, o_end, y);
     } else {
         gemv_forward_rows<Rows>(view, x, o_begin, o_end, y);
     }
@@ -348,20 +397,95 @@ RIFTCO_AVX2 void gemv_backward_rows(const Nf4View& view, const float* g, std::si
     }
 }
 
+// The input backward GEMV when I % 64 == 0 and c_begin % 32 == 0 (the driver's chunks): the
+// whole 64-column chunks of [c_begin, c_end) go through lookup64, accumulated in its order in a
+// buffer of Rows·width floats and put in column order at the end; a last 32-column piece goes
+// through gemv_backward_rows. A chunk starts on a multiple of 32, so its halves (lanes 0..3 and
+// 4..7) each lie in one block (B >= 32).
+template <std::size_t Rows>
+RIFTCO_AVX2 void gemv_backward_planes(const Nf4View& view, const float* g, std::size_t c_begin,
+                                      std::size_t c_end, float* dx) {
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    const unsigned block_shift = view.block_shift;
+    const std::size_t width = (c_end - c_begin) / 64 * 64;
+    if (c_begin + width < c_end) {
+        gemv_backward_rows<Rows>(view, g, c_begin + width, c_end, dx);
+    }
+    if (width == 0) {
+        return;
+    }
+    std::vector<float> accumulated(Rows * width, 0.0F);
+    std::vector<float> decoded_scales(view.layout.double_quantized ? width / 32 + 2 : 0);
+    const CodebookBytes codebook = codebook_bytes();
+    for (std::size_t o = 0; o < out_features; ++o) {
+        const std::size_t segment_begin = o * in + c_begin;
+        const std::size_t first_block = segment_begin >> block_shift;
+        const float* scales = view.scales + (view.layout.double_quantized ? 0 : first_block);
+        if (view.layout.double_quantized) {
+            const std::size_t last_block = (segment_begin + width - 1) >> block_shift;
+            decode_scales(view, first_block, last_block - first_block + 1, decoded_scales.data());
+            scales = decoded_scales.data();
+        }
+        __m256 upstream[Rows];
+        for (std::size_t r = 0; r < Rows; ++r) {
+            upstream[r] = _mm256_set1_ps(g[r * out_features + o]);
+        }
+        for (std::size_t c = 0; c < width; c += 64) {
+            const std::size_t start = segment_begin + c;
+            const __m256 lane_scales = _mm256_blend_ps(
+                _mm256_set1_ps(scales[(start >> block_shift) - first_block]),
+                _mm256_set1_ps(scales[((start + 32) >> block_shift) - first_block]), 0xF0);
+            __m256 values[8];
+            lookup64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(view.codes + start / 2)),
+                     codebook, values);
+            for (std::size_t r = 0; r < Rows; ++r) {
+                const __m256 factor = _mm256_mul_ps(upstream[r], lane_scales);  // g·ŝ per lane
+                float* chunk = accumulated.data() + r * width + c;
+                for (std::size_t q = 0; q < 8; ++q) {
+                    _mm256_storeu_ps(
+                        chunk + 8 * q,
+                        _mm256_fmadd_ps(factor, values[q], _mm256_loadu_ps(chunk + 8 * q)));
+                }
+            }
+        }
+    }
+    for (std::size_t r = 0; r < Rows; ++r) {
+        for (std::size_t c = 0; c < width; c += 64) {
+            for (std::size_t q = 0; q < 8; ++q) {
+                for (std::size_t j = 0; j < 8; ++j) {
+                    dx[r * in + c_begin + c + plane_element(q, j)] =
+                        accumulated[r * width + c + 8 * q + j];
+                }
+            }
+        }
+    }
+}
+
+template <std::size_t Rows>
+RIFTCO_AVX2 void gemv_backward_dispatch(const Nf4View& view, const float* g, std::size_t c_begin,
+                                        std::size_t c_end, float* dx) {
+    if (view.layout.in_features % 64 == 0 && c_begin % 32 == 0) {
+        gemv_backward_planes<Rows>(view, g, c_begin, c_end, dx);
+    } else {
+        gemv_backward_rows<Rows>(view, g, c_begin, c_end, dx);
+    }
+}
+
 RIFTCO_AVX2 void gemv_backward(const Nf4View& view, const float* g, std::size_t rows,
                                std::size_t c_begin, std::size_t c_end, float* dx) {
     switch (rows) {
         case 1:
-            gemv_backward_rows<1>(view, g, c_begin, c_end, dx);
+            gemv_backward_dispatch<1>(view, g, c_begin, c_end, dx);
             break;
         case 2:
-            gemv_backward_rows<2>(view, g, c_begin, c_end, dx);
+            gemv_backward_dispatch<2>(view, g, c_begin, c_end, dx);
             break;
         case 3:
-            gemv_backward_rows<3>(view, g, c_begin, c_end, dx);
+            gemv_backward_dispatch<3>(view, g, c_begin, c_end, dx);
             break;
         default:
-            gemv_backward_rows<4>(view, g, c_begin, c_end, dx);
+            gemv_backward_dispatch<4>(view, g, c_begin, c_end, dx);
             break;
     }
 }
