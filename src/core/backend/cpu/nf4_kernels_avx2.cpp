@@ -4,9 +4,16 @@
 // -march=native build compiles this file with -mno-avx512f, so on an AVX-512 build machine it
 // still holds only what an AVX2 processor can run.)
 //
-// Lookup of 8 codes (one per 32-bit lane, in the low 4 bits; the bits above are ignored): each
-// 8-entry half of the 16-entry table is read with one permutevar8x32 (it reads the low 3 bits),
-// and bit 3, shifted into the sign bit, picks the half with one blendv.
+// Two codebook lookups:
+// - lookup8 / lookup16 (panel decoder, and the GEMVs when I % 64 != 0): 8 codes, one per
+//   32-bit lane in its low 4 bits (the bits above are ignored); each 8-entry half of the
+//   16-entry table is read with one permutevar8x32 (it reads the low 3 bits), and bit 3,
+//   shifted into the sign bit, picks the half with one blendv. The table may be ŝ·codebook.
+// - lookup64 (the decode GEMV and the decode-shape input backward when I % 64 == 0): 64 codes
+//   through byte planes of the codebook with shuffle_epi8 and unpacks, in-lane shuffles that
+//   cost about a third fewer instructions per element and issue on two ports on many cores;
+//   its output order is not element order, so x (forward) or the dx accumulator (backward)
+//   is kept in that order instead.
 
 #include "core/backend/cpu/nf4_kernels.hpp"
 
