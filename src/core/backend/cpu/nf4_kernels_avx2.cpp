@@ -254,8 +254,8 @@ inline std::size_t plane_element(std::size_t q, std::size_t j) {
 }
 
 // The forward GEMV when I % 64 == 0 (every row starts a 64-element chunk), with lookup64: x is
-// reordered once to match its order,
-// x_planes[c + 8q + j] = x[c + 2·(16·(j / 4) + 4·(q % 4) + j % 4) + q / 4]. Lanes 0..3 hold
+// reordered once per call to match, x_planes[c + 8q + j] = x[c + plane_element(q, j)] (Rows·I
+// floats, kept in cache across the W rows). Lanes 0..3 hold
 // elements of the chunk's first half, 4..7 of its second (B >= 32, so a chunk lies in one
 // block or in two halves of two).
 template <std::size_t Rows>
