@@ -9,9 +9,10 @@
 //   RIFTCO_TRANSFORMER_NUM_THREADS=2 build/release/bench/riftco_bench_quantized_linear
 // Dense and NF4 calls alternate; the best and the median of each side are printed, and the
 // ratios use the best (the least disturbed sample on a shared machine).
-//   options: --repetitions N (default 7), --portable (force the
-//   portable NF4 loops), --legacy-scales (fp32 block scales instead of double-quantized),
-//   --tokens T --in I --out O (the prefill shape)
+//   options: --repetitions N (default 7), --kernels auto|avx512|avx2|portable (the NF4 kernel
+//   set; a set this CPU lacks is an error), --portable (= --kernels portable), --legacy-scales
+//   (fp32 block scales instead of double-quantized), --tokens T --in I --out O (the prefill
+//   shape)
 
 #include <algorithm>
 #include <chrono>
@@ -100,6 +101,26 @@ int main(int argc, char** argv) {
             options.double_quantization = false;
         } else if (argument == "--portable") {
             rt::detail::set_nf4_kernel_choice(rt::detail::Nf4KernelChoice::Portable);
+        } else if (argument == "--kernels" && i + 1 < argc) {
+            const std::string name = argv[++i];
+            rt::detail::Nf4KernelChoice choice = rt::detail::Nf4KernelChoice::Automatic;
+            if (name == "avx512") {
+                choice = rt::detail::Nf4KernelChoice::Avx512;
+            } else if (name == "avx2") {
+                choice = rt::detail::Nf4KernelChoice::Avx2;
+            } else if (name == "portable") {
+                choice = rt::detail::Nf4KernelChoice::Portable;
+            } else if (name != "auto") {
+                std::fprintf(stderr, "unknown --kernels %s (auto|avx512|avx2|portable)\n",
+                             name.c_str());
+                return 2;
+            }
+            if (rt::detail::nf4_kernel_set_if_supported(choice) == nullptr) {
+                std::fprintf(stderr, "--kernels %s: this CPU (or build) lacks that set\n",
+                             name.c_str());
+                return 2;
+            }
+            rt::detail::set_nf4_kernel_choice(choice);
         } else if (argument == "--tokens") {
             tokens = next();
         } else if (argument == "--in") {
@@ -114,6 +135,7 @@ int main(int argc, char** argv) {
 
     std::printf("threads: %zu\n", rt::cpu_thread_count());
     std::printf("dense kernel: %s\n", rt::detail::gemm_implementation_name());
+    std::printf("nf4 kernel set: %s\n", rt::detail::active_nf4_kernels().name);
     const rt::Tensor dense_weight({out, in}, random_values(out * in, 1));
     const std::vector<float> dense_host = dense_weight.to_host();
     const rt::QuantizedWeight nf4 = rt::QuantizedWeight::quantize(dense_weight, options);

@@ -1,12 +1,15 @@
 // quantized_linear and its input backward (tensor_ops and autograd) against a
-// dequantize-then-matmul oracle in double (spec §13 form B, tol 3e-5), on both kernel paths
-// (AVX-512 where the CPU has it, and the portable loops), both scale encodings, and shapes
-// covering the direct (few rows) and panel (many rows) kernels.
+// dequantize-then-matmul oracle in double (spec §13 form B, tol 3e-5), on every kernel set
+// the CPU has (AVX-512, AVX2 + FMA, portable; the others are skipped), both scale encodings,
+// and shapes covering the direct (few rows) and panel (many rows) kernels.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autograd/node.hpp"
@@ -53,7 +56,9 @@ std::string describe(const ProductCase& c) {
 
 const ProductCase product_cases[] = {
     // Direct kernels (rows <= 8): rows = 1, groups of 4 plus a remainder, odd sizes.
-    {1, 256, 64, 64, true, 256},  // in % 128 == 0 (stride-8 decode GEMV)
+    {1, 256, 64, 64, true, 256},  // in % 128 == 0 (stride-8 decode GEMVs)
+    {2, 64, 7, 32, true, 32},     // in % 64 == 0 only (AVX2 stride-8 GEMV, two blocks a chunk)
+    {1, 192, 5, 128, false, 0},   // in % 64 == 0, blocks spanning rows
     {1, 4096, 24, 64, true, 256},
     {1, 384, 10, 32, true, 32},   // B=32: four blocks per 128-element chunk
     {2, 128, 9, 512, true, 32},   // blocks spanning four rows
@@ -109,8 +114,26 @@ void check_products(detail::Nf4KernelChoice choice) {
     }
 }
 
+bool supported(detail::Nf4KernelChoice choice) {
+    return detail::nf4_kernel_set_if_supported(choice) != nullptr;
+}
+
 TEST(QuantizedLinear, MatchesTheDequantizedOracleOnTheDefaultKernels) {
     check_products(detail::Nf4KernelChoice::Automatic);
+}
+
+TEST(QuantizedLinear, MatchesTheDequantizedOracleOnTheAvx512Kernels) {
+    if (!supported(detail::Nf4KernelChoice::Avx512)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX-512 NF4 kernels";
+    }
+    check_products(detail::Nf4KernelChoice::Avx512);
+}
+
+TEST(QuantizedLinear, MatchesTheDequantizedOracleOnTheAvx2Kernels) {
+    if (!supported(detail::Nf4KernelChoice::Avx2)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX2 + FMA NF4 kernels";
+    }
+    check_products(detail::Nf4KernelChoice::Avx2);
 }
 
 TEST(QuantizedLinear, MatchesTheDequantizedOracleOnThePortableKernels) {
@@ -118,41 +141,121 @@ TEST(QuantizedLinear, MatchesTheDequantizedOracleOnThePortableKernels) {
 }
 
 TEST(QuantizedLinear, ReportsWhichKernelSetRuns) {
-    {
-        const KernelChoiceGuard guard(detail::Nf4KernelChoice::Portable);
-        EXPECT_STREQ(detail::active_nf4_kernels().name, "portable");
+    // Automatic prefers AVX-512, then AVX2; a forced set the CPU lacks falls to the next one down.
+    const detail::Nf4KernelSet* avx512 = detail::avx512_nf4_kernels();
+    const detail::Nf4KernelSet* avx2 = detail::avx2_nf4_kernels();
+    const char* best = avx512 != nullptr ? "avx512" : avx2 != nullptr ? "avx2" : "portable";
+    const char* unforced = detail::active_nf4_kernels().name;
+    EXPECT_STREQ(detail::nf4_kernel_set_for(detail::Nf4KernelChoice::Automatic).name, best);
+    EXPECT_STREQ(detail::nf4_kernel_set_for(detail::Nf4KernelChoice::Avx512).name, best);
+    EXPECT_STREQ(detail::nf4_kernel_set_for(detail::Nf4KernelChoice::Avx2).name,
+                 avx2 != nullptr ? "avx2" : "portable");
+    const std::pair<detail::Nf4KernelChoice, const char*> forced[] = {
+        {detail::Nf4KernelChoice::Portable, "portable"},
+        {detail::Nf4KernelChoice::Avx2, avx2 != nullptr ? "avx2" : "portable"},
+        {detail::Nf4KernelChoice::Avx512, best},
+    };
+    for (const auto& [choice, name] : forced) {
+        const KernelChoiceGuard guard(choice);
+        EXPECT_STREQ(detail::active_nf4_kernels().name, name);
+        const std::string description =
+            detail::nf4_kernel_description(detail::Nf4Layout{4096, 4096, 64, true, 256}, 1, false);
+        EXPECT_EQ(description.rfind(name, 0), 0U) << description;
     }
-    if (detail::avx512_nf4_kernels() == nullptr) {
-        GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels ran";
-    }
-    EXPECT_STREQ(detail::active_nf4_kernels().name, "avx512");
+    // The guards reset the hook (what then runs may still be forced by the environment).
+    EXPECT_STREQ(detail::active_nf4_kernels().name, unforced);
 }
 
-TEST(QuantizedLinear, DecodeRangeOfBothKernelSetsEqualsTheOracleBitForBit) {
-    // The panel decoder at every offset parity and length, against the oracle's elements.
+// The panel decoder at every offset parity and length, against the oracle's elements.
+void check_decode_range(detail::Nf4KernelChoice choice) {
     const ProductCase c{5, 77, 9, 32, true, 32};
     const Fixture fixture = make_weight(c);
     const PackedNf4Payload payload = fixture.weight.copy_payload_to_host();
     const detail::Nf4View view = detail::view_of(payload);
-    std::vector<const detail::Nf4KernelSet*> sets{&detail::portable_nf4_kernels()};
-    if (detail::avx512_nf4_kernels() != nullptr) {
-        sets.push_back(detail::avx512_nf4_kernels());
+    const detail::Nf4KernelSet& set = detail::nf4_kernel_set_for(choice);
+    for (std::size_t begin : {0UL, 1UL, 15UL, 16UL, 31UL, 32UL, 77UL, 100UL}) {
+        for (std::size_t count : {1UL, 15UL, 17UL, 31UL, 64UL, 150UL}) {
+            if (begin + count > c.in * c.out) {
+                continue;
+            }
+            std::vector<float> decoded(count);
+            set.decode_range(view, begin, count, decoded.data());
+            for (std::size_t j = 0; j < count; ++j) {
+                ASSERT_EQ(static_cast<double>(decoded[j]), fixture.dense[begin + j])
+                    << set.name << " begin " << begin << " element " << j;
+            }
+        }
     }
-    for (const detail::Nf4KernelSet* set : sets) {
-        for (std::size_t begin : {0UL, 1UL, 31UL, 32UL, 77UL, 100UL}) {
-            for (std::size_t count : {1UL, 31UL, 64UL, 150UL}) {
-                if (begin + count > c.in * c.out) {
-                    continue;
-                }
-                std::vector<float> decoded(count);
-                set->decode_range(view, begin, count, decoded.data());
-                for (std::size_t j = 0; j < count; ++j) {
-                    ASSERT_EQ(static_cast<double>(decoded[j]), fixture.dense[begin + j])
-                        << set->name << " begin " << begin << " element " << j;
+}
+
+TEST(QuantizedLinear, DecodeRangeOfTheAvx512KernelsEqualsTheOracleBitForBit) {
+    if (!supported(detail::Nf4KernelChoice::Avx512)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX-512 NF4 kernels";
+    }
+    check_decode_range(detail::Nf4KernelChoice::Avx512);
+}
+
+TEST(QuantizedLinear, DecodeRangeOfTheAvx2KernelsEqualsTheOracleBitForBit) {
+    if (!supported(detail::Nf4KernelChoice::Avx2)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX2 + FMA NF4 kernels";
+    }
+    check_decode_range(detail::Nf4KernelChoice::Avx2);
+}
+
+TEST(QuantizedLinear, DecodeRangeOfThePortableKernelsEqualsTheOracleBitForBit) {
+    check_decode_range(detail::Nf4KernelChoice::Portable);
+}
+
+// The direct input-backward kernel on a column segment that starts half-way through a 64-column
+// chunk and ends on a 32-column piece (what a thread of the driver gets), against the oracle;
+// the columns outside the segment stay untouched.
+void check_backward_segment(detail::Nf4KernelChoice choice) {
+    const detail::Nf4KernelSet& set = detail::nf4_kernel_set_for(choice);
+    for (const ProductCase& c :
+         {ProductCase{3, 256, 5, 64, true, 32}, ProductCase{2, 192, 4, 32, false, 0},
+          ProductCase{1, 128, 3, 128, true, 256}}) {
+        SCOPED_TRACE(describe(c));
+        const Fixture fixture = make_weight(c);
+        const PackedNf4Payload payload = fixture.weight.copy_payload_to_host();
+        const detail::Nf4View view = detail::view_of(payload);
+        const std::vector<float> g = pseudo_random(c.rows * c.out, -1.0F, 1.0F, 41U);
+        const std::vector<double> expected =
+            testing::reference_input_backward(fixture.dense, c.out, c.in, g);
+        const std::size_t c_begin = 32;
+        const std::size_t c_end = c.in - 32;  // 64·k + 32 columns
+        std::vector<float> dx(c.rows * c.in, -7.0F);
+        set.gemv_backward(view, g.data(), c.rows, c_begin, c_end, dx.data());
+        for (std::size_t r = 0; r < c.rows; ++r) {
+            for (std::size_t column = 0; column < c.in; ++column) {
+                const std::size_t k = r * c.in + column;
+                if (column < c_begin || column >= c_end) {
+                    ASSERT_EQ(dx[k], -7.0F) << set.name << " wrote outside the segment at " << k;
+                } else {
+                    ASSERT_NEAR(dx[k], expected[k],
+                                tolerance * std::max(1.0, std::abs(expected[k])))
+                        << set.name << " row " << r << " column " << column;
                 }
             }
         }
     }
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfTheAvx512KernelsMatchesTheOracle) {
+    if (!supported(detail::Nf4KernelChoice::Avx512)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX-512 NF4 kernels";
+    }
+    check_backward_segment(detail::Nf4KernelChoice::Avx512);
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfTheAvx2KernelsMatchesTheOracle) {
+    if (!supported(detail::Nf4KernelChoice::Avx2)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX2 + FMA NF4 kernels";
+    }
+    check_backward_segment(detail::Nf4KernelChoice::Avx2);
+}
+
+TEST(QuantizedLinear, BackwardSegmentOfThePortableKernelsMatchesTheOracle) {
+    check_backward_segment(detail::Nf4KernelChoice::Portable);
 }
 
 TEST(QuantizedLinear, KeepsLeadingDimensions) {

@@ -80,12 +80,25 @@ const Nf4KernelSet portable_set{"portable", portable_decode_range, portable_gemv
 
 std::atomic<Nf4KernelChoice> kernel_choice{Nf4KernelChoice::Automatic};
 
-bool environment_forces_portable() noexcept {
-    static const bool forced = [] {
+// RIFTCO_TRANSFORMER_NF4_KERNEL, read once; unset or unknown means Automatic.
+Nf4KernelChoice environment_choice() noexcept {
+    static const Nf4KernelChoice choice = [] {
         const char* value = std::getenv("RIFTCO_TRANSFORMER_NF4_KERNEL");
-        return value != nullptr && std::strcmp(value, "portable") == 0;
+        if (value == nullptr) {
+            return Nf4KernelChoice::Automatic;
+        }
+        if (std::strcmp(value, "portable") == 0) {
+            return Nf4KernelChoice::Portable;
+        }
+        if (std::strcmp(value, "avx2") == 0) {
+            return Nf4KernelChoice::Avx2;
+        }
+        if (std::strcmp(value, "avx512") == 0) {
+            return Nf4KernelChoice::Avx512;
+        }
+        return Nf4KernelChoice::Automatic;
     }();
-    return forced;
+    return choice;
 }
 
 // Panel of W rows (forward) or columns (backward): as wide as nf4_panel_floats allows, but
@@ -117,12 +130,38 @@ void set_nf4_kernel_choice(Nf4KernelChoice choice) noexcept {
     kernel_choice.store(choice);
 }
 
-const Nf4KernelSet& active_nf4_kernels() noexcept {
-    if (kernel_choice.load() == Nf4KernelChoice::Portable || environment_forces_portable()) {
-        return portable_set;
+const Nf4KernelSet* nf4_kernel_set_if_supported(Nf4KernelChoice choice) noexcept {
+    switch (choice) {
+        case Nf4KernelChoice::Avx512:
+            return avx512_nf4_kernels();
+        case Nf4KernelChoice::Avx2:
+            return avx2_nf4_kernels();
+        case Nf4KernelChoice::Portable:
+            return &portable_set;
+        case Nf4KernelChoice::Automatic:
+            break;
     }
-    const Nf4KernelSet* fast = avx512_nf4_kernels();
-    return fast != nullptr ? *fast : portable_set;
+    return &nf4_kernel_set_for(Nf4KernelChoice::Automatic);
+}
+
+const Nf4KernelSet& nf4_kernel_set_for(Nf4KernelChoice choice) noexcept {
+    // Each choice falls through to the next set down when the CPU or build lacks it.
+    if (choice == Nf4KernelChoice::Automatic || choice == Nf4KernelChoice::Avx512) {
+        if (const Nf4KernelSet* set = avx512_nf4_kernels(); set != nullptr) {
+            return *set;
+        }
+    }
+    if (choice != Nf4KernelChoice::Portable) {
+        if (const Nf4KernelSet* set = avx2_nf4_kernels(); set != nullptr) {
+            return *set;
+        }
+    }
+    return portable_set;
+}
+
+const Nf4KernelSet& active_nf4_kernels() noexcept {
+    const Nf4KernelChoice forced = kernel_choice.load();
+    return nf4_kernel_set_for(forced != Nf4KernelChoice::Automatic ? forced : environment_choice());
 }
 
 void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, float* y) {

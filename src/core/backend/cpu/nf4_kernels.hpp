@@ -2,9 +2,9 @@
 // CPU kernels for packed NF4 weights W [O, I] (flat row-major codes, blocks of B elements).
 // They decode nibbles themselves; no float32 copy of the whole matrix is ever made.
 //
-// Two shapes, each with a portable and an AVX-512 build of its inner loops (the AVX-512 one
-// is compiled with a target attribute and chosen at run time, so a build without
-// -march=native still uses it):
+// Two shapes, each with a portable, an AVX2 + FMA and an AVX-512 build of its inner loops
+// (the vector ones are compiled with target attributes and chosen at run time, so a build
+// without -march=native still uses them):
 // - few rows (R <= nf4_direct_row_limit, decoding): matrix-vector products straight on the
 //   packed codes, threaded over output rows (forward) or input columns (backward);
 // - many rows (prefill, training): a bounded panel of W is decoded into per-thread float32
@@ -42,11 +42,21 @@ struct Nf4KernelSet {
 [[nodiscard]] const Nf4KernelSet& portable_nf4_kernels() noexcept;
 // Null when this build or this processor has no AVX-512 (avx512f) path.
 [[nodiscard]] const Nf4KernelSet* avx512_nf4_kernels() noexcept;
+// Null when this build or this processor has no AVX2 + FMA path.
+[[nodiscard]] const Nf4KernelSet* avx2_nf4_kernels() noexcept;
 
-// Which set runs: AVX-512 when the CPU has it, unless forced portable by this hook (tests)
-// or by RIFTCO_TRANSFORMER_NF4_KERNEL=portable in the environment (read once).
-enum class Nf4KernelChoice { Automatic, Portable };
+// Which set runs. Automatic: AVX-512 when the CPU has it, else AVX2 + FMA when it has those,
+// else the portable loops. A forced set (this hook, for tests and benchmarks; or else
+// RIFTCO_TRANSFORMER_NF4_KERNEL=avx512|avx2|portable|auto in the environment, read once, other
+// values meaning auto) that the CPU or build lacks is never run: the next set down that it has
+// runs instead (avx512 -> avx2 -> portable). nf4_kernel_set_for tells which set that is, and
+// active_nf4_kernels().name which set runs now.
+enum class Nf4KernelChoice { Automatic, Avx512, Avx2, Portable };
 void set_nf4_kernel_choice(Nf4KernelChoice choice) noexcept;
+// The set a choice resolves to on this CPU (ignores the hook and the environment).
+[[nodiscard]] const Nf4KernelSet& nf4_kernel_set_for(Nf4KernelChoice choice) noexcept;
+// Null when the CPU or build lacks that set (Automatic and Portable always have one).
+[[nodiscard]] const Nf4KernelSet* nf4_kernel_set_if_supported(Nf4KernelChoice choice) noexcept;
 [[nodiscard]] const Nf4KernelSet& active_nf4_kernels() noexcept;
 
 // The drivers (threads, panels, GEMM).
@@ -55,8 +65,8 @@ void nf4_linear_forward(const Nf4View& view, const float* x, std::size_t rows, f
 // g [R, O] -> dx [R, I] = g·deq(W)
 void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t rows, float* dx);
 
-// What runs for R rows, e.g. "avx512 direct gemv on packed codes" or
-// "avx512 row-panel decode (64 rows) + onednn ... sgemm".
+// What runs for R rows, e.g. "avx2 direct row-split gemv on packed codes" or
+// "avx512 row-panel decode (64 rows) + onednn ... sgemm" (it starts with the set's name).
 [[nodiscard]] std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows,
                                                  bool input_backward);
 
