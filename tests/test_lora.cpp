@@ -13,6 +13,7 @@
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/initialization.hpp"
+#include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 #include "support/model_support.hpp"
@@ -161,6 +162,31 @@ TEST(LowRankAdapter, RejectsRanksWidthsAndAlpha) {
     EXPECT_THROW(make(4, 3, 1, std::nanf("")), std::invalid_argument);
     EXPECT_THROW(make(4, 3, 2, 1e-45F), std::invalid_argument);
     EXPECT_NO_THROW(make(4, 3, 3, 1.0F));
+}
+
+TEST(Lora, AProjectionTakesOneAdapterOfItsOwnWidthsInItsLifetime) {
+    std::mt19937 generator(2);
+    Linear layer(6, 5, generator);
+    EXPECT_THROW(
+        layer.attach_adapter(LowRankAdapter(5, 5, 2, 4.0F, generator, ExecutionBackend::Cpu)),
+        std::invalid_argument);
+    EXPECT_TRUE(layer.adapter_parameters().empty());
+    layer.attach_adapter(LowRankAdapter(6, 5, 2, 4.0F, generator, ExecutionBackend::Cpu));
+    EXPECT_EQ(names_of(layer.adapter_parameters()),
+              (std::vector<std::string>{"lora_a.weight", "lora_b.weight"}));
+    EXPECT_EQ(names_of(layer.parameters()), (std::vector<std::string>{"weight", "bias"}));
+    EXPECT_THROW(
+        layer.attach_adapter(LowRankAdapter(6, 5, 2, 4.0F, generator, ExecutionBackend::Cpu)),
+        std::logic_error);
+    // After a merge the factors leave the adapter list, and the projection still refuses a new
+    // adapter.
+    layer.commit_merge(Variable(layer.prepare_merge(), true));
+    EXPECT_TRUE(layer.adapter_parameters().empty());
+    EXPECT_EQ(layer.adapter(), nullptr);
+    EXPECT_TRUE(layer.used_adapter());
+    EXPECT_THROW(
+        layer.attach_adapter(LowRankAdapter(6, 5, 2, 4.0F, generator, ExecutionBackend::Cpu)),
+        std::logic_error);
 }
 
 TEST(Lora, AttachLeavesOutputsAndTheBaseListUnchangedAndNamesFactors) {

@@ -276,13 +276,16 @@ void AdaptationLifecycle::quantize_nf4(std::span<const AdaptableProjection> proj
     std::vector<QuantizedWeight> packed;
     packed.reserve(projections.size());
     for (const AdaptableProjection& projection : projections) {
+        // Failures name the projection and keep their category.
+        const std::string where = "quantize_nf4: " + projection.path + ": ";
         try {
             packed.push_back(projection.linear->prepare_quantization(options));
-        } catch (const std::logic_error& error) {
-            if (dynamic_cast<const std::invalid_argument*>(&error) != nullptr) {
-                throw;
-            }
-            throw std::logic_error("quantize_nf4: " + projection.path + ": " + error.what());
+        } catch (const std::invalid_argument& error) {  // a non-finite weight
+            throw std::invalid_argument(where + error.what());
+        } catch (const std::overflow_error& error) {  // a non-finite scale offset
+            throw std::overflow_error(where + error.what());
+        } catch (const std::logic_error& error) {  // held outside the model
+            throw std::logic_error(where + error.what());
         }
     }
     for (std::size_t i = 0; i < projections.size(); ++i) {
