@@ -245,9 +245,9 @@ class DecoderOnlyTransformer(NativeHandle):
         native.struct_size = ctypes.sizeof(native)
         with self._native() as pointer:
             status = library().rt_model_lora_config(pointer, ctypes.byref(native))
-        if status == STATUS_RUNTIME_ERROR:  # the one failure: never attached
-            return None
-        check_status(status)
+            if status == STATUS_RUNTIME_ERROR:  # the one failure: never attached
+                return None
+            check_status(status)
         return LoraConfig._from_native(native)
 
     def adapter_parameters(self) -> ParameterList:
