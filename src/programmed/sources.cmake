@@ -1,0 +1,3 @@
+list(APPEND RIFTCO_TRANSFORMER_SOURCES
+    src/programmed/multilinear_map.cpp
+    src/programmed/neural_lowering.cpp)
