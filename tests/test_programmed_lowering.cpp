@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/nn/initialization.hpp"
 #include "riftco_transformer/programmed/multilinear_map.hpp"
 #include "riftco_transformer/programmed/neural_lowering.hpp"
-#include "riftco_transformer/nn/initialization.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
@@ -132,8 +132,11 @@ TEST(MultilinearMap, ImportRejectionsNameTheProblem) {
     };
     invalid([] { (void)MultilinearMap::from_dense(0, {2}, std::vector<double>{}); },
             "output_dimension");
-    invalid([] { (void)MultilinearMap::from_dense(2, {3, 0}, std::vector<double>{}); },
-            "input_dimensions[1]");
+    invalid(
+        [] {
+            (void)MultilinearMap::from_dense(2, {3, 0}, std::vector<double>{});
+        },
+        "input_dimensions[1]");
     invalid([] { (void)MultilinearMap::from_dense(2, {3}, std::vector<double>(5, 1.0)); },
             "5 values given for 6");
     invalid(
@@ -167,10 +170,9 @@ TEST(MultilinearMap, ImportRejectionsNameTheProblem) {
     // The limit is checked before anything is allocated (no 2^40-element vector exists).
     EXPECT_THROW((void)MultilinearMap::from_dense(1 << 20, {1 << 20}, std::vector<double>{}),
                  std::overflow_error);
-    EXPECT_THROW(
-        (void)MultilinearMap::from_sparse(2, {std::numeric_limits<std::size_t>::max() / 2, 4}, {},
-                                          {}),
-        std::overflow_error);
+    EXPECT_THROW((void)MultilinearMap::from_sparse(
+                     2, {std::numeric_limits<std::size_t>::max() / 2, 4}, {}, {}),
+                 std::overflow_error);
 }
 
 // ---- lowering -------------------------------------------------------------------------------
@@ -233,8 +235,8 @@ TEST(NeuralLowering, EveryStrategyMatchesTheMapWithin1e6WhenExact) {
 
 TEST(NeuralLowering, RoundedPrecisionRecordsTheLargestErrorAndStaysWithinIt) {
     std::vector<double> values = dyadic_values(3 * 4 * 2, 5);
-    values[3] = 0.1;          // not a float: error ~1.5e-9
-    values[7] = 1.0 / 3.0;    // ~9.9e-9
+    values[3] = 0.1;        // not a float: error ~1.5e-9
+    values[7] = 1.0 / 3.0;  // ~9.9e-9
     const MultilinearMap map = MultilinearMap::from_dense(3, {4, 2}, values);
     const std::string exact = message_of<std::invalid_argument>(
         [&] { LoweredMultilinearMap(map, NeuralLoweringConfig{}, cpu); });
@@ -282,9 +284,9 @@ TEST(NeuralLowering, SeededRandomInitialisationAndTrainableCoefficients) {
 TEST(NeuralLowering, GradientsOfInputsAndCoefficientsMatchFiniteDifferences) {
     for (const LoweringStrategy strategy :
          {LoweringStrategy::Linear, LoweringStrategy::LinearAttention, LoweringStrategy::Dense}) {
-        const std::vector<std::size_t> dims =
-            strategy == LoweringStrategy::Linear ? std::vector<std::size_t>{4}
-                                                 : std::vector<std::size_t>{3, 2};
+        const std::vector<std::size_t> dims = strategy == LoweringStrategy::Linear
+                                                  ? std::vector<std::size_t>{4}
+                                                  : std::vector<std::size_t>{3, 2};
         const MultilinearMap map = dyadic_map(2, dims, 11);
         NeuralLoweringConfig config;
         config.strategy = strategy;
@@ -292,15 +294,14 @@ TEST(NeuralLowering, GradientsOfInputsAndCoefficientsMatchFiniteDifferences) {
         const LoweredMultilinearMap lowered(map, config, cpu);
         std::vector<Variable> inputs;
         for (std::size_t i = 0; i < dims.size(); ++i) {
-            inputs.emplace_back(Tensor({3, dims[i]},
-                                       testing::pseudo_random(3 * dims[i], -1.0F, 1.0F,
-                                                              20 + static_cast<std::uint32_t>(i))),
-                                true);
+            inputs.emplace_back(
+                Tensor({3, dims[i]}, testing::pseudo_random(3 * dims[i], -1.0F, 1.0F,
+                                                            20 + static_cast<std::uint32_t>(i))),
+                true);
         }
         const std::vector<float> weights = testing::pseudo_random(3 * 2, -1.0F, 1.0F, 40);
         const auto loss = [&] {
-            return sum(lowered.forward(inputs, {3}) *
-                       Variable(Tensor({3, 2}, weights), false));
+            return sum(lowered.forward(inputs, {3}) * Variable(Tensor({3, 2}, weights), false));
         };
         loss().backward();
         std::vector<Variable> leaves = inputs;
@@ -346,10 +347,10 @@ TEST(NeuralLowering, ConfigurationRejections) {
     EXPECT_THROW(LoweredMultilinearMap(binary, {.max_coefficient_elements = 5}, cpu),
                  std::overflow_error);
     // The dense fallback lowers what the explicit strategy cannot.
-    const LoweredMultilinearMap fallback(
-        binary,
-        {.strategy = LoweringStrategy::Linear, .unsupported = UnsupportedLoweringPolicy::DenseFallback},
-        cpu);
+    const LoweredMultilinearMap fallback(binary,
+                                         {.strategy = LoweringStrategy::Linear,
+                                          .unsupported = UnsupportedLoweringPolicy::DenseFallback},
+                                         cpu);
     EXPECT_EQ(fallback.strategy(), LoweringStrategy::Dense);
     // Forward shape rules.
     const LoweredMultilinearMap lowered(binary, {}, cpu);
@@ -357,7 +358,8 @@ TEST(NeuralLowering, ConfigurationRejections) {
     const Variable b(Tensor::zeros({4, 2}), false);
     const Variable wrong(Tensor::zeros({5, 2}), false);
     EXPECT_THROW((void)lowered.forward(std::vector<Variable>{a}, {4}), std::invalid_argument);
-    EXPECT_THROW((void)lowered.forward(std::vector<Variable>{a, wrong}, {4}), std::invalid_argument);
+    EXPECT_THROW((void)lowered.forward(std::vector<Variable>{a, wrong}, {4}),
+                 std::invalid_argument);
     EXPECT_THROW((void)lowered.forward(std::vector<Variable>{a, b}, {}), std::invalid_argument);
     EXPECT_EQ(lowered.forward(std::vector<Variable>{a, b}, {4}).shape(), (Shape{4, 2}));
 }

@@ -73,8 +73,8 @@ MultilinearMap MultilinearMap::from_sparse(std::size_t output_dimension,
     }
     for (std::size_t i = 0; i < indices.size(); ++i) {
         if (indices[i] >= count) {
-            throw std::out_of_range(std::string(op) + ": indices[" + std::to_string(i) + "] = " +
-                                    std::to_string(indices[i]) + " is past the " +
+            throw std::out_of_range(std::string(op) + ": indices[" + std::to_string(i) +
+                                    "] = " + std::to_string(indices[i]) + " is past the " +
                                     std::to_string(count) + " elements");
         }
         if (!std::isfinite(values[i]) || values[i] == 0.0) {
@@ -92,10 +92,10 @@ MultilinearMap MultilinearMap::from_sparse(std::size_t output_dimension,
     std::sort(order.begin(), order.end());
     for (std::size_t i = 1; i < order.size(); ++i) {
         if (order[i].first == order[i - 1].first) {
-            throw std::invalid_argument(std::string(op) + ": index " +
-                                        std::to_string(order[i].first) + " appears twice (entries " +
-                                        std::to_string(order[i - 1].second) + " and " +
-                                        std::to_string(order[i].second) + ")");
+            throw std::invalid_argument(
+                std::string(op) + ": index " + std::to_string(order[i].first) +
+                " appears twice (entries " + std::to_string(order[i - 1].second) + " and " +
+                std::to_string(order[i].second) + ")");
         }
     }
     std::vector<double> dense(count, 0.0);

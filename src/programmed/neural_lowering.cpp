@@ -25,12 +25,12 @@ void require_enum(Enum value, std::uint32_t count, const char* field) {
 
 bool runs_arity(LoweringStrategy strategy, std::size_t arity) {
     switch (strategy) {
-    case LoweringStrategy::Linear:
-        return arity == 1;
-    case LoweringStrategy::LinearAttention:
-        return arity == 2;
-    default:
-        return true;  // Dense and Auto take any arity
+        case LoweringStrategy::Linear:
+            return arity == 1;
+        case LoweringStrategy::LinearAttention:
+            return arity == 2;
+        default:
+            return true;  // Dense and Auto take any arity
     }
 }
 
@@ -62,14 +62,14 @@ Variable columns(const Variable& x) {
 
 const char* lowering_strategy_name(LoweringStrategy strategy) {
     switch (strategy) {
-    case LoweringStrategy::Auto:
-        return "auto";
-    case LoweringStrategy::Dense:
-        return "dense";
-    case LoweringStrategy::Linear:
-        return "linear";
-    case LoweringStrategy::LinearAttention:
-        return "linear_attention";
+        case LoweringStrategy::Auto:
+            return "auto";
+        case LoweringStrategy::Dense:
+            return "dense";
+        case LoweringStrategy::Linear:
+            return "linear";
+        case LoweringStrategy::LinearAttention:
+            return "linear_attention";
     }
     throw std::invalid_argument("lowering_strategy_name: unknown strategy value " +
                                 std::to_string(static_cast<std::uint32_t>(strategy)));
@@ -97,13 +97,15 @@ LoweredMultilinearMap::LoweredMultilinearMap(const MultilinearMap& map,
     strategy_ = resolve(config, map.arity());
     if (config.attention_query_axis.has_value()) {
         if (strategy_ != LoweringStrategy::LinearAttention) {
-            throw std::invalid_argument(std::string(op) + ": attention_query_axis is set but the "
-                                                          "strategy is " +
+            throw std::invalid_argument(std::string(op) +
+                                        ": attention_query_axis is set but the "
+                                        "strategy is " +
                                         lowering_strategy_name(strategy_));
         }
         if (*config.attention_query_axis != 1 && *config.attention_query_axis != 2) {
-            throw std::invalid_argument(std::string(op) + ": attention_query_axis must be 1 or 2 "
-                                                          "(got " +
+            throw std::invalid_argument(std::string(op) +
+                                        ": attention_query_axis must be 1 or 2 "
+                                        "(got " +
                                         std::to_string(*config.attention_query_axis) + ")");
         }
         query_axis_ = *config.attention_query_axis;
@@ -139,8 +141,8 @@ LoweredMultilinearMap::LoweredMultilinearMap(const MultilinearMap& map,
             throw std::invalid_argument(message.str());
         }
         std::mt19937 generator(config.random_seed);
-        values = uniform_tensor(shape, -config.random_scale, config.random_scale, generator,
-                                backend);
+        values =
+            uniform_tensor(shape, -config.random_scale, config.random_scale, generator, backend);
     }
     if (config.trainable) {
         coefficients_ = register_parameter("coefficients", std::move(values));
@@ -149,13 +151,22 @@ LoweredMultilinearMap::LoweredMultilinearMap(const MultilinearMap& map,
     }
 }
 
+void LoweredMultilinearMap::prepare_transfer(ExecutionBackend backend,
+                                             std::vector<std::function<void()>>& commits) {
+    if (!coefficients_.requires_gradient() && coefficients_.backend() != backend) {
+        Tensor moved = coefficients_.value().to(backend);
+        commits.push_back(
+            [this, moved]() mutable { coefficients_.replace_value(std::move(moved)); });
+    }
+}
+
 Variable LoweredMultilinearMap::forward(std::span<const Variable> inputs,
                                         const Shape& leading) const {
     const std::size_t arity = input_dimensions_.size();
     if (inputs.size() != arity) {
-        throw std::invalid_argument(std::string(op) + "::forward: " +
-                                    std::to_string(inputs.size()) + " inputs for a map of arity " +
-                                    std::to_string(arity));
+        throw std::invalid_argument(std::string(op) +
+                                    "::forward: " + std::to_string(inputs.size()) +
+                                    " inputs for a map of arity " + std::to_string(arity));
     }
     if (leading.empty()) {
         throw std::invalid_argument(std::string(op) + "::forward: the leading shape is empty");
@@ -184,41 +195,43 @@ Variable LoweredMultilinearMap::forward(std::span<const Variable> inputs,
     const std::size_t out = output_dimension_;
     Variable y;
     switch (strategy_) {
-    case LoweringStrategy::Linear:
-        y = linear(flat[0], coefficients_, Variable());  // x·Tᵀ
-        break;
-    case LoweringStrategy::LinearAttention: {
-        // The query contracts T's axis query_axis_; the other ("key") input builds A first.
-        const std::size_t d1 = input_dimensions_[0];
-        const std::size_t d2 = input_dimensions_[1];
-        Variable attention;  // A [R, out, d_query]
-        if (query_axis_ == 1) {
-            // A[r,o,i] = Σ_j T[o,i,j]·x2[r,j]
-            attention = reshape(linear(flat[1], reshape(coefficients_, {out * d1, d2}), Variable()),
-                                {rows, out, d1});
-            y = matmul(attention, columns(flat[0]));
-        } else {
-            // A[r,o,j] = Σ_i T[o,i,j]·x1[r,i]
-            const Variable by_key = reshape(permute(coefficients_, {0, 2, 1}), {out * d2, d1});
-            attention = reshape(linear(flat[0], by_key, Variable()), {rows, out, d2});
-            y = matmul(attention, columns(flat[1]));
+        case LoweringStrategy::Linear:
+            y = linear(flat[0], coefficients_, Variable());  // x·Tᵀ
+            break;
+        case LoweringStrategy::LinearAttention: {
+            // The query contracts T's axis query_axis_; the other ("key") input builds A first.
+            const std::size_t d1 = input_dimensions_[0];
+            const std::size_t d2 = input_dimensions_[1];
+            Variable attention;  // A [R, out, d_query]
+            if (query_axis_ == 1) {
+                // A[r,o,i] = Σ_j T[o,i,j]·x2[r,j]
+                attention =
+                    reshape(linear(flat[1], reshape(coefficients_, {out * d1, d2}), Variable()),
+                            {rows, out, d1});
+                y = matmul(attention, columns(flat[0]));
+            } else {
+                // A[r,o,j] = Σ_i T[o,i,j]·x1[r,i]
+                const Variable by_key = reshape(permute(coefficients_, {0, 2, 1}), {out * d2, d1});
+                attention = reshape(linear(flat[0], by_key, Variable()), {rows, out, d2});
+                y = matmul(attention, columns(flat[1]));
+            }
+            break;
         }
-        break;
-    }
-    case LoweringStrategy::Dense:
-    case LoweringStrategy::Auto: {
-        // Contract the last input into T, then each earlier one in turn.
-        std::size_t remaining = out;  // O·d_1·…·d_{k-1}
-        for (std::size_t i = 0; i + 1 < arity; ++i)
-            remaining *= input_dimensions_[i];
-        y = linear(flat[arity - 1], reshape(coefficients_, {remaining, input_dimensions_.back()}),
-                   Variable());  // [R, O·d_1·…·d_{k-1}]
-        for (std::size_t i = arity - 1; i-- > 0;) {
-            remaining /= input_dimensions_[i];
-            y = matmul(reshape(y, {rows, remaining, input_dimensions_[i]}), columns(flat[i]));
+        case LoweringStrategy::Dense:
+        case LoweringStrategy::Auto: {
+            // Contract the last input into T, then each earlier one in turn.
+            std::size_t remaining = out;  // O·d_1·…·d_{k-1}
+            for (std::size_t i = 0; i + 1 < arity; ++i)
+                remaining *= input_dimensions_[i];
+            y = linear(flat[arity - 1],
+                       reshape(coefficients_, {remaining, input_dimensions_.back()}),
+                       Variable());  // [R, O·d_1·…·d_{k-1}]
+            for (std::size_t i = arity - 1; i-- > 0;) {
+                remaining /= input_dimensions_[i];
+                y = matmul(reshape(y, {rows, remaining, input_dimensions_[i]}), columns(flat[i]));
+            }
+            break;
         }
-        break;
-    }
     }
     return reshape(y, output_shape);
 }

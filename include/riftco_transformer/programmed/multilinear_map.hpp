@@ -48,8 +48,7 @@ class MultilinearMap {
 
     // y for one input vector per argument (sizes d_i), in double: the reference the lowered
     // networks are checked against. Wrong count or size: std::invalid_argument.
-    [[nodiscard]] std::vector<double> evaluate(
-        std::span<const std::vector<double>> inputs) const;
+    [[nodiscard]] std::vector<double> evaluate(std::span<const std::vector<double>> inputs) const;
 
   private:
     MultilinearMap(std::size_t output_dimension, std::vector<std::size_t> input_dimensions,

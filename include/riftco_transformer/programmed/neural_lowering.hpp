@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 
@@ -30,7 +31,12 @@
 namespace riftco_transformer {
 
 // Values are the C ABI's (never renumbered).
-enum class LoweringStrategy : std::uint32_t { Auto = 0, Dense = 1, Linear = 2, LinearAttention = 3 };
+enum class LoweringStrategy : std::uint32_t {
+    Auto = 0,
+    Dense = 1,
+    Linear = 2,
+    LinearAttention = 3
+};
 enum class UnsupportedLoweringPolicy : std::uint32_t { Reject = 0, DenseFallback = 1 };
 enum class CoefficientPrecision : std::uint32_t { ExactFloat32 = 0, Rounded = 1 };
 enum class CoefficientInitialization : std::uint32_t { Compiled = 0, RandomUniform = 1 };
@@ -44,7 +50,8 @@ struct NeuralLoweringConfig {
     std::uint32_t random_seed = 42;
     bool trainable = false;
     std::size_t max_coefficient_elements = std::size_t{1} << 24;
-    std::optional<std::size_t> attention_query_axis = std::nullopt;  // unset: axis 1 (linear_attention)
+    std::optional<std::size_t> attention_query_axis =
+        std::nullopt;  // unset: axis 1 (linear_attention)
 };
 
 class LoweredMultilinearMap final : public Module {
@@ -72,6 +79,11 @@ class LoweredMultilinearMap final : public Module {
     [[nodiscard]] const std::vector<std::size_t>& input_dimensions() const noexcept {
         return input_dimensions_;
     }
+
+  protected:
+    // Frozen coefficients are not a parameter: they move here.
+    void prepare_transfer(ExecutionBackend backend,
+                          std::vector<std::function<void()>>& commits) override;
 
   private:
     std::size_t output_dimension_;
