@@ -369,6 +369,173 @@ RT_API rt_status RT_CALL rt_variable_backward(rt_variable* variable);
 RT_API rt_status RT_CALL rt_cross_entropy(const rt_variable* logits, const uint32_t* targets,
                                           uint64_t count, rt_variable** out);
 
+/* ---- Programmed models (ABI 2.5 family; spec WORKFLOWS §7.2-7.4) ------------------------
+ * Multilinear maps are immutable output-major double tensors T[O, d_1, ..., d_k]; a
+ * program-augmented model copies and lowers one at creation. The model's parameter lists,
+ * variables and Adam optimizers follow the rt_model rules (pins, epochs, single-use graphs). */
+typedef struct rt_multilinear_map rt_multilinear_map;
+typedef struct rt_program_augmented_model rt_program_augmented_model;
+typedef struct rt_representation_trace rt_representation_trace;
+
+#define RT_PROGRAM_INPUT_WHOLE_SOURCE 0
+#define RT_PROGRAM_INPUT_SOURCE_POSITION 1
+#define RT_LOWERING_AUTO 0
+#define RT_LOWERING_DENSE 1
+#define RT_LOWERING_LINEAR 2
+#define RT_LOWERING_LINEAR_ATTENTION 3
+#define RT_LOWERING_UNSUPPORTED_REJECT 0
+#define RT_LOWERING_UNSUPPORTED_DENSE_FALLBACK 1
+#define RT_COEFFICIENT_PRECISION_EXACT 0
+#define RT_COEFFICIENT_PRECISION_ROUNDED 1
+#define RT_COEFFICIENT_INIT_COMPILED 0
+#define RT_COEFFICIENT_INIT_RANDOM_UNIFORM 1
+
+/* Dense: exactly O * prod(d_i) finite doubles. Sparse: `count` distinct flat output-major
+ * indices with non-zero finite values (none: the zero map). O and every d_i > 0 (an arity of
+ * 0 is a constant map); more than 2^24 elements is RT_STATUS_OVERFLOW, checked before any
+ * allocation; an index past the elements is RT_STATUS_OUT_OF_RANGE; other rules
+ * RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_multilinear_map_create_dense(uint64_t output_dimension,
+                                                         const uint64_t* input_dimensions,
+                                                         uint64_t arity, const double* values,
+                                                         uint64_t count, rt_multilinear_map** out);
+RT_API rt_status RT_CALL rt_multilinear_map_create_sparse(uint64_t output_dimension,
+                                                          const uint64_t* input_dimensions,
+                                                          uint64_t arity, const uint64_t* indices,
+                                                          const double* values, uint64_t count,
+                                                          rt_multilinear_map** out);
+RT_API void RT_CALL rt_multilinear_map_release(rt_multilinear_map* map);
+RT_API rt_status RT_CALL rt_multilinear_map_output_dimension(const rt_multilinear_map* map,
+                                                             uint64_t* out);
+RT_API rt_status RT_CALL rt_multilinear_map_arity(const rt_multilinear_map* map, uint64_t* out);
+RT_API rt_status RT_CALL rt_multilinear_map_input_dimensions(const rt_multilinear_map* map,
+                                                             uint64_t* out, uint64_t capacity,
+                                                             uint64_t* required);
+/* Every element, output-major (size-query protocol). */
+RT_API rt_status RT_CALL rt_multilinear_map_values(const rt_multilinear_map* map, double* out,
+                                                   uint64_t capacity, uint64_t* required);
+
+typedef struct rt_program_augmented_model_config {
+    uint64_t struct_size;
+    uint64_t vocabulary_size;        /* init 512 */
+    uint64_t context_length;         /* init 128: every forward takes exactly this many */
+    uint64_t model_width;            /* init 64 */
+    uint64_t head_count;             /* init 4 */
+    uint64_t feed_forward_width;     /* init 256 */
+    uint64_t attention_branch_count; /* init 2 */
+    int32_t attention;               /* RT_ATTENTION_*, init materialized */
+    uint32_t random_seed;            /* init 42 */
+} rt_program_augmented_model_config;
+
+typedef struct rt_program_input_layout {
+    int32_t source;            /* RT_PROGRAM_INPUT_* */
+    uint32_t reserved;         /* must be 0 */
+    uint64_t position;         /* a span row (source_position); 0 for whole_source */
+    uint64_t projection_group; /* equal groups share one learned projection */
+} rt_program_input_layout;
+
+typedef struct rt_program_branch_config {
+    uint64_t struct_size;
+    uint64_t source_offset;
+    uint64_t source_length;
+    uint64_t target_offset;
+    uint64_t output_length;                /* init 1 */
+    const rt_program_input_layout* inputs; /* one per map argument */
+    uint64_t input_count;
+    uint32_t input_projection_bias; /* 0 or 1, init 0 */
+    uint32_t merge_bias;            /* 0 or 1, init 0 */
+} rt_program_branch_config;
+
+typedef struct rt_neural_lowering_options {
+    uint64_t struct_size;
+    int32_t strategy;                  /* RT_LOWERING_*, init auto */
+    int32_t unsupported_policy;        /* RT_LOWERING_UNSUPPORTED_*, init reject */
+    int32_t precision;                 /* RT_COEFFICIENT_PRECISION_*, init exact */
+    int32_t initialization;            /* RT_COEFFICIENT_INIT_*, init compiled */
+    float random_scale;                /* init 0.02 */
+    uint32_t random_seed;              /* init 42 */
+    uint32_t trainable;                /* 0 or 1, init 0: a frozen leaf, not a parameter */
+    int32_t attention_query_axis;      /* -1 (init): unset, axis 1; else 1 or 2 */
+    uint64_t max_coefficient_elements; /* init 2^24 */
+} rt_neural_lowering_options;
+
+typedef struct rt_program_steering {
+    uint64_t input_index;
+    uint64_t position;   /* a row of that input: a span row for whole_source, 0 otherwise */
+    const float* scales; /* model_width values, or NULL with count 0 (identity) */
+    uint64_t scale_count;
+    const float* offsets; /* model_width values, or NULL with count 0 (zero) */
+    uint64_t offset_count;
+} rt_program_steering;
+
+typedef struct rt_program_augmented_forward_options {
+    uint64_t struct_size;
+    uint32_t capture_representations;      /* 0 or 1, init 0 */
+    uint32_t batch_roll_learned_attention; /* 0 or 1, init 0 */
+    uint64_t batch_roll_shift;             /* init 1, > 0 */
+    const rt_program_steering* steering;
+    uint64_t steering_count;
+    const uint64_t* ablated_program_inputs; /* unique input indices */
+    uint64_t ablated_program_input_count;
+    uint32_t ablate_program_output; /* 0 or 1, init 0 */
+    uint32_t reserved;              /* must be 0 */
+} rt_program_augmented_forward_options;
+
+RT_API rt_status RT_CALL rt_program_augmented_model_config_init(
+    rt_program_augmented_model_config* config, uint64_t struct_size);
+RT_API rt_status RT_CALL rt_program_branch_config_init(rt_program_branch_config* config,
+                                                       uint64_t struct_size);
+RT_API rt_status RT_CALL rt_neural_lowering_options_init(rt_neural_lowering_options* options,
+                                                         uint64_t struct_size);
+RT_API rt_status RT_CALL rt_program_augmented_forward_options_init(
+    rt_program_augmented_forward_options* options, uint64_t struct_size);
+/* A new model on CPU. map, branch and lowering are all NULL (a learned-only model) or all
+ * non-NULL (RT_STATUS_INVALID_ARGUMENT otherwise); the map is copied and lowered here. */
+RT_API rt_status RT_CALL rt_program_augmented_model_create(
+    const rt_program_augmented_model_config* config, const rt_multilinear_map* map,
+    const rt_program_branch_config* branch, const rt_neural_lowering_options* lowering,
+    rt_program_augmented_model** out);
+RT_API void RT_CALL rt_program_augmented_model_release(rt_program_augmented_model* model);
+RT_API rt_status RT_CALL rt_program_augmented_model_get_config(
+    const rt_program_augmented_model* model, rt_program_augmented_model_config* out);
+/* Transactional, as rt_model_to (rejected while a variable or optimizer pins the model). */
+RT_API rt_status RT_CALL rt_program_augmented_model_to(rt_program_augmented_model* model,
+                                                       int32_t backend);
+RT_API rt_status RT_CALL rt_program_augmented_model_backend(const rt_program_augmented_model* model,
+                                                            int32_t* out_backend);
+RT_API rt_status RT_CALL
+rt_program_augmented_model_has_program(const rt_program_augmented_model* model, int32_t* out);
+RT_API rt_status RT_CALL rt_program_augmented_model_parameters(rt_program_augmented_model* model,
+                                                               rt_parameter_list** out);
+/* tokens [batch, context_length] -> logits variable [batch, T, V]; options may be NULL (the
+ * defaults). out_trace must be non-NULL exactly when options->capture_representations is 1
+ * (RT_STATUS_INVALID_ARGUMENT otherwise); it then receives an owning trace. */
+RT_API rt_status RT_CALL rt_program_augmented_model_forward(
+    rt_program_augmented_model* model, const uint32_t* tokens, uint64_t count, uint64_t batch,
+    const rt_program_augmented_forward_options* options, rt_variable** out_logits,
+    rt_representation_trace** out_trace);
+
+/* Traces own detached host copies: they outlive the model and the graph. */
+RT_API void RT_CALL rt_representation_trace_release(rt_representation_trace* trace);
+RT_API rt_status RT_CALL rt_representation_trace_count(const rt_representation_trace* trace,
+                                                       uint64_t* out);
+RT_API rt_status RT_CALL rt_representation_trace_name(const rt_representation_trace* trace,
+                                                      uint64_t index, char* out, uint64_t capacity,
+                                                      uint64_t* required);
+/* The index of `name` (NUL-terminated); RT_STATUS_OUT_OF_RANGE when absent. */
+RT_API rt_status RT_CALL rt_representation_trace_find(const rt_representation_trace* trace,
+                                                      const char* name, uint64_t* out_index);
+RT_API rt_status RT_CALL rt_representation_trace_rank(const rt_representation_trace* trace,
+                                                      uint64_t index, uint64_t* out_rank);
+RT_API rt_status RT_CALL rt_representation_trace_shape(const rt_representation_trace* trace,
+                                                       uint64_t index, uint64_t* out,
+                                                       uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL rt_representation_trace_numel(const rt_representation_trace* trace,
+                                                       uint64_t index, uint64_t* out_numel);
+RT_API rt_status RT_CALL rt_representation_trace_copy_f32(const rt_representation_trace* trace,
+                                                          uint64_t index, float* out,
+                                                          uint64_t capacity, uint64_t* required);
+
 /* ---- Adam ------------------------------------------------------------------------------- */
 typedef struct rt_adam rt_adam;
 

@@ -10,6 +10,7 @@
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/optim/adam_options.hpp"
+#include "riftco_transformer/programmed/program_augmented_model.hpp"
 
 namespace {
 
@@ -53,7 +54,43 @@ static_assert(RT_LORA_TARGET_LANGUAGE_MODEL_HEAD == lora_target_bit(LoraTarget::
 static_assert(RT_LORA_TARGETS_DEFAULT == lora_default_targets &&
               RT_LORA_TARGETS_ALL_LINEAR == 0x7F);
 
+static_assert(same_value(RT_PROGRAM_INPUT_WHOLE_SOURCE, ProgramInputSource::WholeSource));
+static_assert(same_value(RT_PROGRAM_INPUT_SOURCE_POSITION, ProgramInputSource::SourcePosition));
+static_assert(same_value(RT_LOWERING_AUTO, LoweringStrategy::Auto));
+static_assert(same_value(RT_LOWERING_DENSE, LoweringStrategy::Dense));
+static_assert(same_value(RT_LOWERING_LINEAR, LoweringStrategy::Linear));
+static_assert(same_value(RT_LOWERING_LINEAR_ATTENTION, LoweringStrategy::LinearAttention));
+static_assert(same_value(RT_LOWERING_UNSUPPORTED_REJECT, UnsupportedLoweringPolicy::Reject));
+static_assert(same_value(RT_LOWERING_UNSUPPORTED_DENSE_FALLBACK,
+                         UnsupportedLoweringPolicy::DenseFallback));
+static_assert(same_value(RT_COEFFICIENT_PRECISION_EXACT, CoefficientPrecision::ExactFloat32));
+static_assert(same_value(RT_COEFFICIENT_PRECISION_ROUNDED, CoefficientPrecision::Rounded));
+static_assert(same_value(RT_COEFFICIENT_INIT_COMPILED, CoefficientInitialization::Compiled));
+static_assert(same_value(RT_COEFFICIENT_INIT_RANDOM_UNIFORM,
+                         CoefficientInitialization::RandomUniform));
+
 // Struct layouts: explicit reserved words, no tail padding.
+static_assert(sizeof(rt_program_augmented_model_config) == 64 &&
+              offsetof(rt_program_augmented_model_config, attention) == 56 &&
+              offsetof(rt_program_augmented_model_config, random_seed) == 60);
+static_assert(sizeof(rt_program_input_layout) == 24 &&
+              offsetof(rt_program_input_layout, position) == 8 &&
+              offsetof(rt_program_input_layout, projection_group) == 16);
+static_assert(sizeof(rt_program_branch_config) == 64 &&
+              offsetof(rt_program_branch_config, inputs) == 40 &&
+              offsetof(rt_program_branch_config, input_count) == 48 &&
+              offsetof(rt_program_branch_config, merge_bias) == 60);
+static_assert(sizeof(rt_neural_lowering_options) == 48 &&
+              offsetof(rt_neural_lowering_options, random_scale) == 24 &&
+              offsetof(rt_neural_lowering_options, attention_query_axis) == 36 &&
+              offsetof(rt_neural_lowering_options, max_coefficient_elements) == 40);
+static_assert(sizeof(rt_program_steering) == 48 && offsetof(rt_program_steering, scales) == 16 &&
+              offsetof(rt_program_steering, offsets) == 32);
+static_assert(sizeof(rt_program_augmented_forward_options) == 64 &&
+              offsetof(rt_program_augmented_forward_options, batch_roll_shift) == 16 &&
+              offsetof(rt_program_augmented_forward_options, steering) == 24 &&
+              offsetof(rt_program_augmented_forward_options, ablated_program_inputs) == 40 &&
+              offsetof(rt_program_augmented_forward_options, ablate_program_output) == 56);
 static_assert(sizeof(rt_lora_config) == 40 && offsetof(rt_lora_config, rank) == 8 &&
               offsetof(rt_lora_config, alpha) == 16 &&
               offsetof(rt_lora_config, random_seed) == 20 &&

@@ -22,11 +22,14 @@
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/parameter.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "riftco_transformer/programmed/program_augmented_model.hpp"
 
 namespace riftco_transformer::c_api {
 
 struct ModelState {
+    // Exactly one is set: the handle type says which (rt_model or rt_program_augmented_model).
     std::unique_ptr<DecoderOnlyTransformer> model;
+    std::unique_ptr<ProgramAugmentedModel> program_model;
     rt_transformer_config config{};  // as created (struct_size = sizeof)
     std::size_t live_variables = 0;
     std::size_t live_optimizers = 0;
@@ -117,4 +120,16 @@ struct rt_adam {
           adam(std::move(optimizer)) {}
     riftco_transformer::c_api::ModelPin pin;
     riftco_transformer::Adam adam;
+};
+
+struct rt_multilinear_map {
+    riftco_transformer::MultilinearMap map;
+};
+
+struct rt_program_augmented_model {
+    std::shared_ptr<riftco_transformer::c_api::ModelState> state;
+};
+
+struct rt_representation_trace {
+    riftco_transformer::RepresentationTrace trace;
 };
