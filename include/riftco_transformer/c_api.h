@@ -503,8 +503,10 @@ RT_API rt_status RT_CALL rt_program_augmented_model_to(rt_program_augmented_mode
                                                        int32_t backend);
 RT_API rt_status RT_CALL rt_program_augmented_model_backend(const rt_program_augmented_model* model,
                                                             int32_t* out_backend);
-RT_API rt_status RT_CALL
-rt_program_augmented_model_has_program(const rt_program_augmented_model* model, int32_t* out);
+/* clang-format off */
+RT_API rt_status RT_CALL rt_program_augmented_model_has_program(
+    const rt_program_augmented_model* model, int32_t* out);
+/* clang-format on */
 RT_API rt_status RT_CALL rt_program_augmented_model_parameters(rt_program_augmented_model* model,
                                                                rt_parameter_list** out);
 /* tokens [batch, context_length] -> logits variable [batch, T, V]; options may be NULL (the

@@ -173,6 +173,99 @@ class QuantizedMemoryStatsStruct(Structure):
     _fields_ = [("struct_size", c_uint64)] + [(name, c_uint64) for name in QUANTIZED_MEMORY_FIELDS]
 
 
+# ---- Programmed models.
+PROGRAM_INPUT_WHOLE_SOURCE = 0
+PROGRAM_INPUT_SOURCE_POSITION = 1
+LOWERING_AUTO = 0
+LOWERING_DENSE = 1
+LOWERING_LINEAR = 2
+LOWERING_LINEAR_ATTENTION = 3
+LOWERING_UNSUPPORTED_REJECT = 0
+LOWERING_UNSUPPORTED_DENSE_FALLBACK = 1
+COEFFICIENT_PRECISION_EXACT = 0
+COEFFICIENT_PRECISION_ROUNDED = 1
+COEFFICIENT_INIT_COMPILED = 0
+COEFFICIENT_INIT_RANDOM_UNIFORM = 1
+
+
+class ProgramAugmentedModelConfigStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("vocabulary_size", c_uint64),
+        ("context_length", c_uint64),
+        ("model_width", c_uint64),
+        ("head_count", c_uint64),
+        ("feed_forward_width", c_uint64),
+        ("attention_branch_count", c_uint64),
+        ("attention", c_int32),
+        ("random_seed", c_uint32),
+    ]
+
+
+class ProgramInputLayoutStruct(Structure):
+    _fields_ = [
+        ("source", c_int32),
+        ("reserved", c_uint32),
+        ("position", c_uint64),
+        ("projection_group", c_uint64),
+    ]
+
+
+class ProgramBranchConfigStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("source_offset", c_uint64),
+        ("source_length", c_uint64),
+        ("target_offset", c_uint64),
+        ("output_length", c_uint64),
+        ("inputs", POINTER(ProgramInputLayoutStruct)),
+        ("input_count", c_uint64),
+        ("input_projection_bias", c_uint32),
+        ("merge_bias", c_uint32),
+    ]
+
+
+class NeuralLoweringOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("strategy", c_int32),
+        ("unsupported_policy", c_int32),
+        ("precision", c_int32),
+        ("initialization", c_int32),
+        ("random_scale", c_float),
+        ("random_seed", c_uint32),
+        ("trainable", c_uint32),
+        ("attention_query_axis", c_int32),
+        ("max_coefficient_elements", c_uint64),
+    ]
+
+
+class ProgramSteeringStruct(Structure):
+    _fields_ = [
+        ("input_index", c_uint64),
+        ("position", c_uint64),
+        ("scales", POINTER(c_float)),
+        ("scale_count", c_uint64),
+        ("offsets", POINTER(c_float)),
+        ("offset_count", c_uint64),
+    ]
+
+
+class ProgramForwardOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("capture_representations", c_uint32),
+        ("batch_roll_learned_attention", c_uint32),
+        ("batch_roll_shift", c_uint64),
+        ("steering", POINTER(ProgramSteeringStruct)),
+        ("steering_count", c_uint64),
+        ("ablated_program_inputs", POINTER(c_uint64)),
+        ("ablated_program_input_count", c_uint64),
+        ("ablate_program_output", c_uint32),
+        ("reserved", c_uint32),
+    ]
+
+
 # ---- Prototypes: name -> (result type, argument types), in the header's order.
 PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     # Versioning, status and errors.
@@ -292,6 +385,92 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_variable_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
     "rt_variable_backward": (rt_status, [handle]),
     "rt_cross_entropy": (rt_status, [handle, POINTER(c_uint32), c_uint64, handle_out]),
+    # Programmed models.
+    "rt_multilinear_map_create_dense": (
+        rt_status,
+        [c_uint64, POINTER(c_uint64), c_uint64, POINTER(c_double), c_uint64, handle_out],
+    ),
+    "rt_multilinear_map_create_sparse": (
+        rt_status,
+        [
+            c_uint64,
+            POINTER(c_uint64),
+            c_uint64,
+            POINTER(c_uint64),
+            POINTER(c_double),
+            c_uint64,
+            handle_out,
+        ],
+    ),
+    "rt_multilinear_map_release": (None, [handle]),
+    "rt_multilinear_map_output_dimension": (rt_status, [handle, size_out]),
+    "rt_multilinear_map_arity": (rt_status, [handle, size_out]),
+    "rt_multilinear_map_input_dimensions": (
+        rt_status,
+        [handle, POINTER(c_uint64), c_uint64, size_out],
+    ),
+    "rt_multilinear_map_values": (rt_status, [handle, POINTER(c_double), c_uint64, size_out]),
+    "rt_program_augmented_model_config_init": (
+        rt_status,
+        [POINTER(ProgramAugmentedModelConfigStruct), c_uint64],
+    ),
+    "rt_program_branch_config_init": (rt_status, [POINTER(ProgramBranchConfigStruct), c_uint64]),
+    "rt_neural_lowering_options_init": (
+        rt_status,
+        [POINTER(NeuralLoweringOptionsStruct), c_uint64],
+    ),
+    "rt_program_augmented_forward_options_init": (
+        rt_status,
+        [POINTER(ProgramForwardOptionsStruct), c_uint64],
+    ),
+    "rt_program_augmented_model_create": (
+        rt_status,
+        [
+            POINTER(ProgramAugmentedModelConfigStruct),
+            handle,
+            POINTER(ProgramBranchConfigStruct),
+            POINTER(NeuralLoweringOptionsStruct),
+            handle_out,
+        ],
+    ),
+    "rt_program_augmented_model_release": (None, [handle]),
+    "rt_program_augmented_model_get_config": (
+        rt_status,
+        [handle, POINTER(ProgramAugmentedModelConfigStruct)],
+    ),
+    "rt_program_augmented_model_to": (rt_status, [handle, c_int32]),
+    "rt_program_augmented_model_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_program_augmented_model_has_program": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_program_augmented_model_parameters": (rt_status, [handle, handle_out]),
+    "rt_program_augmented_model_forward": (
+        rt_status,
+        [
+            handle,
+            POINTER(c_uint32),
+            c_uint64,
+            c_uint64,
+            POINTER(ProgramForwardOptionsStruct),
+            handle_out,
+            handle_out,
+        ],
+    ),
+    "rt_representation_trace_release": (None, [handle]),
+    "rt_representation_trace_count": (rt_status, [handle, size_out]),
+    "rt_representation_trace_name": (
+        rt_status,
+        [handle, c_uint64, POINTER(c_char), c_uint64, size_out],
+    ),
+    "rt_representation_trace_find": (rt_status, [handle, c_char_p, size_out]),
+    "rt_representation_trace_rank": (rt_status, [handle, c_uint64, size_out]),
+    "rt_representation_trace_shape": (
+        rt_status,
+        [handle, c_uint64, POINTER(c_uint64), c_uint64, size_out],
+    ),
+    "rt_representation_trace_numel": (rt_status, [handle, c_uint64, size_out]),
+    "rt_representation_trace_copy_f32": (
+        rt_status,
+        [handle, c_uint64, POINTER(c_float), c_uint64, size_out],
+    ),
     # Adam.
     "rt_adam_options_init": (rt_status, [POINTER(AdamOptionsStruct), c_uint64]),
     "rt_adam_create": (rt_status, [handle, POINTER(AdamOptionsStruct), handle_out]),
