@@ -93,6 +93,24 @@ TEST(EmulatedDevice, OutputsMayArriveInNewBuffersAndStillMatchTheCpuBitForBit) {
     EXPECT_EQ(on_device.to_host(), tensor_ops::matmul(left, right).to_host());
 }
 
+TEST(EmulatedDevice, ATimeRangeCrossEntropyReadsNothingAndMatchesTheCpuBitForBit) {
+    // logits [2,4,5] over t in [1, 3): the window reaches the adapter with the targets left
+    // on the device, and nothing is read until the results are.
+    const std::vector<float> values = testing::pseudo_random(2 * 4 * 5, -2.0F, 2.0F, 3);
+    const std::vector<std::uint32_t> ids{0, 1, 2, 3, 4, 0, 1, 2};
+    const Tensor logits({2, 4, 5}, std::span<const float>(values), cpu);
+    const Tensor on_device_logits = logits.to(device);
+    const IndexTensor on_device_targets({2, 4}, ids, device);
+    const std::uint64_t reads = host_read_count();
+    const tensor_ops::CrossEntropyResult on_device =
+        tensor_ops::cross_entropy_time_range(on_device_logits, on_device_targets, 1, 2);
+    EXPECT_EQ(host_read_count(), reads);
+    const tensor_ops::CrossEntropyResult on_cpu =
+        tensor_ops::cross_entropy_time_range(logits, ids, 1, 2);
+    EXPECT_EQ(on_device.loss.to_host(), on_cpu.loss.to_host());
+    EXPECT_EQ(on_device.gradient.to_host(), on_cpu.gradient.to_host());
+}
+
 TEST(EmulatedDevice, WritesGoThroughTheAdapterAndNeverReachACopy) {
     Tensor x({4}, {1.0F, 2.0F, 3.0F, 4.0F}, device);
     const Tensor copy = x;

@@ -368,6 +368,18 @@ RT_API rt_status RT_CALL rt_variable_backward(rt_variable* variable);
  * (count == numel / V, every target < V) -> scalar variable. */
 RT_API rt_status RT_CALL rt_cross_entropy(const rt_variable* logits, const uint32_t* targets,
                                           uint64_t count, rt_variable** out);
+/* Mean cross-entropy of logits [B, T, V] over the same time slice
+ * [time_offset, time_offset + time_count) of every row (B*time_count positions) -> scalar
+ * variable of the same graph. targets hold one id per position, B*T of them row-major; all
+ * are checked, only the slice's contribute, and backward gives the logits an exactly zero
+ * gradient outside the slice. Logits of rank != 3, time_count == 0 or count != B*T:
+ * RT_STATUS_INVALID_ARGUMENT; time_offset + time_count > T (no wraparound) or a target
+ * >= V: RT_STATUS_OUT_OF_RANGE. One of the 2.5 (programmed family) additions: no version
+ * change. */
+RT_API rt_status RT_CALL rt_cross_entropy_time_range(const rt_variable* logits,
+                                                     const uint32_t* targets, uint64_t count,
+                                                     uint64_t time_offset, uint64_t time_count,
+                                                     rt_variable** out);
 
 /* ---- Programmed models (ABI 2.5 family; spec WORKFLOWS §7.2-7.4) ------------------------
  * Multilinear maps are immutable output-major double tensors T[O, d_1, ..., d_k]; a

@@ -15,6 +15,14 @@ const rt_variable& variable_of(const rt_variable* handle, const char* argument) 
     return require_handle(handle, argument);
 }
 
+// A loss computed from `logits`: the same model pin, and the logits' epoch (the loss's graph
+// is the logits' graph).
+rt_variable* loss_handle(const rt_variable& logits, Variable loss) {
+    auto* result = new rt_variable(logits.pin.shared_state(), std::move(loss));
+    result->epoch = logits.epoch;
+    return result;
+}
+
 }  // namespace
 
 extern "C" {
@@ -87,9 +95,21 @@ rt_status rt_cross_entropy(const rt_variable* logits, const uint32_t* targets, u
         const auto given = input_array(targets, count, "targets");
         require_pointer(out, "out");
         Variable loss = cross_entropy(native.variable, given);
-        auto* result = new rt_variable(native.pin.shared_state(), std::move(loss));
-        result->epoch = native.epoch;  // the loss's graph is the logits' graph
-        *out = result;
+        *out = loss_handle(native, std::move(loss));
+    });
+}
+
+rt_status rt_cross_entropy_time_range(const rt_variable* logits, const uint32_t* targets,
+                                      uint64_t count, uint64_t time_offset, uint64_t time_count,
+                                      rt_variable** out) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(logits, "logits");
+        const auto given = input_array(targets, count, "targets");
+        require_pointer(out, "out");
+        Variable loss =
+            cross_entropy_time_range(native.variable, given, to_size(time_offset, "time_offset"),
+                                     to_size(time_count, "time_count"));
+        *out = loss_handle(native, std::move(loss));
     });
 }
 

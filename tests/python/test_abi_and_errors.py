@@ -150,6 +150,7 @@ def test_the_package_root_exports_exactly_the_public_api():
         "backend_available",
         "cpu_info",
         "cross_entropy",
+        "cross_entropy_time_range",
         "__version__",
     }
     assert riftco_transformer.__version__ == "0.1.0"

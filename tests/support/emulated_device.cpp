@@ -164,12 +164,13 @@ class EmulatedSoftmax final : public SoftmaxCapability {
 
 class EmulatedLoss final : public LossCapability {
   public:
-    void cross_entropy(const Tensor& logits, const IndexTensor& targets, Tensor& loss,
-                       Tensor& gradient) const override {
+    void cross_entropy(const Tensor& logits, const IndexTensor& targets, LossWindow window,
+                       Tensor& loss, Tensor& gradient) const override {
         Fresh fresh_loss(loss);
         Fresh fresh_gradient(gradient);
         deferring([&] {
-            cpu_.cross_entropy(logits, targets, fresh_loss.tensor(), fresh_gradient.tensor());
+            cpu_.cross_entropy(logits, targets, window, fresh_loss.tensor(),
+                               fresh_gradient.tensor());
         });
         fresh_loss.replace(loss);
         fresh_gradient.replace(gradient);

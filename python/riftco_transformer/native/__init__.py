@@ -24,7 +24,7 @@ from ._abi import (
 )
 from ._errors import RiftcoTransformerError
 from .adam import Adam, AdamOptions, AdamState, AdamStepStats
-from .autograd import Variable, cross_entropy
+from .autograd import Variable, cross_entropy, cross_entropy_time_range
 from .backends import backend_available, cpu_info
 from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
 from .model import DecoderOnlyTransformer, TransformerConfig
@@ -66,4 +66,5 @@ __all__ = [
     "backend_available",
     "cpu_info",
     "cross_entropy",
+    "cross_entropy_time_range",
 ]

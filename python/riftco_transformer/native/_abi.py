@@ -385,6 +385,9 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_variable_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
     "rt_variable_backward": (rt_status, [handle]),
     "rt_cross_entropy": (rt_status, [handle, POINTER(c_uint32), c_uint64, handle_out]),
+    "rt_cross_entropy_time_range": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
     # Programmed models.
     "rt_multilinear_map_create_dense": (
         rt_status,

@@ -1,4 +1,4 @@
-"""Autograd variables (model outputs and losses) and the cross-entropy loss.
+"""Autograd variables (model outputs and losses) and the cross-entropy losses.
 
 A variable belongs to its model: it shares the model's lock and keeps the model's native state
 alive, so it stays usable after the model wrapper is closed. While a variable is open the model
@@ -20,14 +20,15 @@ from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
 from ._readout import Float32Readout
+from ._validation import UINT64_LIMIT, require_int
 from .backends import BACKEND_NAMES
 
 
 class Variable(Float32Readout, NativeHandle):
     """A node of a model's autograd graph: its values (row-major float32) and ``backward()``.
 
-    Produced by calling a :class:`DecoderOnlyTransformer` and by :func:`cross_entropy`; there
-    is no public constructor.
+    Produced by calling a :class:`DecoderOnlyTransformer` and by :func:`cross_entropy` or
+    :func:`cross_entropy_time_range`; there is no public constructor.
     """
 
     _release_function = "rt_variable_release"
@@ -88,6 +89,29 @@ def cross_entropy(logits: Variable, targets) -> Variable:
     invalid_argument; an id >= V is a native out_of_range. The result is a scalar variable of
     the same model.
     """
+    return _loss("rt_cross_entropy", logits, targets)
+
+
+def cross_entropy_time_range(logits: Variable, targets, offset: int, count: int) -> Variable:
+    """The mean cross-entropy of ``logits [B, T, V]`` over time steps ``[offset, offset+count)``.
+
+    The same slice of every row counts (``B * count`` positions); ``targets`` hold one id per
+    position, all ``B * T`` of them, flat or nested ``[B][T]`` as for :func:`cross_entropy`.
+    Every target is checked, only the slice's contribute, and ``backward()`` gives the logits
+    outside the slice an exactly zero gradient. ``offset`` (>= 0) and ``count`` (> 0) are
+    ints (TypeError otherwise, ValueError out of range). Native errors: logits of rank != 3
+    or a target count != B*T is invalid_argument; ``offset + count > T`` or an id >= V is
+    out_of_range.
+    """
+    time_offset = require_int(offset, "offset", 0, UINT64_LIMIT)
+    time_count = require_int(count, "count", 1, UINT64_LIMIT)
+    return _loss("rt_cross_entropy_time_range", logits, targets, time_offset, time_count)
+
+
+def _loss(function: str, logits: Variable, targets, *window: int) -> Variable:
+    """The scalar loss variable the native ``function(logits, ids, id_count, *window, out)``
+    makes, after the checks every loss shares: a Variable, and targets converted and nested
+    like the logits' leading shape."""
     if not isinstance(logits, Variable):
         raise TypeError(f"logits must be a Variable, not {type(logits).__name__}")
     target_ids = token_ids(targets, "targets")
@@ -99,8 +123,8 @@ def cross_entropy(logits: Variable, targets) -> Variable:
                 f"{logits.shape[:-1]}"
             )
         check_status(
-            library().rt_cross_entropy(
-                pointer, target_ids.values, len(target_ids.values), ctypes.byref(loss)
+            getattr(library(), function)(
+                pointer, target_ids.values, len(target_ids.values), *window, ctypes.byref(loss)
             )
         )
     return Variable._from_pointer(loss.value, logits._lock)

@@ -1,5 +1,5 @@
-// Differentiable gather, softmax, normalisation and cross-entropy, each wrapping the fused
-// raw forward and backward kernels.
+// Differentiable gather, softmax, normalisation and cross-entropy (whole or over a time
+// range), each wrapping the fused raw forward and backward kernels.
 
 #include <vector>
 
@@ -95,20 +95,39 @@ Variable rms_norm(const Variable& x, const Variable& scale, float epsilon) {
 
 Variable cross_entropy(const Variable& logits, std::span<const std::uint32_t> targets) {
     require_defined(logits, "cross_entropy", "logits");
-    ops::CrossEntropyResult result = ops::cross_entropy(logits.value(), targets);
-    return detail::cross_entropy_result(logits, std::move(result));
+    return detail::cross_entropy_result("cross_entropy", logits,
+                                        ops::cross_entropy(logits.value(), targets));
 }
 
 Variable cross_entropy(const Variable& logits, const IndexTensor& targets) {
     require_defined(logits, "cross_entropy", "logits");
-    return detail::cross_entropy_result(logits, ops::cross_entropy(logits.value(), targets));
+    return detail::cross_entropy_result("cross_entropy", logits,
+                                        ops::cross_entropy(logits.value(), targets));
+}
+
+Variable cross_entropy_time_range(const Variable& logits, std::span<const std::uint32_t> targets,
+                                  std::size_t offset, std::size_t count) {
+    constexpr std::string_view op = "cross_entropy_time_range";
+    require_defined(logits, op, "logits");
+    return detail::cross_entropy_result(
+        op, logits, ops::cross_entropy_time_range(logits.value(), targets, offset, count));
+}
+
+Variable cross_entropy_time_range(const Variable& logits, const IndexTensor& targets,
+                                  std::size_t offset, std::size_t count) {
+    constexpr std::string_view op = "cross_entropy_time_range";
+    require_defined(logits, op, "logits");
+    return detail::cross_entropy_result(
+        op, logits, ops::cross_entropy_time_range(logits.value(), targets, offset, count));
 }
 
 namespace detail {
-Variable cross_entropy_result(const Variable& logits, tensor_ops::CrossEntropyResult result) {
+Variable cross_entropy_result(std::string_view operation, const Variable& logits,
+                              tensor_ops::CrossEntropyResult result) {
     const Tensor base_gradient = logits.requires_gradient() ? result.gradient : Tensor();
-    // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend.
-    return make_result("cross_entropy", std::move(result.loss), {&logits},
+    // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend (zero rows
+    // outside a time range stay zero).
+    return make_result(operation, std::move(result.loss), {&logits},
                        [base_gradient](const Tensor& g, std::span<const bool>) {
                            return std::vector<Tensor>{ops::multiply(
                                base_gradient, ops::broadcast_to(g, base_gradient.shape()))};

@@ -93,8 +93,9 @@ struct CounterCells {
 };
 [[nodiscard]] CounterCells& counter_cells() noexcept;
 
-// cross_entropy's differentiable result from a raw one (shared by its two forms).
-[[nodiscard]] Variable cross_entropy_result(const Variable& logits,
+// A fused cross-entropy's differentiable result from a raw one (shared by cross_entropy and
+// cross_entropy_time_range, each in two forms): d logits = upstream · base gradient.
+[[nodiscard]] Variable cross_entropy_result(std::string_view operation, const Variable& logits,
                                             tensor_ops::CrossEntropyResult result);
 
 }  // namespace riftco_transformer::detail

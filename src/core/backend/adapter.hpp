@@ -158,13 +158,23 @@ class NormalizationCapability {
                                    Tensor& scale_gradient) const = 0;
 };
 
+// The positions a loss averages over: logits [..., V] viewed as [B, T, V] (T = time_extent),
+// the rows (b, t) with t in [offset, offset + count), N = B·count. The default is every row.
+struct LossWindow {
+    std::size_t time_extent = 1;
+    std::size_t offset = 0;
+    std::size_t count = 1;
+};
+
 class LossCapability {
   public:
     virtual ~LossCapability() = default;
-    // targets: one id < V per position. domain_error: non-finite target logit;
-    // overflow_error: non-finite mean loss.
-    virtual void cross_entropy(const Tensor& logits, const IndexTensor& targets, Tensor& loss,
-                               Tensor& gradient) const = 0;
+    // targets: one id < V per row of logits (every row, not only the window's).
+    // loss = −(1/N)·Σ_{(b,t) in window} log softmax(z_bt)[y_bt]; gradient (logits' shape) =
+    // (softmax − onehot)/N on the window's rows and exactly 0 elsewhere. domain_error:
+    // non-finite target logit in the window; overflow_error: non-finite mean loss.
+    virtual void cross_entropy(const Tensor& logits, const IndexTensor& targets, LossWindow window,
+                               Tensor& loss, Tensor& gradient) const = 0;
 };
 
 // Memory-linear ("flash") causal attention: Q, K, V, context [B,H,T,d_h]; row statistics

@@ -134,4 +134,14 @@ struct LowRankUpdate {
                                      std::span<const std::uint32_t> targets);
 [[nodiscard]] Variable cross_entropy(const Variable& logits, const IndexTensor& targets);
 
+// Mean cross-entropy of logits [B,T,V] over the time slice [offset, offset+count) of every
+// row (B·count positions) against B·T targets, one per position (only the slice's count; all
+// are range-checked). d logits is upstream·(softmax − onehot)/(B·count) on the slice and
+// exactly 0 elsewhere. Errors: tensor_ops::cross_entropy_time_range.
+[[nodiscard]] Variable cross_entropy_time_range(const Variable& logits,
+                                                std::span<const std::uint32_t> targets,
+                                                std::size_t offset, std::size_t count);
+[[nodiscard]] Variable cross_entropy_time_range(const Variable& logits, const IndexTensor& targets,
+                                                std::size_t offset, std::size_t count);
+
 }  // namespace riftco_transformer

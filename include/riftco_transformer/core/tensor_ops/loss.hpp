@@ -1,6 +1,7 @@
 #pragma once
 // Fused, numerically stable softmax cross-entropy.
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -23,5 +24,20 @@ struct CrossEntropyResult {
 // N ids; another backend: invalid_argument). The range check reads the maximum recorded at
 // the upload: O(1), no device read.
 [[nodiscard]] CrossEntropyResult cross_entropy(const Tensor& logits, const IndexTensor& targets);
+
+// Mean cross-entropy over the same time slice t in [offset, offset+count) of every row of
+// logits [B,T,V] (N = B·count positions). targets hold B·T ids, one per position (row-major);
+// every one is range-checked, only the slice's contribute. gradient [B,T,V] is
+// (softmax − onehot)/N on the slice and exactly 0 elsewhere.
+// Rank != 3 or count == 0: invalid_argument (zero dimensions cannot exist: Tensor rejects
+// them); offset + count > T: out_of_range; a target count != B·T: invalid_argument; a
+// target >= V: out_of_range; the value errors of cross_entropy, for the slice's positions.
+[[nodiscard]] CrossEntropyResult cross_entropy_time_range(const Tensor& logits,
+                                                          std::span<const std::uint32_t> targets,
+                                                          std::size_t offset, std::size_t count);
+// The same with targets already on the logits' backend (any shape with B·T ids).
+[[nodiscard]] CrossEntropyResult cross_entropy_time_range(const Tensor& logits,
+                                                          const IndexTensor& targets,
+                                                          std::size_t offset, std::size_t count);
 
 }  // namespace riftco_transformer::tensor_ops

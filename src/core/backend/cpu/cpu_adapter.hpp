@@ -98,8 +98,8 @@ class CpuAttention final : public AttentionCapability {
 
 class CpuLoss final : public LossCapability {
   public:
-    void cross_entropy(const Tensor& logits, const IndexTensor& targets, Tensor& loss,
-                       Tensor& gradient) const override;
+    void cross_entropy(const Tensor& logits, const IndexTensor& targets, LossWindow window,
+                       Tensor& loss, Tensor& gradient) const override;
 };
 
 class CpuAdam final : public AdamCapability {

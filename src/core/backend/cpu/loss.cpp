@@ -1,6 +1,8 @@
 // CPU fused softmax cross-entropy: one pass for the row max, one for exp and its sum, one to
-// write the base gradient; the loss is summed in double over fixed row blocks.
+// write the base gradient; the loss is summed in double over fixed row blocks. Rows outside
+// the time window are skipped and get an exactly zero gradient.
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <sstream>
@@ -17,15 +19,29 @@ namespace {
 constexpr std::size_t loss_row_block = 16;
 }  // namespace
 
-void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids, Tensor& loss,
-                            Tensor& gradient) const {
-    // logits [N,V] -> loss = −(1/N)·Σ_n (z_{n,y} − max_n − log Σ_j exp(z_nj − max_n))
-    //                 gradient[n] = (softmax(z_n) − onehot(y_n))/N
+void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids, LossWindow window,
+                            Tensor& loss, Tensor& gradient) const {
+    // logits [B,T,V], window rows r = b·T + t, t in [offset, offset+count), N = B·count ->
+    //   loss = −(1/N)·Σ_r (z_{r,y} − max_r − log Σ_j exp(z_rj − max_r))
+    //   gradient[r] = (softmax(z_r) − onehot(y_r))/N on window rows, 0 on the others
     const std::size_t vocabulary = logits.shape().back();
-    const std::size_t positions = logits.numel() / vocabulary;
+    const std::size_t rows = logits.numel() / vocabulary;
+    const std::size_t positions = rows / window.time_extent * window.count;
     const float* z = cpu_data(logits);
     const std::uint32_t* targets = cpu_indices(target_ids);
     float* grad = cpu_output(gradient);
+    // The n-th window position -> its row of logits.
+    const auto row_of = [&window](std::size_t n) {
+        return n / window.count * window.time_extent + window.offset + n % window.count;
+    };
+    if (positions != rows) {
+        for (std::size_t b = 0; b < rows / window.time_extent; ++b) {
+            float* batch_row = grad + b * window.time_extent * vocabulary;
+            std::fill(batch_row, batch_row + window.offset * vocabulary, 0.0F);
+            std::fill(batch_row + (window.offset + window.count) * vocabulary,
+                      batch_row + window.time_extent * vocabulary, 0.0F);
+        }
+    }
     const auto inverse_count = static_cast<float>(1.0 / static_cast<double>(positions));
     const std::size_t blocks = (positions + loss_row_block - 1) / loss_row_block;
     std::vector<double> block_loss(blocks, 0.0);
@@ -36,11 +52,12 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
                          const std::size_t last = std::min(positions, (block + 1) * loss_row_block);
                          double total = 0.0;
                          for (std::size_t n = block * loss_row_block; n < last; ++n) {
-                             const float* row = z + n * vocabulary;
-                             float* g = grad + n * vocabulary;
-                             const float target_logit = row[targets[n]];
+                             const std::size_t r = row_of(n);
+                             const float* row = z + r * vocabulary;
+                             float* g = grad + r * vocabulary;
+                             const float target_logit = row[targets[r]];
                              if (!std::isfinite(target_logit)) {
-                                 non_finite_target.record(n);
+                                 non_finite_target.record(r);
                                  continue;
                              }
                              const float max = row_max(row, vocabulary);
@@ -51,7 +68,7 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
                              const auto scale = static_cast<float>(1.0 / sum) * inverse_count;
                              for (std::size_t j = 0; j < vocabulary; ++j)
                                  g[j] *= scale;
-                             g[targets[n]] -= inverse_count;
+                             g[targets[r]] -= inverse_count;
                          }
                          block_loss[block] = total;
                      }
