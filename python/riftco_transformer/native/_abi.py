@@ -388,6 +388,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_cross_entropy_time_range": (
         rt_status,
         [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
+    ),
     # Programmed models.
     "rt_multilinear_map_create_dense": (
         rt_status,
