@@ -145,3 +145,14 @@ def test_fine_tune_tiny_lowers_held_out_loss_and_merging_keeps_it(run_python, me
     if method == "qlora":
         packed = re.search(r"\(([0-9.]+)x\)", result.stdout)
         assert packed and float(packed.group(1)) < 0.15, result.stdout
+
+
+def test_programmed_modular_addition_beats_learned_only_and_ablation_hurts(run_python):
+    result = run_python(script=EXAMPLES / "programmed_modular_addition.py")
+    assert result.returncode == 0, result.stderr
+    accuracies = [float(a) for a in re.findall(r"held-out answer accuracy ([0-9.]+)", result.stdout)]
+    assert len(accuracies) == 3, result.stdout
+    learned, program, ablated = accuracies
+    assert program > learned + 0.3
+    assert ablated < program - 0.3
+    assert "projected program input 1" in result.stdout
