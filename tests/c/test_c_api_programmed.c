@@ -164,7 +164,38 @@ static void creation_takes_all_three_program_parts_or_none(void) {
     EXPECT_STATUS(rt_program_augmented_model_create(&config, map, &branch, &lowering, &model),
                   RT_STATUS_INVALID_ARGUMENT);
     EXPECT(model == NULL);
+    /* Reserved words must be zero; struct sizes below the first published one are invalid. */
+    const rt_program_input_layout reserved_set[2] = {{RT_PROGRAM_INPUT_SOURCE_POSITION, 1, 0, 0},
+                                                     {RT_PROGRAM_INPUT_SOURCE_POSITION, 0, 1, 1}};
+    lowering.strategy = RT_LOWERING_AUTO;
+    branch.inputs = reserved_set;
+    EXPECT_STATUS(rt_program_augmented_model_create(&config, map, &branch, &lowering, &model),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("reserved");
+    branch.inputs = layouts;
+    branch.merge_bias = 2;
+    EXPECT_STATUS(rt_program_augmented_model_create(&config, map, &branch, &lowering, &model),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("merge_bias");
+    branch.merge_bias = 0;
+    rt_program_augmented_model_config small = config;
+    small.struct_size = 16;
+    EXPECT_STATUS(rt_program_augmented_model_create(&small, NULL, NULL, NULL, &model),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(model == NULL);
     EXPECT_OK(rt_program_augmented_model_create(&config, NULL, NULL, NULL, &model));
+    rt_program_augmented_forward_options options;
+    EXPECT_OK(rt_program_augmented_forward_options_init(&options, sizeof options));
+    options.reserved = 1;
+    rt_variable* logits = NULL;
+    const uint32_t row[3] = {1, 2, 0};
+    EXPECT_STATUS(rt_program_augmented_model_forward(model, row, 3, 1, &options, &logits, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    options.reserved = 0;
+    options.ablate_program_output = 1; /* a learned-only model has no program to ablate */
+    EXPECT_STATUS(rt_program_augmented_model_forward(model, row, 3, 1, &options, &logits, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(logits == NULL);
     int32_t has = 1;
     EXPECT_OK(rt_program_augmented_model_has_program(model, &has));
     EXPECT(has == 0);
