@@ -184,7 +184,7 @@ TEST(CrossEntropyTimeRange, TargetsAndLogitsOutsideTheSliceDoNotContribute) {
     std::vector<std::uint32_t> targets = f.targets;
     for (std::size_t b = 0; b < batch; ++b) {
         for (const std::size_t t : {0U, 1U, 4U}) {
-            targets[b * time + t] = (targets[b * time + t] + 1) % vocabulary;
+            targets[b * time + t] = (targets[b * time + t] + 1U) % std::uint32_t{vocabulary};
             values[(b * time + t) * vocabulary] = std::numeric_limits<float>::quiet_NaN();
         }
     }
