@@ -45,17 +45,6 @@ void perturb_adapters(const DecoderOnlyTransformer& model, std::uint32_t seed) {
     }
 }
 
-template <typename Exception, typename Action>
-std::string message_of(Action action) {
-    try {
-        action();
-    } catch (const Exception& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected an exception";
-    return "";
-}
-
 }  // namespace
 
 TEST(LoraConfig, DefaultsAreTheSpecs) {
@@ -79,7 +68,7 @@ TEST(LoraConfig, TargetsAreNamedByProjectionPath) {
         EXPECT_EQ(lora_target_from_name(lora_target_name(target)), target);
     }
     const std::string message =
-        message_of<std::invalid_argument>([] { (void)lora_target_from_name("attention.qkv"); });
+        testing::message_of<std::invalid_argument>([] { (void)lora_target_from_name("attention.qkv"); });
     EXPECT_NE(message.find("'attention.qkv'"), std::string::npos) << message;
     EXPECT_NE(message.find("attention.query"), std::string::npos) << message;
     EXPECT_THROW((void)lora_target_name(static_cast<LoraTarget>(10)), std::invalid_argument);
@@ -88,7 +77,7 @@ TEST(LoraConfig, TargetsAreNamedByProjectionPath) {
 TEST(LoraConfig, RejectsBadRankAlphaScaleAndMasks) {
     const auto rejects = [](LoraConfig config, const std::string& fragment) {
         const std::string message =
-            message_of<std::invalid_argument>([&] { (void)lora_scale(config, "op"); });
+            testing::message_of<std::invalid_argument>([&] { (void)lora_scale(config, "op"); });
         EXPECT_NE(message.find(fragment), std::string::npos) << message;
     };
     rejects({.rank = 0}, "rank");
@@ -346,11 +335,11 @@ TEST(Lora, LifecycleRejectionsChangeNothing) {
     EXPECT_THROW(model.attach_lora({.alpha = -2.0F}), std::invalid_argument);
     EXPECT_THROW(model.attach_lora({.targets = 0}), std::invalid_argument);
     // gate/up/down exist only in SwiGLU models: selects nothing here.
-    const std::string nothing = message_of<std::invalid_argument>(
+    const std::string nothing = testing::message_of<std::invalid_argument>(
         [&] { model.attach_lora({.targets = lora_target_bit(LoraTarget::FeedForwardGate)}); });
     EXPECT_NE(nothing.find("selects no projection"), std::string::npos) << nothing;
     // rank 28 > min(32, 27) of the head only: rejected before anything is attached.
-    const std::string rank = message_of<std::invalid_argument>(
+    const std::string rank = testing::message_of<std::invalid_argument>(
         [&] { model.attach_lora({.rank = 28, .alpha = 28.0F, .targets = 0x7F}); });
     EXPECT_NE(rank.find("language_model_head"), std::string::npos) << rank;
     untouched();
@@ -426,7 +415,7 @@ TEST(Lora, CheckpointedBlocksGiveTheSameFactorGradientsAndRefuseStaleReplays) {
                                  ActivationCheckpointing::TransformerBlock);
     Variable loss = cross_entropy(model.forward(tokens, {2, 7}), targets);
     model.attach_lora({});
-    const std::string message = message_of<std::logic_error>([&] { loss.backward(); });
+    const std::string message = testing::message_of<std::logic_error>([&] { loss.backward(); });
     EXPECT_NE(message.find("cannot be replayed"), std::string::npos) << message;
 }
 

@@ -21,17 +21,6 @@ namespace {
 
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
 
-template <typename Exception, typename Action>
-std::string message_of(Action action) {
-    try {
-        action();
-    } catch (const Exception& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected an exception";
-    return "";
-}
-
 // Dyadic values (k/64), exact in float.
 std::vector<double> dyadic_values(std::size_t count, std::uint32_t seed) {
     std::mt19937 generator(seed);
@@ -127,7 +116,7 @@ TEST(MultilinearMap, SparseImportEqualsTheDenseMapAndAnEmptyOneIsZero) {
 
 TEST(MultilinearMap, ImportRejectionsNameTheProblem) {
     const auto invalid = [](auto action, const std::string& fragment) {
-        const std::string message = message_of<std::invalid_argument>(action);
+        const std::string message = testing::message_of<std::invalid_argument>(action);
         EXPECT_NE(message.find(fragment), std::string::npos) << message;
     };
     invalid([] { (void)MultilinearMap::from_dense(0, {2}, std::vector<double>{}); },
@@ -238,7 +227,7 @@ TEST(NeuralLowering, RoundedPrecisionRecordsTheLargestErrorAndStaysWithinIt) {
     values[3] = 0.1;        // not a float: error ~1.5e-9
     values[7] = 1.0 / 3.0;  // ~9.9e-9
     const MultilinearMap map = MultilinearMap::from_dense(3, {4, 2}, values);
-    const std::string exact = message_of<std::invalid_argument>(
+    const std::string exact = testing::message_of<std::invalid_argument>(
         [&] { LoweredMultilinearMap(map, NeuralLoweringConfig{}, cpu); });
     EXPECT_NE(exact.find("coefficient 3"), std::string::npos) << exact;
     NeuralLoweringConfig rounded;
@@ -331,7 +320,7 @@ TEST(NeuralLowering, ConfigurationRejections) {
     const auto rejects = [](const MultilinearMap& map, NeuralLoweringConfig config,
                             const std::string& fragment) {
         const std::string message =
-            message_of<std::invalid_argument>([&] { LoweredMultilinearMap(map, config, cpu); });
+            testing::message_of<std::invalid_argument>([&] { LoweredMultilinearMap(map, config, cpu); });
         EXPECT_NE(message.find(fragment), std::string::npos) << message;
     };
     rejects(binary, {.strategy = LoweringStrategy::Linear}, "cannot lower a map of arity 2");

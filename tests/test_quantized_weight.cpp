@@ -38,17 +38,6 @@ QuantizedWeight quantize_values(std::size_t out, std::size_t in, const std::vect
     return QuantizedWeight::quantize(Tensor({out, in}, values), options);
 }
 
-// The message of the invalid_argument `action` throws (fails the test if it throws nothing).
-template <typename Exception, typename Action>
-std::string message_of(Action&& action) {
-    try {
-        action();
-    } catch (const Exception& error) {
-        return error.what();
-    }
-    ADD_FAILURE() << "expected an exception";
-    return {};
-}
 
 // ---- byte counts ---------------------------------------------------------------------------
 
@@ -350,21 +339,21 @@ TEST(QuantizedWeight, DoubleQuantizedScalesOfRandomWeightsFollowTheFormula) {
 
 TEST(QuantizedWeight, QuantizeRejectsBadArgumentsNamingThem) {
     const Tensor weight({2, 32}, pseudo_random(64));
-    EXPECT_NE(message_of<std::invalid_argument>([&] {
+    EXPECT_NE(testing::message_of<std::invalid_argument>([&] {
                   static_cast<void>(QuantizedWeight::quantize(Tensor({64}, pseudo_random(64))));
               }).find("rank 2"),
               std::string::npos);
     for (const std::size_t bad : {0UL, 16UL, 48UL, 8192UL}) {
-        const std::string message = message_of<std::invalid_argument>(
+        const std::string message = testing::message_of<std::invalid_argument>(
             [&] { static_cast<void>(QuantizedWeight::quantize(weight, legacy(bad))); });
         EXPECT_NE(message.find("block_size " + std::to_string(bad)), std::string::npos) << message;
     }
-    const std::string message = message_of<std::invalid_argument>(
+    const std::string message = testing::message_of<std::invalid_argument>(
         [&] { static_cast<void>(QuantizedWeight::quantize(weight, double_quantized(64, 100))); });
     EXPECT_NE(message.find("scale_block_size 100"), std::string::npos) << message;
     std::vector<float> values = pseudo_random(64);
     values[37] = std::numeric_limits<float>::quiet_NaN();
-    const std::string non_finite = message_of<std::invalid_argument>([&] {
+    const std::string non_finite = testing::message_of<std::invalid_argument>([&] {
         static_cast<void>(QuantizedWeight::quantize(Tensor({2, 32}, values)));
     });
     EXPECT_NE(non_finite.find("flat index 37"), std::string::npos) << non_finite;
@@ -399,7 +388,7 @@ PackedNf4Payload dq_payload() {
 
 // The invalid_argument message of loading `payload` on the CPU.
 std::string rejection(PackedNf4Payload payload) {
-    return message_of<std::invalid_argument>([&] {
+    return testing::message_of<std::invalid_argument>([&] {
         static_cast<void>(
             QuantizedWeight::from_packed_nf4(std::move(payload), ExecutionBackend::Cpu));
     });

@@ -138,4 +138,17 @@ inline std::vector<double> to_double(const std::vector<float>& values) {
     return {values.begin(), values.end()};
 }
 
+// The message of the `Exception` that `action()` throws (a test failure, and "", when it
+// throws none).
+template <typename Exception, typename Action>
+std::string message_of(Action&& action) {
+    try {
+        action();
+    } catch (const Exception& error) {
+        return error.what();
+    }
+    ADD_FAILURE() << "expected an exception";
+    return "";
+}
+
 }  // namespace riftco_transformer::testing

@@ -27,6 +27,14 @@ from ._lowering import NeuralLoweringConfig
 from ._multilinear_map import MultilinearMap
 
 SOURCES = {"whole_source": 0, "source_position": 1}
+_SIZE_FIELDS = (
+    "vocabulary_size",
+    "context_length",
+    "model_width",
+    "head_count",
+    "feed_forward_width",
+    "attention_branch_count",
+)
 
 
 def _flag(value, name: str) -> bool:
@@ -50,14 +58,7 @@ class ProgramAugmentedModelConfig:
     random_seed: int = 42
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocabulary_size",
-            "context_length",
-            "model_width",
-            "head_count",
-            "feed_forward_width",
-            "attention_branch_count",
-        ):
+        for name in _SIZE_FIELDS:
             require_int(getattr(self, name), name, 1, UINT64_LIMIT)
         require_choice(self.attention, "attention", ATTENTION_VALUES)
         require_int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
@@ -69,15 +70,7 @@ class ProgramAugmentedModelConfig:
                 ctypes.byref(native), ctypes.sizeof(native)
             )
         )
-        for name in (
-            "vocabulary_size",
-            "context_length",
-            "model_width",
-            "head_count",
-            "feed_forward_width",
-            "attention_branch_count",
-            "random_seed",
-        ):
+        for name in (*_SIZE_FIELDS, "random_seed"):
             setattr(native, name, getattr(self, name))
         native.attention = ATTENTION_VALUES[self.attention]
         return native
