@@ -310,6 +310,8 @@ rt_status rt_program_augmented_model_create(const rt_program_augmented_model_con
             }
             program = std::move(native_branch);
         }
+        // Models are created on CPU whatever the thread's construction default is.
+        const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
         auto state = std::make_shared<ModelState>();
         state->program_model = std::make_unique<ProgramAugmentedModel>(native, std::move(program));
         *out = new rt_program_augmented_model{std::move(state)};

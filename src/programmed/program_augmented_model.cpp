@@ -139,7 +139,8 @@ ProgramAugmentedModel::ProgramAugmentedModel(const ProgramAugmentedModelConfig& 
         validate(*program, config);
     }
     const std::size_t d = config.model_width;
-    const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
+    // Created on the calling thread's construction default, like every module.
+    const ExecutionBackend backend = current_execution_backend();
     std::mt19937 generator(config.random_seed);
     token_embedding_ = &register_module(
         "token_embedding", std::make_unique<Embedding>(config.vocabulary_size, d, generator));
@@ -183,9 +184,8 @@ ProgramAugmentedModel::ProgramAugmentedModel(const ProgramAugmentedModelConfig& 
                 raw_width(*program, layout, d), program->map.input_dimensions()[i], generator,
                 program->input_projection_bias)));
         }
-        state.lowered = &register_module(
-            "program", std::make_unique<LoweredMultilinearMap>(program->map, program->lowering,
-                                                               ExecutionBackend::Cpu));
+        state.lowered = &register_module("program", std::make_unique<LoweredMultilinearMap>(
+                                                        program->map, program->lowering, backend));
         state.merge = &register_module(
             "program_merge", std::make_unique<Linear>(d + program->map.output_dimension(), d,
                                                       generator, program->merge_bias));

@@ -132,6 +132,7 @@ class ProgramAugmentedModel final : public Module {
     // map's arity, an unknown source kind, a whole_source input with position != 0, a
     // source_position input past the span, projection groups whose inputs differ in width,
     // and the lowering's own rules (LoweredMultilinearMap).
+    // Parameters live on the calling thread's construction default backend.
     explicit ProgramAugmentedModel(const ProgramAugmentedModelConfig& config,
                                    std::optional<ProgramBranch> program = std::nullopt);
 
