@@ -1,7 +1,7 @@
 # The layer rules of README's "What is here" that the sources can be checked against:
-# - nn/ composes public operations only, and optim/ calls tensor_ops and the public leaf
-#   access: neither includes a private header of core/ (graph nodes, backend adapters,
-#   tensor internals);
+# - nn/ and programmed/ compose public operations only, and optim/ calls tensor_ops and the
+#   public leaf access: none includes a private header of core/ (graph nodes, backend
+#   adapters, tensor internals);
 # - test-only oracles stay out of the shipped sources (src/): the emulated device and the
 #   double-precision flash reference live in tests/support/.
 # Run as: cmake -DSOURCE_DIR=<repo> -P check_layers.cmake
@@ -21,10 +21,11 @@ endfunction()
 
 forbid_includes("nn/" "core/" "a private core header")
 forbid_includes("optim/" "core/" "a private core header")
+forbid_includes("programmed/" "core/" "a private core header")
 forbid_includes("" ".*(attention_reference|emulated_device)" "a test-only oracle")
 if(failures)
     list(JOIN failures "\n" text)
     message(FATAL_ERROR "layer rules broken:\n${text}")
 endif()
-message(STATUS "layer rules hold (nn, optim: no private core header; "
+message(STATUS "layer rules hold (nn, optim, programmed: no private core header; "
                "no test-only oracle in src/)")
