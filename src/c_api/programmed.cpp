@@ -32,19 +32,23 @@ bool flag(uint32_t value, const char* field) {
     return value == 1;
 }
 
-constexpr rt_program_augmented_model_config default_model_config() {
+// The ABI form of a model config (struct_size = sizeof).
+rt_program_augmented_model_config to_abi(const ProgramAugmentedModelConfig& c) {
     rt_program_augmented_model_config config{};
-    const ProgramAugmentedModelConfig defaults;
     config.struct_size = sizeof(config);
-    config.vocabulary_size = defaults.vocabulary_size;
-    config.context_length = defaults.context_length;
-    config.model_width = defaults.model_width;
-    config.head_count = defaults.head_count;
-    config.feed_forward_width = defaults.feed_forward_width;
-    config.attention_branch_count = defaults.attention_branch_count;
-    config.attention = static_cast<int32_t>(defaults.attention);
-    config.random_seed = defaults.random_seed;
+    config.vocabulary_size = c.vocabulary_size;
+    config.context_length = c.context_length;
+    config.model_width = c.model_width;
+    config.head_count = c.head_count;
+    config.feed_forward_width = c.feed_forward_width;
+    config.attention_branch_count = c.attention_branch_count;
+    config.attention = static_cast<int32_t>(c.attention);
+    config.random_seed = c.random_seed;
     return config;
+}
+
+rt_program_augmented_model_config default_model_config() {
+    return to_abi(ProgramAugmentedModelConfig{});
 }
 
 constexpr rt_program_branch_config default_branch_config() {
@@ -325,16 +329,8 @@ void rt_program_augmented_model_release(rt_program_augmented_model* model) {
 rt_status rt_program_augmented_model_get_config(const rt_program_augmented_model* model,
                                                 rt_program_augmented_model_config* out) {
     return guarded(__func__, [&] {
-        const ProgramAugmentedModelConfig& c = program_state(model).program_model->config();
-        rt_program_augmented_model_config value = default_model_config();
-        value.vocabulary_size = c.vocabulary_size;
-        value.context_length = c.context_length;
-        value.model_width = c.model_width;
-        value.head_count = c.head_count;
-        value.feed_forward_width = c.feed_forward_width;
-        value.attention_branch_count = c.attention_branch_count;
-        value.attention = static_cast<int32_t>(c.attention);
-        value.random_seed = c.random_seed;
+        const rt_program_augmented_model_config value =
+            to_abi(program_state(model).program_model->config());
         write_struct(out, value, sizeof(rt_program_augmented_model_config), "out");
     });
 }
@@ -423,13 +419,11 @@ rt_status rt_representation_trace_find(const rt_representation_trace* trace, con
         const RepresentationTrace& native = trace_of(trace);
         require_pointer(name, "name");
         require_pointer(out_index, "out_index");
-        for (std::size_t i = 0; i < native.size(); ++i) {
-            if (native.entries()[i].name == name) {
-                *out_index = i;
-                return;
-            }
+        const std::optional<std::size_t> index = native.find(name);
+        if (!index) {
+            throw std::out_of_range(std::string("no representation named '") + name + "'");
         }
-        throw std::out_of_range(std::string("no representation named '") + name + "'");
+        *out_index = *index;
     });
 }
 

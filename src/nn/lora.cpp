@@ -156,8 +156,7 @@ void AdaptationLifecycle::attach_lora(Module& model,
     if (attached_) {
         throw std::logic_error("attach_lora: a LoRA adapter is already attached to this model");
     }
-    const float scale = lora_scale(config, op);
-    (void)scale;
+    static_cast<void>(lora_scale(config, op));  // the config's own rules, before anything else
     // Which projections the mask selects, and the rules that depend on them, before any draw.
     std::vector<const AdaptableProjection*> selected;
     std::optional<ExecutionBackend> backend;
@@ -263,16 +262,7 @@ void AdaptationLifecycle::quantize_nf4(std::span<const AdaptableProjection> proj
     if (quantized_) {
         throw std::invalid_argument("quantize_nf4: the model's weights are already packed");
     }
-    if (!is_supported_nf4_block_size(options.block_size)) {
-        throw std::invalid_argument("quantize_nf4: block_size " +
-                                    std::to_string(options.block_size) +
-                                    " is not a power of two in 32..4096");
-    }
-    if (options.double_quantization && !is_supported_nf4_block_size(options.scale_block_size)) {
-        throw std::invalid_argument("quantize_nf4: scale_block_size " +
-                                    std::to_string(options.scale_block_size) +
-                                    " is not a power of two in 32..4096");
-    }
+    // Block sizes follow QuantizedWeight::quantize's one rule: the first projection reports them.
     std::vector<QuantizedWeight> packed;
     packed.reserve(projections.size());
     for (const AdaptableProjection& projection : projections) {

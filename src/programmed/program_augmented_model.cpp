@@ -113,18 +113,25 @@ Variable constant(const Shape& shape, std::vector<float> values, ExecutionBacken
 
 }  // namespace
 
-const Representation& RepresentationTrace::at(std::string_view name) const {
-    for (const Representation& entry : entries_) {
-        if (entry.name == name)
-            return entry;
+std::optional<std::size_t> RepresentationTrace::find(std::string_view name) const noexcept {
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+        if (entries_[i].name == name)
+            return i;
     }
-    throw std::out_of_range("RepresentationTrace: no representation named '" + std::string(name) +
-                            "'");
+    return std::nullopt;
+}
+
+const Representation& RepresentationTrace::at(std::string_view name) const {
+    const std::optional<std::size_t> index = find(name);
+    if (!index) {
+        throw std::out_of_range("RepresentationTrace: no representation named '" +
+                                std::string(name) + "'");
+    }
+    return entries_[*index];
 }
 
 bool RepresentationTrace::contains(std::string_view name) const noexcept {
-    return std::any_of(entries_.begin(), entries_.end(),
-                       [&](const Representation& entry) { return entry.name == name; });
+    return find(name).has_value();
 }
 
 void RepresentationTrace::add(std::string name, const Variable& value) {

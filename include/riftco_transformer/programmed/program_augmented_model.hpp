@@ -112,6 +112,8 @@ class RepresentationTrace {
     // The representation called `name` (std::out_of_range naming it otherwise).
     [[nodiscard]] const Representation& at(std::string_view name) const;
     [[nodiscard]] bool contains(std::string_view name) const noexcept;
+    // The position of `name` in entries(), or none.
+    [[nodiscard]] std::optional<std::size_t> find(std::string_view name) const noexcept;
     void add(std::string name, const Variable& value);
 
   private:
