@@ -22,10 +22,11 @@ endfunction()
 forbid_includes("nn/" "core/" "a private core header")
 forbid_includes("optim/" "core/" "a private core header")
 forbid_includes("programmed/" "core/" "a private core header")
+forbid_includes("serving/" "core/" "a private core header")
 forbid_includes("" ".*(attention_reference|emulated_device)" "a test-only oracle")
 if(failures)
     list(JOIN failures "\n" text)
     message(FATAL_ERROR "layer rules broken:\n${text}")
 endif()
-message(STATUS "layer rules hold (nn, optim, programmed: no private core header; "
+message(STATUS "layer rules hold (nn, optim, programmed, serving: no private core header; "
                "no test-only oracle in src/)")

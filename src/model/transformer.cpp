@@ -10,6 +10,7 @@
 
 #include "riftco_transformer/core/autograd/custom_gradient.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/indexing.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -139,6 +140,13 @@ TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937&
 
 Variable TransformerBlock::forward(const Variable& x) const {
     const Variable attended = x + attention_->forward(attention_norm_->forward(x));
+    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
+}
+
+Variable TransformerBlock::forward_incremental(const Variable& x, std::size_t layer,
+                                               IncrementalAttentionCache& cache) const {
+    const Variable attended =
+        x + attention_->forward_incremental(attention_norm_->forward(x), layer, cache);
     return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
 }
 
@@ -334,6 +342,68 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
     }
     // [B,T,D] -> [B,T,V]
     return language_model_head_->forward(final_norm_->forward(hidden));
+}
+
+ExecutionBackend DecoderOnlyTransformer::backend() const {
+    return token_embedding_->weight().value().backend();
+}
+
+Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t> tokens,
+                                                   std::span<const std::size_t> positions,
+                                                   IncrementalAttentionCache& cache,
+                                                   std::span<const std::size_t> output_rows) const {
+    constexpr const char* op = "DecoderOnlyTransformer::forward_incremental";
+    const std::size_t rows = tokens.size();
+    if (rows == 0 || positions.size() != rows || output_rows.empty()) {
+        std::ostringstream message;
+        message << op << ": " << rows << " tokens, " << positions.size() << " positions and "
+                << output_rows.size()
+                << " output rows given (one position per token, at least one of each)";
+        throw std::invalid_argument(message.str());
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+        if (tokens[r] >= dimensions_.vocabulary_size) {
+            std::ostringstream message;
+            message << op << ": token id " << tokens[r] << " at row " << r
+                    << " is out of range for vocabulary size " << dimensions_.vocabulary_size;
+            throw std::out_of_range(message.str());
+        }
+        if (positions[r] >= dimensions_.maximum_context) {
+            std::ostringstream message;
+            message << op << ": position " << positions[r] << " at row " << r
+                    << " is outside the maximum context " << dimensions_.maximum_context;
+            throw std::invalid_argument(message.str());
+        }
+    }
+    for (const std::size_t row : output_rows) {
+        if (row >= rows) {
+            std::ostringstream message;
+            message << op << ": output row " << row << " is out of range for " << rows << " rows";
+            throw std::invalid_argument(message.str());
+        }
+    }
+    const NoGradientGuard no_graph;
+    const ExecutionBackend device = backend();
+    const std::vector<std::uint32_t> position_ids(positions.begin(), positions.end());
+    const IndexTensor token_ids({rows}, tokens, device);
+    const IndexTensor position_rows({rows}, position_ids, device);
+    // h0 = E_tok[id] + E_pos[position], [R, D]
+    Variable hidden = token_embedding_->forward(token_ids) + position_embedding_->forward(position_rows);
+    for (std::size_t index = 0; index < blocks_.size(); ++index) {
+        try {
+            hidden = blocks_[index]->forward_incremental(hidden, index, cache);
+        } catch (const std::domain_error& error) {
+            throw std::domain_error(std::string(op) + ": non-finite activations in block " +
+                                    std::to_string(index) + ": " + error.what());
+        }
+    }
+    if (output_rows.size() != rows) {
+        const std::vector<std::uint32_t> selected(output_rows.begin(), output_rows.end());
+        hidden = Variable(
+            tensor_ops::gather_rows(hidden.value(), IndexTensor({selected.size()}, selected, device)),
+            false);
+    }
+    return language_model_head_->forward(final_norm_->forward(hidden)).value();
 }
 
 }  // namespace riftco_transformer

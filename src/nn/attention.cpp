@@ -6,6 +6,7 @@
 
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/attention.hpp"
+#include "riftco_transformer/core/tensor_ops/layout.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -91,6 +92,25 @@ Variable CausalSelfAttention::forward(const Variable& x) const {
                          split_heads(value_->forward(x)), kind_);
     // [B,H,T,d] -> [B,T,H,d] -> [B,T,D]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, width_}));
+}
+
+Variable CausalSelfAttention::forward_incremental(const Variable& x, std::size_t layer,
+                                                  IncrementalAttentionCache& cache) const {
+    if (!x.defined() || x.value().rank() != 2 || x.shape()[1] != width_) {
+        throw std::invalid_argument("CausalSelfAttention::forward_incremental: x must be [R," +
+                                    std::to_string(width_) + "] (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ")");
+    }
+    const std::size_t rows = x.shape()[0];
+    const std::size_t head_width = width_ / head_count_;
+    // [R,D] -> [R,H,1,d]: the same row-major values, so a reshape (no copy).
+    const auto split_heads = [&](const Variable& projected) {
+        return tensor_ops::reshape(projected.value(), {rows, head_count_, 1, head_width});
+    };
+    const Tensor context =
+        cache.append_and_attend(layer, split_heads(query_->forward(x)),
+                                split_heads(key_->forward(x)), split_heads(value_->forward(x)));
+    return output_->forward(Variable(tensor_ops::reshape(context, {rows, width_}), false));
 }
 
 }  // namespace riftco_transformer

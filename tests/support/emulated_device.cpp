@@ -204,6 +204,31 @@ class EmulatedAttention final : public AttentionCapability {
     CpuAttention cpu_;
 };
 
+// Paged decode attention as a device would run it: the context in a new buffer, a bad
+// score deferred to the next sync point, and the pool written in place (as a device writes
+// into its own KV pool buffer).
+class EmulatedPagedAttention final : public PagedAttentionCapability {
+  public:
+    void decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
+                          std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          Tensor& context) const override {
+        Fresh fresh_context(context);
+        deferring([&] {
+            cpu_.decode_attention(query, key_pool, value_pool, requests, scale,
+                                  fresh_context.tensor());
+        });
+        fresh_context.replace(context);
+    }
+    void write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
+                         const Tensor& value,
+                         std::span<const tensor_ops::PagedSlot> slots) const override {
+        cpu_.write_key_value(key_pool, value_pool, key, value, slots);
+    }
+
+  private:
+    CpuPagedAttention cpu_;
+};
+
 // Packed weights in host memory under the Metal identity (their storages report Metal), the
 // CPU kernels, and products in new buffers.
 class EmulatedQuantizedLinear final : public QuantizedLinearCapability {
@@ -290,6 +315,9 @@ class EmulatedDevice final : public BackendAdapter {
     }
     const LossCapability* loss() const noexcept override { return &loss_; }
     const AttentionCapability* attention() const noexcept override { return &attention_; }
+    const PagedAttentionCapability* paged_attention() const noexcept override {
+        return &paged_attention_;
+    }
     const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return &quantized_linear_;
     }
@@ -306,6 +334,7 @@ class EmulatedDevice final : public BackendAdapter {
     CpuNormalization normalization_;
     EmulatedLoss loss_;
     EmulatedAttention attention_;
+    EmulatedPagedAttention paged_attention_;
     EmulatedQuantizedLinear quantized_linear_;
     EmulatedAdam adam_;
 };

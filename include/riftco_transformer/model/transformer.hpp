@@ -47,6 +47,9 @@ class TransformerBlock final : public Module {
                      float layer_norm_epsilon, AttentionKind attention);
     // x [B,T,D] -> [B,T,D]
     [[nodiscard]] Variable forward(const Variable& x) const;
+    // The incremental form over R independent rows: x [R,D] -> [R,D] (no graph).
+    [[nodiscard]] Variable forward_incremental(const Variable& x, std::size_t layer,
+                                               IncrementalAttentionCache& cache) const;
     void set_attention(AttentionKind kind) { attention_->set_kind(kind); }
 
   private:
@@ -80,7 +83,21 @@ class DecoderOnlyTransformer final : public Module {
     // and uploads once, then calls this.
     [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
 
+    // The inference path (spec WORKFLOWS §4.1) on the same weights: R independent rows in
+    // one pass, row r being token tokens[r] at absolute position positions[r], with `cache`
+    // holding every layer's keys and values (serving/decode_session.hpp drives it). Records no
+    // graph. Returns the logits [n, V] of the rows listed in output_rows (detached), so a
+    // prefill chunk pays for the LM head only where logits are wanted.
+    // std::invalid_argument: no rows, tokens/positions of different lengths, a position >= C,
+    // no output row or one >= R; std::out_of_range: a token id >= V.
+    [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,
+                                             std::span<const std::size_t> positions,
+                                             IncrementalAttentionCache& cache,
+                                             std::span<const std::size_t> output_rows) const;
+
     [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
+    // The backend of the weights (the token embedding's).
+    [[nodiscard]] ExecutionBackend backend() const;
     [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
     void set_attention(AttentionKind kind);
     [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {

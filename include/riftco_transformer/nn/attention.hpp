@@ -46,6 +46,20 @@ struct AttentionOutputs {
 [[nodiscard]] Variable causal_attention(const Variable& query, const Variable& key,
                                         const Variable& value, AttentionKind kind);
 
+// The K/V store of the inference-only ("incremental") attention step, implemented by the
+// serving layer's KV caches (serving/kv_cache.hpp). One call handles R independent query
+// rows of one layer: row r is one position of one request (a decode step, or one token of a
+// prefill chunk).
+class IncrementalAttentionCache {
+  public:
+    virtual ~IncrementalAttentionCache() = default;
+    // query, key, value [R, H, 1, d_h] of `layer`: stores every row's key and value at its
+    // position first, then returns the context [R, H, 1, d_h] in which row r attends to its
+    // request's positions 0..position_r (its own included). Detached: no graph.
+    [[nodiscard]] virtual Tensor append_and_attend(std::size_t layer, const Tensor& query,
+                                                   const Tensor& key, const Tensor& value) = 0;
+};
+
 // Four biased projections "query", "key", "value", "output" (D -> D); no norm, no residual.
 class CausalSelfAttention final : public Module {
   public:
@@ -54,6 +68,10 @@ class CausalSelfAttention final : public Module {
                         AttentionKind kind = AttentionKind::Materialized);
     // x [B,T,D] -> [B,T,D]. Any other shape: std::invalid_argument.
     [[nodiscard]] Variable forward(const Variable& x) const;
+    // The incremental form: x [R, D] (R independent rows) -> [R, D], with `cache` as the
+    // K/V store of this layer. Run under a NoGradientGuard (detached values).
+    [[nodiscard]] Variable forward_incremental(const Variable& x, std::size_t layer,
+                                               IncrementalAttentionCache& cache) const;
 
     [[nodiscard]] AttentionKind kind() const noexcept { return kind_; }
     void set_kind(AttentionKind kind);

@@ -18,7 +18,8 @@
 //   (detail::defer_error) and it is raised at the next sync point of that backend; outputs
 //   computed after it are unspecified. Because outputs are fresh, nothing visible changed.
 // - no capability writes into an input; the only writes to existing tensors are
-//   StorageCapability::write_range and AdamCapability::apply_update, both inside the adapter.
+//   StorageCapability::write_range, AdamCapability::apply_update and
+//   PagedAttentionCapability::write_key_value (a KV pool), all inside the adapter.
 //
 // Sync points (detail::synchronize: one host read counted, then any deferred error raised):
 // - Tensor::to_host, Tensor::copy_to_host, Tensor::flat / at / item, IndexTensor::to_host;
@@ -42,6 +43,7 @@
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
+#include "riftco_transformer/core/tensor_ops/paged_attention.hpp"
 
 namespace riftco_transformer::detail {
 
@@ -194,6 +196,26 @@ class AttentionCapability {
                                 Tensor& key_gradient, Tensor& value_gradient) const = 0;
 };
 
+// The KV-cached decode path's attention (tensor_ops/paged_attention.hpp has the layouts and
+// the math). tensor_ops checked every shape, request length, page id and slot.
+class PagedAttentionCapability {
+  public:
+    virtual ~PagedAttentionCapability() = default;
+    // query, context [R,H,1,d_h]; pools [P,H,S,d_h]; one request per query row. Reads every
+    // key and value in place through the page tables (no gather). domain_error: a score that
+    // is NaN or +inf.
+    virtual void decode_attention(const Tensor& query, const Tensor& key_pool,
+                                  const Tensor& value_pool,
+                                  std::span<const tensor_ops::PagedAttentionRequest> requests,
+                                  float scale, Tensor& context) const = 0;
+    // pools[slot_r.page, :, slot_r.offset, :] = rows r of key and value ([R,H,1,d_h]), in
+    // place after making each pool's storage unique (TensorAccess::unique_storage); the slots
+    // are distinct.
+    virtual void write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
+                                 const Tensor& value,
+                                 std::span<const tensor_ops::PagedSlot> slots) const = 0;
+};
+
 // Packed NF4 weights (spec §11) and the linear products on them. The weight lives in a
 // backend-owned QuantizedStorage; the kernels decode the nibbles themselves and never hold a
 // float32 copy of the whole matrix (bounded per-thread panels are allowed).
@@ -292,6 +314,7 @@ class BackendAdapter {
     [[nodiscard]] virtual const NormalizationCapability* normalization() const noexcept = 0;
     [[nodiscard]] virtual const LossCapability* loss() const noexcept = 0;
     [[nodiscard]] virtual const AttentionCapability* attention() const noexcept = 0;
+    [[nodiscard]] virtual const PagedAttentionCapability* paged_attention() const noexcept = 0;
     [[nodiscard]] virtual const QuantizedLinearCapability* quantized_linear() const noexcept = 0;
     [[nodiscard]] virtual const AdamCapability* adam() const noexcept = 0;
 };

@@ -96,6 +96,20 @@ class CpuAttention final : public AttentionCapability {
                         Tensor& key_gradient, Tensor& value_gradient) const override;
 };
 
+// Paged decode attention (paged_attention.cpp): a readable double-precision reference and
+// a vectorised path threaded over (request, head) pairs; RIFTCO_TRANSFORMER_PAGED_ATTENTION=
+// reference|fast picks one (default fast). Both walk each request's positions in logical
+// order, so neither depends on the page size.
+class CpuPagedAttention final : public PagedAttentionCapability {
+  public:
+    void decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
+                          std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          Tensor& context) const override;
+    void write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
+                         const Tensor& value,
+                         std::span<const tensor_ops::PagedSlot> slots) const override;
+};
+
 class CpuLoss final : public LossCapability {
   public:
     void cross_entropy(const Tensor& logits, const IndexTensor& targets, LossWindow window,
@@ -159,6 +173,9 @@ class HostAdapter final : public BackendAdapter {
     [[nodiscard]] const AttentionCapability* attention() const noexcept override {
         return &attention_;
     }
+    [[nodiscard]] const PagedAttentionCapability* paged_attention() const noexcept override {
+        return &paged_attention_;
+    }
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return &quantized_linear_;
     }
@@ -176,6 +193,7 @@ class HostAdapter final : public BackendAdapter {
     CpuNormalization normalization_;
     CpuLoss loss_;
     CpuAttention attention_;
+    CpuPagedAttention paged_attention_;
     CpuQuantizedLinear quantized_linear_;
     CpuAdam adam_;
 };

@@ -33,6 +33,9 @@ class UnavailableAdapter final : public BackendAdapter {
     }
     [[nodiscard]] const LossCapability* loss() const noexcept override { return nullptr; }
     [[nodiscard]] const AttentionCapability* attention() const noexcept override { return nullptr; }
+    [[nodiscard]] const PagedAttentionCapability* paged_attention() const noexcept override {
+        return nullptr;
+    }
     [[nodiscard]] const QuantizedLinearCapability* quantized_linear() const noexcept override {
         return nullptr;
     }

@@ -1,0 +1,111 @@
+#pragma once
+// KV-cached decoding of a DecoderOnlyTransformer (spec WORKFLOWS §4.1-4.3).
+//
+// A DecodeSession is one request's sequence: decode_token(id) runs embedding (position = the
+// current size), every block and the head for ONE position and returns its detached logits
+// [1,1,V]; prefill(ids) runs a whole prompt (or chunk) as one batched pass over its T rows
+// (one [T,D] product per projection, not T of them) and fills the cache. decode_batch()
+// advances several sessions of one pool in ONE pass: every projection reads its weights once
+// for all rows, which is what makes continuous batching pay. Attention always goes through
+// the paged-decode kernel, each row attending to its own request's positions in place.
+//
+// Rules:
+// - positions are learned and absolute, so a session never rolls over by itself: stepping
+//   past capacity() (= the model's maximum context) is std::out_of_range. The caller rolls
+//   over by reset() and replaying the newest tokens (suffix replay; the Python generator's
+//   policy);
+// - every step is one cache transaction over all layers: on any error no session's size()
+//   changed and pages it leased went back;
+// - a session records the model's structure version (LoRA attach/merge, NF4 packing) and
+//   backend when it is created: after either changed it is stale and every step throws
+//   std::logic_error. After a structure change, reset() empties the cache and lets the
+//   session follow the model as it is now; after a backend change only a new session works
+//   (its pool lives on the old backend). Changing parameter VALUES (an optimizer step) while a
+//   session lives leaves its cached keys/values describing the old weights: reset() first.
+//   The C ABI and Python pin the model instead, rejecting such changes while a session lives;
+// - the model must outlive its sessions. Packed NF4 and LoRA-adapted weights work as they are
+//   (no float32 expansion).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/serving/kv_cache.hpp"
+
+namespace riftco_transformer {
+
+// The cache dimensions a model's sessions need: N layers, H heads of D/H, capacity C.
+[[nodiscard]] KeyValueCacheDimensions key_value_cache_dimensions(
+    const DecoderOnlyTransformer& model) noexcept;
+
+// A pool for sessions of `model`, on its backend (KeyValueCachePool::create's rules).
+[[nodiscard]] std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(
+    const DecoderOnlyTransformer& model, std::size_t block_size = default_key_value_block_size,
+    std::size_t block_count = 0);
+
+enum class PrefillLogits : std::uint32_t { Last = 0, All = 1 };
+
+class DecodeSession;
+
+// One session's share of a batched step: its next tokens (1 for a decode step, more for a
+// prefill chunk).
+struct DecodeWork {
+    DecodeSession* session = nullptr;
+    std::span<const std::uint32_t> tokens;
+};
+
+// Advances every session by its tokens in ONE pass over the model and returns the logits of
+// each session's last new position, [n, V] in work order. The sessions must be distinct,
+// belong to one model and share one pool (a single session may have a private one).
+// std::invalid_argument: no work, a null or repeated session, mixed models or pools, an empty
+// token list; plus every error of decode_token. On any error no session changed.
+[[nodiscard]] Tensor decode_batch(std::span<const DecodeWork> work);
+
+class DecodeSession {
+  public:
+    // A session with a private cache: Paged (ceil(C / block_size) pages) or Contiguous (one
+    // page of C positions). std::invalid_argument: block_size 0, an unknown kind.
+    explicit DecodeSession(const DecoderOnlyTransformer& model,
+                           KeyValueCacheKind kind = KeyValueCacheKind::Paged,
+                           std::size_t block_size = default_key_value_block_size);
+    // A paged session leasing from a shared pool. std::invalid_argument: a null pool, or one
+    // whose backend, layer count, head count or head width differ from the model's, or whose
+    // capacity exceeds the model's maximum context.
+    DecodeSession(const DecoderOnlyTransformer& model, std::shared_ptr<KeyValueCachePool> pool);
+
+    // Logits [1,1,V] of `token` at position size(). std::out_of_range: an id >= V, or the
+    // session is full; std::runtime_error: the pool is exhausted; std::logic_error: stale.
+    [[nodiscard]] Tensor decode_token(std::uint32_t token);
+    // The tokens at positions size().., in one pass: logits [1,1,V] of the last one (Last) or
+    // [1,T,V] of every one (All). Errors as decode_token, plus std::invalid_argument for no
+    // tokens.
+    [[nodiscard]] Tensor prefill(std::span<const std::uint32_t> tokens,
+                                 PrefillLogits logits = PrefillLogits::Last);
+    // Forgets every position and returns every page; the session then follows the model's
+    // current structure (a backend change keeps it stale).
+    void reset() noexcept;
+
+    [[nodiscard]] std::size_t size() const noexcept { return cache_.size(); }
+    [[nodiscard]] std::size_t capacity() const noexcept { return cache_.capacity(); }
+    [[nodiscard]] std::size_t block_size() const noexcept { return cache_.block_size(); }
+    [[nodiscard]] KeyValueCacheKind cache_kind() const noexcept { return cache_.kind(); }
+    [[nodiscard]] const KeyValueCache& cache() const noexcept { return cache_; }
+    [[nodiscard]] const DecoderOnlyTransformer& model() const noexcept { return *model_; }
+    // True once the model's structure (since creation or the last reset) or backend changed.
+    [[nodiscard]] bool stale() const;
+
+  private:
+    friend Tensor decode_batch(std::span<const DecodeWork> work);
+    void require_current(const char* operation) const;
+
+    const DecoderOnlyTransformer* model_;
+    KeyValueCache cache_;
+    std::uint64_t structure_version_;
+    ExecutionBackend backend_;
+};
+
+
+}  // namespace riftco_transformer

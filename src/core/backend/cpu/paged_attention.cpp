@@ -1,0 +1,248 @@
+// CPU paged decode attention. Both kernels walk a request's positions t = 0..length−1 in
+// logical order and find position t's key and value at
+//   pool[(page_table[t / S] · H + h) · S + t % S] · d_h
+// so which physical pages hold a sequence, and how large the pages are, never changes the
+// arithmetic: a paged and a contiguous cache give the same bits.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "core/backend/cpu/cpu_adapter.hpp"
+#include "core/backend/cpu/cpu_storage.hpp"
+#include "core/backend/cpu/paged_attention_kernels.hpp"
+#include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/vector_math.hpp"
+
+namespace riftco_transformer::detail {
+namespace {
+
+constexpr std::string_view operation = "paged_decode_attention";
+
+[[noreturn]] void throw_bad_score(std::size_t request, std::size_t head, std::size_t position,
+                                  float score) {
+    std::ostringstream message;
+    message << operation << ": score of request " << request << ", head " << head
+            << ", position " << position << " is " << score << " (NaN and +inf are rejected)";
+    throw std::domain_error(message.str());
+}
+
+// Offset (in floats) of position t's row for head h.
+std::size_t row_offset(const PagedAttentionGeometry& g, std::span<const std::uint32_t> table,
+                       std::size_t head, std::size_t position) {
+    const std::size_t page = table[position / g.page_size];
+    return ((page * g.heads + head) * g.page_size + position % g.page_size) * g.head_width;
+}
+
+bool is_nan_or_positive_infinity(float x) {
+    return std::isnan(x) || x == std::numeric_limits<float>::infinity();
+}
+
+}  // namespace
+
+void paged_attention_reference(const PagedAttentionGeometry& g, const float* query,
+                               const float* key_pool, const float* value_pool,
+                               std::span<const tensor_ops::PagedAttentionRequest> requests,
+                               float scale, float* context) {
+    std::vector<double> scores;
+    std::vector<double> accumulator(g.head_width);
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+        const auto& request = requests[r];
+        scores.assign(request.length, 0.0);
+        for (std::size_t h = 0; h < g.heads; ++h) {
+            const float* q = query + (r * g.heads + h) * g.head_width;
+            // s_t = scale · q·k_t
+            double maximum = -std::numeric_limits<double>::infinity();
+            for (std::size_t t = 0; t < request.length; ++t) {
+                const float* k = key_pool + row_offset(g, request.page_table, h, t);
+                double dot = 0.0;
+                for (std::size_t i = 0; i < g.head_width; ++i) {
+                    dot += static_cast<double>(q[i]) * k[i];
+                }
+                const auto score = static_cast<float>(dot * scale);
+                if (is_nan_or_positive_infinity(score)) {
+                    throw_bad_score(r, h, t, score);
+                }
+                scores[t] = static_cast<double>(dot) * scale;
+                maximum = std::max(maximum, scores[t]);
+            }
+            // p_t = e^{s_t − max} / Σ e^{s − max};  context = Σ p_t · v_t
+            double sum = 0.0;
+            for (std::size_t t = 0; t < request.length; ++t) {
+                scores[t] = std::exp(scores[t] - maximum);
+                sum += scores[t];
+            }
+            std::fill(accumulator.begin(), accumulator.end(), 0.0);
+            for (std::size_t t = 0; t < request.length; ++t) {
+                const float* v = value_pool + row_offset(g, request.page_table, h, t);
+                for (std::size_t i = 0; i < g.head_width; ++i) {
+                    accumulator[i] += scores[t] * v[i];
+                }
+            }
+            float* out = context + (r * g.heads + h) * g.head_width;
+            for (std::size_t i = 0; i < g.head_width; ++i) {
+                out[i] = static_cast<float>(accumulator[i] / sum);
+            }
+        }
+    }
+}
+
+namespace {
+
+// Σ q_i·k_i over fixed float lanes (vectorised; the lane order is fixed, so deterministic).
+inline float lane_dot(const float* q, const float* k, std::size_t n) {
+    constexpr std::size_t lanes = 8;
+    float partial[lanes] = {};
+    std::size_t i = 0;
+    for (; i + lanes <= n; i += lanes) {
+        for (std::size_t l = 0; l < lanes; ++l) {
+            partial[l] += q[i + l] * k[i + l];
+        }
+    }
+    float result = 0.0F;
+    for (; i < n; ++i) {
+        result += q[i] * k[i];
+    }
+    for (const float p : partial) {
+        result += p;
+    }
+    return result;
+}
+
+// One (request, head) pair; `scores` holds at least request.length floats.
+void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key_pool,
+               const float* value_pool, const tensor_ops::PagedAttentionRequest& request,
+               std::size_t request_index, std::size_t head, float scale, float* scores,
+               float* out) {
+    const std::size_t d = g.head_width;
+    const std::size_t length = request.length;
+    const std::size_t page_stride = g.heads * g.page_size * d;  // floats per physical page
+    // Scores, page by page: the rows of one page and head are contiguous [page_size, d].
+    for (std::size_t start = 0; start < length; start += g.page_size) {
+        const std::size_t rows = std::min(g.page_size, length - start);
+        const float* k = key_pool + request.page_table[start / g.page_size] * page_stride +
+                         head * g.page_size * d;
+        for (std::size_t o = 0; o < rows; ++o) {
+            scores[start + o] = lane_dot(q, k + o * d, d) * scale;
+        }
+    }
+    if (row_has_nan_or_positive_infinity(scores, length)) {
+        for (std::size_t t = 0; t < length; ++t) {
+            if (is_nan_or_positive_infinity(scores[t])) {
+                throw_bad_score(request_index, head, t, scores[t]);
+            }
+        }
+    }
+    const float maximum = row_max(scores, length);
+    for (std::size_t t = 0; t < length; ++t) {
+        scores[t] = fast_exp(scores[t] - maximum);
+    }
+    const auto inverse_sum = static_cast<float>(1.0 / row_sum(scores, length));
+    std::fill_n(out, d, 0.0F);
+    for (std::size_t start = 0; start < length; start += g.page_size) {
+        const std::size_t rows = std::min(g.page_size, length - start);
+        const float* v = value_pool + request.page_table[start / g.page_size] * page_stride +
+                         head * g.page_size * d;
+        for (std::size_t o = 0; o < rows; ++o) {
+            const float p = scores[start + o];
+            const float* row = v + o * d;
+            for (std::size_t i = 0; i < d; ++i) {
+                out[i] += p * row[i];
+            }
+        }
+    }
+    for (std::size_t i = 0; i < d; ++i) {
+        out[i] *= inverse_sum;
+    }
+}
+
+}  // namespace
+
+void paged_attention_fast(const PagedAttentionGeometry& g, const float* query,
+                          const float* key_pool, const float* value_pool,
+                          std::span<const tensor_ops::PagedAttentionRequest> requests,
+                          float scale, float* context) {
+    std::size_t longest = 0;
+    std::size_t total = 0;
+    for (const auto& request : requests) {
+        longest = std::max(longest, request.length);
+        total += request.length;
+    }
+    const std::size_t pairs = requests.size() * g.heads;
+    const std::size_t floats_per_pair =
+        std::max<std::size_t>(1, 2 * total / std::max<std::size_t>(1, requests.size())) *
+        g.head_width;
+    parallel_for(pairs, items_per_thread_for(floats_per_pair),
+                 [&](std::size_t begin, std::size_t end) {
+                     std::vector<float> scores(longest);
+                     for (std::size_t pair = begin; pair < end; ++pair) {
+                         const std::size_t r = pair / g.heads;
+                         const std::size_t h = pair % g.heads;
+                         const std::size_t row = (r * g.heads + h) * g.head_width;
+                         fast_pair(g, query + row, key_pool, value_pool, requests[r], r, h, scale,
+                                   scores.data(), context + row);
+                     }
+                 });
+}
+
+namespace {
+
+enum class KernelChoice { Fast, Reference };
+
+// RIFTCO_TRANSFORMER_PAGED_ATTENTION, read once: "reference" picks the reference kernel;
+// unset or anything else, the fast one.
+KernelChoice kernel_choice() {
+    static const KernelChoice choice = [] {
+        const char* value = std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION");
+        return value != nullptr && std::strcmp(value, "reference") == 0 ? KernelChoice::Reference
+                                                                         : KernelChoice::Fast;
+    }();
+    return choice;
+}
+
+PagedAttentionGeometry geometry_of(const Tensor& pool) {
+    const Shape& shape = pool.shape();
+    return {shape[0], shape[1], shape[2], shape[3]};
+}
+
+}  // namespace
+
+void CpuPagedAttention::decode_attention(
+    const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
+    std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+    Tensor& context) const {
+    const PagedAttentionGeometry g = geometry_of(key_pool);
+    if (kernel_choice() == KernelChoice::Reference) {
+        paged_attention_reference(g, cpu_data(query), cpu_data(key_pool), cpu_data(value_pool),
+                                  requests, scale, cpu_output(context));
+    } else {
+        paged_attention_fast(g, cpu_data(query), cpu_data(key_pool), cpu_data(value_pool),
+                             requests, scale, cpu_output(context));
+    }
+}
+
+void CpuPagedAttention::write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
+                                        const Tensor& value,
+                                        std::span<const tensor_ops::PagedSlot> slots) const {
+    const PagedAttentionGeometry g = geometry_of(key_pool);
+    float* keys = static_cast<CpuStorage&>(TensorAccess::unique_storage(key_pool)).data();
+    float* values = static_cast<CpuStorage&>(TensorAccess::unique_storage(value_pool)).data();
+    const float* key_rows = cpu_data(key);
+    const float* value_rows = cpu_data(value);
+    for (std::size_t r = 0; r < slots.size(); ++r) {
+        for (std::size_t h = 0; h < g.heads; ++h) {
+            const std::size_t target =
+                ((slots[r].page * g.heads + h) * g.page_size + slots[r].offset) * g.head_width;
+            const std::size_t source = (r * g.heads + h) * g.head_width;
+            std::copy_n(key_rows + source, g.head_width, keys + target);
+            std::copy_n(value_rows + source, g.head_width, values + target);
+        }
+    }
+}
+
+}  // namespace riftco_transformer::detail

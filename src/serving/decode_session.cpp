@@ -1,0 +1,246 @@
+#include "riftco_transformer/serving/decode_session.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "riftco_transformer/core/tensor_ops/layout.hpp"
+#include "riftco_transformer/core/tensor_ops/paged_attention.hpp"
+
+namespace riftco_transformer {
+
+KeyValueCacheDimensions key_value_cache_dimensions(const DecoderOnlyTransformer& model) noexcept {
+    const TransformerDimensions& d = model.dimensions();
+    return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};
+}
+
+std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const DecoderOnlyTransformer& model,
+                                                             std::size_t block_size,
+                                                             std::size_t block_count) {
+    return KeyValueCachePool::create(key_value_cache_dimensions(model), model.backend(),
+                                     block_size, block_count);
+}
+
+namespace {
+
+std::shared_ptr<KeyValueCachePool> checked_pool(const DecoderOnlyTransformer& model,
+                                                std::shared_ptr<KeyValueCachePool> pool) {
+    if (!pool) {
+        throw std::invalid_argument("DecodeSession: pool is null");
+    }
+    const KeyValueCacheDimensions want = key_value_cache_dimensions(model);
+    const KeyValueCacheDimensions& have = pool->dimensions();
+    if (pool->backend() != model.backend() || have.layer_count != want.layer_count ||
+        have.head_count != want.head_count || have.head_width != want.head_width ||
+        have.maximum_context > want.maximum_context) {
+        std::ostringstream message;
+        message << "DecodeSession: the pool (" << execution_backend_name(pool->backend()) << ", "
+                << have.layer_count << " layers, " << have.head_count << " heads of "
+                << have.head_width << ", capacity " << have.maximum_context
+                << ") does not fit the model (" << execution_backend_name(model.backend()) << ", "
+                << want.layer_count << " layers, " << want.head_count << " heads of "
+                << want.head_width << ", maximum context " << want.maximum_context << ")";
+        throw std::invalid_argument(message.str());
+    }
+    return pool;
+}
+
+// The K/V store of one batched step: row r of every layer goes to slots[r] and attends to
+// requests[r] (its session's page table, its own position included).
+class BatchStepCache final : public IncrementalAttentionCache {
+  public:
+    BatchStepCache(KeyValueCachePool& pool, std::vector<tensor_ops::PagedSlot> slots,
+                   std::vector<tensor_ops::PagedAttentionRequest> requests)
+        : pool_(pool), slots_(std::move(slots)), requests_(std::move(requests)) {}
+
+    Tensor append_and_attend(std::size_t layer, const Tensor& query, const Tensor& key,
+                             const Tensor& value) override {
+        Tensor& keys = pool_.keys(layer);
+        Tensor& values = pool_.values(layer);
+        tensor_ops::write_paged_key_value(keys, values, key, value, slots_);
+        return tensor_ops::paged_decode_attention(query, keys, values, requests_);
+    }
+
+  private:
+    KeyValueCachePool& pool_;
+    std::vector<tensor_ops::PagedSlot> slots_;
+    std::vector<tensor_ops::PagedAttentionRequest> requests_;
+};
+
+// Aborts every begun transaction unless released (commit path).
+class TransactionGuard {
+  public:
+    explicit TransactionGuard(std::size_t expected) { caches_.reserve(expected); }
+    ~TransactionGuard() {
+        for (KeyValueCache* cache : caches_) {
+            cache->abort();
+        }
+    }
+    TransactionGuard(const TransactionGuard&) = delete;
+    TransactionGuard& operator=(const TransactionGuard&) = delete;
+    void add(KeyValueCache& cache) { caches_.push_back(&cache); }
+    void commit() noexcept {
+        for (KeyValueCache* cache : caches_) {
+            cache->commit();
+        }
+        caches_.clear();
+    }
+
+  private:
+    std::vector<KeyValueCache*> caches_;
+};
+
+Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
+                 std::vector<KeyValueCache*> caches) {
+    // caches[i] is work[i].session's cache (decode_batch's friend access).
+    constexpr const char* op = "decode_batch";
+    const DecoderOnlyTransformer& model = work[0].session->model();
+    std::size_t rows = 0;
+    for (std::size_t i = 0; i < work.size(); ++i) {
+        const KeyValueCache& cache = *caches[i];
+        const std::size_t count = work[i].tokens.size();
+        if (count > cache.capacity() - cache.size()) {
+            std::ostringstream message;
+            message << op << ": work[" << i << "]: " << count << " more tokens do not fit the "
+                    << "session (" << cache.size() << " of " << cache.capacity()
+                    << " positions used); a session never rolls over by itself: reset() and "
+                       "replay the newest tokens";
+            throw std::out_of_range(message.str());
+        }
+        rows += count;
+    }
+    TransactionGuard transactions(work.size());
+    for (std::size_t i = 0; i < work.size(); ++i) {
+        caches[i]->begin(work[i].tokens.size());
+        transactions.add(*caches[i]);
+    }
+    std::vector<std::uint32_t> tokens;
+    std::vector<std::size_t> positions;
+    std::vector<tensor_ops::PagedSlot> slots;
+    std::vector<tensor_ops::PagedAttentionRequest> requests;
+    std::vector<std::size_t> output_rows;
+    tokens.reserve(rows);
+    positions.reserve(rows);
+    slots.reserve(rows);
+    requests.reserve(rows);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+        const KeyValueCache& cache = *caches[i];
+        for (std::size_t j = 0; j < work[i].tokens.size(); ++j) {
+            const std::size_t position = cache.size() + j;
+            if (which == PrefillLogits::All || j + 1 == work[i].tokens.size()) {
+                output_rows.push_back(tokens.size());
+            }
+            tokens.push_back(work[i].tokens[j]);
+            positions.push_back(position);
+            slots.push_back(cache.slot(position));
+            requests.push_back({cache.page_table(), position + 1});
+        }
+    }
+    BatchStepCache step(*caches[0]->pool(), std::move(slots), std::move(requests));
+    Tensor logits = model.forward_incremental(tokens, positions, step, output_rows);
+    transactions.commit();
+    return logits;
+}
+
+}  // namespace
+
+DecodeSession::DecodeSession(const DecoderOnlyTransformer& model, KeyValueCacheKind kind,
+                             std::size_t block_size)
+    : model_(&model),
+      cache_(KeyValueCache::with_private_pool(key_value_cache_dimensions(model), model.backend(),
+                                              kind, block_size)),
+      structure_version_(model.structure_version()), backend_(model.backend()) {}
+
+DecodeSession::DecodeSession(const DecoderOnlyTransformer& model,
+                             std::shared_ptr<KeyValueCachePool> pool)
+    : model_(&model), cache_(checked_pool(model, std::move(pool)), KeyValueCacheKind::Paged),
+      structure_version_(model.structure_version()), backend_(model.backend()) {}
+
+bool DecodeSession::stale() const {
+    return model_->structure_version() != structure_version_ || model_->backend() != backend_;
+}
+
+void DecodeSession::require_current(const char* operation) const {
+    if (model_->backend() != backend_) {
+        throw std::logic_error(std::string(operation) +
+                               ": stale session: the model moved to backend '" +
+                               std::string(execution_backend_name(model_->backend())) +
+                               "' after the session was created on '" +
+                               std::string(execution_backend_name(backend_)) +
+                               "'; create a new session");
+    }
+    if (model_->structure_version() != structure_version_) {
+        throw std::logic_error(std::string(operation) +
+                               ": stale session: LoRA or NF4 changed the model's structure after "
+                               "the session's keys and values were computed; reset() it first");
+    }
+}
+
+void DecodeSession::reset() noexcept {
+    cache_.reset();
+    structure_version_ = model_->structure_version();
+}
+
+Tensor DecodeSession::decode_token(std::uint32_t token) {
+    const DecodeWork work{this, {&token, 1}};
+    return tensor_ops::reshape(decode_batch({&work, 1}), {1, 1, model_->dimensions().vocabulary_size});
+}
+
+Tensor DecodeSession::prefill(std::span<const std::uint32_t> tokens, PrefillLogits logits) {
+    if (tokens.empty()) {
+        throw std::invalid_argument("DecodeSession::prefill: tokens is empty");
+    }
+    if (logits != PrefillLogits::Last && logits != PrefillLogits::All) {
+        throw std::invalid_argument("DecodeSession::prefill: unknown PrefillLogits value " +
+                                    std::to_string(static_cast<std::uint32_t>(logits)));
+    }
+    require_current("DecodeSession::prefill");
+    const DecodeWork work{this, tokens};
+    const std::size_t rows = logits == PrefillLogits::All ? tokens.size() : 1;
+    return tensor_ops::reshape(run_batch({&work, 1}, logits, {&cache_}),
+                               {1, rows, model_->dimensions().vocabulary_size});
+}
+
+Tensor decode_batch(std::span<const DecodeWork> work) {
+    constexpr const char* op = "decode_batch";
+    if (work.empty()) {
+        throw std::invalid_argument(std::string(op) + ": no work given");
+    }
+    std::vector<KeyValueCache*> caches;
+    caches.reserve(work.size());
+    for (std::size_t i = 0; i < work.size(); ++i) {
+        DecodeSession* session = work[i].session;
+        if (session == nullptr) {
+            throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
+                                        "].session is null");
+        }
+        if (work[i].tokens.empty()) {
+            throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
+                                        "].tokens is empty");
+        }
+        if (&session->model() != &work[0].session->model()) {
+            throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
+                                        "] is a session of another model than work[0]");
+        }
+        if (session->cache_.pool() != work[0].session->cache_.pool()) {
+            throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
+                                        "] leases from another pool than work[0] (batched "
+                                        "sessions share one pool)");
+        }
+        for (std::size_t j = 0; j < i; ++j) {
+            if (work[j].session == session) {
+                throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
+                                            "] repeats the session of work[" + std::to_string(j) +
+                                            "]");
+            }
+        }
+        session->require_current(op);
+        caches.push_back(&session->cache_);
+    }
+    return run_batch(work, PrefillLogits::Last, std::move(caches));
+}
+
+}  // namespace riftco_transformer
