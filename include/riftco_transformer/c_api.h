@@ -323,6 +323,103 @@ RT_API rt_status RT_CALL rt_model_packed_state_copy(const rt_model* model, uint8
 RT_API rt_status RT_CALL rt_model_packed_state_load(rt_model* model, const uint8_t* bytes,
                                                     uint64_t count);
 
+/* ---- KV-cached decoding (spec WORKFLOWS §4, §8.7) ----------------------------------------
+ * A decode session is one request's sequence over a model: each step runs ONE position
+ * (embedding at position = size, every block, the head) against the keys and values cached
+ * for the earlier ones, and returns that position's logits. Positions are learned and
+ * absolute, so a session never rolls over: a step past its capacity (= the model's maximum
+ * context) is RT_STATUS_OUT_OF_RANGE; roll over with reset + a prefill of the newest tokens.
+ * Every step is one transaction: on any failure the session's size and the pool's pages are
+ * unchanged.
+ * Pinning: while any session of a model is alive, rt_model_to, NF4 conversion, LoRA attach and
+ * merge, parameter and packed-state loads, Adam steps and Adam state loads on that model are
+ * RT_STATUS_RUNTIME_ERROR. A session records the model's parameter epoch: a step after the
+ * parameters changed anyway is RT_STATUS_RUNTIME_ERROR (stale session).
+ * Sessions and pools share ownership of the model's state (they outlive rt_model_release). */
+typedef struct rt_decode_session rt_decode_session;
+typedef struct rt_kv_cache_pool rt_kv_cache_pool;
+
+#define RT_KV_CACHE_CONTIGUOUS 0 /* one page of maximum_context positions (reference) */
+#define RT_KV_CACHE_PAGED 1      /* pages of block_size positions, leased lazily */
+
+typedef struct rt_decode_session_options {
+    uint64_t struct_size;
+    int32_t kind;        /* init RT_KV_CACHE_PAGED */
+    uint32_t reserved;   /* must be 0 */
+    uint64_t block_size; /* init 16; > 0 (ignored by RT_KV_CACHE_CONTIGUOUS) */
+} rt_decode_session_options;
+
+RT_API rt_status RT_CALL rt_decode_session_options_init(rt_decode_session_options* options,
+                                                        uint64_t struct_size);
+/* A session with a private cache sized for one full context (options NULL: the defaults). */
+RT_API rt_status RT_CALL rt_model_decode_session_create(rt_model* model,
+                                                        const rt_decode_session_options* options,
+                                                        rt_decode_session** out);
+RT_API void RT_CALL rt_decode_session_release(rt_decode_session* session);
+/* Feeds `token` at position size and writes that position's V logits. logits must not be NULL
+ * and capacity must be >= V (*required = V is set first; a smaller capacity is
+ * RT_STATUS_OUT_OF_RANGE); all checks happen before the session changes. token >= V or a full
+ * session: RT_STATUS_OUT_OF_RANGE; a pool with no free page: RT_STATUS_RUNTIME_ERROR. */
+RT_API rt_status RT_CALL rt_decode_session_step(rt_decode_session* session, uint32_t token,
+                                                float* logits, uint64_t capacity,
+                                                uint64_t* required);
+/* Batched prefill: feeds count > 0 tokens at positions size.. in ONE pass over the model and
+ * writes the V logits of the last one (same output rules as step). */
+RT_API rt_status RT_CALL rt_decode_session_prefill(rt_decode_session* session,
+                                                   const uint32_t* tokens, uint64_t count,
+                                                   float* logits, uint64_t capacity,
+                                                   uint64_t* required);
+/* Forgets every position and returns every page (the allocation of a private pool stays). */
+RT_API rt_status RT_CALL rt_decode_session_reset(rt_decode_session* session);
+RT_API rt_status RT_CALL rt_decode_session_size(const rt_decode_session* session, uint64_t* out);
+/* The model's maximum context. */
+RT_API rt_status RT_CALL rt_decode_session_capacity(const rt_decode_session* session,
+                                                    uint64_t* out);
+RT_API rt_status RT_CALL rt_decode_session_cache_kind(const rt_decode_session* session,
+                                                      int32_t* out);
+/* Positions per page (a contiguous cache reports the maximum context). */
+RT_API rt_status RT_CALL rt_decode_session_block_size(const rt_decode_session* session,
+                                                      uint64_t* out);
+
+/* A pool of K/V pages shared by many sessions of one model: the continuous-batching layout.
+ * block_count 0 means exactly one full context (ceil(C / block_size) pages); a nonzero count
+ * below that is RT_STATUS_INVALID_ARGUMENT. */
+typedef struct rt_kv_cache_pool_options {
+    uint64_t struct_size;
+    uint64_t block_size;  /* init 16; > 0 */
+    uint64_t block_count; /* init 0 */
+} rt_kv_cache_pool_options;
+
+RT_API rt_status RT_CALL rt_kv_cache_pool_options_init(rt_kv_cache_pool_options* options,
+                                                       uint64_t struct_size);
+RT_API rt_status RT_CALL rt_model_kv_cache_pool_create(rt_model* model,
+                                                       const rt_kv_cache_pool_options* options,
+                                                       rt_kv_cache_pool** out);
+RT_API void RT_CALL rt_kv_cache_pool_release(rt_kv_cache_pool* pool);
+/* A paged session leasing from the pool (which it keeps alive). A pool made before the model
+ * moved to another backend: RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_kv_cache_pool_session_create(rt_kv_cache_pool* pool,
+                                                         rt_decode_session** out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_block_size(const rt_kv_cache_pool* pool, uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_block_count(const rt_kv_cache_pool* pool,
+                                                      uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_blocks_per_full_cache(const rt_kv_cache_pool* pool,
+                                                                uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_free_block_count(const rt_kv_cache_pool* pool,
+                                                           uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool,
+                                                             uint64_t* out);
+/* One batched step over session_count distinct sessions of one pool (a single session may have
+ * a private cache): session i is fed token_counts[i] > 0 tokens, taken in order from `tokens`
+ * (sum of the counts of them), all in ONE pass over the model. Writes session_count * V
+ * logits, row i being the logits of session i's last new position (*required = that count;
+ * logits must not be NULL). On any failure no session changed. */
+RT_API rt_status RT_CALL rt_decode_sessions_step(rt_decode_session* const* sessions,
+                                                 uint64_t session_count, const uint32_t* tokens,
+                                                 const uint64_t* token_counts,
+                                                 uint64_t token_total, float* logits,
+                                                 uint64_t capacity, uint64_t* required);
+
 /* ---- Parameter lists --------------------------------------------------------------------
  * Flat order: list order, then each tensor's row-major order. */
 RT_API void RT_CALL rt_parameter_list_release(rt_parameter_list* list);

@@ -11,6 +11,7 @@
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/optim/adam_options.hpp"
 #include "riftco_transformer/programmed/program_augmented_model.hpp"
+#include "riftco_transformer/serving/kv_cache.hpp"
 
 namespace {
 
@@ -69,7 +70,18 @@ static_assert(same_value(RT_COEFFICIENT_INIT_COMPILED, CoefficientInitialization
 static_assert(same_value(RT_COEFFICIENT_INIT_RANDOM_UNIFORM,
                          CoefficientInitialization::RandomUniform));
 
+static_assert(same_value(RT_KV_CACHE_CONTIGUOUS, KeyValueCacheKind::Contiguous) &&
+              RT_KV_CACHE_CONTIGUOUS == 0);
+static_assert(same_value(RT_KV_CACHE_PAGED, KeyValueCacheKind::Paged) && RT_KV_CACHE_PAGED == 1);
+
 // Struct layouts: explicit reserved words, no tail padding.
+static_assert(sizeof(rt_decode_session_options) == 24 &&
+              offsetof(rt_decode_session_options, kind) == 8 &&
+              offsetof(rt_decode_session_options, reserved) == 12 &&
+              offsetof(rt_decode_session_options, block_size) == 16);
+static_assert(sizeof(rt_kv_cache_pool_options) == 24 &&
+              offsetof(rt_kv_cache_pool_options, block_size) == 8 &&
+              offsetof(rt_kv_cache_pool_options, block_count) == 16);
 static_assert(sizeof(rt_program_augmented_model_config) == 64 &&
               offsetof(rt_program_augmented_model_config, attention) == 56 &&
               offsetof(rt_program_augmented_model_config, random_seed) == 60);

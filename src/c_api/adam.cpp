@@ -133,6 +133,7 @@ rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {
         if (stats != nullptr) {
             require_struct_size(stats->struct_size, sizeof(rt_adam_step_stats), "stats");
         }
+        native.pin.state().require_no_session();
         const AdamStepStats result = native.adam.step();
         ++native.pin.state().parameter_epoch;
         if (stats != nullptr) {

@@ -23,6 +23,7 @@
 #include "riftco_transformer/nn/parameter.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 #include "riftco_transformer/programmed/program_augmented_model.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
 
 namespace riftco_transformer::c_api {
 
@@ -35,13 +36,17 @@ struct ModelState {
     std::size_t live_optimizers = 0;
     std::size_t live_parameter_lists = 0;  // base and adapter lists
     std::size_t live_adapter_lists = 0;
+    std::size_t live_sessions = 0;  // decode sessions (rt_decode_session)
     std::uint64_t parameter_epoch = 0;
 
-    // std::logic_error when a variable or an optimizer pins the model (the boundary prefixes
-    // the function name).
+    // std::logic_error when a variable, an optimizer or a decode session pins the model (the
+    // boundary prefixes the function name).
     void require_unpinned() const;
-    // std::logic_error when a variable pins the model (optimizers allowed).
+    // std::logic_error when a variable or a decode session pins the model (optimizers allowed).
     void require_no_live_graph() const;
+    // std::logic_error while a decode session lives (its cached keys and values describe the
+    // current parameters).
+    void require_no_session() const;
 };
 
 // RAII registration of one live variable or optimizer with its model.
@@ -132,4 +137,29 @@ struct rt_program_augmented_model {
 
 struct rt_representation_trace {
     riftco_transformer::RepresentationTrace trace;
+};
+
+struct rt_kv_cache_pool {
+    std::shared_ptr<riftco_transformer::c_api::ModelState> state;
+    std::shared_ptr<riftco_transformer::KeyValueCachePool> pool;
+};
+
+struct rt_decode_session {
+    rt_decode_session(std::shared_ptr<riftco_transformer::c_api::ModelState> model_state,
+                      std::shared_ptr<riftco_transformer::KeyValueCachePool> shared_pool,
+                      std::unique_ptr<riftco_transformer::DecodeSession> decode)
+        : state(std::move(model_state)), pool(std::move(shared_pool)), session(std::move(decode)),
+          epoch(state->parameter_epoch) {
+        ++state->live_sessions;
+    }
+    ~rt_decode_session() {
+        session.reset();  // returns its pages before the pool reference goes
+        --state->live_sessions;
+    }
+    rt_decode_session(const rt_decode_session&) = delete;
+    rt_decode_session& operator=(const rt_decode_session&) = delete;
+    std::shared_ptr<riftco_transformer::c_api::ModelState> state;
+    std::shared_ptr<riftco_transformer::KeyValueCachePool> pool;  // null for a private cache
+    std::unique_ptr<riftco_transformer::DecodeSession> session;
+    std::uint64_t epoch;  // the model's parameter epoch when the session was created
 };

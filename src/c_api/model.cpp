@@ -13,7 +13,15 @@ using namespace riftco_transformer::c_api;
 
 namespace riftco_transformer::c_api {
 
+void ModelState::require_no_session() const {
+    if (live_sessions != 0) {
+        throw std::logic_error("the model is pinned by " + std::to_string(live_sessions) +
+                               " live decode session(s); release them first");
+    }
+}
+
 void ModelState::require_unpinned() const {
+    require_no_session();
     if (live_variables != 0 || live_optimizers != 0) {
         throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
                                " live variable(s) and " + std::to_string(live_optimizers) +
@@ -22,6 +30,7 @@ void ModelState::require_unpinned() const {
 }
 
 void ModelState::require_no_live_graph() const {
+    require_no_session();
     if (live_variables != 0) {
         throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
                                " live variable(s); release them first");

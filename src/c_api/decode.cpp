@@ -1,0 +1,275 @@
+// KV-cached decoding through the C ABI (spec WORKFLOWS §4, §8.5-8.7): decode sessions with a
+// private or a shared cache, batched prefill, the batched step of several sessions, and the
+// shared pool. Sessions pin their model (ModelState::live_sessions) and record its parameter
+// epoch; every output is checked before a session changes.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c_api/boundary.hpp"
+#include "c_api/handles.hpp"
+
+using namespace riftco_transformer;
+using namespace riftco_transformer::c_api;
+
+namespace {
+
+constexpr rt_decode_session_options default_session_options() {
+    rt_decode_session_options options{};
+    options.struct_size = sizeof(rt_decode_session_options);
+    options.kind = RT_KV_CACHE_PAGED;
+    options.block_size = default_key_value_block_size;
+    return options;
+}
+
+constexpr rt_kv_cache_pool_options default_pool_options() {
+    rt_kv_cache_pool_options options{};
+    options.struct_size = sizeof(rt_kv_cache_pool_options);
+    options.block_size = default_key_value_block_size;
+    return options;
+}
+
+KeyValueCacheKind cache_kind_from(std::int32_t value) {
+    if (value != RT_KV_CACHE_CONTIGUOUS && value != RT_KV_CACHE_PAGED) {
+        throw std::invalid_argument("options->kind " + std::to_string(value) +
+                                    " is not a KV cache kind (RT_KV_CACHE_CONTIGUOUS 0, "
+                                    "RT_KV_CACHE_PAGED 1)");
+    }
+    return static_cast<KeyValueCacheKind>(value);
+}
+
+DecoderOnlyTransformer& model_of(ModelState& state) {
+    if (!state.model) {
+        throw std::invalid_argument("model is not a decoder-only transformer handle");
+    }
+    return *state.model;
+}
+
+// A session that may step: its model's parameters are those its cache was built from.
+rt_decode_session& current_session(rt_decode_session* handle, const char* argument) {
+    rt_decode_session& native = require_handle(handle, argument);
+    if (native.state->parameter_epoch != native.epoch) {
+        throw std::logic_error(std::string(argument) +
+                               " is stale: the model's parameters changed after it was created");
+    }
+    return native;
+}
+
+std::size_t vocabulary_of(const rt_decode_session& native) {
+    return native.session->model().dimensions().vocabulary_size;
+}
+
+// The logits output of step and prefill: non-NULL, capacity >= V (after *required = V).
+// (No size query: *required is set, then a NULL logits is RT_STATUS_INVALID_ARGUMENT.)
+void require_logits_output(float* logits, std::uint64_t capacity, std::uint64_t* required,
+                           std::size_t count) {
+    if (logits == nullptr) {
+        require_pointer(required, "required");
+        *required = count;
+        throw std::invalid_argument("logits is NULL: a step writes " + std::to_string(count) +
+                                    " logits and has no size query");
+    }
+    static_cast<void>(begin_output(logits, capacity, required, count));
+}
+
+}  // namespace
+
+extern "C" {
+
+rt_status rt_decode_session_options_init(rt_decode_session_options* options,
+                                         uint64_t struct_size) {
+    return guarded(__func__, [&] {
+        initialise_struct(options, struct_size, sizeof(rt_decode_session_options),
+                          default_session_options(), "options");
+    });
+}
+
+rt_status rt_model_decode_session_create(rt_model* model, const rt_decode_session_options* options,
+                                         rt_decode_session** out) {
+    return guarded(__func__, [&] {
+        const std::shared_ptr<ModelState>& state = require_handle(model, "model").state;
+        require_pointer(out, "out");
+        const rt_decode_session_options given =
+            options == nullptr ? default_session_options()
+                               : read_struct(options, sizeof(rt_decode_session_options),
+                                             default_session_options(), "options");
+        if (given.reserved != 0) {
+            throw std::invalid_argument("options->reserved must be 0");
+        }
+        const KeyValueCacheKind kind = cache_kind_from(given.kind);
+        auto session = std::make_unique<DecodeSession>(
+            model_of(*state), kind, to_size(given.block_size, "options->block_size"));
+        *out = new rt_decode_session(state, nullptr, std::move(session));
+    });
+}
+
+void rt_decode_session_release(rt_decode_session* session) {
+    delete session;
+}
+
+rt_status rt_decode_session_step(rt_decode_session* session, uint32_t token, float* logits,
+                                 uint64_t capacity, uint64_t* required) {
+    return guarded(__func__, [&] {
+        rt_decode_session& native = current_session(session, "session");
+        require_logits_output(logits, capacity, required, vocabulary_of(native));
+        const Tensor values = native.session->decode_token(token);
+        values.copy_to_host({logits, vocabulary_of(native)});
+    });
+}
+
+rt_status rt_decode_session_prefill(rt_decode_session* session, const uint32_t* tokens,
+                                    uint64_t count, float* logits, uint64_t capacity,
+                                    uint64_t* required) {
+    return guarded(__func__, [&] {
+        rt_decode_session& native = current_session(session, "session");
+        const auto given = input_array(tokens, count, "tokens");
+        if (given.empty()) {
+            throw std::invalid_argument("count must be positive");
+        }
+        require_logits_output(logits, capacity, required, vocabulary_of(native));
+        const Tensor values = native.session->prefill(given);
+        values.copy_to_host({logits, vocabulary_of(native)});
+    });
+}
+
+rt_status rt_decode_session_reset(rt_decode_session* session) {
+    return guarded(__func__, [&] { require_handle(session, "session").session->reset(); });
+}
+
+rt_status rt_decode_session_size(const rt_decode_session* session, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(session, "session").session->size(), "out");
+    });
+}
+
+rt_status rt_decode_session_capacity(const rt_decode_session* session, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(session, "session").session->capacity(), "out");
+    });
+}
+
+rt_status rt_decode_session_cache_kind(const rt_decode_session* session, int32_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out,
+                   static_cast<std::int32_t>(require_handle(session, "session").session->cache_kind()),
+                   "out");
+    });
+}
+
+rt_status rt_decode_session_block_size(const rt_decode_session* session, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(session, "session").session->block_size(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_options_init(rt_kv_cache_pool_options* options, uint64_t struct_size) {
+    return guarded(__func__, [&] {
+        initialise_struct(options, struct_size, sizeof(rt_kv_cache_pool_options),
+                          default_pool_options(), "options");
+    });
+}
+
+rt_status rt_model_kv_cache_pool_create(rt_model* model, const rt_kv_cache_pool_options* options,
+                                        rt_kv_cache_pool** out) {
+    return guarded(__func__, [&] {
+        const std::shared_ptr<ModelState>& state = require_handle(model, "model").state;
+        require_pointer(out, "out");
+        const rt_kv_cache_pool_options given =
+            options == nullptr ? default_pool_options()
+                               : read_struct(options, sizeof(rt_kv_cache_pool_options),
+                                             default_pool_options(), "options");
+        auto pool = make_key_value_cache_pool(model_of(*state),
+                                              to_size(given.block_size, "options->block_size"),
+                                              to_size(given.block_count, "options->block_count"));
+        *out = new rt_kv_cache_pool{state, std::move(pool)};
+    });
+}
+
+void rt_kv_cache_pool_release(rt_kv_cache_pool* pool) {
+    delete pool;
+}
+
+rt_status rt_kv_cache_pool_session_create(rt_kv_cache_pool* pool, rt_decode_session** out) {
+    return guarded(__func__, [&] {
+        rt_kv_cache_pool& native = require_handle(pool, "pool");
+        require_pointer(out, "out");
+        auto session = std::make_unique<DecodeSession>(model_of(*native.state), native.pool);
+        *out = new rt_decode_session(native.state, native.pool, std::move(session));
+    });
+}
+
+rt_status rt_kv_cache_pool_block_size(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__,
+                   [&] { set_output(out, require_handle(pool, "pool").pool->block_size(), "out"); });
+}
+
+rt_status rt_kv_cache_pool_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->block_count(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_blocks_per_full_cache(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->blocks_per_full_cache(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_free_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->free_block_count(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->leased_block_count(), "out");
+    });
+}
+
+rt_status rt_decode_sessions_step(rt_decode_session* const* sessions, uint64_t session_count,
+                                  const uint32_t* tokens, const uint64_t* token_counts,
+                                  uint64_t token_total, float* logits, uint64_t capacity,
+                                  uint64_t* required) {
+    return guarded(__func__, [&] {
+        const auto handles = input_array(sessions, session_count, "sessions");
+        const auto counts = input_array(token_counts, session_count, "token_counts");
+        const auto given = input_array(tokens, token_total, "tokens");
+        if (handles.empty()) {
+            throw std::invalid_argument("session_count must be positive");
+        }
+        std::vector<DecodeWork> work;
+        work.reserve(handles.size());
+        std::uint64_t used = 0;
+        for (std::size_t i = 0; i < handles.size(); ++i) {
+            const std::string argument = "sessions[" + std::to_string(i) + "]";
+            rt_decode_session& native = current_session(handles[i], argument.c_str());
+            if (native.state != require_handle(handles[0], "sessions[0]").state) {
+                throw std::invalid_argument(argument + " is a session of another model than "
+                                                       "sessions[0]");
+            }
+            if (counts[i] == 0 || counts[i] > token_total - used) {
+                throw std::invalid_argument("token_counts[" + std::to_string(i) + "] = " +
+                                            std::to_string(counts[i]) +
+                                            " must be positive and within token_total " +
+                                            std::to_string(token_total) + " (" +
+                                            std::to_string(used) + " used before it)");
+            }
+            work.push_back({native.session.get(),
+                            given.subspan(static_cast<std::size_t>(used),
+                                          static_cast<std::size_t>(counts[i]))});
+            used += counts[i];
+        }
+        if (used != token_total) {
+            throw std::invalid_argument("token_counts sum to " + std::to_string(used) +
+                                        " but token_total is " + std::to_string(token_total));
+        }
+        const std::size_t vocabulary = vocabulary_of(*handles[0]);
+        require_logits_output(logits, capacity, required, handles.size() * vocabulary);
+        const Tensor values = decode_batch(work);
+        values.copy_to_host({logits, handles.size() * vocabulary});
+    });
+}
+
+}  // extern "C"

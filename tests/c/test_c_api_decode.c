@@ -1,0 +1,271 @@
+/*
+ * KV-cached decoding as a pure C11 client sees it: session steps against the full forward at
+ * every position, prefill against steps, paged against contiguous, a shared pool and the
+ * batched step, the output protocol, every argument rule with the state left unchanged, the
+ * pinning rules, and sessions outliving their model handle.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "c_test_fixtures.h"
+#include "c_test_support.h"
+
+#define V TINY_VOCABULARY
+#define C TINY_CONTEXT
+
+static const uint32_t sequence[C] = {3, 1, 4, 1, 5, 9, 2, 6};
+
+static char untouched_marker;
+#define untouched ((rt_decode_session*)(void*)&untouched_marker)
+
+/* Logits [C, V] of one full forward over `sequence`. */
+static void full_forward(rt_model* model, float* out) {
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, sequence, C, 1, C, &logits));
+    uint64_t required = 0;
+    EXPECT_OK(rt_variable_copy_to_host_f32(logits, out, C * V, &required));
+    rt_variable_release(logits);
+}
+
+static double max_difference(const float* a, const float* b, size_t count) {
+    double worst = 0.0;
+    for (size_t i = 0; i < count; ++i) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+static rt_decode_session* session_of(rt_model* model, int32_t kind, uint64_t block_size) {
+    rt_decode_session_options options;
+    EXPECT_OK(rt_decode_session_options_init(&options, sizeof options));
+    options.kind = kind;
+    options.block_size = block_size;
+    rt_decode_session* session = NULL;
+    EXPECT_OK(rt_model_decode_session_create(model, &options, &session));
+    return session;
+}
+
+static void steps_equal_the_full_forward(void) {
+    rt_model* model = create_tiny_model();
+    float expected[C * V];
+    full_forward(model, expected);
+    rt_decode_session* paged = session_of(model, RT_KV_CACHE_PAGED, 3);
+    rt_decode_session* contiguous = session_of(model, RT_KV_CACHE_CONTIGUOUS, 0);
+    for (uint32_t t = 0; t < C; ++t) {
+        float a[V];
+        float b[V];
+        uint64_t required = 0;
+        EXPECT_OK(rt_decode_session_step(paged, sequence[t], a, V, &required));
+        EXPECT_EQ_U64(required, V);
+        EXPECT_OK(rt_decode_session_step(contiguous, sequence[t], b, V, &required));
+        EXPECT(max_difference(a, expected + t * V, V) <= 1e-5);
+        EXPECT(memcmp(a, b, sizeof a) == 0); /* paged and contiguous: identical */
+    }
+    uint64_t value = 0;
+    EXPECT_OK(rt_decode_session_size(paged, &value));
+    EXPECT_EQ_U64(value, C);
+    EXPECT_OK(rt_decode_session_capacity(paged, &value));
+    EXPECT_EQ_U64(value, C);
+    EXPECT_OK(rt_decode_session_block_size(paged, &value));
+    EXPECT_EQ_U64(value, 3);
+    EXPECT_OK(rt_decode_session_block_size(contiguous, &value));
+    EXPECT_EQ_U64(value, C);
+    int32_t kind = -1;
+    EXPECT_OK(rt_decode_session_cache_kind(contiguous, &kind));
+    EXPECT(kind == RT_KV_CACHE_CONTIGUOUS);
+    EXPECT_OK(rt_decode_session_cache_kind(paged, &kind));
+    EXPECT(kind == RT_KV_CACHE_PAGED);
+    /* Full: out of range, size unchanged; reset starts over. */
+    float logits[V];
+    uint64_t required = 0;
+    EXPECT_STATUS(rt_decode_session_step(paged, 1, logits, V, &required), RT_STATUS_OUT_OF_RANGE);
+    EXPECT_LAST_ERROR_MENTIONS("never rolls over");
+    EXPECT_OK(rt_decode_session_size(paged, &value));
+    EXPECT_EQ_U64(value, C);
+    EXPECT_OK(rt_decode_session_reset(paged));
+    EXPECT_OK(rt_decode_session_size(paged, &value));
+    EXPECT_EQ_U64(value, 0);
+    EXPECT_OK(rt_decode_session_prefill(paged, sequence, C, logits, V, &required));
+    EXPECT(max_difference(logits, expected + (C - 1) * V, V) <= 1e-5);
+    rt_decode_session_release(paged);
+    rt_decode_session_release(contiguous);
+    rt_model_release(model);
+}
+
+static void argument_rules_change_nothing(void) {
+    rt_model* model = create_tiny_model();
+    rt_decode_session* session = session_of(model, RT_KV_CACHE_PAGED, 4);
+    float logits[V];
+    uint64_t required = 0;
+    EXPECT_OK(rt_decode_session_step(session, 2, logits, V, &required));
+    float before[V];
+    memcpy(before, logits, sizeof logits);
+    EXPECT_STATUS(rt_decode_session_step(session, V, logits, V, &required), RT_STATUS_OUT_OF_RANGE);
+    EXPECT_STATUS(rt_decode_session_step(session, 1, logits, V - 1, &required),
+                  RT_STATUS_OUT_OF_RANGE);
+    required = 0;
+    EXPECT_STATUS(rt_decode_session_step(session, 1, NULL, 0, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_EQ_U64(required, V); /* no size query, but *required says what is needed */
+    EXPECT_STATUS(rt_decode_session_step(session, 1, logits, V, NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_step(NULL, 1, logits, V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_prefill(session, NULL, 0, logits, V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_prefill(session, NULL, 2, logits, V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_prefill(session, sequence, C, logits, V, &required),
+                  RT_STATUS_OUT_OF_RANGE); /* 1 + 8 > 8 */
+    EXPECT(memcmp(before, logits, sizeof logits) == 0);
+    uint64_t size = 0;
+    EXPECT_OK(rt_decode_session_size(session, &size));
+    EXPECT_EQ_U64(size, 1);
+
+    rt_decode_session_options options;
+    EXPECT_OK(rt_decode_session_options_init(&options, sizeof options));
+    EXPECT(options.kind == RT_KV_CACHE_PAGED && options.block_size == 16 && options.reserved == 0);
+    rt_decode_session* out = untouched;
+    options.kind = 7;
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("options->kind 7");
+    options.kind = RT_KV_CACHE_PAGED;
+    options.reserved = 1;
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    options.reserved = 0;
+    options.block_size = 0;
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    options.block_size = 4;
+    options.struct_size = 8;
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(out == untouched);
+    EXPECT_STATUS(rt_model_decode_session_create(model, NULL, NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_OK(rt_model_decode_session_create(model, NULL, &out)); /* defaults */
+    uint64_t block = 0;
+    EXPECT_OK(rt_decode_session_block_size(out, &block));
+    EXPECT_EQ_U64(block, 16);
+    rt_decode_session_release(out);
+    rt_decode_session_release(NULL);
+    rt_decode_session_release(session);
+    rt_model_release(model);
+}
+
+static void shared_pool_and_batched_steps(void) {
+    rt_model* model = create_tiny_model();
+    float expected[C * V];
+    full_forward(model, expected);
+    rt_kv_cache_pool_options options;
+    EXPECT_OK(rt_kv_cache_pool_options_init(&options, sizeof options));
+    EXPECT_EQ_U64(options.block_size, 16);
+    EXPECT_EQ_U64(options.block_count, 0);
+    options.block_size = 2;
+    options.block_count = 6; /* one context is 4 pages */
+    rt_kv_cache_pool* pool = NULL;
+    EXPECT_OK(rt_model_kv_cache_pool_create(model, &options, &pool));
+    uint64_t value = 0;
+    EXPECT_OK(rt_kv_cache_pool_blocks_per_full_cache(pool, &value));
+    EXPECT_EQ_U64(value, 4);
+    EXPECT_OK(rt_kv_cache_pool_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 6);
+    EXPECT_OK(rt_kv_cache_pool_block_size(pool, &value));
+    EXPECT_EQ_U64(value, 2);
+    rt_decode_session* a = NULL;
+    rt_decode_session* b = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &a));
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &b));
+    /* a: prefill 3 tokens; b: prefill 5 tokens, in one batched step. */
+    rt_decode_session* both[2] = {a, b};
+    uint32_t tokens[8];
+    memcpy(tokens, sequence, 3 * sizeof *tokens);
+    memcpy(tokens + 3, sequence, 5 * sizeof *tokens);
+    const uint64_t counts[2] = {3, 5};
+    float logits[2 * V];
+    uint64_t required = 0;
+    EXPECT_OK(rt_decode_sessions_step(both, 2, tokens, counts, 8, logits, 2 * V, &required));
+    EXPECT_EQ_U64(required, 2 * V);
+    EXPECT(max_difference(logits, expected + 2 * V, V) <= 1e-5);
+    EXPECT(max_difference(logits + V, expected + 4 * V, V) <= 1e-5);
+    EXPECT_OK(rt_kv_cache_pool_leased_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 5); /* 2 + 3 pages */
+    /* Exhaustion: a needs 1 more page (position 4), b needs 1 more (positions 6..7), and only
+     * 1 is free: nothing changes. */
+    const uint32_t more[5] = {sequence[3], sequence[4], sequence[5], sequence[6], sequence[7]};
+    const uint64_t more_counts[2] = {2, 3};
+    EXPECT_STATUS(rt_decode_sessions_step(both, 2, more, more_counts, 5, logits, 2 * V, &required),
+                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("pool exhausted");
+    EXPECT_OK(rt_decode_session_size(a, &value));
+    EXPECT_EQ_U64(value, 3);
+    EXPECT_OK(rt_kv_cache_pool_free_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 1);
+    /* Argument rules. */
+    const uint64_t bad_counts[2] = {0, 5};
+    EXPECT_STATUS(rt_decode_sessions_step(both, 2, more, bad_counts, 5, logits, 2 * V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_sessions_step(both, 2, more, more_counts, 4, logits, 2 * V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_sessions_step(both, 2, more, more_counts, 5, logits, V, &required),
+                  RT_STATUS_OUT_OF_RANGE);
+    EXPECT_STATUS(rt_decode_sessions_step(NULL, 0, NULL, NULL, 0, logits, 2 * V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    rt_decode_session* repeated[2] = {a, a};
+    const uint64_t ones[2] = {1, 1};
+    EXPECT_STATUS(rt_decode_sessions_step(repeated, 2, more, ones, 2, logits, 2 * V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("repeats");
+    rt_decode_session* private_session = session_of(model, RT_KV_CACHE_PAGED, 4);
+    rt_decode_session* mixed[2] = {a, private_session};
+    EXPECT_STATUS(rt_decode_sessions_step(mixed, 2, more, ones, 2, logits, 2 * V, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("another pool");
+    EXPECT_OK(rt_decode_session_size(a, &value));
+    EXPECT_EQ_U64(value, 3);
+    /* Releasing a session returns its pages; the pool outlives its handle while sessions live. */
+    rt_decode_session_release(b);
+    EXPECT_OK(rt_kv_cache_pool_free_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 4);
+    rt_kv_cache_pool_release(pool);
+    rt_model_release(model);
+    float next[V];
+    EXPECT_OK(rt_decode_session_step(a, sequence[3], next, V, &required));
+    EXPECT(max_difference(next, expected + 3 * V, V) <= 1e-5);
+    rt_decode_session_release(a);
+    rt_decode_session_release(private_session);
+    EXPECT_STATUS(rt_model_kv_cache_pool_create(NULL, NULL, &pool), RT_STATUS_INVALID_ARGUMENT);
+}
+
+static void sessions_pin_their_model(void) {
+    rt_model* model = create_tiny_model();
+    rt_parameter_list* parameters = parameters_of(model);
+    rt_adam* adam = NULL;
+    EXPECT_OK(rt_adam_create(parameters, NULL, &adam));
+    rt_decode_session* session = session_of(model, RT_KV_CACHE_PAGED, 4);
+    EXPECT_STATUS(rt_model_to(model, RT_BACKEND_CPU), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("decode session");
+    EXPECT_STATUS(rt_model_quantize_linear_weights_nf4(model, 64), RT_STATUS_RUNTIME_ERROR);
+    rt_lora_config lora;
+    EXPECT_OK(rt_lora_config_init(&lora, sizeof lora));
+    EXPECT_STATUS(rt_model_attach_lora(model, &lora), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_STATUS(rt_adam_step(adam, NULL), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("decode session");
+    float* values = copy_parameter_values(parameters);
+    EXPECT_STATUS(rt_parameter_list_load_from_host_f32(parameters, values, total_numel(parameters)),
+                  RT_STATUS_RUNTIME_ERROR);
+    free(values);
+    rt_decode_session_release(session);
+    EXPECT_OK(rt_adam_step(adam, NULL)); /* unpinned again */
+    rt_adam_release(adam);
+    rt_parameter_list_release(parameters);
+    EXPECT_OK(rt_model_attach_lora(model, &lora));
+    rt_model_release(model);
+}
+
+int main(void) {
+    RUN_TEST(steps_equal_the_full_forward);
+    RUN_TEST(argument_rules_change_nothing);
+    RUN_TEST(shared_pool_and_batched_steps);
+    RUN_TEST(sessions_pin_their_model);
+    return finish_tests();
+}
