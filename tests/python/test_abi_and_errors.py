@@ -137,7 +137,9 @@ def test_the_package_root_exports_exactly_the_public_api():
         "AdamState",
         "AdamStepStats",
         "Context",
+        "DecodeSession",
         "DecoderOnlyTransformer",
+        "KvCachePool",
         "LORA_TARGETS",
         "LoraConfig",
         "ParameterList",
@@ -151,6 +153,7 @@ def test_the_package_root_exports_exactly_the_public_api():
         "cpu_info",
         "cross_entropy",
         "cross_entropy_time_range",
+        "decode_batch",
         "__version__",
     }
     assert riftco_transformer.__version__ == "0.1.0"

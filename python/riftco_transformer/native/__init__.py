@@ -26,6 +26,7 @@ from ._errors import RiftcoTransformerError
 from .adam import Adam, AdamOptions, AdamState, AdamStepStats
 from .autograd import Variable, cross_entropy, cross_entropy_time_range
 from .backends import backend_available, cpu_info
+from .decode import DecodeSession, KvCachePool, decode_batch
 from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
 from .model import DecoderOnlyTransformer, TransformerConfig
 from .parameters import ParameterList
@@ -53,7 +54,9 @@ __all__ = [
     "AdamState",
     "AdamStepStats",
     "Context",
+    "DecodeSession",
     "DecoderOnlyTransformer",
+    "KvCachePool",
     "LORA_TARGETS",
     "LoraConfig",
     "ParameterList",
@@ -67,4 +70,5 @@ __all__ = [
     "cpu_info",
     "cross_entropy",
     "cross_entropy_time_range",
+    "decode_batch",
 ]

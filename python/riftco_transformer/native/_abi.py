@@ -74,6 +74,10 @@ LORA_TARGET_LANGUAGE_MODEL_HEAD = 1 << 6
 LORA_TARGETS_DEFAULT = LORA_TARGET_QUERY | LORA_TARGET_VALUE
 LORA_TARGETS_ALL_LINEAR = 0x7F
 
+# ---- KV cache kinds (never renumbered).
+KV_CACHE_CONTIGUOUS = 0
+KV_CACHE_PAGED = 1
+
 rt_status = c_int32
 handle = c_void_p
 handle_out = POINTER(c_void_p)
@@ -140,6 +144,23 @@ class AdamStateStruct(Structure):
         ("beta1_power", c_double),
         ("beta2_power", c_double),
         ("value_count", c_uint64),
+    ]
+
+
+class DecodeSessionOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("kind", c_int32),
+        ("reserved", c_uint32),
+        ("block_size", c_uint64),
+    ]
+
+
+class KvCachePoolOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("block_size", c_uint64),
+        ("block_count", c_uint64),
     ]
 
 
@@ -360,6 +381,51 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_model_packed_state_copy": (rt_status, [handle, POINTER(c_uint8), c_uint64, size_out]),
     "rt_model_packed_state_load": (rt_status, [handle, POINTER(c_uint8), c_uint64]),
     # Parameter lists.
+    # KV-cached decoding
+    "rt_decode_session_options_init": (rt_status, [POINTER(DecodeSessionOptionsStruct), c_uint64]),
+    "rt_model_decode_session_create": (
+        rt_status,
+        [handle, POINTER(DecodeSessionOptionsStruct), handle_out],
+    ),
+    "rt_decode_session_release": (None, [handle]),
+    "rt_decode_session_step": (
+        rt_status,
+        [handle, c_uint32, POINTER(c_float), c_uint64, size_out],
+    ),
+    "rt_decode_session_prefill": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, POINTER(c_float), c_uint64, size_out],
+    ),
+    "rt_decode_session_reset": (rt_status, [handle]),
+    "rt_decode_session_size": (rt_status, [handle, size_out]),
+    "rt_decode_session_capacity": (rt_status, [handle, size_out]),
+    "rt_decode_session_cache_kind": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_decode_session_block_size": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_options_init": (rt_status, [POINTER(KvCachePoolOptionsStruct), c_uint64]),
+    "rt_model_kv_cache_pool_create": (
+        rt_status,
+        [handle, POINTER(KvCachePoolOptionsStruct), handle_out],
+    ),
+    "rt_kv_cache_pool_release": (None, [handle]),
+    "rt_kv_cache_pool_session_create": (rt_status, [handle, handle_out]),
+    "rt_kv_cache_pool_block_size": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_blocks_per_full_cache": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_free_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_leased_block_count": (rt_status, [handle, size_out]),
+    "rt_decode_sessions_step": (
+        rt_status,
+        [
+            POINTER(c_void_p),
+            c_uint64,
+            POINTER(c_uint32),
+            POINTER(c_uint64),
+            c_uint64,
+            POINTER(c_float),
+            c_uint64,
+            size_out,
+        ],
+    ),
     "rt_parameter_list_release": (None, [handle]),
     "rt_parameter_list_count": (rt_status, [handle, size_out]),
     "rt_parameter_list_backend": (rt_status, [handle, POINTER(c_int32)]),

@@ -27,6 +27,7 @@ from ._validation import (
 )
 from .autograd import Variable
 from .backends import BACKEND_NAMES, backend_value
+from .decode import DecodeSession, KvCachePool, decode_session_options, kv_cache_pool_options
 from .lora import LoraConfig, QuantizedMemoryStats
 from .parameters import ParameterList
 
@@ -213,6 +214,43 @@ class DecoderOnlyTransformer(NativeHandle):
         with self._native() as pointer:
             check_status(library().rt_model_parameters(pointer, ctypes.byref(parameter_list)))
         return ParameterList._from_pointer(parameter_list.value, self._lock)
+
+    # ---- KV-cached decoding ---------------------------------------------------------------
+
+    def decode_session(self, cache: str = "paged", block_size: int = 16) -> DecodeSession:
+        """A :class:`DecodeSession` with a private cache sized for one full context.
+
+        ``cache`` is ``"paged"`` (pages of ``block_size`` positions, leased as the sequence
+        grows) or ``"contiguous"`` (the reference: one page of ``maximum_context``; the block
+        size is then ignored). While the session lives the model rejects changes to its
+        parameters or backend.
+        """
+        options = decode_session_options(cache, block_size)
+        handle = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(
+                library().rt_model_decode_session_create(
+                    pointer, ctypes.byref(options), ctypes.byref(handle)
+                )
+            )
+        return DecodeSession._from_pointer(handle.value, self._lock)._bind(
+            self._config.vocabulary_size, None
+        )
+
+    def kv_cache_pool(self, block_size: int = 16, block_count: int = 0) -> KvCachePool:
+        """A :class:`KvCachePool` of ``block_count`` pages (0: exactly one full context) for
+        sessions that :func:`decode_batch` advances together."""
+        options = kv_cache_pool_options(block_size, block_count)
+        handle = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(
+                library().rt_model_kv_cache_pool_create(
+                    pointer, ctypes.byref(options), ctypes.byref(handle)
+                )
+            )
+        return KvCachePool._from_pointer(handle.value, self._lock)._bind(
+            self._config.vocabulary_size
+        )
 
     # ---- LoRA and packed NF4 --------------------------------------------------------------
 

@@ -1,0 +1,283 @@
+"""KV-cached decoding: decode sessions, shared KV cache pools and the batched step.
+
+A :class:`DecodeSession` is one request's sequence over a model. Each :meth:`~DecodeSession.step`
+runs ONE position (learned absolute position = the session's ``size``) against the keys and
+values cached for the earlier ones and returns that position's logits; :meth:`~DecodeSession.
+prefill` runs a whole prompt in one batched pass. A :class:`KvCachePool` holds pages for many
+sessions, and :func:`decode_batch` advances several of its sessions in ONE pass over the
+model (the continuous-batching step): every weight is read once for all of them.
+
+Rules (the native library enforces them):
+
+* a session never rolls over: stepping past ``capacity`` (the model's maximum context) raises
+  :class:`RiftcoTransformerError` with status ``out_of_range``; roll over with ``reset()``
+  and a prefill of the newest tokens;
+* every step is one transaction: on any error (an id >= V, a full session, ``runtime_error``
+  "pool exhausted") no session changed;
+* while a session lives, its model rejects ``to()``, NF4 conversion, LoRA attach/merge,
+  parameter and packed-state loads and Adam steps (``runtime_error``).
+
+Sessions and pools share their model's lock and native state: they keep working after the
+model wrapper is closed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+from ._abi import (
+    KV_CACHE_CONTIGUOUS,
+    KV_CACHE_PAGED,
+    DecodeSessionOptionsStruct,
+    KvCachePoolOptionsStruct,
+)
+from ._buffers import token_ids
+from ._errors import check_status
+from ._handle import NativeHandle
+from ._loader import library
+from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
+
+KV_CACHE_VALUES = {"paged": KV_CACHE_PAGED, "contiguous": KV_CACHE_CONTIGUOUS}
+KV_CACHE_NAMES = {value: name for name, value in KV_CACHE_VALUES.items()}
+
+
+def _token(token: object) -> int:
+    return require_int(token, "token", 0, UINT32_LIMIT)
+
+
+def _flat_ids(tokens: object, name: str):
+    ids = token_ids(tokens, name)
+    if len(ids.shape) != 1:
+        raise ValueError(f"{name} must be one flat row of token ids, got shape {ids.shape}")
+    if ids.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one token id")
+    return ids
+
+
+class DecodeSession(NativeHandle):
+    """One request's KV-cached sequence (made by ``model.decode_session()`` or
+    ``pool.session()``; there is no public constructor).
+
+    ``step(token)`` and ``prefill(tokens)`` return the logits of the last position fed, as a
+    tuple of V floats. ``size`` is the positions seen, ``capacity`` the model's maximum
+    context, ``cache_kind`` ``"paged"`` or ``"contiguous"``, ``block_size`` the positions per
+    page (a contiguous cache reports the maximum context).
+    """
+
+    _release_function = "rt_decode_session_release"
+
+    def _bind(self, vocabulary_size: int, pool: KvCachePool | None) -> DecodeSession:
+        self._vocabulary_size = vocabulary_size
+        self._pool = pool  # keeps the pool's Python wrapper alive for `pool` and batching
+        return self
+
+    @property
+    def pool(self) -> KvCachePool | None:
+        """The shared pool the session leases from (None for a private cache)."""
+        with self._native():
+            return self._pool
+
+    def step(self, token: int) -> tuple[float, ...]:
+        """Feed ``token`` at position ``size``; the logits of that position."""
+        value = _token(token)
+        logits = (ctypes.c_float * self._vocabulary_size)()
+        required = ctypes.c_uint64()
+        with self._native() as pointer:
+            check_status(
+                library().rt_decode_session_step(
+                    pointer, value, logits, self._vocabulary_size, ctypes.byref(required)
+                )
+            )
+        return tuple(logits)
+
+    def prefill(self, tokens) -> tuple[float, ...]:
+        """Feed ``tokens`` (one flat row) at positions ``size``.. in one batched pass; the
+        logits of the last one."""
+        ids = _flat_ids(tokens, "tokens")
+        logits = (ctypes.c_float * self._vocabulary_size)()
+        required = ctypes.c_uint64()
+        with self._native() as pointer:
+            check_status(
+                library().rt_decode_session_prefill(
+                    pointer,
+                    ids.values,
+                    len(ids.values),
+                    logits,
+                    self._vocabulary_size,
+                    ctypes.byref(required),
+                )
+            )
+        return tuple(logits)
+
+    def reset(self) -> None:
+        """Forget every position and return every page."""
+        with self._native() as pointer:
+            check_status(library().rt_decode_session_reset(pointer))
+
+    @property
+    def size(self) -> int:
+        return self._query("rt_decode_session_size", ctypes.c_uint64)
+
+    @property
+    def capacity(self) -> int:
+        return self._query("rt_decode_session_capacity", ctypes.c_uint64)
+
+    @property
+    def cache_kind(self) -> str:
+        return KV_CACHE_NAMES[self._query("rt_decode_session_cache_kind", ctypes.c_int32)]
+
+    # WORKFLOWS §9.4 names this property both ways.
+    cache = cache_kind
+
+    @property
+    def block_size(self) -> int:
+        return self._query("rt_decode_session_block_size", ctypes.c_uint64)
+
+    @property
+    def vocabulary_size(self) -> int:
+        with self._native():
+            return self._vocabulary_size
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<DecodeSession (closed)>"
+        return (
+            f"<DecodeSession {self.cache_kind} size={self.size} capacity={self.capacity} "
+            f"block_size={self.block_size}>"
+        )
+
+
+class KvCachePool(NativeHandle):
+    """K/V pages shared by many sessions of one model (made by ``model.kv_cache_pool()``).
+
+    ``block_size`` positions per page, ``block_count`` pages (the default 0 asked for exactly
+    one full context, ``blocks_per_full_cache``); ``free_block_count`` and
+    ``leased_block_count`` report the pages now. Pages are leased lazily as sessions grow and
+    return on ``reset()``/``close()`` of a session.
+    """
+
+    _release_function = "rt_kv_cache_pool_release"
+
+    def _bind(self, vocabulary_size: int) -> KvCachePool:
+        self._vocabulary_size = vocabulary_size
+        return self
+
+    def session(self) -> DecodeSession:
+        """A new paged session leasing from this pool."""
+        handle = ctypes.c_void_p()
+        with self._native() as pointer:
+            check_status(library().rt_kv_cache_pool_session_create(pointer, ctypes.byref(handle)))
+        return DecodeSession._from_pointer(handle.value, self._lock)._bind(
+            self._vocabulary_size, self
+        )
+
+    @property
+    def block_size(self) -> int:
+        return self._query("rt_kv_cache_pool_block_size", ctypes.c_uint64)
+
+    @property
+    def block_count(self) -> int:
+        return self._query("rt_kv_cache_pool_block_count", ctypes.c_uint64)
+
+    @property
+    def blocks_per_full_cache(self) -> int:
+        return self._query("rt_kv_cache_pool_blocks_per_full_cache", ctypes.c_uint64)
+
+    @property
+    def free_block_count(self) -> int:
+        return self._query("rt_kv_cache_pool_free_block_count", ctypes.c_uint64)
+
+    @property
+    def leased_block_count(self) -> int:
+        return self._query("rt_kv_cache_pool_leased_block_count", ctypes.c_uint64)
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<KvCachePool (closed)>"
+        return (
+            f"<KvCachePool block_size={self.block_size} blocks={self.block_count} "
+            f"free={self.free_block_count}>"
+        )
+
+
+def decode_session_options(cache: str, block_size: int) -> DecodeSessionOptionsStruct:
+    """The native options for ``model.decode_session`` (ValueError/TypeError on bad input)."""
+    kind = require_choice(cache, "cache", KV_CACHE_VALUES)
+    options = DecodeSessionOptionsStruct()
+    check_status(library().rt_decode_session_options_init(ctypes.byref(options), ctypes.sizeof(options)))
+    options.kind = kind
+    options.block_size = require_int(block_size, "block_size", 1, UINT64_LIMIT)
+    return options
+
+
+def kv_cache_pool_options(block_size: int, block_count: int) -> KvCachePoolOptionsStruct:
+    options = KvCachePoolOptionsStruct()
+    check_status(library().rt_kv_cache_pool_options_init(ctypes.byref(options), ctypes.sizeof(options)))
+    options.block_size = require_int(block_size, "block_size", 1, UINT64_LIMIT)
+    options.block_count = require_int(block_count, "block_count", 0, UINT64_LIMIT)
+    return options
+
+
+def decode_batch(
+    sessions: Sequence[DecodeSession], tokens: Sequence[Sequence[int]]
+) -> list[tuple[float, ...]]:
+    """Advance ``sessions[i]`` by ``tokens[i]`` (one id = a decode step, several = a prefill
+    chunk) in ONE native pass over the model; the logits of each session's last new position.
+
+    The sessions must be distinct sessions of one model sharing one pool (a single session may
+    have a private cache). On any error (:class:`RiftcoTransformerError`: ``out_of_range`` for
+    an id >= V or a session that would pass its capacity, ``runtime_error`` "pool exhausted",
+    ``invalid_argument`` for mixed pools or repeated sessions) no session changed.
+    """
+    sessions = list(sessions)
+    tokens = list(tokens)
+    if not sessions:
+        raise ValueError("decode_batch needs at least one session")
+    if len(tokens) != len(sessions):
+        raise ValueError(
+            f"decode_batch got {len(sessions)} sessions but {len(tokens)} token lists"
+        )
+    for index, session in enumerate(sessions):
+        if not isinstance(session, DecodeSession):
+            raise TypeError(
+                f"sessions[{index}] must be a DecodeSession, not {type(session).__name__}"
+            )
+    rows = [_flat_ids(row, f"tokens[{index}]") for index, row in enumerate(tokens)]
+    counts = (ctypes.c_uint64 * len(rows))(*(len(row.values) for row in rows))
+    total = sum(counts)
+    flat = (ctypes.c_uint32 * total)()
+    offset = 0
+    for row in rows:
+        ctypes.memmove(
+            ctypes.addressof(flat) + offset * ctypes.sizeof(ctypes.c_uint32),
+            row.values,
+            len(row.values) * ctypes.sizeof(ctypes.c_uint32),
+        )
+        offset += len(row.values)
+    lock = sessions[0]._lock
+    if any(session._lock is not lock for session in sessions):
+        raise ValueError("decode_batch: every session must belong to the same model")
+    vocabulary = sessions[0]._vocabulary_size
+    logits = (ctypes.c_float * (vocabulary * len(sessions)))()
+    required = ctypes.c_uint64()
+    with lock:
+        pointers = []
+        for index, session in enumerate(sessions):
+            if session._pointer is None:
+                raise RuntimeError(f"sessions[{index}]: DecodeSession is closed")
+            pointers.append(session._pointer)
+        handles = (ctypes.c_void_p * len(pointers))(*pointers)
+        check_status(
+            library().rt_decode_sessions_step(
+                handles,
+                len(pointers),
+                flat,
+                counts,
+                total,
+                logits,
+                len(logits),
+                ctypes.byref(required),
+            )
+        )
+    return [tuple(logits[i * vocabulary : (i + 1) * vocabulary]) for i in range(len(sessions))]

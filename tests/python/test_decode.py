@@ -1,0 +1,202 @@
+"""KV-cached decoding from Python: DecodeSession, KvCachePool and decode_batch against the full
+forward (torch-free: the model's own full-sequence forward is the oracle), the transaction and
+pinning rules, and argument errors."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+from support import native_error
+
+from riftco_transformer import (
+    STATUS_INVALID_ARGUMENT,
+    STATUS_OUT_OF_RANGE,
+    STATUS_RUNTIME_ERROR,
+    Adam,
+    DecodeSession,
+    DecoderOnlyTransformer,
+    KvCachePool,
+    LoraConfig,
+    decode_batch,
+)
+
+SEQUENCE = [3, 1, 4, 1, 5, 9, 2, 6]  # TINY_CONFIG: V=32, C=8
+
+
+def full_logits(model, tokens):
+    flat = model(tokens).tolist()  # row-major [1, T, V]
+    vocabulary = model.config.vocabulary_size
+    return [tuple(flat[t * vocabulary : (t + 1) * vocabulary]) for t in range(len(tokens))]
+
+
+def assert_close(actual, expected, tolerance=1e-5):
+    assert len(actual) == len(expected)
+    worst = max(abs(a - b) for a, b in zip(actual, expected))
+    assert worst <= tolerance, worst
+
+
+@pytest.mark.parametrize("cache", ["paged", "contiguous"])
+def test_steps_equal_the_full_forward_at_every_position(model, cache):
+    expected = full_logits(model, SEQUENCE)
+    with model.decode_session(cache=cache, block_size=3) as session:
+        assert session.capacity == 8
+        assert session.cache_kind == cache == session.cache
+        assert session.block_size == (3 if cache == "paged" else 8)
+        for position, token in enumerate(SEQUENCE):
+            logits = session.step(token)
+            assert isinstance(logits, tuple) and len(logits) == 32
+            assert_close(logits, expected[position])
+            assert session.size == position + 1
+
+
+def test_paged_and_contiguous_are_identical_and_prefill_matches_steps(model):
+    paged = model.decode_session("paged", 2)
+    contiguous = model.decode_session("contiguous")
+    stepped = [paged.step(token) for token in SEQUENCE]
+    assert stepped == [contiguous.step(token) for token in SEQUENCE]
+    prefilled = model.decode_session()
+    assert_close(prefilled.prefill(SEQUENCE[:5]), stepped[4])
+    assert_close(prefilled.prefill(SEQUENCE[5:]), stepped[7])  # a second chunk continues
+    for session in (paged, contiguous, prefilled):
+        session.close()
+
+
+def test_full_sessions_never_roll_over_and_reset_replays(model):
+    session = model.decode_session()
+    session.prefill(SEQUENCE)
+    error = native_error(lambda: session.step(1))
+    assert error.status == STATUS_OUT_OF_RANGE and "never rolls over" in error.detail
+    assert session.size == 8
+    session.reset()
+    assert session.size == 0
+    window = SEQUENCE[2:] + [7, 7]
+    assert_close(session.prefill(window), full_logits(model, window)[-1])
+
+
+def test_pool_sessions_batch_like_separate_sessions_and_exhaustion_changes_nothing(model):
+    pool = model.kv_cache_pool(block_size=2, block_count=5)
+    assert isinstance(pool, KvCachePool)
+    assert (pool.block_size, pool.block_count, pool.blocks_per_full_cache) == (2, 5, 4)
+    a, b = pool.session(), pool.session()
+    assert a.pool is pool and model.decode_session().pool is None
+    first = decode_batch([a, b], [SEQUENCE[:3], SEQUENCE[:4]])
+    expected = full_logits(model, SEQUENCE)
+    assert_close(first[0], expected[2])
+    assert_close(first[1], expected[3])
+    assert pool.leased_block_count == 4 and pool.free_block_count == 1
+    # a needs one more page (position 3 stays in page 1; 4 needs page 2), b needs one: 1 free.
+    error = native_error(lambda: decode_batch([b, a], [SEQUENCE[4:6], SEQUENCE[3:5]]))
+    assert error.status == STATUS_RUNTIME_ERROR and "pool exhausted" in error.detail
+    assert (a.size, b.size, pool.free_block_count) == (3, 4, 1)
+    step = decode_batch([a, b], [[SEQUENCE[3]], [SEQUENCE[4]]])
+    assert_close(step[0], expected[3])
+    assert_close(step[1], expected[4])
+    b.close()
+    assert pool.free_block_count == 3
+    a.close()
+    assert pool.leased_block_count == 0
+
+
+def test_decode_batch_argument_rules(model):
+    pool = model.kv_cache_pool(block_size=4)
+    a = pool.session()
+    with pytest.raises(ValueError, match="at least one session"):
+        decode_batch([], [])
+    with pytest.raises(ValueError, match="2 token lists"):
+        decode_batch([a], [[1], [2]])
+    with pytest.raises(TypeError, match="sessions\\[0\\] must be a DecodeSession"):
+        decode_batch([object()], [[1]])
+    with pytest.raises(ValueError, match="at least one token"):
+        decode_batch([a], [[]])
+    with pytest.raises(ValueError):
+        decode_batch([a], [[-1]])
+    assert native_error(lambda: decode_batch([a, a], [[1], [2]])).status == STATUS_INVALID_ARGUMENT
+    private = model.decode_session()
+    error = native_error(lambda: decode_batch([a, private], [[1], [2]]))
+    assert "another pool" in error.detail
+    with DecoderOnlyTransformer(model.config) as other:
+        with pytest.raises(ValueError, match="same model"):
+            decode_batch([a, other.decode_session()], [[1], [2]])
+    error = native_error(lambda: decode_batch([a], [[32]]))
+    assert error.status == STATUS_OUT_OF_RANGE
+    assert a.size == 0
+    a.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        decode_batch([a], [[1]])
+
+
+def test_session_argument_errors(model):
+    with pytest.raises(ValueError, match="cache must be one of"):
+        model.decode_session(cache="ring")
+    with pytest.raises(TypeError):
+        model.decode_session(cache=1)
+    with pytest.raises(ValueError):
+        model.decode_session(block_size=0)
+    with pytest.raises(TypeError):
+        model.decode_session(block_size=True)
+    error = native_error(lambda: model.kv_cache_pool(block_size=4, block_count=1))
+    assert error.status == STATUS_INVALID_ARGUMENT and "block_count 1" in error.detail
+    session = model.decode_session()
+    with pytest.raises(TypeError):
+        session.step(1.5)
+    with pytest.raises(ValueError):
+        session.step(-1)
+    assert native_error(lambda: session.step(32)).status == STATUS_OUT_OF_RANGE
+    with pytest.raises(ValueError, match="one flat row"):
+        session.prefill([[1, 2]])
+    with pytest.raises(ValueError, match="at least one"):
+        session.prefill([])
+    assert session.size == 0
+    with pytest.raises(TypeError):
+        copy.copy(session)
+    with pytest.raises(TypeError):
+        pickle.dumps(session)
+    session.close()
+    with pytest.raises(RuntimeError, match="DecodeSession is closed"):
+        session.step(1)
+    assert "closed" in repr(session)
+
+
+def test_sessions_pin_the_model_and_outlive_its_handle(tiny_config):
+    model = DecoderOnlyTransformer(tiny_config)
+    parameters = model.parameters()
+    adam = Adam(parameters)
+    session = model.decode_session()
+    for change in (
+        lambda: model.to("cpu"),
+        lambda: model.quantize_nf4(block_size=64),
+        lambda: model.attach_lora(LoraConfig()),
+        lambda: adam.step(),
+        lambda: parameters.load_flat_values(parameters.flat_values()),
+    ):
+        error = native_error(change)
+        assert error.status == STATUS_RUNTIME_ERROR and "decode session" in error.detail
+    expected = full_logits(model, SEQUENCE[:2])
+    model.close()
+    session.step(SEQUENCE[0])
+    assert_close(session.step(SEQUENCE[1]), expected[1])
+    session.close()
+    adam.close()
+    parameters.close()
+
+
+def test_packed_nf4_models_decode_like_their_forward(tiny_config):
+    with DecoderOnlyTransformer(tiny_config) as model:
+        model.quantize_nf4(block_size=32)
+        expected = full_logits(model, SEQUENCE)
+        with model.decode_session() as session:
+            for position, token in enumerate(SEQUENCE):
+                assert_close(session.step(token), expected[position])
+        assert model.quantized_linear_weights
+
+
+def test_repr_and_types(model):
+    session = model.decode_session(block_size=4)
+    assert isinstance(session, DecodeSession)
+    assert repr(session) == "<DecodeSession paged size=0 capacity=8 block_size=4>"
+    pool = model.kv_cache_pool(block_size=4)
+    assert repr(pool) == "<KvCachePool block_size=4 blocks=2 free=2>"
+    session.close()
+    pool.close()
