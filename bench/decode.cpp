@@ -14,6 +14,7 @@
 //   streams    aggregate decode throughput of S concurrent sessions in one shared pool, each
 //              step one decode_batch over all S (what the continuous-batching scheduler runs):
 //              tokens/s = S·steps / seconds
+//   kernels    the CPU backend's GEMM library and kernel family, and the paged-attention path
 //   bandwidth  weight bytes one decode step reads (every projection, the head, one embedding
 //              row), the copy bandwidth measured here (memcpy of 256 MiB, read+write bytes),
 //              and the token rate that bandwidth bounds decode at
@@ -142,6 +143,12 @@ int main(int argc, char** argv) {
     }
     const char* kind_name = key_value_cache_kind_name(kind).data();
     const std::size_t threads = cpu_thread_count();
+    std::printf(
+        "{\"bench\":\"kernels\",\"cpu\":\"%s\",\"paged_attention\":\"%s\"}\n", cpu_info().c_str(),
+        std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION") != nullptr &&
+                std::string_view(std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION")) == "reference"
+            ? "reference"
+            : "fast (vectorised, threaded over request x head)");
 
     // decode, batch 1
     const std::size_t steps = std::min(generate, d.maximum_context - prompt_length);
@@ -160,11 +167,12 @@ int main(int argc, char** argv) {
         }
     }
     const double decode_s = median(step_seconds);
-    std::printf("{\"bench\":\"decode\",\"config\":\"%s\",\"cache\":\"%s\",\"threads\":%zu,"
-                "\"prompt\":%zu,\"decode_steps\":%zu,\"reps\":%zu,\"decode_s_median\":%.5f,"
-                "\"tokens_per_s\":%.2f,\"ms_per_token\":%.3f}\n",
-                config->name, kind_name, threads, prompt_length, steps, repetitions, decode_s,
-                static_cast<double>(steps) / decode_s, 1000.0 * decode_s / static_cast<double>(steps));
+    std::printf(
+        "{\"bench\":\"decode\",\"config\":\"%s\",\"cache\":\"%s\",\"threads\":%zu,"
+        "\"prompt\":%zu,\"decode_steps\":%zu,\"reps\":%zu,\"decode_s_median\":%.5f,"
+        "\"tokens_per_s\":%.2f,\"ms_per_token\":%.3f}\n",
+        config->name, kind_name, threads, prompt_length, steps, repetitions, decode_s,
+        static_cast<double>(steps) / decode_s, 1000.0 * decode_s / static_cast<double>(steps));
     std::fflush(stdout);
 
     // prefill
@@ -179,10 +187,11 @@ int main(int argc, char** argv) {
             }
         }
         const double prefill_s = median(prefill_seconds);
-        std::printf("{\"bench\":\"prefill\",\"config\":\"%s\",\"cache\":\"%s\",\"threads\":%zu,"
-                    "\"prompt\":%zu,\"prefill_s_median\":%.5f,\"tokens_per_s\":%.1f}\n",
-                    config->name, kind_name, threads, prefill_length, prefill_s,
-                    static_cast<double>(prefill_length) / prefill_s);
+        std::printf(
+            "{\"bench\":\"prefill\",\"config\":\"%s\",\"cache\":\"%s\",\"threads\":%zu,"
+            "\"prompt\":%zu,\"prefill_s_median\":%.5f,\"tokens_per_s\":%.1f}\n",
+            config->name, kind_name, threads, prefill_length, prefill_s,
+            static_cast<double>(prefill_length) / prefill_s);
         std::fflush(stdout);
     }
 
@@ -192,10 +201,10 @@ int main(int argc, char** argv) {
         if (streams == 0 || per_stream > d.maximum_context) {
             continue;
         }
-        auto pool = make_key_value_cache_pool(
-            model, default_key_value_block_size,
-            std::max<std::size_t>(streams * ((per_stream + 15) / 16),
-                                  (d.maximum_context + 15) / 16));
+        auto pool =
+            make_key_value_cache_pool(model, default_key_value_block_size,
+                                      std::max<std::size_t>(streams * ((per_stream + 15) / 16),
+                                                            (d.maximum_context + 15) / 16));
         std::vector<double> run_seconds;
         for (std::size_t run = 0; run <= repetitions; ++run) {
             std::vector<DecodeSession> sessions;
@@ -210,7 +219,8 @@ int main(int argc, char** argv) {
             }
             auto logits = decode_batch(work).to_host();
             std::vector<std::uint32_t> next(streams);
-            const std::size_t timed = run == 0 ? std::min<std::size_t>(4, stream_steps) : stream_steps;
+            const std::size_t timed =
+                run == 0 ? std::min<std::size_t>(4, stream_steps) : stream_steps;
             const auto start = Clock::now();
             for (std::size_t step = 0; step < timed; ++step) {
                 for (std::size_t s = 0; s < streams; ++s) {
@@ -224,10 +234,11 @@ int main(int argc, char** argv) {
             }
         }
         const double seconds = median(run_seconds);
-        std::printf("{\"bench\":\"streams\",\"config\":\"%s\",\"threads\":%zu,\"streams\":%zu,"
-                    "\"steps\":%zu,\"seconds_median\":%.5f,\"tokens_per_s\":%.2f}\n",
-                    config->name, threads, streams, stream_steps, seconds,
-                    static_cast<double>(streams * stream_steps) / seconds);
+        std::printf(
+            "{\"bench\":\"streams\",\"config\":\"%s\",\"threads\":%zu,\"streams\":%zu,"
+            "\"steps\":%zu,\"seconds_median\":%.5f,\"tokens_per_s\":%.2f}\n",
+            config->name, threads, streams, stream_steps, seconds,
+            static_cast<double>(streams * stream_steps) / seconds);
         std::fflush(stdout);
     }
 
@@ -245,13 +256,15 @@ int main(int argc, char** argv) {
         const auto start = Clock::now();
         std::memcpy(target.data(), source.data(), copy_bytes);
         copy_seconds.push_back(seconds_since(start));
-        source[static_cast<std::size_t>(run)] = target[copy_bytes - 1 - static_cast<std::size_t>(run)];
+        source[static_cast<std::size_t>(run)] =
+            target[copy_bytes - 1 - static_cast<std::size_t>(run)];
     }
     const double bandwidth = 2.0 * static_cast<double>(copy_bytes) / median(copy_seconds);
-    std::printf("{\"bench\":\"bandwidth\",\"config\":\"%s\",\"weight_bytes_per_token\":%zu,"
-                "\"copy_bandwidth_bytes_per_s\":%.0f,\"bandwidth_bound_tokens_per_s\":%.2f,"
-                "\"decode_fraction_of_bound\":%.3f}\n",
-                config->name, weight_bytes, bandwidth, bandwidth / static_cast<double>(weight_bytes),
-                (static_cast<double>(steps) / decode_s) / (bandwidth / static_cast<double>(weight_bytes)));
+    std::printf(
+        "{\"bench\":\"bandwidth\",\"config\":\"%s\",\"weight_bytes_per_token\":%zu,"
+        "\"copy_bandwidth_bytes_per_s\":%.0f,\"bandwidth_bound_tokens_per_s\":%.2f,"
+        "\"decode_fraction_of_bound\":%.3f}\n",
+        config->name, weight_bytes, bandwidth, bandwidth / static_cast<double>(weight_bytes),
+        (static_cast<double>(steps) / decode_s) / (bandwidth / static_cast<double>(weight_bytes)));
     return 0;
 }

@@ -65,9 +65,9 @@ TEST(DecodeSession, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
         for (std::size_t t = 0; t < tokens.size(); ++t) {
             const Tensor logits = session.decode_token(tokens[t]);
             EXPECT_EQ(logits.shape(), (Shape{1, 1, V}));
-            expect_near(logits.to_host(), expected.data() + t * V, V, 1e-5,
-                        std::string(key_value_cache_kind_name(kind)) + " position " +
-                            std::to_string(t));
+            expect_near(
+                logits.to_host(), expected.data() + t * V, V, 1e-5,
+                std::string(key_value_cache_kind_name(kind)) + " position " + std::to_string(t));
             EXPECT_EQ(session.size(), t + 1);
         }
     }
@@ -182,10 +182,11 @@ TEST(DecodeSession, PoolExhaustionLeavesEverySessionUnchanged) {
     static_cast<void>(a.prefill(tokens_of(12, 8)));  // 3 pages
     static_cast<void>(b.prefill(tokens_of(4, 9)));   // 1 page
     EXPECT_EQ(pool->free_block_count(), 1U);
-    const auto a_next = tokens_of(4, 10);   // needs 1 more page
-    const auto b_next = tokens_of(1, 11);   // needs 1 more page (b leases the last free one)
+    const auto a_next = tokens_of(4, 10);  // needs 1 more page
+    const auto b_next = tokens_of(1, 11);  // needs 1 more page (b leases the last free one)
     std::vector<DecodeWork> work = {{&b, b_next}, {&a, a_next}};
-    const auto message = message_of<std::runtime_error>([&] { static_cast<void>(decode_batch(work)); });
+    const auto message =
+        message_of<std::runtime_error>([&] { static_cast<void>(decode_batch(work)); });
     EXPECT_NE(message.find("pool exhausted"), std::string::npos) << message;
     EXPECT_EQ(a.size(), 12U);
     EXPECT_EQ(b.size(), 4U);
@@ -216,19 +217,22 @@ TEST(DecodeSession, BadTokensAndBadBatchesChangeNothing) {
     EXPECT_THROW(static_cast<void>(a.prefill({})), std::invalid_argument);
     const std::uint32_t one = 1;
     std::vector<DecodeWork> repeated = {{&a, {&one, 1}}, {&a, {&one, 1}}};
-    EXPECT_NE(message_of<std::invalid_argument>([&] { static_cast<void>(decode_batch(repeated)); })
-                  .find("repeats"),
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  static_cast<void>(decode_batch(repeated));
+              }).find("repeats"),
               std::string::npos);
     DecodeSession other_pool(model);
     std::vector<DecodeWork> pools = {{&a, {&one, 1}}, {&other_pool, {&one, 1}}};
-    EXPECT_NE(message_of<std::invalid_argument>([&] { static_cast<void>(decode_batch(pools)); })
-                  .find("another pool"),
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  static_cast<void>(decode_batch(pools));
+              }).find("another pool"),
               std::string::npos);
     const auto second = make_model(12);
     DecodeSession foreign(second, pool);
     std::vector<DecodeWork> models = {{&a, {&one, 1}}, {&foreign, {&one, 1}}};
-    EXPECT_NE(message_of<std::invalid_argument>([&] { static_cast<void>(decode_batch(models)); })
-                  .find("another model"),
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  static_cast<void>(decode_batch(models));
+              }).find("another model"),
               std::string::npos);
     EXPECT_THROW(static_cast<void>(decode_batch({})), std::invalid_argument);
     EXPECT_EQ(a.size(), 5U);
@@ -249,8 +253,9 @@ TEST(DecodeSession, PoolsAndCachesCheckTheirArguments) {
     EXPECT_THROW(static_cast<void>(DecodeSession(model, nullptr)), std::invalid_argument);
     // A pool made for another geometry.
     auto wrong = KeyValueCachePool::create({2, 2, 16, 16}, ExecutionBackend::Cpu);
-    EXPECT_NE(message_of<std::invalid_argument>([&] { DecodeSession s(model, wrong); })
-                  .find("does not fit the model"),
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  DecodeSession s(model, wrong);
+              }).find("does not fit the model"),
               std::string::npos);
     auto pool = make_key_value_cache_pool(model, 16, 0);
     EXPECT_EQ(pool->block_count(), 1U);

@@ -97,11 +97,13 @@ constexpr std::size_t width = 20;  // not a multiple of the 8 float lanes: tails
 
 TEST(PagedAttention, BothKernelsMatchTheOracleOnScatteredPages) {
     const std::size_t page_size = 4;
-    const Sequence s{11, random_values(11 * heads * width, 1), random_values(11 * heads * width, 2)};
+    const Sequence s{11, random_values(11 * heads * width, 1),
+                     random_values(11 * heads * width, 2)};
     const std::vector<std::uint32_t> table = {5, 0, 3};  // 11 positions over 3 scattered pages
     const Pools pools = pools_holding({&s}, {table}, 6, heads, page_size, width);
     const std::vector<float> query = random_values(heads * width, 3);
-    for (const std::size_t length : {std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{11}}) {
+    for (const std::size_t length :
+         {std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{11}}) {
         const std::vector<double> expected = oracle(query, s, heads, width, length);
         const PagedAttentionRequest request{table, length};
         const Tensor context = tensor_ops::paged_decode_attention(
@@ -152,7 +154,8 @@ TEST(PagedAttention, PageSizeAndPlacementDoNotChangeOneBit) {
 
 TEST(PagedAttention, BatchedRequestsEqualSeparateCalls) {
     const std::size_t page_size = 8;
-    const Sequence s1{13, random_values(13 * heads * width, 7), random_values(13 * heads * width, 8)};
+    const Sequence s1{13, random_values(13 * heads * width, 7),
+                      random_values(13 * heads * width, 8)};
     const Sequence s2{3, random_values(3 * heads * width, 9), random_values(3 * heads * width, 10)};
     const std::vector<std::vector<std::uint32_t>> tables = {{4, 1}, {2}};
     const Pools pools = pools_holding({&s1, &s2}, tables, 5, heads, page_size, width);
@@ -227,15 +230,14 @@ TEST(PagedAttention, ArgumentRulesNameTheArgument) {
     const std::vector<std::uint32_t> table = {1};
     const auto attend = [&](const Tensor& query, const Tensor& k, const Tensor& v,
                             std::vector<PagedAttentionRequest> requests) {
-        return testing::message_of<std::invalid_argument>([&] {
-            static_cast<void>(tensor_ops::paged_decode_attention(query, k, v, requests));
-        });
+        return testing::message_of<std::invalid_argument>(
+            [&] { static_cast<void>(tensor_ops::paged_decode_attention(query, k, v, requests)); });
     };
     EXPECT_NE(attend(Tensor::zeros({1, heads, 2, width}), keys, values, {{table, 1}}).find("query"),
               std::string::npos);
-    EXPECT_NE(attend(Tensor::zeros({1, heads + 1, 1, width}), keys, values, {{table, 1}})
-                  .find("query"),
-              std::string::npos);
+    EXPECT_NE(
+        attend(Tensor::zeros({1, heads + 1, 1, width}), keys, values, {{table, 1}}).find("query"),
+        std::string::npos);
     EXPECT_NE(attend(q, keys, Tensor::zeros({3, heads, 4, width}), {{table, 1}}).find("value_pool"),
               std::string::npos);
     EXPECT_NE(attend(q, keys, values, {}).find("0 requests"), std::string::npos);
@@ -268,7 +270,8 @@ TEST(PagedAttention, WritesNeverReachACopyOfThePool) {
     Tensor values = Tensor::zeros({1, 1, 2, 2});
     const Tensor snapshot = keys;  // shares the storage
     tensor_ops::write_paged_key_value(keys, values, Tensor({1, 1, 1, 2}, {1.0F, 2.0F}),
-                                      Tensor({1, 1, 1, 2}, {3.0F, 4.0F}), std::vector<PagedSlot>{{0, 1}});
+                                      Tensor({1, 1, 1, 2}, {3.0F, 4.0F}),
+                                      std::vector<PagedSlot>{{0, 1}});
     EXPECT_EQ(keys.to_host(), (std::vector<float>{0, 0, 1, 2}));
     EXPECT_EQ(values.to_host(), (std::vector<float>{0, 0, 3, 4}));
     EXPECT_EQ(snapshot.to_host(), (std::vector<float>{0, 0, 0, 0}));

@@ -3,7 +3,8 @@
 // Fits a tokenizer (BPE by default) on the training part of the corpus, trains the decoder
 // with Adam (warmup + cosine schedule, global-norm clipping), prints step, loss, tokens/s and
 // an ETA, reports held-out loss against the unigram baseline of the same tokenizer, and ends
-// by sampling text. Exit status 0 only when the held-out loss beats the baseline (by at least
+// by sampling text through a KV-cached decode session. Exit status 0 only when the held-out loss
+// beats the baseline (by at least
 // --require-improvement nats).
 //
 // `riftco-train --help` lists every flag with its default and meaning (the table in flags()).
@@ -33,6 +34,7 @@
 #include "riftco_transformer/data/tokenizer_factory.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
 
 namespace {
 
@@ -258,25 +260,41 @@ double unigram_baseline(const std::vector<std::uint32_t>& train,
     return loss / static_cast<double>(held_out.size());
 }
 
+// KV-cached generation (WORKFLOWS §4.3): prefill the newest C prompt tokens in one pass, then
+// one decode step per new token; when the session is full, roll over by replaying the newest
+// C tokens from position 0 (positions are learned and absolute, so old pages cannot just be
+// dropped). The last sampled token is never fed.
 std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model,
                                   std::vector<std::uint32_t> tokens, std::size_t length,
                                   float temperature, std::mt19937_64& generator) {
-    const NoGradientGuard no_graph;
     const std::size_t context = model.dimensions().maximum_context;
     const std::size_t vocabulary = model.dimensions().vocabulary_size;
-    for (std::size_t n = 0; n < length; ++n) {
+    const auto newest = [&] {
         const std::size_t window = std::min(context, tokens.size());
-        const std::vector<std::uint32_t> input(tokens.end() - static_cast<std::ptrdiff_t>(window),
-                                               tokens.end());
-        const Tensor logits = model.forward(input, {1, window}).value();
-        const Tensor last = tensor_ops::slice(logits, 1, window - 1, 1).reshape({vocabulary});
+        return std::vector<std::uint32_t>(tokens.end() - static_cast<std::ptrdiff_t>(window),
+                                          tokens.end());
+    };
+    DecodeSession session(model);
+    Tensor logits = session.prefill(newest());
+    for (std::size_t n = 0; n < length; ++n) {
         const std::vector<float> p =
-            tensor_ops::softmax(tensor_ops::scale(last, 1.0F / temperature), 0).to_host();
+            tensor_ops::softmax(tensor_ops::scale(logits.reshape({vocabulary}), 1.0F / temperature),
+                                0)
+                .to_host();
         double u = static_cast<double>(generator() >> 11U) * 0x1.0p-53;
         std::uint32_t next = 0;
         while (next + 1 < vocabulary && u >= p[next])
             u -= p[next++];
         tokens.push_back(next);
+        if (n + 1 == length) {
+            break;
+        }
+        if (session.size() == session.capacity()) {
+            session.reset();
+            logits = session.prefill(newest());
+        } else {
+            logits = session.decode_token(next);
+        }
     }
     return tokens;
 }

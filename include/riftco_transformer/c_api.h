@@ -401,8 +401,7 @@ RT_API void RT_CALL rt_kv_cache_pool_release(rt_kv_cache_pool* pool);
 RT_API rt_status RT_CALL rt_kv_cache_pool_session_create(rt_kv_cache_pool* pool,
                                                          rt_decode_session** out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_block_size(const rt_kv_cache_pool* pool, uint64_t* out);
-RT_API rt_status RT_CALL rt_kv_cache_pool_block_count(const rt_kv_cache_pool* pool,
-                                                      uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_block_count(const rt_kv_cache_pool* pool, uint64_t* out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_blocks_per_full_cache(const rt_kv_cache_pool* pool,
                                                                 uint64_t* out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_free_block_count(const rt_kv_cache_pool* pool,
@@ -416,9 +415,9 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_leased_block_count(const rt_kv_cache_p
  * logits must not be NULL). On any failure no session changed. */
 RT_API rt_status RT_CALL rt_decode_sessions_step(rt_decode_session* const* sessions,
                                                  uint64_t session_count, const uint32_t* tokens,
-                                                 const uint64_t* token_counts,
-                                                 uint64_t token_total, float* logits,
-                                                 uint64_t capacity, uint64_t* required);
+                                                 const uint64_t* token_counts, uint64_t token_total,
+                                                 float* logits, uint64_t capacity,
+                                                 uint64_t* required);
 
 /* ---- Parameter lists --------------------------------------------------------------------
  * Flat order: list order, then each tensor's row-major order. */

@@ -77,8 +77,7 @@ void require_logits_output(float* logits, std::uint64_t capacity, std::uint64_t*
 
 extern "C" {
 
-rt_status rt_decode_session_options_init(rt_decode_session_options* options,
-                                         uint64_t struct_size) {
+rt_status rt_decode_session_options_init(rt_decode_session_options* options, uint64_t struct_size) {
     return guarded(__func__, [&] {
         initialise_struct(options, struct_size, sizeof(rt_decode_session_options),
                           default_session_options(), "options");
@@ -151,9 +150,10 @@ rt_status rt_decode_session_capacity(const rt_decode_session* session, uint64_t*
 
 rt_status rt_decode_session_cache_kind(const rt_decode_session* session, int32_t* out) {
     return guarded(__func__, [&] {
-        set_output(out,
-                   static_cast<std::int32_t>(require_handle(session, "session").session->cache_kind()),
-                   "out");
+        set_output(
+            out,
+            static_cast<std::int32_t>(require_handle(session, "session").session->cache_kind()),
+            "out");
     });
 }
 
@@ -200,8 +200,8 @@ rt_status rt_kv_cache_pool_session_create(rt_kv_cache_pool* pool, rt_decode_sess
 }
 
 rt_status rt_kv_cache_pool_block_size(const rt_kv_cache_pool* pool, uint64_t* out) {
-    return guarded(__func__,
-                   [&] { set_output(out, require_handle(pool, "pool").pool->block_size(), "out"); });
+    return guarded(
+        __func__, [&] { set_output(out, require_handle(pool, "pool").pool->block_size(), "out"); });
 }
 
 rt_status rt_kv_cache_pool_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
@@ -246,19 +246,19 @@ rt_status rt_decode_sessions_step(rt_decode_session* const* sessions, uint64_t s
             const std::string argument = "sessions[" + std::to_string(i) + "]";
             rt_decode_session& native = current_session(handles[i], argument.c_str());
             if (native.state != require_handle(handles[0], "sessions[0]").state) {
-                throw std::invalid_argument(argument + " is a session of another model than "
-                                                       "sessions[0]");
+                throw std::invalid_argument(argument +
+                                            " is a session of another model than "
+                                            "sessions[0]");
             }
             if (counts[i] == 0 || counts[i] > token_total - used) {
-                throw std::invalid_argument("token_counts[" + std::to_string(i) + "] = " +
-                                            std::to_string(counts[i]) +
-                                            " must be positive and within token_total " +
-                                            std::to_string(token_total) + " (" +
-                                            std::to_string(used) + " used before it)");
+                throw std::invalid_argument(
+                    "token_counts[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
+                    " must be positive and within token_total " + std::to_string(token_total) +
+                    " (" + std::to_string(used) + " used before it)");
             }
-            work.push_back({native.session.get(),
-                            given.subspan(static_cast<std::size_t>(used),
-                                          static_cast<std::size_t>(counts[i]))});
+            work.push_back(
+                {native.session.get(), given.subspan(static_cast<std::size_t>(used),
+                                                     static_cast<std::size_t>(counts[i]))});
             used += counts[i];
         }
         if (used != token_total) {

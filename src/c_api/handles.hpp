@@ -148,7 +148,9 @@ struct rt_decode_session {
     rt_decode_session(std::shared_ptr<riftco_transformer::c_api::ModelState> model_state,
                       std::shared_ptr<riftco_transformer::KeyValueCachePool> shared_pool,
                       std::unique_ptr<riftco_transformer::DecodeSession> decode)
-        : state(std::move(model_state)), pool(std::move(shared_pool)), session(std::move(decode)),
+        : state(std::move(model_state)),
+          pool(std::move(shared_pool)),
+          session(std::move(decode)),
           epoch(state->parameter_epoch) {
         ++state->live_sessions;
     }

@@ -388,7 +388,8 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
     const IndexTensor token_ids({rows}, tokens, device);
     const IndexTensor position_rows({rows}, position_ids, device);
     // h0 = E_tok[id] + E_pos[position], [R, D]
-    Variable hidden = token_embedding_->forward(token_ids) + position_embedding_->forward(position_rows);
+    Variable hidden =
+        token_embedding_->forward(token_ids) + position_embedding_->forward(position_rows);
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         try {
             hidden = blocks_[index]->forward_incremental(hidden, index, cache);
@@ -399,9 +400,9 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
     }
     if (output_rows.size() != rows) {
         const std::vector<std::uint32_t> selected(output_rows.begin(), output_rows.end());
-        hidden = Variable(
-            tensor_ops::gather_rows(hidden.value(), IndexTensor({selected.size()}, selected, device)),
-            false);
+        hidden = Variable(tensor_ops::gather_rows(hidden.value(),
+                                                  IndexTensor({selected.size()}, selected, device)),
+                          false);
     }
     return language_model_head_->forward(final_norm_->forward(hidden)).value();
 }

@@ -20,8 +20,8 @@ KeyValueCacheDimensions key_value_cache_dimensions(const DecoderOnlyTransformer&
 std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const DecoderOnlyTransformer& model,
                                                              std::size_t block_size,
                                                              std::size_t block_count) {
-    return KeyValueCachePool::create(key_value_cache_dimensions(model), model.backend(),
-                                     block_size, block_count);
+    return KeyValueCachePool::create(key_value_cache_dimensions(model), model.backend(), block_size,
+                                     block_count);
 }
 
 namespace {
@@ -152,12 +152,15 @@ DecodeSession::DecodeSession(const DecoderOnlyTransformer& model, KeyValueCacheK
     : model_(&model),
       cache_(KeyValueCache::with_private_pool(key_value_cache_dimensions(model), model.backend(),
                                               kind, block_size)),
-      structure_version_(model.structure_version()), backend_(model.backend()) {}
+      structure_version_(model.structure_version()),
+      backend_(model.backend()) {}
 
 DecodeSession::DecodeSession(const DecoderOnlyTransformer& model,
                              std::shared_ptr<KeyValueCachePool> pool)
-    : model_(&model), cache_(checked_pool(model, std::move(pool)), KeyValueCacheKind::Paged),
-      structure_version_(model.structure_version()), backend_(model.backend()) {}
+    : model_(&model),
+      cache_(checked_pool(model, std::move(pool)), KeyValueCacheKind::Paged),
+      structure_version_(model.structure_version()),
+      backend_(model.backend()) {}
 
 bool DecodeSession::stale() const {
     return model_->structure_version() != structure_version_ || model_->backend() != backend_;
@@ -165,12 +168,11 @@ bool DecodeSession::stale() const {
 
 void DecodeSession::require_current(const char* operation) const {
     if (model_->backend() != backend_) {
-        throw std::logic_error(std::string(operation) +
-                               ": stale session: the model moved to backend '" +
-                               std::string(execution_backend_name(model_->backend())) +
-                               "' after the session was created on '" +
-                               std::string(execution_backend_name(backend_)) +
-                               "'; create a new session");
+        throw std::logic_error(
+            std::string(operation) + ": stale session: the model moved to backend '" +
+            std::string(execution_backend_name(model_->backend())) +
+            "' after the session was created on '" + std::string(execution_backend_name(backend_)) +
+            "'; create a new session");
     }
     if (model_->structure_version() != structure_version_) {
         throw std::logic_error(std::string(operation) +
@@ -186,7 +188,8 @@ void DecodeSession::reset() noexcept {
 
 Tensor DecodeSession::decode_token(std::uint32_t token) {
     const DecodeWork work{this, {&token, 1}};
-    return tensor_ops::reshape(decode_batch({&work, 1}), {1, 1, model_->dimensions().vocabulary_size});
+    return tensor_ops::reshape(decode_batch({&work, 1}),
+                               {1, 1, model_->dimensions().vocabulary_size});
 }
 
 Tensor DecodeSession::prefill(std::span<const std::uint32_t> tokens, PrefillLogits logits) {

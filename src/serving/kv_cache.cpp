@@ -46,8 +46,8 @@ void require_pool_arguments(const KeyValueCacheDimensions& d, std::size_t block_
     }
     // pages · H · block_size · d_h floats per layer and pool, overflow-checked.
     std::size_t elements = pages;
-    for (const std::size_t factor : {d.head_count, block_size, d.head_width, d.layer_count,
-                                     std::size_t{2}, sizeof(float)}) {
+    for (const std::size_t factor :
+         {d.head_count, block_size, d.head_width, d.layer_count, std::size_t{2}, sizeof(float)}) {
         if (elements > std::numeric_limits<std::size_t>::max() / factor) {
             std::ostringstream message;
             message << pool_operation << ": " << pages << " pages of " << block_size
@@ -85,7 +85,9 @@ std::shared_ptr<KeyValueCachePool> KeyValueCachePool::create(
 KeyValueCachePool::KeyValueCachePool(const KeyValueCacheDimensions& dimensions,
                                      ExecutionBackend backend, std::size_t block_size,
                                      std::size_t block_count)
-    : dimensions_(dimensions), backend_(backend), block_size_(block_size),
+    : dimensions_(dimensions),
+      backend_(backend),
+      block_size_(block_size),
       block_count_(block_count) {
     free_.reserve(block_count);
     for (std::size_t page = block_count; page-- > 0;) {
@@ -161,8 +163,12 @@ KeyValueCache::~KeyValueCache() {
 }
 
 KeyValueCache::KeyValueCache(KeyValueCache&& other) noexcept
-    : pool_(std::move(other.pool_)), kind_(other.kind_), pages_(std::move(other.pages_)),
-      size_(other.size_), pending_(other.pending_), pages_before_(other.pages_before_) {
+    : pool_(std::move(other.pool_)),
+      kind_(other.kind_),
+      pages_(std::move(other.pages_)),
+      size_(other.size_),
+      pending_(other.pending_),
+      pages_before_(other.pages_before_) {
     other.pages_.clear();
     other.size_ = 0;
     other.pending_ = 0;
@@ -205,8 +211,7 @@ tensor_ops::PagedSlot KeyValueCache::slot(std::size_t position) const {
                 << size_ + pending_ << " positions)";
         throw std::out_of_range(message.str());
     }
-    return {pages_[position / block_size()],
-            static_cast<std::uint32_t>(position % block_size())};
+    return {pages_[position / block_size()], static_cast<std::uint32_t>(position % block_size())};
 }
 
 void KeyValueCache::commit() noexcept {

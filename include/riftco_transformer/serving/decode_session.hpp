@@ -107,5 +107,4 @@ class DecodeSession {
     ExecutionBackend backend_;
 };
 
-
 }  // namespace riftco_transformer

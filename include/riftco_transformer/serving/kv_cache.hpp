@@ -103,8 +103,8 @@ class KeyValueCache {
     // A cache with a private pool: Paged of ceil(C / block_size) pages, or Contiguous (one
     // page of C positions; block_size is ignored).
     [[nodiscard]] static KeyValueCache with_private_pool(
-        const KeyValueCacheDimensions& dimensions, ExecutionBackend backend,
-        KeyValueCacheKind kind, std::size_t block_size = default_key_value_block_size);
+        const KeyValueCacheDimensions& dimensions, ExecutionBackend backend, KeyValueCacheKind kind,
+        std::size_t block_size = default_key_value_block_size);
     ~KeyValueCache();
     KeyValueCache(KeyValueCache&& other) noexcept;
     KeyValueCache& operator=(KeyValueCache&&) = delete;

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor_ops/validation.hpp"
@@ -34,8 +34,8 @@ void require_rows(std::string_view op, std::string_view argument, const Tensor& 
     if (shape[0] == 0 || shape[1] != pools[1] || shape[2] != 1 || shape[3] != pools[3]) {
         std::ostringstream message;
         message << op << ": " << argument << " " << shape_to_string(shape) << " must be [R,"
-                << pools[1] << ",1," << pools[3] << "] with R > 0 (pools "
-                << shape_to_string(pools) << ")";
+                << pools[1] << ",1," << pools[3] << "] with R > 0 (pools " << shape_to_string(pools)
+                << ")";
         throw std::invalid_argument(message.str());
     }
 }
@@ -71,8 +71,9 @@ Tensor paged_decode_attention(const Tensor& query, const Tensor& key_pool, const
         for (std::size_t p = 0; p < used; ++p) {
             if (request.page_table[p] >= pages) {
                 std::ostringstream message;
-                message << op << ": requests[" << r << "].page_table[" << p << "] = "
-                        << request.page_table[p] << " is out of range for " << pages << " pages";
+                message << op << ": requests[" << r << "].page_table[" << p
+                        << "] = " << request.page_table[p] << " is out of range for " << pages
+                        << " pages";
                 throw std::invalid_argument(message.str());
             }
         }
@@ -90,10 +91,9 @@ Tensor paged_decode_attention(const Tensor& query, const Tensor& key_pool, const
 void write_paged_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
                            const Tensor& value, std::span<const PagedSlot> slots) {
     constexpr std::string_view op = "write_paged_key_value";
-    const auto& adapter = detail::input_adapter(op, {{"key_pool", &key_pool},
-                                                     {"value_pool", &value_pool},
-                                                     {"key", &key},
-                                                     {"value", &value}});
+    const auto& adapter = detail::input_adapter(
+        op,
+        {{"key_pool", &key_pool}, {"value_pool", &value_pool}, {"key", &key}, {"value", &value}});
     require_pools(op, key_pool, value_pool);
     require_rows(op, "key", key, key_pool);
     detail::require_same_shape(op, {"key", &key}, {"value", &value});
@@ -124,8 +124,8 @@ void write_paged_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& k
             const auto& slot = slots[flat_slots[i].second];
             std::ostringstream message;
             message << op << ": slots[" << flat_slots[i].second << "] = (page " << slot.page
-                    << ", offset " << slot.offset << ") repeats slots["
-                    << flat_slots[i - 1].second << "]";
+                    << ", offset " << slot.offset << ") repeats slots[" << flat_slots[i - 1].second
+                    << "]";
             throw std::invalid_argument(message.str());
         }
     }

@@ -27,8 +27,8 @@ constexpr std::string_view operation = "paged_decode_attention";
 [[noreturn]] void throw_bad_score(std::size_t request, std::size_t head, std::size_t position,
                                   float score) {
     std::ostringstream message;
-    message << operation << ": score of request " << request << ", head " << head
-            << ", position " << position << " is " << score << " (NaN and +inf are rejected)";
+    message << operation << ": score of request " << request << ", head " << head << ", position "
+            << position << " is " << score << " (NaN and +inf are rejected)";
     throw std::domain_error(message.str());
 }
 
@@ -165,8 +165,8 @@ void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key
 
 void paged_attention_fast(const PagedAttentionGeometry& g, const float* query,
                           const float* key_pool, const float* value_pool,
-                          std::span<const tensor_ops::PagedAttentionRequest> requests,
-                          float scale, float* context) {
+                          std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          float* context) {
     std::size_t longest = 0;
     std::size_t total = 0;
     for (const auto& request : requests) {
@@ -200,7 +200,7 @@ KernelChoice kernel_choice() {
     static const KernelChoice choice = [] {
         const char* value = std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION");
         return value != nullptr && std::strcmp(value, "reference") == 0 ? KernelChoice::Reference
-                                                                         : KernelChoice::Fast;
+                                                                        : KernelChoice::Fast;
     }();
     return choice;
 }
@@ -221,8 +221,8 @@ void CpuPagedAttention::decode_attention(
         paged_attention_reference(g, cpu_data(query), cpu_data(key_pool), cpu_data(value_pool),
                                   requests, scale, cpu_output(context));
     } else {
-        paged_attention_fast(g, cpu_data(query), cpu_data(key_pool), cpu_data(value_pool),
-                             requests, scale, cpu_output(context));
+        paged_attention_fast(g, cpu_data(query), cpu_data(key_pool), cpu_data(value_pool), requests,
+                             scale, cpu_output(context));
     }
 }
 

@@ -30,7 +30,7 @@ void paged_attention_reference(const PagedAttentionGeometry& geometry, const flo
 // vectorises over fixed lanes (fast_exp, no libm), keys and values read page by page in place.
 void paged_attention_fast(const PagedAttentionGeometry& geometry, const float* query,
                           const float* key_pool, const float* value_pool,
-                          std::span<const tensor_ops::PagedAttentionRequest> requests,
-                          float scale, float* context);
+                          std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          float* context);
 
 }  // namespace riftco_transformer::detail
