@@ -14,7 +14,8 @@
 //   streams    aggregate decode throughput of S concurrent sessions in one shared pool, each
 //              step one decode_batch over all S (what the continuous-batching scheduler runs):
 //              tokens/s = S·steps / seconds
-//   kernels    the CPU backend's GEMM library and kernel family, and the paged-attention path
+//   kernels    the CPU backend's GEMM library and kernel family, the few-row GEMV kernel that
+//              the decode-shape projections run, and the paged-attention path
 //   bandwidth  weight bytes one decode step reads (every projection, the head, one embedding
 //              row), the copy bandwidth measured here (memcpy of 256 MiB, read+write bytes),
 //              and the token rate that bandwidth bounds decode at
@@ -31,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/backend/cpu/gemv.hpp"
 #include "riftco_transformer/core/threading.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
@@ -143,12 +145,14 @@ int main(int argc, char** argv) {
     }
     const char* kind_name = key_value_cache_kind_name(kind).data();
     const std::size_t threads = cpu_thread_count();
+    const char* attention_choice = std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION");
+    const bool reference_attention =
+        attention_choice != nullptr && std::string_view(attention_choice) == "reference";
     std::printf(
-        "{\"bench\":\"kernels\",\"cpu\":\"%s\",\"paged_attention\":\"%s\"}\n", cpu_info().c_str(),
-        std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION") != nullptr &&
-                std::string_view(std::getenv("RIFTCO_TRANSFORMER_PAGED_ATTENTION")) == "reference"
-            ? "reference"
-            : "fast (vectorised, threaded over request x head)");
+        "{\"bench\":\"kernels\",\"cpu\":\"%s\",\"few_row_gemv\":\"%s (m <= %zu)\","
+        "\"paged_attention\":\"%s\"}\n",
+        cpu_info().c_str(), detail::gemv_kernel_name(), detail::gemv_max_rows,
+        reference_attention ? "reference" : "fast (vectorised, threaded over request x head)");
 
     // decode, batch 1
     const std::size_t steps = std::min(generate, d.maximum_context - prompt_length);

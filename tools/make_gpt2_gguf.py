@@ -12,7 +12,8 @@ Shapes (``--config``, default ``gpt2``), matching the benchmarks' configs:
 Layer-norm epsilon 1e-5. Every tensor is F32 (embeddings, norms and biases included) and
 ``general.file_type`` is 0 (ALL_F32), so llama-bench reports the model as "all F32". The
 output head is UNTIED (its own random matrix, as in our model), so the gpt2 config holds
-124,439,808 parameters plus 38,597,376 for the head = 163,037,184 (about 622 MiB on disk).
+124,439,808 parameters plus 38,597,376 for the head = 163,037,184 (622 MiB of
+tensors, about 624 MiB on disk with the vocabulary).
 
 Initialisation: linear and embedding weights N(0, 0.02), biases 0, layer-norm gains 1 and
 biases 0 — the values only matter for speed, never for quality.
@@ -22,9 +23,12 @@ byte-level BPE vocabulary of exactly ``vocab`` tokens (tokenizer.ggml.model "gpt
 pre-tokenizer "gpt-2"): the 256 single-byte tokens under GPT-2's byte-to-unicode mapping,
 then ``vocab - 257`` merged tokens, each the concatenation of two earlier tokens with its
 merge rule ("left right") at the matching rank, and last the control token
-``<|endoftext|>`` as BOS/EOS. The merges are pseudo-random (seeded), so they tokenise
-text into plausible pieces but are no real GPT-2 vocabulary. A vocabulary under 257 (tiny)
-keeps only the first ``vocab - 1`` byte tokens (the rarest bytes drop out) and no merges.
+``<|endoftext|>`` as BOS/EOS. The merges are pseudo-random (seeded) joins of letters
+(weighted by English letter frequency), short digit runs, a leading capital and a leading
+'Ġ' (GPT-2's space), pieces of at most 10 characters, so text splits into word-like
+pieces; they are no real GPT-2 vocabulary. A vocabulary under 258 (tiny) keeps only the
+first ``vocab - 2`` byte tokens (control bytes, the rarest, drop out) and one merge:
+llama.cpp will not load a BPE vocabulary without merges.
 
 Run it with the PyPI ``gguf`` package (which brings numpy) in its own venv:
 
@@ -81,14 +85,17 @@ def byte_chars() -> list[str]:
 
 def synthetic_vocab(n_vocab: int, seed: int) -> tuple[list[str], list[int], list[str]]:
     """Returns (tokens, token_types, merges) for a byte-level BPE vocabulary of exactly
-    n_vocab tokens, the last being <|endoftext|>. Merge i makes token 256 + i out of two
-    tokens of lower id; every token string is distinct."""
-    if n_vocab < 2:
-        raise ValueError("vocabulary must hold at least one byte token and <|endoftext|>")
+    n_vocab tokens, the last being <|endoftext|>. Merge i makes token n_base + i out of two
+    tokens of lower id (n_base = 256 byte tokens, fewer for a tiny vocabulary); every
+    token string is distinct."""
+    if n_vocab < 100:
+        raise ValueError("vocabulary must hold at least 100 tokens (letters and digits)")
     chars = byte_chars()
     # Base tokens in the mapped characters' order (printable first, as GPT-2 lists them),
-    # so a vocabulary under 257 drops the control bytes and soft hyphen first.
-    base = sorted(chars, key=ord)[: min(256, n_vocab - 1)]
+    # so a vocabulary under 258 drops the control bytes and soft hyphen first. At least
+    # one merge is kept: llama.cpp refuses a BPE vocabulary without tokenizer.ggml.merges
+    # (and the gguf writer drops an empty array).
+    base = sorted(chars, key=ord)[: min(256, n_vocab - 2)]
     tokens: list[str] = list(base)
     known = set(tokens)
     merges: list[str] = []
@@ -100,26 +107,31 @@ def synthetic_vocab(n_vocab: int, seed: int) -> tuple[list[str], list[int], list
     letters = "etaoinshrdlcumwfgypbvkjxqz"
     weights = [12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8,
                2.4, 2.4, 2.2, 2.0, 2.0, 1.9, 1.5, 1.0, 0.8, 0.2, 0.2, 0.1, 0.1]
-    starts = [space + c for c in letters]  # word starts, e.g. 'Ġt'
-    max_len = 12
-    while len(merges) < n_merges:
+    lower = [c for c in letters if c in known]
+    upper = [c.upper() for c in letters if c.upper() in known]
+    digits = [c for c in "0123456789" if c in known]
+    # Merges only join word pieces: a lowercase run, optionally led by a capital and/or by
+    # 'Ġ'; or a digit run. Lowercase-led pieces are the only ones joined on the right, so
+    # 'Ġ' and capitals only ever lead a token (GPT-2's pre-tokenizer splits before them).
+    pieces = ([space] if space in known else []) + lower + upper  # may stand on the left
+    tails = list(lower)                                           # may stand on the right
+    numbers = list(digits)
+    max_len = 10
+    while len(merges) < n_merges and lower:
         r = rng.random()
-        if r < 0.05:
-            # a space-led word start: 'Ġ' + letter (or a lettered piece)
-            left, right = space, rng.choice(letters if rng.random() < 0.5 else tokens[256:] or letters)
-        elif r < 0.55:
-            # grow an existing token by one letter; recent tokens are favoured
-            pool = tokens[256:] or starts
-            left = pool[int(len(pool) * (1.0 - rng.random() ** 2)) - 1] if rng.random() < 0.7 \
-                else rng.choice(pool)
-            right = rng.choices(letters, weights)[0]
+        if r < 0.55:
+            left, right = rng.choice(pieces), rng.choices(letters, weights)[0]  # grow by a letter
+        elif r < 0.7:
+            left, right = space, rng.choice(tails if rng.random() < 0.8 else upper)  # word start
+        elif r < 0.97:
+            left, right = rng.choice(pieces), rng.choice(tails)  # join two pieces
+        elif numbers:
+            left, right = rng.choice(numbers), rng.choice(digits)  # digit runs, short
+            if len(left) >= 3:
+                continue
         else:
-            # join two earlier pieces
-            left = rng.choice(tokens)
-            right = rng.choice(tokens)
-        if space in right or not right or not left:
-            continue  # 'Ġ' only ever leads a token, as GPT-2's pre-tokenizer splits there
-        if left not in known or right not in known:
+            continue
+        if left not in known or right not in known or left == space == right:
             continue
         new = left + right
         if len(new) > max_len or new in known:
@@ -127,6 +139,14 @@ def synthetic_vocab(n_vocab: int, seed: int) -> tuple[list[str], list[int], list
         merges.append(f"{left} {right}")
         tokens.append(new)
         known.add(new)
+        if new[-1].isdigit():
+            numbers.append(new)
+        else:
+            pieces.append(new)
+            if new[0].islower():
+                tails.append(new)
+    if len(merges) < n_merges:
+        raise ValueError("vocabulary too small for merges (needs the letter bytes)")
 
     tokens.append(EOT)
     token_types = [1] * (len(tokens) - 1) + [3]  # NORMAL ..., CONTROL for <|endoftext|>

@@ -3,6 +3,7 @@
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/gemm.hpp"
+#include "core/backend/cpu/gemv.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
 
 namespace riftco_transformer::detail {
@@ -35,7 +36,11 @@ void CpuMatmul::batched_matmul(const Tensor& left, const Tensor& right, bool tra
         g.ldb = right_columns;
         g.c = c + index * m * n;
         g.ldc = n;
-        gemm(g);
+        if (gemv_applies(g)) {
+            gemv_rows(g);  // decode-shape products: stream B once (gemv.hpp)
+        } else {
+            gemm(g);
+        }
     };
     // Large products use the GEMM's own threads; many small ones (attention heads) are
     // spread over the pool instead, each running single-threaded inside the parallel region.
