@@ -102,6 +102,7 @@ class ServingHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 drops bursts of clients)
 
     def __init__(self, service: ModelService, config: ServingConfig | None = None, *,
                  max_requests: int | None = None) -> None:
@@ -140,7 +141,8 @@ class ServingHTTPServer(ThreadingHTTPServer):
 
     def serve_in_thread(self) -> threading.Thread:
         """Run ``serve_forever`` on a daemon thread (stop it with ``shutdown()``)."""
-        thread = threading.Thread(target=self.serve_forever, name="riftco-http", daemon=True)
+        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="riftco-http",
+                                  daemon=True)
         thread.start()
         return thread
 
