@@ -104,7 +104,8 @@ def test_cancelling_returns_a_native_requests_pages_to_the_pool(native_setup):
 
 def test_the_text_generator_uses_native_sessions_for_a_native_model(native_setup):
     native, model, tokenizer = native_setup
-    expected = TextGenerator(FullForwardEngine(model), tokenizer).generate("hello", max_new_tokens=10)
+    reference = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = reference.generate("hello", max_new_tokens=10)
     for kv_cache in ("paged", "contiguous"):
         with TextGenerator(native, tokenizer, kv_cache=kv_cache, kv_cache_block_size=4) as g:
             assert isinstance(g.engine, NativeEngine)

@@ -175,11 +175,14 @@ def _config(service, *, max_new_tokens, temperature, top_k, top_p, seed, stop,
             seed=seed, stop=stop, repetition_penalty=repetition_penalty,
         )
     except (TypeError, ValueError) as error:
-        message = str(error)
-        param = next((name for name in ("max_new_tokens", "temperature", "top_k", "top_p",
-                                        "repetition_penalty", "seed", "stop")
-                      if message.startswith(name) or f" {name}" in message), None)
+        message = str(error)  # the config's messages start with the field they concern
+        field = message.split(" ", 1)[0].split("[", 1)[0]
+        param = field if field in _CONFIG_FIELDS else None
         raise ApiError(400, message, param=param, code="invalid_value") from None
+
+
+_CONFIG_FIELDS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p",
+                            "repetition_penalty", "seed", "stop"})
 
 
 def _random_seed() -> int:

@@ -6,7 +6,8 @@ delta to the assistant's bubble as it arrives (text is only ever set with ``text
 Its inline script and style carry a per-response nonce that the response's
 Content-Security-Policy names (:func:`content_security_policy`); nothing else may run or
 load. ``document.body.dataset`` exposes ``state`` (``idle``, ``streaming``, ``error``) and
-``chunks`` (deltas received in the last answer) for tests and tools.
+``chunks`` (deltas received in the last answer) for tests and tools, and ``ready`` once the
+script has run.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ document.getElementById("clear").addEventListener("click", () => {
   setState("idle", "ready");
 });
 prompt.focus();
+document.body.dataset.ready = "true";
 </script>
 </body>
 </html>

@@ -169,7 +169,8 @@ class BlockLedger:
         if needed > self.block_count:
             return Admission.REJECT
         with self._lock:
-            return Admission.ADMIT if self._reserved + needed <= self.block_count else Admission.WAIT
+            fits_now = self._reserved + needed <= self.block_count
+        return Admission.ADMIT if fits_now else Admission.WAIT
 
     def reserve(self, token_budget: int) -> int:
         """Reserve the budget's blocks and return their count; raise if it is not ADMIT."""
@@ -199,8 +200,8 @@ def _require_token_ids(tokens: Sequence[int], name: str, vocabulary_size: int) -
         raise TypeError(f"{name} must be a sequence of token ids, not {type(tokens).__name__}")
     if not tokens:
         raise ValueError(f"{name} must hold at least one token id")
-    ids = [require_int(token, f"{name}[{index}]", 0, UINT32_LIMIT) for index, token in
-           enumerate(tokens)]
+    ids = [require_int(token, f"{name}[{index}]", 0, UINT32_LIMIT)
+           for index, token in enumerate(tokens)]
     for index, token in enumerate(ids):
         if token >= vocabulary_size:
             raise ValueError(

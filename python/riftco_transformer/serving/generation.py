@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class GenerationConfig:
     end_token_id: int | None = None
 
     def __post_init__(self) -> None:
-        set_field = partial_setter(self)
+        set_field = _field_setter(self)
         set_field("max_new_tokens", require_int(self.max_new_tokens, "max_new_tokens", 0,
                                                 UINT32_LIMIT))
         temperature = require_real(self.temperature, "temperature")
@@ -97,7 +98,7 @@ class GenerationConfig:
         return dataclasses.replace(self, **changes)
 
 
-def partial_setter(instance) -> Callable[[str, object], None]:
+def _field_setter(instance) -> Callable[[str, object], None]:
     """Set fields of a frozen dataclass from its ``__post_init__`` (normalised values)."""
     return lambda name, value: object.__setattr__(instance, name, value)
 
@@ -276,11 +277,12 @@ class GenerationProgress:
         if self.finished or self._pending:
             raise RuntimeError("advance() needs a completed feed of an unfinished generation")
         token = self._sampler.sample(logits, self.prompt_ids + tuple(self.generated_ids))
-        if isinstance(token, bool) or not isinstance(token, int) or not (
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not (
             0 <= token < self._vocabulary_size
         ):
             raise RuntimeError(f"the sampler returned {token!r}, not an id below "
                                f"{self._vocabulary_size}")
+        token = int(token)
         self.generated_ids.append(token)
         if token == self.config.end_token_id:
             released = self._text.finish()

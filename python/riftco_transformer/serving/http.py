@@ -19,9 +19,10 @@ chunk objects ending with ``data: [DONE]`` for the OpenAI routes; for ``/v1/gene
 Request rules: a body needs ``Content-Length`` (411 without one; 400 when it is not a
 positive integer or the body is shorter; 413 above ``maximum_request_bytes``) and
 ``Content-Type: application/json`` (415; a charset other than UTF-8 too), and must be one
-strict JSON object (400). A server bound to loopback answers 421 to a ``Host`` header naming
-anything else (DNS rebinding). Every error body is ``{"error": {message, type, param,
-code}}``, as OpenAI's are. Every response carries ``Cache-Control: no-store``, a CSP,
+strict JSON object (400); requiring JSON also keeps cross-site form posts out (a browser
+must preflight a JSON request, and the server grants no CORS). A server bound to loopback
+answers 421 to a ``Host`` header naming anything else (DNS rebinding). Every error body is
+``{"error": {message, type, param, code}}``, as OpenAI's are. Every response carries ``Cache-Control: no-store``, a CSP,
 ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy:
 no-referrer`` and ``Connection: close``. A client that disconnects while its request is
 generating (streamed or not) cancels the request, which frees its KV pages. There is no
