@@ -194,7 +194,7 @@ class FakeKvCachePool:
 
     @property
     def leased_block_count(self) -> int:
-        return sum(session.leased_pages() for session in self.sessions)
+        return sum(session.leased_pages() for session in list(self.sessions))
 
     @property
     def free_block_count(self) -> int:

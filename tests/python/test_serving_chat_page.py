@@ -207,8 +207,13 @@ def test_the_chat_page_streams_replies_and_sends_the_whole_transcript(tmp_path: 
                 page = DevToolsPage(target["webSocketDebuggerUrl"], timeout=10)
                 page.command("Runtime.enable")
                 page.command("Log.enable")
-                wait_for(lambda: page.evaluate("document.body.dataset.ready === 'true'"),
-                         deadline, "the page's script to run (under its CSP)")
+                def script_ran() -> bool:
+                    try:  # the page may still be loading (no body, or a fresh context)
+                        return page.evaluate("document.body.dataset.ready === 'true'")
+                    except RuntimeError:
+                        return False
+
+                wait_for(script_ran, deadline, "the page's script to run (under its CSP)")
 
                 history: list[dict] = []
                 for index, text in enumerate(["hi", "and more"]):
