@@ -507,9 +507,9 @@ class NativeEngine(_EngineBase):
         self._pool = None
         if kv_cache == "paged":
             self._pool = model.kv_cache_pool(block_size=block_size, block_count=block_count)
-            self._ledger = BlockLedger(
-                self._pool.block_size, self._pool.block_count, self._maximum_context
-            )
+            # A pool asked for 0 blocks holds one full context (it should report that count).
+            pool_blocks = self._pool.block_count or self._pool.blocks_per_full_cache
+            self._ledger = BlockLedger(self._pool.block_size, pool_blocks, self._maximum_context)
         else:
             if block_count != 0:
                 raise ValueError(
@@ -577,7 +577,7 @@ class NativeEngine(_EngineBase):
         streams = list(self._streams)
         if self._pool is not None:
             leased = self._pool.leased_block_count
-            block_size, block_count = self._pool.block_size, self._pool.block_count
+            block_size, block_count = ledger.block_size, ledger.block_count
         else:
             leased = len(streams)
             block_size, block_count = self._maximum_context, None

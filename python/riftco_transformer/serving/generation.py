@@ -210,7 +210,8 @@ class GenerationProgress:
         if not prompt_ids:
             raise ValueError("the prompt must encode to at least one token")
         for index, token in enumerate(prompt_ids):
-            if not 0 <= token < vocabulary_size:
+            require_int(token, f"prompt token {index}", 0, UINT32_LIMIT)
+            if token >= vocabulary_size:
                 raise ValueError(
                     f"prompt token {index} is {token}, not below the vocabulary size "
                     f"{vocabulary_size}"

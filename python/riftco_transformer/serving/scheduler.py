@@ -234,6 +234,8 @@ class Scheduler:
         SchedulerClosedError after ``close()``.
         """
         config = GenerationConfig() if config is None else config
+        if not isinstance(config, GenerationConfig):
+            raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
         prompt = list(prompt_ids)
         progress = GenerationProgress(
             prompt, config, sampler or config.make_sampler(),
