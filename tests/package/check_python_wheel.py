@@ -11,7 +11,8 @@ Checks, in order:
      system site-packages), so it needs no runtime dependency.
   3. From a directory outside the source tree and without RIFTCO_TRANSFORMER_LIBRARY, the
      package loads the library from riftco_transformer/.libs and runs the seed's tensor
-     snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]).
+     snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]); its pure-Python subpackages
+     (riftco_transformer.serving) come from the wheel too.
   4. The installed library depends on nothing beyond the C/C++ runtime, libgomp and what the
      wheel carries beside it (the GEMM library) (ldd), and names its GEMM kernel (cpu_info),
      and its SONAME still carries the ABI major (readelf) although the file has the plain name.
@@ -125,6 +126,13 @@ def main() -> int:
     if ".libs" not in library.parts or expected_directory not in library.parents:
         sys.exit(f"the package loaded {library}, not the wheel's riftco_transformer/.libs copy")
     print(f"loaded {library}")
+    serving = run([str(venv_python(fresh)), "-c",
+                   "import riftco_transformer.serving as serving; print(serving.__file__)"],
+                  "importing riftco_transformer.serving", cwd=outside,
+                  env=environment).stdout.strip().splitlines()[-1]
+    if expected_directory not in Path(serving).resolve().parents:
+        sys.exit(f"riftco_transformer.serving came from {serving}, not the installed wheel")
+    print("riftco_transformer.serving: ok")
     snippet = source / "examples" / "python" / "tensor_snippet.py"
     output = run([str(venv_python(fresh)), str(snippet)], "the tensor snippet", cwd=outside,
                  env=environment).stdout.splitlines()

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import select
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import python_environment
 
 from riftco_transformer import backend_available
 
@@ -156,3 +163,56 @@ def test_programmed_modular_addition_beats_learned_only_and_ablation_hurts(run_p
     assert program > learned + 0.3
     assert ablated < program - 0.3
     assert "projected program input 1" in result.stdout
+
+
+def test_serve_tiny_serves_the_chat_page_and_the_api_then_stops_after_max_requests():
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "serve_tiny.py"), "--port", "0", "--max-requests", "3",
+         "--train-steps", "2", "--max-new-tokens", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=python_environment())
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line and time.monotonic() < deadline:
+            if select.select([process.stdout], [], [], 0.5)[0]:
+                line = process.stdout.readline()
+            assert process.poll() is None or line, process.stderr.read()
+        match = re.fullmatch(r"serve_tiny: serving riftco-tiny \((\w+) engine\) at "
+                             r"(http://127\.0\.0\.1:\d+)/\n", line)
+        assert match, line
+        url = match[2]
+        with urllib.request.urlopen(url + "/health", timeout=30) as response:
+            assert json.load(response)["model"] == "riftco-tiny"
+        request = urllib.request.Request(
+            url + "/v1/chat/completions",
+            data=json.dumps({"messages": [{"role": "user", "content": "hello"}],
+                             "max_tokens": 8, "temperature": 0}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+        assert body["object"] == "chat.completion"
+        assert body["usage"]["completion_tokens"] <= 8
+        with urllib.request.urlopen(url + "/", timeout=30) as response:
+            assert b"<title>riftco-tiny chat</title>" in response.read()
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(10)
+    assert process.returncode == 0, stderr
+    assert stdout == "serve_tiny: stopped\n"
+
+
+def test_serve_tiny_refuses_a_remote_host_without_allow_remote(run_python):
+    result = run_python(script=EXAMPLES / "serve_tiny.py",
+                        arguments=("--host", "0.0.0.0", "--train-steps", "0"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("serve_tiny: host '0.0.0.0' is not a loopback address")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("arguments", [("--port", "70000"), ("--max-requests", "0"),
+                                       ("--train-steps", "-1"), ("--kv-cache", "ring")])
+def test_serve_tiny_rejects_bad_flags_through_argparse(run_python, arguments):
+    result = run_python(script=EXAMPLES / "serve_tiny.py", arguments=arguments)
+    assert result.returncode == 2
+    assert "error: argument" in result.stderr

@@ -1,0 +1,381 @@
+"""The HTTP API's request bodies and response bodies (transport lives in ``serving.http``).
+
+Three generation routes share one parsed form, :class:`ApiRequest`:
+
+* ``POST /v1/generate``: ``{prompt, max_new_tokens=32, temperature=0, top_k, top_p, seed=0,
+  stop, repetition_penalty=1, stream=false}``; the response (WORKFLOWS §4.5) echoes the
+  prompt and lists the token ids.
+* ``POST /v1/completions`` and ``POST /v1/chat/completions``: OpenAI's request and response
+  shapes, with OpenAI's defaults (``temperature`` 1, ``top_p`` 1, ``max_tokens`` 16 for
+  completions and the server's ``maximum_new_tokens`` for chat, a random seed unless one
+  is given). Fields OpenAI defines but this server cannot honour are accepted only at their
+  neutral value (``n`` 1, ``echo`` false, zero penalties...); ``top_k`` and
+  ``repetition_penalty`` are accepted as extensions.
+
+Any other field is a 400, as is a value of the wrong JSON type or outside its domain.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..native._validation import describe_value
+from .generation import GenerationConfig, GenerationResult
+
+OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop"}
+MAXIMUM_STOP_SEQUENCES = 16
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+class ApiError(Exception):
+    """An HTTP error answer: ``status`` and an OpenAI-style error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param,
+                          "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """A generation request of any route, validated."""
+
+    route: str  # "generate", "completion" or "chat"
+    prompt: str  # the text to encode (a chat request's rendered template)
+    config: GenerationConfig
+    stream: bool
+    include_usage: bool = False
+
+
+# ---- JSON field rules -------------------------------------------------------------------------
+
+
+def _bad(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param, code="invalid_value")
+
+
+def _reject_unknown(body: Mapping, allowed: frozenset[str], route: str) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ApiError(400, f"{route} does not accept the field(s) {', '.join(unknown)}",
+                       param=unknown[0], code="unknown_field")
+
+
+def _integer(body: Mapping, name: str, default, minimum: int = 0):
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, f"{name} must be an integer, got {describe_value(value)}")
+    if value < minimum:
+        raise _bad(name, f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _number(body: Mapping, name: str, default):
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(name, f"{name} must be a number, got {describe_value(value)}")
+    return float(value)
+
+
+def _boolean(body: Mapping, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(name, f"{name} must be true or false, got {describe_value(value)}")
+    return value
+
+
+def _string(body: Mapping, name: str, *, required: bool) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ApiError(400, f"{name} is required", param=name, code="missing_field")
+        return None
+    if not isinstance(value, str):
+        raise _bad(name, f"{name} must be a string, got {describe_value(value)}")
+    return value
+
+
+def _stop(body: Mapping) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    sequences = [value] if isinstance(value, str) else value
+    if not isinstance(sequences, list) or not all(isinstance(s, str) and s for s in sequences):
+        raise _bad("stop", "stop must be a nonempty string or a list of nonempty strings")
+    if len(sequences) > MAXIMUM_STOP_SEQUENCES:
+        raise _bad("stop", f"stop holds {len(sequences)} sequences; at most "
+                           f"{MAXIMUM_STOP_SEQUENCES} are allowed")
+    return tuple(sequences)
+
+
+def _neutral_only(body: Mapping, neutral: Mapping[str, tuple]) -> None:
+    """Fields this server does not implement, accepted only at values that change nothing."""
+    for name, accepted in neutral.items():
+        if name in body and body[name] not in accepted:
+            raise ApiError(
+                400, f"{name}={describe_value(body[name])} is not supported by this server "
+                     f"(accepted: {', '.join(map(repr, accepted))})",
+                param=name, code="unsupported_value")
+
+
+def _check_model(body: Mapping, service) -> None:
+    model = _string(body, "model", required=False)
+    if model is not None and model != service.model_name:
+        raise ApiError(404, f"the model {model!r} does not exist; this server serves "
+                            f"{service.model_name!r}", param="model", code="model_not_found")
+
+
+def _stream_options(body: Mapping, stream: bool) -> bool:
+    """Whether a streamed answer ends with a usage chunk (``stream_options.include_usage``)."""
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise _bad("stream_options", "stream_options is only allowed with stream: true")
+    if not isinstance(options, dict) or set(options) - {"include_usage"}:
+        raise _bad("stream_options", "stream_options must be an object with include_usage")
+    return _boolean(options, "include_usage", False)
+
+
+def _config(service, *, max_new_tokens, temperature, top_k, top_p, seed, stop,
+            repetition_penalty) -> GenerationConfig:
+    """The service's GenerationConfig; its ValueError/TypeError become 400 answers."""
+    if temperature is not None and not math.isfinite(temperature):
+        raise _bad("temperature", f"temperature must be finite, got {temperature!r}")
+    try:
+        return service.generation_config(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop=stop, repetition_penalty=repetition_penalty,
+        )
+    except (TypeError, ValueError) as error:
+        message = str(error)  # the config's messages start with the field they concern
+        field = message.split(" ", 1)[0].split("[", 1)[0]
+        param = field if field in _CONFIG_FIELDS else None
+        raise ApiError(400, message, param=param, code="invalid_value") from None
+
+
+_CONFIG_FIELDS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p",
+                            "repetition_penalty", "seed", "stop"})
+
+
+def _random_seed() -> int:
+    return secrets.randbits(63)
+
+
+# ---- the three routes -------------------------------------------------------------------------
+
+_GENERATE_FIELDS = frozenset({"prompt", "max_new_tokens", "temperature", "top_k", "top_p",
+                              "seed", "stop", "stream", "repetition_penalty"})
+
+
+def parse_generate(body: Mapping, service) -> ApiRequest:
+    _reject_unknown(body, _GENERATE_FIELDS, "/v1/generate")
+    prompt = _string(body, "prompt", required=True)
+    stream = _boolean(body, "stream", False)
+    config = _config(
+        service,
+        max_new_tokens=_integer(body, "max_new_tokens", 32),
+        temperature=_number(body, "temperature", 0.0),
+        top_k=_integer(body, "top_k", None, 1),
+        top_p=_number(body, "top_p", None),
+        seed=_integer(body, "seed", 0),
+        stop=_stop(body),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0),
+    )
+    return ApiRequest("generate", prompt, config, stream)
+
+
+_OPENAI_SAMPLING_FIELDS = frozenset({"model", "max_tokens", "temperature", "top_p", "top_k",
+                                     "n", "stream", "stream_options", "stop", "seed", "user",
+                                     "presence_penalty", "frequency_penalty", "logit_bias",
+                                     "repetition_penalty"})
+_COMPLETION_FIELDS = _OPENAI_SAMPLING_FIELDS | {"prompt", "echo", "logprobs", "best_of",
+                                                "suffix"}
+_CHAT_FIELDS = _OPENAI_SAMPLING_FIELDS | {"messages", "max_completion_tokens", "logprobs",
+                                          "top_logprobs", "response_format"}
+_NEUTRAL_SAMPLING = {"n": (1, None), "presence_penalty": (0, None),
+                     "frequency_penalty": (0, None), "logit_bias": (None, {})}
+
+
+def _openai_config(body: Mapping, service, max_tokens: int) -> GenerationConfig:
+    temperature = _number(body, "temperature", 1.0)
+    top_p = _number(body, "top_p", None)
+    if top_p == 1.0:
+        top_p = None  # OpenAI's default: no nucleus truncation
+    seed = _integer(body, "seed", None)
+    return _config(
+        service, max_new_tokens=max_tokens, temperature=temperature,
+        top_k=_integer(body, "top_k", None, 1), top_p=top_p,
+        seed=_random_seed() if seed is None else seed, stop=_stop(body),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0),
+    )
+
+
+def parse_completion(body: Mapping, service) -> ApiRequest:
+    _reject_unknown(body, _COMPLETION_FIELDS, "/v1/completions")
+    _check_model(body, service)
+    _neutral_only(body, {**_NEUTRAL_SAMPLING, "echo": (False, None), "logprobs": (None,),
+                         "best_of": (1, None), "suffix": (None,)})
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise _bad("prompt", "prompt must be a string (or a list of exactly one string)")
+    stream = _boolean(body, "stream", False)
+    include_usage = _stream_options(body, stream)
+    _string(body, "user", required=False)
+    max_tokens = _integer(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
+    return ApiRequest("completion", prompt, _openai_config(body, service, max_tokens), stream,
+                      include_usage)
+
+
+def _message_content(message: Mapping, index: int) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str) and set(part) <= {"type", "text"}):
+                raise _bad(f"messages[{index}].content",
+                           "content parts must be {\"type\": \"text\", \"text\": ...} objects")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise _bad(f"messages[{index}].content",
+               "content must be a string or a list of text parts")
+
+
+def parse_chat_messages(messages) -> list[dict]:
+    """OpenAI chat messages as ``[{role, content}]`` (``developer`` counts as ``system``)."""
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "messages must be a nonempty list of message objects")
+    parsed = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _bad(f"messages[{index}]", "each message must be an object")
+        unknown = sorted(set(message) - {"role", "content", "name"})
+        if unknown:
+            raise _bad(f"messages[{index}]", f"messages[{index}] does not accept "
+                                             f"{', '.join(unknown)}")
+        role = message.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant"):
+            raise _bad(f"messages[{index}].role", f"role must be system, developer, user or "
+                                                  f"assistant, got {describe_value(role)}")
+        parsed.append({"role": role, "content": _message_content(message, index)})
+    return parsed
+
+
+def parse_chat(body: Mapping, service) -> ApiRequest:
+    _reject_unknown(body, _CHAT_FIELDS, "/v1/chat/completions")
+    _check_model(body, service)
+    _neutral_only(body, {**_NEUTRAL_SAMPLING, "logprobs": (False, None),
+                         "top_logprobs": (None,), "response_format": (None, {"type": "text"})})
+    messages = parse_chat_messages(body.get("messages"))
+    stream = _boolean(body, "stream", False)
+    include_usage = _stream_options(body, stream)
+    _string(body, "user", required=False)
+    max_tokens = _integer(body, "max_completion_tokens", None)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", service.config.maximum_new_tokens)
+    config = service.chat_config(_openai_config(body, service, max_tokens))
+    return ApiRequest("chat", service.render_chat(messages), config, stream, include_usage)
+
+
+# ---- responses ---------------------------------------------------------------------------------
+
+
+def usage(result: GenerationResult) -> dict:
+    prompt, completion = len(result.prompt_token_ids), len(result.generated_token_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def generate_response(service, request: ApiRequest, result: GenerationResult) -> dict:
+    return {
+        "model": service.model_name,
+        "artifact_id": None,
+        "prompt": request.prompt,
+        "text": result.text,
+        "generated_text": result.generated_text,
+        "prompt_token_ids": list(result.prompt_token_ids),
+        "generated_token_ids": list(result.generated_token_ids),
+        "token_ids": list(result.token_ids),
+        "finish_reason": result.finish_reason,
+        "stop_sequence": result.stop_sequence,
+        "usage": usage(result),
+    }
+
+
+class OpenAIStream:
+    """The identity of one OpenAI answer (id, creation time, model) and its bodies."""
+
+    def __init__(self, service, request: ApiRequest) -> None:
+        self.chat = request.route == "chat"
+        prefix = "chatcmpl" if self.chat else "cmpl"
+        self.id = f"{prefix}-{secrets.token_hex(12)}"
+        self.created = int(time.time())
+        self.model = service.model_name
+
+    def _envelope(self, object_name: str, choices: list, **extra) -> dict:
+        return {"id": self.id, "object": object_name, "created": self.created,
+                "model": self.model, "choices": choices, **extra}
+
+    def response(self, result: GenerationResult) -> dict:
+        finish = OPENAI_FINISH_REASONS[result.finish_reason]
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant",
+                                              "content": result.generated_text},
+                      "logprobs": None, "finish_reason": finish}
+            return self._envelope("chat.completion", [choice], usage=usage(result))
+        choice = {"index": 0, "text": result.generated_text, "logprobs": None,
+                  "finish_reason": finish}
+        return self._envelope("text_completion", [choice], usage=usage(result))
+
+    def chunk(self, text: str | None, finish_reason: str | None = None, *,
+              role: bool = False) -> dict:
+        """One streamed chunk: a text delta, the opening role (chat), or the finish."""
+        finish = None if finish_reason is None else OPENAI_FINISH_REASONS[finish_reason]
+        if self.chat:
+            delta = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return self._envelope("chat.completion.chunk", [choice])
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        return self._envelope("text_completion", [choice])
+
+    def usage_chunk(self, result: GenerationResult) -> dict:
+        object_name = "chat.completion.chunk" if self.chat else "text_completion"
+        return self._envelope(object_name, [], usage=usage(result))

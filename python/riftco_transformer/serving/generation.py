@@ -1,0 +1,484 @@
+"""Text generation: configuration, the per-request generator sequence, and TextGenerator.
+
+*Exact generator sequence* (WORKFLOWS §4.3), shared by :class:`TextGenerator` and the
+scheduler through :class:`GenerationProgress`: feed (prefill) the last C = maximum_context
+tokens of the prompt; then for each of the N = max_new_tokens new tokens, sample from the
+current logits and append; if more tokens remain, either the stream is full (it holds C
+tokens), so reset it and replay the newest C tokens from position 0 (learned absolute
+positions forbid evicting old pages), or feed the new token. The final sampled token is
+never fed. A stream therefore never holds more than ``min(C, min(P, C) + N - 1)`` tokens,
+the request's *token budget*.
+
+Generation ends after N tokens (``finish_reason="length"``), when the text contains a stop
+sequence (``"stop"``: the text is cut where the stop starts), or when the end token is
+sampled (``"end_token"``: its bytes are not part of the text). Token ids always list every
+sampled token, the stop's and the end token included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from ..native._validation import UINT32_LIMIT, require_int, require_real
+from ._text import IncrementalText, TokenBytes, lenient_utf8, require_stop_sequences
+from .engine import make_engine
+from .sampling import (
+    Greedy,
+    Sampler,
+    TemperatureSampler,
+    require_repetition_penalty,
+    require_seed,
+    require_top_k,
+    require_top_p,
+)
+
+FINISH_REASONS = ("length", "stop", "end_token")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How one request generates.
+
+    ``max_new_tokens`` (int >= 0) tokens at most. ``temperature`` 0 (the default) is greedy
+    decoding, which takes neither ``top_k`` nor ``top_p`` (ValueError); a temperature > 0
+    samples (see :class:`~.sampling.TemperatureSampler`) with ``seed``.
+    ``repetition_penalty`` (> 0, 1 = off) applies to both. ``stop`` is a str or a sequence of
+    nonempty str; ``end_token_id`` (None: none) ends generation when sampled.
+    """
+
+    max_new_tokens: int = 32
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    end_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        set_field = _field_setter(self)
+        set_field("max_new_tokens", require_int(self.max_new_tokens, "max_new_tokens", 0,
+                                                UINT32_LIMIT))
+        temperature = require_real(self.temperature, "temperature")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be finite and >= 0, got {temperature!r}")
+        set_field("temperature", temperature)
+        if self.top_k is not None:
+            set_field("top_k", require_top_k(self.top_k))
+        if self.top_p is not None:
+            set_field("top_p", require_top_p(self.top_p))
+        if temperature == 0 and (self.top_k is not None or self.top_p is not None):
+            given = "top_k" if self.top_k is not None else "top_p"
+            raise ValueError(
+                f"temperature 0 is greedy decoding, which takes no {given} (got "
+                f"{given}={getattr(self, given)!r}); set temperature > 0 to sample"
+            )
+        set_field("repetition_penalty", require_repetition_penalty(self.repetition_penalty))
+        set_field("seed", require_seed(self.seed))
+        set_field("stop", require_stop_sequences(self.stop))
+        if self.end_token_id is not None:
+            set_field("end_token_id", require_int(self.end_token_id, "end_token_id", 0,
+                                                  UINT32_LIMIT))
+
+    def make_sampler(self) -> Sampler:
+        """A fresh sampler for one request: Greedy at temperature 0, else TemperatureSampler."""
+        if self.temperature == 0:
+            return Greedy(repetition_penalty=self.repetition_penalty)
+        return TemperatureSampler(
+            self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+        )
+
+    def replace(self, **changes) -> GenerationConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _field_setter(instance) -> Callable[[str, object], None]:
+    """Set fields of a frozen dataclass from its ``__post_init__`` (normalised values)."""
+    return lambda name, value: object.__setattr__(instance, name, value)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token as it is produced.
+
+    ``text`` is the text this token makes releasable (often "", e.g. half a UTF-8
+    character or a possible start of a stop sequence); the events' texts concatenate to the
+    result's ``generated_text``. The last event of a request carries its ``finish_reason``.
+    """
+
+    index: int
+    token_id: int
+    text: str
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """A finished generation.
+
+    ``raw_bytes`` are the exact bytes of ``token_ids`` (prompt and every generated token);
+    ``generated_bytes`` those of ``generated_token_ids``. ``generated_text`` is the
+    generated bytes decoded leniently (U+FFFD for invalid or incomplete UTF-8), cut where the
+    stop sequence starts and without the end token's bytes; ``text`` is ``prompt_text +
+    generated_text``.
+    """
+
+    prompt_token_ids: tuple[int, ...]
+    generated_token_ids: tuple[int, ...]
+    raw_bytes: bytes
+    generated_bytes: bytes
+    prompt_text: str
+    generated_text: str
+    finish_reason: str
+    stop_sequence: str | None = None
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.prompt_token_ids + self.generated_token_ids
+
+    @property
+    def text(self) -> str:
+        return self.prompt_text + self.generated_text
+
+
+def encode_prompt(tokenizer, prompt) -> list[int]:
+    """A prompt's token ids: a str (UTF-8) or bytes-like through ``tokenizer.encode_bytes``,
+    or a sequence of ids as given. ValueError when it has no tokens."""
+    if isinstance(prompt, str):
+        ids = list(tokenizer.encode_bytes(prompt.encode("utf-8")))
+    elif isinstance(prompt, (bytes, bytearray, memoryview)):
+        ids = list(tokenizer.encode_bytes(prompt))
+    elif isinstance(prompt, Sequence):
+        ids = [require_int(token, f"prompt[{index}]", 0, UINT32_LIMIT)
+               for index, token in enumerate(prompt)]
+    else:
+        raise TypeError(
+            f"prompt must be a str, bytes or a sequence of token ids, not {type(prompt).__name__}"
+        )
+    if not ids:
+        raise ValueError("the prompt must encode to at least one token")
+    return ids
+
+
+def tokenizer_vocabulary_size(tokenizer) -> int:
+    size = getattr(tokenizer, "vocabulary_size", None)
+    if size is None:
+        size = getattr(tokenizer, "vocab_size", None)
+    if size is None:
+        raise TypeError(f"tokenizer must have vocabulary_size, not {type(tokenizer).__name__}")
+    return size
+
+
+def require_matching_vocabulary(tokenizer, engine) -> None:
+    """A tokenizer must decode every id the model can produce, and nothing more."""
+    size = tokenizer_vocabulary_size(tokenizer)
+    if size != engine.vocabulary_size:
+        raise ValueError(
+            f"the tokenizer has {size} tokens but the model's vocabulary_size is "
+            f"{engine.vocabulary_size}"
+        )
+
+
+class GenerationProgress:
+    """One request's way through the exact generator sequence (see the module docstring).
+
+    Its driver repeats: ``reset`` the stream when ``needs_reset`` (then
+    ``acknowledge_reset()``); feed ``next_chunk(limit)`` in a step; ``commit_chunk(count)``
+    after the step succeeded, which says whether the feed is complete; if it is,
+    ``advance(logits)`` with the step's logits, which samples the next token and returns its
+    :class:`TokenEvent`. ``finished`` ends the loop; ``result()`` is then the answer.
+    """
+
+    def __init__(
+        self,
+        prompt_ids: Sequence[int],
+        config: GenerationConfig,
+        sampler: Sampler,
+        *,
+        maximum_context: int,
+        vocabulary_size: int,
+        token_bytes: TokenBytes,
+    ) -> None:
+        if not isinstance(config, GenerationConfig):
+            raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
+        if not prompt_ids:
+            raise ValueError("the prompt must encode to at least one token")
+        for index, token in enumerate(prompt_ids):
+            require_int(token, f"prompt token {index}", 0, UINT32_LIMIT)
+            if token >= vocabulary_size:
+                raise ValueError(
+                    f"prompt token {index} is {token}, not below the vocabulary size "
+                    f"{vocabulary_size}"
+                )
+        if config.end_token_id is not None and config.end_token_id >= vocabulary_size:
+            raise ValueError(
+                f"end_token_id {config.end_token_id} is not below the vocabulary size "
+                f"{vocabulary_size}"
+            )
+        self.prompt_ids = tuple(prompt_ids)
+        self.config = config
+        self._sampler = sampler
+        self._maximum_context = maximum_context
+        self._vocabulary_size = vocabulary_size
+        self._token_bytes = token_bytes
+        self.generated_ids: list[int] = []
+        self._text = IncrementalText(config.stop)
+        self._pending = list(self.prompt_ids[-maximum_context:])
+        self._fed = 0  # tokens in the stream since its last reset
+        self._needs_reset = False
+        self.finish_reason: str | None = None
+        if config.max_new_tokens == 0:
+            self._pending = []
+            self.finish_reason = "length"
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def token_budget(self) -> int:
+        """The most tokens the stream will hold at once: ``min(C, min(P, C) + N - 1)``."""
+        window = min(len(self.prompt_ids), self._maximum_context)
+        return min(self._maximum_context, window + max(self.config.max_new_tokens - 1, 0))
+
+    @property
+    def pending_count(self) -> int:
+        """Tokens still to feed before the next sample."""
+        return len(self._pending)
+
+    @property
+    def needs_reset(self) -> bool:
+        return self._needs_reset
+
+    def acknowledge_reset(self) -> None:
+        self._needs_reset = False
+        self._fed = 0
+
+    def next_chunk(self, limit: int | None = None) -> list[int]:
+        """The next tokens to feed, at most ``limit`` (all pending ones by default)."""
+        if self._needs_reset:
+            raise RuntimeError("the stream must be reset before the replay is fed")
+        return self._pending[:limit] if limit is not None else list(self._pending)
+
+    def commit_chunk(self, count: int) -> bool:
+        """Record that the first ``count`` pending tokens were fed; True when none are left."""
+        del self._pending[:count]
+        self._fed += count
+        return not self._pending
+
+    def advance(self, logits: Sequence[float]) -> TokenEvent:
+        """Sample the next token from the logits of the last fed position and plan the next
+        feed (the new token, or a reset and replay when the stream is full)."""
+        if self.finished or self._pending:
+            raise RuntimeError("advance() needs a completed feed of an unfinished generation")
+        token = self._sampler.sample(logits, self.prompt_ids + tuple(self.generated_ids))
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not (
+            0 <= token < self._vocabulary_size
+        ):
+            raise RuntimeError(f"the sampler returned {token!r}, not an id below "
+                               f"{self._vocabulary_size}")
+        token = int(token)
+        self.generated_ids.append(token)
+        if token == self.config.end_token_id:
+            released = self._text.finish()
+            self.finish_reason = "end_token"
+        else:
+            released = self._text.push(self._token_bytes(token))
+            if self._text.stopped:
+                self.finish_reason = "stop"
+            elif len(self.generated_ids) == self.config.max_new_tokens:
+                released += self._text.finish()
+                self.finish_reason = "stop" if self._text.stopped else "length"
+        if not self.finished:
+            if self._fed == self._maximum_context:
+                self._needs_reset = True
+                self._pending = list((self.prompt_ids + tuple(self.generated_ids))[
+                    -self._maximum_context:
+                ])
+            else:
+                self._pending = [token]
+        return TokenEvent(len(self.generated_ids) - 1, token, released, self.finish_reason)
+
+    def result(self) -> GenerationResult:
+        if not self.finished:
+            raise RuntimeError("the generation has not finished")
+        self._text.finish()
+        token_bytes = self._token_bytes
+        generated = tuple(self.generated_ids)
+        return GenerationResult(
+            prompt_token_ids=self.prompt_ids,
+            generated_token_ids=generated,
+            raw_bytes=token_bytes.of_ids(self.prompt_ids + generated),
+            generated_bytes=b"".join(map(token_bytes, generated)),
+            prompt_text=lenient_utf8(token_bytes.of_ids(self.prompt_ids)),
+            generated_text=self._text.text,
+            finish_reason=self.finish_reason,
+            stop_sequence=self._text.stop_sequence,
+        )
+
+
+def resolve_config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:
+    """``config`` (default: GenerationConfig()) with keyword ``overrides`` applied."""
+    if config is None:
+        return GenerationConfig(**overrides)
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+class GenerationStream:
+    """The events of one streamed generation (an iterator of :class:`TokenEvent`).
+
+    ``result`` is available once the iterator is exhausted. ``close()`` (or leaving a
+    ``with`` block) abandons the generation early and frees its stream.
+    """
+
+    def __init__(self, events: Iterator[TokenEvent]) -> None:
+        self._events = events
+        self._result: GenerationResult | None = None
+
+    def __iter__(self) -> GenerationStream:
+        return self
+
+    def __next__(self) -> TokenEvent:
+        try:
+            return next(self._events)
+        except StopIteration as finished:
+            self._result = finished.value
+            raise StopIteration from None
+
+    @property
+    def result(self) -> GenerationResult:
+        if self._result is None:
+            raise RuntimeError("the stream has not been consumed to its end")
+        return self._result
+
+    def close(self) -> None:
+        self._events.close()
+
+    def __enter__(self) -> GenerationStream:
+        return self
+
+    def __exit__(self, *exception_info) -> None:
+        self.close()
+
+
+class TextGenerator:
+    """Generates text from a prompt with one model (or engine) and its tokenizer.
+
+    ``model_or_engine``: an engine (``serving.engine``), or a model, for which
+    :func:`~.engine.make_engine` builds one (a native model with decode sessions gets a
+    ``kv_cache`` (``"paged"``/``"contiguous"``) engine with ``kv_cache_block_size``-token
+    blocks; any other model the full-forward fallback). ``sampler`` (default: the config's)
+    is a caller-owned sampler used for every call that passes none. The tokenizer's
+    vocabulary must be the model's (ValueError).
+
+    Thread-safe: concurrent generations interleave their engine steps under one lock, and
+    each needs its own stream (a paged engine sized for one context holds one at a time:
+    the next one fails with PoolFullError instead of waiting; use the scheduler to queue).
+    """
+
+    def __init__(
+        self,
+        model_or_engine,
+        tokenizer,
+        sampler: Sampler | None = None,
+        kv_cache: str = "paged",
+        kv_cache_block_size: int = 16,
+    ) -> None:
+        self._engine = make_engine(model_or_engine, kv_cache=kv_cache,
+                                   block_size=kv_cache_block_size)
+        self._owns_engine = self._engine is not model_or_engine
+        require_matching_vocabulary(tokenizer, self._engine)
+        self._tokenizer = tokenizer
+        self._token_bytes = TokenBytes(tokenizer)
+        self._sampler = sampler
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self):
+        return self._engine
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def generate(
+        self,
+        prompt,
+        config: GenerationConfig | None = None,
+        *,
+        sampler: Sampler | None = None,
+        on_token: Callable[[TokenEvent], None] | None = None,
+        **overrides,
+    ) -> GenerationResult:
+        """Generate from ``prompt`` (str, bytes or token ids) and return the result.
+
+        ``config`` fields may be overridden by keyword (``max_new_tokens=8``). ``on_token``
+        is called with each :class:`TokenEvent` as it is produced.
+        """
+        stream = self.stream(prompt, config, sampler=sampler, **overrides)
+        with stream:
+            for event in stream:
+                if on_token is not None:
+                    on_token(event)
+        return stream.result
+
+    def stream(
+        self,
+        prompt,
+        config: GenerationConfig | None = None,
+        *,
+        sampler: Sampler | None = None,
+        **overrides,
+    ) -> GenerationStream:
+        """The generation as a :class:`GenerationStream` of token events (lazy: nothing runs
+        before the first ``next``); arguments as for :meth:`generate`."""
+        resolved = resolve_config(config, overrides)
+        prompt_ids = encode_prompt(self._tokenizer, prompt)
+        chosen = sampler or self._sampler or resolved.make_sampler()
+        progress = GenerationProgress(
+            prompt_ids, resolved, chosen,
+            maximum_context=self._engine.maximum_context,
+            vocabulary_size=self._engine.vocabulary_size,
+            token_bytes=self._token_bytes,
+        )
+        return GenerationStream(self._events(progress))
+
+    def _events(self, progress: GenerationProgress):
+        engine = self._engine
+        if progress.finished:
+            return progress.result()
+        with self._lock:
+            stream = engine.open_stream(progress.token_budget)
+        try:
+            while not progress.finished:
+                with self._lock:
+                    if progress.needs_reset:
+                        engine.reset_stream(stream)
+                        progress.acknowledge_reset()
+                    chunk = progress.next_chunk()
+                    logits = engine.step([(stream, chunk)])[0]
+                progress.commit_chunk(len(chunk))
+                yield progress.advance(logits)
+        finally:
+            with self._lock:
+                engine.close_stream(stream)
+        return progress.result()
+
+    def close(self) -> None:
+        """Close the engine this generator created (an engine passed in stays open)."""
+        if self._owns_engine:
+            self._engine.close()
+
+    def __enter__(self) -> TextGenerator:
+        return self
+
+    def __exit__(self, *exception_info) -> None:
+        self.close()

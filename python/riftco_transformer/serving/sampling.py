@@ -1,0 +1,206 @@
+"""Choosing the next token from one position's logits (WORKFLOWS §4.4, plus top_p and a
+repetition penalty).
+
+A sampler is any object with ``sample(logits, context_ids=()) -> int``: ``logits`` are the V
+logits of the position being predicted, ``context_ids`` every token id the model has seen so
+far (prompt and generated), which only the repetition penalty reads.
+
+* :class:`Greedy`: the argmax; ties go to the lowest id.
+* :class:`TemperatureSampler`: rank ids by (-logit, id); keep the first ``top_k``; weight
+  them ``w = exp((l - l_max) / T)``; with ``top_p``, keep the shortest prefix of that ranking
+  whose probability mass ``sum(w) / total`` reaches ``top_p``; draw ``u`` in [0, 1) from the
+  sampler's private ``random.Random(seed)`` and return the first kept id whose cumulative
+  weight exceeds ``u * sum(kept w)``, or the last kept id when rounding leaves none.
+* The repetition penalty (CTRL, Keskar et al. 2019) divides the positive logits of ids in
+  the context by ``penalty`` and multiplies the others by it, once per distinct id, before
+  either rule; ``penalty = 1`` changes nothing.
+
+Validation names the argument and the value: TypeError for a wrong type (a bool is never a
+number here), ValueError for a value outside its domain.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+import random
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..native._validation import UINT64_LIMIT, describe_value, require_int, require_real
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int: ...
+
+
+# ---- argument rules (GenerationConfig uses the same ones) ----------------------------------
+
+
+def require_temperature(value: object, name: str = "temperature") -> float:
+    """A finite temperature > 0."""
+    number = require_real(value, name)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {number!r}")
+    return number
+
+
+def require_top_k(value: object, name: str = "top_k") -> int:
+    """An int >= 1 (checked against the vocabulary when sampling)."""
+    return require_int(value, name, 1, UINT64_LIMIT)
+
+
+def require_top_p(value: object, name: str = "top_p") -> float:
+    """A probability mass in (0, 1]."""
+    number = require_real(value, name)
+    if not 0.0 < number <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {number!r}")
+    return number
+
+
+def require_repetition_penalty(value: object, name: str = "repetition_penalty") -> float:
+    """A finite penalty > 0 (1 = no penalty)."""
+    number = require_real(value, name)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {number!r}")
+    return number
+
+
+def require_seed(value: object, name: str = "seed") -> int:
+    """A seed in [0, 2**64)."""
+    return require_int(value, name, 0, UINT64_LIMIT)
+
+
+def require_logits(logits: object) -> list[float]:
+    """``logits`` as a nonempty list of finite floats."""
+    if isinstance(logits, (str, bytes)) or not isinstance(logits, Sequence):
+        raise TypeError(f"logits must be a sequence of numbers, not {type(logits).__name__}")
+    if len(logits) == 0:
+        raise ValueError("logits must not be empty")
+    values = []
+    for index, value in enumerate(logits):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"logits[{index}] must be a real number, not {type(value).__name__} "
+                f"({describe_value(value)})"
+            )
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"logits[{index}] must be finite, got {number!r}")
+        values.append(number)
+    return values
+
+
+def apply_repetition_penalty(
+    logits: Sequence[float], context_ids: Sequence[int], penalty: float
+) -> list[float]:
+    """The logits with ids of ``context_ids`` penalised: ``l / penalty`` where ``l > 0``,
+    else ``l * penalty`` (each distinct id once). A context id outside ``[0, V)`` is a
+    ValueError."""
+    values = list(logits)
+    if penalty == 1.0:
+        return values
+    for token in set(context_ids):
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise TypeError(f"context ids must be ints, not {type(token).__name__}")
+        if not 0 <= token < len(values):
+            raise ValueError(
+                f"context id {token} is outside the vocabulary of {len(values)} logits"
+            )
+        value = values[token]
+        values[token] = value / penalty if value > 0 else value * penalty
+    return values
+
+
+# ---- the samplers ----------------------------------------------------------------------------
+
+
+class Greedy:
+    """The argmax of the (penalised) logits; ties go to the lowest id."""
+
+    def __init__(self, repetition_penalty: float = 1.0) -> None:
+        self.repetition_penalty = require_repetition_penalty(repetition_penalty)
+
+    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int:
+        values = apply_repetition_penalty(
+            require_logits(logits), context_ids, self.repetition_penalty
+        )
+        best = 0
+        for token in range(1, len(values)):
+            if values[token] > values[best]:  # strictly greater: the lowest id wins a tie
+                best = token
+        return best
+
+    def __repr__(self) -> str:
+        return f"Greedy(repetition_penalty={self.repetition_penalty!r})"
+
+
+class TemperatureSampler:
+    """Temperature sampling with optional top-k and nucleus (top-p) truncation.
+
+    ``temperature`` is finite and > 0; ``top_k`` (None: every id) is an int >= 1 and at most
+    the vocabulary size (checked when sampling); ``top_p`` (None: no nucleus) is in (0, 1];
+    ``seed`` in [0, 2**64) seeds the sampler's own ``random.Random``, so two samplers with
+    the same arguments draw the same ids for the same logits.
+    """
+
+    def __init__(
+        self,
+        temperature: float,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 0,
+        repetition_penalty: float = 1.0,
+    ) -> None:
+        self.temperature = require_temperature(temperature)
+        self.top_k = None if top_k is None else require_top_k(top_k)
+        self.top_p = None if top_p is None else require_top_p(top_p)
+        self.seed = require_seed(seed)
+        self.repetition_penalty = require_repetition_penalty(repetition_penalty)
+        self._random = random.Random(self.seed)
+
+    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int:
+        values = apply_repetition_penalty(
+            require_logits(logits), context_ids, self.repetition_penalty
+        )
+        vocabulary = len(values)
+        if self.top_k is not None and self.top_k > vocabulary:
+            raise ValueError(f"top_k={self.top_k} exceeds the vocabulary size {vocabulary}")
+        count = vocabulary if self.top_k is None else self.top_k
+        # Ranked by (-logit, id): highest logit first, the lower id first among equals.
+        ranked = heapq.nsmallest(
+            count, range(vocabulary), key=lambda token: (-values[token], token)
+        )
+        highest = values[ranked[0]]
+        weights = [math.exp((values[token] - highest) / self.temperature) for token in ranked]
+        if self.top_p is not None:
+            ranked, weights = _nucleus(ranked, weights, self.top_p)
+        threshold = self._random.random() * sum(weights)  # summed in the order accumulated below
+        cumulative = 0.0
+        for token, weight in zip(ranked, weights):
+            cumulative += weight
+            if cumulative > threshold:
+                return token
+        return ranked[-1]  # rounding left the threshold at (or past) the total
+
+    def __repr__(self) -> str:
+        return (
+            f"TemperatureSampler(temperature={self.temperature!r}, top_k={self.top_k!r}, "
+            f"top_p={self.top_p!r}, seed={self.seed!r}, "
+            f"repetition_penalty={self.repetition_penalty!r})"
+        )
+
+
+def _nucleus(
+    ranked: list[int], weights: list[float], top_p: float
+) -> tuple[list[int], list[float]]:
+    """The shortest prefix of the ranking whose probability mass is at least ``top_p``."""
+    target = top_p * sum(weights)
+    cumulative = 0.0
+    for end, weight in enumerate(weights, start=1):
+        cumulative += weight
+        if cumulative >= target:
+            return ranked[:end], weights[:end]
+    return ranked, weights  # rounding: the running sum fell just short of top_p * total

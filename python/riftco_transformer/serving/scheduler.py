@@ -1,0 +1,458 @@
+"""Continuous batching: one thread owns the engine and steps every active request together.
+
+Requests are submitted from any thread (:meth:`Scheduler.submit` returns a
+:class:`RequestHandle`). The scheduler thread loops:
+
+1. drop cancelled requests (their streams close, so their pages return to the pool);
+2. admit waiting requests in arrival order while ``max_active_requests`` allows and the
+   engine's admission says ADMIT (a WAIT keeps the request, and everyone behind it,
+   queued: no request overtakes an earlier one);
+3. build ONE batch: every request with a single token to feed (a decode row), then prefill
+   chunks of the requests still feeding a prompt (or a rollover replay), oldest first, at
+   most ``prefill_chunk_tokens`` prompt tokens in all, so a long prompt is spread over
+   several steps instead of stalling the running streams;
+4. run it as one ``engine.step``; requests whose feed completed sample their next token
+   (each with its own sampler) and receive its event; finished requests leave.
+
+Requests join and leave between steps. Admission reserves a request's worst-case pages up
+front (see ``serving.engine``), so a running request never runs out; a request that could
+never fit is rejected at ``submit`` (:class:`~.errors.RequestRejectedError`), and a full
+waiting queue raises :class:`~.errors.QueueFullError`.
+
+Failures stay with the requests they concern: when a batched step fails (the engine
+guarantees it changed no stream), each row is retried alone and only the rows that fail
+again fail their request, with that exception. A failure in sampling or in an event
+callback fails that request only. Should the loop itself break, every request fails with
+the error. No client waits forever: ``close()`` fails what is left with
+:class:`~.errors.SchedulerClosedError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from ..native._validation import UINT32_LIMIT, require_int
+from ._text import TokenBytes
+from .engine import Admission
+from .errors import (
+    QueueFullError,
+    RequestCancelledError,
+    RequestRejectedError,
+    SchedulerClosedError,
+)
+from .generation import (
+    GenerationConfig,
+    GenerationProgress,
+    GenerationResult,
+    TokenEvent,
+    require_matching_vocabulary,
+)
+from .sampling import Sampler
+
+_END = object()  # the last item of a handle's event queue
+
+
+class RequestHandle:
+    """A submitted request: its events as they come, its result, and ``cancel()``.
+
+    Iterating yields :class:`~.generation.TokenEvent` values until the request ends, then
+    raises the request's error if it failed (a cancelled request:
+    :class:`~.errors.RequestCancelledError`). ``result(timeout)`` waits for the
+    :class:`~.generation.GenerationResult` (TimeoutError when the time runs out).
+    """
+
+    def __init__(self, request_id: str, prompt_ids: tuple[int, ...], cancel: Callable) -> None:
+        self.id = request_id
+        self.prompt_token_ids = prompt_ids
+        self._cancel = cancel
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._done = threading.Event()
+        self._result: GenerationResult | None = None
+        self._error: BaseException | None = None
+        self.cancel_requested = False
+
+    def cancel(self) -> None:
+        """Stop the request (idempotent; no effect once it finished). Its pages are freed
+        before the scheduler's next step."""
+        if not self._done.is_set():
+            self.cancel_requested = True
+            self._cancel(self)
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception the request failed with, once done (None on success)."""
+        return self._error
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def next_event(self, timeout: float | None = None) -> TokenEvent | None:
+        """The next event; None once the request ended successfully. Raises the request's
+        error once it failed, TimeoutError when no event arrives in ``timeout`` seconds."""
+        try:
+            item = self._events.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no event of request {self.id} within {timeout} s") from None
+        if item is _END:
+            self._events.put(_END)  # later calls see the end too
+            if self._error is not None:
+                raise self._error
+            return None
+        return item
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        while (event := self.next_event()) is not None:
+            yield event
+
+    # ---- the scheduler thread's side -------------------------------------------------------
+
+    def _emit(self, event: TokenEvent) -> None:
+        self._events.put(event)
+
+    def _finish(self, result: GenerationResult | None, error: BaseException | None) -> None:
+        if self._done.is_set():
+            return
+        self._result, self._error = result, error
+        self._done.set()
+        self._events.put(_END)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<RequestHandle {self.id} {state}>"
+
+
+@dataclass
+class _Request:
+    handle: RequestHandle
+    progress: GenerationProgress
+    on_event: Callable[[TokenEvent], None] | None
+    stream: object = None
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    """Counters since the scheduler started (a snapshot)."""
+
+    step_count: int  # batched engine steps run
+    decode_row_count: int  # rows that fed one token
+    prefill_row_count: int  # rows that fed a prefill chunk (several tokens)
+    prefill_token_count: int  # tokens fed by prefill chunks
+    completed_count: int
+    failed_count: int
+    cancelled_count: int
+    active_count: int
+    waiting_count: int
+
+
+class Scheduler:
+    """The continuous-batching loop over one engine (see the module docstring).
+
+    ``tokenizer`` decodes tokens for text and stop sequences; its vocabulary must be the
+    engine's. ``max_active_requests`` bounds the batch, ``max_queued_requests`` the
+    requests waiting for admission, ``prefill_chunk_tokens`` the prefill tokens per step.
+    The scheduler does not close the engine unless ``close_engine`` is True.
+    """
+
+    def __init__(
+        self,
+        engine,
+        tokenizer,
+        *,
+        max_active_requests: int = 8,
+        max_queued_requests: int = 64,
+        prefill_chunk_tokens: int = 64,
+        close_engine: bool = False,
+        name: str = "riftco-scheduler",
+    ) -> None:
+        self._max_active = require_int(max_active_requests, "max_active_requests", 1,
+                                       UINT32_LIMIT)
+        self._max_queued = require_int(max_queued_requests, "max_queued_requests", 1,
+                                       UINT32_LIMIT)
+        self._prefill_chunk = require_int(prefill_chunk_tokens, "prefill_chunk_tokens", 1,
+                                          UINT32_LIMIT)
+        require_matching_vocabulary(tokenizer, engine)
+        self._engine = engine
+        self._token_bytes = TokenBytes(tokenizer)
+        self._close_engine = close_engine
+        self._condition = threading.Condition()
+        self._waiting: deque[_Request] = deque()
+        self._active: list[_Request] = []  # the scheduler thread's own
+        self._closing = False
+        self._broken: BaseException | None = None
+        self._ids = itertools.count(1)
+        self._counts = dict.fromkeys(
+            ("step", "decode_row", "prefill_row", "prefill_token", "completed", "failed",
+             "cancelled"), 0)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def engine(self):
+        return self._engine
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def stats(self) -> SchedulerStats:
+        with self._condition:
+            counts = dict(self._counts)
+            waiting = len(self._waiting)
+            active = len(self._active)
+        return SchedulerStats(
+            step_count=counts["step"], decode_row_count=counts["decode_row"],
+            prefill_row_count=counts["prefill_row"], prefill_token_count=counts["prefill_token"],
+            completed_count=counts["completed"], failed_count=counts["failed"],
+            cancelled_count=counts["cancelled"], active_count=active, waiting_count=waiting,
+        )
+
+    def submit(
+        self,
+        prompt_ids: Sequence[int],
+        config: GenerationConfig | None = None,
+        *,
+        sampler: Sampler | None = None,
+        on_event: Callable[[TokenEvent], None] | None = None,
+    ) -> RequestHandle:
+        """Queue a request; returns at once. ``on_event`` (called on the scheduler thread,
+        keep it short) receives each token event; an exception it raises fails the request.
+
+        Raises ValueError/TypeError for a bad prompt or config, RequestRejectedError when the
+        request can never fit, QueueFullError when the waiting queue is full, and
+        SchedulerClosedError after ``close()``.
+        """
+        config = GenerationConfig() if config is None else config
+        if not isinstance(config, GenerationConfig):
+            raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
+        prompt = list(prompt_ids)
+        progress = GenerationProgress(
+            prompt, config, sampler or config.make_sampler(),
+            maximum_context=self._engine.maximum_context,
+            vocabulary_size=self._engine.vocabulary_size,
+            token_bytes=self._token_bytes,
+        )
+        handle = RequestHandle(f"request-{next(self._ids)}", progress.prompt_ids, self._cancel)
+        request = _Request(handle, progress, on_event)
+        if progress.finished:  # max_new_tokens == 0: nothing to run
+            self._complete(request, count=False)
+            return handle
+        if self._engine.admission(progress.token_budget) is Admission.REJECT:
+            raise RequestRejectedError(
+                f"the request can never fit: its KV reservation of {progress.token_budget} "
+                "tokens (prompt window + max_new_tokens - 1, at most maximum_context) needs "
+                "more blocks than the engine's whole pool"
+            )
+        with self._condition:
+            self._raise_if_unavailable()
+            if len(self._waiting) >= self._max_queued:
+                raise QueueFullError(
+                    f"{len(self._waiting)} requests are already waiting (max_queued_requests="
+                    f"{self._max_queued}); retry later"
+                )
+            self._waiting.append(request)
+            self._condition.notify_all()
+        return handle
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the thread: waiting and running requests fail with SchedulerClosedError.
+        Idempotent; waits up to ``timeout`` seconds for the thread (a step in progress
+        finishes first)."""
+        with self._condition:
+            self._closing = True
+            self._condition.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exception_info) -> None:
+        self.close()
+
+    # ---- any thread --------------------------------------------------------------------------
+
+    def _raise_if_unavailable(self) -> None:
+        if self._broken is not None:
+            raise SchedulerClosedError(f"the scheduler stopped after an error: "
+                                       f"{self._broken!r}") from self._broken
+        if self._closing:
+            raise SchedulerClosedError("the scheduler is closed")
+
+    def _cancel(self, handle: RequestHandle) -> None:
+        with self._condition:
+            for request in self._waiting:
+                if request.handle is handle:
+                    self._waiting.remove(request)
+                    self._counts["cancelled"] += 1
+                    handle._finish(None, RequestCancelledError(f"{handle.id} was cancelled"))
+                    return
+            self._condition.notify_all()  # an active request: the loop drops it
+
+    # ---- the scheduler thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._condition:
+                    while not (self._closing or self._waiting or self._active):
+                        self._condition.wait()
+                    if self._closing:
+                        break
+                self._drop_cancelled()
+                self._admit()
+                if self._active:
+                    self._step()
+                else:
+                    # Waiting requests that cannot be admitted with nothing running would
+                    # spin; admission says REJECT for those at submit, so this is a guard.
+                    with self._condition:
+                        self._condition.wait(0.05)
+        except BaseException as error:  # noqa: BLE001 - every client must learn of it
+            self._broken = error
+        finally:
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        with self._condition:
+            self._closing = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        error_text = "the scheduler was closed"
+        if self._broken is not None:
+            error_text = f"the scheduler stopped after an error: {self._broken!r}"
+        for request in self._active + waiting:
+            error = SchedulerClosedError(error_text)
+            error.__cause__ = self._broken
+            self._fail(request, error)
+        if self._close_engine:
+            self._engine.close()
+
+    def _drop_cancelled(self) -> None:
+        for request in [r for r in self._active if r.handle.cancel_requested]:
+            error = RequestCancelledError(f"{request.handle.id} was cancelled")
+            try:
+                self._release(request)
+            except Exception as release_error:  # noqa: BLE001
+                error.__cause__ = release_error
+            with self._condition:
+                self._counts["cancelled"] += 1
+            request.handle._finish(None, error)
+
+    def _admit(self) -> None:
+        while len(self._active) < self._max_active:
+            with self._condition:
+                if not self._waiting:
+                    return
+                request = self._waiting[0]
+                if self._engine.admission(request.progress.token_budget) is not Admission.ADMIT:
+                    return  # WAIT: the oldest request keeps its place
+                self._waiting.popleft()
+            try:
+                request.stream = self._engine.open_stream(request.progress.token_budget)
+            except Exception as error:  # noqa: BLE001 - fail this request only
+                self._fail(request, error)
+                continue
+            self._active.append(request)
+
+    def _step(self) -> None:
+        rows: list[tuple[_Request, list[int]]] = []
+        prefill_budget = self._prefill_chunk
+        for request in list(self._active):
+            progress = request.progress
+            try:
+                if progress.needs_reset:
+                    self._engine.reset_stream(request.stream)
+                    progress.acknowledge_reset()
+                if progress.pending_count == 1:
+                    rows.append((request, progress.next_chunk()))
+                elif prefill_budget > 0:
+                    chunk = progress.next_chunk(prefill_budget)
+                    prefill_budget -= len(chunk)
+                    rows.append((request, chunk))
+            except Exception as error:  # noqa: BLE001 - fail this request only
+                self._fail(request, error)
+        if not rows:
+            return
+        outcomes = self._run_rows(rows)
+        with self._condition:
+            self._counts["step"] += 1
+            for _, chunk in rows:
+                if len(chunk) == 1:
+                    self._counts["decode_row"] += 1
+                else:
+                    self._counts["prefill_row"] += 1
+                    self._counts["prefill_token"] += len(chunk)
+        for (request, chunk), (logits, error) in zip(rows, outcomes):
+            if error is not None:
+                self._fail(request, error)
+                continue
+            try:
+                if request.progress.commit_chunk(len(chunk)):
+                    event = request.progress.advance(logits)
+                    request.handle._emit(event)
+                    if request.on_event is not None:
+                        request.on_event(event)
+            except Exception as error:  # noqa: BLE001 - sampling or a callback failed
+                self._fail(request, error)
+                continue
+            if request.progress.finished:
+                self._complete(request)
+
+    def _run_rows(self, rows):
+        """[(logits, None) | (None, error)] per row: one batched step, and only when that
+        fails (which changed no stream) each row alone, to find the rows that fail."""
+        batch = [(request.stream, chunk) for request, chunk in rows]
+        try:
+            return [(logits, None) for logits in self._engine.step(batch)]
+        except Exception as batch_error:  # noqa: BLE001
+            if len(rows) == 1:
+                return [(None, batch_error)]
+        outcomes = []
+        for row in batch:
+            try:
+                outcomes.append((self._engine.step([row])[0], None))
+            except Exception as error:  # noqa: BLE001
+                outcomes.append((None, error))
+        return outcomes
+
+    def _release(self, request: _Request) -> None:
+        if request in self._active:
+            self._active.remove(request)
+        if request.stream is not None:
+            stream, request.stream = request.stream, None
+            self._engine.close_stream(stream)
+
+    def _complete(self, request: _Request, count: bool = True) -> None:
+        try:
+            self._release(request)
+            result = request.progress.result()
+        except Exception as error:  # noqa: BLE001 - e.g. the tokenizer failed
+            self._fail(request, error)
+            return
+        if count:
+            with self._condition:
+                self._counts["completed"] += 1
+        request.handle._finish(result, None)
+
+    def _fail(self, request: _Request, error: BaseException) -> None:
+        """Fail one request; never raises (the request's own error is what its client sees)."""
+        try:
+            self._release(request)
+        except Exception:  # noqa: BLE001, S110 - closing a failed request's stream is best effort
+            pass
+        with self._condition:
+            self._counts["failed"] += 1
+        request.handle._finish(None, error)
+

@@ -1,0 +1,124 @@
+"""The scheduler and the service over NativeEngine.
+
+Each test runs twice: over the stand-in of the decode-session API (serving_fakes; it runs
+everywhere and pins down what NativeEngine asks of the API), and over the library's own
+sessions, which is skipped until the binding has them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from serving_fakes import FakeNativeModel, fake_decode_batch, wait_until
+
+import riftco_transformer
+from riftco_transformer import DecoderOnlyTransformer, Tokenizer
+from riftco_transformer.serving import (
+    FullForwardEngine,
+    GenerationConfig,
+    ModelService,
+    NativeEngine,
+    RequestCancelledError,
+    Scheduler,
+    ServingConfig,
+    TextGenerator,
+)
+
+TIMEOUT = 10.0
+NATIVE_SESSIONS = hasattr(DecoderOnlyTransformer, "kv_cache_pool")
+
+
+@pytest.fixture(params=["stand-in", "library"])
+def native_setup(request, tiny_config, monkeypatch):
+    """(model with decode sessions, the plain model, a byte tokenizer of its vocabulary)."""
+    if request.param == "library" and not NATIVE_SESSIONS:
+        pytest.skip("the library binding has no KV-cache decode sessions yet")
+    tokenizer = Tokenizer("abcdefghijklmnopqrstuvwxyz .,!?\n")
+    model = DecoderOnlyTransformer(
+        dataclasses.replace(tiny_config, vocabulary_size=tokenizer.vocab_size))
+    if request.param == "stand-in":
+        monkeypatch.setattr(riftco_transformer, "decode_batch", fake_decode_batch,
+                            raising=False)
+        native = FakeNativeModel(model)
+    else:
+        native = model
+    yield native, model, tokenizer
+    model.close()
+    tokenizer.close()
+
+
+REQUESTS = [
+    ("hello there", GenerationConfig(max_new_tokens=6)),
+    ("a", GenerationConfig(max_new_tokens=12, temperature=1.0, seed=5)),
+    ("the quick brown fox jumps", GenerationConfig(max_new_tokens=9)),  # rolls over
+    ("zz", GenerationConfig(max_new_tokens=4, stop="q")),
+]
+
+
+@pytest.mark.parametrize("kv_cache", ["paged", "contiguous"])
+def test_the_scheduler_over_native_sessions_matches_the_full_forward_generator(
+    native_setup, kv_cache
+):
+    native, model, tokenizer = native_setup
+    generator = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = [generator.generate(prompt, config) for prompt, config in REQUESTS]
+    block_count = 4 * 2 if kv_cache == "paged" else 0  # four full contexts of 2 blocks
+    engine = NativeEngine(native, kv_cache=kv_cache, block_size=4, block_count=block_count)
+    with Scheduler(engine, tokenizer, prefill_chunk_tokens=3, close_engine=True) as scheduler:
+        handles = [scheduler.submit(tokenizer.encode(prompt), config)
+                   for prompt, config in REQUESTS]
+        results = [handle.result(TIMEOUT) for handle in handles]
+        assert [r.generated_token_ids for r in results] == [
+            e.generated_token_ids for e in expected]
+        assert results == expected
+        capacity = engine.capacity()
+        assert (capacity.open_stream_count, capacity.reserved_block_count,
+                capacity.leased_block_count) == (0, 0, 0)
+
+
+def test_a_paged_pool_of_one_context_serves_requests_one_after_another(native_setup):
+    native, model, tokenizer = native_setup
+    generator = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = [generator.generate(prompt, config) for prompt, config in REQUESTS]
+    engine = NativeEngine(native, block_size=4, block_count=0)  # exactly one full context
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        handles = [scheduler.submit(tokenizer.encode(prompt), config)
+                   for prompt, config in REQUESTS]
+        assert [handle.result(TIMEOUT) for handle in handles] == expected
+
+
+def test_cancelling_returns_a_native_requests_pages_to_the_pool(native_setup):
+    native, _, tokenizer = native_setup
+    engine = NativeEngine(native, block_size=2, block_count=8)
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        handle = scheduler.submit(tokenizer.encode("abcdef"),
+                                  GenerationConfig(max_new_tokens=200))
+        assert handle.next_event(TIMEOUT) is not None
+        # Reserved for the whole request (leased pages drop to 0 for a moment at each
+        # rollover reset, so they are no steady witness).
+        assert engine.capacity().reserved_block_count == 4
+        handle.cancel()
+        with pytest.raises(RequestCancelledError):
+            handle.result(TIMEOUT)
+        assert wait_until(lambda: engine.capacity().leased_block_count == 0, TIMEOUT)
+        assert engine.capacity().reserved_block_count == 0
+
+
+def test_the_text_generator_uses_native_sessions_for_a_native_model(native_setup):
+    native, model, tokenizer = native_setup
+    reference = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = reference.generate("hello", max_new_tokens=10)
+    for kv_cache in ("paged", "contiguous"):
+        with TextGenerator(native, tokenizer, kv_cache=kv_cache, kv_cache_block_size=4) as g:
+            assert isinstance(g.engine, NativeEngine)
+            assert g.generate("hello", max_new_tokens=10) == expected
+
+
+def test_the_service_sizes_its_pool_for_its_active_requests(native_setup):
+    native, _, tokenizer = native_setup
+    config = ServingConfig(kv_cache_block_size=4, max_active_requests=3)
+    with ModelService(native, tokenizer, config) as service:
+        health = service.health()
+        assert (health["engine"], health["kv_cache"], health["kv_cache_block_size"],
+                health["kv_cache_block_count"]) == ("native", "paged", 4, 3 * 2)
+        assert service.generate("abc", max_new_tokens=3).finish_reason == "length"
