@@ -408,8 +408,8 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_free_block_count(const rt_kv_cache_poo
                                                            uint64_t* out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool,
                                                              uint64_t* out);
-/* One batched step over session_count distinct sessions of one pool (a single session may have
- * a private cache): session i is fed token_counts[i] > 0 tokens, taken in order from `tokens`
+/* One batched step over session_count distinct sessions of one model, of one shared pool (one
+ * attention call per layer for all) or of several (private or contiguous caches): session i is fed token_counts[i] > 0 tokens, taken in order from `tokens`
  * (sum of the counts of them), all in ONE pass over the model. Writes session_count * V
  * logits, row i being the logits of session i's last new position (*required = that count;
  * logits must not be NULL). On any failure no session changed. */

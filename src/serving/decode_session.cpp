@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "riftco_transformer/core/tensor_ops/elementwise.hpp"
+#include "riftco_transformer/core/tensor_ops/indexing.hpp"
 #include "riftco_transformer/core/tensor_ops/layout.hpp"
 #include "riftco_transformer/core/tensor_ops/paged_attention.hpp"
 
@@ -48,26 +50,63 @@ std::shared_ptr<KeyValueCachePool> checked_pool(const DecoderOnlyTransformer& mo
     return pool;
 }
 
-// The K/V store of one batched step: row r of every layer goes to slots[r] and attends to
-// requests[r] (its session's page table, its own position included).
+// The rows of one batched step that live in one pool: their indices into the step's rows,
+// slots and requests.
+struct PoolRows {
+    KeyValueCachePool* pool = nullptr;
+    std::vector<std::size_t> rows;
+    std::vector<tensor_ops::PagedSlot> slots;
+    std::vector<tensor_ops::PagedAttentionRequest> requests;
+};
+
+// The K/V store of one batched step: row r of every layer goes to its slot in its session's
+// pool and attends to its request (its session's page table, its own position included).
+// Sessions of one pool (the scheduler's case) take one write and one attention call per
+// layer; sessions of several pools (contiguous caches, private pools) take one per pool,
+// their rows gathered out and their contexts scattered back into place (each row belongs to
+// exactly one pool, so the scatter-adds only add zeros: the values are exact).
 class BatchStepCache final : public IncrementalAttentionCache {
   public:
-    BatchStepCache(KeyValueCachePool& pool, std::vector<tensor_ops::PagedSlot> slots,
-                   std::vector<tensor_ops::PagedAttentionRequest> requests)
-        : pool_(pool), slots_(std::move(slots)), requests_(std::move(requests)) {}
+    explicit BatchStepCache(std::vector<PoolRows> groups) : groups_(std::move(groups)) {}
 
     Tensor append_and_attend(std::size_t layer, const Tensor& query, const Tensor& key,
                              const Tensor& value) override {
-        Tensor& keys = pool_.keys(layer);
-        Tensor& values = pool_.values(layer);
-        tensor_ops::write_paged_key_value(keys, values, key, value, slots_);
-        return tensor_ops::paged_decode_attention(query, keys, values, requests_);
+        if (groups_.size() == 1) {
+            return attend(groups_[0], layer, query, key, value);
+        }
+        const Shape& shape = query.shape();  // [R, H, 1, d]
+        const std::size_t rows = shape[0];
+        const std::size_t width = shape[1] * shape[3];
+        const auto flat = [&](const Tensor& t) { return tensor_ops::reshape(t, {rows, width}); };
+        const Tensor q = flat(query);
+        const Tensor k = flat(key);
+        const Tensor v = flat(value);
+        Tensor context;
+        for (const PoolRows& group : groups_) {
+            const std::size_t n = group.rows.size();
+            const Shape rows_shape{n};
+            const auto pick = [&](const Tensor& t) {
+                return tensor_ops::reshape(tensor_ops::gather_rows(t, group.rows, rows_shape),
+                                           {n, shape[1], 1, shape[3]});
+            };
+            const Tensor part = attend(group, layer, pick(q), pick(k), pick(v));
+            Tensor placed = tensor_ops::scatter_add_rows(tensor_ops::reshape(part, {n, width}),
+                                                         group.rows, rows);
+            context = context.is_singular() ? std::move(placed) : tensor_ops::add(context, placed);
+        }
+        return tensor_ops::reshape(context, shape);
     }
 
   private:
-    KeyValueCachePool& pool_;
-    std::vector<tensor_ops::PagedSlot> slots_;
-    std::vector<tensor_ops::PagedAttentionRequest> requests_;
+    static Tensor attend(const PoolRows& group, std::size_t layer, const Tensor& query,
+                         const Tensor& key, const Tensor& value) {
+        Tensor& keys = group.pool->keys(layer);
+        Tensor& values = group.pool->values(layer);
+        tensor_ops::write_paged_key_value(keys, values, key, value, group.slots);
+        return tensor_ops::paged_decode_attention(query, keys, values, group.requests);
+    }
+
+    std::vector<PoolRows> groups_;
 };
 
 // Aborts every begun transaction unless released (commit path).
@@ -119,27 +158,32 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
     }
     std::vector<std::uint32_t> tokens;
     std::vector<std::size_t> positions;
-    std::vector<tensor_ops::PagedSlot> slots;
-    std::vector<tensor_ops::PagedAttentionRequest> requests;
     std::vector<std::size_t> output_rows;
+    std::vector<PoolRows> groups;
     tokens.reserve(rows);
     positions.reserve(rows);
-    slots.reserve(rows);
-    requests.reserve(rows);
     for (std::size_t i = 0; i < work.size(); ++i) {
         const KeyValueCache& cache = *caches[i];
+        KeyValueCachePool* pool = cache.pool().get();
+        auto group = std::find_if(groups.begin(), groups.end(),
+                                  [&](const PoolRows& g) { return g.pool == pool; });
+        if (group == groups.end()) {
+            groups.push_back({pool, {}, {}, {}});
+            group = groups.end() - 1;
+        }
         for (std::size_t j = 0; j < work[i].tokens.size(); ++j) {
             const std::size_t position = cache.size() + j;
             if (which == PrefillLogits::All || j + 1 == work[i].tokens.size()) {
                 output_rows.push_back(tokens.size());
             }
+            group->rows.push_back(tokens.size());
+            group->slots.push_back(cache.slot(position));
+            group->requests.push_back({cache.page_table(), position + 1});
             tokens.push_back(work[i].tokens[j]);
             positions.push_back(position);
-            slots.push_back(cache.slot(position));
-            requests.push_back({cache.page_table(), position + 1});
         }
     }
-    BatchStepCache step(*caches[0]->pool(), std::move(slots), std::move(requests));
+    BatchStepCache step(std::move(groups));
     Tensor logits = model.forward_incremental(tokens, positions, step, output_rows);
     transactions.commit();
     return logits;
@@ -227,11 +271,6 @@ Tensor decode_batch(std::span<const DecodeWork> work) {
         if (&session->model() != &work[0].session->model()) {
             throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
                                         "] is a session of another model than work[0]");
-        }
-        if (session->cache_.pool() != work[0].session->cache_.pool()) {
-            throw std::invalid_argument(std::string(op) + ": work[" + std::to_string(i) +
-                                        "] leases from another pool than work[0] (batched "
-                                        "sessions share one pool)");
         }
         for (std::size_t j = 0; j < i; ++j) {
             if (work[j].session == session) {

@@ -215,13 +215,17 @@ static void shared_pool_and_batched_steps(void) {
     EXPECT_STATUS(rt_decode_sessions_step(repeated, 2, more, ones, 2, logits, 2 * V, &required),
                   RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("repeats");
-    rt_decode_session* private_session = session_of(model, RT_KV_CACHE_PAGED, 4);
-    rt_decode_session* mixed[2] = {a, private_session};
-    EXPECT_STATUS(rt_decode_sessions_step(mixed, 2, more, ones, 2, logits, 2 * V, &required),
-                  RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("another pool");
     EXPECT_OK(rt_decode_session_size(a, &value));
     EXPECT_EQ_U64(value, 3);
+    /* A session with a private cache joins a batch of the pool's sessions. */
+    rt_decode_session* private_session = session_of(model, RT_KV_CACHE_CONTIGUOUS, 0);
+    rt_decode_session* mixed[2] = {private_session, b};
+    const uint32_t firsts[2] = {sequence[0], sequence[5]};
+    EXPECT_OK(rt_decode_sessions_step(mixed, 2, firsts, ones, 2, logits, 2 * V, &required));
+    EXPECT(max_difference(logits, expected, V) <= 1e-5);
+    EXPECT(max_difference(logits + V, expected + 5 * V, V) <= 1e-5);
+    EXPECT_OK(rt_decode_session_size(b, &value));
+    EXPECT_EQ_U64(value, 6);
     /* Releasing a session returns its pages; the pool outlives its handle while sessions live. */
     rt_decode_session_release(b);
     EXPECT_OK(rt_kv_cache_pool_free_block_count(pool, &value));

@@ -113,9 +113,13 @@ def test_decode_batch_argument_rules(model):
     with pytest.raises(ValueError):
         decode_batch([a], [[-1]])
     assert native_error(lambda: decode_batch([a, a], [[1], [2]])).status == STATUS_INVALID_ARGUMENT
-    private = model.decode_session()
-    error = native_error(lambda: decode_batch([a, private], [[1], [2]]))
-    assert "another pool" in error.detail
+    # A private (contiguous) cache batches with the pool's session.
+    private = model.decode_session(cache="contiguous")
+    mixed = decode_batch([private, a], [SEQUENCE[:2], SEQUENCE[:3]])
+    expected = full_logits(model, SEQUENCE)
+    assert_close(mixed[0], expected[1])
+    assert_close(mixed[1], expected[2])
+    a.reset()
     with DecoderOnlyTransformer(model.config) as other:
         with pytest.raises(ValueError, match="same model"):
             decode_batch([a, other.decode_session()], [[1], [2]])

@@ -26,6 +26,7 @@ from riftco_transformer.serving import (
     PlainChatTemplate,
     ServingConfig,
     TextGenerator,
+    native_decode_available,
     make_server,
 )
 
@@ -178,7 +179,8 @@ def test_health_reports_the_model_and_every_response_has_the_security_headers(se
         assert health["status"] == "ok" and health["model"] == MODEL_NAME
         assert (health["vocabulary_size"], health["maximum_context"],
                 health["maximum_new_tokens"], health["engine"]) == (
-            served.tokenizer.vocab_size, 8, 24, "full_forward")
+            served.tokenizer.vocab_size, 8, 24,
+            "native" if native_decode_available() else "full_forward")
 
 
 def test_models_are_listed_in_openai_form(served):

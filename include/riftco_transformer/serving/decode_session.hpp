@@ -58,10 +58,12 @@ struct DecodeWork {
 };
 
 // Advances every session by its tokens in ONE pass over the model and returns the logits of
-// each session's last new position, [n, V] in work order. The sessions must be distinct,
-// belong to one model and share one pool (a single session may have a private one).
-// std::invalid_argument: no work, a null or repeated session, mixed models or pools, an empty
-// token list; plus every error of decode_token. On any error no session changed.
+// each session's last new position, [n, V] in work order. The sessions must be distinct and
+// belong to one model; they may lease from one shared pool (one K/V write and one attention
+// call per layer for all of them: the scheduler's layout) or from several (contiguous or
+// private caches: one per pool). std::invalid_argument: no work, a null or repeated session,
+// mixed models, an empty token list; plus every error of decode_token. On any error no
+// session changed.
 [[nodiscard]] Tensor decode_batch(std::span<const DecodeWork> work);
 
 class DecodeSession {

@@ -225,10 +225,11 @@ def decode_batch(
     """Advance ``sessions[i]`` by ``tokens[i]`` (one id = a decode step, several = a prefill
     chunk) in ONE native pass over the model; the logits of each session's last new position.
 
-    The sessions must be distinct sessions of one model sharing one pool (a single session may
-    have a private cache). On any error (:class:`RiftcoTransformerError`: ``out_of_range`` for
-    an id >= V or a session that would pass its capacity, ``runtime_error`` "pool exhausted",
-    ``invalid_argument`` for mixed pools or repeated sessions) no session changed.
+    The sessions must be distinct sessions of one model; they may share one pool (the
+    continuous-batching layout) or have private caches (``model.decode_session()``, paged or
+    contiguous). On any error (:class:`RiftcoTransformerError`: ``out_of_range`` for an id >= V
+    or a session that would pass its capacity, ``runtime_error`` "pool exhausted",
+    ``invalid_argument`` for a repeated session) no session changed.
     """
     sessions = list(sessions)
     tokens = list(tokens)
