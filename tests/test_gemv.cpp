@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/backend/cpu/gemm.hpp"
@@ -107,6 +108,28 @@ TEST(Gemv, TheMatmulCapabilityAgreesAndIgnoresTheThreadCount) {
         tensor_ops::matmul(x, tensor_ops::transpose_2d(weight)).to_host();
     for (std::size_t i = 0; i < one.size(); ++i) {
         EXPECT_NEAR(one[i], reference[i], 1e-4) << i;
+    }
+}
+
+TEST(Gemv, FewDozenRowProductsTakeTheFlippedPathAndMatchTheOracle) {
+    // m in (8, 256]: the matmul capability computes (B·Aᵀ)ᵀ (see matmul.cpp); both the
+    // threaded tile transposes and the GEMM must land every element where it belongs.
+    for (const auto& [m, n, k] : {std::tuple<std::size_t, std::size_t, std::size_t>{9, 700, 513},
+                                  {64, 1030, 300},
+                                  {128, 257, 1100},
+                                  {200, 300, 3000}}) {
+        const auto a = random_values(m * k, 5);
+        const auto b = random_values(n * k, 6);
+        std::vector<float> expected(m * n);
+        gemm_blocked(arguments(m, n, k, a.data(), b.data(), expected.data()));
+        // Rank 3 with a batch of 1 (the path only needs one product, whatever the rank).
+        const std::vector<float> actual =
+            tensor_ops::matmul(Tensor({1, m, k}, a), Tensor({1, n, k}, b), false, true).to_host();
+        ASSERT_EQ(actual.size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            ASSERT_NEAR(actual[i], expected[i], 2e-5 * std::sqrt(double(k)))
+                << "m " << m << " n " << n << " k " << k << " element " << i;
+        }
     }
 }
 
