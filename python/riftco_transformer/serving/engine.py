@@ -18,7 +18,7 @@ the scheduler's thread use nothing but these members (the :class:`Engine` protoc
 A stream has ``size`` (tokens it holds), ``capacity`` (= C) and ``closed``.
 
 ``step`` advances every row's stream by that row's tokens (1 token is a decode step, several
-are a prefill chunk) and returns, per row, the logits of the row's last position as a tuple
+are a prefill chunk) and returns, per row, the logits of the row's last position as a sequence
 of V floats. Rows must name distinct open streams of this engine and nonempty token lists of
 ids below V, and no stream may pass its capacity (``size + len(tokens) <= C``). On any
 failure no stream changed, so a caller may retry rows one at a time to isolate a bad one.
@@ -59,7 +59,7 @@ from .errors import PoolFullError, RequestRejectedError
 
 KV_CACHE_KINDS = {"paged": 0, "contiguous": 1}
 
-Logits = tuple[float, ...]  # one position's V logits
+Logits = Sequence[float]  # one position's V logits (a tuple, or array('f') from native)
 
 
 class Admission(enum.Enum):
@@ -556,7 +556,7 @@ class NativeEngine(_EngineBase):
                                     [tokens for _, tokens in rows])
         if len(logits) != len(rows):
             raise RuntimeError(f"decode_batch returned {len(logits)} rows for {len(rows)}")
-        return [tuple(row) for row in logits]
+        return list(logits)  # array('f') rows: no per-float Python objects
 
     def reset_stream(self, stream) -> None:
         self._require_open()

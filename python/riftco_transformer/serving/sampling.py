@@ -25,6 +25,7 @@ import heapq
 import math
 import numbers
 import random
+from array import array
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -73,8 +74,22 @@ def require_seed(value: object, name: str = "seed") -> int:
     return require_int(value, name, 0, UINT64_LIMIT)
 
 
-def require_logits(logits: object) -> list[float]:
-    """``logits`` as a nonempty list of finite floats."""
+def require_logits(logits: object) -> Sequence[float]:
+    """``logits`` as a nonempty sequence of finite floats.
+
+    The native decode path hands over ``array('f')`` rows: those are floats by construction,
+    so only finiteness is checked, at C speed (a float32 row's sum cannot overflow a double,
+    so it is finite exactly when every element is). Anything else is checked element by
+    element and copied into a list.
+    """
+    if isinstance(logits, array) and logits.typecode in ("f", "d"):
+        if len(logits) == 0:
+            raise ValueError("logits must not be empty")
+        if math.isfinite(sum(logits)):
+            return logits
+        for index, number in enumerate(logits):
+            if not math.isfinite(number):
+                raise ValueError(f"logits[{index}] must be finite, got {number!r}")
     if isinstance(logits, (str, bytes)) or not isinstance(logits, Sequence):
         raise TypeError(f"logits must be a sequence of numbers, not {type(logits).__name__}")
     if len(logits) == 0:
@@ -95,13 +110,13 @@ def require_logits(logits: object) -> list[float]:
 
 def apply_repetition_penalty(
     logits: Sequence[float], context_ids: Sequence[int], penalty: float
-) -> list[float]:
+) -> Sequence[float]:
     """The logits with ids of ``context_ids`` penalised: ``l / penalty`` where ``l > 0``,
-    else ``l * penalty`` (each distinct id once). A context id outside ``[0, V)`` is a
-    ValueError."""
-    values = list(logits)
+    else ``l * penalty`` (each distinct id once), as a new list; ``logits`` itself (never
+    modified) when the penalty is 1. A context id outside ``[0, V)`` is a ValueError."""
     if penalty == 1.0:
-        return values
+        return logits
+    values = list(logits)
     for token in set(context_ids):
         if isinstance(token, bool) or not isinstance(token, numbers.Integral):
             raise TypeError(f"context ids must be ints, not {type(token).__name__}")
@@ -127,11 +142,7 @@ class Greedy:
         values = apply_repetition_penalty(
             require_logits(logits), context_ids, self.repetition_penalty
         )
-        best = 0
-        for token in range(1, len(values)):
-            if values[token] > values[best]:  # strictly greater: the lowest id wins a tie
-                best = token
-        return best
+        return values.index(max(values))  # the first maximum: the lowest id wins a tie
 
     def __repr__(self) -> str:
         return f"Greedy(repetition_penalty={self.repetition_penalty!r})"
@@ -169,10 +180,13 @@ class TemperatureSampler:
         if self.top_k is not None and self.top_k > vocabulary:
             raise ValueError(f"top_k={self.top_k} exceeds the vocabulary size {vocabulary}")
         count = vocabulary if self.top_k is None else self.top_k
-        # Ranked by (-logit, id): highest logit first, the lower id first among equals.
-        ranked = heapq.nsmallest(
-            count, range(vocabulary), key=lambda token: (-values[token], token)
-        )
+        # Ranked by (-logit, id): highest logit first, the lower id first among equals (both
+        # orderings below are stable, so equal keys keep ascending ids).
+        negated = [-value for value in values]
+        if count == vocabulary:
+            ranked = sorted(range(vocabulary), key=negated.__getitem__)
+        else:
+            ranked = heapq.nsmallest(count, range(vocabulary), key=negated.__getitem__)
         highest = values[ranked[0]]
         weights = [math.exp((values[token] - highest) / self.temperature) for token in ranked]
         if self.top_p is not None:
