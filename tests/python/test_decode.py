@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from array import array
 
 import pytest
 from support import native_error
@@ -82,6 +83,7 @@ def test_pool_sessions_batch_like_separate_sessions_and_exhaustion_changes_nothi
     a, b = pool.session(), pool.session()
     assert a.pool is pool and model.decode_session().pool is None
     first = decode_batch([a, b], [SEQUENCE[:3], SEQUENCE[:4]])
+    assert all(isinstance(row, array) and row.typecode == "f" and len(row) == 32 for row in first)
     expected = full_logits(model, SEQUENCE)
     assert_close(first[0], expected[2])
     assert_close(first[1], expected[3])

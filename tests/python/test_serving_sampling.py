@@ -158,3 +158,27 @@ def test_a_context_id_outside_the_vocabulary_is_rejected():
         Greedy(repetition_penalty=1.5).sample(THIRDS, [3])
     with pytest.raises(TypeError, match=r"context ids must be ints, not str"):
         apply_repetition_penalty(THIRDS, ["a"], 1.5)
+
+
+def test_native_array_rows_take_the_fast_path_with_the_same_answers():
+    from array import array
+
+    from riftco_transformer.serving import Greedy, TemperatureSampler
+
+    values = (0.5, 2.0, -1.0, 2.0, 1.5)
+    row = array("f", values)
+    assert Greedy().sample(row) == Greedy().sample(values) == 1  # tie: the lowest id
+    for top_k in (None, 3):
+        assert [TemperatureSampler(0.7, top_k=top_k, seed=s).sample(row) for s in range(20)] == [
+            TemperatureSampler(0.7, top_k=top_k, seed=s).sample(values) for s in range(20)
+        ]
+    bad = array("f", [0.0, 1.0, float("nan"), 2.0])
+    with pytest.raises(ValueError, match=r"logits\[2\] must be finite"):
+        Greedy().sample(bad)
+    with pytest.raises(ValueError, match=r"logits\[1\] must be finite"):
+        Greedy().sample(array("d", [0.0, float("inf")]))
+    with pytest.raises(ValueError, match="must not be empty"):
+        Greedy().sample(array("f"))
+    # A repetition penalty never modifies the caller's row.
+    Greedy(repetition_penalty=2.0).sample(row, context_ids=[1])
+    assert list(row) == list(values)
