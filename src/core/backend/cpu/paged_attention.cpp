@@ -180,7 +180,12 @@ void paged_attention_fast(const PagedAttentionGeometry& g, const float* query,
     parallel_for(pairs, items_per_thread_for(floats_per_pair),
                  [&](std::size_t begin, std::size_t end) {
                      std::vector<float> scores(longest);
-                     for (std::size_t pair = begin; pair < end; ++pair) {
+                     for (std::size_t item = begin; item < end; ++item) {
+                         // Zigzag order (0, last, 1, last-1, ...): a prefill chunk's rows grow
+                         // by one position each, so contiguous chunks of pairs in row order
+                         // would give the last thread most of the work.
+                         const std::size_t pair =
+                             item % 2 == 0 ? item / 2 : pairs - 1 - item / 2;
                          const std::size_t r = pair / g.heads;
                          const std::size_t h = pair % g.heads;
                          const std::size_t row = (r * g.heads + h) * g.head_width;
