@@ -84,6 +84,13 @@ TEST(DecodeSession, PagedAndContiguousCachesGiveIdenticalLogits) {
     for (const std::uint32_t token : tokens) {
         EXPECT_EQ(paged.decode_token(token).to_host(), contiguous.decode_token(token).to_host());
     }
+    // Prefill too: a whole prompt (the flash path) and then a chunk (the paged path).
+    paged.reset();
+    contiguous.reset();
+    EXPECT_EQ(paged.prefill({tokens.data(), 9}, PrefillLogits::All).to_host(),
+              contiguous.prefill({tokens.data(), 9}, PrefillLogits::All).to_host());
+    EXPECT_EQ(paged.prefill({tokens.data() + 9, 7}, PrefillLogits::All).to_host(),
+              contiguous.prefill({tokens.data() + 9, 7}, PrefillLogits::All).to_host());
 }
 
 TEST(DecodeSession, BatchedPrefillEqualsTokenAtATime) {

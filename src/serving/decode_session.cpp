@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
 #include "riftco_transformer/core/tensor_ops/layout.hpp"
@@ -65,12 +66,32 @@ struct PoolRows {
 // layer; sessions of several pools (contiguous caches, private pools) take one per pool,
 // their rows gathered out and their contexts scattered back into place (each row belongs to
 // exactly one pool, so the scatter-adds only add zeros: the values are exact).
+// A step that is one session's whole sequence so far (a prompt prefilled into an empty
+// cache) has every key it needs in its own rows: its attention is ordinary causal attention
+// over [1,H,T,d], run as the memory-linear flash kernel (GEMM tiles instead of one dot
+// product per position); the keys and values are still written to the pool for the steps
+// that follow. Either way the result is exact attention within float rounding, and it does
+// not depend on the cache strategy.
 class BatchStepCache final : public IncrementalAttentionCache {
   public:
-    explicit BatchStepCache(std::vector<PoolRows> groups) : groups_(std::move(groups)) {}
+    BatchStepCache(std::vector<PoolRows> groups, bool whole_sequence)
+        : groups_(std::move(groups)), whole_sequence_(whole_sequence) {}
 
     Tensor append_and_attend(std::size_t layer, const Tensor& query, const Tensor& key,
                              const Tensor& value) override {
+        if (whole_sequence_) {
+            const PoolRows& group = groups_[0];
+            tensor_ops::write_paged_key_value(group.pool->keys(layer), group.pool->values(layer),
+                                              key, value, group.slots);
+            // [T,H,1,d] -> [1,H,T,d] (a copy), and the context back.
+            const auto heads_first = [](const Tensor& rows) {
+                return tensor_ops::permute(rows, {2, 1, 0, 3});
+            };
+            const Tensor context = tensor_ops::flash_attention(heads_first(query), heads_first(key),
+                                                               heads_first(value))
+                                       .context;
+            return tensor_ops::permute(context, {2, 1, 0, 3});
+        }
         if (groups_.size() == 1) {
             return attend(groups_[0], layer, query, key, value);
         }
@@ -107,6 +128,7 @@ class BatchStepCache final : public IncrementalAttentionCache {
     }
 
     std::vector<PoolRows> groups_;
+    bool whole_sequence_;
 };
 
 // Aborts every begun transaction unless released (commit path).
@@ -151,6 +173,9 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
         }
         rows += count;
     }
+    // One session, empty before this step, fed more than one token: see BatchStepCache.
+    const bool whole_sequence =
+        work.size() == 1 && caches[0]->size() == 0 && work[0].tokens.size() > 1;
     TransactionGuard transactions(work.size());
     for (std::size_t i = 0; i < work.size(); ++i) {
         caches[i]->begin(work[i].tokens.size());
@@ -183,7 +208,7 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
             positions.push_back(position);
         }
     }
-    BatchStepCache step(std::move(groups));
+    BatchStepCache step(std::move(groups), whole_sequence);
     Tensor logits = model.forward_incremental(tokens, positions, step, output_rows);
     transactions.commit();
     return logits;
