@@ -6,8 +6,11 @@
 // [1,1,V]; prefill(ids) runs a whole prompt (or chunk) as one batched pass over its T rows
 // (one [T,D] product per projection, not T of them) and fills the cache. decode_batch()
 // advances several sessions of one pool in ONE pass: every projection reads its weights once
-// for all rows, which is what makes continuous batching pay. Attention always goes through
-// the paged-decode kernel, each row attending to its own request's positions in place.
+// for all rows, which is what makes continuous batching pay. Attention goes through the
+// paged-decode kernel, each row attending to its own request's positions in place; the one
+// exception is a prompt prefilled into an empty cache, whose rows hold every key they need:
+// it runs as causal flash attention over [1,H,T,d] (its keys and values still go to the
+// pool). Both are exact attention; neither depends on the cache strategy.
 //
 // Rules:
 // - positions are learned and absolute, so a session never rolls over by itself: stepping
