@@ -409,15 +409,24 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_free_block_count(const rt_kv_cache_poo
 RT_API rt_status RT_CALL rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool,
                                                              uint64_t* out);
 /* One batched step over session_count distinct sessions of one model, of one shared pool (one
- * attention call per layer for all) or of several (private or contiguous caches): session i is fed token_counts[i] > 0 tokens, taken in order from `tokens`
- * (sum of the counts of them), all in ONE pass over the model. Writes session_count * V
- * logits, row i being the logits of session i's last new position (*required = that count;
- * logits must not be NULL). On any failure no session changed. */
+ * attention call per layer for all) or of several (private or contiguous caches): session i
+ * is fed token_counts[i] > 0 tokens, taken in order from `tokens` (sum of the counts of them),
+ * all in ONE pass over the model. Writes session_count * V logits, row i being the logits of
+ * session i's last new position (*required = that count; logits must not be NULL). On any
+ * failure no session changed. */
 RT_API rt_status RT_CALL rt_decode_sessions_step(rt_decode_session* const* sessions,
                                                  uint64_t session_count, const uint32_t* tokens,
                                                  const uint64_t* token_counts, uint64_t token_total,
                                                  float* logits, uint64_t capacity,
                                                  uint64_t* required);
+
+/* Per row of a host [rows, width] float matrix (a batch of logits): the index of its first
+ * maximum (ties go to the lowest index; NaN never wins) and whether every value is finite
+ * (1) or not (0). For samplers that need no more than that, so a client need not scan V
+ * values in its own language. rows * width must fit; width > 0; values NULL only with
+ * rows 0; argmax and finite may each be NULL when not wanted. */
+RT_API rt_status RT_CALL rt_f32_rows_argmax(const float* values, uint64_t rows, uint64_t width,
+                                            uint32_t* argmax, uint8_t* finite);
 
 /* ---- Parameter lists --------------------------------------------------------------------
  * Flat order: list order, then each tensor's row-major order. */

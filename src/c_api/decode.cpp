@@ -3,6 +3,8 @@
 // shared pool. Sessions pin their model (ModelState::live_sessions) and record its parameter
 // epoch; every output is checked before a session changes.
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -269,6 +271,44 @@ rt_status rt_decode_sessions_step(rt_decode_session* const* sessions, uint64_t s
         require_logits_output(logits, capacity, required, handles.size() * vocabulary);
         const Tensor values = decode_batch(work);
         values.copy_to_host({logits, handles.size() * vocabulary});
+    });
+}
+
+rt_status rt_f32_rows_argmax(const float* values, uint64_t rows, uint64_t width, uint32_t* argmax,
+                             uint8_t* finite) {
+    return guarded(__func__, [&] {
+        if (width == 0) {
+            throw std::invalid_argument("width must be positive");
+        }
+        if (width - 1 > std::numeric_limits<std::uint32_t>::max()) {
+            throw std::overflow_error("width " + std::to_string(width) +
+                                      " does not fit uint32 indices");
+        }
+        if (rows > std::numeric_limits<std::uint64_t>::max() / width) {
+            throw std::overflow_error("rows * width overflows (" + std::to_string(rows) + " x " +
+                                      std::to_string(width) + ")");
+        }
+        const auto given = input_array(values, rows * width, "values");
+        for (std::uint64_t r = 0; r < rows; ++r) {
+            const float* row = given.data() + r * width;
+            std::uint32_t best = 0;
+            bool all_finite = std::isfinite(row[0]);
+            bool have = !std::isnan(row[0]);
+            for (std::uint64_t i = 1; i < width; ++i) {
+                const float value = row[i];
+                all_finite = all_finite && std::isfinite(value);
+                if (!std::isnan(value) && (!have || value > row[best])) {
+                    best = static_cast<std::uint32_t>(i);
+                    have = true;
+                }
+            }
+            if (argmax != nullptr) {
+                argmax[r] = best;
+            }
+            if (finite != nullptr) {
+                finite[r] = all_finite ? 1 : 0;
+            }
+        }
     });
 }
 

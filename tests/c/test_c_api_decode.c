@@ -266,10 +266,33 @@ static void sessions_pin_their_model(void) {
     rt_model_release(model);
 }
 
+static void rows_argmax(void) {
+    const float values[4 * 3] = {1.0f, 3.0f, 3.0f,  /* a tie: the lowest index */
+                                 NAN,  -1.0f, -2.0f, /* NaN never wins */
+                                 -INFINITY, -INFINITY, -INFINITY,
+                                 0.0f, INFINITY, 5.0f};
+    uint32_t argmax[4] = {9, 9, 9, 9};
+    uint8_t finite[4] = {9, 9, 9, 9};
+    EXPECT_OK(rt_f32_rows_argmax(values, 4, 3, argmax, finite));
+    EXPECT(argmax[0] == 1 && argmax[1] == 1 && argmax[2] == 0 && argmax[3] == 1);
+    EXPECT(finite[0] == 1 && finite[1] == 0 && finite[2] == 0 && finite[3] == 0);
+    EXPECT_OK(rt_f32_rows_argmax(values, 1, 3, NULL, finite)); /* either output optional */
+    EXPECT_OK(rt_f32_rows_argmax(values, 1, 3, argmax, NULL));
+    EXPECT_OK(rt_f32_rows_argmax(NULL, 0, 3, NULL, NULL));
+    uint32_t kept = 7;
+    EXPECT_STATUS(rt_f32_rows_argmax(values, 1, 0, &kept, NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_f32_rows_argmax(NULL, 1, 3, &kept, NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_f32_rows_argmax(values, UINT64_MAX, 2, &kept, NULL), RT_STATUS_OVERFLOW);
+    EXPECT_STATUS(rt_f32_rows_argmax(values, 1, (uint64_t)1 << 33, &kept, NULL),
+                  RT_STATUS_OVERFLOW);
+    EXPECT(kept == 7);
+}
+
 int main(void) {
     RUN_TEST(steps_equal_the_full_forward);
     RUN_TEST(argument_rules_change_nothing);
     RUN_TEST(shared_pool_and_batched_steps);
     RUN_TEST(sessions_pin_their_model);
+    RUN_TEST(rows_argmax);
     return finish_tests();
 }

@@ -84,6 +84,8 @@ def test_pool_sessions_batch_like_separate_sessions_and_exhaustion_changes_nothi
     assert a.pool is pool and model.decode_session().pool is None
     first = decode_batch([a, b], [SEQUENCE[:3], SEQUENCE[:4]])
     assert all(isinstance(row, array) and row.typecode == "f" and len(row) == 32 for row in first)
+    for row in first:  # the library's argmax (first maximum) and finiteness ride along
+        assert row.argmax == list(row).index(max(row)) and row.all_finite is True
     expected = full_logits(model, SEQUENCE)
     assert_close(first[0], expected[2])
     assert_close(first[1], expected[3])

@@ -182,3 +182,19 @@ def test_native_array_rows_take_the_fast_path_with_the_same_answers():
     # A repetition penalty never modifies the caller's row.
     Greedy(repetition_penalty=2.0).sample(row, context_ids=[1])
     assert list(row) == list(values)
+
+
+def test_greedy_reads_the_librarys_argmax_only_without_a_penalty():
+    from riftco_transformer.native.decode import LogitsRow
+    from riftco_transformer.serving import Greedy
+
+    row = LogitsRow("f", [0.5, 2.0, 1.0])
+    row.argmax, row.all_finite = 0, True  # deliberately not the true argmax: proves the path
+    assert Greedy().sample(row) == 0
+    assert Greedy(repetition_penalty=4.0).sample(row, context_ids=[1]) == 2  # scans instead
+    row.all_finite = False  # an unchecked row is checked again
+    assert Greedy().sample(row) == 0
+    bad = LogitsRow("f", [0.0, float("nan")])
+    bad.argmax, bad.all_finite = 0, False
+    with pytest.raises(ValueError, match=r"logits\[1\] must be finite"):
+        Greedy().sample(bad)

@@ -426,6 +426,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             size_out,
         ],
     ),
+    "rt_f32_rows_argmax": (
+        rt_status,
+        [POINTER(c_float), c_uint64, c_uint64, POINTER(c_uint32), POINTER(c_uint8)],
+    ),
     "rt_parameter_list_release": (None, [handle]),
     "rt_parameter_list_count": (rt_status, [handle, size_out]),
     "rt_parameter_list_backend": (rt_status, [handle, POINTER(c_int32)]),

@@ -43,6 +43,33 @@ KV_CACHE_VALUES = {"paged": KV_CACHE_PAGED, "contiguous": KV_CACHE_CONTIGUOUS}
 KV_CACHE_NAMES = {value: name for name, value in KV_CACHE_VALUES.items()}
 
 
+class LogitsRow(array):
+    """One position's V logits as ``array('f')``, with what the library computed over them:
+    ``argmax`` (the first maximum: ties go to the lowest id) and ``all_finite``. Samplers
+    that need no more (greedy) read those instead of scanning V floats in Python."""
+
+    argmax: int
+    all_finite: bool
+
+
+def _logits_rows(logits, rows: int, vocabulary: int) -> list[LogitsRow]:
+    """Split a native [rows, V] float buffer into LogitsRows (one C-level pass for the
+    argmax and finiteness of every row, then one memcpy per row)."""
+    argmax = (ctypes.c_uint32 * rows)()
+    finite = (ctypes.c_uint8 * rows)()
+    check_status(library().rt_f32_rows_argmax(logits, rows, vocabulary, argmax, finite))
+    raw = memoryview(logits).cast("B")
+    row_bytes = vocabulary * ctypes.sizeof(ctypes.c_float)
+    result = []
+    for i in range(rows):
+        row = LogitsRow("f")
+        row.frombytes(raw[i * row_bytes : (i + 1) * row_bytes])
+        row.argmax = argmax[i]
+        row.all_finite = bool(finite[i])
+        result.append(row)
+    return result
+
+
 def _token(token: object) -> int:
     return require_int(token, "token", 0, UINT32_LIMIT)
 
@@ -225,7 +252,8 @@ def decode_batch(
 ) -> list[array]:
     """Advance ``sessions[i]`` by ``tokens[i]`` (one id = a decode step, several = a prefill
     chunk) in ONE native pass over the model; the logits of each session's last new position,
-    one ``array('f')`` of V floats per session.
+    one :class:`LogitsRow` (an ``array('f')`` of V floats with ``argmax`` and ``all_finite``)
+    per session.
 
     The sessions must be distinct sessions of one model; they may share one pool (the
     continuous-batching layout) or have private caches (``model.decode_session()``, paged or
@@ -283,13 +311,6 @@ def decode_batch(
                 ctypes.byref(required),
             )
         )
-    # One array('f') row per session: a sequence of V floats made at C speed (a tuple of V
-    # Python floats per row would cost more than the step itself at GPT-2's vocabulary).
-    raw = memoryview(logits).cast("B")
-    row_bytes = vocabulary * ctypes.sizeof(ctypes.c_float)
-    rows = []
-    for i in range(len(sessions)):
-        row = array("f")
-        row.frombytes(raw[i * row_bytes : (i + 1) * row_bytes])
-        rows.append(row)
-    return rows
+    # One array('f') row per session, made at C speed (a tuple of V Python floats per row
+    # would cost more than the step itself at GPT-2's vocabulary).
+    return _logits_rows(logits, len(sessions), vocabulary)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ..native._validation import UINT64_LIMIT, describe_value, require_int, require_real
+from ..native.decode import LogitsRow
 
 
 @runtime_checkable
@@ -77,11 +78,14 @@ def require_seed(value: object, name: str = "seed") -> int:
 def require_logits(logits: object) -> Sequence[float]:
     """``logits`` as a nonempty sequence of finite floats.
 
-    The native decode path hands over ``array('f')`` rows: those are floats by construction,
-    so only finiteness is checked, at C speed (a float32 row's sum cannot overflow a double,
-    so it is finite exactly when every element is). Anything else is checked element by
-    element and copied into a list.
+    The native decode path hands over ``LogitsRow`` arrays whose finiteness the library
+    already checked; other ``array('f'/'d')`` rows are floats by construction, so only
+    finiteness is checked, at C speed (a float32 row's sum cannot overflow a double, so it is
+    finite exactly when every element is). Anything else is checked element by element and
+    copied into a list.
     """
+    if isinstance(logits, LogitsRow) and len(logits) and logits.all_finite:
+        return logits  # the library checked every value
     if isinstance(logits, array) and logits.typecode in ("f", "d"):
         if len(logits) == 0:
             raise ValueError("logits must not be empty")
@@ -139,9 +143,10 @@ class Greedy:
         self.repetition_penalty = require_repetition_penalty(repetition_penalty)
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int:
-        values = apply_repetition_penalty(
-            require_logits(logits), context_ids, self.repetition_penalty
-        )
+        checked = require_logits(logits)
+        if isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0:
+            return checked.argmax  # the library's first maximum (the same rule)
+        values = apply_repetition_penalty(checked, context_ids, self.repetition_penalty)
         return values.index(max(values))  # the first maximum: the lowest id wins a tie
 
     def __repr__(self) -> str:
