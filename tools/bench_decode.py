@@ -238,7 +238,7 @@ def main() -> int:
                           f"{b['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
                           fmt(b["bandwidth_bound_tokens_per_s"]),
                           fmt(report["configs"][config]["ours_decode"]),
-                          f"{report['configs'][config]['ours_decode'] / b['bandwidth_bound_tokens_per_s']:.2f}"])
+                          f"{b['decode_fraction_of_bound']:.2f}"])
     print("bandwidth bound: weight bytes per decode step vs the read bandwidth measured in the "
           "same process (memcpy bandwidth, read+write, for reference)")
     print_table(["config", "weights/token", "copy bw", "read bw", "bound tok/s", "ours tok/s",

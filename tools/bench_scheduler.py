@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Aggregate decode throughput through the continuous-batching scheduler with 1, 4 and 8
 concurrent streams (riftco_transformer.serving.Scheduler over NativeEngine: one shared paged
 KV pool, each scheduler step one native batched decode over every active stream, greedy
@@ -9,9 +9,8 @@ tokenizer is a synthetic BPE state with exactly the model's vocabulary (the sche
 every token to text, as a server does), so V - 256 arbitrary merge rules. Each run submits S
 requests of a --prompt-token prompt and --gen new tokens at once and times, from each
 request's first token to the last token of all, the tokens generated after each request's
-first (the decode phase);
-it also reports end - to -
-    end tokens / s(prefill included).The figure is the median over-- reps runs; the ratio is against 1 stream in the same process.
+first (the decode phase); it also reports end-to-end tokens/s (prefill included). The figure
+is the median over --reps runs; the ratio is against 1 stream in the same process.
 
     RIFTCO_TRANSFORMER_LIBRARY=build/release/libriftco_transformer_c.so.2 PYTHONPATH=python \\
         python3 tools/bench_scheduler.py --config small --threads 2

@@ -233,7 +233,9 @@ def decode_session_options(cache: str, block_size: int) -> DecodeSessionOptionsS
     """The native options for ``model.decode_session`` (ValueError/TypeError on bad input)."""
     kind = require_choice(cache, "cache", KV_CACHE_VALUES)
     options = DecodeSessionOptionsStruct()
-    check_status(library().rt_decode_session_options_init(ctypes.byref(options), ctypes.sizeof(options)))
+    check_status(
+        library().rt_decode_session_options_init(ctypes.byref(options), ctypes.sizeof(options))
+    )
     options.kind = kind
     options.block_size = require_int(block_size, "block_size", 1, UINT64_LIMIT)
     return options
@@ -241,7 +243,9 @@ def decode_session_options(cache: str, block_size: int) -> DecodeSessionOptionsS
 
 def kv_cache_pool_options(block_size: int, block_count: int) -> KvCachePoolOptionsStruct:
     options = KvCachePoolOptionsStruct()
-    check_status(library().rt_kv_cache_pool_options_init(ctypes.byref(options), ctypes.sizeof(options)))
+    check_status(
+        library().rt_kv_cache_pool_options_init(ctypes.byref(options), ctypes.sizeof(options))
+    )
     options.block_size = require_int(block_size, "block_size", 1, UINT64_LIMIT)
     options.block_count = require_int(block_count, "block_count", 0, UINT64_LIMIT)
     return options
