@@ -143,9 +143,7 @@ KeyValueCache KeyValueCache::with_private_pool(const KeyValueCacheDimensions& di
                                                ExecutionBackend backend, KeyValueCacheKind kind,
                                                std::size_t block_size) {
     if (kind == KeyValueCacheKind::Contiguous) {
-        if (dimensions.maximum_context == 0) {
-            require_pool_arguments(dimensions, 1, 0);  // names the zero dimension
-        }
+        // (A zero maximum_context is named by create's dimension check, which runs first.)
         return KeyValueCache(
             KeyValueCachePool::create(dimensions, backend, dimensions.maximum_context, 1), kind);
     }

@@ -55,9 +55,11 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..native._validation import UINT32_LIMIT, describe_value, require_choice, require_int
+from ..native.decode import KV_CACHE_VALUES
 from .errors import PoolFullError, RequestRejectedError
 
-KV_CACHE_KINDS = {"paged": 0, "contiguous": 1}
+# The cache names the native API accepts (one home: native.decode).
+KV_CACHE_KINDS = KV_CACHE_VALUES
 
 Logits = Sequence[float]  # one position's V logits (a tuple, or array('f') from native)
 

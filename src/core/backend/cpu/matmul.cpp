@@ -8,30 +8,17 @@
 #include "core/backend/cpu/gemv.hpp"
 #include "core/backend/cpu/host_block_cache.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/strided.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
 
-// dst[c, r] = src[r, c] for a rows x cols row-major src, in 32 x 32 tiles (threaded over tile
-// rows when large).
+// dst[c, r] = src[r, c] for a rows x cols row-major src: the layout family's strided copy
+// (contiguous writes, threaded over output rows).
 void transpose_into(const float* src, std::size_t rows, std::size_t cols, float* dst) {
-    constexpr std::size_t tile = 32;
-    const std::size_t tile_rows = (rows + tile - 1) / tile;
-    parallel_for(tile_rows, items_per_thread_for(tile * cols),
-                 [&](std::size_t begin, std::size_t end) {
-                     for (std::size_t tr = begin; tr < end; ++tr) {
-                         const std::size_t r0 = tr * tile;
-                         const std::size_t r1 = std::min(rows, r0 + tile);
-                         for (std::size_t c0 = 0; c0 < cols; c0 += tile) {
-                             const std::size_t c1 = std::min(cols, c0 + tile);
-                             for (std::size_t c = c0; c < c1; ++c) {
-                                 for (std::size_t r = r0; r < r1; ++r) {
-                                     dst[c * rows + r] = src[r * cols + c];
-                                 }
-                             }
-                         }
-                     }
-                 });
+    const std::size_t shape[2] = {cols, rows};
+    const std::size_t strides[2] = {1, cols};
+    strided_copy(src, shape, strides, dst);
 }
 
 // A·Bᵀ with a few dozen rows of A against a large B [n,k] (a prefill chunk through a

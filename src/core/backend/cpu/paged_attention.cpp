@@ -94,42 +94,25 @@ void paged_attention_reference(const PagedAttentionGeometry& g, const float* que
 
 namespace {
 
-// Σ q_i·k_i over fixed float lanes (vectorised; the lane order is fixed, so deterministic).
-inline float lane_dot(const float* q, const float* k, std::size_t n) {
-    constexpr std::size_t lanes = 8;
-    float partial[lanes] = {};
-    std::size_t i = 0;
-    for (; i + lanes <= n; i += lanes) {
-        for (std::size_t l = 0; l < lanes; ++l) {
-            partial[l] += q[i + l] * k[i + l];
-        }
-    }
-    float result = 0.0F;
-    for (; i < n; ++i) {
-        result += q[i] * k[i];
-    }
-    for (const float p : partial) {
-        result += p;
-    }
-    return result;
-}
-
-// Four rows' lane_dot at once (one load of q per four keys), with exactly lane_dot's
-// arithmetic for each row, so blocking never changes a bit.
-inline void lane_dot4(const float* q, const float* k, std::size_t stride, std::size_t n,
+// out[row] = Σ q_i·k_row_i for Rows keys `stride` floats apart, over fixed float lanes (the
+// compiler vectorises them; the lane order is fixed, so deterministic). One load of q serves
+// every key, and each row's arithmetic is the same whatever Rows is, so blocking keys four at
+// a time never changes a bit.
+template <std::size_t Rows>
+inline void lane_dots(const float* q, const float* k, std::size_t stride, std::size_t n,
                       float* out) {
     constexpr std::size_t lanes = 8;
-    float partial[4][lanes] = {};
+    float partial[Rows][lanes] = {};
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {
-        for (std::size_t row = 0; row < 4; ++row) {
+        for (std::size_t row = 0; row < Rows; ++row) {
             const float* kr = k + row * stride;
             for (std::size_t l = 0; l < lanes; ++l) {
                 partial[row][l] += q[i + l] * kr[i + l];
             }
         }
     }
-    for (std::size_t row = 0; row < 4; ++row) {
+    for (std::size_t row = 0; row < Rows; ++row) {
         const float* kr = k + row * stride;
         float result = 0.0F;
         for (std::size_t t = i; t < n; ++t) {
@@ -157,14 +140,13 @@ void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key
                          head * g.page_size * d;
         std::size_t o = 0;
         for (; o + 4 <= rows; o += 4) {
-            float dots[4];
-            lane_dot4(q, k + o * d, d, d, dots);
-            for (std::size_t row = 0; row < 4; ++row) {
-                scores[start + o + row] = dots[row] * scale;
-            }
+            lane_dots<4>(q, k + o * d, d, d, scores + start + o);
         }
         for (; o < rows; ++o) {
-            scores[start + o] = lane_dot(q, k + o * d, d) * scale;
+            lane_dots<1>(q, k + o * d, d, d, scores + start + o);
+        }
+        for (o = 0; o < rows; ++o) {
+            scores[start + o] *= scale;
         }
     }
     if (row_has_nan_or_positive_infinity(scores, length)) {
