@@ -276,6 +276,15 @@ TEST(DecodeSession, BadTokensAndBadBatchesChangeNothing) {
               }).find("another model"),
               std::string::npos);
     EXPECT_THROW(static_cast<void>(decode_batch({})), std::invalid_argument);
+    std::vector<DecodeWork> empty_tokens = {{&a, {}}};
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  static_cast<void>(decode_batch(empty_tokens));
+              }).find("work[0].tokens is empty"),
+              std::string::npos);
+    std::vector<DecodeWork> null_session = {{nullptr, {&one, 1}}};
+    EXPECT_THROW(static_cast<void>(decode_batch(null_session)), std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(a.prefill(mixed, static_cast<PrefillLogits>(5))),
+                 std::invalid_argument);
     EXPECT_EQ(a.size(), 5U);
     EXPECT_EQ(b.size(), 0U);
     EXPECT_EQ(pool->leased_block_count(), leased);
@@ -297,6 +306,24 @@ TEST(DecodeSession, PoolsAndCachesCheckTheirArguments) {
     EXPECT_NE(message_of<std::invalid_argument>([&] {
                   DecodeSession s(model, wrong);
               }).find("does not fit the model"),
+              std::string::npos);
+    // Page ids must fit uint32, and the pools' size must be addressable: overflow_error,
+    // before anything is allocated.
+    const std::size_t huge = std::size_t{1} << 33U;
+    EXPECT_NE(
+        message_of<std::overflow_error>([&] {
+            static_cast<void>(KeyValueCachePool::create({1, 1, 1, huge}, ExecutionBackend::Cpu, 1));
+        }).find("uint32 page ids"),
+        std::string::npos);
+    EXPECT_NE(message_of<std::overflow_error>([&] {
+                  static_cast<void>(KeyValueCachePool::create({1 << 20, 1 << 20, 1 << 20, 16},
+                                                              ExecutionBackend::Cpu, 16));
+              }).find("overflow the addressable size"),
+              std::string::npos);
+    EXPECT_NE(message_of<std::invalid_argument>([&] {
+                  static_cast<void>(KeyValueCache::with_private_pool(
+                      {2, 4, 8, 0}, ExecutionBackend::Cpu, KeyValueCacheKind::Contiguous));
+              }).find("maximum_context 0"),
               std::string::npos);
     auto pool = make_key_value_cache_pool(model, 16, 0);
     EXPECT_EQ(pool->block_count(), 1U);

@@ -245,6 +245,31 @@ TEST(PagedAttention, ArgumentRulesNameTheArgument) {
               std::string::npos);
     EXPECT_NE(attend(q, keys, values, {{table, 5}}).find("requests[0].length 5"),
               std::string::npos);
+    // An explicit scale is used as given (here: twice the default changes the context), and
+    // it must be finite and positive.
+    {
+        Tensor k = Tensor::zeros({1, 1, 2, 2});
+        Tensor v = Tensor::zeros({1, 1, 2, 2});
+        tensor_ops::write_paged_key_value(k, v, Tensor({2, 1, 1, 2}, {1.0F, 0.0F, 0.0F, 1.0F}),
+                                          Tensor({2, 1, 1, 2}, {1.0F, 0.0F, 0.0F, 1.0F}),
+                                          std::vector<PagedSlot>{{0, 0}, {0, 1}});
+        const std::vector<std::uint32_t> one_page = {0};
+        const PagedAttentionRequest both{one_page, 2};
+        const Tensor unit_query({1, 1, 1, 2}, {1.0F, 0.0F});
+        // scores (s, 0): p0 = 1 / (1 + e^-s); context = (p0, 1 - p0).
+        for (const float scale : {0.5F, 2.0F}) {
+            const auto context =
+                tensor_ops::paged_decode_attention(unit_query, k, v, {&both, 1}, scale).to_host();
+            const double p0 = 1.0 / (1.0 + std::exp(-double{scale}));
+            EXPECT_NEAR(context[0], p0, 1e-6) << scale;
+            EXPECT_NEAR(context[1], 1.0 - p0, 1e-6) << scale;
+        }
+        for (const float scale : {-1.0F, INFINITY, NAN}) {
+            EXPECT_THROW(static_cast<void>(tensor_ops::paged_decode_attention(unit_query, k, v,
+                                                                              {&both, 1}, scale)),
+                         std::invalid_argument);
+        }
+    }
     const std::vector<std::uint32_t> bad = {2};
     EXPECT_NE(attend(q, keys, values, {{bad, 1}}).find("page_table[0] = 2"), std::string::npos);
 
