@@ -342,4 +342,83 @@ TEST(CrossEntropy, RejectsSingularLogits) {
     EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy(singular, targets)), std::logic_error);
 }
 
+// ---- cross_entropy_masked (response-only loss) ----------------------------------------
+
+TEST(CrossEntropyMasked, EqualsTheDoubleOracleOverTheSelectedPositionsOnly) {
+    constexpr std::size_t positions = 12;
+    constexpr std::uint32_t vocabulary = 7;
+    const std::vector<float> values = pseudo_random(positions * vocabulary, -3.0F, 3.0F, 41);
+    const std::vector<std::uint32_t> targets = pseudo_random_targets(positions, vocabulary, 5);
+    const std::vector<std::uint8_t> mask = {0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0};
+    // Oracle: the plain loss of the selected rows alone, scattered back with zero elsewhere.
+    std::vector<float> selected_values;
+    std::vector<std::uint32_t> selected_targets;
+    for (std::size_t n = 0; n < positions; ++n) {
+        if (mask[n] != 0) {
+            selected_values.insert(selected_values.end(), values.begin() + n * vocabulary,
+                                   values.begin() + (n + 1) * vocabulary);
+            selected_targets.push_back(targets[n]);
+        }
+    }
+    const CrossEntropyOracle oracle =
+        cross_entropy_oracle(selected_values, selected_targets, vocabulary);
+    const Tensor logits({3, 4, vocabulary}, values);
+    const auto result = tensor_ops::cross_entropy_masked(logits, targets, mask);
+    EXPECT_NEAR(result.loss.item(), oracle.loss, 1e-6);
+    const std::vector<float> gradient = result.gradient.to_host();
+    std::size_t selected_row = 0;
+    for (std::size_t n = 0; n < positions; ++n) {
+        for (std::size_t j = 0; j < vocabulary; ++j) {
+            const float g = gradient[n * vocabulary + j];
+            if (mask[n] == 0) {
+                EXPECT_EQ(g, 0.0F) << "unselected position " << n;
+            } else {
+                EXPECT_NEAR(g, oracle.gradient[selected_row * vocabulary + j], 1e-6);
+            }
+        }
+        selected_row += mask[n];
+    }
+}
+
+TEST(CrossEntropyMasked, AnAllOnesMaskIsThePlainLossBitForBit) {
+    const std::vector<float> values = pseudo_random(6 * 5, -2.0F, 2.0F, 3);
+    const std::vector<std::uint32_t> targets = pseudo_random_targets(6, 5, 9);
+    const Tensor logits({2, 3, 5}, values);
+    const auto plain = tensor_ops::cross_entropy(logits, targets);
+    const auto masked =
+        tensor_ops::cross_entropy_masked(logits, targets, std::vector<std::uint8_t>(6, 1));
+    EXPECT_TRUE(bit_identical(masked.loss.to_host(), plain.loss.to_host()));
+    EXPECT_TRUE(bit_identical(masked.gradient.to_host(), plain.gradient.to_host()));
+}
+
+TEST(CrossEntropyMasked, UnselectedPositionsNeedNoFiniteLogits) {
+    // Position 0 is unselected: its non-finite target logit is never read as a loss term.
+    const Tensor logits({2, 2}, {quiet_nan, 1.0F, 0.0F, 0.0F});
+    const std::vector<std::uint32_t> targets = {0, 1};
+    const std::vector<std::uint8_t> mask = {0, 1};
+    const auto result = tensor_ops::cross_entropy_masked(logits, targets, mask);
+    EXPECT_NEAR(result.loss.item(), std::log(2.0), 1e-7);
+}
+
+TEST(CrossEntropyMasked, RejectsBadMasksNamingTheArgumentAndChangesNothing) {
+    const std::vector<float> values = pseudo_random(3 * 4, -1.0F, 1.0F, 2);
+    const Tensor logits({3, 4}, values);
+    const std::vector<std::uint32_t> targets = {0, 1, 2};
+    const auto message_of = [&](const std::vector<std::uint8_t>& mask) {
+        try {
+            static_cast<void>(tensor_ops::cross_entropy_masked(logits, targets, mask));
+        } catch (const std::invalid_argument& error) {
+            return std::string(error.what());
+        }
+        return std::string("no invalid_argument");
+    };
+    EXPECT_NE(message_of({1, 1}).find("2 mask flags given for 3 positions"), std::string::npos);
+    EXPECT_NE(message_of({1, 2, 0}).find("mask[1] = 2 must be 0 or 1"), std::string::npos);
+    EXPECT_NE(message_of({0, 0, 0}).find("selects no position"), std::string::npos);
+    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy_masked(
+                     logits, std::vector<std::uint32_t>{0, 4, 1}, std::vector<std::uint8_t>{1, 1, 1})),
+                 std::out_of_range);
+    EXPECT_TRUE(bit_identical(logits.to_host(), values));
+}
+
 }  // namespace riftco_transformer

@@ -485,6 +485,16 @@ RT_API rt_status RT_CALL rt_cross_entropy_time_range(const rt_variable* logits,
                                                      const uint32_t* targets, uint64_t count,
                                                      uint64_t time_offset, uint64_t time_count,
                                                      rt_variable** out);
+/* Mean cross-entropy of logits [..., V] over the positions a mask selects (a response-only
+ * loss): count targets (one per position, all checked < V) and mask_count == count flags,
+ * each 0 or 1; the mean runs over the M flagged positions and backward gives the others an
+ * exactly zero gradient. A count or mask_count mismatch, a flag > 1 or M == 0:
+ * RT_STATUS_INVALID_ARGUMENT; a target >= V: RT_STATUS_OUT_OF_RANGE. An additive 2.9
+ * function (the workflows issue). */
+RT_API rt_status RT_CALL rt_cross_entropy_masked(const rt_variable* logits,
+                                                 const uint32_t* targets, uint64_t count,
+                                                 const uint8_t* mask, uint64_t mask_count,
+                                                 rt_variable** out);
 
 /* ---- Programmed models (ABI 2.5 family; spec WORKFLOWS §7.2-7.4) ------------------------
  * Multilinear maps are immutable output-major double tensors T[O, d_1, ..., d_k]; a

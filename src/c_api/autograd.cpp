@@ -113,4 +113,17 @@ rt_status rt_cross_entropy_time_range(const rt_variable* logits, const uint32_t*
     });
 }
 
+rt_status rt_cross_entropy_masked(const rt_variable* logits, const uint32_t* targets,
+                                  uint64_t count, const uint8_t* mask, uint64_t mask_count,
+                                  rt_variable** out) {
+    return guarded(__func__, [&] {
+        const rt_variable& native = variable_of(logits, "logits");
+        const auto given = input_array(targets, count, "targets");
+        const auto flags = input_array(mask, mask_count, "mask");
+        require_pointer(out, "out");
+        Variable loss = cross_entropy_masked(native.variable, given, flags);
+        *out = loss_handle(native, std::move(loss));
+    });
+}
+
 }  // extern "C"

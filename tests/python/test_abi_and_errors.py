@@ -152,6 +152,7 @@ def test_the_package_root_exports_exactly_the_public_api():
         "backend_available",
         "cpu_info",
         "cross_entropy",
+        "cross_entropy_masked",
         "cross_entropy_time_range",
         "decode_batch",
         "__version__",

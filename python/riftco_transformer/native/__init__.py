@@ -24,7 +24,7 @@ from ._abi import (
 )
 from ._errors import RiftcoTransformerError
 from .adam import Adam, AdamOptions, AdamState, AdamStepStats
-from .autograd import Variable, cross_entropy, cross_entropy_time_range
+from .autograd import Variable, cross_entropy, cross_entropy_masked, cross_entropy_time_range
 from .backends import backend_available, cpu_info
 from .decode import DecodeSession, KvCachePool, decode_batch
 from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
@@ -69,6 +69,7 @@ __all__ = [
     "backend_available",
     "cpu_info",
     "cross_entropy",
+    "cross_entropy_masked",
     "cross_entropy_time_range",
     "decode_batch",
 ]

@@ -459,6 +459,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         rt_status,
         [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
     ),
+    "rt_cross_entropy_masked": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, POINTER(c_uint8), c_uint64, handle_out],
+    ),
     # Programmed models.
     "rt_multilinear_map_create_dense": (
         rt_status,

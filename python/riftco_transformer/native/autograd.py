@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 from functools import partial
 
-from ._buffers import read_sized, token_ids
+from ._buffers import byte_input, read_sized, token_ids
 from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
@@ -108,7 +108,33 @@ def cross_entropy_time_range(logits: Variable, targets, offset: int, count: int)
     return _loss("rt_cross_entropy_time_range", logits, targets, time_offset, time_count)
 
 
-def _loss(function: str, logits: Variable, targets, *window: int) -> Variable:
+def cross_entropy_masked(logits: Variable, targets, mask) -> Variable:
+    """The mean cross-entropy over the positions ``mask`` selects (a response-only loss).
+
+    ``targets`` as for :func:`cross_entropy`; ``mask`` holds one flag per position, 0 or 1,
+    flat (bytes-like or a sequence of ints) or as rows matching the targets' nesting. The
+    mean runs over the flagged positions and ``backward()`` gives the others an exactly zero
+    gradient. Native errors: a count mismatch, a flag > 1 or no flagged position is
+    invalid_argument; an id >= V is out_of_range.
+    """
+    if isinstance(mask, (str,)):
+        raise TypeError("mask must hold 0/1 flags, not str")
+    if isinstance(mask, (bytes, bytearray, memoryview)):
+        flags = bytes(mask)
+    else:
+        rows = list(mask)
+        if rows and not isinstance(rows[0], int):
+            flags = b"".join(bytes(row) for row in rows)
+        else:
+            try:
+                flags = bytes(rows)
+            except (TypeError, ValueError):
+                raise ValueError("mask flags must be ints 0 or 1") from None
+    mask_view = byte_input(flags, "mask")
+    return _loss("rt_cross_entropy_masked", logits, targets, mask_view, len(flags))
+
+
+def _loss(function: str, logits: Variable, targets, *window) -> Variable:
     """The scalar loss variable the native ``function(logits, ids, id_count, *window, out)``
     makes, after the checks every loss shares: a Variable, and targets converted and nested
     like the logits' leading shape."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from array import array
 from collections.abc import Sequence
 from functools import partial
 
@@ -196,6 +197,23 @@ class Tokenizer(NativeHandle):
                 )
             )
         return ids[: required.value]
+
+    def encode_to_array(self, data) -> array:
+        """:meth:`encode_bytes` into an ``array('I')`` (no Python int per token: the fast path
+        for large corpora)."""
+        source = byte_input(data, "data")
+        ids = array("I", bytes(4 * len(source)))  # at most one id per input byte
+        required = ctypes.c_uint64()
+        buffer = (ctypes.c_uint32 * len(ids)).from_buffer(ids) if len(ids) else None
+        with self._native() as pointer:
+            check_status(
+                library().rt_tokenizer_encode(
+                    pointer, source, len(source), buffer, len(ids), ctypes.byref(required)
+                )
+            )
+        del buffer  # release the export before resizing
+        del ids[required.value :]
+        return ids
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of one row of ids (a list, ``array('I')`` or 1-D integer numpy array).

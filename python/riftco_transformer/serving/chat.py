@@ -101,13 +101,23 @@ class PlainChatTemplate:
     def render(
         self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True
     ) -> str:
-        lines = []
+        return "".join(text for text, _ in self.render_pieces(messages, add_generation_prompt))
+
+    def render_pieces(
+        self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True
+    ) -> tuple[tuple[str, str | None], ...]:
+        """:meth:`render`'s text as its lines, each with the newline that ends it: pairs
+        ``(line, role)`` where ``role`` is the role of the message whose content the line is,
+        or None for a header line. The lines concatenate to ``render(messages,
+        add_generation_prompt)`` exactly (instruction tuning uses the roles to train on the
+        assistant's content only)."""
+        pieces: list[tuple[str, str | None]] = []
         for message in chat_messages(messages):
-            lines.append(self.HEADERS[message.role])
-            lines.append(message.content.strip(" \t\n\r\f\v"))
+            pieces.append((self.HEADERS[message.role] + "\n", None))
+            pieces.append((message.content.strip(" \t\n\r\f\v") + "\n", message.role))
         if add_generation_prompt:
-            lines.append(self.HEADERS["assistant"])
-        return "\n".join(lines) + "\n"
+            pieces.append((self.HEADERS["assistant"] + "\n", None))
+        return tuple(pieces)
 
     def __repr__(self) -> str:
         return "PlainChatTemplate()"

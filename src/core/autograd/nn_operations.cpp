@@ -121,6 +121,14 @@ Variable cross_entropy_time_range(const Variable& logits, const IndexTensor& tar
         op, logits, ops::cross_entropy_time_range(logits.value(), targets, offset, count));
 }
 
+Variable cross_entropy_masked(const Variable& logits, std::span<const std::uint32_t> targets,
+                              std::span<const std::uint8_t> mask) {
+    constexpr std::string_view op = "cross_entropy_masked";
+    require_defined(logits, op, "logits");
+    return detail::cross_entropy_result(op, logits,
+                                        ops::cross_entropy_masked(logits.value(), targets, mask));
+}
+
 namespace detail {
 Variable cross_entropy_result(std::string_view operation, const Variable& logits,
                               tensor_ops::CrossEntropyResult result) {

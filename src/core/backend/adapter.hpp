@@ -162,10 +162,17 @@ class NormalizationCapability {
 
 // The positions a loss averages over: logits [..., V] viewed as [B, T, V] (T = time_extent),
 // the rows (b, t) with t in [offset, offset + count), N = B·count. The default is every row.
+//
+// `selected` (optional, on the logits' backend) narrows the window further: one 0/1 flag per
+// row of logits, and only window rows flagged 1 count; then N = `selected_count`, the number
+// of flagged window rows (> 0, computed by the caller), and unflagged rows get an exactly zero
+// gradient (a response-only loss).
 struct LossWindow {
     std::size_t time_extent = 1;
     std::size_t offset = 0;
     std::size_t count = 1;
+    const IndexTensor* selected = nullptr;
+    std::size_t selected_count = 0;
 };
 
 class LossCapability {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "core/tensor_ops/validation.hpp"
 
@@ -112,6 +113,42 @@ CrossEntropyResult cross_entropy_time_range(const Tensor& logits,
     require_target_count(op, logits, targets.size());
     return fused_cross_entropy(op, logits,
                                upload_targets(op, logits, targets, logits.shape().back()), window);
+}
+
+CrossEntropyResult cross_entropy_masked(const Tensor& logits,
+                                        std::span<const std::uint32_t> targets,
+                                        std::span<const std::uint8_t> mask) {
+    constexpr std::string_view op = "cross_entropy_masked";
+    detail::require_tensor(op, "logits", logits);
+    const std::size_t vocabulary = vocabulary_of(op, logits);
+    require_target_count(op, logits, targets.size());
+    if (mask.size() != targets.size()) {
+        std::ostringstream message;
+        message << op << ": " << mask.size() << " mask flags given for " << targets.size()
+                << " positions";
+        throw std::invalid_argument(message.str());
+    }
+    std::vector<std::uint32_t> flags(mask.size());
+    std::size_t selected = 0;
+    for (std::size_t n = 0; n < mask.size(); ++n) {
+        if (mask[n] > 1) {
+            std::ostringstream message;
+            message << op << ": mask[" << n << "] = " << static_cast<unsigned>(mask[n])
+                    << " must be 0 or 1";
+            throw std::invalid_argument(message.str());
+        }
+        flags[n] = mask[n];
+        selected += mask[n];
+    }
+    if (selected == 0) {
+        throw std::invalid_argument(std::string(op) + ": the mask selects no position");
+    }
+    const IndexTensor uploaded_mask({flags.size()}, flags, logits.backend());
+    detail::LossWindow window;
+    window.selected = &uploaded_mask;
+    window.selected_count = selected;
+    return fused_cross_entropy(op, logits, upload_targets(op, logits, targets, vocabulary),
+                               window);
 }
 
 }  // namespace riftco_transformer::tensor_ops

@@ -144,4 +144,11 @@ struct LowRankUpdate {
 [[nodiscard]] Variable cross_entropy_time_range(const Variable& logits, const IndexTensor& targets,
                                                 std::size_t offset, std::size_t count);
 
+// Mean cross-entropy over the positions `mask` flags 1 (response-only loss); d logits is
+// upstream·(softmax − onehot)/M on them and exactly 0 elsewhere. Errors:
+// tensor_ops::cross_entropy_masked.
+[[nodiscard]] Variable cross_entropy_masked(const Variable& logits,
+                                            std::span<const std::uint32_t> targets,
+                                            std::span<const std::uint8_t> mask);
+
 }  // namespace riftco_transformer

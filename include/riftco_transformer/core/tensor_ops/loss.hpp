@@ -40,4 +40,14 @@ struct CrossEntropyResult {
                                                           const IndexTensor& targets,
                                                           std::size_t offset, std::size_t count);
 
+// Mean cross-entropy over the positions a mask selects (a response-only loss): logits
+// [..., V] (N positions), N targets (all range-checked), and N mask flags, each 0 or 1; the
+// mean runs over the M positions flagged 1, and gradient is (softmax − onehot)/M there and
+// exactly 0 elsewhere. A mask count != N, a flag other than 0/1 or no flagged position:
+// invalid_argument; the other errors of cross_entropy (value errors only for flagged
+// positions).
+[[nodiscard]] CrossEntropyResult cross_entropy_masked(const Tensor& logits,
+                                                      std::span<const std::uint32_t> targets,
+                                                      std::span<const std::uint8_t> mask);
+
 }  // namespace riftco_transformer::tensor_ops

@@ -1,6 +1,6 @@
 // CPU fused softmax cross-entropy: one pass for the row max, one for exp and its sum, one to
 // write the base gradient; the loss is summed in double over fixed row blocks. Rows outside
-// the time window are skipped and get an exactly zero gradient.
+// the time window, or unselected by a mask, are skipped and get an exactly zero gradient.
 
 #include <algorithm>
 #include <cfloat>
@@ -27,6 +27,9 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
     const std::size_t vocabulary = logits.shape().back();
     const std::size_t rows = logits.numel() / vocabulary;
     const std::size_t positions = rows / window.time_extent * window.count;
+    const std::uint32_t* selected =
+        window.selected != nullptr ? cpu_indices(*window.selected) : nullptr;
+    const std::size_t averaged = selected != nullptr ? window.selected_count : positions;
     const float* z = cpu_data(logits);
     const std::uint32_t* targets = cpu_indices(target_ids);
     float* grad = cpu_output(gradient);
@@ -42,7 +45,7 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
                       batch_row + window.time_extent * vocabulary, 0.0F);
         }
     }
-    const auto inverse_count = static_cast<float>(1.0 / static_cast<double>(positions));
+    const auto inverse_count = static_cast<float>(1.0 / static_cast<double>(averaged));
     const std::size_t blocks = (positions + loss_row_block - 1) / loss_row_block;
     std::vector<double> block_loss(blocks, 0.0);
     FirstFailingRow non_finite_target;
@@ -55,6 +58,10 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
                              const std::size_t r = row_of(n);
                              const float* row = z + r * vocabulary;
                              float* g = grad + r * vocabulary;
+                             if (selected != nullptr && selected[r] == 0) {
+                                 std::fill(g, g + vocabulary, 0.0F);
+                                 continue;
+                             }
                              const float target_logit = row[targets[r]];
                              if (!std::isfinite(target_logit)) {
                                  non_finite_target.record(r);
@@ -83,7 +90,7 @@ void CpuLoss::cross_entropy(const Tensor& logits, const IndexTensor& target_ids,
     double total = 0.0;
     for (const double value : block_loss)
         total += value;
-    const double mean_loss = total / static_cast<double>(positions);
+    const double mean_loss = total / static_cast<double>(averaged);
     if (!std::isfinite(mean_loss) || mean_loss > static_cast<double>(FLT_MAX)) {
         std::ostringstream message;
         message << "cross_entropy: mean loss " << mean_loss

@@ -1,0 +1,193 @@
+"""The causal-language-model training loop (WORKFLOWS §3.1).
+
+One step: draw a batch, run a fresh forward (a new single-use graph), take the mean
+cross-entropy, read its value (the loss of the pre-update parameters), backward, one Adam
+step (global-norm clipping, then the update), then publish a :class:`TrainingMetric` to the
+sink. With validation batches, the model is evaluated once before training and then every
+``evaluation_interval`` steps and at the final step (mean of the per-batch mean losses, no
+backward).
+
+The loop is resumable: :meth:`CausalLanguageModelTrainer.run` continues from the
+optimizer's step count, and the rolling loss average is part of the trainer's state
+(:meth:`capture_state`), so a run resumed from a checkpoint publishes the same metrics as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .batching import TrainingBatch, WindowBatchSource
+from .native import Adam, cross_entropy
+from .native._validation import require_int
+
+MetricSink = Callable[["TrainingMetric"], None]
+
+
+@dataclass(frozen=True)
+class TrainingLoopConfig:
+    """``steps`` to run (in this call), how often to evaluate, and the rolling-average window;
+    all positive ints (TypeError/ValueError otherwise)."""
+
+    steps: int
+    evaluation_interval: int = 10
+    loss_average_window: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "evaluation_interval", "loss_average_window"):
+            object.__setattr__(self, name, require_int(getattr(self, name), name, 1, 1 << 63))
+
+
+@dataclass(frozen=True)
+class TrainingMetric:
+    """One published measurement.
+
+    ``phase`` is ``"train"`` or ``"validation"``; ``step`` the optimizer step it belongs to
+    (1-based for training; validation before any update is step 0 or the resumed step);
+    ``perplexity = exp(loss)`` (inf on overflow). Training metrics also carry the rolling
+    ``loss_average``, the pre-clip global ``gradient_norm``, the ``clip_scale``, and the
+    throughput of that step.
+    """
+
+    phase: str
+    step: int
+    loss: float
+    perplexity: float
+    loss_average: float | None = None
+    gradient_norm: float | None = None
+    clip_scale: float | None = None
+    tokens_per_second: float | None = None
+    elapsed_seconds: float | None = None
+
+
+def perplexity(loss: float) -> float:
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
+def batch_loss(model, batch: TrainingBatch):
+    """The mean cross-entropy variable of ``batch`` (response-only when it has a mask)."""
+    logits = model(batch.inputs)
+    if batch.target_mask is None:
+        return cross_entropy(logits, batch.targets)
+    from .native.autograd import cross_entropy_masked
+
+    return cross_entropy_masked(logits, batch.targets, batch.target_mask)
+
+
+def evaluate_batches(model, batches: Sequence[TrainingBatch]) -> float:
+    """The mean of the per-batch mean losses (no backward)."""
+    if not batches:
+        raise ValueError("evaluate_batches needs at least one batch")
+    total = 0.0
+    for batch in batches:
+        loss = batch_loss(model, batch)
+        total += loss.item()
+        loss.close()
+    return total / len(batches)
+
+
+class CausalLanguageModelTrainer:
+    """Trains ``model`` with ``optimizer``, which must own exactly the parameters being
+    trained: the model's (full training) or its adapter's (LoRA/QLoRA)."""
+
+    def __init__(self, model, optimizer: Adam) -> None:
+        if not isinstance(optimizer, Adam):
+            raise TypeError(f"optimizer must be an Adam, not {type(optimizer).__name__}")
+        if optimizer.backend != model.backend:
+            raise ValueError(
+                f"optimizer is on {optimizer.backend!r} but the model is on {model.backend!r}"
+            )
+        if not optimizer.owns_parameters_of(model):
+            raise ValueError("optimizer does not own this model's trainable parameters")
+        self.model = model
+        self.optimizer = optimizer
+        self._recent_losses: deque[float] = deque()
+
+    def capture_state(self) -> dict:
+        """The loop's own state (the rolling window's losses), for checkpoints."""
+        return {"recent_losses": list(self._recent_losses)}
+
+    def restore_state(self, state: dict) -> None:
+        losses = state.get("recent_losses") if isinstance(state, dict) else None
+        if not isinstance(losses, list) or not all(isinstance(v, float) for v in losses):
+            raise ValueError("trainer state must have recent_losses, a list of floats")
+        self._recent_losses = deque(losses)
+
+    def train_step(self, batch: TrainingBatch, window: int = 10) -> TrainingMetric:
+        """One step on ``batch``; returns its training metric."""
+        started = time.perf_counter()
+        loss = batch_loss(self.model, batch)
+        value = loss.item()
+        loss.backward()
+        loss.close()
+        stats = self.optimizer.step()
+        elapsed = time.perf_counter() - started
+        self._recent_losses.append(value)
+        while len(self._recent_losses) > window:
+            self._recent_losses.popleft()
+        return TrainingMetric(
+            phase="train",
+            step=stats.step,
+            loss=value,
+            perplexity=perplexity(value),
+            loss_average=sum(self._recent_losses) / len(self._recent_losses),
+            gradient_norm=stats.gradient_norm,
+            clip_scale=stats.clip_scale,
+            tokens_per_second=batch.token_count / elapsed if elapsed > 0 else None,
+            elapsed_seconds=elapsed,
+        )
+
+    def run(
+        self,
+        source: WindowBatchSource,
+        config: TrainingLoopConfig,
+        validation_batches: Sequence[TrainingBatch] = (),
+        metric_sink: MetricSink | None = None,
+        on_step: Callable[[TrainingMetric], None] | None = None,
+        evaluate_first: bool = True,
+    ) -> tuple[TrainingMetric, ...]:
+        """Run ``config.steps`` steps from ``source``; returns every metric published.
+
+        ``on_step(metric)`` runs after each training step (progress bars, periodic
+        checkpoints). ``evaluate_first`` evaluates before the first step (skip it when
+        resuming, where the uninterrupted run already published that evaluation).
+        """
+        if not isinstance(config, TrainingLoopConfig):
+            raise TypeError(f"config must be a TrainingLoopConfig, not {type(config).__name__}")
+        if source.context_size > self.model.config.maximum_context:
+            raise ValueError(
+                f"source context_size {source.context_size} exceeds the model's maximum_context "
+                f"{self.model.config.maximum_context}"
+            )
+        metrics: list[TrainingMetric] = []
+
+        def publish(metric: TrainingMetric) -> None:
+            metrics.append(metric)
+            if metric_sink is not None:
+                metric_sink(metric)
+
+        def validate(step: int) -> None:
+            value = evaluate_batches(self.model, validation_batches)
+            publish(TrainingMetric("validation", step, value, perplexity(value)))
+
+        first_step = self.optimizer.step_count
+        final_step = first_step + config.steps
+        if validation_batches and evaluate_first:
+            validate(first_step)
+        for _ in range(config.steps):
+            metric = self.train_step(source.next(), config.loss_average_window)
+            publish(metric)
+            if on_step is not None:
+                on_step(metric)
+            if validation_batches and (
+                metric.step % config.evaluation_interval == 0 or metric.step == final_step
+            ):
+                validate(metric.step)
+        return tuple(metrics)
