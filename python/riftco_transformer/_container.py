@@ -183,6 +183,12 @@ def read_stored_zip(
                 f"{source}: member {name!r} starts at {local_offset}, expected {local_position} "
                 "(gap or overlap)"
             )
+        # Versions, timestamps and attributes must be exactly what the writer puts there.
+        if bytes(view[position : position + _CENTRAL.size]) != _CENTRAL.pack(
+            _CENTRAL_SIGNATURE, _VERSION, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc,
+            uncompressed, uncompressed, name_length, 0, 0, 0, 0, 0, local_offset,
+        ):
+            raise ValueError(f"{source}: member {name!r}: central header fields are not ours")
         position += _CENTRAL.size + name_length
         if position > size - _END.size:
             raise ValueError(f"{source}: central directory entry {name!r} is truncated")
@@ -192,9 +198,8 @@ def read_stored_zip(
         local = _LOCAL.unpack_from(view, local_offset)
         if local[0] != _LOCAL_SIGNATURE:
             raise ValueError(f"{source}: member {name!r}: bad local header signature")
-        if (local[2], local[3], local[6], local[7], local[8], local[9], local[10]) != (
-            flags, method, crc, compressed, uncompressed, name_length, 0
-        ):
+        if local != (_LOCAL_SIGNATURE, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, uncompressed,
+                     uncompressed, name_length, 0):
             raise ValueError(f"{source}: member {name!r}: local and central headers disagree")
         start = local_offset + _LOCAL.size
         if bytes(view[start : start + name_length]) != name_bytes:

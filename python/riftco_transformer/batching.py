@@ -8,9 +8,11 @@ identical on every platform), seeded separately from model initialisation.
 
 Every source can :meth:`~WindowBatchSource.capture_state` and
 :meth:`~WindowBatchSource.restore_state`: ``{type, fingerprint, batches_emitted, rng}``,
-where the fingerprint is a SHA-256 over a domain tag, the source type, the batch and context
-sizes, the sequence count and every sequence (its length, then its tokens as little-endian
-uint32). Restoring checks the type, the fingerprint and the generator state before it
+where the fingerprint is a SHA-256 over a domain tag, the source type and sampling, the
+batch and context sizes, the sequence count and every sequence (its length, then the SHA-256
+of its tokens as little-endian uint32, then that of its target mask if any). A
+:class:`TokenFile` stores its tokens' SHA-256, so a memory-mapped corpus is never read
+whole to fingerprint it. Restoring checks the type, the fingerprint and the generator state before it
 changes anything, so an exact-resume checkpoint can never continue on other data.
 
 Large corpora live in a :class:`TokenFile`: tokenized once, written to disk, memory-mapped,
@@ -99,7 +101,9 @@ class WindowBatchSource:
     examples get no more weight). Windows never cross sequence boundaries; sequences shorter
     than ``context_size + 1`` tokens are dropped, and a ValueError says so when none is left.
     ``masks`` (optional, one bytes-like per sequence, same length) marks which tokens count
-    as targets (1) for a response-only loss.
+    as targets (1) for a response-only loss; then only windows with at least one marked
+    target are drawn (a window of prompt tokens alone would teach nothing), and sequences
+    without one are dropped too.
     """
 
     source_type = "sequence_window"
@@ -112,6 +116,7 @@ class WindowBatchSource:
         random_seed: int,
         sampling: str = WINDOW_UNIFORM,
         masks: Sequence | None = None,
+        sequence_digests: Sequence[bytes] | None = None,
     ) -> None:
         self.batch_size = _positive(batch_size, "batch_size")
         self.context_size = _positive(context_size, "context_size")
@@ -127,19 +132,30 @@ class WindowBatchSource:
             for index, (row, mask) in enumerate(zip(rows, mask_rows)):
                 if len(mask) != len(row):
                     raise ValueError(f"masks[{index}] has {len(mask)} entries for {len(row)} tokens")
-        usable = [index for index, row in enumerate(rows) if len(row) >= self.context_size + 1]
+        starts = None
+        if mask_rows is not None:
+            starts = [_marked_starts(mask, self.context_size) for mask in mask_rows]
+        usable = [
+            index
+            for index, row in enumerate(rows)
+            if len(row) >= self.context_size + 1 and (starts is None or len(starts[index]))
+        ]
         if not usable:
             raise ValueError(
                 f"no sequence has at least context_size + 1 = {self.context_size + 1} tokens"
             )
         self._sequences = [rows[index] for index in usable]
+        self._digests = (
+            None if sequence_digests is None else [bytes(sequence_digests[index]) for index in usable]
+        )
         self._masks = None if mask_rows is None else [mask_rows[index] for index in usable]
+        self._starts = None if starts is None else [starts[index] for index in usable]
         self.dropped_sequence_count = len(rows) - len(usable)
         self._first_window = []
         total = 0
-        for row in self._sequences:
+        for index, row in enumerate(self._sequences):
             self._first_window.append(total)
-            total += len(row) - self.context_size
+            total += self._window_count(index)
         self.window_count = total
         self._generator = random.Random(self.random_seed)
         self.batches_emitted = 0
@@ -153,14 +169,21 @@ class WindowBatchSource:
     def token_count(self) -> int:
         return sum(len(row) for row in self._sequences)
 
+    def _window_count(self, sequence: int) -> int:
+        if self._starts is not None:
+            return len(self._starts[sequence])
+        return len(self._sequences[sequence]) - self.context_size
+
     def _draw(self) -> tuple[int, int]:
         below = self._generator.randrange
         if self.sampling == EXAMPLE_UNIFORM:
             sequence = below(len(self._sequences))
-            return sequence, below(len(self._sequences[sequence]) - self.context_size)
-        window = below(self.window_count)
-        sequence = bisect.bisect_right(self._first_window, window) - 1
-        return sequence, window - self._first_window[sequence]
+            window = below(self._window_count(sequence))
+        else:
+            flat = below(self.window_count)
+            sequence = bisect.bisect_right(self._first_window, flat) - 1
+            window = flat - self._first_window[sequence]
+        return sequence, window if self._starts is None else self._starts[sequence][window]
 
     def next(self) -> TrainingBatch:
         """The next batch (advances the generator and ``batches_emitted``)."""
@@ -192,9 +215,11 @@ class WindowBatchSource:
             digest.update(struct.pack("<QQQ", self.batch_size, self.context_size, len(self._sequences)))
             for index, row in enumerate(self._sequences):
                 digest.update(struct.pack("<Q", len(row)))
-                _update_with_tokens(digest, row)
+                digest.update(
+                    self._digests[index] if self._digests is not None else token_digest(row)
+                )
                 if self._masks is not None:
-                    digest.update(self._masks[index])
+                    digest.update(hashlib.sha256(self._masks[index]).digest())
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
 
@@ -260,7 +285,9 @@ class RandomWindowBatchSource(WindowBatchSource):
     source_type = "random_window"
 
     def __init__(self, tokens, batch_size: int, context_size: int, random_seed: int) -> None:
+        digests = None
         if isinstance(tokens, TokenFile):
+            digests = [tokens.token_sha256]
             tokens = tokens.tokens
         length = len(tokens)
         if length < _positive(context_size, "context_size") + 1:
@@ -268,7 +295,10 @@ class RandomWindowBatchSource(WindowBatchSource):
                 f"the token sequence has {length} tokens; it needs at least context_size + 1 = "
                 f"{context_size + 1}"
             )
-        super().__init__([tokens], batch_size, context_size, random_seed, WINDOW_UNIFORM)
+        super().__init__(
+            [tokens], batch_size, context_size, random_seed, WINDOW_UNIFORM,
+            sequence_digests=digests,
+        )
 
 
 class SequenceWindowBatchSource(WindowBatchSource):
@@ -289,9 +319,28 @@ class ExampleWindowBatchSource(WindowBatchSource):
         super().__init__(sequences, batch_size, context_size, random_seed, EXAMPLE_UNIFORM, masks)
 
 
+def _marked_starts(mask: bytes, context: int) -> array:
+    """Window starts s whose targets mask[s+1 : s+context+1] hold at least one 1."""
+    starts = array("I")
+    marked = [index for index, flag in enumerate(mask) if flag]
+    for start in range(0, max(0, len(mask) - context)):
+        # the first marked position > start must be <= start + context
+        position = bisect.bisect_right(marked, start)
+        if position < len(marked) and marked[position] <= start + context:
+            starts.append(start)
+    return starts
+
+
 def fixed_batches(source: WindowBatchSource, count: int) -> tuple[TrainingBatch, ...]:
     """``count`` batches drawn from ``source``: a deterministic evaluation set."""
     return tuple(source.next() for _ in range(_positive(count, "count")))
+
+
+def token_digest(row) -> bytes:
+    """SHA-256 of a token row as little-endian uint32."""
+    digest = hashlib.sha256()
+    _update_with_tokens(digest, row)
+    return digest.digest()
 
 
 def _update_with_tokens(digest, row) -> None:
@@ -309,16 +358,17 @@ def _update_with_tokens(digest, row) -> None:
 # ---- token files -------------------------------------------------------------------------
 
 _TOKEN_MAGIC = b"RIFTTOK1"
-_TOKEN_HEADER = struct.Struct("<8sQ")  # magic, token count
+_TOKEN_HEADER = struct.Struct("<8sQ32s")  # magic, token count, SHA-256 of the tokens
 
 
 class TokenFile:
-    """A tokenized corpus on disk: an 16-byte header (``RIFTTOK1``, uint64 count), then the
-    ids as little-endian uint32. :meth:`open` memory-maps it; ``tokens`` is a read-only
+    """A tokenized corpus on disk: a 48-byte header (``RIFTTOK1``, uint64 count, the SHA-256
+    of the token bytes), then the ids as little-endian uint32. :meth:`open` memory-maps it; ``tokens`` is a read-only
     ``memoryview`` of format ``'I'`` that windows slice without reading the rest."""
 
-    def __init__(self, path: Path, handle, mapping, tokens: memoryview) -> None:
+    def __init__(self, path: Path, handle, mapping, tokens: memoryview, sha256: bytes) -> None:
         self.path = path
+        self.token_sha256 = sha256
         self._handle = handle
         self._mapping = mapping
         self.tokens = tokens
@@ -331,16 +381,18 @@ class TokenFile:
 
         def write_all(stream) -> None:
             nonlocal count
-            stream.write(_TOKEN_HEADER.pack(_TOKEN_MAGIC, 0))
+            digest = hashlib.sha256()
+            stream.write(_TOKEN_HEADER.pack(_TOKEN_MAGIC, 0, bytes(32)))
             for chunk in chunks:
                 piece = chunk if isinstance(chunk, array) else array("I", chunk)
                 if sys.byteorder != "little":
                     piece = array("I", piece)
                     piece.byteswap()
                 stream.write(piece)
+                digest.update(piece)
                 count += len(piece)
             stream.seek(0)
-            stream.write(_TOKEN_HEADER.pack(_TOKEN_MAGIC, count))
+            stream.write(_TOKEN_HEADER.pack(_TOKEN_MAGIC, count, digest.digest()))
 
         atomic_write(path, write_all)
         return count
@@ -355,13 +407,13 @@ class TokenFile:
             header = handle.read(_TOKEN_HEADER.size)
             if len(header) != _TOKEN_HEADER.size:
                 raise ValueError(f"{source}: too short for a token file")
-            magic, count = _TOKEN_HEADER.unpack(header)
+            magic, count, sha256 = _TOKEN_HEADER.unpack(header)
             if magic != _TOKEN_MAGIC:
                 raise ValueError(f"{source}: not a token file (bad magic)")
             if size != _TOKEN_HEADER.size + 4 * count:
                 raise ValueError(f"{source}: {size} bytes, but the header says {count} tokens")
             if count == 0:
-                return cls(source, handle, None, memoryview(array("I")))
+                return cls(source, handle, None, memoryview(array("I")), sha256)
             mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
             view = memoryview(mapping)[_TOKEN_HEADER.size :]
             if sys.byteorder == "little":
@@ -372,7 +424,7 @@ class TokenFile:
                 swapped.byteswap()
                 view.release()
                 tokens = memoryview(swapped)
-            return cls(source, handle, mapping, tokens)
+            return cls(source, handle, mapping, tokens, sha256)
         except BaseException:
             handle.close()
             raise

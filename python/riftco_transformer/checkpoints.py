@@ -98,6 +98,9 @@ def _table(parameter_list) -> list:
 
 
 def _optimizer_scope(model: DecoderOnlyTransformer, optimizer: Adam) -> str:
+    if not optimizer.owns_parameters_of(model):
+        raise ValueError("the optimizer must own exactly this model's parameters (it belongs to "
+                         "another model)")
     names = optimizer.parameter_names
     if model.lora_attached:
         with model.adapter_parameters() as adapter:

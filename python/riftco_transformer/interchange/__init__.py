@@ -3,7 +3,11 @@
 * :mod:`.safetensors`: :func:`write_safetensors` and :func:`read_safetensors` (or
   :func:`parse_safetensors` of bytes already in memory), float32 tensors only, with every
   malformed file a ValueError naming what is wrong.
+* :mod:`.bundles`: :func:`export_bundle_safetensors` and :func:`import_bundle_safetensors`,
+  a lossless round trip of ``.rift`` bundles through safetensors F32.
 """
+
+from .bundles import export_bundle_safetensors, import_bundle_safetensors
 
 from .safetensors import (
     SAFETENSORS_MAXIMUM_HEADER_BYTES,
@@ -20,6 +24,8 @@ __all__ = [
     "SAFETENSORS_MAXIMUM_TENSORS",
     "SafetensorsTensor",
     "encode_safetensors",
+    "export_bundle_safetensors",
+    "import_bundle_safetensors",
     "parse_safetensors",
     "read_safetensors",
     "write_safetensors",

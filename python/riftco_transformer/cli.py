@@ -1,0 +1,698 @@
+"""``riftco``: the command line of the workflows (pretrain, post-train, evaluate, generate, serve).
+
+Installed as a console script by ``pip install .``; from a source checkout,
+``PYTHONPATH=python python3 -m riftco_transformer ...`` is the same program.
+
+    riftco pretrain --file corpus.txt --output base.rift --steps 200
+    riftco post-train --base base.rift --instructions chat.jsonl --output tuned.rift --method lora
+    riftco evaluate --bundle tuned.rift --file held_out.txt
+    riftco generate --bundle tuned.rift --prompt "What is 2 + 3?" --chat
+    riftco serve --bundle tuned.rift --port 8000
+    riftco inspect tuned.rift
+    riftco convert tuned.rift tuned.safetensors
+    riftco demo
+
+Every subcommand's ``--help`` lists its flags with their defaults. Long runs draw a progress
+bar (ETA, live loss, tokens/s) on a terminal and plain lines otherwise. Bad input is one
+line on stderr, ``riftco <command>: error: ...``, and exit status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) and defaults shown in --help."""
+
+    def __init__(self, *arguments, **keywords) -> None:
+        keywords.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*arguments, **keywords)
+
+    def error(self, message: str) -> None:  # noqa: D102 (argparse's hook)
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(EXIT_USAGE)
+
+
+class UsageError(Exception):
+    """A bad flag value found after parsing: reported like argparse's errors."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be finite and > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be in [0, 65535], got {text}")
+    return value
+
+
+BACKENDS = ("auto", "cpu", "cuda", "metal", "tpu")
+
+
+def _add_backend(parser) -> None:
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help="execution backend")
+
+
+def _add_runtime_policies(parser) -> None:
+    parser.add_argument("--attention", choices=("materialized", "flash"), default="materialized",
+                        help="full-sequence attention kernel")
+    parser.add_argument("--activation-checkpointing", choices=("disabled", "block"),
+                        default="disabled", help="recompute each block in backward to save memory")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="riftco", description="Pretrain, fine-tune, evaluate and serve "
+                     "decoder-only transformers.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    pretrain = commands.add_parser("pretrain", help="pretrain a GPT on a text file",
+                                   description="Fit a tokenizer on the training part of a UTF-8 "
+                                   "file, pretrain a GPT on it and save a .rift bundle.")
+    pretrain.add_argument("--file", type=Path, required=True, help="UTF-8 training text")
+    pretrain.add_argument("--validation-file", type=Path, default=None,
+                          help="explicit held-out text (else the file's tail is held out)")
+    pretrain.add_argument("--output", type=Path, required=True, help="the .rift bundle to write")
+    pretrain.add_argument("--steps", type=_positive_int, default=100, help="Adam steps")
+    pretrain.add_argument("--context", type=_positive_int, default=32, help="tokens per window")
+    pretrain.add_argument("--batch-size", type=_positive_int, default=4, help="windows per step")
+    pretrain.add_argument("--tokenizer", choices=("bpe", "byte"), default="bpe")
+    pretrain.add_argument("--vocab-size", type=_positive_int, default=272,
+                          help="BPE vocabulary size (>= 256)")
+    pretrain.add_argument("--min-pair-frequency", type=_positive_int, default=2)
+    pretrain.add_argument("--model-width", type=_positive_int, default=16)
+    pretrain.add_argument("--heads", type=_positive_int, default=4)
+    pretrain.add_argument("--blocks", type=_positive_int, default=1)
+    pretrain.add_argument("--feed-forward-width", type=_positive_int, default=32)
+    pretrain.add_argument("--learning-rate", type=_positive_float, default=1e-2)
+    pretrain.add_argument("--seed", type=_non_negative_int, default=7,
+                          help="model initialisation and batch order")
+    pretrain.add_argument("--validation-fraction", type=_fraction, default=0.1)
+    pretrain.add_argument("--validation-batches", type=_positive_int, default=4)
+    pretrain.add_argument("--eval-every", type=_positive_int, default=10)
+    pretrain.add_argument("--tokenizer-training-bytes", type=_positive_int, default=16 << 20,
+                          help="fit the tokenizer on at most this many bytes of training text")
+    _add_backend(pretrain)
+    _add_runtime_policies(pretrain)
+    _add_training_outputs(pretrain)
+    pretrain.add_argument("--checkpoint", type=Path, default=None,
+                          help="write an exact-resume .riftckpt here during training")
+    pretrain.add_argument("--checkpoint-every", type=_positive_int, default=50,
+                          help="steps between checkpoints (with --checkpoint)")
+    pretrain.add_argument("--resume", type=Path, default=None,
+                          help="continue the run a .riftckpt recorded (same data and flags)")
+
+    post = commands.add_parser("post-train", help="fine-tune a bundle on instruction JSONL",
+                               description="Fine-tune a .rift bundle on prompt/response (or "
+                               "messages) JSONL: full, LoRA or QLoRA; save the child bundle.")
+    post.add_argument("--base", type=Path, required=True, help="the parent .rift bundle")
+    post.add_argument("--instructions", type=Path, required=True, help="training JSONL")
+    post.add_argument("--validation-instructions", type=Path, default=None,
+                      help="held-out JSONL, scored before and after (exhaustively)")
+    post.add_argument("--output", type=Path, required=True, help="the .rift bundle to write")
+    post.add_argument("--steps", type=_positive_int, default=20)
+    post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
+    post.add_argument("--context", type=_positive_int, default=16)
+    post.add_argument("--batch-size", type=_positive_int, default=2)
+    post.add_argument("--learning-rate", type=_positive_float, default=1e-3)
+    post.add_argument("--seed", type=_non_negative_int, default=29, help="batch order")
+    post.add_argument("--sampling-strategy", choices=("example_uniform", "window_uniform"),
+                      default="example_uniform")
+    post.add_argument("--lora-rank", type=_positive_int, default=4)
+    post.add_argument("--lora-alpha", type=_positive_float, default=8.0)
+    post.add_argument("--nf4-block-size", type=_positive_int, default=64)
+    post.add_argument("--response-only", action="store_true",
+                      help="compute the loss on the assistant's tokens only")
+    post.add_argument("--eval-every", type=_positive_int, default=10)
+    _add_backend(post)
+    _add_runtime_policies(post)
+    _add_training_outputs(post)
+
+    evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
+                                   description="Exhaustive held-out scoring: every target "
+                                   "token scored exactly once; loss and perplexity.")
+    evaluate.add_argument("--bundle", type=Path, required=True)
+    source = evaluate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", type=Path, help="a UTF-8 text")
+    source.add_argument("--instructions", type=Path, help="instruction JSONL")
+    evaluate.add_argument("--context", type=_positive_int, default=None,
+                          help="chunk width (default: the model's maximum context)")
+    evaluate.add_argument("--batch-size", type=_positive_int, default=8)
+    evaluate.add_argument("--response-only", action="store_true",
+                          help="with --instructions: score the assistant's tokens only")
+    evaluate.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_backend(evaluate)
+
+    generate = commands.add_parser("generate", help="continue a prompt",
+                                   description="Generate text from a bundle (KV-cached decode), "
+                                   "streaming it to stdout.")
+    generate.add_argument("--bundle", type=Path, required=True)
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64)
+    generate.add_argument("--chat", action="store_true",
+                          help="wrap the prompt in the plain chat template; stop at the next turn")
+    generate.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                          help="0 is greedy decoding")
+    generate.add_argument("--top-k", type=_positive_int, default=None)
+    generate.add_argument("--seed", type=_non_negative_int, default=0)
+    _add_backend(generate)
+
+    serve = commands.add_parser("serve", help="serve a bundle over HTTP",
+                                description="HTTP: chat page, /v1/generate, OpenAI-compatible "
+                                "/v1/completions and /v1/chat/completions.")
+    serve.add_argument("--bundle", type=Path, required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8000, help="0 picks a free port")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow a non-loopback --host (no authentication, no TLS)")
+    serve.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    serve.add_argument("--kv-cache", choices=("paged", "contiguous"), default="paged")
+    serve.add_argument("--max-requests", type=_positive_int, default=None,
+                       help="exit after this many requests")
+    _add_backend(serve)
+
+    inspect = commands.add_parser("inspect", help="summarise a bundle or checkpoint",
+                                  description="Validate a .rift bundle or .riftckpt checkpoint "
+                                  "and print its summary.")
+    inspect.add_argument("path", type=Path)
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    convert = commands.add_parser("convert", help="bundle <-> safetensors F32",
+                                  description="Convert a .rift bundle to safetensors F32 (names, "
+                                  "shapes, and the bundle's manifest in __metadata__) or back.")
+    convert.add_argument("source", type=Path)
+    convert.add_argument("destination", type=Path)
+    convert.add_argument("--from", dest="source_format", choices=("rift", "safetensors"),
+                         default=None, help="source format (default: from the file's content)")
+    convert.add_argument("--to", dest="destination_format", choices=("rift", "safetensors"),
+                         default=None, help="destination format (default: the other one)")
+
+    demo = commands.add_parser("demo", help="the whole journey on bundled data",
+                               description="Pretrain on the bundled corpus, post-train on the "
+                               "bundled instructions, evaluate, and generate.")
+    demo.add_argument("--output-dir", type=Path, default=None,
+                      help="where the bundles go (default: a new temporary directory)")
+    demo.add_argument("--steps", type=_positive_int, default=300, help="pretraining steps")
+    demo.add_argument("--post-train-steps", type=_positive_int, default=200)
+    _add_backend(demo)
+    return parser
+
+
+def _add_training_outputs(parser) -> None:
+    parser.add_argument("--metrics", type=Path, default=None,
+                        help="metrics JSONL (default: <output>.metrics.jsonl)")
+    parser.add_argument("--loss-curve", type=Path, default=None,
+                        help="SVG loss curve (default: <output>.loss.svg)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+class _TrainingReporter:
+    """Metrics JSONL + SVG curve + progress bar for one training command."""
+
+    def __init__(self, arguments, total_steps: int, label: str, initial: int = 0) -> None:
+        from .reporting import JsonlMetricSink, LossCurveSink, ProgressBar
+
+        output = arguments.output
+        self.metrics_path = arguments.metrics or output.with_name(output.name + ".metrics.jsonl")
+        self.curve_path = arguments.loss_curve or output.with_name(output.name + ".loss.svg")
+        self.jsonl = JsonlMetricSink(self.metrics_path)
+        self.curve = LossCurveSink(title=f"{label}: {output.name}")
+        self.bar = None if arguments.no_progress else ProgressBar(
+            total_steps, label=label, initial=initial
+        )
+        self.validation_loss = None
+
+    def sink(self, metric) -> None:
+        self.jsonl(metric)
+        self.curve(metric)
+        if metric.phase == "validation":
+            self.validation_loss = metric.loss
+
+    def on_step(self, metric) -> None:
+        if self.bar is not None:
+            fields = {"loss": metric.loss}
+            if metric.tokens_per_second:
+                fields["tokens_per_second"] = metric.tokens_per_second
+            if self.validation_loss is not None:
+                fields["validation_loss"] = self.validation_loss
+            self.bar.update(metric.step, **fields)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.jsonl.close()
+        self.curve.write(self.curve_path)
+
+
+def command_pretrain(arguments) -> int:
+    from .pretraining import PretrainingConfig, pretrain_file
+
+    config = PretrainingConfig(
+        steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
+        validation_fraction=arguments.validation_fraction,
+        validation_batch_count=arguments.validation_batches,
+        evaluation_interval=arguments.eval_every, tokenizer_method=arguments.tokenizer,
+        vocabulary_size=arguments.vocab_size, minimum_pair_frequency=arguments.min_pair_frequency,
+        model_width=arguments.model_width, head_count=arguments.heads,
+        block_count=arguments.blocks, feed_forward_width=arguments.feed_forward_width,
+        learning_rate=arguments.learning_rate, random_seed=arguments.seed,
+        backend=arguments.backend, attention=arguments.attention,
+        activation_checkpointing=arguments.activation_checkpointing,
+        tokenizer_training_bytes=arguments.tokenizer_training_bytes,
+    )
+    initial = 0
+    if arguments.resume is not None:
+        from .checkpoints import TrainingCheckpoint
+
+        checkpoint = TrainingCheckpoint.load(arguments.resume)
+        initial = checkpoint.global_step
+        resume = checkpoint
+    else:
+        resume = None
+    reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial)
+    started = time.perf_counter()
+    try:
+        result = pretrain_file(
+            arguments.file, config, arguments.validation_file,
+            metric_sink=reporter.sink, on_step=reporter.on_step,
+            checkpoint_path=arguments.checkpoint, checkpoint_interval=arguments.checkpoint_every,
+            resume_from=resume,
+        )
+    finally:
+        reporter.finish()
+    elapsed = time.perf_counter() - started
+    result.bundle.save(arguments.output)
+    trained = [m for m in result.metrics if m.phase == "train"]
+    validation = [m for m in result.metrics if m.phase == "validation"]
+    tokens = sum(config.batch_size * config.context_size for _ in trained)
+    _say(f"pretrain: {len(trained)} steps in {elapsed:.1f} s ({tokens / elapsed:,.0f} tokens/s); "
+         f"{result.training_token_count:,} training and {result.validation_token_count:,} "
+         "validation tokens")
+    if validation:
+        _say(f"pretrain: validation loss {validation[0].loss:.4f} -> {validation[-1].loss:.4f} "
+             f"(perplexity {validation[-1].perplexity:.2f})")
+    _say(f"pretrain: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}), "
+         f"{reporter.metrics_path}, {reporter.curve_path}")
+    return 0
+
+
+def command_post_train(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .instructions import read_instructions_jsonl
+    from .native import LoraConfig
+    from .post_training import PostTrainingConfig, post_train
+
+    base = ModelBundle.load(arguments.base)
+    examples = read_instructions_jsonl(arguments.instructions)
+    validation = (
+        read_instructions_jsonl(arguments.validation_instructions)
+        if arguments.validation_instructions is not None else None
+    )
+    config = PostTrainingConfig(
+        steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
+        evaluation_interval=arguments.eval_every, learning_rate=arguments.learning_rate,
+        random_seed=arguments.seed, backend=arguments.backend,
+        fine_tuning_method=arguments.method, sampling_strategy=arguments.sampling_strategy,
+        lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha),
+        attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
+        nf4_block_size=arguments.nf4_block_size, response_only_loss=arguments.response_only,
+    )
+    reporter = _TrainingReporter(arguments, config.steps, f"post-train ({config.fine_tuning_method})")
+    started = time.perf_counter()
+    try:
+        result = post_train(base, examples, config, metric_sink=reporter.sink,
+                            on_step=reporter.on_step, validation_examples=validation)
+    finally:
+        reporter.finish()
+    elapsed = time.perf_counter() - started
+    result.bundle.save(arguments.output)
+    trained = [m for m in result.metrics if m.phase == "train"]
+    _say(f"post-train: {config.fine_tuning_method}, {result.example_count} examples, "
+         f"{len(trained)} steps in {elapsed:.1f} s; training loss {trained[0].loss:.4f} -> "
+         f"{trained[-1].loss:.4f} ({result.objective})")
+    if result.base_validation is not None:
+        _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
+             f"{result.tuned_validation.loss:.4f} (tuned), delta "
+             f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, parent "
+         f"{base.artifact_id[:16]})")
+    return 0
+
+
+def command_evaluate(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .evaluation import evaluate_instruction_examples, evaluate_sequences
+
+    bundle = ModelBundle.load(arguments.bundle)
+    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime:
+        if arguments.file is not None:
+            data = arguments.file.read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{arguments.file}: not UTF-8 at byte {error.start}") from None
+            result = evaluate_sequences(runtime.model, [runtime.tokenizer.encode_to_array(data)],
+                                        arguments.context, arguments.batch_size)
+        else:
+            from .instructions import read_instructions_jsonl
+
+            examples = read_instructions_jsonl(arguments.instructions)
+            result = evaluate_instruction_examples(
+                runtime.model, runtime.tokenizer, examples, arguments.context,
+                arguments.batch_size, response_only=arguments.response_only,
+            )
+    if arguments.json:
+        import dataclasses
+
+        print(json.dumps(dataclasses.asdict(result), indent=2, sort_keys=True))
+    else:
+        _say(f"evaluate: loss {result.loss:.4f} nats/token, perplexity {result.perplexity:.2f} "
+             f"over {result.target_token_count:,} targets ({result.chunk_count} chunks, "
+             f"{result.usable_example_count} sequences, {result.skipped_example_count} skipped) "
+             f"in {result.elapsed_seconds:.2f} s")
+    return 0
+
+
+def command_generate(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .serving import GenerationConfig, PlainChatTemplate, TextGenerator
+
+    bundle = ModelBundle.load(arguments.bundle)
+    prompt = arguments.prompt
+    stop: tuple[str, ...] = ()
+    if arguments.chat:
+        template = PlainChatTemplate()
+        prompt = template.render([{"role": "user", "content": prompt}])
+        stop = template.stop_sequences
+    config = GenerationConfig(
+        max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
+        top_k=arguments.top_k, seed=arguments.seed, stop=stop,
+    )
+    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime:
+        generator = TextGenerator(runtime.model, runtime.tokenizer)
+        if not arguments.chat:
+            sys.stdout.write(prompt)
+        result = generator.generate(
+            prompt, config, on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush())
+        )
+        sys.stdout.write("\n")
+    sys.stderr.write(f"generate: {len(result.generated_token_ids)} tokens, finish reason "
+                     f"{result.finish_reason}\n")
+    return 0
+
+
+def command_serve(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .serving import ModelService, ServingConfig, serve
+
+    config = ServingConfig(
+        host=arguments.host, port=arguments.port, allow_remote=arguments.allow_remote,
+        maximum_new_tokens=arguments.max_new_tokens, kv_cache=arguments.kv_cache,
+        model_name=arguments.bundle.stem,
+    )
+    bundle = ModelBundle.load(arguments.bundle)
+    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime, \
+            ModelService(runtime.model, runtime.tokenizer, config) as service:
+        def ready(server) -> None:
+            _say(f"serve: {bundle.artifact_id[:16]} ({bundle.stage}) at {server.url}/ "
+                 f"({service.engine.kind} engine); Ctrl-C stops")
+
+        serve(service, max_requests=arguments.max_requests, ready=ready)
+    _say("serve: stopped")
+    return 0
+
+
+def _kind_of(path: Path) -> str:
+    from ._container import read_stored_zip, strict_json
+
+    data = path.read_bytes()
+    if data[:4] == b"PK\x03\x04":
+        try:
+            members = read_stored_zip(data, ("manifest.json",), str(path),
+                                      ("weights.f32le", "model.f32le", "model-nf4.rtnf4",
+                                       "adapter.f32le", "adam-first-moments.f32le",
+                                       "adam-second-moments.f32le"))
+        except ValueError:
+            raise
+        manifest = strict_json(bytes(members["manifest.json"]), str(path))
+        if isinstance(manifest, dict):
+            if manifest.get("format") == "riftco-transformer-model-bundle":
+                return "rift"
+            if manifest.get("format") == "riftco-transformer-training-checkpoint":
+                return "riftckpt"
+        raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
+    return "safetensors"
+
+
+def command_inspect(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .checkpoints import TrainingCheckpoint
+
+    kind = _kind_of(arguments.path)
+    if kind == "rift":
+        bundle = ModelBundle.load(arguments.path)
+        if arguments.json:
+            print(json.dumps(bundle.manifest, indent=2, sort_keys=True))
+            return 0
+        config = bundle.config
+        tokenizer = bundle.tokenizer_state
+        _say(f"bundle {arguments.path}\n  artifact_id  {bundle.artifact_id}\n"
+             f"  stage        {bundle.stage}\n  parent       {bundle.parent_artifact_id}\n"
+             f"  model        V={config.vocabulary_size} C={config.maximum_context} "
+             f"D={config.model_width} H={config.head_count} N={config.block_count} "
+             f"F={config.feed_forward_width} seed={config.random_seed}\n"
+             f"  parameters   {bundle.weight_count:,} floats in {len(bundle.parameters)} tensors\n"
+             f"  tokenizer    {tokenizer['method']}, {config.vocabulary_size} tokens")
+        for key, value in sorted(bundle.metadata.items()):
+            if not isinstance(value, (dict, list)):
+                _say(f"  metadata.{key} = {value}")
+        return 0
+    if kind == "riftckpt":
+        checkpoint = TrainingCheckpoint.load(arguments.path)
+        manifest = checkpoint.manifest
+        if arguments.json:
+            print(json.dumps(manifest, indent=2, sort_keys=True))
+            return 0
+        model = manifest["model"]
+        optimizer = manifest["optimizer"]
+        source = manifest["batch_source"]
+        _say(f"checkpoint {arguments.path}\n  checkpoint_id {checkpoint.checkpoint_id}\n"
+             f"  global_step   {checkpoint.global_step}\n"
+             f"  model         {model['config']} quantized={model['quantized']} "
+             f"lora={model['lora']}\n"
+             f"  optimizer     adam scope={optimizer['scope']} {optimizer['options']}\n"
+             f"  batch source  {None if source is None else source['type']} "
+             f"(batches emitted: {None if source is None else source['batches_emitted']})\n"
+             f"  members       " + ", ".join(f"{m['name']} ({m['bytes']:,} B)" for m in manifest["members"]))
+        return 0
+    from .interchange import read_safetensors
+
+    tensors, metadata = read_safetensors(arguments.path)
+    _say(f"safetensors {arguments.path}: {len(tensors)} F32 tensors, "
+         f"{sum(len(t.values) for t in tensors.values()):,} floats; metadata keys "
+         f"{sorted(metadata)}")
+    return 0
+
+
+def command_convert(arguments) -> int:
+    from .artifacts import ModelBundle
+    from .interchange import export_bundle_safetensors, import_bundle_safetensors
+
+    source_format = arguments.source_format or (
+        "rift" if _kind_of(arguments.source) == "rift" else "safetensors"
+    )
+    destination_format = arguments.destination_format or (
+        "safetensors" if source_format == "rift" else "rift"
+    )
+    if source_format == destination_format:
+        raise UsageError(f"--from and --to are both {source_format}")
+    if source_format == "rift":
+        bundle = ModelBundle.load(arguments.source)
+        export_bundle_safetensors(bundle, arguments.destination)
+    else:
+        bundle = import_bundle_safetensors(arguments.source)
+        bundle.save(arguments.destination)
+    _say(f"convert: {arguments.source} ({source_format}) -> {arguments.destination} "
+         f"({destination_format}), artifact {bundle.artifact_id[:16]}")
+    return 0
+
+
+def demo_data_path(name: str) -> Path:
+    """A bundled demo file: the wheel's copy, or the source checkout's ``data/``."""
+    package = Path(__file__).resolve().parent
+    candidates = {
+        "corpus": [package / "demo_data" / "alice_in_wonderland.txt",
+                   package.parent.parent / "data" / "corpus" / "alice_in_wonderland.txt"],
+        "instructions": [package / "demo_data" / "tiny_instructions.jsonl",
+                         package.parent.parent / "data" / "instructions" / "tiny_instructions.jsonl"],
+    }[name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"the bundled {name} file is missing (looked in "
+                            f"{[str(c) for c in candidates]})")
+
+
+def command_demo(arguments) -> int:
+    from .evaluation import evaluate_instruction_examples
+    from .instructions import read_instructions_jsonl
+    from .post_training import PostTrainingConfig, post_train
+    from .pretraining import PretrainingConfig, pretrain_file
+    from .serving import GenerationConfig, PlainChatTemplate, TextGenerator
+
+    started = time.perf_counter()
+    output = arguments.output_dir or Path(tempfile.mkdtemp(prefix="riftco-demo-"))
+    output.mkdir(parents=True, exist_ok=True)
+    corpus = demo_data_path("corpus")
+    examples = read_instructions_jsonl(demo_data_path("instructions"))
+    train_examples, held_out = examples[:-6], examples[-6:]
+    _say(f"demo: 1/4 pretraining a GPT on {corpus.name} ({corpus.stat().st_size:,} bytes), "
+         f"{arguments.steps} steps")
+    config = PretrainingConfig(
+        steps=arguments.steps, context_size=64, batch_size=16, vocabulary_size=512,
+        model_width=128, head_count=4, block_count=2, feed_forward_width=512,
+        learning_rate=3e-3, evaluation_interval=50, backend=arguments.backend, attention="flash",
+    )
+    phase = time.perf_counter()
+    pretrained = pretrain_file(corpus, config)
+    base_path = output / "pretrained.rift"
+    pretrained.bundle.save(base_path)
+    validation = [m for m in pretrained.metrics if m.phase == "validation"]
+    _say(f"demo:   held-out loss {validation[0].loss:.3f} -> {validation[-1].loss:.3f} nats/token "
+         f"in {time.perf_counter() - phase:.1f} s; wrote {base_path}")
+
+    _say(f"demo: 2/4 post-training (full, response-only loss) on {len(train_examples)} "
+         f"instruction examples, {arguments.post_train_steps} steps")
+    phase = time.perf_counter()
+    tuned = post_train(
+        pretrained.bundle, train_examples,
+        PostTrainingConfig(steps=arguments.post_train_steps, context_size=16, batch_size=8,
+                           learning_rate=3e-3, backend=arguments.backend,
+                           response_only_loss=True),
+        validation_examples=held_out,
+    )
+    tuned_path = output / "post_trained.rift"
+    tuned.bundle.save(tuned_path)
+    _say(f"demo:   training loss {tuned.metrics[0].loss:.3f} -> {tuned.metrics[-1].loss:.3f} in "
+         f"{time.perf_counter() - phase:.1f} s; wrote {tuned_path} (parent "
+         f"{tuned.bundle.parent_artifact_id[:12]})")
+
+    _say(f"demo: 3/4 evaluating on {len(held_out)} held-out examples (responses only)")
+    with pretrained.bundle.instantiate() as base_runtime, tuned.bundle.instantiate() as runtime:
+        base_score = evaluate_instruction_examples(base_runtime.model, base_runtime.tokenizer,
+                                                   held_out, 16, 8, response_only=True)
+        tuned_score = evaluate_instruction_examples(runtime.model, runtime.tokenizer, held_out,
+                                                    16, 8, response_only=True)
+        _say(f"demo:   response loss {base_score.loss:.3f} (pretrained) -> {tuned_score.loss:.3f} "
+             f"(post-trained), delta {tuned_score.loss - base_score.loss:+.3f} over "
+             f"{tuned_score.target_token_count} tokens")
+        _say("demo: 4/4 generating (greedy, KV-cached)")
+        template = PlainChatTemplate()
+        generator = TextGenerator(runtime.model, runtime.tokenizer)
+        for example in (train_examples[0], held_out[0]):
+            question = example.prompt if hasattr(example, "prompt") else example.messages[-2].content
+            result = generator.generate(
+                template.render([{"role": "user", "content": question}]),
+                GenerationConfig(max_new_tokens=32, stop=template.stop_sequences),
+            )
+            _say(f"demo:   Q: {question}\ndemo:   A: {result.generated_text.strip()}")
+    _say(f"demo: done in {time.perf_counter() - started:.1f} s; bundles in {output}")
+    return 0
+
+
+COMMANDS = {
+    "pretrain": command_pretrain,
+    "post-train": command_post_train,
+    "evaluate": command_evaluate,
+    "generate": command_generate,
+    "serve": command_serve,
+    "inspect": command_inspect,
+    "convert": command_convert,
+    "demo": command_demo,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .native import RiftcoTransformerError
+
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    prog = f"riftco {arguments.command}"
+    try:
+        return COMMANDS[arguments.command](arguments)
+    except UsageError as error:
+        sys.stderr.write(f"{prog}: error: {error} (see {prog} --help)\n")
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except (ValueError, TypeError, OSError, RiftcoTransformerError) as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in message:
+            message = f"{error.filename}: {message}"
+        sys.stderr.write(f"{prog}: error: {message}\n")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The post-training stage: a base bundle plus instruction data in, a child bundle out.
+
+``post_train(base, examples, config)`` instantiates a live copy of the base (the input
+bundle is never changed), formats every example with the plain chat format (the one serving
+renders), and fine-tunes with Adam:
+
+- ``"full"``: every base parameter trains;
+- ``"lora"``: low-rank adapters on ``config.lora.targets``; only they train, then they are
+  merged into the weights;
+- ``"qlora"``: the projection weights are first packed to NF4 (``nf4_block_size``,
+  ``double_quantization``, ``nf4_scale_block_size``), then LoRA as above; the merge
+  dequantizes, so the child bundle is dense float32.
+
+The objective is ``full_sequence_causal_sft`` (every token of the formatted text) or, with
+``response_only_loss=True``, ``response_only_causal_sft``: only the assistant's tokens
+(response text and the newline that ends it) are targets. The child records its parent's
+``artifact_id``. With ``validation_examples``, the base and the tuned model are scored on
+them with the exhaustive evaluator (:mod:`.evaluation`), before and after, and the figures
+go into the result and the child's metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .artifacts import ModelBundle
+from .batching import SAMPLING_STRATEGIES, WindowBatchSource
+from .evaluation import CausalEvaluation, encode_examples, evaluate_sequences
+from .instructions import PlainChatFormatter, read_instructions_jsonl
+from .native import Adam, AdamOptions, LoraConfig
+from .pretraining import _choice, _int, _positive_float, require_backend_name, resolve_backend
+from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
+
+FINE_TUNING_METHODS = ("full", "lora", "qlora")
+
+
+def _power_of_two(value, name: str) -> int:
+    _int(value, name, 32, 4097)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two in 32..4096, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class PostTrainingConfig:
+    """Every knob of the post-training stage (WORKFLOWS §3.5), validated at construction."""
+
+    steps: int = 20
+    context_size: int = 16
+    batch_size: int = 2
+    evaluation_interval: int = 10
+    loss_average_window: int = 10
+    learning_rate: float = 1e-3
+    random_seed: int = 29
+    backend: str = "auto"
+    fine_tuning_method: str = "full"
+    sampling_strategy: str = "example_uniform"
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
+    attention: str = "materialized"
+    activation_checkpointing: str = "disabled"
+    nf4_block_size: int = 64
+    nf4_scale_block_size: int = 256
+    double_quantization: bool = True
+    optimizer_state: str = "auto"
+    optimizer_page_size: int = 4096
+    response_only_loss: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "context_size", "batch_size", "evaluation_interval",
+                     "loss_average_window", "optimizer_page_size"):
+            _int(getattr(self, name), name)
+        _int(self.random_seed, "random_seed", 0)
+        _positive_float(self.learning_rate, "learning_rate")
+        require_backend_name(self.backend)
+        _choice(self.fine_tuning_method, "fine_tuning_method", FINE_TUNING_METHODS)
+        _choice(self.sampling_strategy, "sampling_strategy", SAMPLING_STRATEGIES)
+        if not isinstance(self.lora, LoraConfig):
+            raise TypeError(f"lora must be a LoraConfig, not {type(self.lora).__name__}")
+        _choice(self.attention, "attention", ("materialized", "flash"))
+        _choice(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
+        _power_of_two(self.nf4_block_size, "nf4_block_size")
+        _power_of_two(self.nf4_scale_block_size, "nf4_scale_block_size")
+        for name in ("double_quantization", "response_only_loss"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool")
+        _choice(self.optimizer_state, "optimizer_state", ("auto", "contiguous", "paged"))
+
+    @property
+    def resolved_optimizer_state(self) -> str:
+        if self.optimizer_state != "auto":
+            return self.optimizer_state
+        return "paged" if self.fine_tuning_method == "qlora" else "contiguous"
+
+    @property
+    def objective(self) -> str:
+        return "response_only_causal_sft" if self.response_only_loss else "full_sequence_causal_sft"
+
+
+@dataclass(frozen=True)
+class PostTrainingResult:
+    bundle: ModelBundle
+    metrics: tuple[TrainingMetric, ...]
+    example_count: int
+    objective: str
+    fine_tuning_method: str
+    base_validation: CausalEvaluation | None = None
+    tuned_validation: CausalEvaluation | None = None
+
+
+def post_train_jsonl(base: ModelBundle, path, config: PostTrainingConfig | None = None,
+                     **options) -> PostTrainingResult:
+    """:func:`post_train` on the examples of a JSONL file (errors name ``file:line``)."""
+    return post_train(base, read_instructions_jsonl(path), config, **options)
+
+
+def post_train(
+    base: ModelBundle,
+    examples: Sequence,
+    config: PostTrainingConfig | None = None,
+    formatter=None,
+    metric_sink: Callable | None = None,
+    on_step: Callable | None = None,
+    validation_examples: Sequence | None = None,
+) -> PostTrainingResult:
+    """Fine-tune a live copy of ``base`` on ``examples``; see the module docstring."""
+    config = PostTrainingConfig() if config is None else config
+    if not isinstance(config, PostTrainingConfig):
+        raise TypeError(f"config must be a PostTrainingConfig, not {type(config).__name__}")
+    if not isinstance(base, ModelBundle):
+        raise TypeError(f"base must be a ModelBundle, not {type(base).__name__}")
+    if not examples:
+        raise ValueError("examples is empty")
+    if config.context_size > base.config.maximum_context:
+        raise ValueError(
+            f"context_size {config.context_size} exceeds the base model's maximum_context "
+            f"{base.config.maximum_context}"
+        )
+    formatter = PlainChatFormatter() if formatter is None else formatter
+    backend = resolve_backend(config.backend)
+    runtime = base.instantiate(backend, config.attention, config.activation_checkpointing)
+    model, tokenizer = runtime.model, runtime.tokenizer
+    optimizer = None
+    try:
+        sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
+        short = [index for index, row in enumerate(sequences) if len(row) <= config.context_size]
+        if short:
+            raise ValueError(
+                f"{len(short)} examples encode to <= context_size = {config.context_size} tokens "
+                f"(indices {short[:8]}{'...' if len(short) > 8 else ''}); lower context_size"
+            )
+        validation = None
+        if validation_examples:
+            validation = encode_examples(tokenizer, validation_examples, formatter,
+                                         config.response_only_loss)
+        base_validation = (
+            evaluate_sequences(model, validation[0], config.context_size, 8, validation[1])
+            if validation else None
+        )
+        method = config.fine_tuning_method
+        quantization = None
+        if method == "qlora":
+            model.quantize_nf4(config.nf4_block_size, config.double_quantization,
+                               config.nf4_scale_block_size)
+            quantization = {
+                "format": "nf4",
+                "block_size": config.nf4_block_size,
+                "double_quantization": config.double_quantization,
+                "scale_block_size": config.nf4_scale_block_size,
+                "packed_memory": dataclasses.asdict(model.quantized_memory),
+                "export": "materialized_fp32",
+            }
+        if method in ("lora", "qlora"):
+            model.attach_lora(config.lora)
+            trainable = model.adapter_parameters()
+        else:
+            trainable = model.parameters()
+        with trainable:
+            optimizer = Adam(trainable, AdamOptions(
+                learning_rate=config.learning_rate,
+                state_storage=config.resolved_optimizer_state,
+                page_size=config.optimizer_page_size,
+            ))
+        source = WindowBatchSource(sequences, config.batch_size, config.context_size,
+                                   config.random_seed, config.sampling_strategy, masks)
+        trainer = CausalLanguageModelTrainer(model, optimizer)
+        metrics = trainer.run(
+            source,
+            TrainingLoopConfig(config.steps, config.evaluation_interval, config.loss_average_window),
+            (),
+            metric_sink,
+            on_step,
+        )
+        optimizer_report = {
+            "state_storage": optimizer.state_storage,
+            "page_size": optimizer.state_page_size,
+            "page_count": optimizer.state_page_count,
+            "payload_bytes": optimizer.state_payload_bytes,
+        }
+        optimizer.close()
+        if method in ("lora", "qlora"):
+            model.merge_lora()
+        tuned_validation = (
+            evaluate_sequences(model, validation[0], config.context_size, 8, validation[1])
+            if validation else None
+        )
+        metadata = {
+            "objective": config.objective,
+            "response_only_loss": config.response_only_loss,
+            "example_count": len(sequences),
+            "formatter": type(formatter).__name__,
+            "config": {**dataclasses.asdict(config), "lora": dataclasses.asdict(config.lora)},
+            "backend": backend,
+            "fine_tuning_method": method,
+            "parameter_scope": "adapter" if method != "full" else "model",
+            "lora_merged": method != "full",
+            "quantization": quantization,
+            "optimizer": optimizer_report,
+            "optimizer_state_included": False,
+            "adapter_state_included": False,
+            "final_training_loss": metrics[-1].loss if metrics else None,
+        }
+        if base_validation is not None:
+            metadata["validation"] = {
+                "base_loss": base_validation.loss,
+                "tuned_loss": tuned_validation.loss,
+                "delta_loss": tuned_validation.loss - base_validation.loss,
+                "target_token_count": tuned_validation.target_token_count,
+            }
+        if model.backend != "cpu":
+            model.to("cpu")
+        bundle = ModelBundle.capture(model, tokenizer, "post_training", base.artifact_id, metadata)
+    finally:
+        if optimizer is not None and not optimizer.closed:
+            optimizer.close()
+        runtime.close()
+    return PostTrainingResult(
+        bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,
+        base_validation, tuned_validation,
+    )

@@ -1,0 +1,481 @@
+"""The pretraining stage: raw text in, a ``.rift`` bundle of stage ``"pretraining"`` out.
+
+The held-out split is made on the raw text *before* the tokenizer is fitted, so the
+tokenizer never sees validation text (WORKFLOWS §3.3): with ``pretrain_text``/``pretrain_file``
+the last ``ceil(characters · validation_fraction)`` characters are held out; with
+``pretrain_splits``/``pretrain_files`` the caller gives both texts (they must differ).
+
+Large corpora stream: :func:`pretrain_file` reads the file in chunks, fits the tokenizer on
+(at most ``tokenizer_training_bytes`` of) the training text, tokenizes each split once into
+a memory-mapped :class:`~.batching.TokenFile` and trains from it, so memory stays bounded
+whatever the corpus size. Chunks are cut after a newline; for a file smaller than one chunk
+the tokens equal those of encoding the whole split at once.
+
+Checkpoints: pass ``checkpoint_path`` (and ``checkpoint_interval``) to write an exact-resume
+``.riftckpt`` during training, and ``resume_from`` to continue one: the run then ends
+exactly as the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import hashlib
+import math
+import os
+import tempfile
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .artifacts import ModelBundle
+from .batching import RandomWindowBatchSource, TokenFile, fixed_batches
+from .native import Adam, AdamOptions, DecoderOnlyTransformer, Tokenizer, TransformerConfig
+from .native._validation import UINT32_LIMIT
+from .native.backends import BACKEND_NAMES, BACKEND_VALUES, backend_value
+from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
+
+CHUNK_BYTES = 4 << 20
+
+
+def _int(value, name: str, minimum: int = 1, limit: int = 1 << 63) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not minimum <= value < limit:
+        raise ValueError(f"{name} must be in [{minimum}, {limit}), got {value}")
+    return value
+
+
+def _choice(value, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def _positive_float(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PretrainingConfig:
+    """Every knob of the pretraining stage; validated at construction (TypeError for a wrong
+    type, bools included; ValueError for a bad value). Defaults follow WORKFLOWS §3.3."""
+
+    steps: int = 100
+    context_size: int = 32
+    batch_size: int = 4
+    validation_fraction: float = 0.1
+    validation_batch_count: int = 4
+    evaluation_interval: int = 10
+    loss_average_window: int = 10
+    tokenizer_method: str = "bpe"
+    vocabulary_size: int = 272
+    minimum_pair_frequency: int = 2
+    model_width: int = 16
+    head_count: int = 4
+    block_count: int = 1
+    feed_forward_width: int = 32
+    learning_rate: float = 1e-2
+    random_seed: int = 7
+    validation_random_seed: int = 17
+    backend: str = "auto"
+    attention: str = "materialized"
+    activation_checkpointing: str = "disabled"
+    optimizer_state: str = "contiguous"
+    optimizer_page_size: int = 4096
+    tokenizer_training_bytes: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "context_size", "batch_size", "validation_batch_count",
+                     "evaluation_interval", "loss_average_window", "minimum_pair_frequency",
+                     "model_width", "head_count", "block_count", "feed_forward_width",
+                     "optimizer_page_size", "tokenizer_training_bytes"):
+            _int(getattr(self, name), name)
+        _int(self.vocabulary_size, "vocabulary_size", 256, UINT32_LIMIT)
+        _int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
+        _int(self.validation_random_seed, "validation_random_seed", 0)
+        fraction = self.validation_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise TypeError("validation_fraction must be a number")
+        if not (math.isfinite(fraction) and 0 < fraction < 1):
+            raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
+        _positive_float(self.learning_rate, "learning_rate")
+        _choice(self.tokenizer_method, "tokenizer_method", ("byte", "bpe"))
+        require_backend_name(self.backend)
+        _choice(self.attention, "attention", ("materialized", "flash"))
+        _choice(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
+        _choice(self.optimizer_state, "optimizer_state", ("contiguous", "paged"))
+        if self.model_width % self.head_count:
+            raise ValueError(
+                f"head_count {self.head_count} must divide model_width {self.model_width}"
+            )
+
+
+@dataclass(frozen=True)
+class PretrainingResult:
+    bundle: ModelBundle
+    metrics: tuple[TrainingMetric, ...]
+    training_token_count: int
+    validation_token_count: int
+
+
+def require_backend_name(name: object) -> str:
+    """``name`` if it names a backend or is ``"auto"`` (TypeError/ValueError otherwise);
+    availability is checked when the stage runs."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a str, not {type(name).__name__}")
+    if name.strip().lower() not in (*BACKEND_VALUES, "auto"):
+        raise ValueError(f"backend must be one of {(*BACKEND_VALUES, 'auto')}, got {name!r}")
+    return name
+
+
+def resolve_backend(name: str) -> str:
+    """``"auto"`` as the first available backend (tpu, cuda, metal, cpu); others unchanged."""
+    return BACKEND_NAMES[backend_value(name, allow_auto=True)]
+
+
+# ---- text handling --------------------------------------------------------------------------
+
+
+def _split_text(text: str, fraction: float) -> tuple[str, str]:
+    if len(text) < 2:
+        raise ValueError("the text must have at least 2 characters to hold out validation text")
+    held_out = max(1, math.ceil(len(text) * fraction))
+    if held_out >= len(text):
+        raise ValueError("validation_fraction leaves no training text")
+    return text[:-held_out], text[-held_out:]
+
+
+def _fit_tokenizer(sample: bytes, config: PretrainingConfig) -> Tokenizer:
+    if config.tokenizer_method == "byte":
+        return Tokenizer(sample, method="byte")
+    return Tokenizer(
+        sample,
+        method="bpe",
+        vocabulary_size=config.vocabulary_size,
+        minimum_pair_frequency=config.minimum_pair_frequency,
+    )
+
+
+def _encode(tokenizer: Tokenizer, data: bytes, split: str) -> array:
+    try:
+        return tokenizer.encode_to_array(data)
+    except Exception as error:
+        if tokenizer.method == "byte":
+            raise ValueError(
+                f"the {split} text has a byte the byte tokenizer never saw in the training "
+                "text; use tokenizer_method='bpe' (it encodes every byte)"
+            ) from error
+        raise
+
+
+# ---- entry points ---------------------------------------------------------------------------
+
+
+def pretrain_text(text: str, config: PretrainingConfig | None = None, **options) -> PretrainingResult:
+    """Pretrain on one text; its last ``validation_fraction`` of characters is held out."""
+    config = _config(config)
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    train, validation = _split_text(text, config.validation_fraction)
+    return _pretrain_texts(train, validation, config, "derived_fraction", options)
+
+
+def pretrain_splits(train_text: str, validation_text: str, config: PretrainingConfig | None = None,
+                    **options) -> PretrainingResult:
+    """Pretrain on ``train_text``, validating on the explicit ``validation_text``."""
+    config = _config(config)
+    for name, value in (("train_text", train_text), ("validation_text", validation_text)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        if not value:
+            raise ValueError(f"{name} is empty")
+    if hashlib.sha256(train_text.encode()).digest() == hashlib.sha256(validation_text.encode()).digest():
+        raise ValueError("train_text and validation_text are identical: validation would not be held out")
+    return _pretrain_texts(train_text, validation_text, config, "explicit", options)
+
+
+def pretrain_file(path, config: PretrainingConfig | None = None, validation_path=None,
+                  **options) -> PretrainingResult:
+    """Pretrain on a UTF-8 file, streaming (see the module docstring). With
+    ``validation_path`` the held-out text is that file instead of the tail."""
+    config = _config(config)
+    source = Path(path)
+    if validation_path is not None:
+        held_out = Path(validation_path)
+        if source.resolve() == held_out.resolve() or (
+            source.exists() and held_out.exists() and os.path.samefile(source, held_out)
+        ):
+            raise ValueError("path and validation_path are the same file")
+        train_range = (source, 0, _check_utf8(source))
+        validation_range = (held_out, 0, _check_utf8(held_out))
+        if _file_digest(*train_range) == _file_digest(*validation_range):
+            raise ValueError("the training and validation files have identical content")
+        validation_source = "explicit"
+    else:
+        size = _check_utf8(source)
+        split = _split_offset(source, size, config.validation_fraction)
+        train_range = (source, 0, split)
+        validation_range = (source, split, size)
+        validation_source = "derived_fraction"
+    return _pretrain_ranges(train_range, validation_range, config, validation_source, options)
+
+
+pretrain_files = pretrain_file
+
+
+def _config(config) -> PretrainingConfig:
+    if config is None:
+        return PretrainingConfig()
+    if not isinstance(config, PretrainingConfig):
+        raise TypeError(f"config must be a PretrainingConfig, not {type(config).__name__}")
+    return config
+
+
+def _check_utf8(path: Path) -> int:
+    """The file's size, after checking (streaming) that it is UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(CHUNK_BYTES):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}: not UTF-8 at byte {offset + error.start}") from None
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: ends inside a UTF-8 sequence") from None
+    if offset < 2:
+        raise ValueError(f"{path}: needs at least 2 characters")
+    return offset
+
+
+def _characters(data: bytes) -> int:
+    """UTF-8 characters in ``data`` (bytes that are not continuation bytes)."""
+    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
+
+
+def _split_offset(path: Path, size: int, fraction: float) -> int:
+    """The byte offset where the last ceil(characters · fraction) characters start."""
+    counts = []
+    with open(path, "rb") as stream:
+        while chunk := stream.read(CHUNK_BYTES):
+            counts.append(_characters(chunk))
+    total = sum(counts)
+    held_out = max(1, math.ceil(total * fraction))
+    if held_out >= total:
+        raise ValueError("validation_fraction leaves no training text")
+    target = total - held_out  # characters before the split
+    seen = 0
+    with open(path, "rb") as stream:
+        for index, count in enumerate(counts):
+            chunk = stream.read(CHUNK_BYTES)
+            if seen + count > target or index == len(counts) - 1:
+                # Walk this chunk to the target-th character start.
+                need = target - seen
+                position = 0
+                for position, byte in enumerate(chunk):
+                    if not 0x80 <= byte < 0xC0:
+                        if need == 0:
+                            return index * CHUNK_BYTES + position
+                        need -= 1
+                return index * CHUNK_BYTES + len(chunk)
+            seen += count
+    return size
+
+
+def _file_digest(path: Path, begin: int, end: int) -> str:
+    digest = hashlib.sha256()
+    for piece in _read_range(path, begin, end):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def _read_range(path: Path, begin: int, end: int, cut_at_newline: bool = False):
+    """The bytes of [begin, end) in pieces of about CHUNK_BYTES; with ``cut_at_newline`` each
+    piece but the last ends right after a newline when it holds one (the rest carries over)."""
+    with open(path, "rb") as stream:
+        stream.seek(begin)
+        remaining = end - begin
+        carry = b""
+        while remaining > 0:
+            piece = stream.read(min(CHUNK_BYTES, remaining))
+            if not piece:
+                raise ValueError(f"{path}: the file shrank while it was being read")
+            remaining -= len(piece)
+            data, carry = carry + piece, b""
+            if remaining > 0 and cut_at_newline:
+                cut = data.rfind(b"\n") + 1
+                if cut > 0:
+                    data, carry = data[:cut], data[cut:]
+            yield data
+
+
+def _sample(path: Path, begin: int, end: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from the start of [begin, end), cut after a newline."""
+    with open(path, "rb") as stream:
+        stream.seek(begin)
+        data = stream.read(min(limit, end - begin))
+    if end - begin > limit:
+        cut = data.rfind(b"\n") + 1
+        if cut > 0:
+            data = data[:cut]
+    return data
+
+
+def _pretrain_texts(train: str, validation: str, config, validation_source: str, options):
+    train_bytes, validation_bytes = train.encode("utf-8"), validation.encode("utf-8")
+    sample = train_bytes[: config.tokenizer_training_bytes]
+    tokenizer = _fit_tokenizer(sample, config)
+    train_tokens = _encode(tokenizer, train_bytes, "training")
+    validation_tokens = _encode(tokenizer, validation_bytes, "validation")
+    facts = {
+        "training_text_sha256": hashlib.sha256(train_bytes).hexdigest(),
+        "validation_text_sha256": hashlib.sha256(validation_bytes).hexdigest(),
+        "tokenizer_fit_bytes": len(sample),
+        "tokenizer_fit_scope": "training_text" if len(sample) == len(train_bytes) else "training_text_prefix",
+    }
+    return _train(tokenizer, train_tokens, validation_tokens, config, validation_source, facts, options)
+
+
+def _pretrain_ranges(train_range, validation_range, config, validation_source: str, options):
+    sample = _sample(*train_range, config.tokenizer_training_bytes)
+    tokenizer = _fit_tokenizer(sample, config)
+    work = options.pop("work_directory", None)
+    with tempfile.TemporaryDirectory(prefix="riftco-tokens-", dir=work) as directory:
+        files = []
+        try:
+            for name, (path, begin, end) in (("training", train_range), ("validation", validation_range)):
+                token_path = Path(directory) / f"{name}.tokens"
+                TokenFile.write(
+                    token_path,
+                    (_encode(tokenizer, piece, name) for piece in _read_range(path, begin, end, True)),
+                )
+                files.append(TokenFile.open(token_path))
+            facts = {
+                "training_text_sha256": _file_digest(*train_range),
+                "validation_text_sha256": _file_digest(*validation_range),
+                "tokenizer_fit_bytes": len(sample),
+                "tokenizer_fit_scope": "training_text"
+                if len(sample) == train_range[2] - train_range[1]
+                else "training_text_prefix",
+            }
+            return _train(tokenizer, files[0], files[1], config, validation_source, facts, options)
+        finally:
+            for token_file in files:
+                token_file.close()
+
+
+def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig,
+           validation_source: str, facts: dict, options: dict) -> PretrainingResult:
+    metric_sink: Callable | None = options.pop("metric_sink", None)
+    on_step: Callable | None = options.pop("on_step", None)
+    checkpoint_path = options.pop("checkpoint_path", None)
+    checkpoint_interval = options.pop("checkpoint_interval", None)
+    resume_from = options.pop("resume_from", None)
+    if options:
+        raise TypeError(f"unexpected options {sorted(options)}")
+    for name, tokens in (("training", train_tokens), ("validation", validation_tokens)):
+        if len(tokens) < config.context_size + 1:
+            raise ValueError(
+                f"the {name} split encodes to {len(tokens)} tokens; it needs at least "
+                f"context_size + 1 = {config.context_size + 1}"
+            )
+    backend = resolve_backend(config.backend)
+    source = RandomWindowBatchSource(train_tokens, config.batch_size, config.context_size, config.random_seed)
+    validation_batches = fixed_batches(
+        RandomWindowBatchSource(validation_tokens, config.batch_size, config.context_size,
+                                config.validation_random_seed),
+        config.validation_batch_count,
+    )
+    from .checkpoints import TrainingCheckpoint, save_training_checkpoint
+
+    if resume_from is not None:
+        checkpoint = resume_from if isinstance(resume_from, TrainingCheckpoint) else TrainingCheckpoint.load(resume_from)
+        resumed = checkpoint.resume(backend, config.attention, config.activation_checkpointing,
+                                    config.optimizer_state)
+        model, optimizer = resumed.model, resumed.optimizer
+        if resumed.tokenizer is not None and resumed.tokenizer.state() != tokenizer.state():
+            resumed.close()
+            raise ValueError("the checkpoint's tokenizer differs from the one fitted on this data")
+        checkpoint.restore_source(source)
+    else:
+        model = DecoderOnlyTransformer(
+            TransformerConfig(
+                vocabulary_size=tokenizer.vocab_size,
+                maximum_context=config.context_size,
+                model_width=config.model_width,
+                head_count=config.head_count,
+                block_count=config.block_count,
+                feed_forward_width=config.feed_forward_width,
+                random_seed=config.random_seed,
+            ),
+            config.attention,
+            config.activation_checkpointing,
+        ).to(backend)
+        with model.parameters() as parameters:
+            optimizer = Adam(parameters, AdamOptions(
+                learning_rate=config.learning_rate, state_storage=config.optimizer_state,
+                page_size=config.optimizer_page_size))
+    try:
+        trainer = CausalLanguageModelTrainer(model, optimizer)
+        if resume_from is not None:
+            checkpoint.restore_trainer(trainer)
+        done = optimizer.step_count
+        remaining = config.steps - done
+        if remaining < 0:
+            raise ValueError(f"the checkpoint is at step {done}, past steps = {config.steps}")
+
+        def step_hook(metric: TrainingMetric) -> None:
+            if on_step is not None:
+                on_step(metric)
+            if checkpoint_path is not None and checkpoint_interval and metric.step % checkpoint_interval == 0:
+                save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer)
+
+        metrics = ()
+        if remaining:
+            metrics = trainer.run(
+                source,
+                TrainingLoopConfig(remaining, config.evaluation_interval, config.loss_average_window),
+                validation_batches,
+                metric_sink,
+                step_hook,
+                evaluate_first=resume_from is None,
+            )
+        if checkpoint_path is not None:
+            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer)
+        optimizer.close()
+        metadata = {
+            "objective": "next_token_prediction",
+            "training_token_count": len(train_tokens),
+            "validation_token_count": len(validation_tokens),
+            "validation_source": validation_source,
+            "validation_fraction": config.validation_fraction if validation_source == "derived_fraction" else None,
+            "config": dataclasses.asdict(config),
+            "backend": backend,
+            "optimizer": "adam",
+            "optimizer_state_included": False,
+            "steps_completed": config.steps,
+            **facts,
+        }
+        if metrics:
+            final = [m for m in metrics if m.phase == "validation"]
+            if final:
+                metadata["final_validation_loss"] = final[-1].loss
+        if model.backend != "cpu":
+            model.to("cpu")
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining", None, metadata)
+    finally:
+        if not optimizer.closed:
+            optimizer.close()
+        model.close()
+    return PretrainingResult(bundle, tuple(metrics), len(train_tokens), len(validation_tokens))
