@@ -2,7 +2,8 @@
  * rt_cross_entropy_time_range as a pure C11 client sees it: the loss over one time slice of
  * the tiny model's logits against a double oracle and against rt_cross_entropy, a backward
  * pass that ignores the targets outside the slice, the graph's epoch, and one status per
- * error rule with the output left untouched.
+ * error rule with the output left untouched; and rt_cross_entropy_masked, the response-only
+ * loss, against the time-range loss of the same positions and its error rules.
  */
 #include <math.h>
 #include <stdint.h>
@@ -270,6 +271,57 @@ static void null_handles_and_pointers_are_invalid_argument(void) {
     rt_model_release(model);
 }
 
+/* ---- rt_cross_entropy_masked (the response-only loss) ------------------------------------ */
+
+static void a_masked_loss_equals_the_time_range_loss_of_the_same_positions(void) {
+    uint8_t mask[TOKENS] = {0};
+    for (uint64_t b = 0; b < BATCH; ++b) {
+        for (uint64_t t = 2; t < 5; ++t) {
+            mask[b * TIME + t] = 1;
+        }
+    }
+    rt_model* model = create_tiny_model();
+    rt_variable* logits = forward_tokens(model);
+    rt_variable* masked = NULL;
+    rt_variable* ranged = NULL;
+    EXPECT_OK(rt_cross_entropy_masked(logits, targets, TOKENS, mask, TOKENS, &masked));
+    EXPECT_OK(rt_cross_entropy_time_range(logits, targets, TOKENS, 2, 3, &ranged));
+    EXPECT_NEAR(scalar_value(masked), scalar_value(ranged), 1e-6);
+    EXPECT_OK(rt_variable_backward(masked));
+    rt_variable_release(ranged);
+    rt_variable_release(masked);
+    rt_variable_release(logits);
+    rt_model_release(model);
+}
+
+static void masked_loss_error_rules_leave_the_output_untouched(void) {
+    uint8_t ones[TOKENS];
+    uint8_t zeros[TOKENS] = {0};
+    memset(ones, 1, sizeof ones);
+    uint8_t two[TOKENS];
+    memset(two, 1, sizeof two);
+    two[3] = 2;
+    rt_model* model = create_tiny_model();
+    rt_variable* logits = forward_tokens(model);
+    rt_variable* out = untouched;
+    EXPECT_STATUS(rt_cross_entropy_masked(logits, targets, TOKENS, zeros, TOKENS, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_cross_entropy_masked(logits, targets, TOKENS, two, TOKENS, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_cross_entropy_masked(logits, targets, TOKENS, ones, TOKENS - 1, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_cross_entropy_masked(logits, targets, TOKENS, NULL, TOKENS, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
+    uint32_t outside[TOKENS];
+    memcpy(outside, targets, sizeof targets);
+    outside[0] = TINY_VOCABULARY;
+    EXPECT_STATUS(rt_cross_entropy_masked(logits, outside, TOKENS, ones, TOKENS, &out),
+                  RT_STATUS_OUT_OF_RANGE);
+    EXPECT(out == untouched);
+    rt_variable_release(logits);
+    rt_model_release(model);
+}
+
 int main(void) {
     RUN_TEST(loss_matches_a_double_oracle_of_the_logits_on_every_slice);
     RUN_TEST(the_whole_time_range_equals_rt_cross_entropy);
@@ -281,5 +333,7 @@ int main(void) {
     RUN_TEST(a_target_count_other_than_batch_times_time_is_invalid_argument);
     RUN_TEST(a_target_outside_the_vocabulary_is_out_of_range_even_outside_the_slice);
     RUN_TEST(null_handles_and_pointers_are_invalid_argument);
+    RUN_TEST(a_masked_loss_equals_the_time_range_loss_of_the_same_positions);
+    RUN_TEST(masked_loss_error_rules_leave_the_output_untouched);
     return finish_tests();
 }

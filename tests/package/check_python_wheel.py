@@ -12,7 +12,8 @@ Checks, in order:
   3. From a directory outside the source tree and without RIFTCO_TRANSFORMER_LIBRARY, the
      package loads the library from riftco_transformer/.libs and runs the seed's tensor
      snippet (prints (2, 2) and [58.0, 64.0, 139.0, 154.0]); its pure-Python subpackages
-     (riftco_transformer.serving) come from the wheel too.
+     (riftco_transformer.serving) come from the wheel too; the `riftco` console script is
+     installed and `riftco demo` runs on the demo data the wheel carries.
   4. The installed library depends on nothing beyond the C/C++ runtime, libgomp and what the
      wheel carries beside it (the GEMM library) (ldd), and names its GEMM kernel (cpu_info),
      and its SONAME still carries the ABI major (readelf) although the file has the plain name.
@@ -139,6 +140,19 @@ def main() -> int:
     if output != ["(2, 2)", "[58.0, 64.0, 139.0, 154.0]"]:
         sys.exit(f"the tensor snippet printed {output}")
     print("tensor snippet: ok")
+    # The console script, and the demo on the data the wheel carries (not the source tree's).
+    script = fresh / ("Scripts/riftco.exe" if os.name == "nt" else "bin/riftco")
+    if not script.is_file():
+        sys.exit(f"the wheel installed no riftco console script at {script}")
+    usage = run([str(script), "--help"], "riftco --help", cwd=outside, env=environment).stdout
+    if "pretrain" not in usage or "post-train" not in usage:
+        sys.exit(f"riftco --help lists no subcommands:\n{usage}")
+    demo = run([str(script), "demo", "--steps", "10", "--post-train-steps", "5", "--output-dir",
+                str(outside / "demo")], "riftco demo", cwd=outside, env=environment).stdout
+    if "demo_data" not in str(next((fresh / "lib").rglob("tiny_instructions.jsonl"), "")) or \
+            "demo: done" not in demo:
+        sys.exit(f"riftco demo did not run on the wheel's demo data:\n{demo}")
+    print("riftco console script and demo: ok")
 
     # 4. Runtime dependencies of the installed library.
     if shutil.which("ldd"):

@@ -1,0 +1,139 @@
+"""The ``riftco`` command line end to end, as a user runs it: pretrain, post-train, evaluate,
+generate, inspect, convert, resume, --help, and bad input (one line, exit status 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PYTHON_SOURCE, REPOSITORY
+
+CORPUS = REPOSITORY / "data" / "corpus" / "alice_in_wonderland.txt"
+INSTRUCTIONS = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
+SUBCOMMANDS = ("pretrain", "post-train", "evaluate", "generate", "serve", "inspect", "convert",
+               "demo")
+
+
+def riftco(*arguments, check=True, timeout=300):
+    environment = {**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "riftco_transformer", *map(str, arguments)],
+        env=environment, capture_output=True, text=True, timeout=timeout,
+    )
+    if check and completed.returncode != 0:
+        raise AssertionError(f"riftco {arguments} failed ({completed.returncode}):\n"
+                             f"{completed.stdout}\n{completed.stderr}")
+    return completed
+
+
+@pytest.fixture(scope="module")
+def journey(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cli")
+    corpus = directory / "corpus.txt"
+    corpus.write_text(CORPUS.read_text()[:40000])
+    base = directory / "base.rift"
+    pretrained = riftco("pretrain", "--file", corpus, "--output", base, "--steps", 30,
+                        "--context", 32, "--model-width", 32, "--feed-forward-width", 64,
+                        "--eval-every", 10, "--backend", "cpu", "--checkpoint",
+                        directory / "run.riftckpt", "--checkpoint-every", 10)
+    tuned = directory / "tuned.rift"
+    post = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output", tuned,
+                  "--steps", 20, "--method", "lora", "--learning-rate", "0.02",
+                  "--validation-instructions", INSTRUCTIONS, "--backend", "cpu")
+    return directory, corpus, base, tuned, pretrained, post
+
+
+def test_pretrain_writes_the_bundle_metrics_curve_and_checkpoint(journey):
+    directory, _, base, _, pretrained, _ = journey
+    assert "pretrain: 30 steps" in pretrained.stdout and "tokens/s" in pretrained.stdout
+    assert base.is_file() and (directory / "run.riftckpt").is_file()
+    lines = (directory / "base.rift.metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records if r["phase"] == "train"] == list(range(1, 31))
+    svg = (directory / "base.rift.loss.svg").read_text()
+    assert svg.startswith("<svg") or svg.startswith("<?xml")
+    # Not a terminal: plain progress lines, no carriage returns.
+    assert "\r" not in pretrained.stderr and "30/30" in pretrained.stderr
+
+
+def test_post_train_evaluate_and_generate(journey):
+    directory, corpus, base, tuned, _, post = journey
+    assert "post-train: lora" in post.stdout and "held-out loss" in post.stdout
+    inspected = riftco("inspect", tuned).stdout
+    assert "stage        post_training" in inspected
+    parent = json.loads(riftco("inspect", base, "--json").stdout)["artifact_id"]
+    assert f"parent       {parent}" in inspected
+    scored = json.loads(riftco("evaluate", "--bundle", base, "--file", corpus, "--json").stdout)
+    assert scored["target_token_count"] > 1000 and scored["loss"] > 0
+    instructions = riftco("evaluate", "--bundle", tuned, "--instructions", INSTRUCTIONS,
+                          "--response-only").stdout
+    assert "evaluate: loss" in instructions
+    generated = riftco("generate", "--bundle", tuned, "--prompt", "What is 2 + 3?", "--chat",
+                       "--max-new-tokens", 12)
+    assert "tokens, finish reason" in generated.stderr
+    plain = riftco("generate", "--bundle", base, "--prompt", "Alice", "--max-new-tokens", 5)
+    assert plain.stdout.startswith("Alice")
+
+
+def test_inspect_a_checkpoint_and_resume_it(journey):
+    directory, corpus, base, _, _, _ = journey
+    assert "global_step   30" in riftco("inspect", directory / "run.riftckpt").stdout
+    # Resuming the finished run at the same step count reproduces the same bundle.
+    again = directory / "again.rift"
+    riftco("pretrain", "--file", corpus, "--output", again, "--steps", 30, "--context", 32,
+           "--model-width", 32, "--feed-forward-width", 64, "--eval-every", 10, "--backend",
+           "cpu", "--resume", directory / "run.riftckpt")
+    from riftco_transformer.artifacts import ModelBundle
+
+    assert ModelBundle.load(again).weights == ModelBundle.load(base).weights
+
+
+def test_convert_round_trip_keeps_the_artifact(journey):
+    directory, _, base, _, _, _ = journey
+    riftco("convert", base, directory / "base.safetensors")
+    riftco("convert", directory / "base.safetensors", directory / "back.rift")
+    assert (directory / "back.rift").read_bytes() == base.read_bytes()
+    assert "F32 tensors" in riftco("inspect", directory / "base.safetensors").stdout
+
+
+def test_every_subcommand_has_help_with_defaults():
+    for command in SUBCOMMANDS:
+        text = riftco(command, "--help").stdout
+        assert text.startswith(f"usage: riftco {command}")
+        assert "(default:" in text or command in ("inspect", "convert")
+    assert "(default: 100)" in riftco("pretrain", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (("pretrain", "--output", "x.rift"), "required: --file"),
+        (("pretrain", "--file", "missing.txt", "--output", "x.rift"), "missing.txt"),
+        (("pretrain", "--file", CORPUS, "--output", "x.rift", "--steps", "0"), "positive integer"),
+        (("post-train", "--base", CORPUS, "--instructions", INSTRUCTIONS, "--output", "y.rift"),
+         "error"),
+        (("inspect", CORPUS), "error"),
+        (("generate", "--bundle", "nothing.rift", "--prompt", "x"), "nothing.rift"),
+        (("frobnicate",), "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, arguments, message):
+    completed = riftco(*arguments, check=False)
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in completed.stderr, completed.stderr
+    assert message in lines[0] and lines[0].startswith("riftco")
+
+
+def test_bad_jsonl_names_the_line(journey, tmp_path):
+    _, _, base, _, _, _ = journey
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "hi", "response": "there"}\n{"prompt": "x"}\n')
+    completed = riftco("post-train", "--base", base, "--instructions", bad, "--output",
+                       tmp_path / "z.rift", check=False)
+    assert completed.returncode == 2 and "bad.jsonl:2" in completed.stderr
+    assert not (tmp_path / "z.rift").exists()
