@@ -181,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend(post)
     _add_runtime_policies(post)
     _add_training_outputs(post)
+    post.add_argument("--checkpoint", type=Path, default=None,
+                      help="write an exact-resume .riftckpt here during training")
+    post.add_argument("--checkpoint-every", type=_positive_int, default=50,
+                      help="steps between checkpoints (with --checkpoint)")
+    post.add_argument("--resume", type=Path, default=None,
+                      help="continue the run a .riftckpt recorded (same base, data and flags)")
 
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
@@ -378,19 +384,29 @@ def command_post_train(arguments) -> int:
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size, response_only_loss=arguments.response_only,
     )
-    reporter = _TrainingReporter(arguments, config.steps, f"post-train ({config.fine_tuning_method})")
+    resume = None
+    if arguments.resume is not None:
+        from .checkpoints import TrainingCheckpoint
+
+        resume = TrainingCheckpoint.load(arguments.resume)
+    reporter = _TrainingReporter(arguments, config.steps,
+                                 f"post-train ({config.fine_tuning_method})",
+                                 0 if resume is None else resume.global_step)
     started = time.perf_counter()
     try:
         result = post_train(base, examples, config, metric_sink=reporter.sink,
-                            on_step=reporter.on_step, validation_examples=validation)
+                            on_step=reporter.on_step, validation_examples=validation,
+                            checkpoint_path=arguments.checkpoint,
+                            checkpoint_interval=arguments.checkpoint_every, resume_from=resume)
     finally:
         reporter.finish()
     elapsed = time.perf_counter() - started
     result.bundle.save(arguments.output)
     trained = [m for m in result.metrics if m.phase == "train"]
+    losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
+              if trained else "")
     _say(f"post-train: {config.fine_tuning_method}, {result.example_count} examples, "
-         f"{len(trained)} steps in {elapsed:.1f} s; training loss {trained[0].loss:.4f} -> "
-         f"{trained[-1].loss:.4f} ({result.objective})")
+         f"{len(trained)} steps in {elapsed:.1f} s{losses} ({result.objective})")
     if result.base_validation is not None:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "

@@ -123,8 +123,16 @@ def post_train(
     metric_sink: Callable | None = None,
     on_step: Callable | None = None,
     validation_examples: Sequence | None = None,
+    checkpoint_path=None,
+    checkpoint_interval: int | None = None,
+    resume_from=None,
 ) -> PostTrainingResult:
-    """Fine-tune a live copy of ``base`` on ``examples``; see the module docstring."""
+    """Fine-tune a live copy of ``base`` on ``examples``; see the module docstring.
+
+    ``checkpoint_path`` (every ``checkpoint_interval`` steps, and at the end) writes an
+    exact-resume ``.riftckpt``; ``resume_from`` (a path or a loaded checkpoint of this base,
+    data and config) continues it, ending exactly where the uninterrupted run ends.
+    """
     config = PostTrainingConfig() if config is None else config
     if not isinstance(config, PostTrainingConfig):
         raise TypeError(f"config must be a PostTrainingConfig, not {type(config).__name__}")
@@ -160,9 +168,30 @@ def post_train(
         )
         method = config.fine_tuning_method
         quantization = None
+        nf4 = None
         if method == "qlora":
+            nf4 = {"block_size": config.nf4_block_size,
+                   "double_quantization": config.double_quantization,
+                   "scale_block_size": config.nf4_scale_block_size}
+        checkpoint = None
+        if resume_from is not None:
+            from .checkpoints import TrainingCheckpoint
+
+            checkpoint = (resume_from if isinstance(resume_from, TrainingCheckpoint)
+                          else TrainingCheckpoint.load(resume_from))
+            if checkpoint.metadata.get("base_artifact_id") != base.artifact_id:
+                raise ValueError("the checkpoint was not taken while post-training this base "
+                                 f"bundle ({base.artifact_id[:16]})")
+            resumed = checkpoint.resume(backend, config.attention,
+                                        config.activation_checkpointing,
+                                        config.resolved_optimizer_state)
+            if resumed.tokenizer is not None:
+                resumed.tokenizer.close()
+            model, optimizer = resumed.model, resumed.optimizer
+        elif method == "qlora":
             model.quantize_nf4(config.nf4_block_size, config.double_quantization,
                                config.nf4_scale_block_size)
+        if method == "qlora":
             quantization = {
                 "format": "nf4",
                 "block_size": config.nf4_block_size,
@@ -171,27 +200,55 @@ def post_train(
                 "packed_memory": dataclasses.asdict(model.quantized_memory),
                 "export": "materialized_fp32",
             }
-        if method in ("lora", "qlora"):
-            model.attach_lora(config.lora)
-            trainable = model.adapter_parameters()
-        else:
-            trainable = model.parameters()
-        with trainable:
-            optimizer = Adam(trainable, AdamOptions(
-                learning_rate=config.learning_rate,
-                state_storage=config.resolved_optimizer_state,
-                page_size=config.optimizer_page_size,
-            ))
+        if checkpoint is None:
+            if method in ("lora", "qlora"):
+                model.attach_lora(config.lora)
+                trainable = model.adapter_parameters()
+            else:
+                trainable = model.parameters()
+            with trainable:
+                optimizer = Adam(trainable, AdamOptions(
+                    learning_rate=config.learning_rate,
+                    state_storage=config.resolved_optimizer_state,
+                    page_size=config.optimizer_page_size,
+                ))
         source = WindowBatchSource(sequences, config.batch_size, config.context_size,
                                    config.random_seed, config.sampling_strategy, masks)
         trainer = CausalLanguageModelTrainer(model, optimizer)
-        metrics = trainer.run(
-            source,
-            TrainingLoopConfig(config.steps, config.evaluation_interval, config.loss_average_window),
-            (),
-            metric_sink,
-            on_step,
-        )
+        if checkpoint is not None:
+            checkpoint.restore_source(source)
+            checkpoint.restore_trainer(trainer)
+        remaining = config.steps - optimizer.step_count
+        if remaining < 0:
+            raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
+                             f"{config.steps}")
+
+        def save_checkpoint() -> None:
+            from .checkpoints import save_training_checkpoint
+
+            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer,
+                                     nf4=nf4, metadata={"stage": "post_training",
+                                                        "base_artifact_id": base.artifact_id})
+
+        def step_hook(metric: TrainingMetric) -> None:
+            if on_step is not None:
+                on_step(metric)
+            if checkpoint_path is not None and checkpoint_interval and \
+                    metric.step % checkpoint_interval == 0:
+                save_checkpoint()
+
+        metrics = ()
+        if remaining:
+            metrics = trainer.run(
+                source,
+                TrainingLoopConfig(remaining, config.evaluation_interval,
+                                   config.loss_average_window),
+                (),
+                metric_sink,
+                step_hook,
+            )
+        if checkpoint_path is not None:
+            save_checkpoint()
         optimizer_report = {
             "state_storage": optimizer.state_storage,
             "page_size": optimizer.state_page_size,
@@ -234,6 +291,8 @@ def post_train(
     finally:
         if optimizer is not None and not optimizer.closed:
             optimizer.close()
+        if model is not runtime.model:
+            model.close()
         runtime.close()
     return PostTrainingResult(
         bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,

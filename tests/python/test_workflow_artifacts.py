@@ -397,3 +397,22 @@ def test_checkpoint_rules(tokenizer):
         with pytest.raises(ValueError, match="own exactly"):
             capture_training_checkpoint(model, foreign)
     model.close()
+
+
+def test_a_contiguous_run_resumes_with_paged_moments_to_the_same_weights(tokenizer):
+    tokens = tokenizer.encode_to_array(TEXT)
+    model, optimizer, source, trainer, _ = _run(tokenizer, tokens, 6)
+    expected = model.parameters().flat_values()
+    optimizer.close()
+    model.close()
+    model, optimizer, source, trainer, _ = _run(tokenizer, tokens, 2)
+    checkpoint = capture_training_checkpoint(model, optimizer, tokenizer, source, trainer)
+    optimizer.close()
+    model.close()
+    resumed = checkpoint.resume(state_storage="paged")
+    assert resumed.optimizer.state_storage == "paged"
+    continued = RandomWindowBatchSource(tokens, 4, 16, 11)
+    checkpoint.restore_source(continued)
+    CausalLanguageModelTrainer(resumed.model, resumed.optimizer).run(continued, TrainingLoopConfig(4))
+    assert resumed.model.parameters().flat_values() == expected
+    resumed.close()

@@ -271,6 +271,32 @@ def test_post_training_lowers_the_held_out_loss_and_records_lineage(base_bundle,
         assert runtime.model.config == base_bundle.config
 
 
+def test_an_interrupted_qlora_post_training_resumes_to_the_same_bundle(base_bundle, tmp_path):
+    examples = read_instructions_jsonl(INSTRUCTIONS)[:30]
+    config = PostTrainingConfig(steps=10, context_size=16, batch_size=4, backend="cpu",
+                                fine_tuning_method="qlora", learning_rate=2e-2,
+                                response_only_loss=True)
+    expected = post_train(base_bundle, examples, config).bundle
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(metric):
+        if metric.step == 6:
+            raise Interrupted
+
+    path = tmp_path / "post.riftckpt"
+    with pytest.raises(Interrupted):
+        post_train(base_bundle, examples, config, on_step=interrupt, checkpoint_path=path,
+                   checkpoint_interval=4)
+    resumed = post_train(base_bundle, examples, config, resume_from=path)
+    assert resumed.bundle.weights == expected.weights
+    other_base = pretrain_text(CORPUS[:30000], PretrainingConfig(
+        steps=2, context_size=32, model_width=32, feed_forward_width=64, backend="cpu")).bundle
+    with pytest.raises(ValueError, match="not taken while post-training this base"):
+        post_train(other_base, examples, config, resume_from=path)
+
+
 def test_response_only_loss_trains_on_assistant_tokens(base_bundle):
     examples = read_instructions_jsonl(INSTRUCTIONS)
     config = PostTrainingConfig(steps=30, context_size=16, batch_size=4, backend="cpu",
