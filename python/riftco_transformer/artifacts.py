@@ -447,6 +447,18 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def finite_number(value: object) -> float | None:
+    """``value`` as a finite float when it is a JSON number that is one, else None (a bool,
+    a string, NaN, infinity, or an int too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _field(mapping: dict, key: str, where: str) -> object:
     if key not in mapping:
         raise ValueError(f"{where}: missing {key!r}")
@@ -514,16 +526,10 @@ def _validate_config(config: object, where: str) -> TransformerConfig:
             raise ValueError(f"{where}: config.{name} must be in [1, 2**32), got {config[name]}")
     if not 0 <= config["random_seed"] < UINT32_LIMIT:
         raise ValueError(f"{where}: config.random_seed must be a uint32, got {config['random_seed']}")
-    epsilon = config["layer_norm_epsilon"]
-    if (
-        isinstance(epsilon, bool)
-        or not isinstance(epsilon, (int, float))
-        or not math.isfinite(epsilon)
-        or epsilon <= 0
-        or array("f", [epsilon])[0] <= 0
-    ):
+    epsilon = finite_number(config["layer_norm_epsilon"])
+    if epsilon is None or epsilon <= 0 or epsilon > 3.4e38 or array("f", [epsilon])[0] <= 0:
         raise ValueError(f"{where}: config.layer_norm_epsilon must be a positive float32, got "
-                         f"{epsilon!r}")
+                         f"{config['layer_norm_epsilon']!r}")
     if config["model_width"] % config["head_count"]:
         raise ValueError(
             f"{where}: config.head_count {config['head_count']} does not divide model_width "

@@ -42,6 +42,7 @@ from ._files import atomic_write
 from .artifacts import (
     ARCHITECTURE,
     MAXIMUM_MANIFEST_BYTES,
+    finite_number,
     first_non_finite,
     floats_from_little_endian,
     little_endian_bytes,
@@ -607,8 +608,7 @@ def _validate_manifest(manifest, where: str) -> None:
             not isinstance(lora, dict)
             or set(lora) != {"rank", "alpha", "targets", "random_seed"}
             or not _is_int(lora["rank"])
-            or not isinstance(lora["alpha"], (int, float))
-            or isinstance(lora["alpha"], bool)
+            or finite_number(lora["alpha"]) is None
             or not isinstance(lora["targets"], list)
             or not all(isinstance(t, str) for t in lora["targets"])
             or not _is_int(lora["random_seed"])
@@ -634,18 +634,26 @@ def _validate_manifest(manifest, where: str) -> None:
     if not isinstance(options, dict) or set(options) != option_keys:
         raise ValueError(f"{where}: optimizer.options must have exactly {sorted(option_keys)}")
     try:
-        restored = {name: math.inf if options[name] == "inf" else options[name] for name in _OPTION_FIELDS}
+        restored = {}
+        for name in _OPTION_FIELDS:
+            value = math.inf if options[name] == "inf" else finite_number(options[name])
+            if value is None:
+                raise ValueError(f"{name} must be a finite number or 'inf'")
+            restored[name] = value
         AdamOptions(**restored, state_storage=options["state_storage"], page_size=options["page_size"])
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:
         raise ValueError(f"{where}: optimizer.options: {error}") from None
     step = optimizer["step_count"]
     if not _is_int(step) or step < 0 or step != manifest["global_step"]:
         raise ValueError(f"{where}: optimizer.step_count must equal global_step")
     for name, beta in (("beta1_power", restored["beta1"]), ("beta2_power", restored["beta2"])):
-        power = optimizer[name]
-        if isinstance(power, bool) or not isinstance(power, (int, float)):
-            raise ValueError(f"{where}: optimizer.{name} must be a number")
-        expected = float(beta) ** step
+        power = finite_number(optimizer[name])
+        if power is None:
+            raise ValueError(f"{where}: optimizer.{name} must be a finite number")
+        try:
+            expected = float(beta) ** step
+        except OverflowError:
+            expected = math.inf
         if not math.isclose(power, expected, rel_tol=1e-9, abs_tol=1e-300):
             raise ValueError(f"{where}: optimizer.{name} {power!r} is not beta^step ({expected!r})")
     source = manifest["batch_source"]
@@ -657,7 +665,7 @@ def _validate_manifest(manifest, where: str) -> None:
     if trainer is not None and (
         not isinstance(trainer, dict)
         or not isinstance(trainer.get("recent_losses"), list)
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in trainer["recent_losses"])
+        or not all(finite_number(v) is not None for v in trainer["recent_losses"])
     ):
         raise ValueError(f"{where}: trainer must hold recent_losses")
     members = manifest["members"]
