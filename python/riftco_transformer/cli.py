@@ -269,6 +269,13 @@ def _add_training_outputs(parser) -> None:
 # ---- commands -----------------------------------------------------------------------------
 
 
+def _backend(arguments) -> str:
+    """The --backend flag with "auto" resolved (tpu, cuda, metal, then cpu)."""
+    from .pretraining import resolve_backend
+
+    return resolve_backend(arguments.backend)
+
+
 def _say(message: str) -> None:
     print(message, flush=True)
 
@@ -421,7 +428,7 @@ def command_evaluate(arguments) -> int:
     from .evaluation import evaluate_instruction_examples, evaluate_sequences
 
     bundle = ModelBundle.load(arguments.bundle)
-    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime:
+    with bundle.instantiate(_backend(arguments)) as runtime:
         if arguments.file is not None:
             data = arguments.file.read_bytes()
             try:
@@ -465,7 +472,7 @@ def command_generate(arguments) -> int:
         max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
         top_k=arguments.top_k, seed=arguments.seed, stop=stop,
     )
-    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime:
+    with bundle.instantiate(_backend(arguments)) as runtime:
         generator = TextGenerator(runtime.model, runtime.tokenizer)
         if not arguments.chat:
             sys.stdout.write(prompt)
@@ -488,7 +495,7 @@ def command_serve(arguments) -> int:
         model_name=arguments.bundle.stem,
     )
     bundle = ModelBundle.load(arguments.bundle)
-    with bundle.instantiate(arguments.backend if arguments.backend != "auto" else "cpu") as runtime, \
+    with bundle.instantiate(_backend(arguments)) as runtime, \
             ModelService(runtime.model, runtime.tokenizer, config) as service:
         def ready(server) -> None:
             _say(f"serve: {bundle.artifact_id[:16]} ({bundle.stage}) at {server.url}/ "
@@ -612,7 +619,7 @@ def demo_data_path(name: str) -> Path:
 
 def command_demo(arguments) -> int:
     from .evaluation import evaluate_instruction_examples
-    from .instructions import read_instructions_jsonl
+    from .instructions import PlainChatFormatter, read_instructions_jsonl
     from .post_training import PostTrainingConfig, post_train
     from .pretraining import PretrainingConfig, pretrain_file
     from .serving import GenerationConfig, PlainChatTemplate, TextGenerator
@@ -622,7 +629,10 @@ def command_demo(arguments) -> int:
     output.mkdir(parents=True, exist_ok=True)
     corpus = demo_data_path("corpus")
     examples = read_instructions_jsonl(demo_data_path("instructions"))
-    train_examples, held_out = examples[:-6], examples[-6:]
+    # Every seventh example is held out (the file mixes kinds of questions; a tail would be
+    # one kind only).
+    held_out = tuple(example for index, example in enumerate(examples) if index % 7 == 3)
+    train_examples = tuple(example for index, example in enumerate(examples) if index % 7 != 3)
     _say(f"demo: 1/4 pretraining a GPT on {corpus.name} ({corpus.stat().st_size:,} bytes), "
          f"{arguments.steps} steps")
     config = PretrainingConfig(
@@ -638,12 +648,19 @@ def command_demo(arguments) -> int:
     _say(f"demo:   held-out loss {validation[0].loss:.3f} -> {validation[-1].loss:.3f} nats/token "
          f"in {time.perf_counter() - phase:.1f} s; wrote {base_path}")
 
-    _say(f"demo: 2/4 post-training (full, response-only loss) on {len(train_examples)} "
-         f"instruction examples, {arguments.post_train_steps} steps")
     phase = time.perf_counter()
+    # Windows as long as the shortest formatted example allows (each must be longer than the
+    # window), so training sees whole questions as generation will.
+    with pretrained.bundle.tokenizer() as tokenizer:
+        formatter = PlainChatFormatter()
+        shortest = min(len(tokenizer.encode_to_array(formatter.format(example).encode()))
+                       for example in examples)
+    context = max(1, min(config.context_size, shortest - 1))
+    _say(f"demo: 2/4 post-training (full, response-only loss) on {len(train_examples)} "
+         f"instruction examples, {arguments.post_train_steps} steps, windows of {context} tokens")
     tuned = post_train(
         pretrained.bundle, train_examples,
-        PostTrainingConfig(steps=arguments.post_train_steps, context_size=16, batch_size=8,
+        PostTrainingConfig(steps=arguments.post_train_steps, context_size=context, batch_size=8,
                            learning_rate=3e-3, backend=arguments.backend,
                            response_only_loss=True),
         validation_examples=held_out,
@@ -657,9 +674,9 @@ def command_demo(arguments) -> int:
     _say(f"demo: 3/4 evaluating on {len(held_out)} held-out examples (responses only)")
     with pretrained.bundle.instantiate() as base_runtime, tuned.bundle.instantiate() as runtime:
         base_score = evaluate_instruction_examples(base_runtime.model, base_runtime.tokenizer,
-                                                   held_out, 16, 8, response_only=True)
+                                                   held_out, context, 8, response_only=True)
         tuned_score = evaluate_instruction_examples(runtime.model, runtime.tokenizer, held_out,
-                                                    16, 8, response_only=True)
+                                                    context, 8, response_only=True)
         _say(f"demo:   response loss {base_score.loss:.3f} (pretrained) -> {tuned_score.loss:.3f} "
              f"(post-trained), delta {tuned_score.loss - base_score.loss:+.3f} over "
              f"{tuned_score.target_token_count} tokens")
@@ -670,7 +687,8 @@ def command_demo(arguments) -> int:
             question = example.prompt if hasattr(example, "prompt") else example.messages[-2].content
             result = generator.generate(
                 template.render([{"role": "user", "content": question}]),
-                GenerationConfig(max_new_tokens=32, stop=template.stop_sequences),
+                # The demo's answers are one line: stop at its end, or at the next turn.
+                GenerationConfig(max_new_tokens=32, stop=("\n", *template.stop_sequences)),
             )
             _say(f"demo:   Q: {question}\ndemo:   A: {result.generated_text.strip()}")
     _say(f"demo: done in {time.perf_counter() - started:.1f} s; bundles in {output}")

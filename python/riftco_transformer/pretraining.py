@@ -259,9 +259,12 @@ def _check_utf8(path: Path) -> int:
     return offset
 
 
+_CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
+
+
 def _characters(data: bytes) -> int:
-    """UTF-8 characters in ``data`` (bytes that are not continuation bytes)."""
-    return len(data) - sum(data.count(bytes([b])) for b in range(0x80, 0xC0))
+    """UTF-8 characters in ``data``: the bytes that are not continuation bytes (one C pass)."""
+    return len(data.translate(None, _CONTINUATION_BYTES))
 
 
 def _split_offset(path: Path, size: int, fraction: float) -> int:

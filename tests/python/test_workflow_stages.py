@@ -362,3 +362,25 @@ def test_the_safetensors_package_reads_our_bundle_export(tmp_path, base_bundle):
     assert output["id"] == base_bundle.artifact_id
     assert output["shape"] == list(base_bundle.parameters[0].shape)
     assert output["sum"] == pytest.approx(sum(float(v) for v in base_bundle.weights), rel=1e-9)
+
+
+def test_the_file_split_counts_characters_not_bytes_across_chunks(tmp_path, monkeypatch):
+    import hashlib
+
+    import riftco_transformer.pretraining as pretraining
+
+    text = "".join(f"línea {i} — naïve café 😀 日本語\n" for i in range(400))
+    (tmp_path / "multi.txt").write_text(text)
+    held_out = math.ceil(len(text) * 0.1)
+    config = PretrainingConfig(steps=2, context_size=8, backend="cpu")
+    whole = pretrain_file(tmp_path / "multi.txt", config).bundle.metadata
+    monkeypatch.setattr(pretraining, "CHUNK_BYTES", 61)  # many chunks, cut inside characters
+    chunked = pretrain_file(tmp_path / "multi.txt", config).bundle.metadata
+    for metadata in (whole, chunked):
+        assert metadata["validation_text_sha256"] == hashlib.sha256(
+            text[-held_out:].encode()).hexdigest()
+        assert metadata["training_text_sha256"] == hashlib.sha256(
+            text[:-held_out].encode()).hexdigest()
+    assert whole == {**chunked, "training_token_count": whole["training_token_count"],
+                     "validation_token_count": whole["validation_token_count"],
+                     "final_validation_loss": whole["final_validation_loss"]}
