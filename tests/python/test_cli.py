@@ -137,3 +137,12 @@ def test_bad_jsonl_names_the_line(journey, tmp_path):
                        tmp_path / "z.rift", check=False)
     assert completed.returncode == 2 and "bad.jsonl:2" in completed.stderr
     assert not (tmp_path / "z.rift").exists()
+
+
+def test_demo_runs_the_whole_journey(tmp_path):
+    output = riftco("demo", "--steps", 10, "--post-train-steps", 5, "--output-dir", tmp_path,
+                    "--backend", "cpu").stdout
+    for step in ("1/4 pretraining", "2/4 post-training", "3/4 evaluating", "4/4 generating",
+                 "demo: done"):
+        assert step in output
+    assert (tmp_path / "pretrained.rift").is_file() and (tmp_path / "post_trained.rift").is_file()
