@@ -42,17 +42,37 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON (non-finite numbers are not allowed)")
+class DuplicateKeyError(ValueError):
+    """A JSON object names ``key`` twice (raised by :func:`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
 
 
-def _unique_object(pairs: list[tuple[str, object]]) -> dict:
+class NonStandardConstantError(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``, which JSON does not have (raised by
+    :func:`reject_constant`)."""
+
+    def __init__(self, constant: str) -> None:
+        super().__init__(f"{constant} is not valid JSON (non-finite numbers are not allowed)")
+        self.constant = constant
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``'s ``object_pairs_hook`` for strict readers: a key given twice is a
+    :class:`DuplicateKeyError` (Python's default silently keeps the last one)."""
     result: dict = {}
     for key, value in pairs:
         if key in result:
-            raise ValueError(f"duplicate key {key!r}")
+            raise DuplicateKeyError(key)
         result[key] = value
     return result
+
+
+def reject_constant(constant: str) -> object:
+    """``json.loads``'s ``parse_constant`` for strict readers (:class:`NonStandardConstantError`)."""
+    raise NonStandardConstantError(constant)
 
 
 def strict_json(data: bytes, source: str) -> object:
@@ -62,7 +82,7 @@ def strict_json(data: bytes, source: str) -> object:
     except UnicodeDecodeError as error:
         raise ValueError(f"{source}: not valid UTF-8 at byte {error.start}") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=reject_constant)
     except RecursionError:
         raise ValueError(f"{source}: JSON nested too deeply") from None
     except ValueError as error:  # json.JSONDecodeError is a ValueError

@@ -25,6 +25,7 @@ ValueError naming the field (FileNotFoundError when the file is missing). Saving
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 import sys
@@ -47,16 +48,8 @@ MAXIMUM_MANIFEST_BYTES = 1 << 20
 MAXIMUM_BLOCKS = 256
 
 _HEX_ID = re.compile(r"[0-9a-f]{64}\Z")
-_CONFIG_FIELDS = (
-    "vocabulary_size",
-    "maximum_context",
-    "model_width",
-    "head_count",
-    "block_count",
-    "feed_forward_width",
-    "random_seed",
-    "layer_norm_epsilon",
-)
+# The config's fields, in TransformerConfig's order (the six dimensions, the seed, epsilon).
+CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TransformerConfig))
 _MANIFEST_KEYS = {
     "format",
     "format_version",
@@ -178,7 +171,7 @@ class ModelBundle:
         self._manifest = manifest
         self._weights = weights
         config = manifest["config"]
-        self._config = TransformerConfig(**{name: config[name] for name in _CONFIG_FIELDS})
+        self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS})
         self._parameters = tuple(
             ParameterSpec(entry["name"], tuple(entry["shape"]), entry["offset"], entry["count"])
             for entry in manifest["parameters"]
@@ -240,7 +233,7 @@ class ModelBundle:
             "architecture": ARCHITECTURE,
             "stage": stage,
             "parent_artifact_id": parent_artifact_id,
-            "config": {name: getattr(config, name) for name in _CONFIG_FIELDS},
+            "config": {name: getattr(config, name) for name in CONFIG_FIELDS},
             "tokenizer": tokenizer_state,
             "parameters": table,
             "weights": {
@@ -516,12 +509,12 @@ def validate_config_mapping(config: object, where: str) -> TransformerConfig:
 
 
 def _validate_config(config: object, where: str) -> TransformerConfig:
-    if not isinstance(config, dict) or set(config) != set(_CONFIG_FIELDS):
-        raise ValueError(f"{where}: config must be an object with exactly {list(_CONFIG_FIELDS)}")
-    for name in _CONFIG_FIELDS[:-1]:
+    if not isinstance(config, dict) or set(config) != set(CONFIG_FIELDS):
+        raise ValueError(f"{where}: config must be an object with exactly {list(CONFIG_FIELDS)}")
+    for name in CONFIG_FIELDS[:-1]:
         if not _is_int(config[name]):
             raise ValueError(f"{where}: config.{name} must be an int, got {config[name]!r}")
-    for name in _CONFIG_FIELDS[:6]:
+    for name in CONFIG_FIELDS[:6]:
         if config[name] < 1 or config[name] >= 1 << 32:
             raise ValueError(f"{where}: config.{name} must be in [1, 2**32), got {config[name]}")
     if not 0 <= config["random_seed"] < UINT32_LIMIT:

@@ -41,6 +41,7 @@ from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json
 from ._files import atomic_write
 from .artifacts import (
     ARCHITECTURE,
+    CONFIG_FIELDS,
     MAXIMUM_MANIFEST_BYTES,
     finite_number,
     first_non_finite,
@@ -199,9 +200,7 @@ def capture_training_checkpoint(
         "global_step": state.step_count,
         "model": {
             "architecture": ARCHITECTURE,
-            "config": {name: getattr(config, name) for name in (
-                "vocabulary_size", "maximum_context", "model_width", "head_count",
-                "block_count", "feed_forward_width", "random_seed", "layer_norm_epsilon")},
+            "config": {name: getattr(config, name) for name in CONFIG_FIELDS},
             "attention": model.full_sequence_attention,
             "activation_checkpointing": model.activation_checkpointing,
             "parameters": base_table,

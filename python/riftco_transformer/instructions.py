@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ._container import unique_keys
 from .serving.chat import CHAT_ROLES, ChatMessage, PlainChatTemplate, chat_messages
 
 __all__ = [
@@ -207,7 +208,7 @@ def _parse_line(line: str | bytes, first: bool) -> Example | None:
     if not line.strip(ASCII_WHITESPACE):
         return None
     try:
-        record = json.loads(line, object_pairs_hook=_unique_keys)
+        record = json.loads(line, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as error:
         raise ValueError(f"invalid JSON: {error.msg} at column {error.colno}") from None
     except RecursionError:
@@ -217,15 +218,6 @@ def _parse_line(line: str | bytes, first: bool) -> Example | None:
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {_json_type(record)}")
     return _example_from_record(record)
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    record = {}
-    for key, value in pairs:
-        if key in record:
-            raise ValueError(f"duplicate key {key!r}")
-        record[key] = value
-    return record
 
 
 def _example_from_record(record: dict[str, object]) -> Example:

@@ -30,14 +30,15 @@ from .batching import SAMPLING_STRATEGIES, WindowBatchSource
 from .evaluation import CausalEvaluation, encode_examples, evaluate_sequences
 from .instructions import PlainChatFormatter, read_instructions_jsonl
 from .native import Adam, AdamOptions, LoraConfig
-from .pretraining import _choice, _int, _positive_float, require_backend_name, resolve_backend
+from .native._validation import require_int, require_positive_float
+from .pretraining import _one_of, _positive, require_backend_name, resolve_backend
 from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
 
 FINE_TUNING_METHODS = ("full", "lora", "qlora")
 
 
 def _power_of_two(value, name: str) -> int:
-    _int(value, name, 32, 4097)
+    require_int(value, name, 32, 4097)
     if value & (value - 1):
         raise ValueError(f"{name} must be a power of two in 32..4096, got {value}")
     return value
@@ -70,22 +71,22 @@ class PostTrainingConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "context_size", "batch_size", "evaluation_interval",
                      "loss_average_window", "optimizer_page_size"):
-            _int(getattr(self, name), name)
-        _int(self.random_seed, "random_seed", 0)
-        _positive_float(self.learning_rate, "learning_rate")
+            _positive(getattr(self, name), name)
+        require_int(self.random_seed, "random_seed", 0, 1 << 63)
+        require_positive_float(self.learning_rate, "learning_rate")
         require_backend_name(self.backend)
-        _choice(self.fine_tuning_method, "fine_tuning_method", FINE_TUNING_METHODS)
-        _choice(self.sampling_strategy, "sampling_strategy", SAMPLING_STRATEGIES)
+        _one_of(self.fine_tuning_method, "fine_tuning_method", FINE_TUNING_METHODS)
+        _one_of(self.sampling_strategy, "sampling_strategy", SAMPLING_STRATEGIES)
         if not isinstance(self.lora, LoraConfig):
             raise TypeError(f"lora must be a LoraConfig, not {type(self.lora).__name__}")
-        _choice(self.attention, "attention", ("materialized", "flash"))
-        _choice(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
+        _one_of(self.attention, "attention", ("materialized", "flash"))
+        _one_of(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
         _power_of_two(self.nf4_block_size, "nf4_block_size")
         _power_of_two(self.nf4_scale_block_size, "nf4_scale_block_size")
         for name in ("double_quantization", "response_only_loss"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool")
-        _choice(self.optimizer_state, "optimizer_state", ("auto", "contiguous", "paged"))
+        _one_of(self.optimizer_state, "optimizer_state", ("auto", "contiguous", "paged"))
 
     @property
     def resolved_optimizer_state(self) -> str:

@@ -32,35 +32,25 @@ from pathlib import Path
 from .artifacts import ModelBundle
 from .batching import RandomWindowBatchSource, TokenFile, fixed_batches
 from .native import Adam, AdamOptions, DecoderOnlyTransformer, Tokenizer, TransformerConfig
-from .native._validation import UINT32_LIMIT
+from .native._validation import (
+    UINT32_LIMIT,
+    require_choice,
+    require_int,
+    require_positive_float,
+)
 from .native.backends import BACKEND_NAMES, BACKEND_VALUES, backend_value
 from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
 
 CHUNK_BYTES = 4 << 20
 
 
-def _int(value, name: str, minimum: int = 1, limit: int = 1 << 63) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not minimum <= value < limit:
-        raise ValueError(f"{name} must be in [{minimum}, {limit}), got {value}")
+def _positive(value, name: str) -> int:
+    return require_int(value, name, 1, 1 << 63)
+
+
+def _one_of(value, name: str, choices: tuple[str, ...]) -> str:
+    require_choice(value, name, dict.fromkeys(choices))
     return value
-
-
-def _choice(value, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
-def _positive_float(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -97,21 +87,21 @@ class PretrainingConfig:
                      "evaluation_interval", "loss_average_window", "minimum_pair_frequency",
                      "model_width", "head_count", "block_count", "feed_forward_width",
                      "optimizer_page_size", "tokenizer_training_bytes"):
-            _int(getattr(self, name), name)
-        _int(self.vocabulary_size, "vocabulary_size", 256, UINT32_LIMIT)
-        _int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
-        _int(self.validation_random_seed, "validation_random_seed", 0)
+            _positive(getattr(self, name), name)
+        require_int(self.vocabulary_size, "vocabulary_size", 256, UINT32_LIMIT)
+        require_int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
+        require_int(self.validation_random_seed, "validation_random_seed", 0, 1 << 63)
         fraction = self.validation_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise TypeError("validation_fraction must be a number")
         if not (math.isfinite(fraction) and 0 < fraction < 1):
             raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
-        _positive_float(self.learning_rate, "learning_rate")
-        _choice(self.tokenizer_method, "tokenizer_method", ("byte", "bpe"))
+        require_positive_float(self.learning_rate, "learning_rate")
+        _one_of(self.tokenizer_method, "tokenizer_method", ("byte", "bpe"))
         require_backend_name(self.backend)
-        _choice(self.attention, "attention", ("materialized", "flash"))
-        _choice(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
-        _choice(self.optimizer_state, "optimizer_state", ("contiguous", "paged"))
+        _one_of(self.attention, "attention", ("materialized", "flash"))
+        _one_of(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
+        _one_of(self.optimizer_state, "optimizer_state", ("contiguous", "paged"))
         if self.model_width % self.head_count:
             raise ValueError(
                 f"head_count {self.head_count} must divide model_width {self.model_width}"

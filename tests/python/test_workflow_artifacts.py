@@ -11,9 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-import zlib
 from array import array
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ import pytest
 from riftco_transformer import (
     DecoderOnlyTransformer,
     RiftcoTransformerError,
-    Tokenizer,
     TransformerConfig,
     cross_entropy,
     cross_entropy_masked,
@@ -22,7 +21,6 @@ from riftco_transformer.batching import (
     RandomWindowBatchSource,
     SequenceWindowBatchSource,
     TokenFile,
-    fixed_batches,
 )
 from riftco_transformer.evaluation import HeldOutProtocol, evaluate_sequences
 from riftco_transformer.instructions import InstructionExample, read_instructions_jsonl

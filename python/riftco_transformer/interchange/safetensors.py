@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
+from .._container import DuplicateKeyError, NonStandardConstantError, reject_constant, unique_keys
 from .._files import atomic_write
 
 SAFETENSORS_MAXIMUM_TENSORS = 8192
@@ -365,33 +366,6 @@ def _parse(view: memoryview, source: str) -> tuple[dict[str, SafetensorsTensor],
     return tensors, metadata
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-class _NonStandardConstant(Exception):
-    def __init__(self, constant: str) -> None:
-        super().__init__(constant)
-        self.constant = constant
-
-
-def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """json's object_pairs_hook: an object, or _DuplicateKey for a key given twice."""
-    result: dict[str, object] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
-    return result
-
-
-def _reject_constant(constant: str) -> None:
-    """json's parse_constant: NaN, Infinity and -Infinity are not JSON."""
-    raise _NonStandardConstant(constant)
-
-
 def _parse_header(view: memoryview, source: str) -> tuple[dict[str, object], int]:
     """The header object of a file and its length in bytes."""
     if len(view) < _LENGTH_BYTES:
@@ -419,10 +393,10 @@ def _parse_header(view: memoryview, source: str) -> tuple[dict[str, object], int
             f"the header is not valid UTF-8 (at header byte {error.start}: {error.reason})",
         )
     try:
-        header = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
-    except _DuplicateKey as error:
+        header = json.loads(text, object_pairs_hook=unique_keys, parse_constant=reject_constant)
+    except DuplicateKeyError as error:
         _fail(source, f"the header has the key {_describe(error.key)} twice")
-    except _NonStandardConstant as error:
+    except NonStandardConstantError as error:
         _fail(source, f"the header is not valid JSON ({error.constant} is no JSON value)")
     except RecursionError:
         _fail(source, "the header is not valid JSON (nested too deeply)")

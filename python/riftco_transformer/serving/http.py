@@ -42,6 +42,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
+from .._container import reject_constant, unique_keys
 from ._protocol import (
     ApiError,
     ApiRequest,
@@ -336,8 +337,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"the body has {len(data)} of its {length} announced bytes",
                            code="incomplete_body")
         try:
-            body = json.loads(data.decode("utf-8"), parse_constant=_reject_constant,
-                              object_pairs_hook=_unique_keys)
+            body = json.loads(data.decode("utf-8"), parse_constant=reject_constant,
+                              object_pairs_hook=unique_keys)
         except (UnicodeDecodeError, ValueError) as error:
             raise ApiError(400, f"the body is not valid JSON: {error}", code="invalid_json")
         if not isinstance(body, dict):
@@ -486,19 +487,6 @@ class _Handler(BaseHTTPRequestHandler):
         if request.include_usage:
             self._send_event(openai.usage_chunk(result))
         self._send_event("[DONE]")
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    body = {}
-    for key, value in pairs:
-        if key in body:
-            raise ValueError(f"duplicate key {key!r}")
-        body[key] = value
-    return body
 
 
 def serve(service: ModelService, config: ServingConfig | None = None, *,
