@@ -146,3 +146,33 @@ def test_demo_runs_the_whole_journey(tmp_path):
                  "demo: done"):
         assert step in output
     assert (tmp_path / "pretrained.rift").is_file() and (tmp_path / "post_trained.rift").is_file()
+
+
+def test_serve_answers_a_request_then_stops(journey):
+    import re
+    import urllib.request
+
+    _, _, _, tuned, _, _ = journey
+    environment = {**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "riftco_transformer", "serve", "--bundle", str(tuned), "--port",
+         "0", "--max-requests", "1", "--backend", "cpu"],
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"at (http://\S+?)/ ", line).group(1)
+        request = urllib.request.Request(
+            f"{url}/v1/generate", data=json.dumps({"prompt": "Alice", "max_new_tokens": 4}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.loads(response.read())
+        assert len(body["generated_token_ids"]) == 4 and body["prompt"] == "Alice"
+        assert process.wait(timeout=60) == 0
+        assert "serve: stopped" in process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+        process.stderr.close()
