@@ -281,15 +281,16 @@ def _say(message: str) -> None:
 
 
 class _TrainingReporter:
-    """Metrics JSONL + SVG curve + progress bar for one training command."""
+    """Metrics JSONL + SVG curve + progress bar for one training command. The files are
+    created with the first metric, so a run that fails before training leaves none."""
 
     def __init__(self, arguments, total_steps: int, label: str, initial: int = 0) -> None:
-        from .reporting import JsonlMetricSink, LossCurveSink, ProgressBar
+        from .reporting import LossCurveSink, ProgressBar
 
         output = arguments.output
         self.metrics_path = arguments.metrics or output.with_name(output.name + ".metrics.jsonl")
         self.curve_path = arguments.loss_curve or output.with_name(output.name + ".loss.svg")
-        self.jsonl = JsonlMetricSink(self.metrics_path)
+        self.jsonl = None
         self.curve = LossCurveSink(title=f"{label}: {output.name}")
         self.bar = None if arguments.no_progress else ProgressBar(
             total_steps, label=label, initial=initial
@@ -297,6 +298,10 @@ class _TrainingReporter:
         self.validation_loss = None
 
     def sink(self, metric) -> None:
+        if self.jsonl is None:
+            from .reporting import JsonlMetricSink
+
+            self.jsonl = JsonlMetricSink(self.metrics_path)
         self.jsonl(metric)
         self.curve(metric)
         if metric.phase == "validation":
@@ -314,8 +319,9 @@ class _TrainingReporter:
     def finish(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        self.jsonl.close()
-        self.curve.write(self.curve_path)
+        if self.jsonl is not None:
+            self.jsonl.close()
+            self.curve.write(self.curve_path)
 
 
 def command_pretrain(arguments) -> int:

@@ -18,11 +18,11 @@ SUBCOMMANDS = ("pretrain", "post-train", "evaluate", "generate", "serve", "inspe
                "demo")
 
 
-def riftco(*arguments, check=True, timeout=300):
+def riftco(*arguments, check=True, timeout=300, cwd=None):
     environment = {**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)}
     completed = subprocess.run(
         [sys.executable, "-m", "riftco_transformer", *map(str, arguments)],
-        env=environment, capture_output=True, text=True, timeout=timeout,
+        env=environment, capture_output=True, text=True, timeout=timeout, cwd=cwd,
     )
     if check and completed.returncode != 0:
         raise AssertionError(f"riftco {arguments} failed ({completed.returncode}):\n"
@@ -122,8 +122,9 @@ def test_every_subcommand_has_help_with_defaults():
     ],
 )
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path, arguments, message):
-    completed = riftco(*arguments, check=False)
+    completed = riftco(*arguments, check=False, cwd=tmp_path)
     assert completed.returncode == 2, completed.stderr
+    assert list(tmp_path.iterdir()) == [], "a failed command left files behind"
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in completed.stderr, completed.stderr
     assert message in lines[0] and lines[0].startswith("riftco")
