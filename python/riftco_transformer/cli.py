@@ -161,8 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
                                "messages) JSONL: full, LoRA or QLoRA; save the child bundle.")
     post.add_argument("--base", type=Path, required=True, help="the parent .rift bundle")
     post.add_argument("--instructions", type=Path, required=True, help="training JSONL")
-    post.add_argument("--validation-instructions", type=Path, default=None,
-                      help="held-out JSONL, scored before and after (exhaustively)")
+    held_out = post.add_mutually_exclusive_group()
+    held_out.add_argument("--validation-instructions", type=Path, default=None,
+                          help="held-out JSONL, scored before and after (exhaustively)")
+    held_out.add_argument("--validation-fraction", type=_fraction, default=None,
+                          help="hold out this fraction of --instructions instead (by content "
+                          "hash, disjoint, deterministic)")
     post.add_argument("--output", type=Path, required=True, help="the .rift bundle to write")
     post.add_argument("--steps", type=_positive_int, default=20)
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
@@ -388,6 +392,13 @@ def command_post_train(arguments) -> int:
         read_instructions_jsonl(arguments.validation_instructions)
         if arguments.validation_instructions is not None else None
     )
+    if arguments.validation_fraction is not None:
+        from .instructions import split_examples
+
+        splits = split_examples(examples, arguments.validation_fraction, seed=arguments.seed)
+        examples, validation = splits.train, splits.validation
+        _say(f"post-train: {len(examples)} training and {len(validation)} held-out examples "
+             f"(validation fraction {arguments.validation_fraction})")
     config = PostTrainingConfig(
         steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
         evaluation_interval=arguments.eval_every, learning_rate=arguments.learning_rate,

@@ -32,10 +32,12 @@ __all__ = [
     "Conversation",
     "Example",
     "InstructionExample",
+    "InstructionSplits",
     "PlainChatFormatter",
     "instruction_fingerprint",
     "parse_instructions_jsonl",
     "read_instructions_jsonl",
+    "split_examples",
 ]
 
 # What PlainChatTemplate trims from content, and what counts as blank here.
@@ -374,3 +376,66 @@ def instruction_fingerprint(examples: Iterable[Example]) -> str:
         records.append(example.to_record())
     canonical = json.dumps(records, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class InstructionSplits:
+    """Disjoint train/validation/test examples (``test`` may be empty) with their
+    fingerprints (:func:`instruction_fingerprint` of each split)."""
+
+    train: tuple[Example, ...]
+    validation: tuple[Example, ...]
+    test: tuple[Example, ...] = ()
+
+    def fingerprints(self) -> dict[str, str]:
+        return {name: instruction_fingerprint(getattr(self, name))
+                for name in ("train", "validation", "test")}
+
+
+def split_examples(
+    examples: Iterable[Example],
+    validation_fraction: float,
+    test_fraction: float = 0.0,
+    seed: int = 0,
+) -> InstructionSplits:
+    """Split ``examples`` into :class:`InstructionSplits` by content, deterministically.
+
+    Each distinct example goes to a split by the SHA-256 of ``seed`` and its canonical
+    record, read as a number u in [0, 1): test when u < test_fraction, validation when u <
+    test_fraction + validation_fraction, train otherwise. So an example always lands in the
+    same split whatever else the file holds or its order, and an exact duplicate can never
+    sit on both sides (later copies are dropped). Each split keeps the input order.
+    ``validation_fraction`` is in (0, 1), ``test_fraction`` in [0, 1), their sum below 1;
+    ValueError when the train or validation split (or a requested test split) ends up empty.
+    """
+    for name, value, allow_zero in (("validation_fraction", validation_fraction, False),
+                                    ("test_fraction", test_fraction, True)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+        if not (0 <= value < 1) or (value == 0 and not allow_zero):
+            raise ValueError(f"{name} must be in {'[0' if allow_zero else '(0'}, 1), got {value!r}")
+    if validation_fraction + test_fraction >= 1:
+        raise ValueError("validation_fraction + test_fraction must be below 1")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    splits: dict[str, list] = {"train": [], "validation": [], "test": []}
+    seen = set()
+    for index, example in enumerate(examples):
+        if not isinstance(example, (InstructionExample, Conversation)):
+            raise TypeError(f"examples[{index}] must be an InstructionExample or a Conversation")
+        record = json.dumps(example.to_record(), sort_keys=True, separators=(",", ":"),
+                            ensure_ascii=False)
+        if record in seen:
+            continue
+        seen.add(record)
+        digest = hashlib.sha256(f"{seed}\0{record}".encode("utf-8")).digest()
+        position = int.from_bytes(digest[:8], "big") / 2**64
+        name = ("test" if position < test_fraction
+                else "validation" if position < test_fraction + validation_fraction
+                else "train")
+        splits[name].append(example)
+    for name in ("train", "validation") + (("test",) if test_fraction else ()):
+        if not splits[name]:
+            raise ValueError(f"the {name} split is empty: too few examples for these fractions")
+    return InstructionSplits(tuple(splits["train"]), tuple(splits["validation"]),
+                             tuple(splits["test"]))

@@ -177,3 +177,13 @@ def test_serve_answers_a_request_then_stops(journey):
             process.kill()
         process.stdout.close()
         process.stderr.close()
+
+
+
+def test_post_train_can_hold_out_a_fraction_of_its_instructions(journey, tmp_path):
+    _, _, base, _, _, _ = journey
+    completed = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
+                       tmp_path / "t.rift", "--steps", 3, "--validation-fraction", 0.2,
+                       "--backend", "cpu")
+    assert "held-out examples (validation fraction 0.2)" in completed.stdout
+    assert "held-out loss" in completed.stdout

@@ -417,3 +417,26 @@ def test_importing_instructions_loads_no_library_and_no_third_party_module(run_p
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[[], true]"
+
+
+
+def test_split_examples_is_deterministic_disjoint_and_order_independent():
+    from riftco_transformer.instructions import InstructionSplits, split_examples
+
+    examples = [InstructionExample(f"question {i}", f"answer {i}") for i in range(200)]
+    splits = split_examples(examples + examples[:5], 0.2, 0.1, seed=3)
+    assert isinstance(splits, InstructionSplits)
+    names = [set(e.prompt for e in getattr(splits, n)) for n in ("train", "validation", "test")]
+    assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
+    assert sum(map(len, names)) == 200  # the five duplicates are dropped
+    assert 20 < len(splits.validation) < 60 and 5 < len(splits.test) < 35
+    shuffled = split_examples(list(reversed(examples)), 0.2, 0.1, seed=3)
+    assert set(shuffled.validation) == set(splits.validation)
+    assert split_examples(examples, 0.2, 0.1, seed=4).validation != splits.validation
+    assert set(splits.fingerprints()) == {"train", "validation", "test"}
+    for arguments, error in (((0.0,), ValueError), ((1.0,), ValueError), ((0.6, 0.5), ValueError),
+                             ((True,), TypeError)):
+        with pytest.raises(error):
+            split_examples(examples, *arguments)
+    with pytest.raises(ValueError, match="validation split is empty"):
+        split_examples(examples[:1], 0.01)
