@@ -288,7 +288,8 @@ class _TrainingReporter:
     """Metrics JSONL + SVG curve + progress bar for one training command. The files are
     created with the first metric, so a run that fails before training leaves none."""
 
-    def __init__(self, arguments, total_steps: int, label: str, initial: int = 0) -> None:
+    def __init__(self, arguments, total_steps: int, label: str, initial: int = 0,
+                 resuming: bool = False) -> None:
         from .reporting import LossCurveSink, ProgressBar
 
         output = arguments.output
@@ -296,16 +297,41 @@ class _TrainingReporter:
         self.curve_path = arguments.loss_curve or output.with_name(output.name + ".loss.svg")
         self.jsonl = None
         self.curve = LossCurveSink(title=f"{label}: {output.name}")
+        self.append = False
+        if resuming and self.metrics_path.is_file():
+            self._keep_metrics_up_to(initial)
         self.bar = None if arguments.no_progress else ProgressBar(
             total_steps, label=label, initial=initial
         )
         self.validation_loss = None
 
+    def _keep_metrics_up_to(self, step: int) -> None:
+        """A resumed run continues the interrupted run's metrics file: its records up to the
+        checkpoint's step are kept (later ones were trained again), and the curve redrawn."""
+        import types
+
+        from ._files import atomic_write_bytes
+
+        kept = []
+        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and \
+                    record["step"] <= step and record.get("phase") in ("train", "validation"):
+                kept.append(line)
+                values = {key: float(value) if key in ("loss", "perplexity")
+                          and isinstance(value, str) else value for key, value in record.items()}
+                self.curve(types.SimpleNamespace(**values))
+        atomic_write_bytes(self.metrics_path, "".join(f"{line}\n" for line in kept).encode())
+        self.append = True
+
     def sink(self, metric) -> None:
         if self.jsonl is None:
             from .reporting import JsonlMetricSink
 
-            self.jsonl = JsonlMetricSink(self.metrics_path)
+            self.jsonl = JsonlMetricSink(self.metrics_path, append=self.append)
         self.jsonl(metric)
         self.curve(metric)
         if metric.phase == "validation":
@@ -353,7 +379,8 @@ def command_pretrain(arguments) -> int:
         resume = checkpoint
     else:
         resume = None
-    reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial)
+    reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial,
+                                 resuming=resume is not None)
     started = time.perf_counter()
     try:
         result = pretrain_file(
@@ -415,7 +442,8 @@ def command_post_train(arguments) -> int:
         resume = TrainingCheckpoint.load(arguments.resume)
     reporter = _TrainingReporter(arguments, config.steps,
                                  f"post-train ({config.fine_tuning_method})",
-                                 0 if resume is None else resume.global_step)
+                                 0 if resume is None else resume.global_step,
+                                 resuming=resume is not None)
     started = time.perf_counter()
     try:
         result = post_train(base, examples, config, metric_sink=reporter.sink,

@@ -98,13 +98,18 @@ class JsonlMetricSink:
     ``"nan"``; ``float(value)`` reads either form back. A value JSON cannot encode otherwise
     raises TypeError and writes nothing.
 
+    ``append=True`` keeps the file's lines and adds after them (a resumed run).
+
     Usable as a context manager; :meth:`close` is idempotent and a call after it raises
     RuntimeError.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], append: bool = False) -> None:
+        if not isinstance(append, bool):
+            raise TypeError(f"append must be a bool, not {type(append).__name__}")
         self._path = destination_path(path)
-        self._stream: TextIO | None = open(self._path, "w", encoding="utf-8", newline="\n")
+        self._stream: TextIO | None = open(self._path, "a" if append else "w", encoding="utf-8",
+                                           newline="\n")
 
     @property
     def path(self) -> Path:

@@ -187,3 +187,26 @@ def test_post_train_can_hold_out_a_fraction_of_its_instructions(journey, tmp_pat
                        "--backend", "cpu")
     assert "held-out examples (validation fraction 0.2)" in completed.stdout
     assert "held-out loss" in completed.stdout
+
+
+def test_a_resumed_run_continues_the_metrics_file_exactly(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS.read_text()[:20000])
+    common = ("--file", corpus, "--context", 16, "--eval-every", 5, "--backend", "cpu",
+              "--checkpoint-every", 5)
+    riftco("pretrain", *common, "--output", tmp_path / "a.rift", "--steps", 12,
+           "--checkpoint", tmp_path / "a.riftckpt")
+    riftco("pretrain", *common, "--output", tmp_path / "b.rift", "--steps", 5,
+           "--checkpoint", tmp_path / "b.riftckpt")
+    riftco("pretrain", *common, "--output", tmp_path / "b.rift", "--steps", 12,
+           "--resume", tmp_path / "b.riftckpt")
+
+    def losses(name):
+        records = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        return [(r["phase"], r["step"], r["loss"]) for r in records]
+
+    assert losses("b.rift.metrics.jsonl") == losses("a.rift.metrics.jsonl")
+    assert (tmp_path / "b.rift").read_bytes() != b""
+    from riftco_transformer.artifacts import ModelBundle
+
+    assert ModelBundle.load(tmp_path / "b.rift").weights == ModelBundle.load(tmp_path / "a.rift").weights
