@@ -32,6 +32,17 @@ def destination_path(path: object, argument: str = "path") -> Path:
     return destination
 
 
+def read_file(path: object, what: str) -> tuple[bytes, str]:
+    """``(bytes, source name)`` of the file an artifact loader was given: FileNotFoundError
+    when it is missing, IsADirectoryError (naming ``what`` was expected) for a directory."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    source = Path(path)
+    if source.is_dir():
+        raise IsADirectoryError(f"{str(source)!r} is a directory, not {what}")
+    return source.read_bytes(), str(source)
+
+
 def atomic_write(path: object, write: Callable[[BinaryIO], None], argument: str = "path") -> Path:
     """Publish what ``write(stream)`` writes as ``path``, atomically (see the module docstring).
 

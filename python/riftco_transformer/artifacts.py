@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json, write_stored_zip
-from ._files import atomic_write
+from ._files import atomic_write, read_file
 from .native import DecoderOnlyTransformer, Tokenizer, TransformerConfig
 from .native._validation import UINT32_LIMIT
 
@@ -259,11 +259,7 @@ class ModelBundle:
     @classmethod
     def load(cls, path) -> ModelBundle:
         """Read and fully validate a ``.rift`` file (ValueError naming what is wrong)."""
-        source = Path(path)
-        if source.is_dir():
-            raise IsADirectoryError(f"{str(source)!r} is a directory, not a bundle")
-        data = source.read_bytes()
-        return cls.from_bytes(data, str(source))
+        return cls.from_bytes(*read_file(path, "a bundle"))
 
     @classmethod
     def from_bytes(cls, data, source: str = "<bundle>") -> ModelBundle:

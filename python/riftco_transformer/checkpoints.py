@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json, write_stored_zip
-from ._files import atomic_write
+from ._files import atomic_write, read_file
 from .artifacts import (
     ARCHITECTURE,
     CONFIG_FIELDS,
@@ -61,7 +61,7 @@ PACKED_NF4 = "model-nf4.rtnf4"
 ADAPTER_VALUES = "adapter.f32le"
 FIRST_MOMENTS = "adam-first-moments.f32le"
 SECOND_MOMENTS = "adam-second-moments.f32le"
-_OPTIONAL_MEMBERS = (PACKED_NF4, ADAPTER_VALUES, FIRST_MOMENTS, SECOND_MOMENTS)
+OPTIONAL_MEMBERS = (PACKED_NF4, ADAPTER_VALUES, FIRST_MOMENTS, SECOND_MOMENTS)
 _HEX_ID = re.compile(r"[0-9a-f]{64}\Z")
 _OPTION_FIELDS = ("learning_rate", "beta1", "beta2", "epsilon", "maximum_gradient_norm")
 
@@ -242,23 +242,23 @@ def capture_training_checkpoint(
 class TrainingCheckpoint:
     """A validated checkpoint in memory (:meth:`load`, or :func:`capture_training_checkpoint`)."""
 
-    def __init__(self, manifest_bytes: bytes, manifest: dict, members: dict) -> None:
+    def __init__(self, manifest_bytes: bytes, manifest: dict, members: dict,
+                 decoded: dict | None = None) -> None:
         self._manifest_bytes = manifest_bytes
         self._manifest = manifest
         self._members = members
+        # float32 members already decoded (by from_bytes' finiteness check): not decoded twice
+        self._decoded = {} if decoded is None else decoded
 
     # ---- reading and writing ------------------------------------------------------------
 
     @classmethod
     def load(cls, path) -> TrainingCheckpoint:
-        source = Path(path)
-        if source.is_dir():
-            raise IsADirectoryError(f"{str(source)!r} is a directory, not a checkpoint")
-        return cls.from_bytes(source.read_bytes(), str(source))
+        return cls.from_bytes(*read_file(path, "a checkpoint"))
 
     @classmethod
     def from_bytes(cls, data, source: str = "<checkpoint>") -> TrainingCheckpoint:
-        members = read_stored_zip(data, (MANIFEST_NAME, MODEL_VALUES), source, _OPTIONAL_MEMBERS)
+        members = read_stored_zip(data, (MANIFEST_NAME, MODEL_VALUES), source, OPTIONAL_MEMBERS)
         if members[MANIFEST_NAME].nbytes > MAXIMUM_MANIFEST_BYTES * 4:
             raise ValueError(f"{source}: manifest is too large")
         manifest_bytes = bytes(members[MANIFEST_NAME])
@@ -271,7 +271,7 @@ class TrainingCheckpoint:
         present = [name for name in members if name != MANIFEST_NAME]
         if listed != present:
             raise ValueError(f"{source}: the archive holds {present}, the manifest lists {listed}")
-        payloads = {}
+        payloads, decoded = {}, {}
         for entry in manifest["members"]:
             body = members[entry["name"]]
             if body.nbytes != entry["bytes"]:
@@ -283,10 +283,12 @@ class TrainingCheckpoint:
                 raise ValueError(f"{source}: {entry['name']} fails its SHA-256 check (corrupted)")
             payloads[entry["name"]] = bytes(body)
             if entry["dtype"] == "float32":
-                bad = first_non_finite(floats_from_little_endian(body))
+                values = floats_from_little_endian(body)
+                bad = first_non_finite(values)
                 if bad is not None:
                     raise ValueError(f"{source}: {entry['name']} value {bad} is not finite")
-        return cls(manifest_bytes, manifest, payloads)
+                decoded[entry["name"]] = values
+        return cls(manifest_bytes, manifest, payloads, decoded)
 
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
@@ -327,7 +329,13 @@ class TrainingCheckpoint:
         return copy.deepcopy(self._manifest["batch_source"])
 
     def floats(self, name: str) -> array:
-        return floats_from_little_endian(self._members[name])
+        """A float32 member's values (a new array)."""
+        return array("f", self._float_member(name))
+
+    def _float_member(self, name: str) -> array:
+        if name not in self._decoded:
+            self._decoded[name] = floats_from_little_endian(self._members[name])
+        return self._decoded[name]
 
     def tokenizer(self) -> Tokenizer | None:
         state = self._manifest["tokenizer"]
@@ -350,14 +358,14 @@ class TrainingCheckpoint:
 
     def _adam_state(self) -> AdamState:
         optimizer = self._manifest["optimizer"]
-        values = self.floats(ADAPTER_VALUES if optimizer["scope"] == "adapter" else MODEL_VALUES)
+        values = self._float_member(ADAPTER_VALUES if optimizer["scope"] == "adapter" else MODEL_VALUES)
         return AdamState(
             optimizer["step_count"],
             optimizer["beta1_power"],
             optimizer["beta2_power"],
             values,
-            self.floats(FIRST_MOMENTS),
-            self.floats(SECOND_MOMENTS),
+            self._float_member(FIRST_MOMENTS),
+            self._float_member(SECOND_MOMENTS),
         )
 
     # ---- compatibility ----------------------------------------------------------------
@@ -435,7 +443,7 @@ class TrainingCheckpoint:
             with model.parameters() as base:
                 if _table(base) != recorded["parameters"]:
                     raise ValueError("the rebuilt model's parameters differ from the checkpoint's")
-                base.load_flat_values(self.floats(MODEL_VALUES))
+                base.load_flat_values(self._float_member(MODEL_VALUES))
             if recorded["lora"] is not None:
                 lora = recorded["lora"]
                 model.attach_lora(

@@ -470,7 +470,7 @@ def command_post_train(arguments) -> int:
 
 def command_evaluate(arguments) -> int:
     from .artifacts import ModelBundle
-    from .evaluation import evaluate_instruction_examples, evaluate_sequences
+    from .evaluation import evaluate_instruction_examples, evaluate_text
 
     bundle = ModelBundle.load(arguments.bundle)
     with bundle.instantiate(_backend(arguments)) as runtime:
@@ -480,8 +480,8 @@ def command_evaluate(arguments) -> int:
                 data.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(f"{arguments.file}: not UTF-8 at byte {error.start}") from None
-            result = evaluate_sequences(runtime.model, [runtime.tokenizer.encode_to_array(data)],
-                                        arguments.context, arguments.batch_size)
+            result = evaluate_text(runtime.model, runtime.tokenizer, data, arguments.context,
+                                   arguments.batch_size)
         else:
             from .instructions import read_instructions_jsonl
 
@@ -551,35 +551,33 @@ def command_serve(arguments) -> int:
     return 0
 
 
-def _kind_of(path: Path) -> str:
+def _read_artifact(path: Path):
+    """``(kind, loaded)`` for a bundle ("rift"), checkpoint ("riftckpt") or safetensors file,
+    read once and fully validated by its own loader (chosen by the manifest's format)."""
     from ._container import read_stored_zip, strict_json
+    from ._files import read_file
+    from .artifacts import BUNDLE_FORMAT, MANIFEST_NAME, WEIGHTS_NAME, ModelBundle
+    from .checkpoints import CHECKPOINT_FORMAT, MODEL_VALUES, OPTIONAL_MEMBERS, TrainingCheckpoint
+    from .interchange import parse_safetensors
 
-    data = path.read_bytes()
-    if data[:4] == b"PK\x03\x04":
-        try:
-            members = read_stored_zip(data, ("manifest.json",), str(path),
-                                      ("weights.f32le", "model.f32le", "model-nf4.rtnf4",
-                                       "adapter.f32le", "adam-first-moments.f32le",
-                                       "adam-second-moments.f32le"))
-        except ValueError:
-            raise
-        manifest = strict_json(bytes(members["manifest.json"]), str(path))
-        if isinstance(manifest, dict):
-            if manifest.get("format") == "riftco-transformer-model-bundle":
-                return "rift"
-            if manifest.get("format") == "riftco-transformer-training-checkpoint":
-                return "riftckpt"
-        raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
-    return "safetensors"
+    data, source = read_file(path, "a bundle, checkpoint or safetensors file")
+    if data[:4] != b"PK\x03\x04":
+        return "safetensors", parse_safetensors(data, source)
+    members = read_stored_zip(data, (MANIFEST_NAME,), source,
+                              (WEIGHTS_NAME, MODEL_VALUES, *OPTIONAL_MEMBERS))
+    manifest = strict_json(bytes(members[MANIFEST_NAME]), source)
+    format_name = manifest.get("format") if isinstance(manifest, dict) else None
+    if format_name == BUNDLE_FORMAT:
+        return "rift", ModelBundle.from_bytes(data, source)
+    if format_name == CHECKPOINT_FORMAT:
+        return "riftckpt", TrainingCheckpoint.from_bytes(data, source)
+    raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
 
 
 def command_inspect(arguments) -> int:
-    from .artifacts import ModelBundle
-    from .checkpoints import TrainingCheckpoint
-
-    kind = _kind_of(arguments.path)
+    kind, loaded = _read_artifact(arguments.path)
     if kind == "rift":
-        bundle = ModelBundle.load(arguments.path)
+        bundle = loaded
         if arguments.json:
             print(json.dumps(bundle.manifest, indent=2, sort_keys=True))
             return 0
@@ -597,7 +595,7 @@ def command_inspect(arguments) -> int:
                 _say(f"  metadata.{key} = {value}")
         return 0
     if kind == "riftckpt":
-        checkpoint = TrainingCheckpoint.load(arguments.path)
+        checkpoint = loaded
         manifest = checkpoint.manifest
         if arguments.json:
             print(json.dumps(manifest, indent=2, sort_keys=True))
@@ -614,9 +612,7 @@ def command_inspect(arguments) -> int:
              f"(batches emitted: {None if source is None else source['batches_emitted']})\n"
              f"  members       " + ", ".join(f"{m['name']} ({m['bytes']:,} B)" for m in manifest["members"]))
         return 0
-    from .interchange import read_safetensors
-
-    tensors, metadata = read_safetensors(arguments.path)
+    tensors, metadata = loaded
     _say(f"safetensors {arguments.path}: {len(tensors)} F32 tensors, "
          f"{sum(len(t.values) for t in tensors.values()):,} floats; metadata keys "
          f"{sorted(metadata)}")
@@ -627,9 +623,10 @@ def command_convert(arguments) -> int:
     from .artifacts import ModelBundle
     from .interchange import export_bundle_safetensors, import_bundle_safetensors
 
-    source_format = arguments.source_format or (
-        "rift" if _kind_of(arguments.source) == "rift" else "safetensors"
-    )
+    source_format = arguments.source_format
+    if source_format is None:  # a bundle is a ZIP; the loader below validates it in full
+        with open(arguments.source, "rb") as stream:
+            source_format = "rift" if stream.read(4) == b"PK\x03\x04" else "safetensors"
     destination_format = arguments.destination_format or (
         "safetensors" if source_format == "rift" else "rift"
     )

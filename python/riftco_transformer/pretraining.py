@@ -204,16 +204,17 @@ def pretrain_file(path, config: PretrainingConfig | None = None, validation_path
             source.exists() and held_out.exists() and os.path.samefile(source, held_out)
         ):
             raise ValueError("path and validation_path are the same file")
-        train_range = (source, 0, _check_utf8(source))
-        validation_range = (held_out, 0, _check_utf8(held_out))
-        if _file_digest(*train_range) == _file_digest(*validation_range):
+        train_scan, validation_scan = _scan(source), _scan(held_out)
+        if train_scan.sha256 == validation_scan.sha256:
             raise ValueError("the training and validation files have identical content")
+        train_range = (source, 0, train_scan.size)
+        validation_range = (held_out, 0, validation_scan.size)
         validation_source = "explicit"
     else:
-        size = _check_utf8(source)
-        split = _split_offset(source, size, config.validation_fraction)
+        scan = _scan(source)
+        split = _split_offset(source, scan, config.validation_fraction)
         train_range = (source, 0, split)
-        validation_range = (source, split, size)
+        validation_range = (source, split, scan.size)
         validation_source = "derived_fraction"
     return _pretrain_ranges(train_range, validation_range, config, validation_source, options)
 
@@ -229,24 +230,14 @@ def _config(config) -> PretrainingConfig:
     return config
 
 
-def _check_utf8(path: Path) -> int:
-    """The file's size, after checking (streaming) that it is UTF-8."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    with open(path, "rb") as stream:
-        while chunk := stream.read(CHUNK_BYTES):
-            try:
-                decoder.decode(chunk)
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}: not UTF-8 at byte {offset + error.start}") from None
-            offset += len(chunk)
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}: ends inside a UTF-8 sequence") from None
-    if offset < 2:
-        raise ValueError(f"{path}: needs at least 2 characters")
-    return offset
+@dataclass(frozen=True)
+class _FileScan:
+    """What one streaming pass over a text file learns: its size, the UTF-8 characters of
+    each CHUNK_BYTES chunk, and its SHA-256."""
+
+    size: int
+    chunk_characters: tuple[int, ...]
+    sha256: str
 
 
 _CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
@@ -257,40 +248,52 @@ def _characters(data: bytes) -> int:
     return len(data.translate(None, _CONTINUATION_BYTES))
 
 
-def _split_offset(path: Path, size: int, fraction: float) -> int:
-    """The byte offset where the last ceil(characters · fraction) characters start."""
+def _scan(path: Path) -> _FileScan:
+    """One pass over ``path``: ValueError unless it is UTF-8 with at least 2 characters."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    digest = hashlib.sha256()
     counts = []
+    offset = 0
     with open(path, "rb") as stream:
         while chunk := stream.read(CHUNK_BYTES):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}: not UTF-8 at byte {offset + error.start}") from None
             counts.append(_characters(chunk))
-    total = sum(counts)
+            digest.update(chunk)
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: ends inside a UTF-8 sequence") from None
+    if sum(counts) < 2:
+        raise ValueError(f"{path}: needs at least 2 characters")
+    return _FileScan(offset, tuple(counts), digest.hexdigest())
+
+
+def _split_offset(path: Path, scan: _FileScan, fraction: float) -> int:
+    """The byte offset where the last ceil(characters · fraction) characters start (reads
+    only the chunk that holds it)."""
+    total = sum(scan.chunk_characters)
     held_out = max(1, math.ceil(total * fraction))
     if held_out >= total:
         raise ValueError("validation_fraction leaves no training text")
-    target = total - held_out  # characters before the split
-    seen = 0
+    need = total - held_out  # characters before the split
+    index = 0
+    for index, count in enumerate(scan.chunk_characters):
+        if need < count:
+            break
+        need -= count
     with open(path, "rb") as stream:
-        for index, count in enumerate(counts):
-            chunk = stream.read(CHUNK_BYTES)
-            if seen + count > target or index == len(counts) - 1:
-                # Walk this chunk to the target-th character start.
-                need = target - seen
-                position = 0
-                for position, byte in enumerate(chunk):
-                    if not 0x80 <= byte < 0xC0:
-                        if need == 0:
-                            return index * CHUNK_BYTES + position
-                        need -= 1
-                return index * CHUNK_BYTES + len(chunk)
-            seen += count
-    return size
-
-
-def _file_digest(path: Path, begin: int, end: int) -> str:
-    digest = hashlib.sha256()
-    for piece in _read_range(path, begin, end):
-        digest.update(piece)
-    return digest.hexdigest()
+        stream.seek(index * CHUNK_BYTES)
+        chunk = stream.read(CHUNK_BYTES)
+    for position, byte in enumerate(chunk):
+        if not 0x80 <= byte < 0xC0:
+            if need == 0:
+                return index * CHUNK_BYTES + position
+            need -= 1
+    raise ValueError(f"{path}: the file changed while it was being read")
 
 
 def _read_range(path: Path, begin: int, end: int, cut_at_newline: bool = False):
@@ -345,18 +348,23 @@ def _pretrain_ranges(train_range, validation_range, config, validation_source: s
     tokenizer = _fit_tokenizer(sample, config)
     work = options.pop("work_directory", None)
     with tempfile.TemporaryDirectory(prefix="riftco-tokens-", dir=work) as directory:
-        files = []
+        files, digests = [], []
         try:
             for name, (path, begin, end) in (("training", train_range), ("validation", validation_range)):
                 token_path = Path(directory) / f"{name}.tokens"
-                TokenFile.write(
-                    token_path,
-                    (_encode(tokenizer, piece, name) for piece in _read_range(path, begin, end, True)),
-                )
+                digest = hashlib.sha256()  # of the text, in the same pass that tokenizes it
+
+                def pieces(path=path, begin=begin, end=end, digest=digest):
+                    for piece in _read_range(path, begin, end, True):
+                        digest.update(piece)
+                        yield piece
+
+                TokenFile.write(token_path, (_encode(tokenizer, piece, name) for piece in pieces()))
                 files.append(TokenFile.open(token_path))
+                digests.append(digest.hexdigest())
             facts = {
-                "training_text_sha256": _file_digest(*train_range),
-                "validation_text_sha256": _file_digest(*validation_range),
+                "training_text_sha256": digests[0],
+                "validation_text_sha256": digests[1],
                 "tokenizer_fit_bytes": len(sample),
                 "tokenizer_fit_scope": "training_text"
                 if len(sample) == train_range[2] - train_range[1]

@@ -414,3 +414,22 @@ def test_a_contiguous_run_resumes_with_paged_moments_to_the_same_weights(tokeniz
     CausalLanguageModelTrainer(resumed.model, resumed.optimizer).run(continued, TrainingLoopConfig(4))
     assert resumed.model.parameters().flat_values() == expected
     resumed.close()
+
+
+def test_restoring_an_adapter_checkpoint_needs_the_same_frozen_base(tokenizer):
+    tokens = tokenizer.encode_to_array(TEXT)
+    model, optimizer, source, trainer, _ = _run(tokenizer, tokens, 2, "lora")
+    checkpoint = capture_training_checkpoint(model, optimizer, tokenizer, source, trainer)
+    optimizer.close()
+    model.close()
+    config = TransformerConfig(tokenizer.vocab_size, 16, 32, 2, 1, 64, 99)  # another init seed
+    with DecoderOnlyTransformer(config) as other:
+        other.attach_lora(LoraConfig(rank=2, targets=("attention.query", "feed_forward.expand")))
+        with Adam(other.adapter_parameters(), learning_rate=1e-2) as adam:
+            before = adam.state()
+            with pytest.raises(ValueError, match="frozen base differs"):
+                checkpoint.restore(other, adam)
+            assert adam.state().values == before.values
+    resumed = checkpoint.resume()  # the way to continue it: rebuild the pair from the file
+    assert resumed.optimizer.step_count == 2
+    resumed.close()
