@@ -207,10 +207,12 @@ int main(int argc, char** argv) {
         if (streams == 0 || per_stream > d.maximum_context) {
             continue;
         }
-        auto pool =
-            make_key_value_cache_pool(model, default_key_value_block_size,
-                                      std::max<std::size_t>(streams * ((per_stream + 15) / 16),
-                                                            (d.maximum_context + 15) / 16));
+        const std::size_t block = default_key_value_block_size;
+        const auto pages = [block](std::size_t positions) {
+            return (positions + block - 1) / block;
+        };
+        auto pool = make_key_value_cache_pool(
+            model, block, std::max(streams * pages(per_stream), pages(d.maximum_context)));
         std::vector<double> run_seconds;
         for (std::size_t run = 0; run <= repetitions; ++run) {
             std::vector<DecodeSession> sessions;
