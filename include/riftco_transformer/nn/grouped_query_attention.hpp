@@ -1,0 +1,73 @@
+#pragma once
+// Grouped-query attention with RoPE, the attention of Llama and Mistral (spec ENGINE §12).
+//
+// Hq query heads share Hkv key/value heads (Hq % Hkv == 0, r = Hq/Hkv): query head h reads
+// key/value head ⌊h/r⌋. Keys are rotated (RoPE, split-half) at their absolute positions before
+// they are stored or compared, queries at theirs. Mistral's sliding window W restricts query t
+// to keys t−W+1..t; a window ≥ T is dense causal attention.
+
+#include <cstddef>
+#include <optional>
+#include <random>
+#include <span>
+
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/nn/attention.hpp"
+#include "riftco_transformer/nn/layers.hpp"
+#include "riftco_transformer/nn/module.hpp"
+
+namespace riftco_transformer {
+
+// x [B,Hkv,T,d] -> [B,Hkv·r,T,d]: each key/value head repeated r times contiguously. VJP: the
+// r copies summed. r == 0: std::invalid_argument.
+[[nodiscard]] Variable repeat_key_value_heads(const Variable& x, std::size_t repeats);
+
+// Materialized causal attention in which query t sees keys max(0, t−W+1)..t. Q, K, V
+// [B,H,T,d] (attention_scale's rules); window == 0: std::invalid_argument. Masked
+// probabilities and their gradients are exactly 0.
+[[nodiscard]] Variable sliding_window_causal_attention(const Variable& query, const Variable& key,
+                                                       const Variable& value, std::size_t window);
+
+struct GroupedQueryAttentionShape {
+    std::size_t width = 0;                 // D
+    std::size_t query_head_count = 0;      // Hq, D % Hq == 0
+    std::size_t key_value_head_count = 0;  // Hkv, Hq % Hkv == 0
+    double rope_theta = 10000.0;
+    std::optional<std::size_t> sliding_window;  // W > 0 when set
+};
+
+// Bias-free projections "query" (D -> D), "key" and "value" (D -> Hkv·d), "output" (D -> D),
+// drawn in that order.
+class GroupedQueryAttention final : public Module {
+  public:
+    // Any rule above broken, or an odd head width: std::invalid_argument.
+    GroupedQueryAttention(const GroupedQueryAttentionShape& shape, std::mt19937& generator,
+                          AttentionKind kind = AttentionKind::Materialized);
+    // x [B,T,D] -> [B,T,D], positions 0..T-1.
+    [[nodiscard]] Variable forward(const Variable& x) const;
+    // The incremental form: x [R,D], row r at positions[r]; `cache` stores this layer's rotated
+    // keys and values. The cache is addressed with Hq heads (key/value heads repeated), so a
+    // pool built for Hq heads serves it. A position at or past the sliding window:
+    // std::invalid_argument (cached decoding does not window yet).
+    [[nodiscard]] Variable forward_incremental(const Variable& x,
+                                               std::span<const std::size_t> positions,
+                                               std::size_t layer,
+                                               IncrementalAttentionCache& cache) const;
+
+    [[nodiscard]] const GroupedQueryAttentionShape& shape() const noexcept { return shape_; }
+    [[nodiscard]] std::size_t head_width() const noexcept {
+        return shape_.width / shape_.query_head_count;
+    }
+    [[nodiscard]] AttentionKind kind() const noexcept { return kind_; }
+    void set_kind(AttentionKind kind);
+
+  private:
+    GroupedQueryAttentionShape shape_;
+    AttentionKind kind_;
+    Linear* query_;
+    Linear* key_;
+    Linear* value_;
+    Linear* output_;
+};
+
+}  // namespace riftco_transformer

@@ -1,0 +1,182 @@
+#include "riftco_transformer/nn/grouped_query_attention.hpp"
+
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
+#include "riftco_transformer/core/tensor_ops/layout.hpp"
+#include "riftco_transformer/nn/rotary_embedding.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+void validate(const GroupedQueryAttentionShape& s) {
+    const auto fail = [&](const std::string& what) {
+        std::ostringstream message;
+        message << "GroupedQueryAttention: " << what << " (D=" << s.width
+                << ", Hq=" << s.query_head_count << ", Hkv=" << s.key_value_head_count << ")";
+        throw std::invalid_argument(message.str());
+    };
+    if (s.width == 0 || s.query_head_count == 0 || s.key_value_head_count == 0)
+        fail("width and both head counts must be positive");
+    if (s.width % s.query_head_count != 0)
+        fail("width must be a multiple of query_head_count");
+    if (s.query_head_count % s.key_value_head_count != 0)
+        fail("query_head_count must be a multiple of key_value_head_count");
+    require_rotary_arguments("GroupedQueryAttention", s.width / s.query_head_count, s.rope_theta);
+    if (s.sliding_window && *s.sliding_window == 0)
+        fail("sliding_window must be positive when set (got 0)");
+}
+
+}  // namespace
+
+Variable repeat_key_value_heads(const Variable& x, std::size_t repeats) {
+    if (repeats == 0)
+        throw std::invalid_argument("repeat_key_value_heads: repeats must be positive (got 0)");
+    if (!x.defined() || x.shape().size() != 4) {
+        throw std::invalid_argument("repeat_key_value_heads: x must be [B,Hkv,T,d] (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ")");
+    }
+    if (repeats == 1)
+        return x;
+    const Shape& s = x.shape();
+    // [B,Hkv,T,d] -> [B,Hkv,1,T,d] -> [B,Hkv,r,T,d] -> [B,Hkv·r,T,d]
+    const Variable grouped = reshape(x, {s[0], s[1], 1, s[2], s[3]});
+    return reshape(broadcast_to(grouped, {s[0], s[1], repeats, s[2], s[3]}),
+                   {s[0], s[1] * repeats, s[2], s[3]});
+}
+
+Variable sliding_window_causal_attention(const Variable& query, const Variable& key,
+                                         const Variable& value, std::size_t window) {
+    if (window == 0) {
+        throw std::invalid_argument(
+            "sliding_window_causal_attention: window must be positive (got 0)");
+    }
+    if (!query.defined() || !key.defined() || !value.defined())
+        throw std::logic_error("sliding_window_causal_attention: an input is an empty Variable");
+    const float scale = tensor_ops::attention_scale("sliding_window_causal_attention",
+                                                    query.value(), key.value(), value.value());
+    const std::size_t time = query.shape()[2];
+    // Additive mask [T,T]: −inf on keys older than the window (future keys are the causal
+    // softmax's to mask); exp(−inf) is exactly 0, and so is every gradient through it.
+    std::vector<float> mask(time * time, 0.0F);
+    for (std::size_t t = window; t < time; ++t) {
+        for (std::size_t k = 0; k + window <= t; ++k)
+            mask[t * time + k] = -std::numeric_limits<float>::infinity();
+    }
+    const Shape& q = query.shape();
+    const Variable scores = matmul(query, key, false, true);  // [B,H,T,T]
+    const Variable masked =
+        scores + broadcast_to(Variable(Tensor({1, 1, time, time}, mask, query.value().backend()),
+                                       false),
+                              {q[0], q[1], time, time});
+    return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
+}
+
+GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& shape,
+                                             std::mt19937& generator, AttentionKind kind)
+    : shape_(shape), kind_(kind) {
+    validate(shape);
+    require_attention_kind("GroupedQueryAttention", kind);
+    const std::size_t D = shape.width;
+    const std::size_t kv_width = shape.key_value_head_count * head_width();
+    query_ = &register_module("query", std::make_unique<Linear>(D, D, generator, false));
+    key_ = &register_module("key", std::make_unique<Linear>(D, kv_width, generator, false));
+    value_ = &register_module("value", std::make_unique<Linear>(D, kv_width, generator, false));
+    output_ = &register_module("output", std::make_unique<Linear>(D, D, generator, false));
+}
+
+void GroupedQueryAttention::set_kind(AttentionKind kind) {
+    require_attention_kind("GroupedQueryAttention", kind);
+    kind_ = kind;
+}
+
+Variable GroupedQueryAttention::forward(const Variable& x) const {
+    if (!x.defined() || x.shape().size() != 3 || x.shape()[2] != shape_.width) {
+        throw std::invalid_argument("GroupedQueryAttention: x must be [B,T," +
+                                    std::to_string(shape_.width) + "] (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ")");
+    }
+    const std::size_t batch = x.shape()[0];
+    const std::size_t time = x.shape()[1];
+    const std::size_t d = head_width();
+    // [B,T,heads·d] -> [B,heads,T,d]
+    const auto split_heads = [&](const Variable& projected, std::size_t heads) {
+        return permute(reshape(projected, {batch, time, heads, d}), {0, 2, 1, 3});
+    };
+    std::vector<std::size_t> positions(time);
+    std::iota(positions.begin(), positions.end(), std::size_t{0});
+    const RotaryTables tables =
+        rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
+    const std::size_t repeats = shape_.query_head_count / shape_.key_value_head_count;
+    const Variable query =
+        apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
+    const Variable key = repeat_key_value_heads(
+        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables),
+        repeats);
+    const Variable value =
+        repeat_key_value_heads(split_heads(value_->forward(x), shape_.key_value_head_count), repeats);
+    const bool windowed = shape_.sliding_window && *shape_.sliding_window < time;
+    if (windowed && kind_ == AttentionKind::Flash) {
+        std::ostringstream message;
+        message << "GroupedQueryAttention: flash attention has no sliding window yet (window "
+                << *shape_.sliding_window << " < " << time
+                << " tokens); use AttentionKind::Materialized";
+        throw std::invalid_argument(message.str());
+    }
+    const Variable context =
+        windowed ? sliding_window_causal_attention(query, key, value, *shape_.sliding_window)
+                 : causal_attention(query, key, value, kind_);
+    // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,D]
+    return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, shape_.width}));
+}
+
+Variable GroupedQueryAttention::forward_incremental(const Variable& x,
+                                                    std::span<const std::size_t> positions,
+                                                    std::size_t layer,
+                                                    IncrementalAttentionCache& cache) const {
+    constexpr const char* op = "GroupedQueryAttention::forward_incremental";
+    if (!x.defined() || x.shape().size() != 2 || x.shape()[1] != shape_.width ||
+        positions.size() != x.shape()[0]) {
+        throw std::invalid_argument(std::string(op) + ": x must be [R," +
+                                    std::to_string(shape_.width) + "] with R positions (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ", " +
+                                    std::to_string(positions.size()) + " positions)");
+    }
+    if (shape_.sliding_window) {
+        for (const std::size_t position : positions) {
+            if (position >= *shape_.sliding_window) {
+                std::ostringstream message;
+                message << op << ": position " << position << " reaches the sliding window "
+                        << *shape_.sliding_window
+                        << "; KV-cached decoding does not apply the window yet";
+                throw std::invalid_argument(message.str());
+            }
+        }
+    }
+    const std::size_t rows = x.shape()[0];
+    const std::size_t d = head_width();
+    const std::size_t repeats = shape_.query_head_count / shape_.key_value_head_count;
+    // [R,heads·d] -> [R,heads,1,d]: the same row-major values.
+    const auto split_heads = [&](const Variable& projected, std::size_t heads) {
+        return reshape(projected, {rows, heads, 1, d});
+    };
+    const RotaryTables tables = rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
+    const Variable query =
+        apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
+    const Variable key = repeat_key_value_heads(
+        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables),
+        repeats);
+    const Variable value =
+        repeat_key_value_heads(split_heads(value_->forward(x), shape_.key_value_head_count), repeats);
+    const Tensor context =
+        cache.append_and_attend(layer, query.value(), key.value(), value.value());
+    return output_->forward(Variable(tensor_ops::reshape(context, {rows, shape_.width}), false));
+}
+
+}  // namespace riftco_transformer
