@@ -453,23 +453,29 @@ TEST(LlamaMistral, FeedForwardExpandIsNotATargetOfThisModel) {
     EXPECT_FALSE(model.lora_attached());
 }
 
-TEST(LlamaMistral, Nf4PacksEveryProjectionAndStaysCloseToTheDenseModel) {
+TEST(LlamaMistral, Nf4PacksEveryProjectionAndRunsTheDequantizedWeights) {
     std::mt19937 generator(12);
     LlamaMistralTransformer model(tiny_config(), generator);
-    const std::vector<std::uint32_t> tokens = {1, 2, 3, 4};
-    const auto dense = model.forward(tokens, {1, 4}).value().to_host();
     Nf4Options options;
     options.block_size = 32;
     model.quantize_nf4(options);
     EXPECT_TRUE(model.has_quantized_weights());
     // Only embeddings and norm scales stay dense: V·D + N·2D + D.
     EXPECT_EQ(model.parameter_count(), 208U + 2U * 32U + 16U);
+    // Oracle: the double reference over the decoded NF4 weights.
+    Values values = parameter_values(model);
+    for (const AdaptableProjection& projection : model.projections()) {
+        ASSERT_TRUE(projection.linear->is_quantized()) << projection.path;
+        const auto decoded = projection.linear->quantized_weight().dequantize().to_host();
+        values[projection.path + ".weight"] = std::vector<double>(decoded.begin(), decoded.end());
+    }
+    const std::vector<std::uint32_t> tokens = {1, 2, 3, 4};
     const auto packed = model.forward(tokens, {1, 4}).value().to_host();
-    double largest = 0.0;
-    for (std::size_t i = 0; i < dense.size(); ++i)
-        largest = std::max(largest, static_cast<double>(std::abs(dense[i] - packed[i])));
-    EXPECT_LT(largest, 0.5);  // 4-bit weights: close, not equal
-    EXPECT_GT(largest, 0.0);
+    const auto expected = reference_logits(tiny_config(), values, tokens);
+    for (std::size_t t = 0; t < 4; ++t) {
+        for (std::size_t v = 0; v < 13; ++v)
+            EXPECT_NEAR(packed[t * 13 + v], expected[t][v], 2e-4) << "t " << t << " v " << v;
+    }
 }
 
 namespace {
