@@ -14,6 +14,7 @@
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/model/llama_mistral.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -579,6 +580,65 @@ TEST(LlamaMistral, RotaryTablesFollowTheFormula) {
     EXPECT_THROW((void)rotary_tables(positions, 4, 0.0, ExecutionBackend::Cpu),
                  std::invalid_argument);
     EXPECT_THROW((void)rotary_tables({}, 4, 100.0, ExecutionBackend::Cpu), std::invalid_argument);
+}
+
+TEST(LlamaMistral, DecodeSessionsEqualTheFullForwardWithinTolerance) {
+    std::mt19937 generator(14);
+    LlamaMistralTransformer model(tiny_config(), generator);
+    perturb_parameters(model, 5);
+    const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    const auto full = model.forward(tokens, {1, 9}).value().to_host();
+    const std::size_t V = 13;
+    for (KeyValueCacheKind kind : {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
+        DecodeSession session(model, kind, 4);
+        // A prompt of five (one pass, every row's logits), then single tokens to the capacity.
+        const auto prompt =
+            session.prefill(std::span(tokens).first(5), PrefillLogits::All).to_host();
+        for (std::size_t i = 0; i < 5 * V; ++i)
+            EXPECT_NEAR(prompt[i], full[i], 1e-4) << "prefill index " << i;
+        for (std::size_t t = 5; t < 9; ++t) {
+            const auto step = session.decode_token(tokens[t]).to_host();
+            for (std::size_t v = 0; v < V; ++v)
+                EXPECT_NEAR(step[v], full[t * V + v], 1e-4) << "position " << t << " id " << v;
+        }
+        EXPECT_EQ(session.size(), 9U);
+        EXPECT_THROW((void)session.decode_token(1), std::out_of_range);
+    }
+}
+
+TEST(LlamaMistral, BatchedDecodeOverASharedPoolMatchesSingleSessions) {
+    std::mt19937 generator(15);
+    LlamaMistralConfig config = tiny_config();
+    config.key_value_head_count = 1;
+    LlamaMistralTransformer model(config, generator);
+    perturb_parameters(model, 6);
+    auto pool = make_key_value_cache_pool(model, 2, 0);
+    auto second_pool = make_key_value_cache_pool(model, 2, 0);
+    DecodeSession first(model, pool);
+    DecodeSession second(model, second_pool);
+    const std::vector<std::uint32_t> a = {1, 2, 3};
+    const std::vector<std::uint32_t> b = {7, 8};
+    const std::vector<DecodeWork> work = {{&first, a}, {&second, b}};
+    const auto batched = decode_batch(work).to_host();
+    const auto alone_a = model.forward(a, {1, 3}).value().to_host();
+    const auto alone_b = model.forward(b, {1, 2}).value().to_host();
+    const std::size_t V = 13;
+    for (std::size_t v = 0; v < V; ++v) {
+        EXPECT_NEAR(batched[v], alone_a[2 * V + v], 1e-4);
+        EXPECT_NEAR(batched[V + v], alone_b[V + v], 1e-4);
+    }
+}
+
+TEST(LlamaMistral, DecodeRefusesPositionsPastTheSlidingWindow) {
+    LlamaMistralConfig config = tiny_config();
+    config.sliding_window = 3;
+    std::mt19937 generator(16);
+    const LlamaMistralTransformer model(config, generator);
+    DecodeSession session(model, KeyValueCacheKind::Paged, 4);
+    const std::vector<std::uint32_t> prompt = {1, 2, 3};
+    (void)session.prefill(prompt);
+    EXPECT_THROW((void)session.decode_token(4), std::invalid_argument);
+    EXPECT_EQ(session.size(), 3U);  // the failed step changed nothing
 }
 
 }  // namespace riftco_transformer

@@ -59,7 +59,7 @@ rt_decode_session& current_session(rt_decode_session* handle, const char* argume
 }
 
 std::size_t vocabulary_of(const rt_decode_session& native) {
-    return native.session->model().dimensions().vocabulary_size;
+    return native.session->model().vocabulary_size();
 }
 
 // The logits output of step and prefill: non-NULL, capacity >= V (after *required = V).

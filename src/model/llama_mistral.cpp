@@ -222,6 +222,12 @@ void LlamaMistralTransformer::set_activation_checkpointing(ActivationCheckpointi
     checkpointing_ = checkpointing;
 }
 
+IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {
+    const LlamaMistralConfig& c = config_;
+    return {c.block_count, c.query_head_count, c.model_width / c.query_head_count,
+            c.maximum_context};
+}
+
 ExecutionBackend LlamaMistralTransformer::backend() const {
     return token_embedding_->weight().value().backend();
 }

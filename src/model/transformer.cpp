@@ -344,6 +344,11 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
     return language_model_head_->forward(final_norm_->forward(hidden));
 }
 
+IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
+    const TransformerDimensions& d = dimensions_;
+    return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};
+}
+
 ExecutionBackend DecoderOnlyTransformer::backend() const {
     return token_embedding_->weight().value().backend();
 }

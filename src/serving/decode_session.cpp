@@ -15,12 +15,12 @@
 
 namespace riftco_transformer {
 
-KeyValueCacheDimensions key_value_cache_dimensions(const DecoderOnlyTransformer& model) noexcept {
-    const TransformerDimensions& d = model.dimensions();
-    return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};
+KeyValueCacheDimensions key_value_cache_dimensions(const IncrementalDecoder& model) noexcept {
+    const IncrementalCacheShape s = model.incremental_cache_shape();
+    return {s.layer_count, s.head_count, s.head_width, s.maximum_context};
 }
 
-std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const DecoderOnlyTransformer& model,
+std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const IncrementalDecoder& model,
                                                              std::size_t block_size,
                                                              std::size_t block_count) {
     return KeyValueCachePool::create(key_value_cache_dimensions(model), model.backend(), block_size,
@@ -29,7 +29,7 @@ std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const DecoderOnlyTr
 
 namespace {
 
-std::shared_ptr<KeyValueCachePool> checked_pool(const DecoderOnlyTransformer& model,
+std::shared_ptr<KeyValueCachePool> checked_pool(const IncrementalDecoder& model,
                                                 std::shared_ptr<KeyValueCachePool> pool) {
     if (!pool) {
         throw std::invalid_argument("DecodeSession: pool is null");
@@ -158,7 +158,7 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
                  std::vector<KeyValueCache*> caches) {
     // caches[i] is work[i].session's cache (decode_batch's friend access).
     constexpr const char* op = "decode_batch";
-    const DecoderOnlyTransformer& model = work[0].session->model();
+    const IncrementalDecoder& model = work[0].session->model();
     std::size_t rows = 0;
     for (std::size_t i = 0; i < work.size(); ++i) {
         const KeyValueCache& cache = *caches[i];
@@ -216,7 +216,7 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
 
 }  // namespace
 
-DecodeSession::DecodeSession(const DecoderOnlyTransformer& model, KeyValueCacheKind kind,
+DecodeSession::DecodeSession(const IncrementalDecoder& model, KeyValueCacheKind kind,
                              std::size_t block_size)
     : model_(&model),
       cache_(KeyValueCache::with_private_pool(key_value_cache_dimensions(model), model.backend(),
@@ -224,7 +224,7 @@ DecodeSession::DecodeSession(const DecoderOnlyTransformer& model, KeyValueCacheK
       structure_version_(model.structure_version()),
       backend_(model.backend()) {}
 
-DecodeSession::DecodeSession(const DecoderOnlyTransformer& model,
+DecodeSession::DecodeSession(const IncrementalDecoder& model,
                              std::shared_ptr<KeyValueCachePool> pool)
     : model_(&model),
       cache_(checked_pool(model, std::move(pool)), KeyValueCacheKind::Paged),
@@ -258,7 +258,7 @@ void DecodeSession::reset() noexcept {
 Tensor DecodeSession::decode_token(std::uint32_t token) {
     const DecodeWork work{this, {&token, 1}};
     return tensor_ops::reshape(decode_batch({&work, 1}),
-                               {1, 1, model_->dimensions().vocabulary_size});
+                               {1, 1, model_->vocabulary_size()});
 }
 
 Tensor DecodeSession::prefill(std::span<const std::uint32_t> tokens, PrefillLogits logits) {
@@ -273,7 +273,7 @@ Tensor DecodeSession::prefill(std::span<const std::uint32_t> tokens, PrefillLogi
     const DecodeWork work{this, tokens};
     const std::size_t rows = logits == PrefillLogits::All ? tokens.size() : 1;
     return tensor_ops::reshape(run_batch({&work, 1}, logits, {&cache_}),
-                               {1, rows, model_->dimensions().vocabulary_size});
+                               {1, rows, model_->vocabulary_size()});
 }
 
 Tensor decode_batch(std::span<const DecodeWork> work) {

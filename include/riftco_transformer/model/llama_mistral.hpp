@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "riftco_transformer/model/incremental_decoder.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/grouped_query_attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
@@ -78,7 +79,7 @@ class LlamaMistralBlock final : public Module {
     SwiGLU* feed_forward_;
 };
 
-class LlamaMistralTransformer final : public Module {
+class LlamaMistralTransformer final : public Module, public IncrementalDecoder {
   public:
     explicit LlamaMistralTransformer(
         const LlamaMistralConfig& config, std::mt19937& generator,
@@ -96,10 +97,15 @@ class LlamaMistralTransformer final : public Module {
     [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,
                                              std::span<const std::size_t> positions,
                                              IncrementalAttentionCache& cache,
-                                             std::span<const std::size_t> output_rows) const;
+                                             std::span<const std::size_t> output_rows) const override;
+    // N layers of Hq heads of D/Hq (key/value heads repeated for the cache), capacity C.
+    [[nodiscard]] IncrementalCacheShape incremental_cache_shape() const noexcept override;
+    [[nodiscard]] std::size_t vocabulary_size() const noexcept override {
+        return config_.vocabulary_size;
+    }
 
     [[nodiscard]] const LlamaMistralConfig& config() const noexcept { return config_; }
-    [[nodiscard]] ExecutionBackend backend() const;
+    [[nodiscard]] ExecutionBackend backend() const override;
     [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
     void set_attention(AttentionKind kind);
     [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
@@ -118,7 +124,7 @@ class LlamaMistralTransformer final : public Module {
     void quantize_nf4(const Nf4Options& options = {});
     [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
     [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
-    [[nodiscard]] std::uint64_t structure_version() const noexcept {
+    [[nodiscard]] std::uint64_t structure_version() const noexcept override {
         return adaptation_.structure_version();
     }
     [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {

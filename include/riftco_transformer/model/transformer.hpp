@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "riftco_transformer/model/incremental_decoder.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/lora.hpp"
@@ -64,7 +65,7 @@ class TransformerBlock final : public Module {
 // ever be allocated. Checked over every parameter before anything is allocated.
 inline constexpr std::size_t max_transformer_parameter_bytes = std::size_t{1} << 47;
 
-class DecoderOnlyTransformer final : public Module {
+class DecoderOnlyTransformer final : public Module, public IncrementalDecoder {
   public:
     // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
     // or not > 0, an unknown policy value: std::invalid_argument. Parameters that need more
@@ -93,11 +94,16 @@ class DecoderOnlyTransformer final : public Module {
     [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,
                                              std::span<const std::size_t> positions,
                                              IncrementalAttentionCache& cache,
-                                             std::span<const std::size_t> output_rows) const;
+                                             std::span<const std::size_t> output_rows) const override;
+    // N layers of H heads of D/H, capacity C.
+    [[nodiscard]] IncrementalCacheShape incremental_cache_shape() const noexcept override;
+    [[nodiscard]] std::size_t vocabulary_size() const noexcept override {
+        return dimensions_.vocabulary_size;
+    }
 
     [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
     // The backend of the weights (the token embedding's).
-    [[nodiscard]] ExecutionBackend backend() const;
+    [[nodiscard]] ExecutionBackend backend() const override;
     [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
     void set_attention(AttentionKind kind);
     [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
@@ -123,7 +129,7 @@ class DecoderOnlyTransformer final : public Module {
     void load_packed_quantized_state(std::span<const QuantizedWeight> weights);
     // Bumped by attach, merge, quantize and packed-state loads: a checkpointed block recorded
     // before a bump refuses to replay (std::logic_error).
-    [[nodiscard]] std::uint64_t structure_version() const noexcept {
+    [[nodiscard]] std::uint64_t structure_version() const noexcept override {
         return adaptation_.structure_version();
     }
     // The projections in attach order.

@@ -1,5 +1,6 @@
 #pragma once
-// KV-cached decoding of a DecoderOnlyTransformer (spec WORKFLOWS §4.1-4.3).
+// KV-cached decoding of an IncrementalDecoder: the GPT decoder or the Llama/Mistral decoder
+// (spec WORKFLOWS §4.1-4.3).
 //
 // A DecodeSession is one request's sequence: decode_token(id) runs embedding (position = the
 // current size), every block and the head for ONE position and returns its detached logits
@@ -35,18 +36,18 @@
 #include <span>
 
 #include "riftco_transformer/core/tensor.hpp"
-#include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/model/incremental_decoder.hpp"
 #include "riftco_transformer/serving/kv_cache.hpp"
 
 namespace riftco_transformer {
 
 // The cache dimensions a model's sessions need: N layers, H heads of D/H, capacity C.
 [[nodiscard]] KeyValueCacheDimensions key_value_cache_dimensions(
-    const DecoderOnlyTransformer& model) noexcept;
+    const IncrementalDecoder& model) noexcept;
 
 // A pool for sessions of `model`, on its backend (KeyValueCachePool::create's rules).
 [[nodiscard]] std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(
-    const DecoderOnlyTransformer& model, std::size_t block_size = default_key_value_block_size,
+    const IncrementalDecoder& model, std::size_t block_size = default_key_value_block_size,
     std::size_t block_count = 0);
 
 enum class PrefillLogits : std::uint32_t { Last = 0, All = 1 };
@@ -73,13 +74,13 @@ class DecodeSession {
   public:
     // A session with a private cache: Paged (ceil(C / block_size) pages) or Contiguous (one
     // page of C positions). std::invalid_argument: block_size 0, an unknown kind.
-    explicit DecodeSession(const DecoderOnlyTransformer& model,
+    explicit DecodeSession(const IncrementalDecoder& model,
                            KeyValueCacheKind kind = KeyValueCacheKind::Paged,
                            std::size_t block_size = default_key_value_block_size);
     // A paged session leasing from a shared pool. std::invalid_argument: a null pool, or one
     // whose backend, layer count, head count or head width differ from the model's, or whose
     // capacity exceeds the model's maximum context.
-    DecodeSession(const DecoderOnlyTransformer& model, std::shared_ptr<KeyValueCachePool> pool);
+    DecodeSession(const IncrementalDecoder& model, std::shared_ptr<KeyValueCachePool> pool);
 
     // Logits [1,1,V] of `token` at position size(). std::out_of_range: an id >= V, or the
     // session is full; std::runtime_error: the pool is exhausted; std::logic_error: stale.
@@ -98,7 +99,7 @@ class DecodeSession {
     [[nodiscard]] std::size_t block_size() const noexcept { return cache_.block_size(); }
     [[nodiscard]] KeyValueCacheKind cache_kind() const noexcept { return cache_.kind(); }
     [[nodiscard]] const KeyValueCache& cache() const noexcept { return cache_; }
-    [[nodiscard]] const DecoderOnlyTransformer& model() const noexcept { return *model_; }
+    [[nodiscard]] const IncrementalDecoder& model() const noexcept { return *model_; }
     // True once the model's structure (since creation or the last reset) or backend changed.
     [[nodiscard]] bool stale() const;
 
@@ -106,7 +107,7 @@ class DecodeSession {
     friend Tensor decode_batch(std::span<const DecodeWork> work);
     void require_current(const char* operation) const;
 
-    const DecoderOnlyTransformer* model_;
+    const IncrementalDecoder* model_;
     KeyValueCache cache_;
     std::uint64_t structure_version_;
     ExecutionBackend backend_;
