@@ -1,0 +1,60 @@
+#pragma once
+// Llama / Mistral checkpoints from GGUF files (llama.cpp's format) into LlamaMistralTransformer.
+//
+// Metadata read (ARCH = general.architecture, "llama" or "mistral"):
+//   ARCH.embedding_length (D), ARCH.block_count (N), ARCH.feed_forward_length (F),
+//   ARCH.attention.head_count (Hq), ARCH.attention.head_count_kv (Hkv, default Hq),
+//   ARCH.context_length (C), ARCH.attention.layer_norm_rms_epsilon, ARCH.rope.freq_base
+//   (θ, default 10000), ARCH.attention.sliding_window (optional), ARCH.rope.dimension_count
+//   (must equal D/Hq when present). V is the row count of token_embd.weight. RoPE scaling
+//   (ARCH.rope.scaling.type other than "none") is rejected: it is not implemented.
+// Tensors (GGUF dims {in, out} are our row-major [out, in]):
+//   token_embd.weight -> token_embedding.weight; blk.i.attn_norm.weight -> attention_norm;
+//   blk.i.attn_{q,k,v,output}.weight -> attention.{query,key,value,output};
+//   blk.i.ffn_norm.weight -> feed_forward_norm; blk.i.ffn_{gate,up,down}.weight ->
+//   feed_forward.{gate,up,down}; output_norm.weight -> final_norm; output.weight ->
+//   language_model_head (absent: tied embeddings).
+// llama.cpp's converter stores the query and key rows of each head permuted for the
+// interleaved (adjacent-pair) RoPE: stored row h·d + 2i + s holds original row
+// h·d + s·d/2 + i (i < d/2, s ∈ {0,1}). The importer undoes it, so the split-half RoPE of our
+// model applies (unpermute_rotary_rows; the equivalence is tested).
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/interchange/gguf.hpp"
+#include "riftco_transformer/model/llama_mistral.hpp"
+
+namespace riftco_transformer {
+
+struct LlamaGgufOptions {
+    // 0: the file's context_length. Otherwise the model's maximum context (RoPE has no
+    // table, so any value works; a smaller one bounds cache memory).
+    std::size_t maximum_context = 0;
+    // Flash by default; a model whose sliding window is shorter than its maximum context is
+    // loaded with Materialized attention whatever this says (the flash kernel has no window
+    // yet, and GroupedQueryAttention refuses flash past the window).
+    AttentionKind attention = AttentionKind::Flash;
+};
+
+// The config the file describes. Missing or ill-typed metadata, an architecture other than
+// llama/mistral, RoPE scaling, or a head dimension that disagrees with D/Hq: GgufFormatError
+// naming the key; the config's own rules: std::invalid_argument.
+[[nodiscard]] LlamaMistralConfig llama_config_from_gguf(const GgufFile& file,
+                                                        const LlamaGgufOptions& options = {});
+
+// The model with every weight dequantized to float32 from the file. A tensor missing, of the
+// wrong shape, or of a type dequantize does not support: GgufFormatError naming the tensor.
+[[nodiscard]] std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(
+    const GgufFile& file, const LlamaGgufOptions& options = {});
+
+// Undoes the converter's RoPE row permutation of a [heads·d, in] weight (row-major), in
+// place semantics returned as a new vector. rows % heads or (rows/heads) odd:
+// std::invalid_argument.
+[[nodiscard]] std::vector<float> unpermute_rotary_rows(std::span<const float> weight,
+                                                       std::size_t heads, std::size_t columns);
+
+}  // namespace riftco_transformer
