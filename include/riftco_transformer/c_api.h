@@ -735,6 +735,72 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
                                                           const float* second_moments,
                                                           uint64_t count);
 
+/* ---- Llama / Mistral decoders (2.8) and GGUF checkpoints --------------------------------
+ * A Llama/Mistral model (spec ENGINE §12): token embedding, pre-norm blocks of grouped-query
+ * attention with split-half RoPE and a SwiGLU feed-forward, RMSNorm, a bias-free head or tied
+ * embeddings; Mistral's sliding window may be shorter than the context (materialized
+ * attention masks it; flash refuses a sequence longer than the window). Parameters are named
+ * token_embedding.weight, blocks.N.attention_norm.scale,
+ * blocks.N.attention.{query,key,value,output}.weight, blocks.N.feed_forward_norm.scale,
+ * blocks.N.feed_forward.{gate,up,down}.weight, final_norm.scale, language_model_head.weight
+ * (absent when tied).
+ * rt_llama_mistral_model_as_model gives an rt_model handle on the SAME model state, through
+ * which every rt_model function works (forward, attention and checkpointing policies, LoRA on
+ * every projection, NF4, packed state, decode sessions and pools, Adam, parameters); only
+ * rt_model_config is the GPT decoder's and answers RT_STATUS_INVALID_ARGUMENT there. */
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA 0
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL 1
+typedef struct rt_llama_mistral_model rt_llama_mistral_model;
+typedef struct rt_llama_mistral_config {
+    uint64_t struct_size;
+    int32_t architecture;          /* init RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA */
+    uint32_t random_seed;          /* init 5489 */
+    uint64_t vocabulary_size;      /* V, init 0 (must be set) */
+    uint64_t maximum_context;      /* C, init 0 */
+    uint64_t model_width;          /* D, init 0; D % Hq == 0 and D/Hq even */
+    uint64_t query_head_count;     /* Hq, init 0 */
+    uint64_t key_value_head_count; /* Hkv, init 0; Hq % Hkv == 0 */
+    uint64_t block_count;          /* N, init 0 */
+    uint64_t feed_forward_width;   /* F, init 0 */
+    float rms_norm_epsilon;        /* init 1e-5 */
+    uint32_t tie_embeddings;       /* 0 or 1, init 0 */
+    double rope_theta;             /* init 10000 */
+    uint64_t sliding_window;       /* 0 = none (init); a window >= C is dense attention */
+} rt_llama_mistral_config;
+
+RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,
+                                                      uint64_t struct_size);
+/* A new model on CPU with random weights (draws: embedding; per block q, k, v, o, gate, up,
+ * down; head), materialized attention, checkpointing disabled. */
+RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
+                                                       rt_llama_mistral_model** out);
+/* A model read from a GGUF file (general.architecture llama or mistral; every weight
+ * dequantized to float32; llama.cpp's RoPE row permutation of Q/K undone), on CPU with flash
+ * attention (materialized when the window is shorter than the context). maximum_context 0
+ * takes the file's context_length. A malformed or unsupported file is
+ * RT_STATUS_RUNTIME_ERROR naming the field; an unreadable one too. */
+RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf(const char* path,
+                                                          uint64_t maximum_context,
+                                                          rt_llama_mistral_model** out);
+RT_API void RT_CALL rt_llama_mistral_model_release(rt_llama_mistral_model* model);
+RT_API rt_status RT_CALL rt_llama_mistral_model_config(const rt_llama_mistral_model* model,
+                                                       rt_llama_mistral_config* out);
+RT_API rt_status RT_CALL rt_llama_mistral_model_to(rt_llama_mistral_model* model, int32_t backend);
+RT_API rt_status RT_CALL rt_llama_mistral_model_backend(const rt_llama_mistral_model* model,
+                                                        int32_t* out_backend);
+/* As rt_model_forward. */
+RT_API rt_status RT_CALL rt_llama_mistral_model_forward(rt_llama_mistral_model* model,
+                                                        const uint32_t* tokens, uint64_t count,
+                                                        uint64_t batch, uint64_t time,
+                                                        rt_variable** out);
+RT_API rt_status RT_CALL rt_llama_mistral_model_parameters(rt_llama_mistral_model* model,
+                                                           rt_parameter_list** out);
+/* An rt_model handle sharing this model's state (release both, in any order). */
+RT_API rt_status RT_CALL rt_llama_mistral_model_as_model(rt_llama_mistral_model* model,
+                                                         rt_model** out);
+/* 1 when the rt_model handle holds a Llama/Mistral decoder, 0 for the GPT decoder. */
+RT_API rt_status RT_CALL rt_model_is_llama_mistral(const rt_model* model, int32_t* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include "riftco_transformer/c_api.h"
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
+#include "riftco_transformer/model/llama_mistral.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/optim/adam_options.hpp"
@@ -129,5 +130,20 @@ static_assert(sizeof(rt_adam_step_stats) == 32 && offsetof(rt_adam_step_stats, s
               offsetof(rt_adam_step_stats, clip_scale) == 24);
 static_assert(sizeof(rt_adam_state) == 40 && offsetof(rt_adam_state, step_count) == 8 &&
               offsetof(rt_adam_state, value_count) == 32);
+
+// Llama/Mistral (2.8): architecture values and the config layout.
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, LlamaMistralArchitecture::Llama) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA == 0);
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL, LlamaMistralArchitecture::Mistral) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL == 1);
+static_assert(sizeof(rt_llama_mistral_config) == 96);
+static_assert(offsetof(rt_llama_mistral_config, architecture) == 8 &&
+              offsetof(rt_llama_mistral_config, random_seed) == 12 &&
+              offsetof(rt_llama_mistral_config, vocabulary_size) == 16 &&
+              offsetof(rt_llama_mistral_config, feed_forward_width) == 64 &&
+              offsetof(rt_llama_mistral_config, rms_norm_epsilon) == 72 &&
+              offsetof(rt_llama_mistral_config, tie_embeddings) == 76 &&
+              offsetof(rt_llama_mistral_config, rope_theta) == 80 &&
+              offsetof(rt_llama_mistral_config, sliding_window) == 88);
 
 }  // namespace

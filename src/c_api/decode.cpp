@@ -41,7 +41,7 @@ KeyValueCacheKind cache_kind_from(std::int32_t value) {
     return static_cast<KeyValueCacheKind>(value);
 }
 
-DecoderOnlyTransformer& model_of(ModelState& state) {
+CausalLanguageModel& model_of(ModelState& state) {
     if (!state.model) {
         throw std::invalid_argument("model is not a decoder-only transformer handle");
     }

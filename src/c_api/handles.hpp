@@ -19,6 +19,7 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
+#include "riftco_transformer/model/llama_mistral.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/parameter.hpp"
 #include "riftco_transformer/optim/adam.hpp"
@@ -29,9 +30,13 @@ namespace riftco_transformer::c_api {
 
 struct ModelState {
     // Exactly one is set: the handle type says which (rt_model or rt_program_augmented_model).
-    std::unique_ptr<DecoderOnlyTransformer> model;
+    // An rt_model holds a GPT decoder (rt_model_create) or a Llama/Mistral decoder
+    // (rt_llama_mistral_model_*), both behind the CausalLanguageModel interface.
+    std::unique_ptr<CausalLanguageModel> model;
     std::unique_ptr<ProgramAugmentedModel> program_model;
-    rt_transformer_config config{};  // as created (struct_size = sizeof)
+    rt_transformer_config config{};  // GPT decoder: as created (struct_size = sizeof)
+    // Llama/Mistral decoder: as created (struct_size = sizeof); struct_size 0 otherwise.
+    rt_llama_mistral_config llama_config{};
     std::size_t live_variables = 0;
     std::size_t live_optimizers = 0;
     std::size_t live_parameter_lists = 0;  // base and adapter lists

@@ -143,6 +143,11 @@ void rt_model_release(rt_model* model) {
 rt_status rt_model_config(const rt_model* model, rt_transformer_config* out) {
     return guarded(__func__, [&] {
         const ModelState& state = state_of(model);
+        if (state.config.struct_size == 0) {
+            throw std::invalid_argument(
+                "model: a Llama/Mistral decoder has no GPT configuration; use "
+                "rt_llama_mistral_model_config");
+        }
         write_struct(out, state.config, sizeof(rt_transformer_config), "out");
     });
 }

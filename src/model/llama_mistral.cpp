@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "riftco_transformer/core/autograd/custom_gradient.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
@@ -62,15 +61,6 @@ void require_parameter_bytes_fit(const LlamaMistralConfig& c) {
         overflow("model_width");
     if (c.block_count > (max_transformer_parameter_bytes - outside) / block)
         overflow("block_count");
-}
-
-void require_checkpointing(ActivationCheckpointing checkpointing) {
-    if (checkpointing != ActivationCheckpointing::Disabled &&
-        checkpointing != ActivationCheckpointing::TransformerBlock) {
-        throw std::invalid_argument(
-            "LlamaMistralTransformer: unknown activation checkpointing value " +
-            std::to_string(static_cast<std::uint32_t>(checkpointing)));
-    }
 }
 
 GroupedQueryAttentionShape attention_shape(const LlamaMistralConfig& c) {
@@ -156,10 +146,11 @@ Variable LlamaMistralBlock::forward_incremental(const Variable& x,
 LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& config,
                                                  std::mt19937& generator, AttentionKind attention,
                                                  ActivationCheckpointing checkpointing)
-    : config_(config), attention_(attention), checkpointing_(checkpointing) {
+    : CausalLanguageModel("LlamaMistralTransformer", checkpointing),
+      config_(config),
+      attention_(attention) {
     validate_llama_mistral_config(config);
     require_attention_kind("LlamaMistralTransformer", attention);
-    require_checkpointing(checkpointing);
     const LlamaMistralConfig& c = config;
     token_embedding_ = &register_module(
         "token_embedding", std::make_unique<Embedding>(c.vocabulary_size, c.model_width, generator));
@@ -175,6 +166,7 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
             "language_model_head",
             std::make_unique<Linear>(c.model_width, c.vocabulary_size, generator, false));
     }
+    std::vector<AdaptableProjection> projections;
     for (std::size_t i = 0; i < c.block_count; ++i) {
         for (LoraTarget target :
              {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
@@ -185,29 +177,14 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
             auto* layer = dynamic_cast<Linear*>(find_module(path));
             if (layer == nullptr)
                 throw std::logic_error("LlamaMistralTransformer: no projection at " + path);
-            projections_.push_back({target, std::move(path), layer});
+            projections.push_back({target, std::move(path), layer});
         }
     }
     if (language_model_head_ != nullptr) {
-        projections_.push_back(
+        projections.push_back(
             {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
     }
-}
-
-void LlamaMistralTransformer::attach_lora(const LoraConfig& config) {
-    adaptation_.attach_lora(*this, projections_, config);
-}
-
-void LlamaMistralTransformer::merge_lora() {
-    adaptation_.merge_lora(*this, projections_);
-}
-
-void LlamaMistralTransformer::quantize_nf4(const Nf4Options& options) {
-    adaptation_.quantize_nf4(projections_, options);
-}
-
-QuantizedMemoryUsage LlamaMistralTransformer::quantized_memory_usage() const {
-    return AdaptationLifecycle::quantized_memory(projections_);
+    set_projections(std::move(projections));
 }
 
 void LlamaMistralTransformer::set_attention(AttentionKind kind) {
@@ -217,19 +194,10 @@ void LlamaMistralTransformer::set_attention(AttentionKind kind) {
     attention_ = kind;
 }
 
-void LlamaMistralTransformer::set_activation_checkpointing(ActivationCheckpointing checkpointing) {
-    require_checkpointing(checkpointing);
-    checkpointing_ = checkpointing;
-}
-
 IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {
     const LlamaMistralConfig& c = config_;
     return {c.block_count, c.query_head_count, c.model_width / c.query_head_count,
             c.maximum_context};
-}
-
-ExecutionBackend LlamaMistralTransformer::backend() const {
-    return token_embedding_->weight().value().backend();
 }
 
 Variable LlamaMistralTransformer::head(const Variable& normalized) const {
@@ -293,41 +261,11 @@ Variable LlamaMistralTransformer::forward(const IndexTensor& tokens) const {
 }
 
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
-    constexpr const char* op = "LlamaMistralTransformer::forward";
     Variable hidden = token_embedding_->forward(tokens);  // [B,T,D]
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         const LlamaMistralBlock* block = blocks_[index];
-        try {
-            if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
-                std::vector<Variable> dependencies;
-                for (const ParameterList& list :
-                     {block->parameters(), block->adapter_parameters()}) {
-                    for (const NamedParameter& named : list) {
-                        if (named.parameter.requires_gradient())
-                            dependencies.push_back(named.parameter);
-                    }
-                }
-                const std::uint64_t version = structure_version();
-                const AdaptationLifecycle* adaptation = &adaptation_;
-                hidden = checkpoint(hidden, dependencies,
-                                    [block, version, adaptation, index](const Variable& input) {
-                                        if (adaptation->structure_version() != version) {
-                                            throw std::logic_error(
-                                                "LlamaMistralTransformer: block " +
-                                                std::to_string(index) +
-                                                " cannot be replayed: LoRA or NF4 changed the "
-                                                "model's structure after the forward pass");
-                                        }
-                                        return block->forward(input);
-                                    });
-            } else {
-                hidden = block->forward(hidden);
-            }
-        } catch (const std::domain_error& error) {
-            throw std::domain_error(std::string(op) + ": non-finite activations in block " +
-                                    std::to_string(index) +
-                                    " (weights too large or not finite?): " + error.what());
-        }
+        hidden = run_block(*block, index, hidden,
+                           [block](const Variable& input) { return block->forward(input); });
     }
     return head(final_norm_->forward(hidden));  // [B,T,D] -> [B,T,V]
 }

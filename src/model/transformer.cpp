@@ -113,15 +113,6 @@ void validate(const TransformerDimensions& d, float epsilon) {
     require_parameter_bytes_fit(d);
 }
 
-void require_checkpointing(ActivationCheckpointing checkpointing) {
-    if (checkpointing != ActivationCheckpointing::Disabled &&
-        checkpointing != ActivationCheckpointing::TransformerBlock) {
-        throw std::invalid_argument(
-            "DecoderOnlyTransformer: unknown activation checkpointing value " +
-            std::to_string(static_cast<std::uint32_t>(checkpointing)));
-    }
-}
-
 }  // namespace
 
 TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937& generator,
@@ -154,10 +145,11 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
                                                std::mt19937& generator, float layer_norm_epsilon,
                                                AttentionKind attention,
                                                ActivationCheckpointing checkpointing)
-    : dimensions_(dimensions), attention_(attention), checkpointing_(checkpointing) {
+    : CausalLanguageModel("DecoderOnlyTransformer", checkpointing),
+      dimensions_(dimensions),
+      attention_(attention) {
     validate(dimensions, layer_norm_epsilon);
     require_attention_kind("DecoderOnlyTransformer", attention);
-    require_checkpointing(checkpointing);
     const TransformerDimensions& d = dimensions;
     token_embedding_ =
         &register_module("token_embedding",
@@ -175,6 +167,7 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     language_model_head_ =
         &register_module("language_model_head",
                          std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+    std::vector<AdaptableProjection> projections;
     for (std::size_t i = 0; i < d.block_count; ++i) {
         for (LoraTarget target :
              {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
@@ -182,35 +175,12 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
             std::string path =
                 "blocks." + std::to_string(i) + "." + std::string(lora_target_name(target));
             auto* layer = dynamic_cast<Linear*>(find_module(path));
-            projections_.push_back({target, std::move(path), layer});
+            projections.push_back({target, std::move(path), layer});
         }
     }
-    projections_.push_back(
+    projections.push_back(
         {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
-}
-
-void DecoderOnlyTransformer::attach_lora(const LoraConfig& config) {
-    adaptation_.attach_lora(*this, projections_, config);
-}
-
-void DecoderOnlyTransformer::merge_lora() {
-    adaptation_.merge_lora(*this, projections_);
-}
-
-void DecoderOnlyTransformer::quantize_nf4(const Nf4Options& options) {
-    adaptation_.quantize_nf4(projections_, options);
-}
-
-QuantizedMemoryUsage DecoderOnlyTransformer::quantized_memory_usage() const {
-    return AdaptationLifecycle::quantized_memory(projections_);
-}
-
-std::vector<QuantizedWeight> DecoderOnlyTransformer::packed_quantized_state() const {
-    return adaptation_.packed_state(projections_);
-}
-
-void DecoderOnlyTransformer::load_packed_quantized_state(std::span<const QuantizedWeight> weights) {
-    adaptation_.load_packed_state(projections_, weights);
+    set_projections(std::move(projections));
 }
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
@@ -218,11 +188,6 @@ void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
     for (TransformerBlock* block : blocks_)
         block->set_attention(kind);
     attention_ = kind;
-}
-
-void DecoderOnlyTransformer::set_activation_checkpointing(ActivationCheckpointing checkpointing) {
-    require_checkpointing(checkpointing);
-    checkpointing_ = checkpointing;
 }
 
 namespace {
@@ -294,7 +259,6 @@ Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
 }
 
 Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) const {
-    constexpr const char* op = "DecoderOnlyTransformer::forward";
     const Shape& shape = tokens.shape();
     const std::size_t time = shape[1];
     // [B,T] -> [B,T,D]: token rows gathered on the backend; positions 0..T-1 restart in every
@@ -305,40 +269,8 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
         broadcast_to(slice(position_embedding_->weight(), 0, 0, time), tokens_embedded.shape());
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         const TransformerBlock* block = blocks_[index];
-        try {
-            if (checkpointing_ == ActivationCheckpointing::TransformerBlock) {
-                // Dependencies: every trainable leaf of the block, base and adapter alike.
-                std::vector<Variable> dependencies;
-                for (const ParameterList& list :
-                     {block->parameters(), block->adapter_parameters()}) {
-                    for (const NamedParameter& named : list) {
-                        if (named.parameter.requires_gradient())
-                            dependencies.push_back(named.parameter);
-                    }
-                }
-                const std::uint64_t version = structure_version();
-                const AdaptationLifecycle* adaptation = &adaptation_;
-                hidden = checkpoint(
-                    hidden, dependencies,
-                    [block, version, adaptation, index](const Variable& input) {
-                        if (adaptation->structure_version() != version) {
-                            throw std::logic_error("DecoderOnlyTransformer: block " +
-                                                   std::to_string(index) +
-                                                   " cannot be replayed: LoRA or NF4 changed the "
-                                                   "model's structure after the forward pass");
-                        }
-                        return block->forward(input);
-                    });
-            } else {
-                hidden = block->forward(hidden);
-            }
-        } catch (const std::domain_error& error) {
-            // A kernel of the block met NaN/inf (the softmax of non-finite attention scores):
-            // the cause is the activations, not an argument of the op that noticed.
-            throw std::domain_error(std::string(op) + ": non-finite activations in block " +
-                                    std::to_string(index) +
-                                    " (weights too large or not finite?): " + error.what());
-        }
+        hidden = run_block(*block, index, hidden,
+                           [block](const Variable& input) { return block->forward(input); });
     }
     // [B,T,D] -> [B,T,V]
     return language_model_head_->forward(final_norm_->forward(hidden));
@@ -347,10 +279,6 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
 IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
     const TransformerDimensions& d = dimensions_;
     return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};
-}
-
-ExecutionBackend DecoderOnlyTransformer::backend() const {
-    return token_embedding_->weight().value().backend();
 }
 
 Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t> tokens,

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "riftco_transformer/model/incremental_decoder.hpp"
+#include "riftco_transformer/model/causal_language_model.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/grouped_query_attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
@@ -79,7 +79,7 @@ class LlamaMistralBlock final : public Module {
     SwiGLU* feed_forward_;
 };
 
-class LlamaMistralTransformer final : public Module, public IncrementalDecoder {
+class LlamaMistralTransformer final : public CausalLanguageModel {
   public:
     explicit LlamaMistralTransformer(
         const LlamaMistralConfig& config, std::mt19937& generator,
@@ -87,8 +87,9 @@ class LlamaMistralTransformer final : public Module, public IncrementalDecoder {
         ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
 
     // token ids [B,T] -> logits [B,T,V]; the rules of DecoderOnlyTransformer::forward.
-    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape) const;
-    [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
+    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens,
+                                   const Shape& shape) const override;
+    [[nodiscard]] Variable forward(const IndexTensor& tokens) const override;
 
     // R independent rows (token tokens[r] at positions[r]) through every block with `cache`
     // holding each layer's rotated keys and values (addressed with Hq heads); returns the
@@ -105,31 +106,17 @@ class LlamaMistralTransformer final : public Module, public IncrementalDecoder {
     }
 
     [[nodiscard]] const LlamaMistralConfig& config() const noexcept { return config_; }
-    [[nodiscard]] ExecutionBackend backend() const override;
-    [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
-    void set_attention(AttentionKind kind);
-    [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
-        return checkpointing_;
+    [[nodiscard]] std::size_t maximum_context() const noexcept override {
+        return config_.maximum_context;
     }
-    void set_activation_checkpointing(ActivationCheckpointing checkpointing);
-
-    // LoRA and NF4 (AdaptationLifecycle's rules). Targets: attention.{query,key,value,output},
-    // feed_forward.{gate,up,down}, and language_model_head when embeddings are not tied.
-    void attach_lora(const LoraConfig& config);
-    [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
-    [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }
-    [[nodiscard]] ParameterList lora_parameters() const { return adapter_parameters(); }
-    void merge_lora();
-    // Packs all 7N projections and the untied head.
-    void quantize_nf4(const Nf4Options& options = {});
-    [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
-    [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
-    [[nodiscard]] std::uint64_t structure_version() const noexcept override {
-        return adaptation_.structure_version();
+    [[nodiscard]] AttentionKind attention() const noexcept override { return attention_; }
+    void set_attention(AttentionKind kind) override;
+    [[nodiscard]] const char* model_name() const noexcept override {
+        return "LlamaMistralTransformer";
     }
-    [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {
-        return projections_;
-    }
+    // LoRA and NF4 are CausalLanguageModel's. Targets: attention.{query,key,value,output},
+    // feed_forward.{gate,up,down}, and language_model_head when embeddings are not tied;
+    // quantize_nf4 packs all 7N projections and the untied head.
 
   private:
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const;
@@ -137,13 +124,10 @@ class LlamaMistralTransformer final : public Module, public IncrementalDecoder {
 
     LlamaMistralConfig config_;
     AttentionKind attention_;
-    ActivationCheckpointing checkpointing_;
     Embedding* token_embedding_;
     std::vector<LlamaMistralBlock*> blocks_;
     RMSNorm* final_norm_;
     Linear* language_model_head_ = nullptr;  // null when tied
-    std::vector<AdaptableProjection> projections_;
-    AdaptationLifecycle adaptation_;
 };
 
 }  // namespace riftco_transformer

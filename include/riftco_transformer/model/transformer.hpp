@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "riftco_transformer/model/incremental_decoder.hpp"
+#include "riftco_transformer/model/causal_language_model.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/lora.hpp"
@@ -33,13 +33,6 @@ struct TransformerDimensions {
     std::size_t head_count = 0;          // H
     std::size_t block_count = 0;         // N
     std::size_t feed_forward_width = 0;  // F
-};
-
-// Activation checkpointing: runtime policy, not model state.
-enum class ActivationCheckpointing : std::uint32_t {
-    Disabled = 0,
-    TransformerBlock =
-        1,  // each block is replayed during backward instead of keeping its activations
 };
 
 class TransformerBlock final : public Module {
@@ -65,7 +58,7 @@ class TransformerBlock final : public Module {
 // ever be allocated. Checked over every parameter before anything is allocated.
 inline constexpr std::size_t max_transformer_parameter_bytes = std::size_t{1} << 47;
 
-class DecoderOnlyTransformer final : public Module, public IncrementalDecoder {
+class DecoderOnlyTransformer final : public CausalLanguageModel {
   public:
     // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
     // or not > 0, an unknown policy value: std::invalid_argument. Parameters that need more
@@ -78,11 +71,12 @@ class DecoderOnlyTransformer final : public Module, public IncrementalDecoder {
 
     // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
     // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
-    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape) const;
+    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens,
+                                   const Shape& shape) const override;
     // The same from token ids already on the model's backend ([B,T]); the vocabulary check
     // reads the maximum recorded at the upload (no device read). The host form above checks
     // and uploads once, then calls this.
-    [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
+    [[nodiscard]] Variable forward(const IndexTensor& tokens) const override;
 
     // The inference path (spec WORKFLOWS §4.1) on the same weights: R independent rows in
     // one pass, row r being token tokens[r] at absolute position positions[r], with `cache`
@@ -102,40 +96,17 @@ class DecoderOnlyTransformer final : public Module, public IncrementalDecoder {
     }
 
     [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
-    // The backend of the weights (the token embedding's).
-    [[nodiscard]] ExecutionBackend backend() const override;
-    [[nodiscard]] AttentionKind attention() const noexcept { return attention_; }
-    void set_attention(AttentionKind kind);
-    [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
-        return checkpointing_;
+    [[nodiscard]] std::size_t maximum_context() const noexcept override {
+        return dimensions_.maximum_context;
     }
-    void set_activation_checkpointing(ActivationCheckpointing checkpointing);
-
-    // LoRA and NF4 (spec ENGINE §10–11; the rules are AdaptationLifecycle's). Targets
-    // available here: attention.{query,key,value,output}, feed_forward.{expand,project},
-    // language_model_head.
-    void attach_lora(const LoraConfig& config);
-    [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
-    [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }
-    [[nodiscard]] const LoraConfig& lora_config() const { return adaptation_.lora_config(); }
-    // The active adapter factors, block order then the head (empty without LoRA or after merge).
-    [[nodiscard]] ParameterList lora_parameters() const { return adapter_parameters(); }
-    void merge_lora();
-    // Packs all 6N+1 projections (block order: q, k, v, o, expand, project; then the head).
-    void quantize_nf4(const Nf4Options& options = {});
-    [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
-    [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
-    [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;
-    void load_packed_quantized_state(std::span<const QuantizedWeight> weights);
-    // Bumped by attach, merge, quantize and packed-state loads: a checkpointed block recorded
-    // before a bump refuses to replay (std::logic_error).
-    [[nodiscard]] std::uint64_t structure_version() const noexcept override {
-        return adaptation_.structure_version();
+    [[nodiscard]] AttentionKind attention() const noexcept override { return attention_; }
+    void set_attention(AttentionKind kind) override;
+    [[nodiscard]] const char* model_name() const noexcept override {
+        return "DecoderOnlyTransformer";
     }
-    // The projections in attach order.
-    [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {
-        return projections_;
-    }
+    // LoRA and NF4 are CausalLanguageModel's. Targets available here:
+    // attention.{query,key,value,output}, feed_forward.{expand,project}, language_model_head;
+    // quantize_nf4 packs all 6N+1 projections (block order q, k, v, o, expand, project; head).
 
   private:
     void require_token_shape(const Shape& shape) const;  // [B,T] with B, T > 0
@@ -145,14 +116,11 @@ class DecoderOnlyTransformer final : public Module, public IncrementalDecoder {
 
     TransformerDimensions dimensions_;
     AttentionKind attention_;
-    ActivationCheckpointing checkpointing_;
     Embedding* token_embedding_;
     Embedding* position_embedding_;
     std::vector<TransformerBlock*> blocks_;
     LayerNorm* final_norm_;
     Linear* language_model_head_;
-    std::vector<AdaptableProjection> projections_;
-    AdaptationLifecycle adaptation_;
 };
 
 }  // namespace riftco_transformer

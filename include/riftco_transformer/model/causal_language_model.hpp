@@ -1,0 +1,97 @@
+#pragma once
+// What every decoder-only language model offers, whatever its architecture (the GPT decoder,
+// Llama/Mistral): the full-sequence forward, runtime attention and checkpointing policies,
+// the incremental forward for KV-cached decoding, and the adaptation lifecycle (LoRA, packed
+// NF4) over its projections. The C ABI's rt_model, the optimizers, decode sessions and the
+// Python package talk to this interface, so a new architecture gets all of them at once.
+//
+// The lifecycle lives here once: a model registers its projections (attach order) with
+// set_projections() at the end of its constructor and the rules are AdaptationLifecycle's.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/index_tensor.hpp"
+#include "riftco_transformer/model/incremental_decoder.hpp"
+#include "riftco_transformer/nn/attention.hpp"
+#include "riftco_transformer/nn/lora.hpp"
+#include "riftco_transformer/nn/module.hpp"
+
+namespace riftco_transformer {
+
+// Activation checkpointing: runtime policy, not model state.
+enum class ActivationCheckpointing : std::uint32_t {
+    Disabled = 0,
+    TransformerBlock =
+        1,  // each block is replayed during backward instead of keeping its activations
+};
+
+class CausalLanguageModel : public Module, public IncrementalDecoder {
+  public:
+    // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
+    // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
+    [[nodiscard]] virtual Variable forward(std::span<const std::uint32_t> tokens,
+                                           const Shape& shape) const = 0;
+    // The same from ids already on the model's backend.
+    [[nodiscard]] virtual Variable forward(const IndexTensor& tokens) const = 0;
+    [[nodiscard]] virtual std::size_t maximum_context() const noexcept = 0;
+
+    [[nodiscard]] virtual AttentionKind attention() const noexcept = 0;
+    virtual void set_attention(AttentionKind kind) = 0;
+    [[nodiscard]] ActivationCheckpointing activation_checkpointing() const noexcept {
+        return checkpointing_;
+    }
+    // An unknown value: std::invalid_argument naming `model_name()`.
+    void set_activation_checkpointing(ActivationCheckpointing checkpointing);
+    // "DecoderOnlyTransformer", "LlamaMistralTransformer": the prefix of its messages.
+    [[nodiscard]] virtual const char* model_name() const noexcept = 0;
+
+    // The backend of the weights.
+    [[nodiscard]] ExecutionBackend backend() const override { return Module::backend(); }
+    [[nodiscard]] std::uint64_t structure_version() const noexcept override {
+        return adaptation_.structure_version();
+    }
+
+    // LoRA and NF4 (spec ENGINE §10–11; the rules are AdaptationLifecycle's).
+    void attach_lora(const LoraConfig& config);
+    [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
+    [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }
+    [[nodiscard]] const LoraConfig& lora_config() const { return adaptation_.lora_config(); }
+    // The active adapter factors in projection order (empty without LoRA or after merge).
+    [[nodiscard]] ParameterList lora_parameters() const { return adapter_parameters(); }
+    void merge_lora();
+    // Packs every projection.
+    void quantize_nf4(const Nf4Options& options = {});
+    [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
+    [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
+    [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;
+    void load_packed_quantized_state(std::span<const QuantizedWeight> weights);
+    // The projections in attach order.
+    [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {
+        return projections_;
+    }
+
+  protected:
+    // An unknown checkpointing value: std::invalid_argument naming `model_name`.
+    CausalLanguageModel(const char* model_name, ActivationCheckpointing checkpointing);
+    void set_projections(std::vector<AdaptableProjection> projections) {
+        projections_ = std::move(projections);
+    }
+    // Runs block `index`'s forward, replayed in backward when block checkpointing is on (its
+    // dependencies: every trainable leaf of `block`, base and adapter). A replay after LoRA or
+    // NF4 changed the structure: std::logic_error.
+    // A domain_error inside (non-finite activations) is rethrown naming the block.
+    [[nodiscard]] Variable run_block(const Module& block, std::size_t index, const Variable& hidden,
+                                     const std::function<Variable(const Variable&)>& forward) const;
+
+  private:
+    ActivationCheckpointing checkpointing_;
+    std::vector<AdaptableProjection> projections_;
+    AdaptationLifecycle adaptation_;
+};
+
+}  // namespace riftco_transformer
