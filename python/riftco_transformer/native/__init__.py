@@ -27,8 +27,9 @@ from .adam import Adam, AdamOptions, AdamState, AdamStepStats
 from .autograd import Variable, cross_entropy, cross_entropy_masked, cross_entropy_time_range
 from .backends import backend_available, cpu_info
 from .decode import DecodeSession, KvCachePool, decode_batch
+from .llama import LlamaMistralConfig, LlamaMistralTransformer
 from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
-from .model import DecoderOnlyTransformer, TransformerConfig
+from .model import CausalLanguageModel, DecoderOnlyTransformer, TransformerConfig
 from .parameters import ParameterList
 from .tensor import Context, Tensor
 from .tokenizer import Tokenizer
@@ -53,10 +54,13 @@ __all__ = [
     "AdamOptions",
     "AdamState",
     "AdamStepStats",
+    "CausalLanguageModel",
     "Context",
     "DecodeSession",
     "DecoderOnlyTransformer",
     "KvCachePool",
+    "LlamaMistralConfig",
+    "LlamaMistralTransformer",
     "LORA_TARGETS",
     "LoraConfig",
     "ParameterList",

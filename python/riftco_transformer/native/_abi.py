@@ -113,6 +113,25 @@ class TransformerConfigStruct(Structure):
     ]
 
 
+class LlamaMistralConfigStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("architecture", c_int32),
+        ("random_seed", c_uint32),
+        ("vocabulary_size", c_uint64),
+        ("maximum_context", c_uint64),
+        ("model_width", c_uint64),
+        ("query_head_count", c_uint64),
+        ("key_value_head_count", c_uint64),
+        ("block_count", c_uint64),
+        ("feed_forward_width", c_uint64),
+        ("rms_norm_epsilon", c_float),
+        ("tie_embeddings", c_uint32),
+        ("rope_theta", c_double),
+        ("sliding_window", c_uint64),
+    ]
+
+
 class AdamOptionsStruct(Structure):
     _fields_ = [
         ("struct_size", c_uint64),
@@ -363,6 +382,21 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
     ),
     "rt_model_parameters": (rt_status, [handle, handle_out]),
+    "rt_model_is_llama_mistral": (rt_status, [handle, POINTER(c_int32)]),
+    # Llama / Mistral decoders and GGUF checkpoints.
+    "rt_llama_mistral_config_init": (rt_status, [POINTER(LlamaMistralConfigStruct), c_uint64]),
+    "rt_llama_mistral_model_create": (rt_status, [POINTER(LlamaMistralConfigStruct), handle_out]),
+    "rt_llama_mistral_model_load_gguf": (rt_status, [c_char_p, c_uint64, handle_out]),
+    "rt_llama_mistral_model_release": (None, [handle]),
+    "rt_llama_mistral_model_config": (rt_status, [handle, POINTER(LlamaMistralConfigStruct)]),
+    "rt_llama_mistral_model_to": (rt_status, [handle, c_int32]),
+    "rt_llama_mistral_model_backend": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_llama_mistral_model_forward": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
+    ),
+    "rt_llama_mistral_model_parameters": (rt_status, [handle, handle_out]),
+    "rt_llama_mistral_model_as_model": (rt_status, [handle, handle_out]),
     # LoRA and packed NF4.
     "rt_lora_config_init": (rt_status, [POINTER(LoraConfigStruct), c_uint64]),
     "rt_model_attach_lora": (rt_status, [handle, POINTER(LoraConfigStruct)]),

@@ -99,59 +99,33 @@ def _native_config(config: TransformerConfig) -> TransformerConfigStruct:
     return native_config
 
 
-class DecoderOnlyTransformer(NativeHandle):
-    """A GPT-style decoder-only transformer, created on CPU with weights from the config's seed.
+class CausalLanguageModel(NativeHandle):
+    """What every native decoder-only model offers (the GPT decoder, Llama/Mistral): forward,
+    parameters, attention and checkpointing policies, KV-cached decoding, LoRA and packed NF4.
 
-    ``attention`` selects full-sequence attention: ``"materialized"`` (keeps the [B,H,T,T]
-    probabilities) or ``"flash"`` (memory-linear, recomputes them in backward).
-    ``activation_checkpointing`` is ``"disabled"`` or ``"block"`` (keep only block inputs and
-    recompute each block during backward; ``"transformer_block"`` is accepted too). Both are
-    runtime policies: they change memory and time, not results (beyond float rounding).
-
-    The model's parameter lists, variables and Adam optimizers share its lock and native
-    state: they stay usable after the model is closed.
+    Subclasses create the native model and set ``self._config`` (with ``vocabulary_size``
+    and ``maximum_context``). The model's parameter lists, variables and Adam optimizers
+    share its lock and native state: they stay usable after the model is closed.
     """
 
     _release_function = "rt_model_release"
 
-    def __init__(
-        self,
-        config: TransformerConfig,
-        attention: str = "materialized",
-        activation_checkpointing: str = "disabled",
-    ) -> None:
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, not {type(config).__name__}")
-        # Validate the policies before creating anything; the setters below apply them.
-        require_choice(attention, "attention", ATTENTION_VALUES)
-        require_choice(
-            activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING_VALUES
-        )
-        pointer = ctypes.c_void_p()
-        check_status(
-            library().rt_model_create(ctypes.byref(_native_config(config)), ctypes.byref(pointer))
-        )
-        self._adopt(pointer.value, threading.RLock())
-        self._config = config
-        try:
-            self.set_full_sequence_attention(attention)
-            self.set_activation_checkpointing(activation_checkpointing)
-        except BaseException:
-            self.close()
-            raise
+    @property
+    def vocabulary_size(self) -> int:
+        """V, the number of token ids."""
+        return self._config.vocabulary_size
 
     @property
-    def config(self) -> TransformerConfig:
-        """The configuration the model was created with."""
-        with self._native():
-            return self._config
+    def maximum_context(self) -> int:
+        """C, the longest sequence a forward or a decode session takes."""
+        return self._config.maximum_context
 
     @property
     def backend(self) -> str:
         """The backend holding the parameters, e.g. ``"cpu"``."""
         return BACKEND_NAMES[self._query("rt_model_backend", ctypes.c_int32)]
 
-    def to(self, backend: str | int) -> DecoderOnlyTransformer:
+    def to(self, backend: str | int) -> CausalLanguageModel:
         """Move the parameters to ``backend`` (a name, an ABI value or ``"auto"``); returns self.
 
         Transactional: an unavailable backend (backend_unavailable) or an open variable or
@@ -376,6 +350,52 @@ class DecoderOnlyTransformer(NativeHandle):
         """The number of scalars in ``parameters()``."""
         with self.parameters() as parameter_list:
             return parameter_list.total_numel
+
+
+class DecoderOnlyTransformer(CausalLanguageModel):
+    """A GPT-style decoder-only transformer, created on CPU with weights from the config's seed.
+
+    ``attention`` selects full-sequence attention: ``"materialized"`` (keeps the [B,H,T,T]
+    probabilities) or ``"flash"`` (memory-linear, recomputes them in backward).
+    ``activation_checkpointing`` is ``"disabled"`` or ``"block"`` (keep only block inputs and
+    recompute each block during backward; ``"transformer_block"`` is accepted too). Both are
+    runtime policies: they change memory and time, not results (beyond float rounding).
+
+    The model's parameter lists, variables and Adam optimizers share its lock and native
+    state: they stay usable after the model is closed.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        attention: str = "materialized",
+        activation_checkpointing: str = "disabled",
+    ) -> None:
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, not {type(config).__name__}")
+        # Validate the policies before creating anything; the setters below apply them.
+        require_choice(attention, "attention", ATTENTION_VALUES)
+        require_choice(
+            activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING_VALUES
+        )
+        pointer = ctypes.c_void_p()
+        check_status(
+            library().rt_model_create(ctypes.byref(_native_config(config)), ctypes.byref(pointer))
+        )
+        self._adopt(pointer.value, threading.RLock())
+        self._config = config
+        try:
+            self.set_full_sequence_attention(attention)
+            self.set_activation_checkpointing(activation_checkpointing)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def config(self) -> TransformerConfig:
+        """The configuration the model was created with."""
+        with self._native():
+            return self._config
 
     def __repr__(self) -> str:
         if self.closed:

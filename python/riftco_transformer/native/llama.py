@@ -1,0 +1,208 @@
+"""Llama / Mistral decoders: configuration, random initialisation, and GGUF checkpoints."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from dataclasses import dataclass
+
+from ._abi import LlamaMistralConfigStruct
+from ._errors import check_status
+from ._loader import library
+from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
+from .model import (
+    ACTIVATION_CHECKPOINTING_VALUES,
+    ATTENTION_VALUES,
+    CausalLanguageModel,
+)
+
+ARCHITECTURE_VALUES = {"llama": 0, "mistral": 1}
+ARCHITECTURE_NAMES = {value: name for name, value in ARCHITECTURE_VALUES.items()}
+
+_DIMENSION_FIELDS = (
+    "vocabulary_size",
+    "maximum_context",
+    "model_width",
+    "query_head_count",
+    "key_value_head_count",
+    "block_count",
+    "feed_forward_width",
+)
+
+
+@dataclass(frozen=True)
+class LlamaMistralConfig:
+    """The shape of a Llama/Mistral decoder (spec ENGINE §12).
+
+    ``vocabulary_size`` V, ``maximum_context`` C, ``model_width`` D, ``query_head_count`` Hq,
+    ``key_value_head_count`` Hkv (grouped-query attention: Hq % Hkv == 0), ``block_count`` N
+    and ``feed_forward_width`` F are positive ints. ``rope_theta`` θ and
+    ``rms_norm_epsilon`` are positive finite floats; ``sliding_window`` is None (dense) or a
+    positive int (Mistral; a window shorter than C is applied); ``tie_embeddings`` reads the
+    head from the token embedding. That D/Hq is even and divides evenly is checked by the
+    library when the model is created.
+    """
+
+    vocabulary_size: int
+    maximum_context: int
+    model_width: int
+    query_head_count: int
+    key_value_head_count: int
+    block_count: int
+    feed_forward_width: int
+    architecture: str = "llama"
+    rms_norm_epsilon: float = 1e-5
+    rope_theta: float = 10000.0
+    sliding_window: int | None = None
+    tie_embeddings: bool = False
+    random_seed: int = 5489
+
+    def __post_init__(self) -> None:
+        for name in _DIMENSION_FIELDS:
+            object.__setattr__(self, name, require_int(getattr(self, name), name, 1, UINT64_LIMIT))
+        require_choice(self.architecture, "architecture", ARCHITECTURE_VALUES)
+        for name in ("rms_norm_epsilon", "rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be finite and > 0 (got {value!r})")
+            object.__setattr__(self, name, float(value))
+        if self.sliding_window is not None:
+            object.__setattr__(
+                self,
+                "sliding_window",
+                require_int(self.sliding_window, "sliding_window", 1, UINT64_LIMIT),
+            )
+        if not isinstance(self.tie_embeddings, bool):
+            raise TypeError(
+                f"tie_embeddings must be a bool, not {type(self.tie_embeddings).__name__}"
+            )
+        object.__setattr__(
+            self, "random_seed", require_int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
+        )
+
+    @property
+    def head_width(self) -> int:
+        return self.model_width // self.query_head_count
+
+    def _native(self) -> LlamaMistralConfigStruct:
+        native = LlamaMistralConfigStruct()
+        check_status(
+            library().rt_llama_mistral_config_init(ctypes.byref(native), ctypes.sizeof(native))
+        )
+        for name in _DIMENSION_FIELDS:
+            setattr(native, name, getattr(self, name))
+        native.architecture = ARCHITECTURE_VALUES[self.architecture]
+        native.random_seed = self.random_seed
+        native.rms_norm_epsilon = self.rms_norm_epsilon
+        native.rope_theta = self.rope_theta
+        native.sliding_window = self.sliding_window or 0
+        native.tie_embeddings = 1 if self.tie_embeddings else 0
+        return native
+
+    @classmethod
+    def _from_native(cls, native: LlamaMistralConfigStruct) -> LlamaMistralConfig:
+        return cls(
+            **{name: getattr(native, name) for name in _DIMENSION_FIELDS},
+            architecture=ARCHITECTURE_NAMES[native.architecture],
+            rms_norm_epsilon=native.rms_norm_epsilon,
+            rope_theta=native.rope_theta,
+            sliding_window=native.sliding_window or None,
+            tie_embeddings=bool(native.tie_embeddings),
+            random_seed=native.random_seed,
+        )
+
+
+class LlamaMistralTransformer(CausalLanguageModel):
+    """A Llama/Mistral decoder: RoPE (split-half), grouped-query attention, SwiGLU, RMSNorm.
+
+    ``LlamaMistralTransformer(config)`` draws random weights from ``config.random_seed``;
+    :meth:`from_gguf` reads a pretrained checkpoint. Everything a
+    :class:`DecoderOnlyTransformer` offers works the same way: forward (``model(tokens)``),
+    ``parameters()``, attention and checkpointing policies, decode sessions and pools,
+    ``attach_lora`` on any of ``attention.{query,key,value,output}``,
+    ``feed_forward.{gate,up,down}`` and (untied) ``language_model_head``, ``quantize_nf4``
+    and Adam.
+    """
+
+    def __init__(
+        self,
+        config: LlamaMistralConfig,
+        attention: str = "materialized",
+        activation_checkpointing: str = "disabled",
+    ) -> None:
+        if not isinstance(config, LlamaMistralConfig):
+            raise TypeError(f"config must be a LlamaMistralConfig, not {type(config).__name__}")
+        require_choice(attention, "attention", ATTENTION_VALUES)
+        require_choice(
+            activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING_VALUES
+        )
+        native = library()
+        llama = ctypes.c_void_p()
+        check_status(
+            native.rt_llama_mistral_model_create(ctypes.byref(config._native()), ctypes.byref(llama))
+        )
+        self._adopt_llama(llama, config)
+        try:
+            self.set_full_sequence_attention(attention)
+            self.set_activation_checkpointing(activation_checkpointing)
+        except BaseException:
+            self.close()
+            raise
+
+    def _adopt_llama(self, llama: ctypes.c_void_p, config: LlamaMistralConfig | None) -> None:
+        """Takes an rt_llama_mistral_model handle: keeps an rt_model view of its state."""
+        native = library()
+        try:
+            model = ctypes.c_void_p()
+            check_status(native.rt_llama_mistral_model_as_model(llama, ctypes.byref(model)))
+            if config is None:
+                struct = LlamaMistralConfigStruct()
+                struct.struct_size = ctypes.sizeof(struct)
+                check_status(native.rt_llama_mistral_model_config(llama, ctypes.byref(struct)))
+                config = LlamaMistralConfig._from_native(struct)
+        finally:
+            native.rt_llama_mistral_model_release(llama)  # the view shares the state
+        self._adopt(model.value, threading.RLock())
+        self._config = config
+
+    @classmethod
+    def from_gguf(
+        cls, path: str | os.PathLike, maximum_context: int = 0, attention: str = "flash"
+    ) -> LlamaMistralTransformer:
+        """The model in a GGUF file (llama or mistral architecture), weights as float32.
+
+        ``maximum_context`` 0 keeps the file's context length; a smaller one bounds the
+        sequence and cache sizes. Malformed or unsupported files raise the native
+        runtime_error naming the field.
+        """
+        require_choice(attention, "attention", ATTENTION_VALUES)
+        context = require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT)
+        encoded = os.fsencode(os.fspath(path))
+        if b"\0" in encoded:
+            raise ValueError(f"path must not contain NUL bytes (got {path!r})")
+        llama = ctypes.c_void_p()
+        check_status(
+            library().rt_llama_mistral_model_load_gguf(encoded, context, ctypes.byref(llama))
+        )
+        model = cls.__new__(cls)
+        model._adopt_llama(llama, None)
+        if model._config.sliding_window is None or (
+            model._config.sliding_window >= model._config.maximum_context
+        ):
+            model.set_full_sequence_attention(attention)
+        return model
+
+    @property
+    def config(self) -> LlamaMistralConfig:
+        """The model's configuration (from the file for GGUF checkpoints)."""
+        with self._native():
+            return self._config
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<LlamaMistralTransformer (closed)>"
+        return f"<LlamaMistralTransformer {self._config} backend={self.backend!r}>"
