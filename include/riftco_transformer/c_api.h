@@ -801,6 +801,83 @@ RT_API rt_status RT_CALL rt_llama_mistral_model_as_model(rt_llama_mistral_model*
 /* 1 when the rt_model handle holds a Llama/Mistral decoder, 0 for the GPT decoder. */
 RT_API rt_status RT_CALL rt_model_is_llama_mistral(const rt_model* model, int32_t* out);
 
+/* ---- Tokenizers of pretrained models ------------------------------------------------------
+ * Byte-level BPE in the GPT-2 style (merges by rank inside regex pre-tokens: the GPT-2,
+ * Llama 3 and SmolLM patterns) and SentencePiece-style BPE with byte fallback (Llama 2,
+ * Mistral). Special and added tokens are cut out of the text before BPE and never merged.
+ * Text in and out is UTF-8 bytes (decode may end inside a character: a streaming caller
+ * joins pieces before decoding them as UTF-8). */
+#define RT_PRETRAINED_MODEL_BYTE_LEVEL_BPE 0
+#define RT_PRETRAINED_MODEL_SENTENCEPIECE_BPE 1
+#define RT_PRETOKENIZER_GPT2 0
+#define RT_PRETOKENIZER_LLAMA3 1
+#define RT_PRETOKENIZER_SMOLLM 2
+#define RT_SPECIAL_TOKENS_PARSE 0   /* control and added tokens in the text become their ids */
+#define RT_SPECIAL_TOKENS_AS_TEXT 1 /* control token text is tokenized as plain text */
+typedef struct rt_pretrained_tokenizer rt_pretrained_tokenizer;
+/* A vocabulary as plain arrays (from tokenizer.json, say). Strings are UTF-8, packed end to end
+ * in *_bytes with count + 1 offsets (offsets[0] = 0, offsets[count] = total bytes); merges are
+ * "left right" strings. token_types (1 normal .. 6 byte, GGUF's values) and scores may be NULL;
+ * an id field < 0 means none. */
+typedef struct rt_pretrained_vocabulary {
+    uint64_t struct_size;
+    int32_t model;        /* RT_PRETRAINED_MODEL_* */
+    int32_t pretokenizer; /* RT_PRETOKENIZER_* (byte-level BPE only) */
+    uint64_t token_count;
+    const uint8_t* token_bytes;
+    const uint64_t* token_offsets;
+    const int32_t* token_types;
+    const float* scores;
+    uint64_t merge_count;
+    const uint8_t* merge_bytes;
+    const uint64_t* merge_offsets;
+    int64_t bos_id;
+    int64_t eos_id;
+    int64_t unknown_id;
+    uint32_t ignore_merges;    /* 0 or 1 */
+    uint32_t add_dummy_prefix; /* 0 or 1 (SentencePiece) */
+} rt_pretrained_vocabulary;
+
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_create(const rt_pretrained_vocabulary* vocabulary,
+                                                        rt_pretrained_tokenizer** out);
+/* The tokenizer of a GGUF file's metadata (tokenizer.ggml.*). */
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_load_gguf(const char* path,
+                                                           rt_pretrained_tokenizer** out);
+RT_API void RT_CALL rt_pretrained_tokenizer_release(rt_pretrained_tokenizer* tokenizer);
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_vocabulary_size(
+    const rt_pretrained_tokenizer* tokenizer, uint64_t* out);
+/* bos, eos and unknown ids; -1 when the vocabulary has none. */
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_special_ids(
+    const rt_pretrained_tokenizer* tokenizer, int64_t* out_bos, int64_t* out_eos,
+    int64_t* out_unknown);
+/* Variable-size outputs (§8.5): ids of UTF-8 text; bytes of ids; the bytes of one token as it
+ * decodes inside a sequence (for streaming); the vocabulary string of one token. */
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_encode(const rt_pretrained_tokenizer* tokenizer,
+                                                        const char* text, uint64_t length,
+                                                        int32_t special, uint32_t* out,
+                                                        uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_decode(const rt_pretrained_tokenizer* tokenizer,
+                                                        const uint32_t* ids, uint64_t count,
+                                                        uint8_t* out, uint64_t capacity,
+                                                        uint64_t* required);
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_bytes(
+    const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
+    uint64_t* required);
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_text(
+    const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
+    uint64_t* required);
+/* The id whose vocabulary string is exactly the given bytes, or -1. */
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_find_token(
+    const rt_pretrained_tokenizer* tokenizer, const char* text, uint64_t length, int64_t* out);
+
+/* ---- GGUF metadata ------------------------------------------------------------------------
+ * A string value of a GGUF file's metadata (e.g. tokenizer.chat_template, general.name), or
+ * *present = 0 when the key is absent (then out is untouched and *required is 0). Another type
+ * under the key is RT_STATUS_RUNTIME_ERROR naming it. */
+RT_API rt_status RT_CALL rt_gguf_metadata_string(const char* path, const char* key,
+                                                 int32_t* present, uint8_t* out,
+                                                 uint64_t capacity, uint64_t* required);
+
 #ifdef __cplusplus
 }
 #endif

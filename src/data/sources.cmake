@@ -7,5 +7,7 @@ list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/data/bpe_trainer.cpp
     src/data/bpe_encoder.cpp
     src/data/bpe_tokenizer.cpp
-    src/data/tokenizer_factory.cpp)
+    src/data/tokenizer_factory.cpp
+    src/data/pretokenizer.cpp
+    src/data/pretrained_tokenizer.cpp)
 list(APPEND RIFTCO_TRANSFORMER_SOURCES src/data/batching.cpp)  # next-token windows

@@ -45,7 +45,9 @@ float half_to_float(std::uint16_t bits) noexcept {
     return std::bit_cast<float>(result);
 }
 
-float half_at(const std::uint8_t* bytes) noexcept { return half_to_float(load_u16(bytes)); }
+float half_at(const std::uint8_t* bytes) noexcept {
+    return half_to_float(load_u16(bytes));
+}
 
 // Kernels: `count` consecutive blocks from `blocks` into `out`.
 using BlockKernel = void (*)(const std::uint8_t* blocks, std::size_t count, float* out);
@@ -251,13 +253,17 @@ BlockKernel tensor_kernel(const std::string& source, const GgufTensorInfo& tenso
 
 }  // namespace
 
-float gguf_half_to_float(std::uint16_t bits) noexcept { return half_to_float(bits); }
+float gguf_half_to_float(std::uint16_t bits) noexcept {
+    return half_to_float(bits);
+}
 
 float gguf_bfloat16_to_float(std::uint16_t bits) noexcept {
     return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16U);
 }
 
-bool gguf_can_dequantize(GgmlType type) noexcept { return kernel_for(type) != nullptr; }
+bool gguf_can_dequantize(GgmlType type) noexcept {
+    return kernel_for(type) != nullptr;
+}
 
 void dequantize_gguf_blocks(GgmlType type, std::span<const std::uint8_t> blocks,
                             std::span<float> out) {
@@ -265,8 +271,8 @@ void dequantize_gguf_blocks(GgmlType type, std::span<const std::uint8_t> blocks,
     const BlockKernel kernel = kernel_for(type);
     if (kernel == nullptr) {
         throw std::invalid_argument(std::string(op) + ": type " + type_text(type) +
-                                    " is not supported (supported: " +
-                                    std::string(supported_list) + ")");
+                                    " is not supported (supported: " + std::string(supported_list) +
+                                    ")");
     }
     const GgmlTypeLayout layout = *ggml_type_layout(type);
     if (blocks.size() % layout.block_bytes != 0) {
@@ -277,11 +283,10 @@ void dequantize_gguf_blocks(GgmlType type, std::span<const std::uint8_t> blocks,
     }
     const std::size_t count = blocks.size() / layout.block_bytes;
     if (out.size() != count * layout.block_elements) {
-        throw std::invalid_argument(std::string(op) + ": out has " + std::to_string(out.size()) +
-                                    " floats, expected " +
-                                    std::to_string(count * layout.block_elements) + " (" +
-                                    std::to_string(count) + " blocks of " +
-                                    std::to_string(layout.block_elements) + ")");
+        throw std::invalid_argument(
+            std::string(op) + ": out has " + std::to_string(out.size()) + " floats, expected " +
+            std::to_string(count * layout.block_elements) + " (" + std::to_string(count) +
+            " blocks of " + std::to_string(layout.block_elements) + ")");
     }
     kernel(blocks.data(), count, out.data());
 }

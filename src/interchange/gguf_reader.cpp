@@ -330,8 +330,7 @@ class MetadataReader {
 };
 
 std::uint64_t read_alignment(const std::map<std::string, std::size_t, std::less<>>& index,
-                             const std::vector<GgufMetadataEntry>& metadata,
-                             const Cursor& cursor) {
+                             const std::vector<GgufMetadataEntry>& metadata, const Cursor& cursor) {
     const auto found = index.find(alignment_key);
     if (found == index.end()) {
         return default_alignment;
@@ -344,8 +343,7 @@ std::uint64_t read_alignment(const std::map<std::string, std::size_t, std::less<
     const std::uint32_t alignment = std::get<std::uint32_t>(value.data);
     if (alignment < 8 || !std::has_single_bit(alignment)) {
         cursor.fail("metadata '" + std::string(alignment_key) + "' value " +
-                    std::to_string(alignment) +
-                    " is not a power of two that is a multiple of 8");
+                    std::to_string(alignment) + " is not a power of two that is a multiple of 8");
     }
     return alignment;
 }
@@ -368,12 +366,13 @@ GgufTensorInfo read_tensor_info(Cursor& cursor, std::uint64_t index, std::uint64
     tensor.dims.resize(dim_count);
     std::uint64_t element_count = 1;
     for (std::size_t d = 0; d < dim_count; ++d) {
-        const std::uint64_t dim = cursor.read<std::uint64_t>(
-            [&] { return named + " dims[" + std::to_string(d) + "]"; });
+        const std::uint64_t dim =
+            cursor.read<std::uint64_t>([&] { return named + " dims[" + std::to_string(d) + "]"; });
         if (dim == 0) {
             cursor.fail(named + " dims[" + std::to_string(d) + "] is 0 (must be > 0)");
         }
-        constexpr auto largest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+        constexpr auto largest =
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
         if (dim > largest / element_count) {
             cursor.fail(named + " element count overflows int64 at dims[" + std::to_string(d) +
                         "] = " + std::to_string(dim));
@@ -382,7 +381,8 @@ GgufTensorInfo read_tensor_info(Cursor& cursor, std::uint64_t index, std::uint64
         tensor.dims[d] = dim;
     }
     tensor.element_count = element_count;
-    tensor.type = static_cast<GgmlType>(cursor.read<std::uint32_t>([&] { return named + " type"; }));
+    tensor.type =
+        static_cast<GgmlType>(cursor.read<std::uint32_t>([&] { return named + " type"; }));
     tensor.offset = cursor.read<std::uint64_t>([&] { return named + " data offset"; });
 
     const std::optional<GgmlTypeLayout> layout = ggml_type_layout(tensor.type);
@@ -395,8 +395,12 @@ GgufTensorInfo read_tensor_info(Cursor& cursor, std::uint64_t index, std::uint64
                     " is not a multiple of the " + type_text(tensor.type) + " block size " +
                     std::to_string(layout->block_elements));
     }
-    // element_count ≤ INT64_MAX and block_bytes ≤ 8·block_elements, so this cannot overflow.
-    tensor.byte_size = element_count / layout->block_elements * layout->block_bytes;
+    const std::uint64_t block_count = element_count / layout->block_elements;
+    if (block_count > std::numeric_limits<std::uint64_t>::max() / layout->block_bytes) {
+        cursor.fail(named + " byte size (" + std::to_string(block_count) + " blocks of " +
+                    std::to_string(layout->block_bytes) + " bytes) overflows uint64");
+    }
+    tensor.byte_size = block_count * layout->block_bytes;
     if (tensor.offset % alignment != 0) {
         cursor.fail(named + " data offset " + std::to_string(tensor.offset) +
                     " is not a multiple of the alignment " + std::to_string(alignment));
@@ -493,8 +497,8 @@ struct Mapping {
 
 std::string_view gguf_value_type_name(GgufValueType type) noexcept {
     constexpr std::array<std::string_view, 13> names = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32",  "float32",
-        "bool",  "string", "array", "uint64", "int64", "float64"};
+        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+        "bool",  "string", "array",  "uint64", "int64",  "float64"};
     const auto id = static_cast<std::uint32_t>(type);
     return id < names.size() ? names[id] : "unknown";
 }
@@ -539,6 +543,11 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
         ::close(descriptor);
         throw std::system_error(error, std::generic_category(),
                                 "gguf: cannot stat " + in_quotes(source));
+    }
+    if (S_ISDIR(status.st_mode)) {
+        ::close(descriptor);
+        throw std::system_error(EISDIR, std::generic_category(),
+                                "gguf: cannot read " + in_quotes(source));
     }
     const auto size = static_cast<std::size_t>(status.st_size);
     if (S_ISREG(status.st_mode) && size > 0) {
@@ -593,8 +602,7 @@ GgufFile GgufFile::parse(std::shared_ptr<const void> owner, const std::uint8_t* 
                                       ((version >> 8U) & 0xFF00U) | (version >> 24U);
         if (swapped == 2 || swapped == 3) {
             cursor.fail("version " + std::to_string(version) + " is a byte-swapped version " +
-                        std::to_string(swapped) +
-                        ": big-endian files are not supported");
+                        std::to_string(swapped) + ": big-endian files are not supported");
         }
         cursor.fail("version " + std::to_string(version) +
                     " is not supported (supported: 3 and 2; version 1 had 32-bit counts)");
@@ -609,8 +617,7 @@ GgufFile GgufFile::parse(std::shared_ptr<const void> owner, const std::uint8_t* 
                             [] { return std::string("metadata count"); });
     cursor.check_count_fits(tensor_count, smallest_tensor_info_bytes,
                             [] { return std::string("tensor count"); });
-    if (metadata_count * smallest_metadata_entry_bytes +
-            tensor_count * smallest_tensor_info_bytes >
+    if (metadata_count * smallest_metadata_entry_bytes + tensor_count * smallest_tensor_info_bytes >
         cursor.remaining()) {
         cursor.fail("metadata count " + std::to_string(metadata_count) + " and tensor count " +
                     std::to_string(tensor_count) + " cannot both fit in the " +
@@ -619,8 +626,8 @@ GgufFile GgufFile::parse(std::shared_ptr<const void> owner, const std::uint8_t* 
 
     file.metadata_.reserve(static_cast<std::size_t>(metadata_count));
     for (std::uint64_t i = 0; i < metadata_count; ++i) {
-        std::string key = cursor.read_string(
-            [&] { return "metadata entry " + std::to_string(i) + " key"; });
+        std::string key =
+            cursor.read_string([&] { return "metadata entry " + std::to_string(i) + " key"; });
         if (key.empty() || key.size() > maximum_key_bytes) {
             cursor.fail("metadata entry " + std::to_string(i) + " key " +
                         in_quotes(printable(key)) + " has " + std::to_string(key.size()) +
@@ -670,8 +677,8 @@ const GgufValue* GgufFile::find(std::string_view key) const noexcept {
 const GgufValue& GgufFile::at(std::string_view key) const {
     const GgufValue* value = find(key);
     if (value == nullptr) {
-        throw GgufFormatError("gguf: " + source_ + ": metadata key " +
-                              in_quotes(printable(key)) + " is absent");
+        throw GgufFormatError("gguf: " + source_ + ": metadata key " + in_quotes(printable(key)) +
+                              " is absent");
     }
     return *value;
 }
@@ -719,11 +726,10 @@ Target converted_integer(const std::string& source, std::string_view key,
             }
         },
         data);
-    throw GgufFormatError("gguf: " + source + ": metadata key " + in_quotes(printable(key)) + what +
-                          " value " + text + " (" +
-                          std::string(gguf_value_type_name(
-                              static_cast<GgufValueType>(data.index()))) +
-                          ") does not fit " + std::string(integer_name<Target>()));
+    throw GgufFormatError(
+        "gguf: " + source + ": metadata key " + in_quotes(printable(key)) + what + " value " +
+        text + " (" + std::string(gguf_value_type_name(static_cast<GgufValueType>(data.index()))) +
+        ") does not fit " + std::string(integer_name<Target>()));
 }
 
 template <typename Target>
@@ -754,8 +760,8 @@ std::vector<Target> integer_array(const std::string& source, std::string_view ke
                     result.reserve(elements.size());
                     for (std::size_t i = 0; i < elements.size(); ++i) {
                         const GgufValue::Data element{elements[i]};
-                        result.push_back(converted_integer<Target>(
-                            source, key, element, "[" + std::to_string(i) + "]"));
+                        result.push_back(converted_integer<Target>(source, key, element,
+                                                                   "[" + std::to_string(i) + "]"));
                     }
                 }
             }
@@ -765,8 +771,8 @@ std::vector<Target> integer_array(const std::string& source, std::string_view ke
 }
 
 template <typename Stored>
-const Stored& exact_value(const std::string& source, std::string_view key,
-                          const GgufValue& value, std::string_view expected) {
+const Stored& exact_value(const std::string& source, std::string_view key, const GgufValue& value,
+                          std::string_view expected) {
     const Stored* stored = std::get_if<Stored>(&value.data);
     if (stored == nullptr) {
         wrong_type(source, key, expected, value);

@@ -94,9 +94,9 @@ struct GgufArray {
 // One metadata value. The alternative's index is the value type's id, so
 // std::get<std::string>(value.data) reads a string value and type() is the GGUF type.
 struct GgufValue {
-    using Data = std::variant<std::uint8_t, std::int8_t, std::uint16_t, std::int16_t,
-                              std::uint32_t, std::int32_t, float, bool, std::string, GgufArray,
-                              std::uint64_t, std::int64_t, double>;
+    using Data = std::variant<std::uint8_t, std::int8_t, std::uint16_t, std::int16_t, std::uint32_t,
+                              std::int32_t, float, bool, std::string, GgufArray, std::uint64_t,
+                              std::int64_t, double>;
     Data data;
 
     [[nodiscard]] GgufValueType type() const noexcept {
@@ -227,9 +227,7 @@ class GgufFile {
     [[nodiscard]] const std::vector<float>& get_float32_array(std::string_view key) const;
 
     // ---- Tensors, in file order.
-    [[nodiscard]] const std::vector<GgufTensorInfo>& tensors() const noexcept {
-        return tensors_;
-    }
+    [[nodiscard]] const std::vector<GgufTensorInfo>& tensors() const noexcept { return tensors_; }
     // nullptr when absent.
     [[nodiscard]] const GgufTensorInfo* find_tensor(std::string_view name) const noexcept;
     // Absent: GgufFormatError naming the tensor.

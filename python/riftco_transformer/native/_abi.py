@@ -25,6 +25,7 @@ from ctypes import (
     c_double,
     c_float,
     c_int32,
+    c_int64,
     c_uint8,
     c_uint32,
     c_uint64,
@@ -129,6 +130,27 @@ class LlamaMistralConfigStruct(Structure):
         ("tie_embeddings", c_uint32),
         ("rope_theta", c_double),
         ("sliding_window", c_uint64),
+    ]
+
+
+class PretrainedVocabularyStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("model", c_int32),
+        ("pretokenizer", c_int32),
+        ("token_count", c_uint64),
+        ("token_bytes", POINTER(c_uint8)),
+        ("token_offsets", POINTER(c_uint64)),
+        ("token_types", POINTER(c_int32)),
+        ("scores", POINTER(c_float)),
+        ("merge_count", c_uint64),
+        ("merge_bytes", POINTER(c_uint8)),
+        ("merge_offsets", POINTER(c_uint64)),
+        ("bos_id", c_int64),
+        ("eos_id", c_int64),
+        ("unknown_id", c_int64),
+        ("ignore_merges", c_uint32),
+        ("add_dummy_prefix", c_uint32),
     ]
 
 
@@ -397,6 +419,27 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     ),
     "rt_llama_mistral_model_parameters": (rt_status, [handle, handle_out]),
     "rt_llama_mistral_model_as_model": (rt_status, [handle, handle_out]),
+    # Tokenizers of pretrained models; GGUF metadata.
+    "rt_pretrained_tokenizer_create": (
+        rt_status, [POINTER(PretrainedVocabularyStruct), handle_out]),
+    "rt_pretrained_tokenizer_load_gguf": (rt_status, [c_char_p, handle_out]),
+    "rt_pretrained_tokenizer_release": (None, [handle]),
+    "rt_pretrained_tokenizer_vocabulary_size": (rt_status, [handle, size_out]),
+    "rt_pretrained_tokenizer_special_ids": (
+        rt_status, [handle, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64)]),
+    "rt_pretrained_tokenizer_encode": (
+        rt_status, [handle, c_char_p, c_uint64, c_int32, POINTER(c_uint32), c_uint64, size_out]),
+    "rt_pretrained_tokenizer_decode": (
+        rt_status, [handle, POINTER(c_uint32), c_uint64, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_pretrained_tokenizer_token_bytes": (
+        rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_pretrained_tokenizer_token_text": (
+        rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_pretrained_tokenizer_find_token": (
+        rt_status, [handle, c_char_p, c_uint64, POINTER(c_int64)]),
+    "rt_gguf_metadata_string": (
+        rt_status,
+        [c_char_p, c_char_p, POINTER(c_int32), POINTER(c_uint8), c_uint64, size_out]),
     # LoRA and packed NF4.
     "rt_lora_config_init": (rt_status, [POINTER(LoraConfigStruct), c_uint64]),
     "rt_model_attach_lora": (rt_status, [handle, POINTER(LoraConfigStruct)]),

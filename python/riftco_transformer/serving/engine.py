@@ -420,9 +420,9 @@ class FullForwardEngine(_EngineBase):
 
 
 def _is_native_transformer(model) -> bool:
-    from ..native.model import DecoderOnlyTransformer
+    from ..native.model import CausalLanguageModel
 
-    return isinstance(model, DecoderOnlyTransformer)
+    return isinstance(model, CausalLanguageModel)
 
 
 def _flat_values(output) -> Sequence[float]:

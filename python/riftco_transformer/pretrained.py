@@ -1,0 +1,184 @@
+"""Pretrained checkpoints in one call: ``load_pretrained(path)``.
+
+``path`` may be:
+
+* a GGUF file (llama.cpp's format; ``general.architecture`` llama or mistral): weights
+  dequantized to float32, the tokenizer and the chat template from its metadata;
+* a ``.rift`` bundle (:mod:`riftco_transformer.artifacts`): a model we trained or
+  fine-tuned, with its own tokenizer and chat template.
+
+The result, :class:`PretrainedModel`, holds ``.model``, ``.tokenizer``, ``.chat_template``
+and ``.architecture``, and generates with ``.generate(prompt, ...)`` and
+``.chat(messages, ...)`` through the serving package's KV-cached :class:`TextGenerator`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+from .native.llama import LlamaMistralTransformer
+from .native.pretrained_tokenizer import PretrainedTokenizer, gguf_metadata_string
+from .native._validation import UINT64_LIMIT, require_int
+from .serving.chat import ChatMessage, PlainChatTemplate
+from .serving.chat_templates import PretrainedChatTemplate
+from .serving.generation import GenerationResult, TextGenerator
+
+GGUF_MAGIC = b"GGUF"
+# The default context of a loaded GGUF model: its KV cache is sized for one full context, and
+# a file's own context length (8192 for SmolLM2) would reserve far more memory than a chat needs.
+DEFAULT_MAXIMUM_CONTEXT = 2048
+
+
+def checkpoint_format(path: str | os.PathLike) -> str:
+    """``"gguf"`` or ``"rift"`` from the file's first bytes (never from its name), or
+    ``"huggingface"`` for a directory with ``config.json``. ValueError otherwise."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "config.json")):
+            return "huggingface"
+        raise ValueError(f"{path}: a directory without config.json is no checkpoint")
+    with open(path, "rb") as source:
+        head = source.read(4)
+    if head == GGUF_MAGIC:
+        return "gguf"
+    if head == b"PK\x03\x04":
+        return "rift"
+    raise ValueError(f"{path}: neither a GGUF file, a .rift bundle nor a Hugging Face directory "
+                     f"(first bytes {head!r})")
+
+
+class PretrainedModel:
+    """A loaded checkpoint: ``model``, ``tokenizer``, ``chat_template``, ``architecture``
+    (``"llama"``, ``"mistral"`` or ``"gpt"``) and ``source`` (the path).
+
+    ``generate`` and ``chat`` share one KV-cached generator (created on first use, closed by
+    :meth:`close`). Use as a context manager to close the model and generator.
+    """
+
+    def __init__(self, model, tokenizer, chat_template, architecture: str, source: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.architecture = architecture
+        self.source = source
+        self._generator: TextGenerator | None = None
+
+    @property
+    def generator(self) -> TextGenerator:
+        if self._generator is None:
+            self._generator = TextGenerator(self.model, self.tokenizer)
+        return self._generator
+
+    @property
+    def end_token_id(self) -> int | None:
+        return getattr(self.tokenizer, "eos_id", None)
+
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int = 64,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        **sampling,
+    ) -> GenerationResult:
+        """Continue ``prompt`` (str, bytes or token ids). ``sampling``: the fields of
+        :class:`~.serving.generation.GenerationConfig` (``temperature``, ``top_k``,
+        ``top_p``, ``repetition_penalty``, ``seed``, ``stop``; greedy by default).
+        ``on_text`` receives the text as it is produced. Stops at the end token."""
+        sampling.setdefault("end_token_id", self.end_token_id)
+        on_token = None
+        if on_text is not None:
+            def on_token(event):
+                if event.text:
+                    on_text(event.text)
+        return self.generator.generate(prompt, max_new_tokens=max_new_tokens,
+                                       on_token=on_token, **sampling)
+
+    def render_chat(self, messages: Sequence[ChatMessage | Mapping],
+                    add_generation_prompt: bool = True) -> str:
+        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage | Mapping],
+        max_new_tokens: int = 256,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        **sampling,
+    ) -> str:
+        """The assistant's reply to ``messages`` (dicts with role/content or ChatMessage),
+        rendered with the model's chat template; ends at the template's stop sequences or
+        the end token."""
+        stops = tuple(sampling.pop("stop", ()) or ()) + tuple(self.chat_template.stop_sequences)
+        prompt = self.render_chat(messages)
+        result = self.generate(prompt, max_new_tokens, on_text=on_text,
+                               stop=tuple(dict.fromkeys(stops)), **sampling)
+        return result.generated_text.strip()
+
+    def close(self) -> None:
+        if self._generator is not None:
+            self._generator.close()
+            self._generator = None
+        for item in (self.model, self.tokenizer):
+            close = getattr(item, "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self) -> PretrainedModel:
+        return self
+
+    def __exit__(self, *exception_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<PretrainedModel {self.architecture} from {self.source!r}, "
+                f"{self.chat_template!r}>")
+
+
+def _load_gguf(path: str, maximum_context: int) -> PretrainedModel:
+    model = LlamaMistralTransformer.from_gguf(path, maximum_context=maximum_context)
+    try:
+        tokenizer = PretrainedTokenizer.from_gguf(path)
+        if tokenizer.vocabulary_size != model.vocabulary_size:
+            raise ValueError(
+                f"{path}: the tokenizer has {tokenizer.vocabulary_size} tokens but the model's "
+                f"vocabulary is {model.vocabulary_size}")
+        text = gguf_metadata_string(path, "tokenizer.chat_template")
+        bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
+        eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
+        template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+                    if text else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
+    except BaseException:
+        model.close()
+        raise
+    return PretrainedModel(model, tokenizer, template, model.config.architecture, path)
+
+
+def _load_bundle(path: str) -> PretrainedModel:
+    from .artifacts import ModelBundle
+
+    bundle = ModelBundle.load(path)
+    runtime = bundle.instantiate()
+    template = getattr(bundle, "chat_template", None) or PlainChatTemplate()
+    return PretrainedModel(runtime.model, runtime.tokenizer, template, "gpt", path)
+
+
+def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None
+                    ) -> PretrainedModel:
+    """Load a GGUF file or a ``.rift`` bundle (see the module docstring).
+
+    ``maximum_context`` bounds sequences and the KV cache of a GGUF model: default 2048
+    (RoPE has no position table, so any bound works; the cache of one full context is
+    allocated per session pool), ``0`` takes the file's ``context_length``."""
+    path = os.fspath(path)
+    kind = checkpoint_format(path)
+    if kind == "gguf":
+        if maximum_context is None:
+            maximum_context = DEFAULT_MAXIMUM_CONTEXT
+        return _load_gguf(path, require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT))
+    if kind == "rift":
+        return _load_bundle(path)
+    raise ValueError(
+        f"{path}: Hugging Face directories are not loadable yet (convert to GGUF with "
+        "llama.cpp's convert_hf_to_gguf.py)")
