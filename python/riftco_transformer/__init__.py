@@ -8,6 +8,7 @@ source checkout's build directories, then the system loader.
 
 from .native import *  # noqa: F401,F403 (the public API is native's __all__)
 from .native import __all__ as _native_all
+from .pretrained import PretrainedModel, load_pretrained
 
 __version__ = "0.1.0"
-__all__ = [*_native_all, "__version__"]
+__all__ = [*_native_all, "PretrainedModel", "load_pretrained", "__version__"]

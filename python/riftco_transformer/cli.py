@@ -8,6 +8,8 @@ Installed as a console script by ``pip install .``; from a source checkout,
     riftco evaluate --bundle tuned.rift --file held_out.txt
     riftco generate --bundle tuned.rift --prompt "What is 2 + 3?" --chat
     riftco serve --bundle tuned.rift --port 8000
+    riftco chat --model SmolLM2-135M-Instruct.Q4_1.gguf
+    riftco generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt "Hi" --chat
     riftco inspect tuned.rift
     riftco convert tuned.rift tuned.safetensors
     riftco demo
@@ -210,11 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     generate = commands.add_parser("generate", help="continue a prompt",
                                    description="Generate text from a bundle (KV-cached decode), "
                                    "streaming it to stdout.")
-    generate.add_argument("--bundle", type=Path, required=True)
+    _add_model_source(generate)
     generate.add_argument("--prompt", required=True)
     generate.add_argument("--max-new-tokens", type=_non_negative_int, default=64)
     generate.add_argument("--chat", action="store_true",
-                          help="wrap the prompt in the plain chat template; stop at the next turn")
+                          help="wrap the prompt in the model's chat template (a bundle's: the "
+                          "plain one); stop at the end of the assistant's turn")
     generate.add_argument("--temperature", type=_non_negative_float, default=0.0,
                           help="0 is greedy decoding")
     generate.add_argument("--top-k", type=_positive_int, default=None)
@@ -224,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve a bundle over HTTP",
                                 description="HTTP: chat page, /v1/generate, OpenAI-compatible "
                                 "/v1/completions and /v1/chat/completions.")
-    serve.add_argument("--bundle", type=Path, required=True)
+    _add_model_source(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8000, help="0 picks a free port")
     serve.add_argument("--allow-remote", action="store_true",
@@ -234,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-requests", type=_positive_int, default=None,
                        help="exit after this many requests")
     _add_backend(serve)
+
+    chat = commands.add_parser("chat", help="chat with a model in the terminal",
+                               description="Interactive chat with streaming output. The model "
+                               "is a GGUF file (Llama/Mistral) or a .rift bundle; its chat "
+                               "template renders the conversation. Type /reset to start over, "
+                               "/exit (or end of input) to quit.")
+    chat.add_argument("--model", type=Path, required=True,
+                      help="a GGUF file or a .rift bundle")
+    chat.add_argument("--system", default=None, help="a system message for the conversation")
+    chat.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    chat.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                      help="0 is greedy decoding")
+    chat.add_argument("--top-k", type=_positive_int, default=None)
+    chat.add_argument("--seed", type=_non_negative_int, default=0)
+    chat.add_argument("--maximum-context", type=_positive_int, default=2048,
+                      help="longest conversation in tokens (bounds the KV cache)")
 
     inspect = commands.add_parser("inspect", help="summarise a bundle or checkpoint",
                                   description="Validate a .rift bundle or .riftckpt checkpoint "
@@ -260,6 +279,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--post-train-steps", type=_positive_int, default=200)
     _add_backend(demo)
     return parser
+
+
+def _add_model_source(parser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bundle", type=Path, help="a .rift bundle")
+    source.add_argument("--model", type=Path,
+                        help="a pretrained checkpoint: a GGUF file (Llama/Mistral) or a .rift "
+                        "bundle")
+
+
+def _open_model(arguments, maximum_context: int | None = None):
+    """The PretrainedModel that --bundle or --model names, on the requested backend."""
+    from .pretrained import load_pretrained
+
+    path = arguments.bundle if getattr(arguments, "bundle", None) is not None else arguments.model
+    loaded = load_pretrained(path, maximum_context=maximum_context)
+    backend = _backend(arguments) if hasattr(arguments, "backend") else "cpu"
+    if backend != "cpu":
+        loaded.model.to(backend)
+    return loaded
 
 
 def _add_training_outputs(parser) -> None:
@@ -503,25 +542,22 @@ def command_evaluate(arguments) -> int:
 
 
 def command_generate(arguments) -> int:
-    from .artifacts import ModelBundle
-    from .serving import GenerationConfig, PlainChatTemplate, TextGenerator
+    from .serving import GenerationConfig
 
-    bundle = ModelBundle.load(arguments.bundle)
     prompt = arguments.prompt
-    stop: tuple[str, ...] = ()
-    if arguments.chat:
-        template = PlainChatTemplate()
-        prompt = template.render([{"role": "user", "content": prompt}])
-        stop = template.stop_sequences
-    config = GenerationConfig(
-        max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
-        top_k=arguments.top_k, seed=arguments.seed, stop=stop,
-    )
-    with bundle.instantiate(_backend(arguments)) as runtime:
-        generator = TextGenerator(runtime.model, runtime.tokenizer)
+    with _open_model(arguments) as loaded:
+        stop: tuple[str, ...] = ()
+        if arguments.chat:
+            prompt = loaded.render_chat([{"role": "user", "content": prompt}])
+            stop = tuple(loaded.chat_template.stop_sequences)
+        config = GenerationConfig(
+            max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
+            top_k=arguments.top_k, seed=arguments.seed, stop=stop,
+            end_token_id=loaded.end_token_id,
+        )
         if not arguments.chat:
             sys.stdout.write(prompt)
-        result = generator.generate(
+        result = loaded.generator.generate(
             prompt, config, on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush())
         )
         sys.stdout.write("\n")
@@ -530,20 +566,66 @@ def command_generate(arguments) -> int:
     return 0
 
 
+def command_chat(arguments) -> int:
+    from .serving import GenerationConfig
+
+    with _open_model(arguments, maximum_context=arguments.maximum_context) as loaded:
+        interactive = sys.stdin.isatty()
+        _say(f"chat: {loaded.architecture} model from {arguments.model} "
+             f"({loaded.chat_template!r}); /reset starts over, /exit quits")
+        history = []
+        if arguments.system is not None:
+            history.append({"role": "system", "content": arguments.system})
+        base = list(history)
+        while True:
+            if interactive:
+                sys.stdout.write("you> ")
+                sys.stdout.flush()
+            line = sys.stdin.readline()
+            if not line:
+                break
+            text = line.rstrip("\n")
+            if text.strip() == "/exit":
+                break
+            if text.strip() == "/reset":
+                history = list(base)
+                _say("chat: conversation reset")
+                continue
+            if not text.strip():
+                continue
+            history.append({"role": "user", "content": text})
+            prompt = loaded.render_chat(history)
+            config = GenerationConfig(
+                max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
+                top_k=arguments.top_k, seed=arguments.seed,
+                stop=tuple(loaded.chat_template.stop_sequences),
+                end_token_id=loaded.end_token_id,
+            )
+            sys.stdout.write("assistant> ")
+            sys.stdout.flush()
+            result = loaded.generator.generate(
+                prompt, config,
+                on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush()))
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            history.append({"role": "assistant", "content": result.generated_text.strip()})
+    return 0
+
+
 def command_serve(arguments) -> int:
-    from .artifacts import ModelBundle
     from .serving import ModelService, ServingConfig, serve
 
+    source = arguments.bundle if arguments.bundle is not None else arguments.model
     config = ServingConfig(
         host=arguments.host, port=arguments.port, allow_remote=arguments.allow_remote,
         maximum_new_tokens=arguments.max_new_tokens, kv_cache=arguments.kv_cache,
-        model_name=arguments.bundle.stem,
+        model_name=source.stem,
     )
-    bundle = ModelBundle.load(arguments.bundle)
-    with bundle.instantiate(_backend(arguments)) as runtime, \
-            ModelService(runtime.model, runtime.tokenizer, config) as service:
+    with _open_model(arguments) as loaded, \
+            ModelService(loaded.model, loaded.tokenizer, config,
+                         chat_template=loaded.chat_template) as service:
         def ready(server) -> None:
-            _say(f"serve: {bundle.artifact_id[:16]} ({bundle.stage}) at {server.url}/ "
+            _say(f"serve: {source.name} ({loaded.architecture}) at {server.url}/ "
                  f"({service.engine.kind} engine); Ctrl-C stops")
 
         serve(service, max_requests=arguments.max_requests, ready=ready)
@@ -743,6 +825,7 @@ COMMANDS = {
     "evaluate": command_evaluate,
     "generate": command_generate,
     "serve": command_serve,
+    "chat": command_chat,
     "inspect": command_inspect,
     "convert": command_convert,
     "demo": command_demo,

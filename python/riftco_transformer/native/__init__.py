@@ -31,6 +31,7 @@ from .llama import LlamaMistralConfig, LlamaMistralTransformer
 from .lora import LORA_TARGETS, LoraConfig, QuantizedMemoryStats
 from .model import CausalLanguageModel, DecoderOnlyTransformer, TransformerConfig
 from .parameters import ParameterList
+from .pretrained_tokenizer import PretrainedTokenizer
 from .tensor import Context, Tensor
 from .tokenizer import Tokenizer
 
@@ -64,6 +65,7 @@ __all__ = [
     "LORA_TARGETS",
     "LoraConfig",
     "ParameterList",
+    "PretrainedTokenizer",
     "QuantizedMemoryStats",
     "RiftcoTransformerError",
     "Tensor",
