@@ -254,13 +254,18 @@ RT_API rt_status RT_CALL rt_model_parameters(rt_model* model, rt_parameter_list*
 #define RT_LORA_TARGET_LANGUAGE_MODEL_HEAD ((uint64_t)1 << 6)
 #define RT_LORA_TARGETS_DEFAULT (RT_LORA_TARGET_QUERY | RT_LORA_TARGET_VALUE)
 #define RT_LORA_TARGETS_ALL_LINEAR ((uint64_t)0x7F)
+/* The gated feed-forward of Llama/Mistral models (additive): gate, up, down. */
+#define RT_LORA_TARGET_FEED_FORWARD_GATE ((uint64_t)1 << 7)
+#define RT_LORA_TARGET_FEED_FORWARD_UP ((uint64_t)1 << 8)
+#define RT_LORA_TARGET_FEED_FORWARD_DOWN ((uint64_t)1 << 9)
+#define RT_LORA_TARGETS_KNOWN ((uint64_t)0x3FF)
 
 typedef struct rt_lora_config {
     uint64_t struct_size;
     uint64_t rank;        /* init 4; 0 < rank <= min(in, out) of every selected projection */
     float alpha;          /* init 8.0; alpha and alpha/rank finite and > 0 */
     uint32_t random_seed; /* init 5489: the adapters' std::mt19937 */
-    uint64_t targets;     /* init RT_LORA_TARGETS_DEFAULT; bits outside 0x7F are invalid */
+    uint64_t targets;     /* init RT_LORA_TARGETS_DEFAULT; bits outside 0x3FF are invalid */
     uint64_t reserved;    /* must be 0 */
 } rt_lora_config;
 

@@ -55,6 +55,10 @@ static_assert(RT_LORA_TARGET_FEED_FORWARD_PROJECT ==
 static_assert(RT_LORA_TARGET_LANGUAGE_MODEL_HEAD == lora_target_bit(LoraTarget::LanguageModelHead));
 static_assert(RT_LORA_TARGETS_DEFAULT == lora_default_targets &&
               RT_LORA_TARGETS_ALL_LINEAR == 0x7F);
+static_assert(RT_LORA_TARGET_FEED_FORWARD_GATE == lora_target_bit(LoraTarget::FeedForwardGate) &&
+              RT_LORA_TARGET_FEED_FORWARD_UP == lora_target_bit(LoraTarget::FeedForwardUp) &&
+              RT_LORA_TARGET_FEED_FORWARD_DOWN == lora_target_bit(LoraTarget::FeedForwardDown) &&
+              RT_LORA_TARGETS_KNOWN == lora_known_targets);
 
 static_assert(same_value(RT_PROGRAM_INPUT_WHOLE_SOURCE, ProgramInputSource::WholeSource));
 static_assert(same_value(RT_PROGRAM_INPUT_SOURCE_POSITION, ProgramInputSource::SourcePosition));

@@ -65,8 +65,8 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
         if (given.reserved != 0) {
             throw std::invalid_argument("config->reserved must be 0");
         }
-        if ((given.targets & ~static_cast<uint64_t>(RT_LORA_TARGETS_ALL_LINEAR)) != 0) {
-            throw std::invalid_argument("config->targets has bits outside 0x7F (got " +
+        if ((given.targets & ~static_cast<uint64_t>(RT_LORA_TARGETS_KNOWN)) != 0) {
+            throw std::invalid_argument("config->targets has bits outside 0x3FF (got " +
                                         std::to_string(given.targets) + ")");
         }
         state.require_unpinned();

@@ -171,8 +171,8 @@ std::optional<std::size_t> ill_formed_utf8_offset(std::string_view text) {
 void require_well_formed_utf8(std::string_view operation, std::string_view text) {
     if (const std::optional<Utf8Problem> problem = find_utf8_problem(text)) {
         std::ostringstream message;
-        message << operation << ": text is not well-formed UTF-8 at byte offset "
-                << problem->offset << " (" << problem->reason << ")";
+        message << operation << ": text is not well-formed UTF-8 at byte offset " << problem->offset
+                << " (" << problem->reason << ")";
         throw std::invalid_argument(message.str());
     }
 }
@@ -187,8 +187,8 @@ class CompiledPretokenizer {
     }
 
     void split(std::string_view text, std::vector<std::string_view>& pieces) const {
-        const MatchDataPointer match_data(pcre2_match_data_create_from_pattern(code_.get(),
-                                                                               nullptr));
+        const MatchDataPointer match_data(
+            pcre2_match_data_create_from_pattern(code_.get(), nullptr));
         if (!match_data) {
             throw std::bad_alloc();
         }
@@ -263,7 +263,8 @@ PretokenizerKind pretokenizer_kind_from_gguf(std::string_view gguf_pre) {
 }
 
 Pretokenizer::Pretokenizer(PretokenizerKind kind)
-    : kind_(kind), compiled_(std::make_shared<const detail::CompiledPretokenizer>(pattern_of(kind))) {}
+    : kind_(kind),
+      compiled_(std::make_shared<const detail::CompiledPretokenizer>(pattern_of(kind))) {}
 
 void Pretokenizer::split(std::string_view utf8_text, std::vector<std::string_view>& pieces) const {
     detail::require_well_formed_utf8("Pretokenizer::split", utf8_text);

@@ -40,8 +40,9 @@ constexpr std::string_view metaspace = "\xE2\x96\x81";  // U+2581 '▁', Sentenc
 }
 
 [[nodiscard]] char32_t utf8_code_point(std::string_view character) noexcept {
-    const auto byte = [&](std::size_t i) { return static_cast<char32_t>(
-                                                static_cast<unsigned char>(character[i])); };
+    const auto byte = [&](std::size_t i) {
+        return static_cast<char32_t>(static_cast<unsigned char>(character[i]));
+    };
     switch (character.size()) {
         case 1:
             return byte(0);
@@ -220,7 +221,8 @@ class SymbolMerger {
             symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
             pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(best));
             if (best > 0) {
-                pending_[best - 1] = merges.find(detail::pair_key(symbols[best - 1], symbols[best]));
+                pending_[best - 1] =
+                    merges.find(detail::pair_key(symbols[best - 1], symbols[best]));
             }
             if (best < pending_.size()) {
                 pending_[best] = merges.find(detail::pair_key(symbols[best], symbols[best + 1]));
@@ -246,6 +248,11 @@ class SymbolMerger {
 
     void merge_long(std::vector<TokenId>& symbols, const MergeTable& merges) {
         constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+        if (symbols.size() >= none) {
+            throw std::length_error("PretrainedTokenizer::encode: a stretch of " +
+                                    std::to_string(symbols.size()) +
+                                    " symbols is too long to merge (at most 2^32 - 2)");
+        }
         const auto count = static_cast<std::uint32_t>(symbols.size());
         next_.resize(count);
         previous_.resize(count);
@@ -526,9 +533,14 @@ void PretrainedTables::build_byte_level(const PretrainedVocabulary& vocabulary) 
             byte_tokens[byte] = found->second;
         }
     }
+    if (vocabulary.merges.size() >= no_token) {
+        reject("merges has " + std::to_string(vocabulary.merges.size()) + " entries (at most " +
+               std::to_string(no_token - 1) + ")");
+    }
     merges = MergeTable(vocabulary.merges.size());
     for (std::size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {
-        const auto& [left, right] = vocabulary.merges[rank];
+        const std::string& left = vocabulary.merges[rank].first;
+        const std::string& right = vocabulary.merges[rank].second;
         const auto id_of = [&](const std::string& text, std::string_view role) {
             const auto found = id_of_text.find(text);
             if (found == id_of_text.end()) {
@@ -540,9 +552,9 @@ void PretrainedTables::build_byte_level(const PretrainedVocabulary& vocabulary) 
         const TokenId left_id = id_of(left, "left");
         const TokenId right_id = id_of(right, "right");
         const TokenId result = id_of(left + right, "merged");
-        const auto [stored, inserted] = merges.try_insert(
-            detail::pair_key(left_id, right_id),
-            pack_merge(static_cast<std::uint32_t>(rank), result));
+        const auto [stored, inserted] =
+            merges.try_insert(detail::pair_key(left_id, right_id),
+                              pack_merge(static_cast<std::uint32_t>(rank), result));
         if (!inserted) {
             reject(indexed("merges", rank) + " = " + quoted(left + " " + right) + " repeats " +
                    indexed("merges", merge_rank(stored)));
@@ -627,10 +639,10 @@ void PretrainedTables::build_sentencepiece(const PretrainedVocabulary& vocabular
     distinct_scores.erase(std::unique(distinct_scores.begin(), distinct_scores.end()),
                           distinct_scores.end());
     const auto rank_of_score = [&](float score) {
-        return static_cast<std::uint32_t>(
-            std::lower_bound(distinct_scores.begin(), distinct_scores.end(), score,
-                             std::greater<>()) -
-            distinct_scores.begin());
+        return static_cast<std::uint32_t>(std::lower_bound(distinct_scores.begin(),
+                                                           distinct_scores.end(), score,
+                                                           std::greater<>()) -
+                                          distinct_scores.begin());
     };
     // Every split of a Normal token into two Normal tokens is a merge to it: that is exactly
     // "the pair whose concatenation is a token", with integer keys.

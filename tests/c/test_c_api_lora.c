@@ -135,9 +135,12 @@ static void attach_rejections_change_nothing(void) {
     bad.targets = 0;
     EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);
     bad = config;
-    bad.targets = (uint64_t)1 << 7; /* no such target in the C ABI */
+    bad.targets = (uint64_t)1 << 10; /* no such target in the C ABI */
     EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("targets");
+    bad = config;
+    bad.targets = RT_LORA_TARGET_FEED_FORWARD_GATE; /* no such projection in a GPT decoder */
+    EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);
     bad = config;
     bad.reserved = 1;
     EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);

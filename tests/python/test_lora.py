@@ -30,7 +30,10 @@ CONFIG = TransformerConfig(
 )
 TOKENS = [[1, 5, 9, 3, 7, 2], [4, 8, 6, 0, 31, 12]]
 TARGETS = [5, 9, 3, 7, 2, 11, 8, 6, 0, 31, 12, 4]
-ALL = tuple(LORA_TARGETS)
+# Every projection of the GPT decoder (the gated feed-forward names are Llama/Mistral's).
+ALL = tuple(name for name in LORA_TARGETS if not name.startswith(("feed_forward.gate",
+                                                                  "feed_forward.up",
+                                                                  "feed_forward.down")))
 
 
 def flat_logits(model) -> list[float]:
@@ -55,6 +58,7 @@ def test_lora_config_defaults_are_the_specs():
     assert config.targets == ("attention.query", "attention.value")
     assert config.target_mask == 0x5
     assert LoraConfig(targets=ALL).target_mask == 0x7F
+    assert LoraConfig(targets=tuple(LORA_TARGETS)).target_mask == 0x3FF
 
 
 @pytest.mark.parametrize(

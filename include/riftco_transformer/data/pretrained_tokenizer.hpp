@@ -10,7 +10,9 @@
 //   U+010A); token strings are written in that alphabet. The text is cut into pre-tokens by a
 //   Pretokenizer, and each pre-token's bytes merged by the ordered merge list: repeatedly the
 //   adjacent pair with the lowest merge rank, leftmost first, becomes one symbol. Example: with
-//   merges ["a b", "ab c"], "abc" is one token "abc", and "abd" is "ab" "d".
+//   merges ["a b", "ab c"], "abc" is one token "abc", and "abd" is "ab" "d". A byte whose
+//   symbol is no Normal token is dropped before merging (SmolLM2 has none for 21 bytes, e.g.
+//   0x04; tokenizers without an unk_token and llama.cpp do the same).
 //
 // SentencePieceBpe (GGUF tokenizer.ggml.model = "llama": Llama 2, Mistral v0.1, TinyLlama).
 //   No pre-tokenizer: each stretch of text between special tokens is normalised (a ' '
@@ -20,11 +22,12 @@
 //   no Normal token becomes its UTF-8 bytes' `<0xXX>` tokens (byte fallback), or the unknown
 //   token when the vocabulary has no byte tokens.
 //
-// Special tokens (type Control or UserDefined) are cut out of the text before anything else,
-// longest match first at the leftmost position, and emitted as their own id: they never merge
-// and never join a pre-token. Control tokens can instead be read as plain text
-// (SpecialTokens::AsText, Hugging Face's `encode_special_tokens`); UserDefined tokens are always
-// cut out. encode never adds BOS/EOS: bos_id() and eos_id() are for the caller.
+// Special tokens (types Control, Unknown and UserDefined, as llama.cpp's special-token cache)
+// are cut out of the text before anything else, the longest one at the leftmost position
+// where one starts, and emitted as their own id: they never merge and never join a pre-token.
+// Control and Unknown tokens can instead be read as plain text (SpecialTokens::AsText, Hugging
+// Face's `encode_special_tokens`); UserDefined tokens are always cut out. encode never adds
+// BOS/EOS: bos_id() and eos_id() are for the caller.
 //
 // A PretrainedTokenizer is immutable; copies share their tables and any thread may use one.
 
@@ -58,7 +61,7 @@ enum class PretrainedModelKind : std::int32_t {
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : std::int32_t {
     Normal = 1,       // produced by merges (and by byte-level symbols)
-    Unknown = 2,      // e.g. "<unk>": never matched in text
+    Unknown = 2,      // e.g. "<unk>": special, cut out of text unless AsText
     Control = 3,      // e.g. "<|im_start|>", "<s>": special, cut out of text unless AsText
     UserDefined = 4,  // added tokens: always cut out of text
     Unused = 5,       // never produced by encode
@@ -69,8 +72,8 @@ enum class TokenType : std::int32_t {
 [[nodiscard]] TokenType token_type_from_value(std::int32_t value);
 
 enum class SpecialTokens : std::int32_t {
-    Parse = 0,   // Control and UserDefined tokens in the text become their ids
-    AsText = 1,  // only UserDefined ones do; Control token text is tokenized as plain text
+    Parse = 0,   // Control, Unknown and UserDefined tokens in the text become their ids
+    AsText = 1,  // only UserDefined ones do; Control and Unknown token text is plain text
 };
 
 // One model's vocabulary as plain data. Token strings are UTF-8, index = id.
@@ -88,6 +91,8 @@ struct PretrainedVocabulary {
     std::vector<float> scores;
     std::optional<TokenId> bos_id;
     std::optional<TokenId> eos_id;
+    // SentencePieceBpe without byte tokens: the id of each character that has no token.
+    // ByteLevelBpe: only reported (a byte without a token is dropped, as llama.cpp does).
     std::optional<TokenId> unknown_id;
     // ByteLevelBpe: a pre-token that is itself a Normal token is emitted whole, without merges
     // (Llama 3's tokenizer.json "ignore_merges": true; llama.cpp for the llama-bpe family).
@@ -123,9 +128,9 @@ class PretrainedTokenizer {
     // Validates `vocabulary`; violations are std::invalid_argument naming the entry:
     // - no tokens; token_types or scores of the wrong length; a token type outside 1..6;
     // - a token that is empty, not well-formed UTF-8, or equal to an earlier token;
-    // - ByteLevelBpe: a Normal token with a character outside the byte-level alphabet, a byte
-    //   whose symbol is no Normal token, a Byte-type token; a merge naming a token that does not
-    //   exist, whose concatenation is no token, or repeating an earlier pair;
+    // - ByteLevelBpe: a Normal token with a character outside the byte-level alphabet, a
+    //   Byte-type token; a merge naming a token that does not exist, whose concatenation is no
+    //   token, or repeating an earlier pair;
     // - SentencePieceBpe: merges given, a score that is not finite, a Byte token not spelled
     //   <0xXX> (two upper-case hex digits), byte tokens for only some of the 256 bytes, or
     //   neither byte tokens nor an unknown_id;

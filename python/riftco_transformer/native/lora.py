@@ -13,8 +13,11 @@ import struct
 from dataclasses import dataclass
 
 from ._abi import (
+    LORA_TARGET_FEED_FORWARD_DOWN,
     LORA_TARGET_FEED_FORWARD_EXPAND,
+    LORA_TARGET_FEED_FORWARD_GATE,
     LORA_TARGET_FEED_FORWARD_PROJECT,
+    LORA_TARGET_FEED_FORWARD_UP,
     LORA_TARGET_KEY,
     LORA_TARGET_LANGUAGE_MODEL_HEAD,
     LORA_TARGET_OUTPUT,
@@ -37,6 +40,10 @@ LORA_TARGETS = {
     "feed_forward.expand": LORA_TARGET_FEED_FORWARD_EXPAND,
     "feed_forward.project": LORA_TARGET_FEED_FORWARD_PROJECT,
     "language_model_head": LORA_TARGET_LANGUAGE_MODEL_HEAD,
+    # The gated feed-forward of Llama/Mistral models.
+    "feed_forward.gate": LORA_TARGET_FEED_FORWARD_GATE,
+    "feed_forward.up": LORA_TARGET_FEED_FORWARD_UP,
+    "feed_forward.down": LORA_TARGET_FEED_FORWARD_DOWN,
 }
 _TARGET_NAMES = {bit: name for name, bit in LORA_TARGETS.items()}
 
