@@ -190,10 +190,10 @@ class PretrainedChatTemplate:
         parts = []
         for index, message in enumerate(rest):
             if message.role == "user":
-                content = message.content.strip()
+                content = message.content
                 if index == 0 and system is not None:
-                    content = f"<<SYS>>\n{system.strip()}\n<</SYS>>\n\n{content}"
-                parts.append(f"{bos}[INST] {content} [/INST]")
+                    content = f"<<SYS>>\n{system}\n<</SYS>>\n\n{content}"
+                parts.append(f"{bos}[INST] {content.strip()} [/INST]")
             else:
                 parts.append(f" {message.content.strip()} {eos}")
         return "".join(parts)
