@@ -343,6 +343,53 @@ class PlainChatFormatter:
         return "PlainChatFormatter()"
 
 
+class ChatTemplateFormatter:
+    """Instruction examples in a pretrained model's own chat template (any object with
+    ``render(messages, add_generation_prompt)`` and ``stop_sequences``: ChatML, Llama 3, ...).
+
+    :meth:`format` renders the whole conversation; :meth:`segments` splits it where the last
+    assistant turn starts: everything up to the generation prompt is context, the assistant's
+    content and the template's end-of-turn text after it are what a response-only loss trains
+    (so the model learns to stop). Conversations whose rendering does not extend the rendering
+    of their prefix (a template that rewrites earlier turns) are a ValueError naming it.
+    """
+
+    def __init__(self, template) -> None:
+        if not callable(getattr(template, "render", None)):
+            raise TypeError(f"template must have render(), not {type(template).__name__}")
+        self.template = template
+
+    @property
+    def stop_sequences(self) -> tuple[str, ...]:
+        return tuple(self.template.stop_sequences)
+
+    def format(self, example: Example) -> str:
+        return self.template.render(_messages(example), add_generation_prompt=False)
+
+    def format_prompt(self, prompt: str) -> str:
+        _require_text(prompt, "prompt")
+        return self.template.render([ChatMessage("user", prompt)], add_generation_prompt=True)
+
+    def segments(self, example: Example) -> tuple[tuple[str, bool], ...]:
+        messages = _messages(example)
+        last = max(index for index, message in enumerate(messages) if message.role == "assistant")
+        whole = self.template.render(messages[: last + 1], add_generation_prompt=False)
+        context = self.template.render(messages[:last], add_generation_prompt=True)
+        if not whole.startswith(context) or len(whole) == len(context):
+            raise ValueError(
+                "the chat template's rendering of the conversation does not extend the "
+                "rendering of its prompt; response-only training needs a prefix-stable template"
+            )
+        pieces = [(context, False), (whole[len(context):], True)]
+        rest = self.template.render(messages, add_generation_prompt=False)[len(whole):]
+        if rest:
+            pieces.append((rest, False))
+        return tuple(pieces)
+
+    def __repr__(self) -> str:
+        return f"ChatTemplateFormatter({self.template!r})"
+
+
 def _messages(example: object) -> tuple[ChatMessage, ...]:
     if not isinstance(example, (InstructionExample, Conversation)):
         raise TypeError(

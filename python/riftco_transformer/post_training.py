@@ -299,3 +299,108 @@ def post_train(
         bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,
         base_validation, tuned_validation,
     )
+
+
+@dataclass(frozen=True)
+class PretrainedFineTuningResult:
+    """What :func:`fine_tune_pretrained` did: the per-step metrics, the validation before
+    and after (when validation examples were given), and the wall time of the steps."""
+
+    metrics: tuple[TrainingMetric, ...]
+    example_count: int
+    objective: str
+    fine_tuning_method: str
+    base_validation: CausalEvaluation | None
+    tuned_validation: CausalEvaluation | None
+    step_seconds: tuple[float, ...]
+
+
+def fine_tune_pretrained(
+    pretrained,
+    examples: Sequence,
+    config: PostTrainingConfig | None = None,
+    metric_sink: Callable | None = None,
+    on_step: Callable | None = None,
+    validation_examples: Sequence | None = None,
+) -> PretrainedFineTuningResult:
+    """Fine-tune a loaded pretrained model (:func:`~.pretrained.load_pretrained`) IN PLACE on
+    instruction ``examples`` rendered with the model's own chat template.
+
+    ``config.fine_tuning_method`` ``"full"``, ``"lora"`` or ``"qlora"`` as for
+    :func:`post_train` (QLoRA packs every projection to NF4, trains the adapters, and the merge
+    dequantizes, so the model is dense float32 again afterwards). ``config.backend`` must be the
+    model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
+    result with :meth:`~.pretrained.PretrainedModel.save`.
+    """
+    from .instructions import ChatTemplateFormatter
+    import time as _time
+
+    config = PostTrainingConfig() if config is None else config
+    if not isinstance(config, PostTrainingConfig):
+        raise TypeError(f"config must be a PostTrainingConfig, not {type(config).__name__}")
+    if not examples:
+        raise ValueError("examples is empty")
+    model, tokenizer = pretrained.model, pretrained.tokenizer
+    pretrained.reset_generator()  # its KV-cache pool pins the parameters
+    if model.lora_attached or model.quantized_linear_weights:
+        raise ValueError("the model already has adapters or packed weights")
+    if config.context_size > model.maximum_context:
+        raise ValueError(f"context_size {config.context_size} exceeds the model's maximum_context "
+                         f"{model.maximum_context}")
+    formatter = ChatTemplateFormatter(pretrained.chat_template)
+    sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
+    short = [index for index, row in enumerate(sequences) if len(row) <= config.context_size]
+    if short:
+        raise ValueError(f"{len(short)} examples encode to <= context_size = "
+                         f"{config.context_size} tokens (indices {short[:8]}); lower context_size")
+    validation = (encode_examples(tokenizer, validation_examples, formatter,
+                                  config.response_only_loss) if validation_examples else None)
+    model.set_full_sequence_attention(config.attention)
+    model.set_activation_checkpointing(config.activation_checkpointing)
+    base_validation = (evaluate_sequences(model, validation[0], config.context_size, 8,
+                                          validation[1]) if validation else None)
+    method = config.fine_tuning_method
+    if method == "qlora":
+        model.quantize_nf4(config.nf4_block_size, config.double_quantization,
+                           config.nf4_scale_block_size)
+    if method in ("lora", "qlora"):
+        model.attach_lora(config.lora)
+        trainable = model.adapter_parameters()
+    else:
+        trainable = model.parameters()
+    with trainable:
+        optimizer = Adam(trainable, AdamOptions(
+            learning_rate=config.learning_rate,
+            state_storage=config.resolved_optimizer_state,
+            page_size=config.optimizer_page_size,
+        ))
+    step_seconds: list[float] = []
+    last = [_time.perf_counter()]
+
+    def step_hook(metric: TrainingMetric) -> None:
+        now = _time.perf_counter()
+        step_seconds.append(now - last[0])
+        last[0] = now
+        if on_step is not None:
+            on_step(metric)
+
+    try:
+        source = WindowBatchSource(sequences, config.batch_size, config.context_size,
+                                   config.random_seed, config.sampling_strategy, masks)
+        trainer = CausalLanguageModelTrainer(model, optimizer)
+        last[0] = _time.perf_counter()
+        metrics = trainer.run(
+            source,
+            TrainingLoopConfig(config.steps, config.evaluation_interval,
+                               config.loss_average_window),
+            (), metric_sink, step_hook,
+        )
+    finally:
+        optimizer.close()
+    if method in ("lora", "qlora"):
+        model.merge_lora()
+    pretrained.reset_generator()
+    tuned_validation = (evaluate_sequences(model, validation[0], config.context_size, 8,
+                                           validation[1]) if validation else None)
+    return PretrainedFineTuningResult(tuple(metrics), len(sequences), config.objective, method,
+                                      base_validation, tuned_validation, tuple(step_seconds))

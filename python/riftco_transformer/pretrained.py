@@ -116,6 +116,13 @@ class PretrainedModel:
                                stop=tuple(dict.fromkeys(stops)), **sampling)
         return result.generated_text.strip()
 
+    def reset_generator(self) -> None:
+        """Drop the generator (its KV-cache pool pins the model's parameters): needed before
+        the weights change (fine-tuning), done by :func:`~.post_training.fine_tune_pretrained`."""
+        if self._generator is not None:
+            self._generator.close()
+            self._generator = None
+
     def close(self) -> None:
         if self._generator is not None:
             self._generator.close()

@@ -35,9 +35,9 @@ std::string architecture_of(const GgufFile& file) {
     return architecture;
 }
 
-// The tensor `name` dequantized, required to have GGUF dims {columns, rows}.
-std::vector<float> matrix(const GgufFile& file, const std::string& name, std::size_t rows,
-                          std::size_t columns) {
+// The tensor `name`, required to have GGUF dims {columns, rows} and a type dequantize handles.
+const GgufTensorInfo& checked_tensor(const GgufFile& file, const std::string& name,
+                                     std::size_t rows, std::size_t columns) {
     const GgufTensorInfo& info = file.tensor(name);
     const bool fits = (info.dims.size() == 2 && info.dims[0] == columns && info.dims[1] == rows) ||
                       (rows == 1 && info.dims.size() == 1 && info.dims[0] == columns);
@@ -52,8 +52,21 @@ std::vector<float> matrix(const GgufFile& file, const std::string& name, std::si
         message << "}";
         fail(file, message.str());
     }
-    return file.dequantize(info);
+    if (!gguf_can_dequantize(info.type)) {
+        fail(file, "tensor '" + name + "' has type " + std::string(ggml_type_name(info.type)) +
+                       " (id " + std::to_string(static_cast<std::uint32_t>(info.type)) +
+                       "), which is not supported");
+    }
+    return info;
 }
+
+// One parameter's source: the GGUF tensor and, for query/key weights, the head count whose
+// RoPE row permutation is undone.
+struct TensorSource {
+    std::string parameter;
+    const GgufTensorInfo* tensor;
+    std::size_t rotary_heads = 0;  // 0: stored as it is
+};
 
 }  // namespace
 
@@ -135,57 +148,50 @@ std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& fi
     const std::size_t d = D / c.query_head_count;
     const std::size_t kv_width = c.key_value_head_count * d;
     const std::size_t F = c.feed_forward_width;
-    // Every source tensor is checked and dequantized before the model is built, in the
-    // model's parameter order.
-    std::vector<std::pair<std::string, std::vector<float>>> values;
-    values.emplace_back("token_embedding.weight",
-                        matrix(file, "token_embd.weight", c.vocabulary_size, D));
+    // Every source tensor is checked (presence, dims, type) before the model is built, in
+    // the model's parameter order; values are then dequantized one parameter at a time, so
+    // the peak memory is the model plus one tensor.
+    std::vector<TensorSource> sources;
+    const auto add = [&](std::string parameter, const std::string& tensor, std::size_t rows,
+                         std::size_t columns, std::size_t rotary_heads = 0) {
+        sources.push_back(
+            {std::move(parameter), &checked_tensor(file, tensor, rows, columns), rotary_heads});
+    };
+    add("token_embedding.weight", "token_embd.weight", c.vocabulary_size, D);
     for (std::size_t i = 0; i < c.block_count; ++i) {
         const std::string source = "blk." + std::to_string(i) + ".";
         const std::string target = "blocks." + std::to_string(i) + ".";
-        values.emplace_back(target + "attention_norm.scale",
-                            matrix(file, source + "attn_norm.weight", 1, D));
-        values.emplace_back(target + "attention.query.weight",
-                            unpermute_rotary_rows(matrix(file, source + "attn_q.weight", D, D),
-                                                  c.query_head_count, D));
-        values.emplace_back(
-            target + "attention.key.weight",
-            unpermute_rotary_rows(matrix(file, source + "attn_k.weight", kv_width, D),
-                                  c.key_value_head_count, D));
-        values.emplace_back(target + "attention.value.weight",
-                            matrix(file, source + "attn_v.weight", kv_width, D));
-        values.emplace_back(target + "attention.output.weight",
-                            matrix(file, source + "attn_output.weight", D, D));
-        values.emplace_back(target + "feed_forward_norm.scale",
-                            matrix(file, source + "ffn_norm.weight", 1, D));
-        values.emplace_back(target + "feed_forward.gate.weight",
-                            matrix(file, source + "ffn_gate.weight", F, D));
-        values.emplace_back(target + "feed_forward.up.weight",
-                            matrix(file, source + "ffn_up.weight", F, D));
-        values.emplace_back(target + "feed_forward.down.weight",
-                            matrix(file, source + "ffn_down.weight", D, F));
+        add(target + "attention_norm.scale", source + "attn_norm.weight", 1, D);
+        add(target + "attention.query.weight", source + "attn_q.weight", D, D, c.query_head_count);
+        add(target + "attention.key.weight", source + "attn_k.weight", kv_width, D,
+            c.key_value_head_count);
+        add(target + "attention.value.weight", source + "attn_v.weight", kv_width, D);
+        add(target + "attention.output.weight", source + "attn_output.weight", D, D);
+        add(target + "feed_forward_norm.scale", source + "ffn_norm.weight", 1, D);
+        add(target + "feed_forward.gate.weight", source + "ffn_gate.weight", F, D);
+        add(target + "feed_forward.up.weight", source + "ffn_up.weight", F, D);
+        add(target + "feed_forward.down.weight", source + "ffn_down.weight", D, F);
     }
-    values.emplace_back("final_norm.scale", matrix(file, "output_norm.weight", 1, D));
-    if (!c.tie_embeddings) {
-        values.emplace_back("language_model_head.weight",
-                            matrix(file, "output.weight", c.vocabulary_size, D));
-    }
+    add("final_norm.scale", "output_norm.weight", 1, D);
+    if (!c.tie_embeddings)
+        add("language_model_head.weight", "output.weight", c.vocabulary_size, D);
 
     std::mt19937 generator(5489);  // the draws are overwritten below
-    const bool windowed = c.sliding_window && *c.sliding_window < c.maximum_context;
-    auto model = std::make_unique<LlamaMistralTransformer>(
-        c, generator, windowed ? AttentionKind::Materialized : options.attention);
+    auto model = std::make_unique<LlamaMistralTransformer>(c, generator, options.attention);
     const ParameterList parameters = model->parameters();
-    if (parameters.size() != values.size())
+    if (parameters.size() != sources.size())
         throw std::logic_error("load_llama_from_gguf: parameter count differs from the mapping");
-    for (std::size_t i = 0; i < values.size(); ++i) {
-        if (parameters[i].name != values[i].first) {
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        const TensorSource& source = sources[i];
+        if (parameters[i].name != source.parameter) {
             throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
-                                   " mapped as " + values[i].first);
+                                   " mapped as " + source.parameter);
         }
+        std::vector<float> values = file.dequantize(*source.tensor);
+        if (source.rotary_heads != 0)
+            values = unpermute_rotary_rows(values, source.rotary_heads, D);
         Variable leaf = parameters[i].parameter;  // handles share the registered leaf
-        leaf.set_value(Tensor(leaf.shape(), values[i].second));
-        std::vector<float>().swap(values[i].second);  // keep one copy of each weight alive
+        leaf.set_value(Tensor(leaf.shape(), values));
     }
     return model;
 }

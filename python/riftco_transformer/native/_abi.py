@@ -82,6 +82,11 @@ LORA_TARGET_FEED_FORWARD_DOWN = 1 << 9
 KV_CACHE_CONTIGUOUS = 0
 KV_CACHE_PAGED = 1
 
+# ---- Element types of rt_parameter_list_load_from_bytes (never renumbered).
+DTYPE_F32 = 0
+DTYPE_F16 = 1
+DTYPE_BF16 = 2
+
 rt_status = c_int32
 handle = c_void_p
 handle_out = POINTER(c_void_p)
@@ -526,6 +531,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         [handle, POINTER(c_float), c_uint64, size_out],
     ),
     "rt_parameter_list_load_from_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64]),
+    "rt_parameter_list_load_from_bytes": (
+        rt_status,
+        [handle, c_uint64, c_int32, POINTER(c_uint8), c_uint64],
+    ),
     # Autograd.
     "rt_variable_release": (None, [handle]),
     "rt_variable_backend": (rt_status, [handle, POINTER(c_int32)]),

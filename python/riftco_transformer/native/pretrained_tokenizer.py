@@ -262,6 +262,10 @@ class PretrainedTokenizer(NativeHandle):
         del ids[required.value:]
         return ids
 
+    def encode_to_array(self, data) -> array:
+        """``encode_bytes`` (special tokens parsed): the training pipeline's encoder."""
+        return self.encode_bytes(data)
+
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The bytes ``ids`` stand for (may end inside a UTF-8 character)."""
         values = array(UINT32_TYPECODE, [require_int(i, "ids", 0, UINT32_LIMIT) for i in ids])
