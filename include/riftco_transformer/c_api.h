@@ -871,6 +871,32 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_bytes(
 RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_text(
     const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
     uint64_t* required);
+/* What rebuilds an identical tokenizer through rt_pretrained_tokenizer_create (artifacts
+ * persist it): the scalar fields, and each array as bytes (§8.5 protocol). Parts: TOKENS and
+ * MERGES are strings, each as a little-endian uint32 byte length then its bytes; TOKEN_TYPES
+ * int32 values and SCORES float32 values, little-endian (SCORES empty when the vocabulary has
+ * none). */
+#define RT_PRETRAINED_PART_TOKENS 0
+#define RT_PRETRAINED_PART_MERGES 1
+#define RT_PRETRAINED_PART_TOKEN_TYPES 2
+#define RT_PRETRAINED_PART_SCORES 3
+typedef struct rt_pretrained_tokenizer_info {
+    uint64_t struct_size;
+    int32_t model;
+    int32_t pretokenizer; /* -1 for SentencePiece */
+    uint64_t token_count;
+    uint64_t merge_count;
+    int64_t bos_id;
+    int64_t eos_id;
+    int64_t unknown_id;
+    uint32_t ignore_merges;
+    uint32_t add_dummy_prefix;
+} rt_pretrained_tokenizer_info;
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_info_get(const rt_pretrained_tokenizer* tokenizer,
+                                                          rt_pretrained_tokenizer_info* out);
+RT_API rt_status RT_CALL rt_pretrained_tokenizer_export(const rt_pretrained_tokenizer* tokenizer,
+                                                        int32_t part, uint8_t* out,
+                                                        uint64_t capacity, uint64_t* required);
 /* The id whose vocabulary string is exactly the given bytes, or -1. */
 RT_API rt_status RT_CALL rt_pretrained_tokenizer_find_token(
     const rt_pretrained_tokenizer* tokenizer, const char* text, uint64_t length, int64_t* out);
@@ -882,6 +908,26 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_find_token(
 RT_API rt_status RT_CALL rt_gguf_metadata_string(const char* path, const char* key,
                                                  int32_t* present, uint8_t* out,
                                                  uint64_t capacity, uint64_t* required);
+
+/* ---- Parameters from checkpoint bytes -----------------------------------------------------
+ * Loads parameter `index` of the list from `byte_count` bytes holding its numel values,
+ * row-major, little-endian, of type `dtype`, converted exactly to float32: F32 bit for bit,
+ * F16 exactly (subnormals become normal floats, +-inf stays, a NaN keeps its sign and payload
+ * as mantissa << 13), BF16 as its bits << 16. Non-finite values are loaded as they are (unlike
+ * rt_parameter_list_load_from_host_f32): whether a checkpoint may hold them is the caller's
+ * decision. Errors, each naming what it checks: a NULL list or an unknown dtype or bytes NULL
+ * with byte_count > 0 or byte_count != numel * element size (4, 2, 2; the message names the
+ * index, parameter, dtype and both sizes) is RT_STATUS_INVALID_ARGUMENT; an index past the
+ * list is RT_STATUS_OUT_OF_RANGE; a live variable, Adam optimizer or decode session of the
+ * model is RT_STATUS_RUNTIME_ERROR. Transactional for that parameter (nothing changes on any
+ * failure); on success clears its gradient and advances the model's parameter epoch. */
+#define RT_DTYPE_F32 0
+#define RT_DTYPE_F16 1
+#define RT_DTYPE_BF16 2
+RT_API rt_status RT_CALL rt_parameter_list_load_from_bytes(rt_parameter_list* list,
+                                                           uint64_t index, int32_t dtype,
+                                                           const uint8_t* bytes,
+                                                           uint64_t byte_count);
 
 #ifdef __cplusplus
 }

@@ -2,9 +2,13 @@
 
 A bundle is a deterministic stored ZIP (:mod:`._container`) of exactly two members:
 
-- ``manifest.json``: canonical JSON (at most 1 MiB) holding ``format``
+- ``manifest.json``: canonical JSON (at most 64 MiB) holding ``format``
   (``"riftco-transformer-model-bundle"``), ``format_version`` (1), ``architecture``
-  (``"riftco_decoder_v1"``), ``stage``, ``parent_artifact_id`` (64 hex digits or null, for
+  (``"riftco_decoder_v1"``, the GPT decoder, or ``"riftco_llama_mistral_v1"``: then ``config``
+  holds the :class:`LlamaMistralConfig` fields and ``tokenizer`` a pretrained tokenizer's
+  exact vocabulary, ``{"method": "pretrained", "model", "pretokenizer", "tokens", "merges",
+  "token_types", "scores", "bos_id", "eos_id", "unknown_id", "ignore_merges",
+  "add_dummy_prefix", "chat_template"}``), ``stage``, ``parent_artifact_id`` (64 hex digits or null, for
   lineage), ``config`` (the eight :class:`TransformerConfig` fields), ``tokenizer`` (the exact
   state: ``{"method": "byte", "byte_vocabulary": [...]}`` or ``{"method": "bpe",
   "merge_rules": [[left, right, result], ...]}``), ``parameters`` (``[{name, shape, offset,
@@ -36,20 +40,36 @@ from pathlib import Path
 
 from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json, write_stored_zip
 from ._files import atomic_write, read_file
-from .native import DecoderOnlyTransformer, Tokenizer, TransformerConfig
+from .native import (
+    DecoderOnlyTransformer,
+    LlamaMistralConfig,
+    LlamaMistralTransformer,
+    PretrainedTokenizer,
+    RiftcoTransformerError,
+    Tokenizer,
+    TransformerConfig,
+)
 from .native._validation import UINT32_LIMIT
 
 BUNDLE_FORMAT = "riftco-transformer-model-bundle"
 BUNDLE_FORMAT_VERSION = 1
 ARCHITECTURE = "riftco_decoder_v1"
+LLAMA_ARCHITECTURE = "riftco_llama_mistral_v1"
+ARCHITECTURES = (ARCHITECTURE, LLAMA_ARCHITECTURE)
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.f32le"
-MAXIMUM_MANIFEST_BYTES = 1 << 20
+# A pretrained model's vocabulary and merges live in the manifest (SmolLM2's: ~1.4 MB).
+MAXIMUM_MANIFEST_BYTES = 1 << 26
 MAXIMUM_BLOCKS = 256
 
 _HEX_ID = re.compile(r"[0-9a-f]{64}\Z")
 # The config's fields, in TransformerConfig's order (the six dimensions, the seed, epsilon).
 CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TransformerConfig))
+LLAMA_CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(LlamaMistralConfig))
+PRETRAINED_TOKENIZER_KEYS = {
+    "method", "model", "pretokenizer", "tokens", "merges", "token_types", "scores", "bos_id",
+    "eos_id", "unknown_id", "ignore_merges", "add_dummy_prefix", "chat_template",
+}
 _MANIFEST_KEYS = {
     "format",
     "format_version",
@@ -106,6 +126,30 @@ def decoder_parameter_shapes(config: TransformerConfig) -> list[tuple[str, tuple
         ("language_model_head.weight", (v, d)),
         ("language_model_head.bias", (v,)),
     ]
+    return shapes
+
+
+def llama_parameter_shapes(config: LlamaMistralConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """The Llama/Mistral decoder's parameters, in canonical order, with their shapes."""
+    v, d, f = config.vocabulary_size, config.model_width, config.feed_forward_width
+    kv = config.key_value_head_count * (d // config.query_head_count)
+    shapes = [("token_embedding.weight", (v, d))]
+    for block in range(config.block_count):
+        prefix = f"blocks.{block}."
+        shapes += [
+            (prefix + "attention_norm.scale", (d,)),
+            (prefix + "attention.query.weight", (d, d)),
+            (prefix + "attention.key.weight", (kv, d)),
+            (prefix + "attention.value.weight", (kv, d)),
+            (prefix + "attention.output.weight", (d, d)),
+            (prefix + "feed_forward_norm.scale", (d,)),
+            (prefix + "feed_forward.gate.weight", (f, d)),
+            (prefix + "feed_forward.up.weight", (f, d)),
+            (prefix + "feed_forward.down.weight", (d, f)),
+        ]
+    shapes.append(("final_norm.scale", (d,)))
+    if not config.tie_embeddings:
+        shapes.append(("language_model_head.weight", (v, d)))
     return shapes
 
 
@@ -171,7 +215,10 @@ class ModelBundle:
         self._manifest = manifest
         self._weights = weights
         config = manifest["config"]
-        self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS})
+        if manifest["architecture"] == LLAMA_ARCHITECTURE:
+            self._config = LlamaMistralConfig(**{name: config[name] for name in LLAMA_CONFIG_FIELDS})
+        else:
+            self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS})
         self._parameters = tuple(
             ParameterSpec(entry["name"], tuple(entry["shape"]), entry["offset"], entry["count"])
             for entry in manifest["parameters"]
@@ -182,11 +229,12 @@ class ModelBundle:
     @classmethod
     def capture(
         cls,
-        model: DecoderOnlyTransformer,
-        tokenizer: Tokenizer,
+        model: DecoderOnlyTransformer | LlamaMistralTransformer,
+        tokenizer: Tokenizer | PretrainedTokenizer,
         stage: str,
         parent_artifact_id: str | None = None,
         metadata: Mapping | None = None,
+        chat_template: str | None = None,
     ) -> ModelBundle:
         """A bundle of ``model``'s current weights and ``tokenizer``'s exact state.
 
@@ -194,10 +242,16 @@ class ModelBundle:
         are a ValueError ("merge first"). ``stage`` is a nonempty str, ``parent_artifact_id``
         a 64-hex-digit id or None, ``metadata`` a JSON-serialisable mapping (finite numbers).
         """
-        if not isinstance(model, DecoderOnlyTransformer):
-            raise TypeError(f"model must be a DecoderOnlyTransformer, not {type(model).__name__}")
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
+        llama = isinstance(model, LlamaMistralTransformer)
+        if not llama and not isinstance(model, DecoderOnlyTransformer):
+            raise TypeError("model must be a DecoderOnlyTransformer or a LlamaMistralTransformer, "
+                            f"not {type(model).__name__}")
+        expected_tokenizer = PretrainedTokenizer if llama else Tokenizer
+        if not isinstance(tokenizer, expected_tokenizer):
+            raise TypeError(f"tokenizer must be a {expected_tokenizer.__name__} for this model, "
+                            f"not {type(tokenizer).__name__}")
+        if chat_template is not None and (not llama or not isinstance(chat_template, str)):
+            raise TypeError("chat_template is the Jinja text of a Llama/Mistral model's template")
         if model.lora_attached:
             raise ValueError("model has an attached LoRA adapter: merge_lora() before capture")
         if model.quantized_linear_weights:
@@ -206,20 +260,25 @@ class ModelBundle:
         _require_stage(stage)
         _require_parent(parent_artifact_id)
         metadata = _require_metadata(metadata)
-        if tokenizer.vocab_size != model.config.vocabulary_size:
+        tokenizer_size = tokenizer.vocabulary_size if llama else tokenizer.vocab_size
+        if tokenizer_size != model.config.vocabulary_size:
             raise ValueError(
-                f"tokenizer vocabulary {tokenizer.vocab_size} != model vocabulary_size "
+                f"tokenizer vocabulary {tokenizer_size} != model vocabulary_size "
                 f"{model.config.vocabulary_size}"
             )
         with model.parameters() as parameter_list:
             names, shapes = parameter_list.names, parameter_list.shapes
             weights = parameter_list.flat_values()
-        method, vocabulary, rules = tokenizer.state()
-        tokenizer_state = (
-            {"method": "byte", "byte_vocabulary": list(vocabulary)}
-            if method == "byte"
-            else {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
-        )
+        if llama:
+            tokenizer_state = {"method": "pretrained", **tokenizer.state(),
+                               "chat_template": chat_template}
+        else:
+            method, vocabulary, rules = tokenizer.state()
+            tokenizer_state = (
+                {"method": "byte", "byte_vocabulary": list(vocabulary)}
+                if method == "byte"
+                else {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
+            )
         offset = 0
         table = []
         for name, shape in zip(names, shapes):
@@ -230,10 +289,11 @@ class ModelBundle:
         manifest = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_FORMAT_VERSION,
-            "architecture": ARCHITECTURE,
+            "architecture": LLAMA_ARCHITECTURE if llama else ARCHITECTURE,
             "stage": stage,
             "parent_artifact_id": parent_artifact_id,
-            "config": {name: getattr(config, name) for name in CONFIG_FIELDS},
+            "config": {name: getattr(config, name)
+                       for name in (LLAMA_CONFIG_FIELDS if llama else CONFIG_FIELDS)},
             "tokenizer": tokenizer_state,
             "parameters": table,
             "weights": {
@@ -326,7 +386,9 @@ class ModelBundle:
         tokenizer = self.tokenizer()
         model = None
         try:
-            model = DecoderOnlyTransformer(self._config, attention, activation_checkpointing)
+            model_class = (LlamaMistralTransformer if isinstance(self._config, LlamaMistralConfig)
+                           else DecoderOnlyTransformer)
+            model = model_class(self._config, attention, activation_checkpointing)
             with model.parameters() as parameter_list:
                 actual = list(zip(parameter_list.names, parameter_list.shapes))
                 expected = [(spec.name, spec.shape) for spec in self._parameters]
@@ -342,9 +404,12 @@ class ModelBundle:
             raise
         return ModelRuntime(self, model, tokenizer)
 
-    def tokenizer(self) -> Tokenizer:
-        """A new :class:`Tokenizer` restored exactly from the bundle's state."""
+    def tokenizer(self) -> Tokenizer | PretrainedTokenizer:
+        """A new tokenizer restored exactly from the bundle's state (a
+        :class:`PretrainedTokenizer` for Llama/Mistral bundles)."""
         state = self._manifest["tokenizer"]
+        if state["method"] == "pretrained":
+            return PretrainedTokenizer.from_state(state)
         if state["method"] == "byte":
             return Tokenizer.from_state("byte", bytes(state["byte_vocabulary"]))
         return Tokenizer.from_state("bpe", merge_rules=[tuple(rule) for rule in state["merge_rules"]])
@@ -364,8 +429,20 @@ class ModelBundle:
         return self._manifest["parent_artifact_id"]
 
     @property
-    def config(self) -> TransformerConfig:
+    def config(self) -> TransformerConfig | LlamaMistralConfig:
         return self._config
+
+    @property
+    def architecture(self) -> str:
+        """``"gpt"``, ``"llama"`` or ``"mistral"``."""
+        if isinstance(self._config, LlamaMistralConfig):
+            return self._config.architecture
+        return "gpt"
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja text of a pretrained model's chat template, when the bundle has one."""
+        return self._manifest["tokenizer"].get("chat_template")
 
     @property
     def metadata(self) -> dict:
@@ -471,10 +548,11 @@ def _validate_manifest(manifest: object, where: str) -> None:
             f"{where}: format_version {manifest['format_version']!r} is not supported "
             f"(this reader knows {BUNDLE_FORMAT_VERSION})"
         )
-    if manifest["architecture"] != ARCHITECTURE:
+    if manifest["architecture"] not in ARCHITECTURES:
         raise ValueError(
-            f"{where}: architecture {manifest['architecture']!r} is not {ARCHITECTURE!r}"
+            f"{where}: architecture {manifest['architecture']!r} is not one of {list(ARCHITECTURES)}"
         )
+    llama = manifest["architecture"] == LLAMA_ARCHITECTURE
     try:
         _require_stage(manifest["stage"])
         _require_parent(manifest["parent_artifact_id"])
@@ -485,8 +563,12 @@ def _validate_manifest(manifest: object, where: str) -> None:
     artifact_id = manifest["artifact_id"]
     if not isinstance(artifact_id, str) or not _HEX_ID.match(artifact_id):
         raise ValueError(f"{where}: artifact_id must be 64 lowercase hex digits")
-    config = _validate_config(manifest["config"], where)
-    vocabulary = _validate_tokenizer(manifest["tokenizer"], where)
+    if llama:
+        config = _validate_llama_config(manifest["config"], where)
+        vocabulary = _validate_pretrained_tokenizer(manifest["tokenizer"], where)
+    else:
+        config = _validate_config(manifest["config"], where)
+        vocabulary = _validate_tokenizer(manifest["tokenizer"], where)
     if vocabulary != config.vocabulary_size:
         raise ValueError(
             f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size "
@@ -584,8 +666,80 @@ def _validate_tokenizer(state: object, where: str) -> int:
     raise ValueError(f"{where}: tokenizer.method {method!r} is not 'byte' or 'bpe'")
 
 
-def _validate_parameters(table: object, config: TransformerConfig, where: str) -> int:
-    expected = decoder_parameter_shapes(config)
+def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
+    if not isinstance(config, dict) or set(config) != set(LLAMA_CONFIG_FIELDS):
+        raise ValueError(f"{where}: config must be an object with exactly "
+                         f"{list(LLAMA_CONFIG_FIELDS)}")
+    for name in ("vocabulary_size", "maximum_context", "model_width", "query_head_count",
+                 "key_value_head_count", "block_count", "feed_forward_width"):
+        if not _is_int(config[name]) or not 1 <= config[name] < 1 << 32:
+            raise ValueError(f"{where}: config.{name} must be an int in [1, 2**32), got "
+                             f"{config[name]!r}")
+    for name in ("rms_norm_epsilon", "rope_theta"):
+        value = finite_number(config[name])
+        if value is None or value <= 0 or (name == "rms_norm_epsilon" and
+                                           (value > 3.4e38 or array("f", [value])[0] <= 0)):
+            raise ValueError(f"{where}: config.{name} must be a positive finite float, got "
+                             f"{config[name]!r}")
+    window = config["sliding_window"]
+    if window is not None and (not _is_int(window) or not 1 <= window < 1 << 32):
+        raise ValueError(f"{where}: config.sliding_window must be null or a positive int, got "
+                         f"{window!r}")
+    if not isinstance(config["tie_embeddings"], bool):
+        raise ValueError(f"{where}: config.tie_embeddings must be a bool")
+    if not _is_int(config["random_seed"]) or not 0 <= config["random_seed"] < UINT32_LIMIT:
+        raise ValueError(f"{where}: config.random_seed must be a uint32")
+    if config["block_count"] > MAXIMUM_BLOCKS:
+        raise ValueError(f"{where}: config.block_count {config['block_count']} exceeds "
+                         f"{MAXIMUM_BLOCKS}")
+    try:
+        parsed = LlamaMistralConfig(**config)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: config: {error}") from None
+    d, hq, hkv = parsed.model_width, parsed.query_head_count, parsed.key_value_head_count
+    if d % hq or hq % hkv or (d // hq) % 2:
+        raise ValueError(f"{where}: config: model_width {d}, query_head_count {hq} and "
+                         f"key_value_head_count {hkv} do not fit (D % Hq, Hq % Hkv, even D/Hq)")
+    return parsed
+
+
+def _validate_pretrained_tokenizer(state: object, where: str) -> int:
+    """A pretrained tokenizer's state: the schema here, the vocabulary rules by building it
+    natively (the library is the one home of those rules)."""
+    if not isinstance(state, dict) or set(state) != PRETRAINED_TOKENIZER_KEYS:
+        raise ValueError(f"{where}: a pretrained tokenizer has exactly "
+                         f"{sorted(PRETRAINED_TOKENIZER_KEYS)}")
+    for name in ("tokens", "merges"):
+        if not isinstance(state[name], list) or not all(isinstance(t, str) for t in state[name]):
+            raise ValueError(f"{where}: tokenizer.{name} must be a list of strings")
+    if not isinstance(state["token_types"], list) or not all(
+            _is_int(t) for t in state["token_types"]):
+        raise ValueError(f"{where}: tokenizer.token_types must be a list of ints")
+    if not isinstance(state["scores"], list) or not all(
+            finite_number(x) is not None for x in state["scores"]):
+        raise ValueError(f"{where}: tokenizer.scores must be a list of finite numbers")
+    for name in ("bos_id", "eos_id", "unknown_id"):
+        if state[name] is not None and (not _is_int(state[name]) or state[name] < 0):
+            raise ValueError(f"{where}: tokenizer.{name} must be null or an id")
+    for name in ("ignore_merges", "add_dummy_prefix"):
+        if not isinstance(state[name], bool):
+            raise ValueError(f"{where}: tokenizer.{name} must be a bool")
+    if state["chat_template"] is not None and not isinstance(state["chat_template"], str):
+        raise ValueError(f"{where}: tokenizer.chat_template must be null or a string")
+    if state["model"] not in ("byte_level_bpe", "sentencepiece_bpe") or (
+            state["pretokenizer"] not in (None, "gpt2", "llama3", "smollm")):
+        raise ValueError(f"{where}: tokenizer.model/pretokenizer {state['model']!r}/"
+                         f"{state['pretokenizer']!r} is not supported")
+    try:
+        PretrainedTokenizer.from_state(state).close()
+    except (RiftcoTransformerError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: tokenizer: {error}") from None
+    return len(state["tokens"])
+
+
+def _validate_parameters(table: object, config, where: str) -> int:
+    expected = (llama_parameter_shapes(config) if isinstance(config, LlamaMistralConfig)
+                else decoder_parameter_shapes(config))
     if not isinstance(table, list) or len(table) != len(expected):
         raise ValueError(f"{where}: parameters must list the model's {len(expected)} parameters")
     offset = 0

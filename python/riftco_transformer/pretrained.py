@@ -116,6 +116,23 @@ class PretrainedModel:
                                stop=tuple(dict.fromkeys(stops)), **sampling)
         return result.generated_text.strip()
 
+    def save(self, path: str | os.PathLike, *, stage: str = "pretrained",
+             metadata: Mapping | None = None):
+        """Write the model, its tokenizer and its chat template as a ``.rift`` bundle (atomic)
+        that :func:`load_pretrained` and ``riftco chat --model`` reopen. The model must be
+        dense (merge LoRA first; QLoRA's merge dequantizes). Returns the bundle."""
+        from .artifacts import ModelBundle
+
+        self.reset_generator()
+        template = getattr(self.chat_template, "text", None)
+        if self.architecture == "gpt":
+            bundle = ModelBundle.capture(self.model, self.tokenizer, stage, None, metadata)
+        else:
+            bundle = ModelBundle.capture(self.model, self.tokenizer, stage, None, metadata,
+                                         chat_template=template)
+        bundle.save(path)
+        return bundle
+
     def reset_generator(self) -> None:
         """Drop the generator (its KV-cache pool pins the model's parameters): needed before
         the weights change (fine-tuning), done by :func:`~.post_training.fine_tune_pretrained`."""
@@ -166,9 +183,17 @@ def _load_bundle(path: str) -> PretrainedModel:
     from .artifacts import ModelBundle
 
     bundle = ModelBundle.load(path)
-    runtime = bundle.instantiate()
-    template = getattr(bundle, "chat_template", None) or PlainChatTemplate()
-    return PretrainedModel(runtime.model, runtime.tokenizer, template, "gpt", path)
+    if bundle.architecture == "gpt":
+        runtime = bundle.instantiate()
+        return PretrainedModel(runtime.model, runtime.tokenizer, PlainChatTemplate(), "gpt", path)
+    runtime = bundle.instantiate(attention="flash")
+    tokenizer = runtime.tokenizer
+    bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
+    eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
+    text = bundle.chat_template
+    template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos) if text
+                else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
+    return PretrainedModel(runtime.model, tokenizer, template, bundle.architecture, path)
 
 
 def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None

@@ -1,6 +1,7 @@
 // Tokenizers of pretrained models (byte-level BPE, SentencePiece BPE) and GGUF metadata
 // strings.
 
+#include <bit>
 #include <memory>
 #include <span>
 #include <string>
@@ -199,6 +200,67 @@ rt_status rt_pretrained_tokenizer_token_text(const rt_pretrained_tokenizer* toke
                                              uint64_t* required) {
     return guarded(__func__, [&] {
         write_bytes(tokenizer_of(tokenizer).token_text(id), out, capacity, required);
+    });
+}
+
+rt_status rt_pretrained_tokenizer_info_get(const rt_pretrained_tokenizer* tokenizer,
+                                           rt_pretrained_tokenizer_info* out) {
+    return guarded(__func__, [&] {
+        const PretrainedVocabulary& vocabulary = tokenizer_of(tokenizer).vocabulary();
+        rt_pretrained_tokenizer_info info{};
+        info.struct_size = sizeof(rt_pretrained_tokenizer_info);
+        info.model = static_cast<int32_t>(vocabulary.model);
+        info.pretokenizer = vocabulary.model == PretrainedModelKind::ByteLevelBpe
+                                ? static_cast<int32_t>(vocabulary.pretokenizer)
+                                : -1;
+        info.token_count = vocabulary.tokens.size();
+        info.merge_count = vocabulary.merges.size();
+        info.bos_id = id_or_none(vocabulary.bos_id);
+        info.eos_id = id_or_none(vocabulary.eos_id);
+        info.unknown_id = id_or_none(vocabulary.unknown_id);
+        info.ignore_merges = vocabulary.ignore_merges ? 1U : 0U;
+        info.add_dummy_prefix = vocabulary.add_dummy_prefix ? 1U : 0U;
+        write_struct(out, info, sizeof(rt_pretrained_tokenizer_info), "out");
+    });
+}
+
+rt_status rt_pretrained_tokenizer_export(const rt_pretrained_tokenizer* tokenizer, int32_t part,
+                                         uint8_t* out, uint64_t capacity, uint64_t* required) {
+    return guarded(__func__, [&] {
+        const PretrainedVocabulary& vocabulary = tokenizer_of(tokenizer).vocabulary();
+        std::string bytes;
+        const auto put_u32 = [&](std::uint32_t value) {
+            for (int shift = 0; shift < 32; shift += 8)
+                bytes.push_back(static_cast<char>((value >> shift) & 0xFFU));
+        };
+        const auto put_string = [&](std::string_view text) {
+            put_u32(static_cast<std::uint32_t>(text.size()));
+            bytes.append(text);
+        };
+        switch (part) {
+        case RT_PRETRAINED_PART_TOKENS:
+            for (const std::string& token : vocabulary.tokens)
+                put_string(token);
+            break;
+        case RT_PRETRAINED_PART_MERGES:
+            for (const auto& [left, right] : vocabulary.merges)
+                put_string(left + " " + right);
+            break;
+        case RT_PRETRAINED_PART_TOKEN_TYPES:
+            for (std::size_t i = 0; i < vocabulary.tokens.size(); ++i) {
+                const TokenType type =
+                    vocabulary.token_types.empty() ? TokenType::Normal : vocabulary.token_types[i];
+                put_u32(static_cast<std::uint32_t>(type));
+            }
+            break;
+        case RT_PRETRAINED_PART_SCORES:
+            for (const float score : vocabulary.scores)
+                put_u32(std::bit_cast<std::uint32_t>(score));
+            break;
+        default:
+            throw std::invalid_argument("part: unknown value " + std::to_string(part));
+        }
+        write_bytes(bytes, out, capacity, required);
     });
 }
 

@@ -897,7 +897,8 @@ std::string byte_level_decode(std::string_view symbols) {
 }
 
 PretrainedTokenizer::PretrainedTokenizer(const PretrainedVocabulary& vocabulary)
-    : tables_(std::make_shared<const detail::PretrainedTables>(vocabulary)) {}
+    : tables_(std::make_shared<const detail::PretrainedTables>(vocabulary)),
+      vocabulary_(std::make_shared<const PretrainedVocabulary>(vocabulary)) {}
 
 PretrainedModelKind PretrainedTokenizer::model() const noexcept {
     return tables_->model;

@@ -78,6 +78,26 @@ Variable sliding_window_causal_attention(const Variable& query, const Variable& 
     return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
 }
 
+namespace {
+
+// The reference path: K and V [B,Hkv,T,d] repeated to Hq heads (a copy), then materialized
+// causal attention, masked to the window when it is shorter than the sequence.
+Variable materialized_grouped_attention(const Variable& query, const Variable& key,
+                                        const Variable& value,
+                                        const GroupedQueryAttentionShape& shape,
+                                        std::size_t time) {
+    const std::size_t repeats = shape.query_head_count / shape.key_value_head_count;
+    const Variable repeated_key = repeat_key_value_heads(key, repeats);
+    const Variable repeated_value = repeat_key_value_heads(value, repeats);
+    if (shape.sliding_window && *shape.sliding_window < time) {
+        return sliding_window_causal_attention(query, repeated_key, repeated_value,
+                                               *shape.sliding_window);
+    }
+    return causal_scaled_dot_product_attention(query, repeated_key, repeated_value).context;
+}
+
+}  // namespace
+
 GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& shape,
                                              std::mt19937& generator, AttentionKind kind)
     : shape_(shape), kind_(kind) {
@@ -113,25 +133,15 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
     std::iota(positions.begin(), positions.end(), std::size_t{0});
     const RotaryTables tables =
         rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
-    const std::size_t repeats = shape_.query_head_count / shape_.key_value_head_count;
     const Variable query =
         apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
-    const Variable key = repeat_key_value_heads(
-        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables),
-        repeats);
-    const Variable value =
-        repeat_key_value_heads(split_heads(value_->forward(x), shape_.key_value_head_count), repeats);
-    const bool windowed = shape_.sliding_window && *shape_.sliding_window < time;
-    if (windowed && kind_ == AttentionKind::Flash) {
-        std::ostringstream message;
-        message << "GroupedQueryAttention: flash attention has no sliding window yet (window "
-                << *shape_.sliding_window << " < " << time
-                << " tokens); use AttentionKind::Materialized";
-        throw std::invalid_argument(message.str());
-    }
+    const Variable key =
+        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables);
+    const Variable value = split_heads(value_->forward(x), shape_.key_value_head_count);
     const Variable context =
-        windowed ? sliding_window_causal_attention(query, key, value, *shape_.sliding_window)
-                 : causal_attention(query, key, value, kind_);
+        kind_ == AttentionKind::Flash
+            ? flash_attention(query, key, value, {.window = shape_.sliding_window.value_or(0)})
+            : materialized_grouped_attention(query, key, value, shape_, time);
     // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,D]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, shape_.width}));
 }

@@ -166,8 +166,13 @@ class PretrainedTokenizer {
     // for streaming output. Unknown id: std::out_of_range.
     [[nodiscard]] const std::string& token_bytes(TokenId id) const;
 
+    // The vocabulary the tokenizer was built from (validated; what artifacts persist to
+    // rebuild an identical tokenizer).
+    [[nodiscard]] const PretrainedVocabulary& vocabulary() const noexcept { return *vocabulary_; }
+
   private:
     std::shared_ptr<const detail::PretrainedTables> tables_;
+    std::shared_ptr<const PretrainedVocabulary> vocabulary_;
 };
 
 }  // namespace riftco_transformer

@@ -34,9 +34,7 @@ struct LlamaGgufOptions {
     // 0: the file's context_length. Otherwise the model's maximum context (RoPE has no
     // table, so any value works; a smaller one bounds cache memory).
     std::size_t maximum_context = 0;
-    // Flash by default; a model whose sliding window is shorter than its maximum context is
-    // loaded with Materialized attention whatever this says (the flash kernel has no window
-    // yet, and GroupedQueryAttention refuses flash past the window).
+    // Flash by default (it applies a sliding window itself).
     AttentionKind attention = AttentionKind::Flash;
 };
 

@@ -5,6 +5,11 @@
 // key/value head ⌊h/r⌋. Keys are rotated (RoPE, split-half) at their absolute positions before
 // they are stored or compared, queries at theirs. Mistral's sliding window W restricts query t
 // to keys t−W+1..t; a window ≥ T is dense causal attention.
+//
+// AttentionKind::Flash runs the memory-linear kernel on the Hkv key/value heads as they are
+// (no repeated copy) with the window applied inside it; AttentionKind::Materialized is the
+// reference: K/V repeated to Hq heads (repeat_key_value_heads), then materialized attention,
+// masked by sliding_window_causal_attention when the window is shorter than the sequence.
 
 #include <cstddef>
 #include <optional>

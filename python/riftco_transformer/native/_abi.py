@@ -162,6 +162,21 @@ class PretrainedVocabularyStruct(Structure):
     ]
 
 
+class PretrainedTokenizerInfoStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("model", c_int32),
+        ("pretokenizer", c_int32),
+        ("token_count", c_uint64),
+        ("merge_count", c_uint64),
+        ("bos_id", c_int64),
+        ("eos_id", c_int64),
+        ("unknown_id", c_int64),
+        ("ignore_merges", c_uint32),
+        ("add_dummy_prefix", c_uint32),
+    ]
+
+
 class AdamOptionsStruct(Structure):
     _fields_ = [
         ("struct_size", c_uint64),
@@ -443,6 +458,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
     "rt_pretrained_tokenizer_token_text": (
         rt_status, [handle, c_uint32, POINTER(c_uint8), c_uint64, size_out]),
+    "rt_pretrained_tokenizer_info_get": (
+        rt_status, [handle, POINTER(PretrainedTokenizerInfoStruct)]),
+    "rt_pretrained_tokenizer_export": (
+        rt_status, [handle, c_int32, POINTER(c_uint8), c_uint64, size_out]),
     "rt_pretrained_tokenizer_find_token": (
         rt_status, [handle, c_char_p, c_uint64, POINTER(c_int64)]),
     "rt_gguf_metadata_string": (

@@ -15,7 +15,7 @@ import threading
 from array import array
 from collections.abc import Sequence
 
-from ._abi import STATUS_OUT_OF_RANGE, PretrainedVocabularyStruct
+from ._abi import STATUS_OUT_OF_RANGE, PretrainedTokenizerInfoStruct, PretrainedVocabularyStruct
 from ._buffers import UINT32_TYPECODE, read_sized
 from ._errors import check_status
 from ._handle import NativeHandle
@@ -54,6 +54,17 @@ def _packed(strings: Sequence[str], name: str):
         offsets.append(total)
     data = b"".join(blobs)
     return (ctypes.c_uint8 * max(1, len(data))).from_buffer_copy(data or b"\0"), offsets
+
+
+def _unpack_strings(data: bytes) -> list[str]:
+    """Strings each stored as a little-endian uint32 byte length, then the UTF-8 bytes."""
+    strings = []
+    offset = 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset:offset + 4], "little")
+        strings.append(data[offset + 4:offset + 4 + length].decode("utf-8"))
+        offset += 4 + length
+    return strings
 
 
 def _array_pointer(values: array, ctype):
@@ -309,6 +320,47 @@ class PretrainedTokenizer(NativeHandle):
             check_status(library().rt_pretrained_tokenizer_find_token(
                 handle, data, len(data), ctypes.byref(out)))
         return None if out.value < 0 else out.value
+
+    # ---- exact state (what artifacts persist) -------------------------------------------
+
+    def state(self) -> dict:
+        """The vocabulary this tokenizer was built from, as plain JSON-ready data;
+        :meth:`from_state` rebuilds an identical tokenizer."""
+        info = PretrainedTokenizerInfoStruct()
+        info.struct_size = ctypes.sizeof(info)
+        native = library()
+        with self._native() as handle:
+            check_status(native.rt_pretrained_tokenizer_info_get(handle, ctypes.byref(info)))
+            parts = [bytes(read_sized(
+                lambda out, capacity, required, part=part: native.rt_pretrained_tokenizer_export(
+                    handle, part, out, capacity, required),
+                ctypes.c_uint8)) for part in range(4)]
+        model = {value: name for name, value in MODEL_VALUES.items()}[info.model]
+        pretokenizers = {value: name for name, value in PRETOKENIZER_VALUES.items()}
+        return {
+            "model": model,
+            "pretokenizer": pretokenizers.get(info.pretokenizer),
+            "tokens": _unpack_strings(parts[0]),
+            "merges": _unpack_strings(parts[1]),
+            "token_types": array("i", parts[2]).tolist(),
+            "scores": array("f", parts[3]).tolist(),
+            "bos_id": None if info.bos_id < 0 else info.bos_id,
+            "eos_id": None if info.eos_id < 0 else info.eos_id,
+            "unknown_id": None if info.unknown_id < 0 else info.unknown_id,
+            "ignore_merges": bool(info.ignore_merges),
+            "add_dummy_prefix": bool(info.add_dummy_prefix),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> PretrainedTokenizer:
+        """The tokenizer :meth:`state` describes (native invalid_argument naming the entry
+        when it breaks the vocabulary rules)."""
+        return cls.from_vocabulary(
+            state["tokens"], model=state["model"], pretokenizer=state["pretokenizer"] or "gpt2",
+            merges=state["merges"], token_types=state["token_types"],
+            scores=state["scores"] or None, bos_id=state["bos_id"], eos_id=state["eos_id"],
+            unknown_id=state["unknown_id"], ignore_merges=state["ignore_merges"],
+            add_dummy_prefix=state["add_dummy_prefix"])
 
     def __repr__(self) -> str:
         if self.closed:

@@ -267,14 +267,16 @@ Variable quantized_linear(const Variable& x, const QuantizedWeight& weight, cons
     return adapted_linear(op, x, {.packed = &weight}, bias, update);
 }
 
-Variable flash_attention(const Variable& query, const Variable& key, const Variable& value) {
+Variable flash_attention(const Variable& query, const Variable& key, const Variable& value,
+                         ops::FlashAttentionOptions options) {
     detail::require_defined(query, "flash_attention", "query");
     detail::require_defined(key, "flash_attention", "key");
     detail::require_defined(value, "flash_attention", "value");
     ops::FlashAttentionResult forward =
-        ops::flash_attention(query.value(), key.value(), value.value());
+        ops::flash_attention(query.value(), key.value(), value.value(), options);
     Tensor context = forward.context;
-    // Saved: Q, K, V, the context and two [B,H,T] statistics — linear in T.
+    // Saved: Q, K, V (Hkv heads, never repeated), the context, two [B,Hq,T] statistics and
+    // the window (in `forward`) — linear in T. dK and dV come back with K's shape.
     return detail::make_result(
         "flash_attention", std::move(context), {&query, &key, &value},
         [q = query.value(), k = key.value(), v = value.value(), forward = std::move(forward)](

@@ -42,6 +42,7 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 #include "riftco_transformer/core/tensor_ops/paged_attention.hpp"
 
@@ -186,21 +187,27 @@ class LossCapability {
                                Tensor& loss, Tensor& gradient) const = 0;
 };
 
-// Memory-linear ("flash") causal attention: Q, K, V, context [B,H,T,d_h]; row statistics
-// [B,H,T] hold m_i = max_{j<=i} S_ij and l_i = Σ_{j<=i} exp(S_ij − m_i) of the scaled scores
-// S = scale·Q·Kᵀ. No [B,H,T,T] buffer exists in either direction. domain_error: a visible
-// score that is NaN or +inf, or a query row without a finite visible score.
+// Memory-linear ("flash") causal attention: Q, context [B,Hq,T,d_h]; K, V [B,Hkv,T,d_h] with
+// Hq % Hkv == 0 (query head h reads key/value head ⌊h/(Hq/Hkv)⌋, never a repeated copy); row
+// statistics [B,Hq,T] hold m_i = max_j S_ij and l_i = Σ_j exp(S_ij − m_i) over the keys j
+// visible from query i (j <= i, and j > i − W when options.window = W > 0) of the scaled
+// scores S = scale·Q·Kᵀ. No [T,T] buffer exists in either direction, and key tiles outside
+// the window are never touched. domain_error: a visible score that is NaN or +inf, or a query
+// row without a finite visible score.
 class AttentionCapability {
   public:
     virtual ~AttentionCapability() = default;
     virtual void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                               float scale, Tensor& context, Tensor& row_max,
-                               Tensor& row_sum) const = 0;
-    // Recomputes P_ij = exp(S_ij − m_i)/l_i tile by tile and applies the softmax VJP.
+                               float scale, const tensor_ops::FlashAttentionOptions& options,
+                               Tensor& context, Tensor& row_max, Tensor& row_sum) const = 0;
+    // Recomputes P_ij = exp(S_ij − m_i)/l_i tile by tile and applies the softmax VJP; the
+    // key and value gradients ([B,Hkv,T,d_h]) sum over the query heads of each group.
     virtual void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
                                 const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
-                                const Tensor& upstream, float scale, Tensor& query_gradient,
-                                Tensor& key_gradient, Tensor& value_gradient) const = 0;
+                                const Tensor& upstream, float scale,
+                                const tensor_ops::FlashAttentionOptions& options,
+                                Tensor& query_gradient, Tensor& key_gradient,
+                                Tensor& value_gradient) const = 0;
 };
 
 // The KV-cached decode path's attention (tensor_ops/paged_attention.hpp has the layouts and

@@ -12,6 +12,7 @@
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/core/tensor_ops/normalization.hpp"
 
 namespace riftco_transformer {
@@ -123,10 +124,14 @@ struct LowRankUpdate {
                                         const Variable& bias,
                                         const LowRankUpdate* update = nullptr);
 
-// Memory-linear causal attention of Q, K, V [B,H,T,d_h] (tensor_ops::flash_attention): no
-// [B,H,T,T] buffer in either direction; the VJP recomputes the probabilities tile by tile.
+// Memory-linear causal attention (tensor_ops::flash_attention): Q [B,Hq,T,d_h], K and V
+// [B,Hkv,T,d_h] with Hq % Hkv == 0 (grouped-query attention without repeated K/V heads), an
+// optional sliding window (options.window; 0: dense causal) -> context [B,Hq,T,d_h]. No [T,T]
+// buffer in either direction; the VJP recomputes the probabilities tile by tile, and the key
+// and value gradients have K's shape [B,Hkv,T,d_h] (summed over each group's query heads).
 [[nodiscard]] Variable flash_attention(const Variable& query, const Variable& key,
-                                       const Variable& value);
+                                       const Variable& value,
+                                       tensor_ops::FlashAttentionOptions options = {});
 
 // Mean cross-entropy of logits [..., V] against one target per position (scalar result).
 // The forward pass keeps the base gradient (softmax − onehot)/N; backward scales it.

@@ -1,38 +1,55 @@
 #pragma once
-// Memory-linear ("flash") causal attention, the raw form. Q, K, V [B,H,T,d_h] with identical
-// shapes and one backend (std::invalid_argument otherwise); scale = 1/√d_h computed in float.
-// A visible score that is NaN or +inf, or a query row without a finite visible score:
-// std::domain_error.
+// Memory-linear ("flash") causal attention, the raw form. Q [B,Hq,T,d_h]; K, V [B,Hkv,T,d_h]
+// with Hq % Hkv == 0 (grouped-query attention: query head h reads key/value head
+// ⌊h/(Hq/Hkv)⌋; Hkv == Hq is plain multi-head attention) and one backend
+// (std::invalid_argument otherwise); scale = 1/√d_h computed in float. An optional sliding
+// window W lets query t see only keys max(0, t−W+1)..t. A visible score that is NaN or +inf,
+// or a query row without a finite visible score: std::domain_error.
 
+#include <cstddef>
 #include <string_view>
 
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
 
+struct FlashAttentionOptions {
+    // 0: dense causal attention. W > 0: query t sees keys max(0, t−W+1)..t (W >= T is dense).
+    std::size_t window = 0;
+};
+
 struct FlashAttentionResult {
-    Tensor context;  // [B,H,T,d_h]
-    Tensor row_max;  // [B,H,T]: m_i = max_{j<=i} S_ij
-    Tensor row_sum;  // [B,H,T]: l_i = Σ_{j<=i} exp(S_ij − m_i)
+    Tensor context;  // [B,Hq,T,d_h]
+    Tensor row_max;  // [B,Hq,T]: m_i = max_{j visible from i} S_ij
+    Tensor row_sum;  // [B,Hq,T]: l_i = Σ_{j visible from i} exp(S_ij − m_i)
+    FlashAttentionOptions options;  // the forward's, so the VJP masks exactly the same keys
 };
 
 struct FlashAttentionGradients {
-    Tensor query;
-    Tensor key;
-    Tensor value;
+    Tensor query;  // [B,Hq,T,d_h]
+    Tensor key;    // [B,Hkv,T,d_h]: the sum over the query heads of each group
+    Tensor value;  // [B,Hkv,T,d_h]
 };
 
-// The one home of the attention input rules, for every attention algorithm: Q, K, V
-// non-singular, on one backend, rank 4 [B,H,T,d_h] with identical shapes
-// (std::invalid_argument naming `operation` otherwise). Returns scale = 1/√d_h in float.
+// The one home of the attention input rules. Every form: Q, K, V non-singular, on one
+// backend, rank 4 (std::invalid_argument naming `operation` and the shapes otherwise);
+// returns scale = 1/√d_h in float.
+// attention_scale (materialized attention and every form without head groups): identical
+// shapes [B,H,T,d_h].
 [[nodiscard]] float attention_scale(std::string_view operation, const Tensor& query,
                                     const Tensor& key, const Tensor& value);
+// grouped_attention_scale (flash attention): K and V identical [B,Hkv,T,d_h]; Q [B,Hq,T,d_h]
+// with the same B, T and d_h, and Hq a multiple of Hkv (Hkv > 0).
+[[nodiscard]] float grouped_attention_scale(std::string_view operation, const Tensor& query,
+                                            const Tensor& key, const Tensor& value);
 
+// inp Q [B,Hq,T,d], K, V [B,Hkv,T,d] -> context [B,Hq,T,d], row statistics [B,Hq,T]
 [[nodiscard]] FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key,
-                                                   const Tensor& value);
+                                                   const Tensor& value,
+                                                   FlashAttentionOptions options = {});
 
-// The VJP from the forward's outputs and the upstream gradient of the context; recomputes
-// the probabilities tile by tile.
+// The VJP from the forward's outputs (its window included) and the upstream gradient of the
+// context; recomputes the probabilities tile by tile. dK and dV have K's shape.
 [[nodiscard]] FlashAttentionGradients flash_attention_backward(
     const Tensor& query, const Tensor& key, const Tensor& value, const FlashAttentionResult& forward,
     const Tensor& upstream);

@@ -89,10 +89,12 @@ class CpuNormalization final : public NormalizationCapability {
 class CpuAttention final : public AttentionCapability {
   public:
     void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
-                       Tensor& context, Tensor& row_max, Tensor& row_sum) const override;
+                       const tensor_ops::FlashAttentionOptions& options, Tensor& context,
+                       Tensor& row_max, Tensor& row_sum) const override;
     void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
                         const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
-                        const Tensor& upstream, float scale, Tensor& query_gradient,
+                        const Tensor& upstream, float scale,
+                        const tensor_ops::FlashAttentionOptions& options, Tensor& query_gradient,
                         Tensor& key_gradient, Tensor& value_gradient) const override;
 };
 
