@@ -161,7 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     post = commands.add_parser("post-train", help="fine-tune a bundle on instruction JSONL",
                                description="Fine-tune a .rift bundle on prompt/response (or "
                                "messages) JSONL: full, LoRA or QLoRA; save the child bundle.")
-    post.add_argument("--base", type=Path, required=True, help="the parent .rift bundle")
+    base = post.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", type=Path, help="the parent .rift bundle")
+    base.add_argument("--model", type=Path,
+                      help="a pretrained checkpoint (GGUF Llama/Mistral, or a bundle of one): "
+                      "trained in its own chat template; the output bundle reopens with "
+                      "riftco chat --model")
     post.add_argument("--instructions", type=Path, required=True, help="training JSONL")
     held_out = post.add_mutually_exclusive_group()
     held_out.add_argument("--validation-instructions", type=Path, default=None,
@@ -197,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
                                    "token scored exactly once; loss and perplexity.")
-    evaluate.add_argument("--bundle", type=Path, required=True)
+    _add_model_source(evaluate)
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", type=Path, help="a UTF-8 text")
     source.add_argument("--instructions", type=Path, help="instruction JSONL")
@@ -452,7 +457,6 @@ def command_post_train(arguments) -> int:
     from .native import LoraConfig
     from .post_training import PostTrainingConfig, post_train
 
-    base = ModelBundle.load(arguments.base)
     examples = read_instructions_jsonl(arguments.instructions)
     validation = (
         read_instructions_jsonl(arguments.validation_instructions)
@@ -474,6 +478,9 @@ def command_post_train(arguments) -> int:
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size, response_only_loss=arguments.response_only,
     )
+    if arguments.model is not None:
+        return _post_train_pretrained(arguments, examples, validation, config)
+    base = ModelBundle.load(arguments.base)
     resume = None
     if arguments.resume is not None:
         from .checkpoints import TrainingCheckpoint
@@ -507,27 +514,81 @@ def command_post_train(arguments) -> int:
     return 0
 
 
+_ALL_PROJECTIONS = ("attention.query", "attention.key", "attention.value", "attention.output",
+                    "feed_forward.gate", "feed_forward.up", "feed_forward.down")
+
+
+def _post_train_pretrained(arguments, examples, validation, config) -> int:
+    """post-train --model: fine-tune a pretrained checkpoint in its own chat template."""
+    import dataclasses
+
+    from .native import LoraConfig
+    from .post_training import fine_tune_pretrained
+
+    if arguments.resume is not None or arguments.checkpoint is not None:
+        raise UsageError("--checkpoint/--resume apply to --base bundles only")
+    loaded = _open_model(arguments)
+    with loaded:
+        if loaded.architecture == "gpt":
+            raise UsageError("--model takes a pretrained (Llama/Mistral) checkpoint; use --base "
+                             "for a GPT bundle")
+        # Adapters on every projection of the gated blocks (the GPT default, q and v, leaves
+        # most of a Llama block frozen).
+        config = dataclasses.replace(config, lora=LoraConfig(
+            rank=arguments.lora_rank, alpha=arguments.lora_alpha, targets=_ALL_PROJECTIONS))
+        reporter = _TrainingReporter(arguments, config.steps,
+                                     f"post-train ({config.fine_tuning_method})", 0,
+                                     resuming=False)
+        started = time.perf_counter()
+        try:
+            result = fine_tune_pretrained(loaded, examples, config, metric_sink=reporter.sink,
+                                          on_step=reporter.on_step,
+                                          validation_examples=validation)
+        finally:
+            reporter.finish()
+        elapsed = time.perf_counter() - started
+        metadata = {"source": str(arguments.model), "fine_tuning_method": config.fine_tuning_method,
+                    "objective": config.objective, "example_count": result.example_count}
+        if result.base_validation is not None:
+            metadata["validation"] = {"base_loss": result.base_validation.loss,
+                                      "tuned_loss": result.tuned_validation.loss}
+        bundle = loaded.save(arguments.output, stage="post_training", metadata=metadata)
+    trained = [m for m in result.metrics if m.phase == "train"]
+    losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
+              if trained else "")
+    _say(f"post-train: {config.fine_tuning_method} of {arguments.model.name}, "
+         f"{result.example_count} examples, {len(trained)} steps in {elapsed:.1f} s{losses}")
+    if result.base_validation is not None:
+        _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
+             f"{result.tuned_validation.loss:.4f} (tuned), delta "
+             f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _say(f"post-train: wrote {arguments.output} (artifact {bundle.artifact_id[:16]})")
+    return 0
+
+
 def command_evaluate(arguments) -> int:
     from .artifacts import ModelBundle
     from .evaluation import evaluate_instruction_examples, evaluate_text
 
-    bundle = ModelBundle.load(arguments.bundle)
-    with bundle.instantiate(_backend(arguments)) as runtime:
+    del ModelBundle
+    with _open_model(arguments) as loaded:
         if arguments.file is not None:
             data = arguments.file.read_bytes()
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(f"{arguments.file}: not UTF-8 at byte {error.start}") from None
-            result = evaluate_text(runtime.model, runtime.tokenizer, data, arguments.context,
+            result = evaluate_text(loaded.model, loaded.tokenizer, data, arguments.context,
                                    arguments.batch_size)
         else:
-            from .instructions import read_instructions_jsonl
+            from .instructions import ChatTemplateFormatter, read_instructions_jsonl
 
             examples = read_instructions_jsonl(arguments.instructions)
+            formatter = (None if loaded.architecture == "gpt"
+                         else ChatTemplateFormatter(loaded.chat_template))
             result = evaluate_instruction_examples(
-                runtime.model, runtime.tokenizer, examples, arguments.context,
-                arguments.batch_size, response_only=arguments.response_only,
+                loaded.model, loaded.tokenizer, examples, arguments.context,
+                arguments.batch_size, formatter=formatter, response_only=arguments.response_only,
             )
     if arguments.json:
         import dataclasses
