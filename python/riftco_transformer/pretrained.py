@@ -4,6 +4,8 @@
 
 * a GGUF file (llama.cpp's format; ``general.architecture`` llama or mistral): weights
   dequantized to float32, the tokenizer and the chat template from its metadata;
+* a Hugging Face directory (``config.json``, ``model.safetensors`` or a sharded index,
+  ``tokenizer.json``; Llama/Mistral: :mod:`riftco_transformer.interchange.huggingface`);
 * a ``.rift`` bundle (:mod:`riftco_transformer.artifacts`): a model we trained or
   fine-tuned, with its own tokenizer and chat template.
 
@@ -198,7 +200,8 @@ def _load_bundle(path: str) -> PretrainedModel:
 
 def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None
                     ) -> PretrainedModel:
-    """Load a GGUF file or a ``.rift`` bundle (see the module docstring).
+    """Load a GGUF file, a Hugging Face directory or a ``.rift`` bundle (see the module
+    docstring).
 
     ``maximum_context`` bounds sequences and the KV cache of a GGUF model: default 2048
     (RoPE has no position table, so any bound works; the cache of one full context is
@@ -211,6 +214,9 @@ def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = No
         return _load_gguf(path, require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT))
     if kind == "rift":
         return _load_bundle(path)
-    raise ValueError(
-        f"{path}: Hugging Face directories are not loadable yet (convert to GGUF with "
-        "llama.cpp's convert_hf_to_gguf.py)")
+    from .interchange.huggingface import load_huggingface
+
+    if maximum_context is None:
+        maximum_context = DEFAULT_MAXIMUM_CONTEXT
+    context = require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT)
+    return load_huggingface(path, maximum_context=context or None)

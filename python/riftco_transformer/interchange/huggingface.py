@@ -1,0 +1,546 @@
+"""Hugging Face checkpoints of Llama and Mistral models, read from their directory.
+
+A directory holds ``config.json`` (``LlamaForCausalLM`` or ``MistralForCausalLM``), the
+weights as ``model.safetensors`` or as shards listed by ``model.safetensors.index.json``, and
+``tokenizer.json`` with an optional ``tokenizer_config.json`` (chat template, bos/eos tokens).
+:func:`load_huggingface` returns a :class:`~riftco_transformer.pretrained.PretrainedModel`;
+:func:`read_config` only the :class:`LlamaMistralConfig`.
+
+Weights: F32, F16 or BF16 tensors, converted exactly to float32 by the native library from
+the memory-mapped file (``ParameterList.load_from_bytes``), so no Python loop touches a value.
+Hugging Face's q/k rows are already in the split-half RoPE order of our model (no permutation,
+unlike GGUF). Names map one to one::
+
+    model.embed_tokens.weight                  token_embedding.weight
+    model.layers.N.input_layernorm.weight      blocks.N.attention_norm.scale
+    model.layers.N.self_attn.{q,k,v,o}_proj    blocks.N.attention.{query,key,value,output}
+    model.layers.N.post_attention_layernorm    blocks.N.feed_forward_norm.scale
+    model.layers.N.mlp.{gate,up,down}_proj     blocks.N.feed_forward.{gate,up,down}
+    model.norm.weight                          final_norm.scale
+    lm_head.weight                             language_model_head.weight
+
+(Every Hugging Face name ends in ``.weight``; ours end in ``.weight``, norms in ``.scale``.)
+
+With ``tie_word_embeddings`` the head is the embedding: ``lm_head.weight`` is then absent, or
+byte for byte the embedding. Rotary ``inv_freq`` buffers are ignored. Like Hugging Face's own
+loader, values are taken as they are (NaN and infinities included).
+
+Strictness: every expected tensor is present with its exact shape, no other tensor is
+(ValueError naming it), and each safetensors header is checked before any value is read: a
+header of at most ``SAFETENSORS_MAXIMUM_HEADER_BYTES``, known fields only, dtype F32/F16/BF16,
+each byte span exactly its shape's size, the spans tiling the data buffer (no overlap, gap or
+missing byte). Config keys this model cannot honour (``rope_scaling``, a ``head_dim`` other
+than hidden/heads, biases, an activation other than SiLU) are a ValueError naming the key.
+Nothing is returned half-loaded: on any error the model and tokenizer are closed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._container import strict_json
+from ..native.llama import LlamaMistralConfig, LlamaMistralTransformer
+from ..native.parameters import BYTE_DTYPES
+from ..native.pretrained_tokenizer import PretrainedTokenizer
+from ..native._validation import UINT64_LIMIT, require_int
+from ..serving.chat_templates import PretrainedChatTemplate
+from .safetensors import (
+    METADATA_KEY,
+    SAFETENSORS_MAXIMUM_HEADER_BYTES,
+    _ENTRY_KEYS,
+    _INTEGER_LIMIT,
+    _LENGTH_BYTES,
+    _bounded_product,
+    _check_tiling,
+    _describe,
+    _fail,
+    _is_json_integer,
+    _json_type,
+    _parse_header,
+    _reader_metadata,
+)
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
+
+# Defaults of transformers' LlamaConfig / MistralConfig for keys a config.json may omit.
+_DEFAULT_ROPE_THETA = 10000.0
+_DEFAULT_RMS_NORM_EPSILON = 1e-6
+
+_GLOBAL_NAMES = {
+    "token_embedding.weight": "model.embed_tokens.weight",
+    "final_norm.scale": "model.norm.weight",
+    "language_model_head.weight": "lm_head.weight",
+}
+_BLOCK_NAMES = {
+    "attention_norm.scale": "input_layernorm.weight",
+    "attention.query.weight": "self_attn.q_proj.weight",
+    "attention.key.weight": "self_attn.k_proj.weight",
+    "attention.value.weight": "self_attn.v_proj.weight",
+    "attention.output.weight": "self_attn.o_proj.weight",
+    "feed_forward_norm.scale": "post_attention_layernorm.weight",
+    "feed_forward.gate.weight": "mlp.gate_proj.weight",
+    "feed_forward.up.weight": "mlp.up_proj.weight",
+    "feed_forward.down.weight": "mlp.down_proj.weight",
+}
+_EMBEDDING = _GLOBAL_NAMES["token_embedding.weight"]
+_HEAD = _GLOBAL_NAMES["language_model_head.weight"]
+# RoPE frequency buffers some checkpoints carry; they follow from the config.
+_IGNORED = re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
+
+
+def huggingface_name(name: str) -> str:
+    """The Hugging Face tensor name of one of our Llama/Mistral parameter names."""
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    match = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
+    if match is None or match.group(2) not in _BLOCK_NAMES:
+        raise ValueError(f"parameter {name!r} has no Hugging Face counterpart")
+    return f"model.layers.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"
+
+
+# ---- config.json
+
+
+def read_config(
+    directory: str | os.PathLike, maximum_context: int | None = None
+) -> LlamaMistralConfig:
+    """The model configuration of ``directory/config.json``.
+
+    ``maximum_context`` (a positive int) replaces ``max_position_embeddings`` as the bound
+    on sequences and the KV cache (RoPE has no position table). ValueError naming the key for
+    a missing or malformed value and for anything the model cannot honour.
+    """
+    path = Path(directory) / CONFIG_FILE
+    return _config_from_document(_read_json_object(path), str(path), maximum_context)
+
+
+def _config_from_document(
+    document: dict, source: str, maximum_context: int | None
+) -> LlamaMistralConfig:
+    architecture = _architecture(document, source)
+    width = _positive_int(document, "hidden_size", source)
+    heads = _positive_int(document, "num_attention_heads", source)
+    key_value_heads = _positive_int(document, "num_key_value_heads", source, default=heads)
+    if width % heads != 0:
+        _fail(source, f"hidden_size {width} is not a multiple of num_attention_heads {heads}")
+    head_dim = document.get("head_dim")
+    if head_dim is not None and head_dim != width // heads:
+        _fail(source, f"head_dim {_describe(head_dim)} is not supported (only hidden_size / "
+                      f"num_attention_heads = {width // heads})")
+    if document.get("rope_scaling") is not None:
+        _fail(source, f"rope_scaling {_describe(document['rope_scaling'])} is not supported "
+                      "(only null)")
+    for key in ("attention_bias", "mlp_bias"):
+        if document.get(key) not in (None, False):
+            _fail(source, f"{key} {_describe(document[key])} is not supported (only false)")
+    activation = document.get("hidden_act", "silu")
+    if activation != "silu":
+        _fail(source, f"hidden_act {_describe(activation)} is not supported (only 'silu')")
+    tied = document.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        _fail(source, f"tie_word_embeddings must be true or false, not {_json_type(tied)}")
+    context = _positive_int(document, "max_position_embeddings", source)
+    if maximum_context is not None:
+        context = require_int(maximum_context, "maximum_context", 1, UINT64_LIMIT)
+    window = None
+    if architecture == "mistral":  # transformers' Llama has no sliding window
+        window = _positive_int(document, "sliding_window", source, default=None)
+    return LlamaMistralConfig(
+        vocabulary_size=_positive_int(document, "vocab_size", source),
+        maximum_context=context,
+        model_width=width,
+        query_head_count=heads,
+        key_value_head_count=key_value_heads,
+        block_count=_positive_int(document, "num_hidden_layers", source),
+        feed_forward_width=_positive_int(document, "intermediate_size", source),
+        architecture=architecture,
+        rms_norm_epsilon=_positive_float(document, "rms_norm_eps", source,
+                                         _DEFAULT_RMS_NORM_EPSILON),
+        rope_theta=_rope_theta(document, source),
+        sliding_window=window,
+        tie_embeddings=tied,
+    )
+
+
+def _architecture(document: Mapping, source: str) -> str:
+    names = document.get("architectures")
+    if not isinstance(names, list) or len(names) != 1 or names[0] not in ARCHITECTURES:
+        _fail(source, f"architectures {_describe(names)} is not supported (one of "
+                      f"{', '.join(ARCHITECTURES)})")
+    return ARCHITECTURES[names[0]]
+
+
+def _positive_int(document: Mapping, key: str, source: str, default: object = ...) -> int:
+    """``document[key]`` as an int >= 1; ``default`` when absent or null (required if none)."""
+    value = document.get(key)
+    if value is None:
+        if default is ...:
+            _fail(source, f"{key} is missing")
+        return default
+    if not _is_json_integer(value) or not 1 <= value < UINT64_LIMIT:
+        _fail(source, f"{key} must be a positive integer, not {_json_type(value)}")
+    return value
+
+
+def _positive_float(document: Mapping, key: str, source: str, default: float) -> float:
+    value = document.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        _fail(source, f"{key} must be a positive number, not {_json_type(value)}")
+    return float(value)
+
+
+def _rope_theta(document: Mapping, source: str) -> float:
+    """``rope_theta``, or transformers 5's ``rope_parameters`` (default rope type only)."""
+    parameters = document.get("rope_parameters")
+    if parameters is None:
+        return _positive_float(document, "rope_theta", source, _DEFAULT_ROPE_THETA)
+    if not isinstance(parameters, dict) or parameters.get("rope_type", "default") != "default":
+        _fail(source, f"rope_parameters {_describe(parameters)} is not supported (only "
+                      "rope_type 'default')")
+    return _positive_float(parameters, "rope_theta", source + " rope_parameters",
+                           _DEFAULT_ROPE_THETA)
+
+
+def _read_json_object(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    document = strict_json(path.read_bytes(), str(path))
+    if not isinstance(document, dict):
+        _fail(str(path), f"must hold a JSON object, not {_json_type(document)}")
+    return document
+
+
+# ---- safetensors headers (F32, F16, BF16)
+
+
+@dataclass(frozen=True)
+class TensorSpan:
+    """Where one tensor's bytes lie: ``path``, and ``[begin, end)`` as file offsets."""
+
+    path: Path
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, TensorSpan], dict]:
+    """The tensors (by name) and ``__metadata__`` of a safetensors file, no value read.
+
+    ValueError starting with the path for every rule of the module docstring; the header is
+    read with at most its declared (bounded) length, never the whole file.
+    """
+    path = Path(path)
+    source = str(path)
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        prefix = stream.read(_LENGTH_BYTES)
+        if len(prefix) == _LENGTH_BYTES:
+            length = int.from_bytes(prefix, "little")
+            if 0 < length <= SAFETENSORS_MAXIMUM_HEADER_BYTES:
+                # A file shorter than the header claims is reported by _parse_header.
+                prefix += stream.read(min(length, size - _LENGTH_BYTES))
+    header, length = _parse_header(memoryview(prefix), source)
+    metadata = _reader_metadata(header, source)
+    data_start = _LENGTH_BYTES + length
+    entries = [
+        (*_tensor_entry(name, entry, source), name)
+        for name, entry in header.items()
+        if name != METADATA_KEY
+    ]
+    entries.sort(key=lambda entry: (entry[2], entry[3]))  # by offsets; ties in header order
+    _check_tiling([(shape, begin, end, name) for _, shape, begin, end, name in entries],
+                  size - data_start, source)
+    tensors = {
+        name: TensorSpan(path, name, dtype, shape, data_start + begin, data_start + end)
+        for dtype, shape, begin, end, name in entries
+    }
+    return tensors, metadata
+
+
+def _tensor_entry(name: str, entry: object, source: str) -> tuple[str, tuple[int, ...], int, int]:
+    """One header entry as ``(dtype, shape, begin, end)``, the span checked against the shape."""
+    tensor = f"tensor {_describe(name)}"
+    if not isinstance(entry, dict):
+        _fail(source, f"{tensor} must be an object, not {_json_type(entry)}")
+    unknown = [key for key in entry if key not in _ENTRY_KEYS]
+    if unknown:
+        _fail(source, f"{tensor} has unknown field(s) {', '.join(map(_describe, unknown))}")
+    for key in _ENTRY_KEYS:
+        if key not in entry:
+            _fail(source, f"{tensor} has no {key}")
+    dtype = entry["dtype"]
+    if not isinstance(dtype, str) or dtype not in BYTE_DTYPES:
+        _fail(source, f"{tensor}: dtype {_describe(dtype)} is not supported (only "
+                      f"{', '.join(BYTE_DTYPES)})")
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not all(
+        _is_json_integer(d) and 0 <= d < _INTEGER_LIMIT for d in shape
+    ):
+        _fail(source, f"{tensor}: shape {_describe(shape)} must be an array of integers in "
+                      "[0, 2**64)")
+    offsets = entry["data_offsets"]
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(_is_json_integer(o) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] < _INTEGER_LIMIT):
+        _fail(source, f"{tensor}: data_offsets {_describe(offsets)} must be two integers with "
+                      "0 <= begin <= end < 2**64")
+    begin, end = offsets
+    element_bytes = BYTE_DTYPES[dtype][1]
+    count = _bounded_product(shape, _INTEGER_LIMIT)
+    if count is None or count * element_bytes != end - begin:
+        needs = f"{count * element_bytes}" if count is not None else "more than 2**64"
+        _fail(source, f"{tensor}: data_offsets [{begin}, {end}] span {end - begin} bytes, but "
+                      f"{dtype} shape {_describe(shape)} needs {needs}")
+    return dtype, tuple(shape), begin, end
+
+
+# ---- the weights of a checkpoint directory
+
+
+def read_checkpoint_tensors(directory: str | os.PathLike) -> dict[str, TensorSpan]:
+    """Every tensor of ``model.safetensors``, or of the shards ``model.safetensors.index.json``
+    lists (each shard holding exactly the tensors the index assigns to it)."""
+    directory = Path(directory)
+    single = directory / WEIGHTS_FILE
+    if single.is_file():
+        return read_safetensors_header(single)[0]
+    index_path = directory / INDEX_FILE
+    if not index_path.is_file():
+        raise FileNotFoundError(f"{directory}: neither {WEIGHTS_FILE} nor {INDEX_FILE}")
+    source = str(index_path)
+    index = _read_json_object(index_path)
+    unknown = [key for key in index if key not in ("metadata", "weight_map")]
+    if unknown:
+        _fail(source, f"unknown key(s) {', '.join(map(_describe, unknown))}")
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict):
+        _fail(source, f"weight_map must be an object, not {_json_type(weight_map)}")
+    shards: dict[str, set[str]] = {}
+    for name, shard in weight_map.items():
+        if (not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard
+                or "\\" in shard or "\0" in shard):
+            _fail(source, f"weight_map[{_describe(name)}] = {_describe(shard)} is not a file name "
+                          "in the checkpoint directory")
+        shards.setdefault(shard, set()).add(name)
+    tensors: dict[str, TensorSpan] = {}
+    for shard, names in shards.items():
+        shard_path = directory / shard
+        if not shard_path.is_file():
+            raise FileNotFoundError(f"{source}: shard {shard!r} does not exist")
+        held, _ = read_safetensors_header(shard_path)
+        for name in held.keys() - names:
+            where = weight_map.get(name)
+            assigned = f"assigns it to {where!r}" if where is not None else "does not list it"
+            _fail(str(shard_path), f"holds tensor {_describe(name)}, but {INDEX_FILE} {assigned}")
+        for name in sorted(names - held.keys()):
+            _fail(source, f"assigns tensor {_describe(name)} to {shard!r}, which does not hold it")
+        tensors.update(held)
+    return tensors
+
+
+def _plan(
+    names, shapes, tensors: dict[str, TensorSpan], tied: bool, source: str
+) -> list[TensorSpan]:
+    """The tensor of each of our parameters (in list order), every rule checked."""
+    expected = {huggingface_name(name): shape for name, shape in zip(names, shapes)}
+    for name, span in tensors.items():
+        if name in expected or _IGNORED.fullmatch(name):
+            continue
+        if name == _HEAD and tied:
+            _require_tied_head(span, tensors.get(_EMBEDDING))
+            continue
+        _fail(str(span.path), f"unexpected tensor {_describe(name)} (not a parameter of a "
+                              f"{'tied ' if tied else ''}Llama/Mistral model)")
+    plan = []
+    for name, shape in expected.items():
+        span = tensors.get(name)
+        if span is None:
+            _fail(source, f"the checkpoint has no tensor {name!r}")
+        if span.shape != tuple(shape):
+            _fail(str(span.path), f"tensor {name!r} has shape {list(span.shape)}, the config "
+                                  f"needs {list(shape)}")
+        plan.append(span)
+    return plan
+
+
+def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None) -> None:
+    """With tied embeddings an ``lm_head.weight`` must repeat the embedding byte for byte."""
+    same = (embedding is not None and head.dtype == embedding.dtype
+            and head.shape == embedding.shape)
+    if same:
+        with _mapped(head.path) as head_view, _mapped(embedding.path) as embedding_view:
+            same = (head_view[head.begin:head.end]
+                    == embedding_view[embedding.begin:embedding.end])  # bytewise, no copy
+    if not same:
+        _fail(str(head.path), f"tensor {_HEAD!r} differs from {_EMBEDDING!r} but "
+                              "tie_word_embeddings is true")
+
+
+class _mapped:
+    """A copy-on-write memory map of a whole file as a memoryview (writable, so ctypes reads
+    its pages in place; nothing is ever written back)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def __enter__(self) -> memoryview:
+        with open(self._path, "rb") as stream:
+            self._map = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_COPY)
+        self._view = memoryview(self._map)
+        return self._view
+
+    def __exit__(self, *exception_info) -> None:
+        self._view.release()
+        try:
+            self._map.close()
+        except BufferError:  # a traceback still holds a slice: the map goes with it
+            pass
+
+
+def _load_weights(
+    model: LlamaMistralTransformer, tensors: dict[str, TensorSpan], source: str
+) -> None:
+    with model.parameters() as parameters:
+        plan = _plan(parameters.names, parameters.shapes, tensors, model.config.tie_embeddings,
+                     source)
+        by_file: dict[Path, list[tuple[int, TensorSpan]]] = {}
+        for index, span in enumerate(plan):
+            by_file.setdefault(span.path, []).append((index, span))
+        for path, spans in by_file.items():
+            with _mapped(path) as view:
+                if len(view) < max(span.end for _, span in spans):
+                    raise ValueError(f"{path}: the file shrank while it was being read")
+                for index, span in spans:
+                    parameters.load_from_bytes(index, span.dtype, view[span.begin:span.end])
+
+
+# ---- tokenizer and chat template
+
+
+def _special_id(settings: dict, key: str, config: dict, tokenizer, source: str) -> int | None:
+    """``tokenizer_config.json``'s ``bos_token``/``eos_token`` (text or an AddedToken object)
+    as an id; else ``config.json``'s ``*_token_id`` (the first of a list); else None."""
+    token = settings.get(f"{key}_token")
+    if isinstance(token, dict):
+        token = token.get("content")
+    if token is not None:
+        if not isinstance(token, str):
+            _fail(source, f"{key}_token must be a string or an AddedToken, not {_json_type(token)}")
+        found = tokenizer.find_token(token)
+        if found is None:
+            _fail(source, f"{key}_token {token!r} is not a token of {TOKENIZER_FILE}")
+        return found
+    value = config.get(f"{key}_token_id")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if value is None:
+        return None
+    if not _is_json_integer(value) or not 0 <= value < tokenizer.vocabulary_size:
+        _fail(f"{source} ({CONFIG_FILE})",
+              f"{key}_token_id {_describe(value)} is no token id of {TOKENIZER_FILE}")
+    return value
+
+
+def _chat_template_text(directory: Path, settings: dict, source: str) -> str | None:
+    """``tokenizer_config.json``'s ``chat_template`` (a string, or the one named "default" of
+    a list), else ``chat_template.jinja``, else None."""
+    text = settings.get("chat_template")
+    if isinstance(text, list):
+        named = {entry.get("name"): entry.get("template") for entry in text
+                 if isinstance(entry, dict)}
+        text = named.get("default")
+        if text is None:
+            _fail(source, "chat_template lists no template named 'default'")
+    if text is not None:
+        if not isinstance(text, str):
+            _fail(source, f"chat_template must be a string, not {_json_type(text)}")
+        return text
+    jinja = directory / CHAT_TEMPLATE_FILE
+    return jinja.read_text(encoding="utf-8") if jinja.is_file() else None
+
+
+def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int):
+    tokenizer_path = directory / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE}")
+    tokenizer = PretrainedTokenizer.from_tokenizer_json(tokenizer_path)
+    try:
+        if tokenizer.vocabulary_size > vocabulary_size:
+            raise ValueError(f"{tokenizer_path}: {tokenizer.vocabulary_size} tokens, more than "
+                             f"the model's vocab_size {vocabulary_size}")
+        settings_path = directory / TOKENIZER_CONFIG_FILE
+        settings = _read_json_object(settings_path) if settings_path.is_file() else {}
+        source = str(settings_path)
+        special = (_special_id(settings, "bos", config, tokenizer, source),
+                   _special_id(settings, "eos", config, tokenizer, source))
+        if special != (tokenizer.bos_id, tokenizer.eos_id):
+            # tokenizer.json names no bos/eos: the same vocabulary again, with them.
+            state = {**tokenizer.state(), "bos_id": special[0], "eos_id": special[1]}
+            tokenizer.close()
+            tokenizer = PretrainedTokenizer.from_state(state)
+        bos, eos = (tokenizer.token_text(i) if i is not None else ""
+                    for i in (tokenizer.bos_id, tokenizer.eos_id))
+        text = _chat_template_text(directory, settings, source)
+        template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+                    if text else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
+    except BaseException:
+        tokenizer.close()
+        raise
+    return tokenizer, template
+
+
+# ---- the whole checkpoint
+
+
+def load_huggingface(directory: str | os.PathLike, maximum_context: int | None = None):
+    """The Llama/Mistral checkpoint in ``directory`` as a PretrainedModel (model on CPU with
+    flash attention, materialized when a sliding window is shorter than the context).
+
+    ``maximum_context``: see :func:`read_config` (None keeps ``max_position_embeddings``).
+    ValueError naming the file and the tensor or key at fault, FileNotFoundError for a
+    missing file; nothing is left open on failure.
+    """
+    from ..pretrained import PretrainedModel
+
+    directory = Path(directory)
+    config_path = directory / CONFIG_FILE
+    document = _read_json_object(config_path)
+    config = _config_from_document(document, str(config_path), maximum_context)
+    tensors = read_checkpoint_tensors(directory)
+    windowed = config.sliding_window is not None and config.sliding_window < config.maximum_context
+    model = LlamaMistralTransformer(config, attention="materialized" if windowed else "flash")
+    try:
+        _load_weights(model, tensors, str(directory))
+        tokenizer, template = _tokenizer_and_template(directory, document,
+                                                      config.vocabulary_size)
+    except BaseException:
+        model.close()
+        raise
+    return PretrainedModel(model, tokenizer, template, config.architecture, str(directory))
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "TensorSpan",
+    "huggingface_name",
+    "load_huggingface",
+    "read_checkpoint_tensors",
+    "read_config",
+    "read_safetensors_header",
+]
