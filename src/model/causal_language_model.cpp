@@ -1,9 +1,13 @@
 #include "riftco_transformer/model/causal_language_model.hpp"
 
+#include <algorithm>
+#include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "riftco_transformer/core/autograd/custom_gradient.hpp"
+#include "riftco_transformer/core/tensor_ops/indexing.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -23,6 +27,120 @@ CausalLanguageModel::CausalLanguageModel(const char* model_name,
                                          ActivationCheckpointing checkpointing)
     : checkpointing_(checkpointing) {
     require_checkpointing(model_name, checkpointing);
+}
+
+namespace {
+
+void require_token_shape(const std::string& operation, const Shape& shape) {
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
+        throw std::invalid_argument(operation + ": token shape must be [B,T] with B, T > 0 (got " +
+                                    shape_to_string(shape) + ")");
+    }
+}
+
+[[noreturn]] void throw_token_out_of_range(const std::string& operation, std::uint32_t id,
+                                           std::size_t position, std::size_t vocabulary) {
+    std::ostringstream message;
+    message << operation << ": token id " << id << " at position " << position
+            << " is out of range for vocabulary size " << vocabulary;
+    throw std::out_of_range(message.str());
+}
+
+}  // namespace
+
+Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens,
+                                      const Shape& shape) const {
+    const std::string operation = std::string(model_name()) + "::forward";
+    require_token_shape(operation, shape);
+    const std::size_t batch = shape[0];
+    const std::size_t time = shape[1];
+    if (batch > std::numeric_limits<std::size_t>::max() / time || tokens.size() != batch * time) {
+        std::ostringstream message;
+        message << operation << ": " << tokens.size() << " token ids given for shape "
+                << shape_to_string(shape);
+        throw std::invalid_argument(message.str());
+    }
+    if (time > maximum_context()) {
+        std::ostringstream message;
+        message << operation << ": sequence length " << time << " exceeds the maximum context "
+                << maximum_context();
+        throw std::invalid_argument(message.str());
+    }
+    IndexTensor uploaded(shape, tokens, backend());
+    if (uploaded.max_id() >= vocabulary_size()) {
+        const auto bad = std::find_if(tokens.begin(), tokens.end(),
+                                      [&](std::uint32_t id) { return id >= vocabulary_size(); });
+        throw_token_out_of_range(operation, *bad, static_cast<std::size_t>(bad - tokens.begin()),
+                                 vocabulary_size());
+    }
+    return forward_checked(uploaded);
+}
+
+Variable CausalLanguageModel::forward(const IndexTensor& tokens) const {
+    const std::string operation = std::string(model_name()) + "::forward";
+    if (tokens.is_singular())
+        throw std::logic_error(operation + ": tokens is a singular index tensor");
+    require_token_shape(operation, tokens.shape());
+    if (tokens.shape()[1] > maximum_context()) {
+        std::ostringstream message;
+        message << operation << ": sequence length " << tokens.shape()[1]
+                << " exceeds the maximum context " << maximum_context();
+        throw std::invalid_argument(message.str());
+    }
+    if (tokens.max_id() >= vocabulary_size()) {
+        throw_token_out_of_range(operation, tokens.max_id(), tokens.max_id_position(),
+                                 vocabulary_size());
+    }
+    return forward_checked(tokens);
+}
+
+void CausalLanguageModel::require_incremental_rows(const char* operation,
+                                                   std::span<const std::uint32_t> tokens,
+                                                   std::span<const std::size_t> positions,
+                                                   std::span<const std::size_t> output_rows) const {
+    const std::size_t rows = tokens.size();
+    if (rows == 0 || positions.size() != rows || output_rows.empty()) {
+        std::ostringstream message;
+        message << operation << ": " << rows << " tokens, " << positions.size()
+                << " positions and " << output_rows.size()
+                << " output rows given (one position per token, at least one of each)";
+        throw std::invalid_argument(message.str());
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+        if (tokens[r] >= vocabulary_size()) {
+            std::ostringstream message;
+            message << operation << ": token id " << tokens[r] << " at row " << r
+                    << " is out of range for vocabulary size " << vocabulary_size();
+            throw std::out_of_range(message.str());
+        }
+        if (positions[r] >= maximum_context()) {
+            std::ostringstream message;
+            message << operation << ": position " << positions[r] << " at row " << r
+                    << " is outside the maximum context " << maximum_context();
+            throw std::invalid_argument(message.str());
+        }
+    }
+    for (const std::size_t row : output_rows) {
+        if (row >= rows) {
+            std::ostringstream message;
+            message << operation << ": output row " << row << " is out of range for " << rows
+                    << " rows";
+            throw std::invalid_argument(message.str());
+        }
+    }
+}
+
+Variable CausalLanguageModel::select_rows(const Variable& hidden,
+                                          std::span<const std::size_t> output_rows) {
+    const std::size_t rows = hidden.shape()[0];
+    bool all = output_rows.size() == rows;
+    for (std::size_t i = 0; all && i < rows; ++i)
+        all = output_rows[i] == i;
+    if (all)
+        return hidden;
+    const std::vector<std::uint32_t> selected(output_rows.begin(), output_rows.end());
+    const IndexTensor indices({selected.size()}, selected, hidden.value().backend());
+    return Variable(tensor_ops::gather_rows(hidden.value(), indices), false);
 }
 
 void CausalLanguageModel::set_activation_checkpointing(ActivationCheckpointing checkpointing) {

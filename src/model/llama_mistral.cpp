@@ -207,59 +207,6 @@ Variable LlamaMistralTransformer::head(const Variable& normalized) const {
     return linear(normalized, token_embedding_->weight(), Variable());
 }
 
-Variable LlamaMistralTransformer::forward(std::span<const std::uint32_t> tokens,
-                                          const Shape& shape) const {
-    constexpr const char* op = "LlamaMistralTransformer::forward";
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
-        throw std::invalid_argument(std::string(op) +
-                                    ": token shape must be [B,T] with B, T > 0 (got " +
-                                    shape_to_string(shape) + ")");
-    }
-    if (shape[0] > std::numeric_limits<std::size_t>::max() / shape[1] ||
-        tokens.size() != shape[0] * shape[1]) {
-        std::ostringstream message;
-        message << op << ": " << tokens.size() << " token ids given for shape "
-                << shape_to_string(shape);
-        throw std::invalid_argument(message.str());
-    }
-    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint32_t id) {
-        return id >= config_.vocabulary_size;
-    });
-    if (bad != tokens.end()) {
-        std::ostringstream message;
-        message << op << ": token id " << *bad << " at position " << (bad - tokens.begin())
-                << " is out of range for vocabulary size " << config_.vocabulary_size;
-        throw std::out_of_range(message.str());
-    }
-    return forward(IndexTensor(shape, tokens, backend()));
-}
-
-Variable LlamaMistralTransformer::forward(const IndexTensor& tokens) const {
-    constexpr const char* op = "LlamaMistralTransformer::forward";
-    if (tokens.is_singular())
-        throw std::logic_error(std::string(op) + ": tokens is a singular index tensor");
-    const Shape& shape = tokens.shape();
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
-        throw std::invalid_argument(std::string(op) +
-                                    ": token shape must be [B,T] with B, T > 0 (got " +
-                                    shape_to_string(shape) + ")");
-    }
-    if (shape[1] > config_.maximum_context) {
-        std::ostringstream message;
-        message << op << ": sequence length " << shape[1] << " exceeds the maximum context "
-                << config_.maximum_context;
-        throw std::invalid_argument(message.str());
-    }
-    if (tokens.max_id() >= config_.vocabulary_size) {
-        std::ostringstream message;
-        message << op << ": token id " << tokens.max_id() << " at position "
-                << tokens.max_id_position() << " is out of range for vocabulary size "
-                << config_.vocabulary_size;
-        throw std::out_of_range(message.str());
-    }
-    return forward_checked(tokens);
-}
-
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
     Variable hidden = token_embedding_->forward(tokens);  // [B,T,D]
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
@@ -275,42 +222,8 @@ Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_
                                                     IncrementalAttentionCache& cache,
                                                     std::span<const std::size_t> output_rows) const {
     constexpr const char* op = "LlamaMistralTransformer::forward_incremental";
+    require_incremental_rows(op, tokens, positions, output_rows);
     const std::size_t rows = tokens.size();
-    if (rows == 0 || positions.size() != rows || output_rows.empty()) {
-        std::ostringstream message;
-        message << op << ": " << rows << " tokens, " << positions.size() << " positions and "
-                << output_rows.size()
-                << " output rows given (one position per token, at least one of each)";
-        throw std::invalid_argument(message.str());
-    }
-    for (std::size_t r = 0; r < rows; ++r) {
-        if (tokens[r] >= config_.vocabulary_size) {
-            std::ostringstream message;
-            message << op << ": token id " << tokens[r] << " at row " << r
-                    << " is out of range for vocabulary size " << config_.vocabulary_size;
-            throw std::out_of_range(message.str());
-        }
-        if (positions[r] >= config_.maximum_context) {
-            std::ostringstream message;
-            message << op << ": position " << positions[r] << " at row " << r
-                    << " is outside the maximum context " << config_.maximum_context;
-            throw std::invalid_argument(message.str());
-        }
-        if (config_.sliding_window && positions[r] >= *config_.sliding_window) {
-            std::ostringstream message;
-            message << op << ": position " << positions[r] << " at row " << r
-                    << " reaches the sliding window " << *config_.sliding_window
-                    << "; KV-cached decoding does not apply the window yet";
-            throw std::invalid_argument(message.str());
-        }
-    }
-    for (const std::size_t row : output_rows) {
-        if (row >= rows) {
-            std::ostringstream message;
-            message << op << ": output row " << row << " is out of range for " << rows << " rows";
-            throw std::invalid_argument(message.str());
-        }
-    }
     const NoGradientGuard no_graph;
     const ExecutionBackend device = backend();
     Variable hidden = token_embedding_->forward(IndexTensor({rows}, tokens, device));  // [R,D]
@@ -322,12 +235,7 @@ Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_
                                     std::to_string(index) + ": " + error.what());
         }
     }
-    if (output_rows.size() != rows) {
-        const std::vector<std::uint32_t> selected(output_rows.begin(), output_rows.end());
-        hidden = Variable(tensor_ops::gather_rows(hidden.value(),
-                                                  IndexTensor({selected.size()}, selected, device)),
-                          false);
-    }
+    hidden = select_rows(hidden, output_rows);
     return head(final_norm_->forward(hidden)).value();
 }
 

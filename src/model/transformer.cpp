@@ -190,74 +190,6 @@ void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
     attention_ = kind;
 }
 
-namespace {
-
-void throw_token_out_of_range(std::uint32_t id, std::size_t position, std::size_t vocabulary) {
-    std::ostringstream message;
-    message << "DecoderOnlyTransformer::forward: token id " << id << " at position " << position
-            << " is out of range for vocabulary size " << vocabulary;
-    throw std::out_of_range(message.str());
-}
-
-}  // namespace
-
-void DecoderOnlyTransformer::require_token_shape(const Shape& shape) const {
-    constexpr const char* op = "DecoderOnlyTransformer::forward";
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
-        throw std::invalid_argument(std::string(op) +
-                                    ": token shape must be [B,T] with B, T > 0 (got " +
-                                    shape_to_string(shape) + ")");
-    }
-}
-
-void DecoderOnlyTransformer::require_context(std::size_t time) const {
-    if (time > dimensions_.maximum_context) {
-        std::ostringstream message;
-        message << "DecoderOnlyTransformer::forward: sequence length " << time
-                << " exceeds the maximum context " << dimensions_.maximum_context;
-        throw std::invalid_argument(message.str());
-    }
-}
-
-Variable DecoderOnlyTransformer::forward(std::span<const std::uint32_t> tokens,
-                                         const Shape& shape) const {
-    require_token_shape(shape);
-    const std::size_t batch = shape[0];
-    const std::size_t time = shape[1];
-    if (batch > std::numeric_limits<std::size_t>::max() / time || tokens.size() != batch * time) {
-        std::ostringstream message;
-        message << "DecoderOnlyTransformer::forward: " << tokens.size()
-                << " token ids given for shape " << shape_to_string(shape);
-        throw std::invalid_argument(message.str());
-    }
-    require_context(time);
-    // One upload, which records the largest id; only when that one is out of range are the
-    // host ids scanned again, to name the first offending position.
-    IndexTensor uploaded(shape, tokens, token_embedding_->weight().value().backend());
-    if (uploaded.max_id() >= dimensions_.vocabulary_size) {
-        const std::size_t position = static_cast<std::size_t>(
-            std::find_if(tokens.begin(), tokens.end(),
-                         [&](std::uint32_t id) { return id >= dimensions_.vocabulary_size; }) -
-            tokens.begin());
-        throw_token_out_of_range(tokens[position], position, dimensions_.vocabulary_size);
-    }
-    return forward_checked(uploaded);
-}
-
-Variable DecoderOnlyTransformer::forward(const IndexTensor& tokens) const {
-    if (tokens.is_singular()) {
-        throw std::logic_error(
-            "DecoderOnlyTransformer::forward: tokens is a singular index tensor");
-    }
-    require_token_shape(tokens.shape());
-    require_context(tokens.shape()[1]);
-    if (tokens.max_id() >= dimensions_.vocabulary_size) {
-        throw_token_out_of_range(tokens.max_id(), tokens.max_id_position(),
-                                 dimensions_.vocabulary_size);
-    }
-    return forward_checked(tokens);
-}
-
 Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) const {
     const Shape& shape = tokens.shape();
     const std::size_t time = shape[1];
@@ -285,36 +217,10 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
                                                    std::span<const std::size_t> positions,
                                                    IncrementalAttentionCache& cache,
                                                    std::span<const std::size_t> output_rows) const {
+    require_incremental_rows("DecoderOnlyTransformer::forward_incremental", tokens, positions,
+                             output_rows);
     constexpr const char* op = "DecoderOnlyTransformer::forward_incremental";
     const std::size_t rows = tokens.size();
-    if (rows == 0 || positions.size() != rows || output_rows.empty()) {
-        std::ostringstream message;
-        message << op << ": " << rows << " tokens, " << positions.size() << " positions and "
-                << output_rows.size()
-                << " output rows given (one position per token, at least one of each)";
-        throw std::invalid_argument(message.str());
-    }
-    for (std::size_t r = 0; r < rows; ++r) {
-        if (tokens[r] >= dimensions_.vocabulary_size) {
-            std::ostringstream message;
-            message << op << ": token id " << tokens[r] << " at row " << r
-                    << " is out of range for vocabulary size " << dimensions_.vocabulary_size;
-            throw std::out_of_range(message.str());
-        }
-        if (positions[r] >= dimensions_.maximum_context) {
-            std::ostringstream message;
-            message << op << ": position " << positions[r] << " at row " << r
-                    << " is outside the maximum context " << dimensions_.maximum_context;
-            throw std::invalid_argument(message.str());
-        }
-    }
-    for (const std::size_t row : output_rows) {
-        if (row >= rows) {
-            std::ostringstream message;
-            message << op << ": output row " << row << " is out of range for " << rows << " rows";
-            throw std::invalid_argument(message.str());
-        }
-    }
     const NoGradientGuard no_graph;
     const ExecutionBackend device = backend();
     const std::vector<std::uint32_t> position_ids(positions.begin(), positions.end());
@@ -331,12 +237,7 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
                                     std::to_string(index) + ": " + error.what());
         }
     }
-    if (output_rows.size() != rows) {
-        const std::vector<std::uint32_t> selected(output_rows.begin(), output_rows.end());
-        hidden = Variable(tensor_ops::gather_rows(hidden.value(),
-                                                  IndexTensor({selected.size()}, selected, device)),
-                          false);
-    }
+    hidden = select_rows(hidden, output_rows);
     return language_model_head_->forward(final_norm_->forward(hidden)).value();
 }
 

@@ -33,11 +33,12 @@ enum class ActivationCheckpointing : std::uint32_t {
 class CausalLanguageModel : public Module, public IncrementalDecoder {
   public:
     // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
-    // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
-    [[nodiscard]] virtual Variable forward(std::span<const std::uint32_t> tokens,
-                                           const Shape& shape) const = 0;
-    // The same from ids already on the model's backend.
-    [[nodiscard]] virtual Variable forward(const IndexTensor& tokens) const = 0;
+    // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range. One upload, which
+    // records the largest id (the host ids are scanned again only to name a bad position).
+    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape) const;
+    // The same from ids already on the model's backend ([B,T]); the vocabulary check reads
+    // the maximum recorded at the upload (no device read).
+    [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
     [[nodiscard]] virtual std::size_t maximum_context() const noexcept = 0;
 
     [[nodiscard]] virtual AttentionKind attention() const noexcept = 0;
@@ -76,6 +77,18 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     }
 
   protected:
+    // The forward pass proper, for ids both forward forms have checked.
+    [[nodiscard]] virtual Variable forward_checked(const IndexTensor& tokens) const = 0;
+    // forward_incremental's argument rules (std::invalid_argument: no rows, tokens/positions
+    // of different lengths, a position >= C, no output row or one >= R; std::out_of_range: an
+    // id >= V), with `operation` naming the caller.
+    void require_incremental_rows(const char* operation, std::span<const std::uint32_t> tokens,
+                                  std::span<const std::size_t> positions,
+                                  std::span<const std::size_t> output_rows) const;
+    // The rows of hidden [R,D] listed in output_rows (hidden itself when they are all, in
+    // order), detached.
+    [[nodiscard]] static Variable select_rows(const Variable& hidden,
+                                              std::span<const std::size_t> output_rows);
     // An unknown checkpointing value: std::invalid_argument naming `model_name`.
     CausalLanguageModel(const char* model_name, ActivationCheckpointing checkpointing);
     void set_projections(std::vector<AdaptableProjection> projections) {

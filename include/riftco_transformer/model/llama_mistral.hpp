@@ -86,10 +86,8 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
         AttentionKind attention = AttentionKind::Materialized,
         ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
 
-    // token ids [B,T] -> logits [B,T,V]; the rules of DecoderOnlyTransformer::forward.
-    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens,
-                                   const Shape& shape) const override;
-    [[nodiscard]] Variable forward(const IndexTensor& tokens) const override;
+    // forward(tokens, shape) and forward(IndexTensor) are CausalLanguageModel's: token ids
+    // [B,T] -> logits [B,T,V] with its argument rules.
 
     // R independent rows (token tokens[r] at positions[r]) through every block with `cache`
     // holding each layer's rotated keys and values (addressed with Hq heads); returns the
@@ -118,8 +116,10 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
     // feed_forward.{gate,up,down}, and language_model_head when embeddings are not tied;
     // quantize_nf4 packs all 7N projections and the untied head.
 
+  protected:
+    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
+
   private:
-    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const;
     [[nodiscard]] Variable head(const Variable& normalized) const;
 
     LlamaMistralConfig config_;

@@ -69,14 +69,8 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
         float layer_norm_epsilon = 1e-5F, AttentionKind attention = AttentionKind::Materialized,
         ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
 
-    // token ids [B,T] (row-major) -> logits [B,T,V]. Shape not rank 2, B or T zero, id count
-    // != B·T, T > C: std::invalid_argument; an id >= V: std::out_of_range.
-    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens,
-                                   const Shape& shape) const override;
-    // The same from token ids already on the model's backend ([B,T]); the vocabulary check
-    // reads the maximum recorded at the upload (no device read). The host form above checks
-    // and uploads once, then calls this.
-    [[nodiscard]] Variable forward(const IndexTensor& tokens) const override;
+    // forward(tokens, shape) and forward(IndexTensor) are CausalLanguageModel's: token ids
+    // [B,T] -> logits [B,T,V] with its argument rules.
 
     // The inference path (spec WORKFLOWS §4.1) on the same weights: R independent rows in
     // one pass, row r being token tokens[r] at absolute position positions[r], with `cache`
@@ -108,11 +102,10 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
     // attention.{query,key,value,output}, feed_forward.{expand,project}, language_model_head;
     // quantize_nf4 packs all 6N+1 projections (block order q, k, v, o, expand, project; head).
 
+  protected:
+    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
+
   private:
-    void require_token_shape(const Shape& shape) const;  // [B,T] with B, T > 0
-    void require_context(std::size_t time) const;        // T <= C
-    // The forward pass proper, for ids both forms above have checked.
-    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const;
 
     TransformerDimensions dimensions_;
     AttentionKind attention_;
