@@ -110,6 +110,31 @@ class PostTrainingResult:
     tuned_validation: CausalEvaluation | None = None
 
 
+def _require_long_enough(sequences, context_size: int) -> None:
+    """Every example must give at least one window of context_size + 1 tokens."""
+    short = [index for index, row in enumerate(sequences) if len(row) <= context_size]
+    if short:
+        raise ValueError(
+            f"{len(short)} examples encode to <= context_size = {context_size} tokens "
+            f"(indices {short[:8]}{'...' if len(short) > 8 else ''}); lower context_size"
+        )
+
+
+def _trainable_with_optimizer(model, config: PostTrainingConfig) -> Adam:
+    """Attach LoRA for the adapter methods, then Adam over what trains."""
+    if config.fine_tuning_method in ("lora", "qlora"):
+        model.attach_lora(config.lora)
+        trainable = model.adapter_parameters()
+    else:
+        trainable = model.parameters()
+    with trainable:
+        return Adam(trainable, AdamOptions(
+            learning_rate=config.learning_rate,
+            state_storage=config.resolved_optimizer_state,
+            page_size=config.optimizer_page_size,
+        ))
+
+
 def post_train_jsonl(base: ModelBundle, path, config: PostTrainingConfig | None = None,
                      **options) -> PostTrainingResult:
     """:func:`post_train` on the examples of a JSONL file (errors name ``file:line``)."""
@@ -153,12 +178,7 @@ def post_train(
     optimizer = None
     try:
         sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
-        short = [index for index, row in enumerate(sequences) if len(row) <= config.context_size]
-        if short:
-            raise ValueError(
-                f"{len(short)} examples encode to <= context_size = {config.context_size} tokens "
-                f"(indices {short[:8]}{'...' if len(short) > 8 else ''}); lower context_size"
-            )
+        _require_long_enough(sequences, config.context_size)
         validation = None
         if validation_examples:
             validation = encode_examples(tokenizer, validation_examples, formatter,
@@ -202,17 +222,7 @@ def post_train(
                 "export": "materialized_fp32",
             }
         if checkpoint is None:
-            if method in ("lora", "qlora"):
-                model.attach_lora(config.lora)
-                trainable = model.adapter_parameters()
-            else:
-                trainable = model.parameters()
-            with trainable:
-                optimizer = Adam(trainable, AdamOptions(
-                    learning_rate=config.learning_rate,
-                    state_storage=config.resolved_optimizer_state,
-                    page_size=config.optimizer_page_size,
-                ))
+            optimizer = _trainable_with_optimizer(model, config)
         source = WindowBatchSource(sequences, config.batch_size, config.context_size,
                                    config.random_seed, config.sampling_strategy, masks)
         trainer = CausalLanguageModelTrainer(model, optimizer)
@@ -349,10 +359,7 @@ def fine_tune_pretrained(
                          f"{model.maximum_context}")
     formatter = ChatTemplateFormatter(pretrained.chat_template)
     sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
-    short = [index for index, row in enumerate(sequences) if len(row) <= config.context_size]
-    if short:
-        raise ValueError(f"{len(short)} examples encode to <= context_size = "
-                         f"{config.context_size} tokens (indices {short[:8]}); lower context_size")
+    _require_long_enough(sequences, config.context_size)
     validation = (encode_examples(tokenizer, validation_examples, formatter,
                                   config.response_only_loss) if validation_examples else None)
     model.set_full_sequence_attention(config.attention)
@@ -363,17 +370,7 @@ def fine_tune_pretrained(
     if method == "qlora":
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
                            config.nf4_scale_block_size)
-    if method in ("lora", "qlora"):
-        model.attach_lora(config.lora)
-        trainable = model.adapter_parameters()
-    else:
-        trainable = model.parameters()
-    with trainable:
-        optimizer = Adam(trainable, AdamOptions(
-            learning_rate=config.learning_rate,
-            state_storage=config.resolved_optimizer_state,
-            page_size=config.optimizer_page_size,
-        ))
+    optimizer = _trainable_with_optimizer(model, config)
     step_seconds: list[float] = []
     last = [_time.perf_counter()]
 
