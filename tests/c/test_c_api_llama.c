@@ -1,0 +1,279 @@
+/*
+ * The Llama/Mistral handles (2.8), the pretrained-tokenizer and GGUF-metadata functions as a
+ * pure C11 client sees them: config init and every config rule (nothing created on a
+ * rejection), the rt_model view (forward, LoRA on the gated feed-forward, decode sessions,
+ * rt_model_config refusing), tokenizers from plain arrays (encode, decode, export round trip,
+ * errors), and GGUF errors on files that are not there.
+ */
+#include "c_test_fixtures.h"
+
+static rt_llama_mistral_config tiny_llama_config(void) {
+    rt_llama_mistral_config config;
+    EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
+    config.vocabulary_size = 11;
+    config.maximum_context = 8;
+    config.model_width = 16;
+    config.query_head_count = 4;
+    config.key_value_head_count = 2;
+    config.block_count = 1;
+    config.feed_forward_width = 12;
+    return config;
+}
+
+static void config_init_sets_the_defaults_and_layout(void) {
+    rt_llama_mistral_config config;
+    memset(&config, 0xAB, sizeof config);
+    EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
+    EXPECT_EQ_U64(config.struct_size, sizeof config);
+    EXPECT_EQ_U64(sizeof config, 96);
+    EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA);
+    EXPECT_EQ_U64(config.random_seed, 5489);
+    EXPECT_EQ_U64(config.vocabulary_size, 0);
+    EXPECT(config.rms_norm_epsilon == 1e-5f);
+    EXPECT(config.rope_theta == 10000.0);
+    EXPECT_EQ_U64(config.sliding_window, 0);
+    EXPECT_EQ_U64(config.tie_embeddings, 0);
+    EXPECT_STATUS(rt_llama_mistral_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
+}
+
+static void every_config_rule_is_enforced_before_anything_is_created(void) {
+    rt_llama_mistral_config config = tiny_llama_config();
+    rt_llama_mistral_model* model = (rt_llama_mistral_model*)0x1;
+    config.architecture = 7;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("architecture");
+    config = tiny_llama_config();
+    config.key_value_head_count = 3;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("key_value_head_count");
+    config = tiny_llama_config();
+    config.model_width = 12; /* head width 3: RoPE needs it even */
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("even head width");
+    config = tiny_llama_config();
+    config.rope_theta = -1.0;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rope_theta");
+    config = tiny_llama_config();
+    config.tie_embeddings = 2;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("tie_embeddings");
+    config = tiny_llama_config();
+    config.block_count = (uint64_t)1 << 40;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_OVERFLOW);
+    EXPECT(model == (rt_llama_mistral_model*)0x1); /* untouched on every rejection */
+}
+
+static void the_model_view_serves_every_rt_model_function(void) {
+    rt_llama_mistral_config config = tiny_llama_config();
+    config.tie_embeddings = 1;
+    config.architecture = RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL;
+    config.sliding_window = 3;
+    rt_llama_mistral_model* llama = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &llama));
+    rt_llama_mistral_config read;
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_llama_mistral_model_config(llama, &read));
+    EXPECT(memcmp(&read, &config, sizeof read) == 0);
+
+    rt_model* model = NULL;
+    EXPECT_OK(rt_llama_mistral_model_as_model(llama, &model));
+    rt_llama_mistral_model_release(llama); /* the view keeps the state alive */
+    int32_t is_llama = -1;
+    EXPECT_OK(rt_model_is_llama_mistral(model, &is_llama));
+    EXPECT(is_llama == 1);
+    rt_transformer_config gpt;
+    gpt.struct_size = sizeof gpt;
+    EXPECT_STATUS(rt_model_config(model, &gpt), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rt_llama_mistral_model_config");
+
+    const uint32_t tokens[5] = {1, 2, 3, 4, 5};
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, tokens, 5, 1, 5, &logits));
+    float full[5 * 11];
+    uint64_t required = 0;
+    EXPECT_OK(rt_variable_copy_to_host_f32(logits, full, 5 * 11, &required));
+    rt_variable_release(logits);
+    const uint32_t bad[2] = {1, 11};
+    EXPECT_STATUS(rt_model_forward(model, bad, 2, 1, 2, &logits), RT_STATUS_OUT_OF_RANGE);
+
+    /* Decode within the window equals the full forward. */
+    rt_decode_session_options options;
+    EXPECT_OK(rt_decode_session_options_init(&options, sizeof options));
+    rt_decode_session* session = NULL;
+    EXPECT_OK(rt_model_decode_session_create(model, &options, &session));
+    float step[11];
+    for (int t = 0; t < 3; ++t) {
+        EXPECT_OK(rt_decode_session_step(session, tokens[t], step, 11, &required));
+        for (int v = 0; v < 11; ++v)
+            EXPECT_NEAR(step[v], full[t * 11 + v], 1e-4);
+    }
+    /* Position 3 reaches the window of 3: cached decoding refuses, the session is unchanged. */
+    EXPECT_STATUS(rt_decode_session_step(session, tokens[3], step, 11, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    uint64_t size = 0;
+    EXPECT_OK(rt_decode_session_size(session, &size));
+    EXPECT_EQ_U64(size, 3);
+    rt_decode_session_release(session);
+
+    rt_lora_config lora;
+    EXPECT_OK(rt_lora_config_init(&lora, sizeof lora));
+    lora.targets = RT_LORA_TARGET_FEED_FORWARD_GATE | RT_LORA_TARGET_FEED_FORWARD_DOWN;
+    EXPECT_OK(rt_model_attach_lora(model, &lora));
+    rt_parameter_list* adapters = NULL;
+    EXPECT_OK(rt_model_lora_parameters(model, &adapters));
+    uint64_t count = 0;
+    EXPECT_OK(rt_parameter_list_count(adapters, &count));
+    EXPECT_EQ_U64(count, 4); /* one block: gate and down, two factors each */
+    rt_parameter_list_release(adapters);
+    rt_model_release(model);
+}
+
+/* A byte-level BPE vocabulary: the 256 byte symbols (printable bytes as themselves, the
+ * others as U+0100 onward), then "ab" from the merge "a b", then a control token. */
+static uint64_t append_utf8(uint8_t* out, uint32_t code) {
+    if (code < 0x80) {
+        out[0] = (uint8_t)code;
+        return 1;
+    }
+    out[0] = (uint8_t)(0xC0 | (code >> 6));
+    out[1] = (uint8_t)(0x80 | (code & 0x3F));
+    return 2;
+}
+
+static void tokenizers_from_arrays_encode_decode_and_export(void) {
+    static uint8_t bytes[256 * 2 + 16];
+    static uint64_t offsets[259];
+    uint64_t length = 0;
+    uint32_t next_extra = 0x100;
+    offsets[0] = 0;
+    for (uint32_t byte = 0; byte < 256; ++byte) {
+        const int printable = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) ||
+                              (byte >= 0xAE);
+        length += append_utf8(bytes + length, printable ? byte : next_extra++);
+        offsets[byte + 1] = length;
+    }
+    memcpy(bytes + length, "ab", 2);
+    length += 2;
+    offsets[257] = length;
+    memcpy(bytes + length, "<|end|>", 7);
+    length += 7;
+    offsets[258] = length;
+    int32_t types[258];
+    for (int i = 0; i < 258; ++i)
+        types[i] = 1;
+    types[257] = 3;
+    const uint8_t merge_bytes[] = "a b";
+    const uint64_t merge_offsets[2] = {0, 3};
+
+    rt_pretrained_vocabulary vocabulary;
+    memset(&vocabulary, 0, sizeof vocabulary);
+    vocabulary.struct_size = sizeof vocabulary;
+    vocabulary.model = RT_PRETRAINED_MODEL_BYTE_LEVEL_BPE;
+    vocabulary.pretokenizer = RT_PRETOKENIZER_GPT2;
+    vocabulary.token_count = 258;
+    vocabulary.token_bytes = bytes;
+    vocabulary.token_offsets = offsets;
+    vocabulary.token_types = types;
+    vocabulary.merge_count = 1;
+    vocabulary.merge_bytes = merge_bytes;
+    vocabulary.merge_offsets = merge_offsets;
+    vocabulary.bos_id = -1;
+    vocabulary.eos_id = 257;
+    vocabulary.unknown_id = -1;
+    rt_pretrained_tokenizer* tokenizer = NULL;
+    EXPECT_OK(rt_pretrained_tokenizer_create(&vocabulary, &tokenizer));
+
+    const char text[] = "ab<|end|>";
+    uint32_t ids[16];
+    uint64_t required = 0;
+    EXPECT_OK(rt_pretrained_tokenizer_encode(tokenizer, text, 9, RT_SPECIAL_TOKENS_PARSE, ids, 16,
+                                             &required));
+    EXPECT_EQ_U64(required, 2);
+    EXPECT_EQ_U64(ids[0], 256);
+    EXPECT_EQ_U64(ids[1], 257);
+    EXPECT_OK(rt_pretrained_tokenizer_encode(tokenizer, text, 9, RT_SPECIAL_TOKENS_AS_TEXT, ids,
+                                             16, &required));
+    EXPECT(required > 2); /* the control token's text is tokenized as plain text */
+    /* A capacity below the count: out of range, nothing written. */
+    ids[0] = 999;
+    EXPECT_STATUS(rt_pretrained_tokenizer_encode(tokenizer, text, 9, RT_SPECIAL_TOKENS_PARSE, ids,
+                                                 1, &required),
+                  RT_STATUS_OUT_OF_RANGE);
+    EXPECT_EQ_U64(ids[0], 999);
+    const uint32_t decode_ids[2] = {256, 257};
+    uint8_t decoded[32];
+    EXPECT_OK(rt_pretrained_tokenizer_decode(tokenizer, decode_ids, 2, decoded, 32, &required));
+    EXPECT_EQ_U64(required, 9);
+    EXPECT(memcmp(decoded, text, 9) == 0);
+    const uint32_t past[1] = {258};
+    EXPECT_STATUS(rt_pretrained_tokenizer_decode(tokenizer, past, 1, decoded, 32, &required),
+                  RT_STATUS_OUT_OF_RANGE);
+    int64_t bos = 0, eos = 0, unknown = 0, found = 0;
+    EXPECT_OK(rt_pretrained_tokenizer_special_ids(tokenizer, &bos, &eos, &unknown));
+    EXPECT(bos == -1 && eos == 257 && unknown == -1);
+    EXPECT_OK(rt_pretrained_tokenizer_find_token(tokenizer, "ab", 2, &found));
+    EXPECT(found == 256);
+    EXPECT_OK(rt_pretrained_tokenizer_find_token(tokenizer, "zz", 2, &found));
+    EXPECT(found == -1);
+
+    rt_pretrained_tokenizer_info info;
+    info.struct_size = sizeof info;
+    EXPECT_OK(rt_pretrained_tokenizer_info_get(tokenizer, &info));
+    EXPECT_EQ_U64(info.token_count, 258);
+    EXPECT_EQ_U64(info.merge_count, 1);
+    EXPECT(info.pretokenizer == RT_PRETOKENIZER_GPT2 && info.eos_id == 257);
+    uint8_t merges[16];
+    EXPECT_OK(rt_pretrained_tokenizer_export(tokenizer, RT_PRETRAINED_PART_MERGES, merges, 16,
+                                             &required));
+    EXPECT_EQ_U64(required, 7); /* uint32 length 3, then "a b" */
+    EXPECT(merges[0] == 3 && merges[1] == 0 && memcmp(merges + 4, "a b", 3) == 0);
+    EXPECT_STATUS(rt_pretrained_tokenizer_export(tokenizer, 9, merges, 16, &required),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("part");
+    rt_pretrained_tokenizer_release(tokenizer);
+
+    /* A merge naming a token that does not exist, and decreasing offsets: named, nothing made. */
+    const uint8_t unknown_merge[] = "a q";
+    vocabulary.merge_bytes = unknown_merge;
+    tokenizer = (rt_pretrained_tokenizer*)0x1;
+    EXPECT_STATUS(rt_pretrained_tokenizer_create(&vocabulary, &tokenizer),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(tokenizer == (rt_pretrained_tokenizer*)0x1);
+    vocabulary.merge_bytes = merge_bytes;
+    offsets[5] = offsets[4] - 1;
+    EXPECT_STATUS(rt_pretrained_tokenizer_create(&vocabulary, &tokenizer),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("token_offsets");
+    vocabulary.model = 5;
+    EXPECT_STATUS(rt_pretrained_tokenizer_create(&vocabulary, &tokenizer),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("model");
+}
+
+static void gguf_functions_name_a_missing_file(void) {
+    rt_llama_mistral_model* model = NULL;
+    EXPECT_STATUS(rt_llama_mistral_model_load_gguf("/nonexistent/model.gguf", 0, &model),
+                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("/nonexistent/model.gguf");
+    EXPECT(model == NULL);
+    rt_pretrained_tokenizer* tokenizer = NULL;
+    EXPECT_STATUS(rt_pretrained_tokenizer_load_gguf("/nonexistent/model.gguf", &tokenizer),
+                  RT_STATUS_RUNTIME_ERROR);
+    int32_t present = -1;
+    uint64_t required = 0;
+    EXPECT_STATUS(rt_gguf_metadata_string("/nonexistent/model.gguf", "general.name", &present,
+                                          NULL, 0, &required),
+                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_STATUS(rt_llama_mistral_model_load_gguf(NULL, 0, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("path");
+}
+
+int main(void) {
+    RUN_TEST(config_init_sets_the_defaults_and_layout);
+    RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
+    RUN_TEST(the_model_view_serves_every_rt_model_function);
+    RUN_TEST(tokenizers_from_arrays_encode_decode_and_export);
+    RUN_TEST(gguf_functions_name_a_missing_file);
+    return finish_tests();
+}
