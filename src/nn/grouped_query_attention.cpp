@@ -84,8 +84,7 @@ namespace {
 // causal attention, masked to the window when it is shorter than the sequence.
 Variable materialized_grouped_attention(const Variable& query, const Variable& key,
                                         const Variable& value,
-                                        const GroupedQueryAttentionShape& shape,
-                                        std::size_t time) {
+                                        const GroupedQueryAttentionShape& shape, std::size_t time) {
     const std::size_t repeats = shape.query_head_count / shape.key_value_head_count;
     const Variable repeated_key = repeat_key_value_heads(key, repeats);
     const Variable repeated_value = repeat_key_value_heads(value, repeats);
@@ -131,8 +130,7 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
     };
     std::vector<std::size_t> positions(time);
     std::iota(positions.begin(), positions.end(), std::size_t{0});
-    const RotaryTables tables =
-        rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
+    const RotaryTables tables = rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
     const Variable query =
         apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
     const Variable key =

@@ -183,20 +183,23 @@ class EmulatedLoss final : public LossCapability {
 class EmulatedAttention final : public AttentionCapability {
   public:
     void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
-                       Tensor& context, Tensor& row_max, Tensor& row_sum) const override {
+                       const tensor_ops::FlashAttentionOptions& options, Tensor& context,
+                       Tensor& row_max, Tensor& row_sum) const override {
         Fresh fresh_context(context);
         deferring([&] {
-            cpu_.flash_forward(query, key, value, scale, fresh_context.tensor(), row_max, row_sum);
+            cpu_.flash_forward(query, key, value, scale, options, fresh_context.tensor(), row_max,
+                               row_sum);
         });
         fresh_context.replace(context);
     }
     void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
                         const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
-                        const Tensor& upstream, float scale, Tensor& query_gradient,
+                        const Tensor& upstream, float scale,
+                        const tensor_ops::FlashAttentionOptions& options, Tensor& query_gradient,
                         Tensor& key_gradient, Tensor& value_gradient) const override {
         deferring([&] {
             cpu_.flash_backward(query, key, value, context, row_max, row_sum, upstream, scale,
-                                query_gradient, key_gradient, value_gradient);
+                                options, query_gradient, key_gradient, value_gradient);
         });
     }
 

@@ -26,8 +26,7 @@ float require_attention_inputs(std::string_view op, const Tensor& query, const T
     const bool heads_fit = k[1] != 0 && q[1] % k[1] == 0;
     if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3] || !heads_fit) {
         std::ostringstream message;
-        message << op << ": query " << shape_to_string(q) << " and key/value "
-                << shape_to_string(k)
+        message << op << ": query " << shape_to_string(q) << " and key/value " << shape_to_string(k)
                 << " must share B, T and d_h, with query heads a multiple of key/value heads";
         throw std::invalid_argument(message.str());
     }

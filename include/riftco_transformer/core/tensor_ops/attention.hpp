@@ -19,9 +19,9 @@ struct FlashAttentionOptions {
 };
 
 struct FlashAttentionResult {
-    Tensor context;  // [B,Hq,T,d_h]
-    Tensor row_max;  // [B,Hq,T]: m_i = max_{j visible from i} S_ij
-    Tensor row_sum;  // [B,Hq,T]: l_i = Σ_{j visible from i} exp(S_ij − m_i)
+    Tensor context;                 // [B,Hq,T,d_h]
+    Tensor row_max;                 // [B,Hq,T]: m_i = max_{j visible from i} S_ij
+    Tensor row_sum;                 // [B,Hq,T]: l_i = Σ_{j visible from i} exp(S_ij − m_i)
     FlashAttentionOptions options;  // the forward's, so the VJP masks exactly the same keys
 };
 

@@ -16,11 +16,17 @@
 // Backward (D_i = rowsum(dO_i ⊙ O_i)): P = e^{S−m}/l recomputed per tile, then
 //   dV_j += Pᵀ·dO_i;  dP = dO_i·V_jᵀ;  dS = P ⊙ (dP − D_i)
 //   dQ_i += scale·dS·K_j;  dK_j += scale·dSᵀ·Q_i
-// One backward work item per (batch, key/value head): it loops over the r query heads of its
-// group in order, so dK and dV of a group have exactly one writer (no races, no scratch
-// copies of K or V) and a summation order that does not depend on the thread count.
+// Backward, grouped heads (r > 1): dK and dV of a key/value head are the sum, in head order,
+// of the r query heads' shares, each share computed whole; so the bits never depend on the
+// schedule or the thread count. When the B·Hkv groups balance the threads as well as the
+// B·Hq heads would, one work item per (batch, key/value head) owns its dK, dV and loops over
+// its r query heads (one [T,d] share per thread at a time). Otherwise one work item per
+// (batch, query head) writes its share to a [B·Hq,T,d] buffer, then the shares are summed
+// in head order. Either way every output has exactly one writer: no races, and K, V are
+// never repeated.
 // Masked entries have P = 0 exactly, so they contribute nothing in either direction.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -30,8 +36,9 @@
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/gemm.hpp"
-#include "core/backend/cpu/vector_math.hpp"
+#include "core/backend/cpu/host_block_cache.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/vector_math.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
@@ -99,7 +106,7 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
                                  Tensor& context, Tensor& row_max, Tensor& row_sum) const {
     const std::size_t time = query.shape()[2];
     const std::size_t width = query.shape()[3];
-    const std::size_t items = query.numel() / (time * width);  // B·Hq
+    const std::size_t items = query.numel() / (time * width);     // B·Hq
     const std::size_t group = query.shape()[1] / key.shape()[1];  // r = Hq/Hkv
     const std::size_t window = options.window;
     const float* q_all = cpu_data(query);
@@ -178,6 +185,148 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
         throw_bad_scores(no_finite.row(), true);
 }
 
+namespace {
+
+// The backward's read-only inputs and outputs, [items, T, d] (items = B·Hq for Q, O, dO, dQ;
+// B·Hkv for K, V, dK, dV) and [B·Hq, T] for the row statistics.
+struct BackwardTensors {
+    std::size_t time;
+    std::size_t width;
+    std::size_t group;  // r = Hq/Hkv
+    std::size_t window;
+    float scale;
+    const float* query;
+    const float* key;
+    const float* value;
+    const float* context;
+    const float* row_max;
+    const float* row_sum;
+    const float* upstream;
+    float* query_gradient;
+    float* key_gradient;
+    float* value_gradient;
+};
+
+// Uninitialised floats from the host block cache (recycled: no fresh pages per call).
+class HostScratch {
+  public:
+    explicit HostScratch(std::size_t count)
+        : bytes_(count * sizeof(float)), data_(static_cast<float*>(acquire_host_block(bytes_))) {}
+    ~HostScratch() { release_host_block(data_, bytes_); }
+    HostScratch(const HostScratch&) = delete;
+    HostScratch& operator=(const HostScratch&) = delete;
+    [[nodiscard]] float* get() const noexcept { return data_; }
+
+  private:
+    std::size_t bytes_;
+    float* data_;
+};
+
+// Per-thread tiles: O(tile² + tile·d + T) floats.
+struct BackwardScratch {
+    explicit BackwardScratch(const BackwardTensors& b)
+        : probabilities(tile * tile),
+          d_scores(tile * tile),
+          product(tile * b.width),
+          row_dot_products(b.time) {}
+    std::vector<float> probabilities;
+    std::vector<float> d_scores;
+    std::vector<float> product;
+    std::vector<float> row_dot_products;
+};
+
+// One query head `item`: dQ of the head (overwritten) and the head's share of dK, dV of its
+// key/value head, written to dk, dv [T,d] (overwritten).
+void query_head_backward(const BackwardTensors& b, std::size_t item, float* dk, float* dv,
+                         BackwardScratch& scratch) {
+    const std::size_t time = b.time;
+    const std::size_t width = b.width;
+    const std::size_t offset = item * time * width;
+    const std::size_t kv_offset = item / b.group * time * width;
+    const float* q = b.query + offset;
+    const float* o = b.context + offset;
+    const float* g = b.upstream + offset;
+    const float* k = b.key + kv_offset;
+    const float* v = b.value + kv_offset;
+    const float* m = b.row_max + item * time;
+    const float* l = b.row_sum + item * time;
+    float* dq = b.query_gradient + offset;
+    std::fill_n(dq, time * width, 0.0F);
+    std::fill_n(dk, time * width, 0.0F);
+    std::fill_n(dv, time * width, 0.0F);
+    std::vector<float>& row_dot_products = scratch.row_dot_products;
+    for (std::size_t t = 0; t < time; ++t)
+        row_dot_products[t] = static_cast<float>(row_dot(g + t * width, o + t * width, width));
+    for (std::size_t q0 = 0; q0 < time; q0 += tile) {
+        const std::size_t rows = std::min(tile, time - q0);
+        for (std::size_t k0 = first_key_tile(q0, b.window); k0 < q0 + rows; k0 += tile) {
+            const std::size_t cols = std::min(tile, time - k0);
+            float* p = scratch.probabilities.data();
+            float* product = scratch.product.data();
+            tile_gemm(false, true, rows, cols, width, q + q0 * width, width, k + k0 * width, width,
+                      p, cols);
+            static_cast<void>(scale_and_mask(p, rows, cols, q0, k0, b.scale, b.window));
+            for (std::size_t r = 0; r < rows; ++r) {
+                const float row_max_value = m[q0 + r];
+                const float inverse = 1.0F / l[q0 + r];
+                float* pr = p + r * cols;
+                for (std::size_t c = 0; c < cols; ++c)
+                    pr[c] = fast_exp(pr[c] - row_max_value) * inverse;
+            }
+            // dV_j += Pᵀ·dO_i   ([cols, rows] x [rows, d])
+            tile_gemm(true, false, cols, width, rows, p, cols, g + q0 * width, width, product,
+                      width);
+            for (std::size_t i = 0; i < cols * width; ++i)
+                dv[k0 * width + i] += product[i];
+            // dP = dO_i·V_jᵀ; dS = P ⊙ (dP − D_i)·scale
+            float* ds = scratch.d_scores.data();
+            tile_gemm(false, true, rows, cols, width, g + q0 * width, width, v + k0 * width, width,
+                      ds, cols);
+            for (std::size_t r = 0; r < rows; ++r) {
+                const float d_row = row_dot_products[q0 + r];
+                float* dsr = ds + r * cols;
+                const float* pr = p + r * cols;
+                for (std::size_t c = 0; c < cols; ++c)
+                    dsr[c] = pr[c] * (dsr[c] - d_row) * b.scale;
+            }
+            // dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i
+            tile_gemm(false, false, rows, width, cols, ds, cols, k + k0 * width, width, product,
+                      width);
+            for (std::size_t i = 0; i < rows * width; ++i)
+                dq[q0 * width + i] += product[i];
+            tile_gemm(true, false, cols, width, rows, ds, cols, q + q0 * width, width, product,
+                      width);
+            for (std::size_t i = 0; i < cols * width; ++i)
+                dk[k0 * width + i] += product[i];
+        }
+    }
+}
+
+// dK, dV [B·Hkv,T,d] = Σ_{h=0..r−1} share_h, rows [first_row, last_row) of the flattened
+// [B·Hkv·T] rows; shares [B·Hq,T,d], added in head order.
+void sum_group_shares(const BackwardTensors& b, const float* key_shares, const float* value_shares,
+                      std::size_t first_row, std::size_t last_row) {
+    const std::size_t width = b.width;
+    const std::size_t rows_per_item = b.time;
+    for (std::size_t row = first_row; row < last_row; ++row) {
+        const std::size_t kv_item = row / rows_per_item;
+        const std::size_t t = row % rows_per_item;
+        float* dk = b.key_gradient + row * width;
+        float* dv = b.value_gradient + row * width;
+        std::fill_n(dk, width, 0.0F);
+        std::fill_n(dv, width, 0.0F);
+        for (std::size_t item = kv_item * b.group; item < (kv_item + 1) * b.group; ++item) {
+            const std::size_t share = (item * rows_per_item + t) * width;
+            for (std::size_t i = 0; i < width; ++i) {
+                dk[i] += key_shares[share + i];
+                dv[i] += value_shares[share + i];
+            }
+        }
+    }
+}
+
+}  // namespace
+
 void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
                                   const Tensor& context, const Tensor& row_max,
                                   const Tensor& row_sum, const Tensor& upstream, float scale,
@@ -186,93 +335,80 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
                                   Tensor& value_gradient) const {
     const std::size_t time = query.shape()[2];
     const std::size_t width = query.shape()[3];
-    const std::size_t key_value_items = key.numel() / (time * width);  // B·Hkv
-    const std::size_t group = query.shape()[1] / key.shape()[1];      // r = Hq/Hkv
-    const std::size_t window = options.window;
-    const float* q_all = cpu_data(query);
-    const float* k_all = cpu_data(key);
-    const float* v_all = cpu_data(value);
-    const float* o_all = cpu_data(context);
-    const float* m_all = cpu_data(row_max);
-    const float* l_all = cpu_data(row_sum);
-    const float* g_all = cpu_data(upstream);
-    float* dq_all = cpu_output(query_gradient);
-    float* dk_all = cpu_output(key_gradient);
-    float* dv_all = cpu_output(value_gradient);
-    parallel_for(key_value_items, 1, [&](std::size_t begin, std::size_t end) {
-        std::vector<float> probabilities(tile * tile);
-        std::vector<float> d_scores(tile * tile);
-        std::vector<float> product(tile * width);
-        std::vector<float> row_dot_products(time);
-        for (std::size_t kv_item = begin; kv_item < end; ++kv_item) {
-            const std::size_t kv_offset = kv_item * time * width;
-            const float* k = k_all + kv_offset;
-            const float* v = v_all + kv_offset;
-            float* dk = dk_all + kv_offset;
-            float* dv = dv_all + kv_offset;
-            std::fill_n(dk, time * width, 0.0F);
-            std::fill_n(dv, time * width, 0.0F);
-            // The r query heads of this key/value head, in order.
-            for (std::size_t item = kv_item * group; item < (kv_item + 1) * group; ++item) {
-                const std::size_t offset = item * time * width;
-                const float* q = q_all + offset;
-                const float* o = o_all + offset;
-                const float* g = g_all + offset;
-                const float* m = m_all + item * time;
-                const float* l = l_all + item * time;
-                float* dq = dq_all + offset;
-                std::fill_n(dq, time * width, 0.0F);
-                for (std::size_t t = 0; t < time; ++t) {
-                    row_dot_products[t] =
-                        static_cast<float>(row_dot(g + t * width, o + t * width, width));
-                }
-                for (std::size_t q0 = 0; q0 < time; q0 += tile) {
-                    const std::size_t rows = std::min(tile, time - q0);
-                    for (std::size_t k0 = first_key_tile(q0, window); k0 < q0 + rows;
-                         k0 += tile) {
-                        const std::size_t cols = std::min(tile, time - k0);
-                        float* p = probabilities.data();
-                        tile_gemm(false, true, rows, cols, width, q + q0 * width, width,
-                                  k + k0 * width, width, p, cols);
-                        static_cast<void>(scale_and_mask(p, rows, cols, q0, k0, scale, window));
-                        for (std::size_t r = 0; r < rows; ++r) {
-                            const float row_max_value = m[q0 + r];
-                            const float inverse = 1.0F / l[q0 + r];
-                            float* pr = p + r * cols;
-                            for (std::size_t c = 0; c < cols; ++c) {
-                                pr[c] = fast_exp(pr[c] - row_max_value) * inverse;
-                            }
-                        }
-                        // dV_j += Pᵀ·dO_i   ([cols, rows] x [rows, d])
-                        tile_gemm(true, false, cols, width, rows, p, cols, g + q0 * width, width,
-                                  product.data(), width);
-                        for (std::size_t i = 0; i < cols * width; ++i)
-                            dv[k0 * width + i] += product[i];
-                        // dP = dO_i·V_jᵀ; dS = P ⊙ (dP − D_i)·scale
-                        float* ds = d_scores.data();
-                        tile_gemm(false, true, rows, cols, width, g + q0 * width, width,
-                                  v + k0 * width, width, ds, cols);
-                        for (std::size_t r = 0; r < rows; ++r) {
-                            const float d_row = row_dot_products[q0 + r];
-                            float* dsr = ds + r * cols;
-                            const float* pr = p + r * cols;
-                            for (std::size_t c = 0; c < cols; ++c)
-                                dsr[c] = pr[c] * (dsr[c] - d_row) * scale;
-                        }
-                        // dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i
-                        tile_gemm(false, false, rows, width, cols, ds, cols, k + k0 * width, width,
-                                  product.data(), width);
-                        for (std::size_t i = 0; i < rows * width; ++i)
-                            dq[q0 * width + i] += product[i];
-                        tile_gemm(true, false, cols, width, rows, ds, cols, q + q0 * width, width,
-                                  product.data(), width);
-                        for (std::size_t i = 0; i < cols * width; ++i)
-                            dk[k0 * width + i] += product[i];
+    const BackwardTensors b{time,
+                            width,
+                            query.shape()[1] / key.shape()[1],
+                            options.window,
+                            scale,
+                            cpu_data(query),
+                            cpu_data(key),
+                            cpu_data(value),
+                            cpu_data(context),
+                            cpu_data(row_max),
+                            cpu_data(row_sum),
+                            cpu_data(upstream),
+                            cpu_output(query_gradient),
+                            cpu_output(key_gradient),
+                            cpu_output(value_gradient)};
+    const std::size_t head_size = time * width;
+    const std::size_t query_items = query.numel() / head_size;    // B·Hq
+    const std::size_t key_value_items = key.numel() / head_size;  // B·Hkv
+    if (b.group == 1) {
+        // Multi-head attention: each head's share is its whole gradient.
+        parallel_for(query_items, 1, [&](std::size_t begin, std::size_t end) {
+            BackwardScratch scratch(b);
+            for (std::size_t item = begin; item < end; ++item) {
+                query_head_backward(b, item, b.key_gradient + item * head_size,
+                                    b.value_gradient + item * head_size, scratch);
+            }
+        });
+        return;
+    }
+    // Grouped heads: dK, dV of a key/value head = Σ over its r query heads of each head's
+    // share, added in head order, so every schedule below gives the same bits.
+    // The busiest thread's share of query heads under each schedule (parallel_for's chunks).
+    const std::size_t threads = cpu_thread_count();
+    const auto busiest = [&](std::size_t items) { return (items + threads - 1) / threads; };
+    if (busiest(key_value_items) * b.group <= busiest(query_items)) {
+        // The groups balance the threads as well as single heads would: one item per (batch,
+        // key/value head); the thread owns dK, dV of its group (no races) and keeps one
+        // head's share at a time.
+        parallel_for(key_value_items, 1, [&](std::size_t begin, std::size_t end) {
+            BackwardScratch scratch(b);
+            std::vector<float> key_share(head_size);
+            std::vector<float> value_share(head_size);
+            for (std::size_t kv_item = begin; kv_item < end; ++kv_item) {
+                float* dk = b.key_gradient + kv_item * head_size;
+                float* dv = b.value_gradient + kv_item * head_size;
+                std::fill_n(dk, head_size, 0.0F);
+                std::fill_n(dv, head_size, 0.0F);
+                for (std::size_t item = kv_item * b.group; item < (kv_item + 1) * b.group; ++item) {
+                    query_head_backward(b, item, key_share.data(), value_share.data(), scratch);
+                    for (std::size_t i = 0; i < head_size; ++i) {
+                        dk[i] += key_share[i];
+                        dv[i] += value_share[i];
                     }
                 }
             }
+        });
+        return;
+    }
+    // Too few groups to balance the threads (small batch, few key/value heads): one item per
+    // query head, each writing its share to its own slot ([B·Hq,T,d], the size of dQ), then
+    // the shares summed in head order.
+    const HostScratch key_shares(query_items * head_size);
+    const HostScratch value_shares(query_items * head_size);
+    parallel_for(query_items, 1, [&](std::size_t begin, std::size_t end) {
+        BackwardScratch scratch(b);
+        for (std::size_t item = begin; item < end; ++item) {
+            query_head_backward(b, item, key_shares.get() + item * head_size,
+                                value_shares.get() + item * head_size, scratch);
         }
     });
+    parallel_for(key_value_items * time, items_per_thread_for(2 * b.group * width),
+                 [&](std::size_t begin, std::size_t end) {
+                     sum_group_shares(b, key_shares.get(), value_shares.get(), begin, end);
+                 });
 }
 
 }  // namespace riftco_transformer::detail
