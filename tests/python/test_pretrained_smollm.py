@@ -97,3 +97,32 @@ def test_qlora_lowers_held_out_loss_and_the_bundle_reopens(tmp_path):
         assert reopened.tokenizer.encode(reopened.render_chat(FRANCE)) == probe
         with reopened.model(probe) as logits:
             assert logits.tolist() == expected  # the same float32 weights, bit for bit
+
+
+def test_http_chat_completions_serve_the_pretrained_model(smollm2):
+    import http.client
+    import json
+
+    from riftco_transformer.serving import ModelService, ServingConfig, make_server
+
+    service = ModelService(smollm2.model, smollm2.tokenizer, ServingConfig(port=0),
+                           chat_template=smollm2.chat_template)
+    server = make_server(service)
+    thread = server.serve_in_thread()
+    try:
+        host, port = server.server_address[:2]
+        connection = http.client.HTTPConnection(host, port, timeout=120)
+        body = {"messages": FRANCE, "max_tokens": 16, "temperature": 0}
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+        connection.close()
+        assert response.status == 200
+        assert "Paris" in answer["choices"][0]["message"]["content"]
+        assert answer["choices"][0]["finish_reason"] == "stop"  # the template's <|im_end|>
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        service.close()
