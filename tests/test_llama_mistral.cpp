@@ -514,6 +514,8 @@ TEST(LlamaMistral, Nf4PacksEveryProjectionAndRunsTheDequantizedWeights) {
 namespace {
 
 // A host-side K/V store computing attention in double: the oracle for the incremental path.
+// Keys and values arrive with Hkv heads; query head h reads head ⌊h/(Hq/Hkv)⌋, within the
+// window when one is given.
 class ReferenceCache final : public IncrementalAttentionCache {
   public:
     ReferenceCache(std::size_t layers, std::vector<std::size_t> positions)
@@ -521,29 +523,36 @@ class ReferenceCache final : public IncrementalAttentionCache {
     void set_positions(std::vector<std::size_t> positions) { positions_ = std::move(positions); }
 
     Tensor append_and_attend(std::size_t layer, const Tensor& query, const Tensor& key,
-                             const Tensor& value) override {
-        const Shape& s = query.shape();  // [R,H,1,d]
+                             const Tensor& value,
+                             const IncrementalAttentionOptions& options) override {
+        const Shape& s = query.shape();  // [R,Hq,1,d]
         const std::size_t rows = s[0];
         const std::size_t heads = s[1];
+        const std::size_t kv_heads = key.shape()[1];  // [R,Hkv,1,d]
+        const std::size_t group = heads / kv_heads;
         const std::size_t d = s[3];
         const auto q = query.to_host();
         const auto k = key.to_host();
         const auto v = value.to_host();
         for (std::size_t r = 0; r < rows; ++r) {
-            keys_[layer][positions_[r]].assign(k.begin() + r * heads * d,
-                                               k.begin() + (r + 1) * heads * d);
-            values_[layer][positions_[r]].assign(v.begin() + r * heads * d,
-                                                 v.begin() + (r + 1) * heads * d);
+            keys_[layer][positions_[r]].assign(k.begin() + r * kv_heads * d,
+                                               k.begin() + (r + 1) * kv_heads * d);
+            values_[layer][positions_[r]].assign(v.begin() + r * kv_heads * d,
+                                                 v.begin() + (r + 1) * kv_heads * d);
         }
         std::vector<float> context(rows * heads * d, 0.0F);
         for (std::size_t r = 0; r < rows; ++r) {
+            const std::size_t first = options.window == 0 || options.window > positions_[r]
+                                          ? 0
+                                          : positions_[r] + 1 - options.window;
             for (std::size_t h = 0; h < heads; ++h) {
+                const std::size_t kv = h / group;
                 std::vector<double> scores;
-                for (std::size_t p = 0; p <= positions_[r]; ++p) {
+                for (std::size_t p = first; p <= positions_[r]; ++p) {
                     double dot = 0.0;
                     for (std::size_t i = 0; i < d; ++i)
                         dot += static_cast<double>(q[(r * heads + h) * d + i]) *
-                               keys_[layer].at(p)[h * d + i];
+                               keys_[layer].at(p)[kv * d + i];
                     scores.push_back(dot / std::sqrt(static_cast<double>(d)));
                 }
                 const double top = *std::max_element(scores.begin(), scores.end());
@@ -553,7 +562,7 @@ class ReferenceCache final : public IncrementalAttentionCache {
                 for (std::size_t p = 0; p < scores.size(); ++p) {
                     for (std::size_t i = 0; i < d; ++i) {
                         context[(r * heads + h) * d + i] += static_cast<float>(
-                            scores[p] / total * values_[layer].at(p)[h * d + i]);
+                            scores[p] / total * values_[layer].at(first + p)[kv * d + i]);
                     }
                 }
             }
@@ -661,16 +670,130 @@ TEST(LlamaMistral, BatchedDecodeOverASharedPoolMatchesSingleSessions) {
     }
 }
 
-TEST(LlamaMistral, DecodeRefusesPositionsPastTheSlidingWindow) {
+// Mistral with GQA (Hq = 4, Hkv = 2) and a window of 3 shorter than the context of 9.
+LlamaMistralConfig windowed_config() {
     LlamaMistralConfig config = tiny_config();
+    config.architecture = LlamaMistralArchitecture::Mistral;
     config.sliding_window = 3;
+    return config;
+}
+
+void expect_rows_near(const std::vector<float>& actual, const std::vector<float>& full,
+                      std::size_t first_position, const std::string& what) {
+    const std::size_t V = 13;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        EXPECT_NEAR(actual[i], full[first_position * V + i], 1e-4)
+            << what << ", position " << first_position + i / V << ", id " << i % V;
+    }
+}
+
+TEST(LlamaMistral, WindowedDecodeEqualsTheFullForwardThroughAndPastTheWindow) {
     std::mt19937 generator(16);
+    LlamaMistralTransformer model(windowed_config(), generator);
+    perturb_parameters(model, 7);
+    const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    // The oracle: the materialized full forward, masked to the window.
+    const auto full = model.forward(tokens, {1, 9}).value().to_host();
+    for (KeyValueCacheKind kind : {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
+        const std::string name(key_value_cache_kind_name(kind));
+        // One token at a time from position 0: the paged kernel at every position.
+        DecodeSession stepped(model, kind, 2);
+        for (std::size_t t = 0; t < 9; ++t) {
+            expect_rows_near(stepped.decode_token(tokens[t]).to_host(), full, t, name + " stepped");
+        }
+        // A prompt longer than the window (flash with the window over [1,Hq,T,d] and
+        // K/V [1,Hkv,T,d]), a chunk of two (the paged kernel, one row per position), then
+        // single tokens to the capacity.
+        DecodeSession chunked(model, kind, 2);
+        expect_rows_near(chunked.prefill(std::span(tokens).first(5), PrefillLogits::All).to_host(),
+                         full, 0, name + " prompt");
+        expect_rows_near(
+            chunked.prefill(std::span(tokens).subspan(5, 2), PrefillLogits::All).to_host(), full, 5,
+            name + " chunk");
+        for (std::size_t t = 7; t < 9; ++t) {
+            expect_rows_near(chunked.decode_token(tokens[t]).to_host(), full, t, name + " chunked");
+        }
+        EXPECT_EQ(chunked.size(), 9U);
+    }
+}
+
+TEST(LlamaMistral, WindowedBatchedDecodeOverASharedPoolEqualsTheFullForward) {
+    std::mt19937 generator(17);
+    LlamaMistralTransformer model(windowed_config(), generator);
+    perturb_parameters(model, 8);
+    const std::size_t V = 13;
+    const std::vector<std::vector<std::uint32_t>> sequences = {
+        {3, 1, 4, 1, 5, 9, 2, 6, 5}, {2, 7, 1, 8, 2, 8, 1}, {6, 6, 0, 7, 4, 3, 1, 12}};
+    std::vector<std::vector<float>> full;
+    for (const auto& sequence : sequences) {
+        full.push_back(model.forward(sequence, {1, sequence.size()}).value().to_host());
+    }
+    // Two sessions share a pool of pages of 2 (the scheduler's layout), the third leases from
+    // its own, so the step gathers rows per pool too.
+    auto shared = make_key_value_cache_pool(model, 2, 10);
+    auto own = make_key_value_cache_pool(model, 2, 0);
+    DecodeSession first(model, shared);
+    DecodeSession second(model, shared);
+    DecodeSession third(model, own);
+    const std::vector<DecodeSession*> sessions = {&first, &second, &third};
+    // Session i starts i steps late, so the batch mixes lengths on either side of the window.
+    for (std::size_t step = 0; step < 10; ++step) {  // the last: session 2, position 7
+        std::vector<DecodeWork> work;
+        std::vector<std::size_t> positions;
+        for (std::size_t i = 0; i < sessions.size(); ++i) {
+            if (step < i || step - i >= sequences[i].size()) {
+                continue;
+            }
+            const std::size_t t = step - i;
+            work.push_back({sessions[i], std::span(sequences[i]).subspan(t, 1)});
+            positions.push_back(t);
+        }
+        const auto logits = decode_batch(work).to_host();
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < sessions.size(); ++i) {
+            if (step < i || step - i >= sequences[i].size()) {
+                continue;
+            }
+            for (std::size_t v = 0; v < V; ++v) {
+                EXPECT_NEAR(logits[n * V + v], full[i][positions[n] * V + v], 1e-4)
+                    << "session " << i << ", position " << positions[n] << ", id " << v;
+            }
+            ++n;
+        }
+    }
+    for (std::size_t i = 0; i < sessions.size(); ++i) {
+        EXPECT_EQ(sessions[i]->size(), sequences[i].size());
+    }
+}
+
+TEST(LlamaMistral, KeyValuePoolStoresTheKeyValueHeadsOnly) {
+    LlamaMistralConfig config = tiny_config();
+    config.key_value_head_count = 1;  // Hq = 4 query heads share one key/value head
+    std::mt19937 generator(18);
     const LlamaMistralTransformer model(config, generator);
-    DecodeSession session(model, KeyValueCacheKind::Paged, 4);
-    const std::vector<std::uint32_t> prompt = {1, 2, 3};
-    (void)session.prefill(prompt);
-    EXPECT_THROW((void)session.decode_token(4), std::invalid_argument);
-    EXPECT_EQ(session.size(), 3U);  // the failed step changed nothing
+    const KeyValueCacheDimensions dimensions = key_value_cache_dimensions(model);
+    EXPECT_EQ(dimensions.head_count, 1U);
+    EXPECT_EQ(dimensions.head_width, 4U);  // D / Hq
+    const std::size_t block_size = 4;
+    const auto pool = make_key_value_cache_pool(model, block_size, 0);
+    const std::size_t blocks = 3;  // ceil(9 / 4)
+    EXPECT_EQ(pool->keys(0).shape(), (Shape{blocks, 1, block_size, 4}));
+    // Both pools of N layers, [blocks, Hkv, S, D/Hq] floats each: Hkv/Hq = 1/4 of the
+    // [blocks, Hq, S, D/Hq] layout that repeated the heads.
+    const std::size_t hkv_bytes = 2 * config.block_count * blocks * config.key_value_head_count *
+                                  block_size * (config.model_width / config.query_head_count) *
+                                  sizeof(float);
+    const std::size_t hq_bytes = 2 * config.block_count * blocks * config.query_head_count *
+                                 block_size * (config.model_width / config.query_head_count) *
+                                 sizeof(float);
+    EXPECT_EQ(pool->storage_bytes(), hkv_bytes);
+    EXPECT_EQ(pool->storage_bytes() * config.query_head_count,
+              hq_bytes * config.key_value_head_count);
+    // A pool sized for the query heads no longer fits the model's sessions.
+    KeyValueCacheDimensions repeated = dimensions;
+    repeated.head_count = config.query_head_count;
+    EXPECT_THROW(DecodeSession(model, KeyValueCachePool::create(repeated, model.backend(), 4)),
+                 std::invalid_argument);
 }
 
 }  // namespace riftco_transformer

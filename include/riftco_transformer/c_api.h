@@ -743,8 +743,9 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 /* ---- Llama / Mistral decoders (2.8) and GGUF checkpoints --------------------------------
  * A Llama/Mistral model (spec ENGINE §12): token embedding, pre-norm blocks of grouped-query
  * attention with split-half RoPE and a SwiGLU feed-forward, RMSNorm, a bias-free head or tied
- * embeddings; Mistral's sliding window may be shorter than the context (materialized
- * attention masks it; flash refuses a sequence longer than the window). Parameters are named
+ * embeddings; Mistral's sliding window may be shorter than the context (flash, materialized
+ * and cached decoding all apply it; a decode pool holds the Hkv key/value heads, which the
+ * query heads of a group share). Parameters are named
  * token_embedding.weight, blocks.N.attention_norm.scale,
  * blocks.N.attention.{query,key,value,output}.weight, blocks.N.feed_forward_norm.scale,
  * blocks.N.feed_forward.{gate,up,down}.weight, final_norm.scale, language_model_head.weight
@@ -781,7 +782,7 @@ RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_co
                                                        rt_llama_mistral_model** out);
 /* A model read from a GGUF file (general.architecture llama or mistral; every weight
  * dequantized to float32; llama.cpp's RoPE row permutation of Q/K undone), on CPU with flash
- * attention (materialized when the window is shorter than the context). maximum_context 0
+ * attention. maximum_context 0
  * takes the file's context_length. A malformed or unsupported file is
  * RT_STATUS_RUNTIME_ERROR naming the field; an unreadable one too. */
 RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf(const char* path,

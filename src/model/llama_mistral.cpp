@@ -196,7 +196,7 @@ void LlamaMistralTransformer::set_attention(AttentionKind kind) {
 
 IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {
     const LlamaMistralConfig& c = config_;
-    return {c.block_count, c.query_head_count, c.model_width / c.query_head_count,
+    return {c.block_count, c.key_value_head_count, c.model_width / c.query_head_count,
             c.maximum_context};
 }
 

@@ -156,20 +156,8 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
                                     (x.defined() ? shape_to_string(x.shape()) : "empty") + ", " +
                                     std::to_string(positions.size()) + " positions)");
     }
-    if (shape_.sliding_window) {
-        for (const std::size_t position : positions) {
-            if (position >= *shape_.sliding_window) {
-                std::ostringstream message;
-                message << op << ": position " << position << " reaches the sliding window "
-                        << *shape_.sliding_window
-                        << "; KV-cached decoding does not apply the window yet";
-                throw std::invalid_argument(message.str());
-            }
-        }
-    }
     const std::size_t rows = x.shape()[0];
     const std::size_t d = head_width();
-    const std::size_t repeats = shape_.query_head_count / shape_.key_value_head_count;
     // [R,heads·d] -> [R,heads,1,d]: the same row-major values.
     const auto split_heads = [&](const Variable& projected, std::size_t heads) {
         return reshape(projected, {rows, heads, 1, d});
@@ -177,13 +165,12 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
     const RotaryTables tables = rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
     const Variable query =
         apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
-    const Variable key = repeat_key_value_heads(
-        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables),
-        repeats);
-    const Variable value =
-        repeat_key_value_heads(split_heads(value_->forward(x), shape_.key_value_head_count), repeats);
-    const Tensor context =
-        cache.append_and_attend(layer, query.value(), key.value(), value.value());
+    const Variable key =
+        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables);
+    const Variable value = split_heads(value_->forward(x), shape_.key_value_head_count);
+    const Tensor context = cache.append_and_attend(
+        layer, query.value(), key.value(), value.value(),
+        IncrementalAttentionOptions{.window = shape_.sliding_window.value_or(0)});
     return output_->forward(Variable(tensor_ops::reshape(context, {rows, shape_.width}), false));
 }
 

@@ -61,24 +61,27 @@ struct PoolRows {
 };
 
 // The K/V store of one batched step: row r of every layer goes to its slot in its session's
-// pool and attends to its request (its session's page table, its own position included).
-// Sessions of one pool (the scheduler's case) take one write and one attention call per
-// layer; sessions of several pools (contiguous caches, private pools) take one per pool,
-// their rows gathered out and their contexts scattered back into place (each row belongs to
-// exactly one pool, so the scatter-adds only add zeros: the values are exact).
+// pool and attends to its request (its session's page table, its own position included, the
+// last W positions under a window W). Queries have Hq heads, keys and values (and the pools)
+// Hkv: the Hq/Hkv query heads of a group read one stored row. Sessions of one pool (the
+// scheduler's case) take one write and one attention call per layer; sessions of several
+// pools (contiguous caches, private pools) take one per pool, their rows gathered out and
+// their contexts scattered back into place (each row belongs to exactly one pool, so the
+// scatter-adds only add zeros: the values are exact).
 // A step that is one session's whole sequence so far (a prompt prefilled into an empty
 // cache) has every key it needs in its own rows: its attention is ordinary causal attention
-// over [1,H,T,d], run as the memory-linear flash kernel (GEMM tiles instead of one dot
-// product per position); the keys and values are still written to the pool for the steps
-// that follow. Either way the result is exact attention within float rounding, and it does
-// not depend on the cache strategy.
+// over Q [1,Hq,T,d], K, V [1,Hkv,T,d] with the same window, run as the memory-linear flash
+// kernel (GEMM tiles instead of one dot product per position); the keys and values are still
+// written to the pool for the steps that follow. Either way the result is exact attention
+// within float rounding, and it does not depend on the cache strategy.
 class BatchStepCache final : public IncrementalAttentionCache {
   public:
     BatchStepCache(std::vector<PoolRows> groups, bool whole_sequence)
         : groups_(std::move(groups)), whole_sequence_(whole_sequence) {}
 
     Tensor append_and_attend(std::size_t layer, const Tensor& query, const Tensor& key,
-                             const Tensor& value) override {
+                             const Tensor& value,
+                             const IncrementalAttentionOptions& options) override {
         if (whole_sequence_) {
             const PoolRows& group = groups_[0];
             tensor_ops::write_paged_key_value(group.pool->keys(layer), group.pool->values(layer),
@@ -87,18 +90,22 @@ class BatchStepCache final : public IncrementalAttentionCache {
             const auto heads_first = [](const Tensor& rows) {
                 return tensor_ops::permute(rows, {2, 1, 0, 3});
             };
-            const Tensor context = tensor_ops::flash_attention(heads_first(query), heads_first(key),
-                                                               heads_first(value))
-                                       .context;
+            const Tensor context =
+                tensor_ops::flash_attention(heads_first(query), heads_first(key),
+                                            heads_first(value), {.window = options.window})
+                    .context;
             return tensor_ops::permute(context, {2, 1, 0, 3});
         }
+        const tensor_ops::PagedAttentionOptions paged{.window = options.window};
         if (groups_.size() == 1) {
-            return attend(groups_[0], layer, query, key, value);
+            return attend(groups_[0], layer, query, key, value, paged);
         }
-        const Shape& shape = query.shape();  // [R, H, 1, d]
+        const Shape& shape = query.shape();  // [R, Hq, 1, d]
         const std::size_t rows = shape[0];
-        const std::size_t width = shape[1] * shape[3];
-        const auto flat = [&](const Tensor& t) { return tensor_ops::reshape(t, {rows, width}); };
+        // [R, heads, 1, d] -> [R, heads·d] and back for a group of n rows.
+        const auto flat = [&](const Tensor& t) {
+            return tensor_ops::reshape(t, {rows, t.numel() / rows});
+        };
         const Tensor q = flat(query);
         const Tensor k = flat(key);
         const Tensor v = flat(value);
@@ -106,13 +113,16 @@ class BatchStepCache final : public IncrementalAttentionCache {
         for (const PoolRows& group : groups_) {
             const std::size_t n = group.rows.size();
             const Shape rows_shape{n};
-            const auto pick = [&](const Tensor& t) {
+            const auto pick = [&](const Tensor& t, const Tensor& original) {
+                Shape picked = original.shape();
+                picked[0] = n;
                 return tensor_ops::reshape(tensor_ops::gather_rows(t, group.rows, rows_shape),
-                                           {n, shape[1], 1, shape[3]});
+                                           picked);
             };
-            const Tensor part = attend(group, layer, pick(q), pick(k), pick(v));
-            Tensor placed = tensor_ops::scatter_add_rows(tensor_ops::reshape(part, {n, width}),
-                                                         group.rows, rows);
+            const Tensor part =
+                attend(group, layer, pick(q, query), pick(k, key), pick(v, value), paged);
+            Tensor placed = tensor_ops::scatter_add_rows(
+                tensor_ops::reshape(part, {n, q.shape()[1]}), group.rows, rows);
             context = context.is_singular() ? std::move(placed) : tensor_ops::add(context, placed);
         }
         return tensor_ops::reshape(context, shape);
@@ -120,11 +130,13 @@ class BatchStepCache final : public IncrementalAttentionCache {
 
   private:
     static Tensor attend(const PoolRows& group, std::size_t layer, const Tensor& query,
-                         const Tensor& key, const Tensor& value) {
+                         const Tensor& key, const Tensor& value,
+                         const tensor_ops::PagedAttentionOptions& options) {
         Tensor& keys = group.pool->keys(layer);
         Tensor& values = group.pool->values(layer);
         tensor_ops::write_paged_key_value(keys, values, key, value, group.slots);
-        return tensor_ops::paged_decode_attention(query, keys, values, group.requests);
+        return tensor_ops::paged_decode_attention(query, keys, values, group.requests, 0.0F,
+                                                  options);
     }
 
     std::vector<PoolRows> groups_;

@@ -214,10 +214,11 @@ class EmulatedPagedAttention final : public PagedAttentionCapability {
   public:
     void decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
                           std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          const tensor_ops::PagedAttentionOptions& options,
                           Tensor& context) const override {
         Fresh fresh_context(context);
         deferring([&] {
-            cpu_.decode_attention(query, key_pool, value_pool, requests, scale,
+            cpu_.decode_attention(query, key_pool, value_pool, requests, scale, options,
                                   fresh_context.tensor());
         });
         fresh_context.replace(context);

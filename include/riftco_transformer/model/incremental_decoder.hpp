@@ -14,8 +14,9 @@
 
 namespace riftco_transformer {
 
-// The K/V layout every layer's cache holds: layer_count layers of head_count heads of
-// head_width values, for at most maximum_context positions.
+// The K/V layout every layer's cache holds: layer_count layers of head_count key/value heads
+// (Hkv; a grouped-query model's query heads read them shared, never repeated) of head_width
+// values, for at most maximum_context positions.
 struct IncrementalCacheShape {
     std::size_t layer_count = 0;
     std::size_t head_count = 0;

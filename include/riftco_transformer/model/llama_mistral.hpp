@@ -90,14 +90,15 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
     // [B,T] -> logits [B,T,V] with its argument rules.
 
     // R independent rows (token tokens[r] at positions[r]) through every block with `cache`
-    // holding each layer's rotated keys and values (addressed with Hq heads); returns the
-    // detached logits [n, V] of output_rows. The rules of
+    // holding each layer's rotated keys and values (Hkv heads, and the sliding window when
+    // set); returns the detached logits [n, V] of output_rows. The rules of
     // DecoderOnlyTransformer::forward_incremental.
     [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,
                                              std::span<const std::size_t> positions,
                                              IncrementalAttentionCache& cache,
                                              std::span<const std::size_t> output_rows) const override;
-    // N layers of Hq heads of D/Hq (key/value heads repeated for the cache), capacity C.
+    // N layers of Hkv key/value heads of D/Hq (the Hq/Hkv query heads of a group share one
+    // stored row), capacity C.
     [[nodiscard]] IncrementalCacheShape incremental_cache_shape() const noexcept override;
     [[nodiscard]] std::size_t vocabulary_size() const noexcept override {
         return config_.vocabulary_size;

@@ -46,6 +46,13 @@ struct AttentionOutputs {
 [[nodiscard]] Variable causal_attention(const Variable& query, const Variable& key,
                                         const Variable& value, AttentionKind kind);
 
+// What one incremental attention step sees beyond its own rows.
+struct IncrementalAttentionOptions {
+    // 0: every position of the request. W > 0: the row at position p sees positions
+    // max(0, p−W+1)..p (Mistral's sliding window; W > p sees them all).
+    std::size_t window = 0;
+};
+
 // The K/V store of the inference-only ("incremental") attention step, implemented by the
 // serving layer's KV caches (serving/kv_cache.hpp). One call handles R independent query
 // rows of one layer: row r is one position of one request (a decode step, or one token of a
@@ -53,11 +60,19 @@ struct AttentionOutputs {
 class IncrementalAttentionCache {
   public:
     virtual ~IncrementalAttentionCache() = default;
-    // query, key, value [R, H, 1, d_h] of `layer`: stores every row's key and value at its
-    // position first, then returns the context [R, H, 1, d_h] in which row r attends to its
-    // request's positions 0..position_r (its own included). Detached: no graph.
+    // query [R, Hq, 1, d_h]; key, value [R, Hkv, 1, d_h] of `layer`, Hq % Hkv == 0 (query head
+    // h reads key/value head ⌊h/(Hq/Hkv)⌋; the cache stores the Hkv heads, never repeated):
+    // stores every row's key and value at its position first, then returns the context
+    // [R, Hq, 1, d_h] in which row r attends to its request's positions up to position_r (its
+    // own included), the last options.window of them under a window. Detached: no graph.
     [[nodiscard]] virtual Tensor append_and_attend(std::size_t layer, const Tensor& query,
-                                                   const Tensor& key, const Tensor& value) = 0;
+                                                   const Tensor& key, const Tensor& value,
+                                                   const IncrementalAttentionOptions& options) = 0;
+    // Multi-head attention without a window (Hq == Hkv for the GPT decoder).
+    [[nodiscard]] Tensor append_and_attend(std::size_t layer, const Tensor& query,
+                                           const Tensor& key, const Tensor& value) {
+        return append_and_attend(layer, query, key, value, IncrementalAttentionOptions{});
+    }
 };
 
 // Four biased projections "query", "key", "value", "output" (D -> D); no norm, no residual.

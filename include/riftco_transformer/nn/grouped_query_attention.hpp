@@ -51,9 +51,9 @@ class GroupedQueryAttention final : public Module {
     // x [B,T,D] -> [B,T,D], positions 0..T-1.
     [[nodiscard]] Variable forward(const Variable& x) const;
     // The incremental form: x [R,D], row r at positions[r]; `cache` stores this layer's rotated
-    // keys and values. The cache is addressed with Hq heads (key/value heads repeated), so a
-    // pool built for Hq heads serves it. A position at or past the sliding window:
-    // std::invalid_argument (cached decoding does not window yet).
+    // keys and values with Hkv heads as they are (queries [R,Hq,1,d], keys and values
+    // [R,Hkv,1,d]: no repeated copy), and row r attends within the sliding window (positions
+    // max(0, p−W+1)..p) when one is set, at any position up to the cache's capacity.
     [[nodiscard]] Variable forward_incremental(const Variable& x,
                                                std::span<const std::size_t> positions,
                                                std::size_t layer,

@@ -10,7 +10,7 @@
 // for all rows, which is what makes continuous batching pay. Attention goes through the
 // paged-decode kernel, each row attending to its own request's positions in place; the one
 // exception is a prompt prefilled into an empty cache, whose rows hold every key they need:
-// it runs as causal flash attention over [1,H,T,d] (its keys and values still go to the
+// it runs as causal flash attention over [1,H,T,d] (K/V with the model's key/value heads) (its keys and values still go to the
 // pool). Both are exact attention; neither depends on the cache strategy.
 //
 // Rules:
@@ -41,7 +41,8 @@
 
 namespace riftco_transformer {
 
-// The cache dimensions a model's sessions need: N layers, H heads of D/H, capacity C.
+// The cache dimensions a model's sessions need (its incremental_cache_shape): N layers, the
+// key/value heads (H for the GPT decoder, Hkv for grouped-query attention) of d_h, capacity C.
 [[nodiscard]] KeyValueCacheDimensions key_value_cache_dimensions(
     const IncrementalDecoder& model) noexcept;
 

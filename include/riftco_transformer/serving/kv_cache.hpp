@@ -3,7 +3,8 @@
 // positions a request has seen live between decode steps.
 //
 // A KeyValueCachePool owns, for every layer, one key and one value tensor
-//   [physical_page, head, page_offset, head_width]
+//   [physical_page, key_value_head, page_offset, head_width]
+// (Hkv heads: a grouped-query model's query heads share them, nothing is stored repeated)
 // and leases physical pages to request-local KeyValueCaches; one page id indexes the same
 // page in every layer. A KeyValueCache maps its logical pages (position / block_size) to the
 // physical pages it leased, lazily: a page is leased when the sequence first crosses into it,
@@ -42,7 +43,7 @@ inline constexpr std::size_t default_key_value_block_size = 16;
 
 struct KeyValueCacheDimensions {
     std::size_t layer_count = 0;
-    std::size_t head_count = 0;
+    std::size_t head_count = 0;  // key/value heads Hkv (the model's query heads may be Hkv·r)
     std::size_t head_width = 0;
     std::size_t maximum_context = 0;  // the capacity of every cache of the pool
 };
@@ -76,7 +77,7 @@ class KeyValueCachePool {
     // Returns a leased page (ids not leased are a logic error the caches never make).
     void give_back(std::uint32_t page) noexcept;
 
-    // The K/V pools of a layer, [block_count, H, block_size, d_h]. The caches' transactions
+    // The K/V pools of a layer, [block_count, Hkv, block_size, d_h]. The caches' transactions
     // write into them through tensor_ops::write_paged_key_value.
     [[nodiscard]] Tensor& keys(std::size_t layer) { return keys_.at(layer); }
     [[nodiscard]] Tensor& values(std::size_t layer) { return values_.at(layer); }

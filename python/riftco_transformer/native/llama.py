@@ -190,10 +190,7 @@ class LlamaMistralTransformer(CausalLanguageModel):
         )
         model = cls.__new__(cls)
         model._adopt_llama(llama, None)
-        if model._config.sliding_window is None or (
-            model._config.sliding_window >= model._config.maximum_context
-        ):
-            model.set_full_sequence_attention(attention)
+        model.set_full_sequence_attention(attention)
         return model
 
     @property

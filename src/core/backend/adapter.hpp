@@ -215,14 +215,16 @@ class AttentionCapability {
 class PagedAttentionCapability {
   public:
     virtual ~PagedAttentionCapability() = default;
-    // query, context [R,H,1,d_h]; pools [P,H,S,d_h]; one request per query row. Reads every
-    // key and value in place through the page tables (no gather). domain_error: a score that
-    // is NaN or +inf.
+    // query, context [R,Hq,1,d_h]; pools [P,Hkv,S,d_h], Hq % Hkv == 0 (query head h reads
+    // pool head ⌊h/(Hq/Hkv)⌋); one request per query row, seeing its last options.window
+    // positions (all when 0). Reads every key and value in place through the page tables (no
+    // gather, no repeated heads). domain_error: a visible score that is NaN or +inf.
     virtual void decode_attention(const Tensor& query, const Tensor& key_pool,
                                   const Tensor& value_pool,
                                   std::span<const tensor_ops::PagedAttentionRequest> requests,
-                                  float scale, Tensor& context) const = 0;
-    // pools[slot_r.page, :, slot_r.offset, :] = rows r of key and value ([R,H,1,d_h]), in
+                                  float scale, const tensor_ops::PagedAttentionOptions& options,
+                                  Tensor& context) const = 0;
+    // pools[slot_r.page, :, slot_r.offset, :] = rows r of key and value ([R,Hkv,1,d_h]), in
     // place after making each pool's storage unique (TensorAccess::unique_storage); the slots
     // are distinct.
     virtual void write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,

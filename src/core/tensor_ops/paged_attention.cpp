@@ -26,6 +26,7 @@ void require_pools(std::string_view op, const Tensor& key_pool, const Tensor& va
     }
 }
 
+// Key/value rows [R, Hkv, 1, d_h]: the pools' own head count (never repeated to Hq).
 void require_rows(std::string_view op, std::string_view argument, const Tensor& rows,
                   const Tensor& pool) {
     detail::require_rank(op, {argument, &rows}, 4);
@@ -40,15 +41,31 @@ void require_rows(std::string_view op, std::string_view argument, const Tensor& 
     }
 }
 
+// query [R, Hq, 1, d_h] for pools [P, Hkv, S, d_h]: R > 0, Hq a positive multiple of Hkv
+// (query head h reads pool head ⌊h/(Hq/Hkv)⌋), d_h the pools'.
+void require_query(std::string_view op, const Tensor& query, const Tensor& pool) {
+    detail::require_rank(op, {"query", &query}, 4);
+    const Shape& shape = query.shape();
+    const Shape& pools = pool.shape();
+    if (shape[0] == 0 || shape[1] % pools[1] != 0 || shape[2] != 1 || shape[3] != pools[3]) {
+        std::ostringstream message;
+        message << op << ": query " << shape_to_string(shape) << " must be [R,Hq,1," << pools[3]
+                << "] with R > 0 and Hq a positive multiple of the pools' " << pools[1]
+                << " heads (pools " << shape_to_string(pools) << ")";
+        throw std::invalid_argument(message.str());
+    }
+}
+
 }  // namespace
 
 Tensor paged_decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
-                              std::span<const PagedAttentionRequest> requests, float scale) {
+                              std::span<const PagedAttentionRequest> requests, float scale,
+                              const PagedAttentionOptions& options) {
     constexpr std::string_view op = "paged_decode_attention";
     const auto& adapter = detail::input_adapter(
         op, {{"query", &query}, {"key_pool", &key_pool}, {"value_pool", &value_pool}});
     require_pools(op, key_pool, value_pool);
-    require_rows(op, "query", query, key_pool);
+    require_query(op, query, key_pool);
     const std::size_t pages = key_pool.shape()[0];
     const std::size_t page_size = key_pool.shape()[2];
     if (requests.size() != query.shape()[0]) {
@@ -84,7 +101,7 @@ Tensor paged_decode_attention(const Tensor& query, const Tensor& key_pool, const
     detail::require_finite_positive(op, "scale", scale);
     Tensor context = detail::allocate_uninitialized(query.shape(), query.backend());
     detail::require_capability(adapter.paged_attention(), adapter, op, "paged attention")
-        .decode_attention(query, key_pool, value_pool, requests, scale, context);
+        .decode_attention(query, key_pool, value_pool, requests, scale, options, context);
     return context;
 }
 

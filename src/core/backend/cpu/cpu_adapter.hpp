@@ -99,13 +99,14 @@ class CpuAttention final : public AttentionCapability {
 };
 
 // Paged decode attention (paged_attention.cpp): a readable double-precision reference and
-// a vectorised path threaded over (request, head) pairs; RIFTCO_TRANSFORMER_PAGED_ATTENTION=
-// reference|fast picks one (default fast). Both walk each request's positions in logical
-// order, so neither depends on the page size.
+// a vectorised path threaded over (request, query head) pairs; RIFTCO_TRANSFORMER_PAGED_ATTENTION=
+// reference|fast picks one (default fast). Both walk each request's visible positions in
+// logical order, so neither depends on the page size.
 class CpuPagedAttention final : public PagedAttentionCapability {
   public:
     void decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
                           std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          const tensor_ops::PagedAttentionOptions& options,
                           Tensor& context) const override;
     void write_key_value(Tensor& key_pool, Tensor& value_pool, const Tensor& key,
                          const Tensor& value,
