@@ -10,8 +10,9 @@
 // for all rows, which is what makes continuous batching pay. Attention goes through the
 // paged-decode kernel, each row attending to its own request's positions in place; the one
 // exception is a prompt prefilled into an empty cache, whose rows hold every key they need:
-// it runs as causal flash attention over [1,H,T,d] (K/V with the model's key/value heads) (its keys and values still go to the
-// pool). Both are exact attention; neither depends on the cache strategy.
+// it runs as causal flash attention over [1,H,T,d] (keys and values with the model's key/value
+// heads; they still go to the pool). Both are exact attention; neither depends on the cache
+// strategy.
 //
 // Rules:
 // - positions are learned and absolute, so a session never rolls over by itself: stepping
