@@ -106,10 +106,18 @@ class DecodeSession(NativeHandle):
         with self._native():
             return self._pool
 
-    def step(self, token: int) -> tuple[float, ...]:
-        """Feed ``token`` at position ``size``; the logits of that position."""
+    def _logits_row(self) -> tuple[array, ctypes.Array]:
+        """A row of V floats the native call writes in place (no per-float Python objects:
+        building a tuple of V floats cost more than a whole native decode step)."""
+        row = array("f", [0.0]) * self._vocabulary_size
+        address, _ = row.buffer_info()
+        return row, (ctypes.c_float * self._vocabulary_size).from_address(address)
+
+    def step(self, token: int) -> array:
+        """Feed ``token`` at position ``size``; the logits of that position (``array('f')``
+        of V floats)."""
         value = _token(token)
-        logits = (ctypes.c_float * self._vocabulary_size)()
+        row, logits = self._logits_row()
         required = ctypes.c_uint64()
         with self._native() as pointer:
             check_status(
@@ -117,13 +125,13 @@ class DecodeSession(NativeHandle):
                     pointer, value, logits, self._vocabulary_size, ctypes.byref(required)
                 )
             )
-        return tuple(logits)
+        return row
 
-    def prefill(self, tokens) -> tuple[float, ...]:
+    def prefill(self, tokens) -> array:
         """Feed ``tokens`` (one flat row) at positions ``size``.. in one batched pass; the
-        logits of the last one."""
+        logits of the last one (``array('f')`` of V floats)."""
         ids = _flat_ids(tokens, "tokens")
-        logits = (ctypes.c_float * self._vocabulary_size)()
+        row, logits = self._logits_row()
         required = ctypes.c_uint64()
         with self._native() as pointer:
             check_status(
@@ -136,7 +144,7 @@ class DecodeSession(NativeHandle):
                     ctypes.byref(required),
                 )
             )
-        return tuple(logits)
+        return row
 
     def reset(self) -> None:
         """Forget every position and return every page."""
