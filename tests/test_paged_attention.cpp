@@ -21,16 +21,6 @@ namespace {
 using tensor_ops::PagedAttentionRequest;
 using tensor_ops::PagedSlot;
 
-std::vector<float> random_values(std::size_t count, std::uint32_t seed, float scale = 1.0F) {
-    std::mt19937 generator(seed);
-    std::normal_distribution<float> normal(0.0F, scale);
-    std::vector<float> values(count);
-    for (float& v : values) {
-        v = normal(generator);
-    }
-    return values;
-}
-
 // A sequence's keys and values, contiguous: [T, H, d].
 struct Sequence {
     std::size_t length;
@@ -97,11 +87,11 @@ constexpr std::size_t width = 20;  // not a multiple of the 8 float lanes: tails
 
 TEST(PagedAttention, BothKernelsMatchTheOracleOnScatteredPages) {
     const std::size_t page_size = 4;
-    const Sequence s{11, random_values(11 * heads * width, 1),
-                     random_values(11 * heads * width, 2)};
+    const Sequence s{11, testing::normal_values(11 * heads * width, 1),
+                     testing::normal_values(11 * heads * width, 2)};
     const std::vector<std::uint32_t> table = {5, 0, 3};  // 11 positions over 3 scattered pages
     const Pools pools = pools_holding({&s}, {table}, 6, heads, page_size, width);
-    const std::vector<float> query = random_values(heads * width, 3);
+    const std::vector<float> query = testing::normal_values(heads * width, 3);
     for (const std::size_t length :
          {std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{11}}) {
         const std::vector<double> expected = oracle(query, s, heads, width, length);
@@ -124,9 +114,9 @@ TEST(PagedAttention, BothKernelsMatchTheOracleOnScatteredPages) {
 
 TEST(PagedAttention, PageSizeAndPlacementDoNotChangeOneBit) {
     const std::size_t length = 37;
-    const Sequence s{length, random_values(length * heads * width, 4),
-                     random_values(length * heads * width, 5)};
-    const std::vector<float> query = random_values(heads * width, 6);
+    const Sequence s{length, testing::normal_values(length * heads * width, 4),
+                     testing::normal_values(length * heads * width, 5)};
+    const std::vector<float> query = testing::normal_values(heads * width, 6);
     const Tensor q({1, heads, 1, width}, query);
     // Contiguous: one page of 40; paged: pages of 4 in reverse order; pages of 16.
     const Pools contiguous = pools_holding({&s}, {{0}}, 1, heads, 40, width);
@@ -154,12 +144,12 @@ TEST(PagedAttention, PageSizeAndPlacementDoNotChangeOneBit) {
 
 TEST(PagedAttention, BatchedRequestsEqualSeparateCalls) {
     const std::size_t page_size = 8;
-    const Sequence s1{13, random_values(13 * heads * width, 7),
-                      random_values(13 * heads * width, 8)};
-    const Sequence s2{3, random_values(3 * heads * width, 9), random_values(3 * heads * width, 10)};
+    const Sequence s1{13, testing::normal_values(13 * heads * width, 7),
+                      testing::normal_values(13 * heads * width, 8)};
+    const Sequence s2{3, testing::normal_values(3 * heads * width, 9), testing::normal_values(3 * heads * width, 10)};
     const std::vector<std::vector<std::uint32_t>> tables = {{4, 1}, {2}};
     const Pools pools = pools_holding({&s1, &s2}, tables, 5, heads, page_size, width);
-    const std::vector<float> queries = random_values(3 * heads * width, 11);
+    const std::vector<float> queries = testing::normal_values(3 * heads * width, 11);
     // Three rows: request 1 at length 13, request 2 at length 3, request 1 again at length 6.
     const std::vector<PagedAttentionRequest> requests = {
         {tables[0], 13}, {tables[1], 3}, {tables[0], 6}};
@@ -184,7 +174,7 @@ TEST(PagedAttention, LongSequencesStayAccurateAndThreadCountFree) {
     const std::size_t length = 700;
     const std::size_t h = 8;
     const std::size_t d = 64;
-    Sequence s{length, random_values(length * h * d, 12), random_values(length * h * d, 13)};
+    Sequence s{length, testing::normal_values(length * h * d, 12), testing::normal_values(length * h * d, 13)};
     std::vector<std::uint32_t> table;
     for (std::uint32_t p = 0; p < 44; ++p) {
         table.push_back((p * 7) % 44);
@@ -196,7 +186,7 @@ TEST(PagedAttention, LongSequencesStayAccurateAndThreadCountFree) {
     }
     tensor_ops::write_paged_key_value(pools.keys, pools.values, Tensor({length, h, 1, d}, s.keys),
                                       Tensor({length, h, 1, d}, s.values), slots);
-    const std::vector<float> query = random_values(h * d, 14);
+    const std::vector<float> query = testing::normal_values(h * d, 14);
     const PagedAttentionRequest request{table, length};
     const auto fast = tensor_ops::paged_decode_attention(Tensor({1, h, 1, d}, query), pools.keys,
                                                          pools.values, {&request, 1})
@@ -208,12 +198,12 @@ TEST(PagedAttention, LongSequencesStayAccurateAndThreadCountFree) {
 }
 
 TEST(PagedAttention, NonFiniteScoresAreDomainErrors) {
-    Sequence s{2, random_values(2 * heads * width, 15), random_values(2 * heads * width, 16)};
+    Sequence s{2, testing::normal_values(2 * heads * width, 15), testing::normal_values(2 * heads * width, 16)};
     s.keys[heads * width + 3] = INFINITY;  // position 1, head 0
     const std::vector<std::uint32_t> table = {0};
     const Pools pools = pools_holding({&s}, {table}, 1, heads, 4, width);
     const PagedAttentionRequest request{table, 2};
-    const Tensor q({1, heads, 1, width}, random_values(heads * width, 17));
+    const Tensor q({1, heads, 1, width}, testing::normal_values(heads * width, 17));
     EXPECT_THROW(static_cast<void>(tensor_ops::paged_decode_attention(q, pools.keys, pools.values,
                                                                       {&request, 1})),
                  std::domain_error);

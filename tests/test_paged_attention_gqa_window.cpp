@@ -30,16 +30,6 @@ using tensor_ops::PagedSlot;
 constexpr std::size_t query_heads = 6;
 constexpr std::size_t width = 12;  // not a multiple of the 8 float lanes: tails are exercised
 
-std::vector<float> random_values(std::size_t count, std::uint32_t seed) {
-    std::mt19937 generator(seed);
-    std::normal_distribution<float> normal(0.0F, 1.0F);
-    std::vector<float> values(count);
-    for (float& v : values) {
-        v = normal(generator);
-    }
-    return values;
-}
-
 // One request's keys and values, contiguous [T, Hkv, d].
 struct Sequence {
     std::size_t length;
@@ -48,8 +38,8 @@ struct Sequence {
 };
 
 Sequence random_sequence(std::size_t length, std::size_t kv_heads, std::uint32_t seed) {
-    return {length, random_values(length * kv_heads * width, seed),
-            random_values(length * kv_heads * width, seed + 1000)};
+    return {length, testing::normal_values(length * kv_heads * width, seed),
+            testing::normal_values(length * kv_heads * width, seed + 1000)};
 }
 
 // Query [Hq, d] against `s` at `length` under `window`, in double: query head h reads key/value
@@ -152,7 +142,7 @@ TEST(PagedAttentionGqaWindow, BothKernelsMatchTheOracleForEveryGroupAndWindow) {
                           batch.tables, scrambled_pages, kv_heads, page_size);
         const std::vector<PagedAttentionRequest> requests = {
             {batch.tables[0], 11}, {batch.tables[1], 5}, {batch.tables[2], 2}};
-        const std::vector<float> queries = random_values(3 * query_heads * width, 4);
+        const std::vector<float> queries = testing::normal_values(3 * query_heads * width, 4);
         const Tensor query({3, query_heads, 1, width}, queries);
         const detail::PagedAttentionGeometry geometry{scrambled_pages, kv_heads, page_size, width,
                                                       query_heads / kv_heads};
@@ -190,7 +180,7 @@ TEST(PagedAttentionGqaWindow, ScrambledPagesOfFourEqualOneContiguousPageBitForBi
         const Pools paged =
             pools_holding({&batch.sequences[0], &batch.sequences[1], &batch.sequences[2]},
                           batch.tables, scrambled_pages, kv_heads, page_size);
-        const std::vector<float> queries = random_values(3 * query_heads * width, 5);
+        const std::vector<float> queries = testing::normal_values(3 * query_heads * width, 5);
         const auto keys = paged.keys.to_host();
         const auto values = paged.values.to_host();
         for (std::size_t r = 0; r < 3; ++r) {
@@ -249,7 +239,7 @@ TEST(PagedAttentionGqaWindow, SharedHeadsEqualTheSameHeadsStoredRepeatedBitForBi
     EXPECT_EQ(repeated.keys.shape(), (Shape{scrambled_pages, query_heads, page_size, width}));
     const std::vector<PagedAttentionRequest> requests = {
         {batch.tables[0], 9}, {batch.tables[1], 5}, {batch.tables[2], 1}};
-    const Tensor query({3, query_heads, 1, width}, random_values(3 * query_heads * width, 6));
+    const Tensor query({3, query_heads, 1, width}, testing::normal_values(3 * query_heads * width, 6));
     for (const std::size_t window : {std::size_t{0}, std::size_t{2}}) {
         const PagedAttentionOptions options{.window = window};
         EXPECT_TRUE(testing::bit_identical(
@@ -268,7 +258,7 @@ TEST(PagedAttentionGqaWindow, AWindowAtLeastTheLengthIsNoWindow) {
     const Pools pools =
         pools_holding({&batch.sequences[0]}, {batch.tables[0]}, scrambled_pages, 1, page_size);
     const PagedAttentionRequest request{batch.tables[0], 7};
-    const Tensor query({1, query_heads, 1, width}, random_values(query_heads * width, 7));
+    const Tensor query({1, query_heads, 1, width}, testing::normal_values(query_heads * width, 7));
     const auto dense =
         tensor_ops::paged_decode_attention(query, pools.keys, pools.values, {&request, 1})
             .to_host();
@@ -288,7 +278,7 @@ TEST(PagedAttentionGqaWindow, OnlyVisibleScoresAreCheckedForNonFiniteValues) {
     const std::vector<std::uint32_t> table = {1, 0};
     const Pools pools = pools_holding({&s}, {table}, 2, 2, page_size);
     const PagedAttentionRequest request{table, 6};
-    const Tensor query({1, query_heads, 1, width}, random_values(query_heads * width, 9));
+    const Tensor query({1, query_heads, 1, width}, testing::normal_values(query_heads * width, 9));
     // Query heads 3..5 read key/value head 1: position 0 is visible without a window...
     const std::string message = testing::message_of<std::domain_error>([&] {
         static_cast<void>(

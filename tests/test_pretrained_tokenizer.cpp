@@ -19,9 +19,12 @@
 
 #include "riftco_transformer/data/pretokenizer.hpp"
 #include "riftco_transformer/data/pretrained_tokenizer.hpp"
+#include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
+
+using testing::throws;
 
 using Ids = std::vector<TokenId>;
 using Pieces = std::vector<std::string_view>;
@@ -32,26 +35,6 @@ const std::string space_symbol = "\xC4\xA0";    // 'Ġ' U+0120 stands for ' '
 const std::string newline_symbol = "\xC4\x8A";  // 'Ċ' U+010A stands for '\n'
 // SentencePiece's '▁' U+2581.
 const std::string metaspace = "\xE2\x96\x81";
-
-// Success only when `action` throws exactly `Error` with a message containing `fragment`.
-template <typename Error, typename Action>
-::testing::AssertionResult throws(Action&& action, std::string_view fragment) {
-    try {
-        action();
-    } catch (const std::exception& error) {
-        if (typeid(error) != typeid(Error)) {
-            return ::testing::AssertionFailure()
-                   << "threw " << typeid(error).name() << " instead of " << typeid(Error).name()
-                   << ": " << error.what();
-        }
-        if (std::string_view(error.what()).find(fragment) == std::string_view::npos) {
-            return ::testing::AssertionFailure()
-                   << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-        }
-        return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure() << "nothing was thrown";
-}
 
 std::string symbol_of(std::uint8_t byte) {
     return byte_level_encode(std::string(1, static_cast<char>(byte)));

@@ -21,9 +21,12 @@
 #include "riftco_transformer/data/byte_tokenizer.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
 #include "riftco_transformer/data/tokenizer_factory.hpp"
+#include "support/test_support.hpp"
 
 namespace riftco_transformer {
 namespace {
+
+using testing::throws;
 
 using Bytes = std::vector<std::uint8_t>;
 using Ids = std::vector<TokenId>;
@@ -31,27 +34,6 @@ using Rules = std::vector<BpeMergeRule>;
 
 Bytes bytes_of(std::string_view text) {
     return {text.begin(), text.end()};
-}
-
-// Success only when `action` throws exactly `Error` (not a class derived from it) with a
-// message containing `fragment`.
-template <typename Error, typename Action>
-::testing::AssertionResult throws(Action&& action, std::string_view fragment) {
-    try {
-        action();
-    } catch (const std::exception& error) {
-        if (typeid(error) != typeid(Error)) {
-            return ::testing::AssertionFailure()
-                   << "threw " << typeid(error).name() << " instead of " << typeid(Error).name()
-                   << ": " << error.what();
-        }
-        if (std::string_view(error.what()).find(fragment) == std::string_view::npos) {
-            return ::testing::AssertionFailure()
-                   << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-        }
-        return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure() << "nothing was thrown";
 }
 
 // Throws like `throws`, and the tokenizer's state and an encode/decode round trip are the

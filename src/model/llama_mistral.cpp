@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -129,17 +130,16 @@ LlamaMistralBlock::LlamaMistralBlock(const LlamaMistralConfig& c, std::mt19937& 
         "feed_forward", std::make_unique<SwiGLU>(c.model_width, c.feed_forward_width, generator));
 }
 
-Variable LlamaMistralBlock::forward(const Variable& x) const {
-    const Variable attended = x + attention_->forward(attention_norm_->forward(x));
+Variable LlamaMistralBlock::forward(const Variable& x, const RotaryTables& tables) const {
+    const Variable attended = x + attention_->forward(attention_norm_->forward(x), tables);
     return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
 }
 
-Variable LlamaMistralBlock::forward_incremental(const Variable& x,
-                                                std::span<const std::size_t> positions,
+Variable LlamaMistralBlock::forward_incremental(const Variable& x, const RotaryTables& tables,
                                                 std::size_t layer,
                                                 IncrementalAttentionCache& cache) const {
     const Variable attended =
-        x + attention_->forward_incremental(attention_norm_->forward(x), positions, layer, cache);
+        x + attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache);
     return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
 }
 
@@ -209,10 +209,15 @@ Variable LlamaMistralTransformer::head(const Variable& normalized) const {
 
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
     Variable hidden = token_embedding_->forward(tokens);  // [B,T,D]
+    // One set of RoPE tables (positions 0..T-1) for every block.
+    std::vector<std::size_t> positions(tokens.shape()[1]);
+    std::iota(positions.begin(), positions.end(), std::size_t{0});
+    const RotaryTables tables = blocks_.front()->attention().rotary_tables_for(positions, backend());
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         const LlamaMistralBlock* block = blocks_[index];
-        hidden = run_block(*block, index, hidden,
-                           [block](const Variable& input) { return block->forward(input); });
+        hidden = run_block(*block, index, hidden, [block, tables](const Variable& input) {
+            return block->forward(input, tables);
+        });
     }
     return head(final_norm_->forward(hidden));  // [B,T,D] -> [B,T,V]
 }
@@ -227,9 +232,11 @@ Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_
     const NoGradientGuard no_graph;
     const ExecutionBackend device = backend();
     Variable hidden = token_embedding_->forward(IndexTensor({rows}, tokens, device));  // [R,D]
+    // One set of RoPE tables (row r at positions[r]) for every block.
+    const RotaryTables tables = blocks_.front()->attention().rotary_tables_for(positions, device);
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         try {
-            hidden = blocks_[index]->forward_incremental(hidden, positions, index, cache);
+            hidden = blocks_[index]->forward_incremental(hidden, tables, index, cache);
         } catch (const std::domain_error& error) {
             throw std::domain_error(std::string(op) + ": non-finite activations in block " +
                                     std::to_string(index) + ": " + error.what());

@@ -115,7 +115,23 @@ void GroupedQueryAttention::set_kind(AttentionKind kind) {
     kind_ = kind;
 }
 
+RotaryTables GroupedQueryAttention::rotary_tables_for(std::span<const std::size_t> positions,
+                                                      ExecutionBackend backend) const {
+    return rotary_tables(positions, head_width(), shape_.rope_theta, backend);
+}
+
 Variable GroupedQueryAttention::forward(const Variable& x) const {
+    if (!x.defined() || x.shape().size() != 3) {
+        throw std::invalid_argument("GroupedQueryAttention: x must be [B,T," +
+                                    std::to_string(shape_.width) + "] (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ")");
+    }
+    std::vector<std::size_t> positions(x.shape()[1]);
+    std::iota(positions.begin(), positions.end(), std::size_t{0});
+    return forward(x, rotary_tables_for(positions, x.value().backend()));
+}
+
+Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& tables) const {
     if (!x.defined() || x.shape().size() != 3 || x.shape()[2] != shape_.width) {
         throw std::invalid_argument("GroupedQueryAttention: x must be [B,T," +
                                     std::to_string(shape_.width) + "] (got " +
@@ -128,9 +144,6 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
     const auto split_heads = [&](const Variable& projected, std::size_t heads) {
         return permute(reshape(projected, {batch, time, heads, d}), {0, 2, 1, 3});
     };
-    std::vector<std::size_t> positions(time);
-    std::iota(positions.begin(), positions.end(), std::size_t{0});
-    const RotaryTables tables = rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
     const Variable query =
         apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
     const Variable key =
@@ -145,16 +158,17 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
 }
 
 Variable GroupedQueryAttention::forward_incremental(const Variable& x,
-                                                    std::span<const std::size_t> positions,
+                                                    const RotaryTables& tables,
                                                     std::size_t layer,
                                                     IncrementalAttentionCache& cache) const {
     constexpr const char* op = "GroupedQueryAttention::forward_incremental";
     if (!x.defined() || x.shape().size() != 2 || x.shape()[1] != shape_.width ||
-        positions.size() != x.shape()[0]) {
-        throw std::invalid_argument(std::string(op) + ": x must be [R," +
-                                    std::to_string(shape_.width) + "] with R positions (got " +
-                                    (x.defined() ? shape_to_string(x.shape()) : "empty") + ", " +
-                                    std::to_string(positions.size()) + " positions)");
+        tables.cosine.shape().empty() || tables.cosine.shape()[0] != x.shape()[0]) {
+        throw std::invalid_argument(
+            std::string(op) + ": x must be [R," + std::to_string(shape_.width) +
+            "] with R rows of RoPE tables (got " +
+            (x.defined() ? shape_to_string(x.shape()) : "empty") + ", tables " +
+            shape_to_string(tables.cosine.shape()) + ")");
     }
     const std::size_t rows = x.shape()[0];
     const std::size_t d = head_width();
@@ -162,7 +176,6 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
     const auto split_heads = [&](const Variable& projected, std::size_t heads) {
         return reshape(projected, {rows, heads, 1, d});
     };
-    const RotaryTables tables = rotary_tables(positions, d, shape_.rope_theta, x.value().backend());
     const Variable query =
         apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
     const Variable key =

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <random>
+#include <string_view>
+#include <typeinfo>
 #include <string>
 #include <vector>
 
@@ -149,6 +152,38 @@ std::string message_of(Action&& action) {
     }
     ADD_FAILURE() << "expected an exception";
     return "";
+}
+
+// Success only when `action` throws exactly `Error` (not a class derived from it) with a
+// message containing `fragment`.
+template <typename Error, typename Action>
+::testing::AssertionResult throws(Action&& action, std::string_view fragment) {
+    try {
+        action();
+    } catch (const std::exception& error) {
+        if (typeid(error) != typeid(Error)) {
+            return ::testing::AssertionFailure()
+                   << "threw " << typeid(error).name() << " instead of " << typeid(Error).name()
+                   << ": " << error.what();
+        }
+        if (std::string_view(error.what()).find(fragment) == std::string_view::npos) {
+            return ::testing::AssertionFailure()
+                   << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
+        }
+        return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "nothing was thrown";
+}
+
+// `count` draws of N(0, scale²) from a generator seeded with `seed`.
+inline std::vector<float> normal_values(std::size_t count, std::uint32_t seed,
+                                        float scale = 1.0F) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> normal(0.0F, scale);
+    std::vector<float> values(count);
+    for (float& v : values)
+        v = normal(generator);
+    return values;
 }
 
 }  // namespace riftco_transformer::testing

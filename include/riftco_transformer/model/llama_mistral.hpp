@@ -63,13 +63,14 @@ class LlamaMistralBlock final : public Module {
   public:
     LlamaMistralBlock(const LlamaMistralConfig& config, std::mt19937& generator,
                       AttentionKind attention);
-    // x [B,T,D] -> [B,T,D]
-    [[nodiscard]] Variable forward(const Variable& x) const;
-    // x [R,D], row r at positions[r] -> [R,D] (no graph).
-    [[nodiscard]] Variable forward_incremental(const Variable& x,
-                                               std::span<const std::size_t> positions,
+    // x [B,T,D] -> [B,T,D] with the RoPE tables of positions 0..T-1 (computed once per model
+    // forward for every block).
+    [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;
+    // x [R,D], row r at the position of tables' row r -> [R,D] (no graph).
+    [[nodiscard]] Variable forward_incremental(const Variable& x, const RotaryTables& tables,
                                                std::size_t layer,
                                                IncrementalAttentionCache& cache) const;
+    [[nodiscard]] const GroupedQueryAttention& attention() const noexcept { return *attention_; }
     void set_attention(AttentionKind kind) { attention_->set_kind(kind); }
 
   private:

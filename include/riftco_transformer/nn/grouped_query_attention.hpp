@@ -20,6 +20,7 @@
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/module.hpp"
+#include "riftco_transformer/nn/rotary_embedding.hpp"
 
 namespace riftco_transformer {
 
@@ -50,14 +51,19 @@ class GroupedQueryAttention final : public Module {
                           AttentionKind kind = AttentionKind::Materialized);
     // x [B,T,D] -> [B,T,D], positions 0..T-1.
     [[nodiscard]] Variable forward(const Variable& x) const;
-    // The incremental form: x [R,D], row r at positions[r]; `cache` stores this layer's rotated
-    // keys and values with Hkv heads as they are (queries [R,Hq,1,d], keys and values
-    // [R,Hkv,1,d]: no repeated copy), and row r attends within the sliding window (positions
-    // max(0, p−W+1)..p) when one is set, at any position up to the cache's capacity.
-    [[nodiscard]] Variable forward_incremental(const Variable& x,
-                                               std::span<const std::size_t> positions,
+    // The same with the RoPE tables of positions 0..T-1 given (rotary_tables): a model computes
+    // them once per forward for all its blocks.
+    [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;
+    // The incremental form: x [R,D], row r at the position of tables' row r; `cache` stores
+    // this layer's rotated keys and values with Hkv heads as they are (queries [R,Hq,1,d], keys
+    // and values [R,Hkv,1,d]: no repeated copy), and row r attends within the sliding window
+    // (positions max(0, p−W+1)..p) when one is set, at any position up to the cache's capacity.
+    [[nodiscard]] Variable forward_incremental(const Variable& x, const RotaryTables& tables,
                                                std::size_t layer,
                                                IncrementalAttentionCache& cache) const;
+    // The RoPE tables of `positions` for this layer's head width and θ, on `backend`.
+    [[nodiscard]] RotaryTables rotary_tables_for(std::span<const std::size_t> positions,
+                                                 ExecutionBackend backend) const;
 
     [[nodiscard]] const GroupedQueryAttentionShape& shape() const noexcept { return shape_; }
     [[nodiscard]] std::size_t head_width() const noexcept {
