@@ -1117,6 +1117,7 @@ TEST(AutogradGraph, OperationsOnConstantsGiveDetachedLeaves) {
         {"sqrt", [&] { return sqrt(positive); }},
         {"erf", [&] { return erf(a); }},
         {"gelu", [&] { return gelu(a); }},
+        {"gelu_tanh", [&] { return gelu_tanh(a); }},
         {"relu", [&] { return relu(a); }},
         {"silu", [&] { return silu(a); }},
         {"gather_rows", [&] { return gather_rows(square, indices, {3}); }},

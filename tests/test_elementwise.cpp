@@ -45,6 +45,18 @@ double gelu_derivative_reference(double x) {
     return 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2)) + x * density;
 }
 
+// GPT-2's tanh form, in double, written as the paper gives it (not through σ).
+double gelu_tanh_reference(double x) {
+    const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+double gelu_tanh_derivative_reference(double x) {
+    const double c = std::sqrt(2.0 / std::numbers::pi);
+    const double t = std::tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 double sigmoid_reference(double x) {
     return 1.0 / (1.0 + std::exp(-x));
 }
@@ -338,6 +350,70 @@ TEST(Erf, MatchesStdErf) {
 
 TEST(Erf, SaturatesAtInfinity) {
     EXPECT_TRUE(testing::all_close(ops::erf(vector_of({infinity, -infinity})), {1.0, -1.0}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU, tanh form (GPT-2)
+
+TEST(GeluTanh, MatchesTheTanhFormula) {
+    std::vector<float> x = testing::pseudo_random(2001, -8.0F, 8.0F, 17U);
+    x.insert(x.end(), {0.0F, 1.0F, -1.0F, 0.5F, -0.5F, 2.0F, -2.0F, 3.0F, -3.0F, 1e-6F});
+    EXPECT_TRUE(
+        testing::all_close(ops::gelu_tanh(vector_of(x)), map_double(x, gelu_tanh_reference)));
+}
+
+TEST(GeluTanh, HandValuesDifferFromTheErfForm) {
+    // u(1) = √(2/π)·1.044715 = 0.8335767; 0.5·(1 + tanh(u)) = 0.8411919906082768.
+    // x = -1: -0.15880800939172324; x = 2: 1.954597694087775 (erf form: 0.84134, 1.95450).
+    EXPECT_TRUE(testing::all_close(ops::gelu_tanh(vector_of({1.0F, -1.0F, 2.0F})),
+                                   {0.8411919906082768, -0.15880800939172324, 1.954597694087775},
+                                   1e-6, 1e-6));
+    EXPECT_GT(std::abs(ops::gelu_tanh(vector_of({1.0F})).to_host()[0] -
+                       ops::gelu(vector_of({1.0F})).to_host()[0]),
+              1e-4F);
+}
+
+TEST(GeluTanh, LimitsAndNaN) {
+    const std::vector<float> out =
+        ops::gelu_tanh(vector_of({infinity, -infinity, 1e4F, -1e4F, 1e20F, -1e20F})).to_host();
+    EXPECT_EQ(out[0], infinity);
+    EXPECT_EQ(out[1], 0.0F);
+    EXPECT_TRUE(std::signbit(out[1]));
+    EXPECT_EQ(out[2], 1e4F);
+    EXPECT_EQ(out[3], 0.0F);
+    EXPECT_EQ(out[4], 1e20F);  // x³ overflows to inf inside; σ saturates to exactly 1
+    EXPECT_EQ(out[5], 0.0F);
+    EXPECT_TRUE(
+        std::isnan(ops::gelu_tanh(Tensor::scalar(std::numeric_limits<float>::quiet_NaN())).item()));
+}
+
+TEST(GeluTanhBackward, MatchesTheAnalyticDerivativeAndItsLimits) {
+    std::vector<float> x = testing::pseudo_random(1001, -6.0F, 6.0F, 18U);
+    x.insert(x.end(), {0.0F, 1.0F, -1.0F, 10.0F, -10.0F});
+    const std::vector<float> upstream = testing::pseudo_random(x.size(), -2.0F, 2.0F, 19U);
+    EXPECT_TRUE(testing::all_close(
+        ops::gelu_tanh_backward(vector_of(x), vector_of(upstream)),
+        hadamard(upstream, map_double(x, gelu_tanh_derivative_reference))));
+    const std::vector<float> limits =
+        ops::gelu_tanh_backward(vector_of({-infinity, infinity, -1e20F, 1e20F}),
+                                vector_of({3.0F, 3.0F, 3.0F, 3.0F}))
+            .to_host();
+    EXPECT_EQ(limits[0], 0.0F);
+    EXPECT_EQ(limits[1], 3.0F);
+    EXPECT_EQ(limits[2], 0.0F);
+    EXPECT_EQ(limits[3], 3.0F);
+}
+
+TEST(GeluTanhBackward, MatchesCentredFiniteDifferences) {
+    const std::vector<float> x = testing::pseudo_random(64, -4.0F, 4.0F, 20U);
+    const std::vector<float> w = testing::pseudo_random(64, -1.0F, 1.0F, 21U);
+    const std::vector<double> numeric = testing::finite_difference_gradient(
+        weighted_sum_of([](const Tensor& t) { return ops::gelu_tanh(t); }, w), x, 1e-2);
+    EXPECT_TRUE(testing::all_close(ops::gelu_tanh_backward(vector_of(x), vector_of(w)), numeric,
+                                   5e-3, 5e-3));
+    const Tensor matrix({2, 2}, {1.0F, 2.0F, 3.0F, 4.0F});
+    EXPECT_THROW(static_cast<void>(ops::gelu_tanh_backward(matrix, vector_of({1, 1, 1, 1}))),
+                 std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------------------------

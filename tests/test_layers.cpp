@@ -494,9 +494,9 @@ TEST(FeedForward, ParametersAreExpandThenProject) {
     EXPECT_EQ(block.parameter_count(), 4U * 10U + 10U + 10U * 4U + 4U);
 }
 
-TEST(FeedForward, EqualsExpandActivateProjectForBothActivations) {
-    for (const Activation activation : {Activation::Gelu, Activation::Relu}) {
-        SCOPED_TRACE(activation == Activation::Gelu ? "gelu" : "relu");
+TEST(FeedForward, EqualsExpandActivateProjectForEveryActivation) {
+    for (const Activation activation : {Activation::Gelu, Activation::Relu, Activation::GeluTanh}) {
+        SCOPED_TRACE(static_cast<int>(activation));
         std::mt19937 generator(18U);
         const FeedForward block(6, 9, generator, activation);
         randomize_parameters(block, 80U);
@@ -504,8 +504,9 @@ TEST(FeedForward, EqualsExpandActivateProjectForBothActivations) {
             block, {2, 4, 6}, [&](const Variable& x) { return block.forward(x); },
             [activation](const Variable& x, const std::vector<Variable>& p) {
                 const Variable hidden = affine_composition(x, p[0], p[1]);
-                const Variable active =
-                    activation == Activation::Gelu ? gelu(hidden) : relu(hidden);
+                const Variable active = activation == Activation::Gelu       ? gelu(hidden)
+                                        : activation == Activation::GeluTanh ? gelu_tanh(hidden)
+                                                                             : relu(hidden);
                 return affine_composition(active, p[2], p[3]);
             });
     }
@@ -527,7 +528,7 @@ TEST(FeedForward, DefaultsToGelu) {
 
 TEST(FeedForward, RejectsAnUnknownActivationAndZeroWidths) {
     std::mt19937 generator(21U);
-    EXPECT_THROW(FeedForward(4, 8, generator, static_cast<Activation>(2)), std::invalid_argument);
+    EXPECT_THROW(FeedForward(4, 8, generator, static_cast<Activation>(3)), std::invalid_argument);
     EXPECT_THROW(FeedForward(0, 8, generator), std::invalid_argument);
     EXPECT_THROW(FeedForward(4, 0, generator), std::invalid_argument);
 }

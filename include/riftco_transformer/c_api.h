@@ -201,6 +201,10 @@ typedef struct rt_variable rt_variable;
 #define RT_ATTENTION_FLASH 1
 #define RT_ACTIVATION_CHECKPOINTING_DISABLED 0
 #define RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK 1
+/* rt_transformer_config.feed_forward_activation */
+#define RT_FEED_FORWARD_ACTIVATION_GELU 0      /* exact erf GELU (the spec's decoder) */
+#define RT_FEED_FORWARD_ACTIVATION_RELU 1
+#define RT_FEED_FORWARD_ACTIVATION_GELU_TANH 2 /* GPT-2's tanh approximation */
 
 typedef struct rt_transformer_config {
     uint64_t struct_size;
@@ -212,6 +216,11 @@ typedef struct rt_transformer_config {
     uint64_t feed_forward_width; /* F, init 0 */
     uint32_t random_seed;        /* init 5489 */
     float layer_norm_epsilon;    /* init 1e-5 */
+    /* Appended after the first published layout (64 bytes, still accepted: a shorter
+     * struct_size leaves these at their init values). */
+    uint32_t feed_forward_activation; /* RT_FEED_FORWARD_ACTIVATION_*, init GELU */
+    uint32_t tie_embeddings; /* 0 (init) or 1: the head reads the token embedding; no head
+                              * parameters, no head bias, no head LoRA target */
 } rt_transformer_config;
 
 RT_API rt_status RT_CALL rt_transformer_config_init(rt_transformer_config* config,

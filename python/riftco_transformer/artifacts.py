@@ -63,8 +63,25 @@ MAXIMUM_MANIFEST_BYTES = 1 << 26
 MAXIMUM_BLOCKS = 256
 
 _HEX_ID = re.compile(r"[0-9a-f]{64}\Z")
-# The config's fields, in TransformerConfig's order (the six dimensions, the seed, epsilon).
+# The config's fields, in TransformerConfig's order (the six dimensions, the seed, epsilon,
+# then the GPT-2 variant fields).
 CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TransformerConfig))
+# The variant fields a GPT-2 import needs, with their defaults. A manifest records one only
+# when it differs from its default, so every earlier artifact (eight fields) still validates
+# and a default model's artifact id is what it always was.
+OPTIONAL_CONFIG_DEFAULTS = {"feed_forward_activation": "gelu", "tie_embeddings": False}
+REQUIRED_CONFIG_FIELDS = tuple(name for name in CONFIG_FIELDS
+                               if name not in OPTIONAL_CONFIG_DEFAULTS)
+
+
+def config_record(config: TransformerConfig) -> dict:
+    """The manifest form of a GPT config: every required field, and each variant field
+    that is not at its default."""
+    record = {name: getattr(config, name) for name in REQUIRED_CONFIG_FIELDS}
+    for name, default in OPTIONAL_CONFIG_DEFAULTS.items():
+        if getattr(config, name) != default:
+            record[name] = getattr(config, name)
+    return record
 LLAMA_CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(LlamaMistralConfig))
 PRETRAINED_TOKENIZER_KEYS = {
     "method", "model", "pretokenizer", "tokens", "merges", "token_types", "scores", "bos_id",
@@ -120,12 +137,9 @@ def decoder_parameter_shapes(config: TransformerConfig) -> list[tuple[str, tuple
             (prefix + "feed_forward.project.weight", (d, f)),
             (prefix + "feed_forward.project.bias", (d,)),
         ]
-    shapes += [
-        ("final_norm.scale", (d,)),
-        ("final_norm.bias", (d,)),
-        ("language_model_head.weight", (v, d)),
-        ("language_model_head.bias", (v,)),
-    ]
+    shapes += [("final_norm.scale", (d,)), ("final_norm.bias", (d,))]
+    if not config.tie_embeddings:
+        shapes += [("language_model_head.weight", (v, d)), ("language_model_head.bias", (v,))]
     return shapes
 
 
@@ -218,7 +232,8 @@ class ModelBundle:
         if manifest["architecture"] == LLAMA_ARCHITECTURE:
             self._config = LlamaMistralConfig(**{name: config[name] for name in LLAMA_CONFIG_FIELDS})
         else:
-            self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS})
+            self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS
+                                                if name in config})
         self._parameters = tuple(
             ParameterSpec(entry["name"], tuple(entry["shape"]), entry["offset"], entry["count"])
             for entry in manifest["parameters"]
@@ -246,12 +261,18 @@ class ModelBundle:
         if not llama and not isinstance(model, DecoderOnlyTransformer):
             raise TypeError("model must be a DecoderOnlyTransformer or a LlamaMistralTransformer, "
                             f"not {type(model).__name__}")
-        expected_tokenizer = PretrainedTokenizer if llama else Tokenizer
-        if not isinstance(tokenizer, expected_tokenizer):
-            raise TypeError(f"tokenizer must be a {expected_tokenizer.__name__} for this model, "
+        # Llama/Mistral models carry a pretrained tokenizer; the GPT decoder either one of ours
+        # (byte or BPE) or a pretrained one (an imported GPT-2).
+        pretrained = isinstance(tokenizer, PretrainedTokenizer)
+        if llama and not pretrained:
+            raise TypeError("tokenizer must be a PretrainedTokenizer for this model, "
                             f"not {type(tokenizer).__name__}")
-        if chat_template is not None and (not llama or not isinstance(chat_template, str)):
-            raise TypeError("chat_template is the Jinja text of a Llama/Mistral model's template")
+        if not pretrained and not isinstance(tokenizer, Tokenizer):
+            raise TypeError("tokenizer must be a Tokenizer or a PretrainedTokenizer, "
+                            f"not {type(tokenizer).__name__}")
+        if chat_template is not None and (not pretrained or not isinstance(chat_template, str)):
+            raise TypeError("chat_template is the Jinja text of a pretrained model's template "
+                            "(a str, with a PretrainedTokenizer)")
         if model.lora_attached:
             raise ValueError("model has an attached LoRA adapter: merge_lora() before capture")
         if model.quantized_linear_weights:
@@ -260,7 +281,7 @@ class ModelBundle:
         _require_stage(stage)
         _require_parent(parent_artifact_id)
         metadata = _require_metadata(metadata)
-        tokenizer_size = tokenizer.vocabulary_size if llama else tokenizer.vocab_size
+        tokenizer_size = tokenizer.vocabulary_size if pretrained else tokenizer.vocab_size
         if tokenizer_size != model.config.vocabulary_size:
             raise ValueError(
                 f"tokenizer vocabulary {tokenizer_size} != model vocabulary_size "
@@ -269,7 +290,7 @@ class ModelBundle:
         with model.parameters() as parameter_list:
             names, shapes = parameter_list.names, parameter_list.shapes
             weights = parameter_list.flat_values()
-        if llama:
+        if pretrained:
             tokenizer_state = {"method": "pretrained", **tokenizer.state(),
                                "chat_template": chat_template}
         else:
@@ -292,8 +313,8 @@ class ModelBundle:
             "architecture": LLAMA_ARCHITECTURE if llama else ARCHITECTURE,
             "stage": stage,
             "parent_artifact_id": parent_artifact_id,
-            "config": {name: getattr(config, name)
-                       for name in (LLAMA_CONFIG_FIELDS if llama else CONFIG_FIELDS)},
+            "config": ({name: getattr(config, name) for name in LLAMA_CONFIG_FIELDS}
+                       if llama else config_record(config)),
             "tokenizer": tokenizer_state,
             "parameters": table,
             "weights": {
@@ -406,7 +427,7 @@ class ModelBundle:
 
     def tokenizer(self) -> Tokenizer | PretrainedTokenizer:
         """A new tokenizer restored exactly from the bundle's state (a
-        :class:`PretrainedTokenizer` for Llama/Mistral bundles)."""
+        :class:`PretrainedTokenizer` for Llama/Mistral bundles and imported GPT-2 models)."""
         state = self._manifest["tokenizer"]
         if state["method"] == "pretrained":
             return PretrainedTokenizer.from_state(state)
@@ -568,7 +589,11 @@ def _validate_manifest(manifest: object, where: str) -> None:
         vocabulary = _validate_pretrained_tokenizer(manifest["tokenizer"], where)
     else:
         config = _validate_config(manifest["config"], where)
-        vocabulary = _validate_tokenizer(manifest["tokenizer"], where)
+        tokenizer_state = manifest["tokenizer"]
+        if isinstance(tokenizer_state, dict) and tokenizer_state.get("method") == "pretrained":
+            vocabulary = _validate_pretrained_tokenizer(tokenizer_state, where)  # GPT-2
+        else:
+            vocabulary = _validate_tokenizer(tokenizer_state, where)
     if vocabulary != config.vocabulary_size:
         raise ValueError(
             f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size "
@@ -587,9 +612,13 @@ def validate_config_mapping(config: object, where: str) -> TransformerConfig:
 
 
 def _validate_config(config: object, where: str) -> TransformerConfig:
-    if not isinstance(config, dict) or set(config) != set(CONFIG_FIELDS):
-        raise ValueError(f"{where}: config must be an object with exactly {list(CONFIG_FIELDS)}")
-    for name in CONFIG_FIELDS[:-1]:
+    if (not isinstance(config, dict) or not set(REQUIRED_CONFIG_FIELDS) <= set(config)
+            or not set(config) <= set(CONFIG_FIELDS)):
+        raise ValueError(
+            f"{where}: config must be an object with exactly {list(REQUIRED_CONFIG_FIELDS)}, "
+            f"and optionally {list(OPTIONAL_CONFIG_DEFAULTS)}"
+        )
+    for name in REQUIRED_CONFIG_FIELDS[:-1]:
         if not _is_int(config[name]):
             raise ValueError(f"{where}: config.{name} must be an int, got {config[name]!r}")
     for name in CONFIG_FIELDS[:6]:
@@ -609,6 +638,13 @@ def _validate_config(config: object, where: str) -> TransformerConfig:
     if config["block_count"] > MAXIMUM_BLOCKS:
         raise ValueError(f"{where}: config.block_count {config['block_count']} exceeds "
                          f"{MAXIMUM_BLOCKS}")
+    activation = config.get("feed_forward_activation", "gelu")
+    if activation not in ("gelu", "gelu_tanh", "relu"):
+        raise ValueError(f"{where}: config.feed_forward_activation must be 'gelu', 'gelu_tanh' "
+                         f"or 'relu', got {activation!r}")
+    if not isinstance(config.get("tie_embeddings", False), bool):
+        raise ValueError(f"{where}: config.tie_embeddings must be a bool, got "
+                         f"{config['tie_embeddings']!r}")
     return TransformerConfig(**config)
 
 

@@ -41,7 +41,7 @@ from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json
 from ._files import atomic_write, read_file
 from .artifacts import (
     ARCHITECTURE,
-    CONFIG_FIELDS,
+    config_record,
     MAXIMUM_MANIFEST_BYTES,
     finite_number,
     first_non_finite,
@@ -200,7 +200,7 @@ def capture_training_checkpoint(
         "global_step": state.step_count,
         "model": {
             "architecture": ARCHITECTURE,
-            "config": {name: getattr(config, name) for name in CONFIG_FIELDS},
+            "config": config_record(config),
             "attention": model.full_sequence_attention,
             "activation_checkpointing": model.activation_checkpointing,
             "parameters": base_table,

@@ -5,7 +5,8 @@
 * a GGUF file (llama.cpp's format; ``general.architecture`` llama or mistral): weights
   dequantized to float32, the tokenizer and the chat template from its metadata;
 * a Hugging Face directory (``config.json``, ``model.safetensors`` or a sharded index,
-  ``tokenizer.json``; Llama/Mistral: :mod:`riftco_transformer.interchange.huggingface`);
+  ``tokenizer.json``; Llama/Mistral: :mod:`riftco_transformer.interchange.huggingface`;
+  GPT-2 onto our GPT decoder: :mod:`riftco_transformer.interchange.huggingface_gpt2`);
 * a ``.rift`` bundle (:mod:`riftco_transformer.artifacts`): a model we trained or
   fine-tuned, with its own tokenizer and chat template.
 
@@ -127,7 +128,7 @@ class PretrainedModel:
 
         self.reset_generator()
         template = getattr(self.chat_template, "text", None)
-        if self.architecture == "gpt":
+        if not isinstance(self.tokenizer, PretrainedTokenizer):  # a GPT of our own training
             bundle = ModelBundle.capture(self.model, self.tokenizer, stage, None, metadata)
         else:
             bundle = ModelBundle.capture(self.model, self.tokenizer, stage, None, metadata,
@@ -185,7 +186,8 @@ def _load_bundle(path: str) -> PretrainedModel:
     from .artifacts import ModelBundle
 
     bundle = ModelBundle.load(path)
-    if bundle.architecture == "gpt":
+    gpt = bundle.architecture == "gpt"
+    if gpt and bundle.tokenizer_state["method"] != "pretrained":
         runtime = bundle.instantiate()
         return PretrainedModel(runtime.model, runtime.tokenizer, PlainChatTemplate(), "gpt", path)
     runtime = bundle.instantiate(attention="flash")
@@ -193,8 +195,12 @@ def _load_bundle(path: str) -> PretrainedModel:
     bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
     eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
     text = bundle.chat_template
-    template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos) if text
-                else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
+    if text:
+        template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+    elif gpt:  # an imported GPT-2: no template, as when it was imported
+        template = PlainChatTemplate()
+    else:
+        template = PretrainedChatTemplate.for_family("chatml", eos_token=eos)
     return PretrainedModel(runtime.model, tokenizer, template, bundle.architecture, path)
 
 
@@ -214,9 +220,9 @@ def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = No
         return _load_gguf(path, require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT))
     if kind == "rift":
         return _load_bundle(path)
-    from .interchange.huggingface import load_huggingface
+    from .interchange.huggingface import is_gpt2_directory, load_huggingface
 
-    if maximum_context is None:
-        maximum_context = DEFAULT_MAXIMUM_CONTEXT
+    if maximum_context is None:  # GPT-2's learned position table sets its own bound
+        maximum_context = 0 if is_gpt2_directory(path) else DEFAULT_MAXIMUM_CONTEXT
     context = require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT)
     return load_huggingface(path, maximum_context=context or None)

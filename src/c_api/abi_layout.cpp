@@ -120,7 +120,9 @@ static_assert(sizeof(rt_bpe_merge_rule) == 12);
 static_assert(sizeof(rt_tokenizer_options) == 32 && offsetof(rt_tokenizer_options, method) == 8 &&
               offsetof(rt_tokenizer_options, vocabulary_size) == 16 &&
               offsetof(rt_tokenizer_options, minimum_pair_frequency) == 24);
-static_assert(sizeof(rt_transformer_config) == 64 &&
+static_assert(sizeof(rt_transformer_config) == 72 &&
+              offsetof(rt_transformer_config, feed_forward_activation) == 64 &&
+              offsetof(rt_transformer_config, tie_embeddings) == 68 &&
               offsetof(rt_transformer_config, vocabulary_size) == 8 &&
               offsetof(rt_transformer_config, feed_forward_width) == 48 &&
               offsetof(rt_transformer_config, random_seed) == 56 &&

@@ -50,12 +50,35 @@ ModelPin::~ModelPin() {
 
 namespace {
 
+// The first published rt_transformer_config (through layer_norm_epsilon); clients built
+// against it pass this size and get the appended fields' defaults.
+constexpr std::size_t transformer_config_minimum_size = 64;
+
 constexpr rt_transformer_config default_config() {
     rt_transformer_config config{};
     config.struct_size = sizeof(rt_transformer_config);
     config.random_seed = 5489;  // std::mt19937's default seed
     config.layer_norm_epsilon = 1e-5F;
+    config.feed_forward_activation = RT_FEED_FORWARD_ACTIVATION_GELU;
+    config.tie_embeddings = 0;
     return config;
+}
+
+Activation activation_from_value(std::uint32_t value) {
+    if (value != RT_FEED_FORWARD_ACTIVATION_GELU && value != RT_FEED_FORWARD_ACTIVATION_RELU &&
+        value != RT_FEED_FORWARD_ACTIVATION_GELU_TANH) {
+        throw std::invalid_argument("config->feed_forward_activation: unknown value " +
+                                    std::to_string(value));
+    }
+    return static_cast<Activation>(value);
+}
+
+bool flag_from_value(std::uint32_t value, const char* argument) {
+    if (value > 1) {
+        throw std::invalid_argument(std::string(argument) + ": must be 0 or 1, not " +
+                                    std::to_string(value));
+    }
+    return value == 1;
 }
 
 ModelState& state_of(const rt_model* model) {
@@ -106,7 +129,7 @@ extern "C" {
 
 rt_status rt_transformer_config_init(rt_transformer_config* config, uint64_t struct_size) {
     return guarded(__func__, [&] {
-        initialise_struct(config, struct_size, sizeof(rt_transformer_config), default_config(),
+        initialise_struct(config, struct_size, transformer_config_minimum_size, default_config(),
                           "config");
     });
 }
@@ -114,7 +137,7 @@ rt_status rt_transformer_config_init(rt_transformer_config* config, uint64_t str
 rt_status rt_model_create(const rt_transformer_config* config, rt_model** out) {
     return guarded(__func__, [&] {
         rt_transformer_config given =
-            read_struct(config, sizeof(rt_transformer_config), default_config(), "config");
+            read_struct(config, transformer_config_minimum_size, default_config(), "config");
         require_pointer(out, "out");
         TransformerDimensions dimensions;
         dimensions.vocabulary_size = to_size(given.vocabulary_size, "config->vocabulary_size");
@@ -124,12 +147,16 @@ rt_status rt_model_create(const rt_transformer_config* config, rt_model** out) {
         dimensions.block_count = to_size(given.block_count, "config->block_count");
         dimensions.feed_forward_width =
             to_size(given.feed_forward_width, "config->feed_forward_width");
+        DecoderOptions options;
+        options.feed_forward_activation = activation_from_value(given.feed_forward_activation);
+        options.tie_embeddings = flag_from_value(given.tie_embeddings, "config->tie_embeddings");
         std::mt19937 generator(given.random_seed);
         // Models are created on CPU whatever the thread's construction default is.
         const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
         auto state = std::make_shared<ModelState>();
-        state->model = std::make_unique<DecoderOnlyTransformer>(dimensions, generator,
-                                                                given.layer_norm_epsilon);
+        state->model = std::make_unique<DecoderOnlyTransformer>(
+            dimensions, generator, given.layer_norm_epsilon, AttentionKind::Materialized,
+            ActivationCheckpointing::Disabled, options);
         given.struct_size = sizeof(rt_transformer_config);
         state->config = given;
         *out = new rt_model{std::move(state)};
@@ -148,7 +175,7 @@ rt_status rt_model_config(const rt_model* model, rt_transformer_config* out) {
                 "model: a Llama/Mistral decoder has no GPT configuration; use "
                 "rt_llama_mistral_model_config");
         }
-        write_struct(out, state.config, sizeof(rt_transformer_config), "out");
+        write_struct(out, state.config, transformer_config_minimum_size, "out");
     });
 }
 

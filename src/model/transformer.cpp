@@ -55,7 +55,7 @@ class ParameterBytes {
 
 // Every parameter of the config, in the contract order, counted before anything is allocated
 // (a block_count of 2^40 must fail at once, not after minutes of allocating blocks).
-void require_parameter_bytes_fit(const TransformerDimensions& d) {
+void require_parameter_bytes_fit(const TransformerDimensions& d, bool tied) {
     const std::size_t V = d.vocabulary_size;
     const std::size_t C = d.maximum_context;
     const std::size_t D = d.model_width;
@@ -64,8 +64,10 @@ void require_parameter_bytes_fit(const TransformerDimensions& d) {
     outside_blocks.add(V, D, "token_embedding.weight", "vocabulary_size/model_width");
     outside_blocks.add(C, D, "position_embedding.weight", "maximum_context/model_width");
     outside_blocks.add(2, D, "final_norm.{scale,bias}", "model_width");
-    outside_blocks.add(D, V, "language_model_head.weight", "vocabulary_size/model_width");
-    outside_blocks.add(1, V, "language_model_head.bias", "vocabulary_size");
+    if (!tied) {
+        outside_blocks.add(D, V, "language_model_head.weight", "vocabulary_size/model_width");
+        outside_blocks.add(1, V, "language_model_head.bias", "vocabulary_size");
+    }
 
     ParameterBytes block(d);  // one block: 4D² + 2DF + 9D + F values
     block.add(2, D, "blocks.{i}.attention_norm.{scale,bias}", "model_width");
@@ -93,7 +95,7 @@ void require_parameter_bytes_fit(const TransformerDimensions& d) {
     }
 }
 
-void validate(const TransformerDimensions& d, float epsilon) {
+void validate(const TransformerDimensions& d, float epsilon, const DecoderOptions& options) {
     const auto fail = [&](const std::string& what) {
         throw std::invalid_argument(describe(d, what));
     };
@@ -110,13 +112,20 @@ void validate(const TransformerDimensions& d, float epsilon) {
         fail("positions must fit in uint32");
     tensor_ops::require_normalization_epsilon("DecoderOnlyTransformer", "layer_norm_epsilon",
                                               epsilon);
-    require_parameter_bytes_fit(d);
+    const Activation activation = options.feed_forward_activation;
+    if (activation != Activation::Gelu && activation != Activation::GeluTanh &&
+        activation != Activation::Relu) {
+        fail("unknown feed_forward_activation value " +
+             std::to_string(static_cast<std::uint32_t>(activation)));
+    }
+    require_parameter_bytes_fit(d, options.tie_embeddings);
 }
 
 }  // namespace
 
 TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937& generator,
-                                   float layer_norm_epsilon, AttentionKind attention) {
+                                   float layer_norm_epsilon, AttentionKind attention,
+                                   Activation feed_forward_activation) {
     attention_norm_ = &register_module(
         "attention_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
     attention_ = &register_module(
@@ -126,7 +135,8 @@ TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937&
         "feed_forward_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
     feed_forward_ = &register_module(
         "feed_forward",
-        std::make_unique<FeedForward>(d.model_width, d.feed_forward_width, generator));
+        std::make_unique<FeedForward>(d.model_width, d.feed_forward_width, generator,
+                                      feed_forward_activation));
 }
 
 Variable TransformerBlock::forward(const Variable& x) const {
@@ -144,11 +154,13 @@ Variable TransformerBlock::forward_incremental(const Variable& x, std::size_t la
 DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dimensions,
                                                std::mt19937& generator, float layer_norm_epsilon,
                                                AttentionKind attention,
-                                               ActivationCheckpointing checkpointing)
+                                               ActivationCheckpointing checkpointing,
+                                               const DecoderOptions& options)
     : CausalLanguageModel("DecoderOnlyTransformer", checkpointing),
       dimensions_(dimensions),
+      options_(options),
       attention_(attention) {
-    validate(dimensions, layer_norm_epsilon);
+    validate(dimensions, layer_norm_epsilon, options);
     require_attention_kind("DecoderOnlyTransformer", attention);
     const TransformerDimensions& d = dimensions;
     token_embedding_ =
@@ -160,13 +172,16 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
     for (std::size_t i = 0; i < d.block_count; ++i) {
         blocks_.push_back(&blocks.append(
-            std::make_unique<TransformerBlock>(d, generator, layer_norm_epsilon, attention)));
+            std::make_unique<TransformerBlock>(d, generator, layer_norm_epsilon, attention,
+                                               options.feed_forward_activation)));
     }
     final_norm_ = &register_module("final_norm",
                                    std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    language_model_head_ =
-        &register_module("language_model_head",
-                         std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+    if (!options.tie_embeddings) {
+        language_model_head_ =
+            &register_module("language_model_head",
+                             std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
+    }
     std::vector<AdaptableProjection> projections;
     for (std::size_t i = 0; i < d.block_count; ++i) {
         for (LoraTarget target :
@@ -178,9 +193,18 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
             projections.push_back({target, std::move(path), layer});
         }
     }
-    projections.push_back(
-        {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
+    if (language_model_head_ != nullptr) {
+        projections.push_back(
+            {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
+    }
     set_projections(std::move(projections));
+}
+
+Variable DecoderOnlyTransformer::head(const Variable& normalized) const {
+    if (language_model_head_ != nullptr)
+        return language_model_head_->forward(normalized);
+    // Tied: logits = h·Eᵀ, the embedding table [V,D] read as the head's weight [out,in].
+    return linear(normalized, token_embedding_->weight(), Variable());
 }
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
@@ -205,7 +229,7 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
                            [block](const Variable& input) { return block->forward(input); });
     }
     // [B,T,D] -> [B,T,V]
-    return language_model_head_->forward(final_norm_->forward(hidden));
+    return head(final_norm_->forward(hidden));
 }
 
 IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
@@ -238,7 +262,7 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
         }
     }
     hidden = select_rows(hidden, output_rows);
-    return language_model_head_->forward(final_norm_->forward(hidden)).value();
+    return head(final_norm_->forward(hidden)).value();
 }
 
 }  // namespace riftco_transformer

@@ -198,7 +198,8 @@ Variable RMSNorm::forward(const Variable& x) const {
 FeedForward::FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
                          Activation activation)
     : activation_(activation) {
-    if (activation != Activation::Gelu && activation != Activation::Relu) {
+    if (activation != Activation::Gelu && activation != Activation::Relu &&
+        activation != Activation::GeluTanh) {
         throw std::invalid_argument("FeedForward: unknown activation value " +
                                     std::to_string(static_cast<std::uint32_t>(activation)));
     }
@@ -209,7 +210,15 @@ FeedForward::FeedForward(std::size_t width, std::size_t hidden_width, std::mt199
 
 Variable FeedForward::forward(const Variable& x) const {
     const Variable hidden = expand_->forward(x);
-    return project_->forward(activation_ == Activation::Gelu ? gelu(hidden) : relu(hidden));
+    switch (activation_) {
+        case Activation::Gelu:
+            return project_->forward(gelu(hidden));
+        case Activation::GeluTanh:
+            return project_->forward(gelu_tanh(hidden));
+        case Activation::Relu:
+            break;
+    }
+    return project_->forward(relu(hidden));
 }
 
 SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator) {

@@ -1295,12 +1295,15 @@ static void transformer_config_init_sets_the_defaults(void) {
     EXPECT_EQ_U64(config.feed_forward_width, 0u);
     EXPECT_EQ_U64(config.random_seed, 5489u);
     EXPECT(config.layer_norm_epsilon == 1e-5f);
+    EXPECT_EQ_U64(config.feed_forward_activation, RT_FEED_FORWARD_ACTIVATION_GELU);
+    EXPECT_EQ_U64(config.tie_embeddings, 0u);
 }
 
 static void transformer_config_init_rejects_a_struct_size_below_the_minimum(void) {
     rt_transformer_config config;
     memset(&config, SENTINEL_BYTE, sizeof config);
-    EXPECT_STATUS(rt_transformer_config_init(&config, sizeof config - 1u),
+    /* The first published layout (64 bytes, through layer_norm_epsilon) is the minimum. */
+    EXPECT_STATUS(rt_transformer_config_init(&config, 64u - 1u),
                   RT_STATUS_INVALID_ARGUMENT);
     EXPECT_STATUS(rt_transformer_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
     EXPECT(all_bytes_are(&config, sizeof config, SENTINEL_BYTE));
@@ -1364,6 +1367,77 @@ static void model_creation_rejects_a_block_count_whose_parameters_do_not_fit(voi
         EXPECT_LAST_ERROR_MENTIONS(index == 0 ? "block_count 18446744073709551615 too large"
                                               : "block_count 1099511627776 too large");
     }
+}
+
+/* GPT-2's variant (ABI fields appended after layer_norm_epsilon): tanh GELU and a tied head. */
+static uint64_t parameter_count_of(rt_model* model) {
+    rt_parameter_list* list = NULL;
+    uint64_t count = 0;
+    EXPECT_OK(rt_model_parameters(model, &list));
+    EXPECT_OK(rt_parameter_list_count(list, &count));
+    rt_parameter_list_release(list);
+    return count;
+}
+
+static void model_creation_takes_the_gpt2_variant_fields(void) {
+    rt_transformer_config config = tiny_config();
+    config.feed_forward_activation = RT_FEED_FORWARD_ACTIVATION_GELU_TANH;
+    config.tie_embeddings = 1;
+    rt_model* tied = NULL;
+    EXPECT_OK(rt_model_create(&config, &tied));
+    rt_model* plain = NULL;
+    const rt_transformer_config plain_config = tiny_config();
+    EXPECT_OK(rt_model_create(&plain_config, &plain));
+    /* No language_model_head.{weight,bias}. */
+    EXPECT_EQ_U64(parameter_count_of(tied) + 2u, parameter_count_of(plain));
+    rt_transformer_config read_back;
+    EXPECT_OK(rt_transformer_config_init(&read_back, sizeof read_back));
+    EXPECT_OK(rt_model_config(tied, &read_back));
+    EXPECT_EQ_U64(read_back.feed_forward_activation, RT_FEED_FORWARD_ACTIVATION_GELU_TANH);
+    EXPECT_EQ_U64(read_back.tie_embeddings, 1u);
+    /* A client of the first layout reads 64 bytes and nothing past them is written. */
+    struct {
+        rt_transformer_config config;
+    } older;
+    memset(&older, SENTINEL_BYTE, sizeof older);
+    older.config.struct_size = 64;
+    EXPECT_OK(rt_model_config(tied, &older.config));
+    EXPECT_EQ_U64(older.config.struct_size, 64u);
+    EXPECT_EQ_U64(older.config.vocabulary_size, TINY_VOCABULARY);
+    EXPECT(all_bytes_are((const unsigned char*)&older + 64, sizeof older - 64, SENTINEL_BYTE));
+    rt_model_release(plain);
+    rt_model_release(tied);
+}
+
+static void model_creation_of_an_older_client_ignores_the_bytes_past_its_struct(void) {
+    /* struct_size 64: the appended fields are garbage here and must read as their defaults
+     * (exact GELU, untied), so the model has the spec's head. */
+    rt_transformer_config config = tiny_config();
+    memset((unsigned char*)&config + 64, SENTINEL_BYTE, sizeof config - 64);
+    config.struct_size = 64;
+    rt_model* model = NULL;
+    EXPECT_OK(rt_model_create(&config, &model));
+    rt_transformer_config read_back;
+    EXPECT_OK(rt_transformer_config_init(&read_back, sizeof read_back));
+    EXPECT_OK(rt_model_config(model, &read_back));
+    EXPECT_EQ_U64(read_back.struct_size, sizeof read_back);
+    EXPECT_EQ_U64(read_back.feed_forward_activation, RT_FEED_FORWARD_ACTIVATION_GELU);
+    EXPECT_EQ_U64(read_back.tie_embeddings, 0u);
+    rt_model_release(model);
+}
+
+static void model_creation_rejects_unknown_gpt2_variant_values(void) {
+    rt_transformer_config config = tiny_config();
+    config.feed_forward_activation = 3;
+    rt_model* model = NULL;
+    EXPECT_STATUS(rt_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(model == NULL);
+    EXPECT_LAST_ERROR_MENTIONS("config->feed_forward_activation: unknown value 3");
+    config = tiny_config();
+    config.tie_embeddings = 2;
+    EXPECT_STATUS(rt_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(model == NULL);
+    EXPECT_LAST_ERROR_MENTIONS("config->tie_embeddings: must be 0 or 1, not 2");
 }
 
 static void model_creation_rejects_bad_config_pointers_and_sizes(void) {
@@ -2883,6 +2957,9 @@ int main(void) {
 
     RUN_TEST(transformer_config_init_sets_the_defaults);
     RUN_TEST(transformer_config_init_rejects_a_struct_size_below_the_minimum);
+    RUN_TEST(model_creation_takes_the_gpt2_variant_fields);
+    RUN_TEST(model_creation_of_an_older_client_ignores_the_bytes_past_its_struct);
+    RUN_TEST(model_creation_rejects_unknown_gpt2_variant_values);
     RUN_TEST(transformer_config_in_a_larger_struct_keeps_its_tail);
     RUN_TEST(model_creation_rejects_a_zero_dimension);
     RUN_TEST(model_creation_rejects_a_width_not_divisible_by_the_heads);

@@ -57,7 +57,7 @@ def test_struct_layouts_have_the_sizes_the_header_implies():
     # Sizes added up by hand from the header's field lists (all naturally aligned).
     assert ctypes.sizeof(_abi.TokenizerOptions) == 8 + 4 + 4 + 8 + 8
     assert ctypes.sizeof(_abi.BpeMergeRule) == 3 * 4
-    assert ctypes.sizeof(_abi.TransformerConfigStruct) == 8 + 6 * 8 + 4 + 4
+    assert ctypes.sizeof(_abi.TransformerConfigStruct) == 8 + 6 * 8 + 4 + 4 + 4 + 4
     assert ctypes.sizeof(_abi.AdamOptionsStruct) == 8 + 5 * 4 + 4 + 4 + 4 + 8
     assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8
     assert ctypes.sizeof(_abi.AdamStateStruct) == 8 + 8 + 8 + 8 + 8

@@ -500,7 +500,7 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
     (dict(attention_bias=True), "attention_bias"),
     (dict(mlp_bias=True), "mlp_bias"),
     (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(architectures=["GPT2LMHeadModel"]), "architectures"),
+    (dict(architectures=["FalconForCausalLM"]), "architectures"),
     (dict(architectures=None), "architectures"),
     (dict(hidden_size=None), "hidden_size is missing"),
     (dict(num_hidden_layers=0), "num_hidden_layers"),

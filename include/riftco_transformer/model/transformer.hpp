@@ -11,6 +11,10 @@
 // Count: 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V (19,419 for V=27, C=16, D=32, N=2, F=64).
 // Random draws, in order: token embedding, position embedding, per block query, key, value,
 // output, expand, project; LM head.
+// DecoderOptions (beyond the spec, for GPT-2 checkpoints): the FFN activation may be GELU in
+// its tanh form (or ReLU), and the head may be tied to the token embedding (logits = h·Eᵀ,
+// no language_model_head parameters and so no head bias; count VD + CD + N(...) + 2D,
+// and the head's draw is skipped). The defaults are the spec's decoder exactly.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,10 +39,16 @@ struct TransformerDimensions {
     std::size_t feed_forward_width = 0;  // F
 };
 
+struct DecoderOptions {
+    Activation feed_forward_activation = Activation::Gelu;  // Gelu (exact erf), GeluTanh, Relu
+    bool tie_embeddings = false;  // the head reads token_embedding.weight; no head parameters
+};
+
 class TransformerBlock final : public Module {
   public:
     TransformerBlock(const TransformerDimensions& dimensions, std::mt19937& generator,
-                     float layer_norm_epsilon, AttentionKind attention);
+                     float layer_norm_epsilon, AttentionKind attention,
+                     Activation feed_forward_activation = Activation::Gelu);
     // x [B,T,D] -> [B,T,D]
     [[nodiscard]] Variable forward(const Variable& x) const;
     // The incremental form over R independent rows: x [R,D] -> [R,D] (no graph).
@@ -61,13 +71,14 @@ inline constexpr std::size_t max_transformer_parameter_bytes = std::size_t{1} <<
 class DecoderOnlyTransformer final : public CausalLanguageModel {
   public:
     // Any zero dimension, D % H != 0, V−1 or C−1 not representable as uint32, eps not finite
-    // or not > 0, an unknown policy value: std::invalid_argument. Parameters that need more
+    // or not > 0, an unknown policy or activation value: std::invalid_argument. Parameters that need more
     // than max_transformer_parameter_bytes (overflow-checked; the message names the field,
     // e.g. block_count): std::overflow_error, thrown before anything is allocated or drawn.
     DecoderOnlyTransformer(
         const TransformerDimensions& dimensions, std::mt19937& generator,
         float layer_norm_epsilon = 1e-5F, AttentionKind attention = AttentionKind::Materialized,
-        ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled);
+        ActivationCheckpointing checkpointing = ActivationCheckpointing::Disabled,
+        const DecoderOptions& options = {});
 
     // forward(tokens, shape) and forward(IndexTensor) are CausalLanguageModel's: token ids
     // [B,T] -> logits [B,T,V] with its argument rules.
@@ -90,6 +101,7 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
     }
 
     [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
+    [[nodiscard]] const DecoderOptions& options() const noexcept { return options_; }
     [[nodiscard]] std::size_t maximum_context() const noexcept override {
         return dimensions_.maximum_context;
     }
@@ -99,21 +111,25 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
         return "DecoderOnlyTransformer";
     }
     // LoRA and NF4 are CausalLanguageModel's. Targets available here:
-    // attention.{query,key,value,output}, feed_forward.{expand,project}, language_model_head;
-    // quantize_nf4 packs all 6N+1 projections (block order q, k, v, o, expand, project; head).
+    // attention.{query,key,value,output}, feed_forward.{expand,project}, and
+    // language_model_head unless tied; quantize_nf4 packs all 6N projections (block order q,
+    // k, v, o, expand, project) and the untied head.
 
   protected:
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
 
   private:
+    // logits of normalized hidden states: the head, or h·Eᵀ when tied.
+    [[nodiscard]] Variable head(const Variable& normalized) const;
 
     TransformerDimensions dimensions_;
+    DecoderOptions options_;
     AttentionKind attention_;
     Embedding* token_embedding_;
     Embedding* position_embedding_;
     std::vector<TransformerBlock*> blocks_;
     LayerNorm* final_norm_;
-    Linear* language_model_head_;
+    Linear* language_model_head_ = nullptr;  // null when tied
 };
 
 }  // namespace riftco_transformer

@@ -124,7 +124,8 @@ class RMSNorm final : public Module {
     Variable scale_;
 };
 
-enum class Activation : std::uint32_t { Gelu = 0, Relu = 1 };
+// The feed-forward activation: exact-erf GELU, ReLU, or GELU in GPT-2's tanh form.
+enum class Activation : std::uint32_t { Gelu = 0, Relu = 1, GeluTanh = 2 };
 
 // expand (D -> F), activation, project (F -> D); no norm, no residual.
 class FeedForward final : public Module {

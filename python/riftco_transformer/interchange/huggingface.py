@@ -1,4 +1,5 @@
 """Hugging Face checkpoints of Llama and Mistral models, read from their directory.
+(``GPT2LMHeadModel`` directories are dispatched to :mod:`.huggingface_gpt2`.)
 
 A directory holds ``config.json`` (``LlamaForCausalLM`` or ``MistralForCausalLM``), the
 weights as ``model.safetensors`` or as shards listed by ``model.safetensors.index.json``, and
@@ -113,17 +114,35 @@ def huggingface_name(name: str) -> str:
 # ---- config.json
 
 
-def read_config(
-    directory: str | os.PathLike, maximum_context: int | None = None
-) -> LlamaMistralConfig:
-    """The model configuration of ``directory/config.json``.
+def read_config(directory: str | os.PathLike, maximum_context: int | None = None):
+    """The model configuration of ``directory/config.json``: a :class:`LlamaMistralConfig`,
+    or for ``GPT2LMHeadModel`` a :class:`TransformerConfig`.
 
     ``maximum_context`` (a positive int) replaces ``max_position_embeddings`` as the bound
-    on sequences and the KV cache (RoPE has no position table). ValueError naming the key for
-    a missing or malformed value and for anything the model cannot honour.
+    on sequences and the KV cache (RoPE has no position table; GPT-2's may only shorten
+    ``n_positions``). ValueError naming the key for a missing or malformed value and for
+    anything the model cannot honour.
     """
     path = Path(directory) / CONFIG_FILE
-    return _config_from_document(_read_json_object(path), str(path), maximum_context)
+    document = _read_json_object(path)
+    if _is_gpt2(document):
+        from .huggingface_gpt2 import read_gpt2_config
+
+        return read_gpt2_config(document, str(path), maximum_context)
+    return _config_from_document(document, str(path), maximum_context)
+
+
+def _is_gpt2(document: Mapping) -> bool:
+    return document.get("architectures") == ["GPT2LMHeadModel"]
+
+
+def is_gpt2_directory(directory: str | os.PathLike) -> bool:
+    """Whether ``directory/config.json`` names ``GPT2LMHeadModel`` (False when unreadable:
+    the loader then reports the problem)."""
+    try:
+        return _is_gpt2(_read_json_object(Path(directory) / CONFIG_FILE))
+    except (OSError, ValueError):
+        return False
 
 
 def _config_from_document(
@@ -178,7 +197,7 @@ def _architecture(document: Mapping, source: str) -> str:
     names = document.get("architectures")
     if not isinstance(names, list) or len(names) != 1 or names[0] not in ARCHITECTURES:
         _fail(source, f"architectures {_describe(names)} is not supported (one of "
-                      f"{', '.join(ARCHITECTURES)})")
+                      f"{', '.join(ARCHITECTURES)}, GPT2LMHeadModel)")
     return ARCHITECTURES[names[0]]
 
 
@@ -475,7 +494,10 @@ def _chat_template_text(directory: Path, settings: dict, source: str) -> str | N
     return jinja.read_text(encoding="utf-8") if jinja.is_file() else None
 
 
-def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int):
+def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int,
+                            default: str | None = "chatml"):
+    """The tokenizer and the chat template; without a template, the ``default`` family's
+    (None: no template is returned)."""
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE}")
@@ -497,8 +519,12 @@ def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int)
         bos, eos = (tokenizer.token_text(i) if i is not None else ""
                     for i in (tokenizer.bos_id, tokenizer.eos_id))
         text = _chat_template_text(directory, settings, source)
-        template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
-                    if text else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
+        if text:
+            template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+        elif default is not None:
+            template = PretrainedChatTemplate.for_family(default, eos_token=eos)
+        else:
+            template = None
     except BaseException:
         tokenizer.close()
         raise
@@ -521,6 +547,10 @@ def load_huggingface(directory: str | os.PathLike, maximum_context: int | None =
     directory = Path(directory)
     config_path = directory / CONFIG_FILE
     document = _read_json_object(config_path)
+    if _is_gpt2(document):
+        from .huggingface_gpt2 import load_gpt2
+
+        return load_gpt2(directory, document, maximum_context)
     config = _config_from_document(document, str(config_path), maximum_context)
     tensors = read_checkpoint_tensors(directory)
     windowed = config.sliding_window is not None and config.sliding_window < config.maximum_context
@@ -539,6 +569,7 @@ __all__ = [
     "ARCHITECTURES",
     "TensorSpan",
     "huggingface_name",
+    "is_gpt2_directory",
     "load_huggingface",
     "read_checkpoint_tensors",
     "read_config",

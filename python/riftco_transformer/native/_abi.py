@@ -119,6 +119,8 @@ class TransformerConfigStruct(Structure):
         ("feed_forward_width", c_uint64),
         ("random_seed", c_uint32),
         ("layer_norm_epsilon", c_float),
+        ("feed_forward_activation", c_uint32),
+        ("tie_embeddings", c_uint32),
     ]
 
 

@@ -43,6 +43,13 @@ ACTIVATION_CHECKPOINTING_NAMES = {
     ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK: "block",
 }
 
+# rt_transformer_config.feed_forward_activation: "gelu" is the exact-erf GELU of the spec's
+# decoder, "gelu_tanh" GPT-2's tanh approximation.
+FEED_FORWARD_ACTIVATION_VALUES = {"gelu": 0, "relu": 1, "gelu_tanh": 2}
+FEED_FORWARD_ACTIVATION_NAMES = {
+    value: name for name, value in FEED_FORWARD_ACTIVATION_VALUES.items()
+}
+
 _DIMENSION_FIELDS = (
     "vocabulary_size",
     "maximum_context",
@@ -61,6 +68,11 @@ class TransformerConfig:
     ``block_count`` N and ``feed_forward_width`` F are positive ints (TypeError/ValueError
     otherwise); ``random_seed`` (uint32) fixes the initial weights; ``layer_norm_epsilon`` is
     a positive float. That H divides D is checked by the library when the model is created.
+
+    Beyond the spec's decoder, for GPT-2 checkpoints: ``feed_forward_activation`` is
+    ``"gelu"`` (exact erf, the default), ``"gelu_tanh"`` (GPT-2) or ``"relu"``; and
+    ``tie_embeddings=True`` makes the head read the token embedding (logits = h·Eᵀ), so there
+    are no ``language_model_head`` parameters and no head bias.
     """
 
     vocabulary_size: int
@@ -71,6 +83,8 @@ class TransformerConfig:
     feed_forward_width: int
     random_seed: int = 5489
     layer_norm_epsilon: float = 1e-5
+    feed_forward_activation: str = "gelu"
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
         for name in _DIMENSION_FIELDS:
@@ -83,6 +97,16 @@ class TransformerConfig:
             "layer_norm_epsilon",
             require_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"),
         )
+        require_choice(
+            self.feed_forward_activation,
+            "feed_forward_activation",
+            FEED_FORWARD_ACTIVATION_VALUES,
+        )
+        if not isinstance(self.tie_embeddings, bool):
+            raise TypeError(
+                f"tie_embeddings must be a bool, not {type(self.tie_embeddings).__name__} "
+                f"({self.tie_embeddings!r})"
+            )
 
 
 def _native_config(config: TransformerConfig) -> TransformerConfigStruct:
@@ -96,6 +120,10 @@ def _native_config(config: TransformerConfig) -> TransformerConfigStruct:
         setattr(native_config, name, getattr(config, name))
     native_config.random_seed = config.random_seed
     native_config.layer_norm_epsilon = config.layer_norm_epsilon
+    native_config.feed_forward_activation = FEED_FORWARD_ACTIVATION_VALUES[
+        config.feed_forward_activation
+    ]
+    native_config.tie_embeddings = 1 if config.tie_embeddings else 0
     return native_config
 
 

@@ -73,6 +73,15 @@ Variable gelu(const Variable& x) {
                        });
 }
 
+Variable gelu_tanh(const Variable& x) {
+    require_defined(x, "gelu_tanh", "x");
+    const Tensor input = x.value();
+    return make_result("gelu_tanh", ops::gelu_tanh(input), {&x},
+                       [input](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::gelu_tanh_backward(input, g)};
+                       });
+}
+
 Variable relu(const Variable& x) {
     require_defined(x, "relu", "x");
     const Tensor input = x.value();

@@ -84,9 +84,9 @@ class LayoutCapability {
 };
 
 enum class BinaryOperation { Add, Subtract, Multiply, Divide };
-enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, Relu, Silu };
+enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, GeluTanh, Relu, Silu };
 // (x, upstream) -> upstream · f'(x)
-enum class UnaryDerivative { Gelu, Relu, Silu };
+enum class UnaryDerivative { Gelu, GeluTanh, Relu, Silu };
 
 class ElementwiseCapability {
   public:

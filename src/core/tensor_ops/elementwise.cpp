@@ -90,6 +90,9 @@ Tensor erf(const Tensor& x) {
 Tensor gelu(const Tensor& x) {
     return unary("gelu", UnaryOperation::Gelu, x);
 }
+Tensor gelu_tanh(const Tensor& x) {
+    return unary("gelu_tanh", UnaryOperation::GeluTanh, x);
+}
 Tensor relu(const Tensor& x) {
     return unary("relu", UnaryOperation::Relu, x);
 }
@@ -99,6 +102,9 @@ Tensor silu(const Tensor& x) {
 
 Tensor gelu_backward(const Tensor& x, const Tensor& upstream) {
     return unary_backward("gelu_backward", UnaryDerivative::Gelu, x, upstream);
+}
+Tensor gelu_tanh_backward(const Tensor& x, const Tensor& upstream) {
+    return unary_backward("gelu_tanh_backward", UnaryDerivative::GeluTanh, x, upstream);
 }
 Tensor relu_backward(const Tensor& x, const Tensor& upstream) {
     return unary_backward("relu_backward", UnaryDerivative::Relu, x, upstream);

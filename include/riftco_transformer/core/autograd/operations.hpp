@@ -70,6 +70,7 @@ namespace riftco_transformer {
 [[nodiscard]] Variable sqrt(const Variable& x);
 [[nodiscard]] Variable erf(const Variable& x);
 [[nodiscard]] Variable gelu(const Variable& x);
+[[nodiscard]] Variable gelu_tanh(const Variable& x);  // GPT-2's tanh form
 [[nodiscard]] Variable relu(const Variable& x);
 [[nodiscard]] Variable silu(const Variable& x);
 

@@ -32,6 +32,12 @@ namespace riftco_transformer::tensor_ops {
 // +inf and 0 at -inf.
 [[nodiscard]] Tensor gelu_backward(const Tensor& x, const Tensor& upstream);
 
+// GELU in its tanh form (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), computed as
+// x·σ(2u) so nothing overflows; gelu_tanh(+inf) = +inf, gelu_tanh(-inf) = -0, NaN propagates.
+[[nodiscard]] Tensor gelu_tanh(const Tensor& x);
+// upstream · d/dx gelu_tanh(x); the factor is 1 at +inf and 0 at -inf.
+[[nodiscard]] Tensor gelu_tanh_backward(const Tensor& x, const Tensor& upstream);
+
 // max(0, x); NaN propagates.
 [[nodiscard]] Tensor relu(const Tensor& x);
 // upstream where x > 0, 0 where x <= 0 (including exactly 0), NaN where x is NaN.

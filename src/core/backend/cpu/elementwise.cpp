@@ -59,6 +59,30 @@ float sigmoid(float x) {
     return x >= 0.0F ? 1.0F / (1.0F + e) : e / (1.0F + e);
 }
 
+// GELU in its tanh form (GPT-2's "gelu_new"): 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³).
+// Since 1 + tanh(u) = 2·σ(2u), it is computed as x·σ(2u), which never overflows: where x³
+// is ±inf, σ is exactly 0 or 1. The limits are −0 at −inf and +inf at +inf; NaN propagates.
+constexpr float gelu_tanh_scale = 0.797884560802865356F;  // √(2/π)
+constexpr float gelu_tanh_cubic = 0.044715F;
+
+float gelu_tanh_value(float x) {
+    const float s = sigmoid(2.0F * gelu_tanh_scale * (x + gelu_tanh_cubic * x * x * x));
+    return s == 0.0F ? -0.0F : x * s;
+}
+
+// d/dx x·σ(2u) = σ(2u) + x·2σ(2u)(1 − σ(2u))·u'(x), u'(x) = √(2/π)·(1 + 3·0.044715·x²).
+// The second term vanishes where σ saturates (|x| large), instead of becoming inf·0.
+float gelu_tanh_derivative(float x) {
+    const float z = 2.0F * gelu_tanh_scale * (x + gelu_tanh_cubic * x * x * x);
+    const float s = sigmoid(z);
+    const float one_minus = sigmoid(-z);  // 1 − σ(z) without cancellation where σ(z) ≈ 1
+    if (s == 0.0F || one_minus == 0.0F) {
+        return s;
+    }
+    const float slope = gelu_tanh_scale * (1.0F + 3.0F * gelu_tanh_cubic * x * x);
+    return s + 2.0F * x * s * one_minus * slope;
+}
+
 }  // namespace
 
 void CpuElementwise::binary(BinaryOperation operation, const Tensor& left, const Tensor& right,
@@ -136,6 +160,10 @@ void CpuElementwise::unary(UnaryOperation operation, const Tensor& x, Tensor& ou
                 for (std::size_t i = begin; i < end; ++i)
                     y[i] = gelu_value(v[i]);
                 break;
+            case UnaryOperation::GeluTanh:
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = gelu_tanh_value(v[i]);
+                break;
             case UnaryOperation::Relu:
                 // NaN fails both comparisons and is passed through unchanged.
                 for (std::size_t i = begin; i < end; ++i)
@@ -171,6 +199,10 @@ void CpuElementwise::unary_backward(UnaryDerivative derivative, const Tensor& x,
             case UnaryDerivative::Gelu:
                 for (std::size_t i = begin; i < end; ++i)
                     y[i] = g[i] * gelu_derivative(v[i]);
+                break;
+            case UnaryDerivative::GeluTanh:
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = g[i] * gelu_tanh_derivative(v[i]);
                 break;
             case UnaryDerivative::Relu:
                 // Derivative 0 at exactly 0; NaN inputs give NaN.
