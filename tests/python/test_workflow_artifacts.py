@@ -436,3 +436,63 @@ def test_restoring_an_adapter_checkpoint_needs_the_same_frozen_base(tokenizer):
     resumed = checkpoint.resume()  # the way to continue it: rebuild the pair from the file
     assert resumed.optimizer.step_count == 2
     resumed.close()
+
+
+# ---- the GPT-2 variant fields (tanh GELU, tied head) -----------------------------------------
+
+BASE_CONFIG_KEYS = {"vocabulary_size", "maximum_context", "model_width", "head_count",
+                    "block_count", "feed_forward_width", "random_seed", "layer_norm_epsilon"}
+
+
+def variant_model(tokenizer):
+    return DecoderOnlyTransformer(TransformerConfig(
+        tokenizer.vocab_size, 16, 16, 2, 1, 32, 3, feed_forward_activation="gelu_tanh",
+        tie_embeddings=True))
+
+
+def test_variant_fields_are_recorded_only_when_not_default(tmp_path, tokenizer):
+    # A default model's manifest is what it was before the fields existed (same artifact id).
+    assert set(bundle_of(tokenizer).manifest["config"]) == BASE_CONFIG_KEYS
+    with variant_model(tokenizer) as model:
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+        expected = model.parameters().flat_values()
+    config = bundle.manifest["config"]
+    assert set(config) == BASE_CONFIG_KEYS | {"feed_forward_activation", "tie_embeddings"}
+    assert config["feed_forward_activation"] == "gelu_tanh" and config["tie_embeddings"] is True
+    assert not any(entry["name"].startswith("language_model_head")
+                   for entry in bundle.manifest["parameters"])
+    loaded = ModelBundle.load(bundle.save(tmp_path / "variant.rift"))
+    with loaded.instantiate() as runtime:
+        assert runtime.model.config == bundle.config
+        assert runtime.model.parameters().flat_values() == expected
+
+
+def test_variant_field_rules(tokenizer):
+    with variant_model(tokenizer) as model:
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+    cases = {
+        "feed_forward_activation must be": lambda m: m["config"].update(
+            feed_forward_activation="swish"),
+        "tie_embeddings must be a bool": lambda m: m["config"].update(tie_embeddings=1),
+        "config must be an object with exactly": lambda m: m["config"].update(bias=True),
+        # Untied, the parameter table lacks the head the config now implies.
+        "parameters": lambda m: m["config"].update(tie_embeddings=False),
+    }
+    for message, edit in cases.items():
+        with pytest.raises(ValueError, match=message):
+            ModelBundle.from_bytes(_repack(bundle, edit))
+
+
+def test_a_variant_training_checkpoint_resumes_the_same_model(tokenizer):
+    with variant_model(tokenizer) as model, Adam(model.parameters()) as optimizer:
+        checkpoint = capture_training_checkpoint(model, optimizer)
+        expected = model.parameters().flat_values()
+    assert checkpoint.manifest["model"]["config"]["tie_embeddings"] is True
+    resumed = checkpoint.resume()
+    try:
+        assert resumed.model.config.feed_forward_activation == "gelu_tanh"
+        assert resumed.model.config.tie_embeddings is True
+        assert resumed.model.parameters().flat_values() == expected
+    finally:
+        resumed.optimizer.close()
+        resumed.model.close()

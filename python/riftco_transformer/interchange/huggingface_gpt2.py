@@ -36,6 +36,7 @@ cannot honour (``scale_attn_weights`` false, ``scale_attn_by_inverse_layer_idx``
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -105,8 +106,9 @@ def read_gpt2_config(
                            ("add_cross_attention", False)):
         value = document.get(key, supported)
         if value is not supported:
-            _fail(source, f"{key} {_describe(value)} is not supported (only "
-                          f"{str(supported).lower()})")
+            shown = json.dumps(value) if isinstance(value, bool) or value is None else \
+                _describe(value)
+            _fail(source, f"{key} {shown} is not supported (only {json.dumps(supported)})")
     tied = document.get("tie_word_embeddings", True)
     if not isinstance(tied, bool):
         _fail(source, f"tie_word_embeddings must be true or false, not {_json_type(tied)}")
