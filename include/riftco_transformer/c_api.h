@@ -939,6 +939,60 @@ RT_API rt_status RT_CALL rt_parameter_list_load_from_bytes(rt_parameter_list* li
                                                            const uint8_t* bytes,
                                                            uint64_t byte_count);
 
+/* ---- Data parallelism over MPI (RIFTCO_TRANSFORMER_ENABLE_MPI=ON builds) -----------------
+ * A process group is the world of the current `mpirun -n R` launch. Every collective has a
+ * deadline (timeout_ms): one that does not complete in time (a rank died, stopped or runs a
+ * different program) is RT_STATUS_RUNTIME_ERROR naming the collective and the rank; the group
+ * is then broken, and at exit the process ends the MPI job (MPI_Abort) instead of waiting.
+ * Builds without MPI: rt_distributed_compiled_in reports 0 and rt_process_group_create is
+ * RT_STATUS_RUNTIME_ERROR saying "not compiled in"; rt_process_group_create_single (a world of
+ * one, every collective an identity) works in every build. */
+typedef struct rt_process_group rt_process_group;
+RT_API rt_status RT_CALL rt_distributed_compiled_in(int32_t* out);
+/* timeout_ms > 0 (else RT_STATUS_INVALID_ARGUMENT). MPI is initialised on first use. */
+RT_API rt_status RT_CALL rt_process_group_create(uint64_t timeout_ms, rt_process_group** out);
+RT_API rt_status RT_CALL rt_process_group_create_single(rt_process_group** out);
+RT_API void RT_CALL rt_process_group_release(rt_process_group* group);
+RT_API rt_status RT_CALL rt_process_group_rank(const rt_process_group* group, int32_t* out);
+RT_API rt_status RT_CALL rt_process_group_world_size(const rt_process_group* group,
+                                                     int32_t* out);
+RT_API rt_status RT_CALL rt_process_group_barrier(rt_process_group* group);
+/* In place: the elementwise sum over ranks (count equal on every rank). */
+RT_API rt_status RT_CALL rt_process_group_allreduce_sum_f64(rt_process_group* group,
+                                                           double* values, uint64_t count);
+/* root's bytes into every rank's buffer; root outside [0, world) is INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_process_group_broadcast_bytes(rt_process_group* group,
+                                                         uint8_t* bytes, uint64_t count,
+                                                         int32_t root);
+/* Every rank's value in rank order, through the (out, capacity, required) protocol. */
+RT_API rt_status RT_CALL rt_process_group_allgather_u64(rt_process_group* group, uint64_t value,
+                                                       uint64_t* out, uint64_t capacity,
+                                                       uint64_t* required);
+/* Gradient buckets of at most `bucket_bytes` (>= 4; default 16 MiB). */
+RT_API rt_status RT_CALL rt_process_group_set_bucket_bytes(rt_process_group* group,
+                                                          uint64_t bucket_bytes);
+/* Bytes moved through this group's collectives so far, and the seconds spent in them. */
+RT_API rt_status RT_CALL rt_process_group_communication(const rt_process_group* group,
+                                                       uint64_t* out_bytes,
+                                                       double* out_seconds);
+/* Checks that every rank's list has the same names and shapes (else RT_STATUS_RUNTIME_ERROR
+ * on every rank, naming the first differing rank), then loads rank 0's values everywhere.
+ * Advances the model's parameter epoch on ranks other than 0. */
+RT_API rt_status RT_CALL rt_data_parallel_synchronize_parameters(rt_process_group* group,
+                                                                rt_parameter_list* list);
+/* Replaces every trainable parameter's gradient g_r by sum_r(w_r g_r) / sum_r(w_r), where w_r =
+ * local_weight is this rank's share of the global batch (its counted targets): the gradient
+ * of the global batch's mean loss on every rank. local_weight finite and >= 0 (else
+ * INVALID_ARGUMENT); weights summing to 0 is RT_STATUS_RUNTIME_ERROR. out_total_weight may be
+ * NULL. */
+RT_API rt_status RT_CALL rt_data_parallel_reduce_gradients(rt_process_group* group,
+                                                          rt_parameter_list* list,
+                                                          double local_weight,
+                                                          double* out_total_weight);
+/* A 64-bit FNV-1a hash of the list's values (replica checks). */
+RT_API rt_status RT_CALL rt_data_parallel_parameter_hash(const rt_parameter_list* list,
+                                                        uint64_t* out);
+
 #ifdef __cplusplus
 }
 #endif

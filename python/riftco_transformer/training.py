@@ -97,7 +97,7 @@ class CausalLanguageModelTrainer:
     """Trains ``model`` with ``optimizer``, which must own exactly the parameters being
     trained: the model's (full training) or its adapter's (LoRA/QLoRA)."""
 
-    def __init__(self, model, optimizer: Adam) -> None:
+    def __init__(self, model, optimizer: Adam, data_parallel=None) -> None:
         if not isinstance(optimizer, Adam):
             raise TypeError(f"optimizer must be an Adam, not {type(optimizer).__name__}")
         if optimizer.backend != model.backend:
@@ -109,6 +109,21 @@ class CausalLanguageModelTrainer:
         self.model = model
         self.optimizer = optimizer
         self._recent_losses: deque[float] = deque()
+        # Data parallelism (riftco_transformer.distributed.DataParallel): every rank trains on
+        # its shard of each global batch, gradients are averaged before the step, and the
+        # replicas start from rank 0's values.
+        self.data_parallel = data_parallel
+        if data_parallel is not None:
+            from .distributed import DataParallel
+
+            if not isinstance(data_parallel, DataParallel):
+                raise TypeError("data_parallel must be a DataParallel, not "
+                                f"{type(data_parallel).__name__}")
+            with model.parameters() as parameters:
+                data_parallel.synchronize_parameters(parameters)
+            if model.lora_attached:
+                with model.adapter_parameters() as adapter:
+                    data_parallel.synchronize_parameters(adapter)
 
     def capture_state(self) -> dict:
         """The loop's own state (the rolling window's losses), for checkpoints."""
@@ -121,12 +136,16 @@ class CausalLanguageModelTrainer:
         self._recent_losses = deque(losses)
 
     def train_step(self, batch: TrainingBatch, window: int = 10) -> TrainingMetric:
-        """One step on ``batch``; returns its training metric."""
+        """One step on ``batch`` (the global batch under data parallelism: this rank trains on
+        its shard, and the loss reported is the global batch's); returns its metric."""
         started = time.perf_counter()
-        loss = batch_loss(self.model, batch)
-        value = loss.item()
-        loss.backward()
-        loss.close()
+        if self.data_parallel is None:
+            loss = batch_loss(self.model, batch)
+            value = loss.item()
+            loss.backward()
+            loss.close()
+        else:
+            value = self._data_parallel_backward(batch)
         stats = self.optimizer.step()
         elapsed = time.perf_counter() - started
         self._recent_losses.append(value)
@@ -143,6 +162,32 @@ class CausalLanguageModelTrainer:
             tokens_per_second=batch.token_count / elapsed if elapsed > 0 else None,
             elapsed_seconds=elapsed,
         )
+
+    def _data_parallel_backward(self, batch: TrainingBatch) -> float:
+        """This rank's shard forward and backward, then the weighted gradient average; returns
+        the global batch's mean loss (each shard's mean weighted by its counted targets)."""
+        begin, end = self.data_parallel.shard(batch.batch_size)
+        mask = batch.target_mask
+        local = TrainingBatch(batch.inputs[begin:end], batch.targets[begin:end],
+                              None if mask is None else mask[begin:end])
+        if mask is None:
+            weight = float(local.token_count)
+        else:
+            weight = float(sum(sum(1 for flag in row if flag) for row in local.target_mask))
+        if weight > 0:
+            loss = batch_loss(self.model, local)
+            local_loss = loss.item()
+            loss.backward()
+            loss.close()
+        else:  # a shard with no counted target contributes nothing (zero gradients)
+            local_loss = 0.0
+        if self.model.lora_attached:
+            with self.model.adapter_parameters() as trainable:
+                total = self.data_parallel.reduce_gradients(trainable, weight)
+        else:
+            with self.model.parameters() as trainable:
+                total = self.data_parallel.reduce_gradients(trainable, weight)
+        return self.data_parallel.group.allreduce_sum([local_loss * weight])[0] / total
 
     def run(
         self,

@@ -688,6 +688,28 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             c_uint64,
         ],
     ),
+    # Data parallelism (MPI builds; the functions exist, and report "not compiled in", in all).
+    "rt_distributed_compiled_in": (rt_status, [POINTER(c_int32)]),
+    "rt_process_group_create": (rt_status, [c_uint64, handle_out]),
+    "rt_process_group_create_single": (rt_status, [handle_out]),
+    "rt_process_group_release": (None, [handle]),
+    "rt_process_group_rank": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_process_group_world_size": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_process_group_barrier": (rt_status, [handle]),
+    "rt_process_group_allreduce_sum_f64": (rt_status, [handle, POINTER(c_double), c_uint64]),
+    "rt_process_group_broadcast_bytes": (
+        rt_status,
+        [handle, POINTER(c_uint8), c_uint64, c_int32],
+    ),
+    "rt_process_group_allgather_u64": (
+        rt_status,
+        [handle, c_uint64, POINTER(c_uint64), c_uint64, size_out],
+    ),
+    "rt_process_group_set_bucket_bytes": (rt_status, [handle, c_uint64]),
+    "rt_process_group_communication": (rt_status, [handle, size_out, POINTER(c_double)]),
+    "rt_data_parallel_synchronize_parameters": (rt_status, [handle, handle]),
+    "rt_data_parallel_reduce_gradients": (rt_status, [handle, handle, c_double, POINTER(c_double)]),
+    "rt_data_parallel_parameter_hash": (rt_status, [handle, size_out]),
 }
 
 

@@ -100,6 +100,24 @@ Tensor Variable::gradient() const {
     return node.gradient;
 }
 
+void Variable::set_gradient(Tensor gradient) {
+    Node& node =
+        require_gradient_leaf(checked_node("Variable::set_gradient"), "Variable::set_gradient");
+    if (gradient.is_singular()) {
+        throw std::invalid_argument("Variable::set_gradient: the gradient is a singular tensor");
+    }
+    if (gradient.shape() != node.value.shape() || gradient.backend() != node.value.backend()) {
+        std::ostringstream message;
+        message << "Variable::set_gradient: the gradient has shape "
+                << shape_to_string(gradient.shape()) << " on "
+                << execution_backend_name(gradient.backend()) << ", the leaf has shape "
+                << shape_to_string(node.value.shape()) << " on "
+                << execution_backend_name(node.value.backend());
+        throw std::invalid_argument(message.str());
+    }
+    node.gradient = std::move(gradient);
+}
+
 void Variable::zero_gradient() {
     Node& node =
         require_gradient_leaf(checked_node("Variable::zero_gradient"), "Variable::zero_gradient");

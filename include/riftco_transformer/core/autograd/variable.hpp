@@ -67,6 +67,9 @@ class Variable {
     // leaves that do not require gradients: std::logic_error.
     [[nodiscard]] bool has_gradient() const;
     [[nodiscard]] Tensor gradient() const;
+    // Replaces a leaf's gradient (data-parallel reduction writes the averaged one back): the
+    // value's shape and backend (std::invalid_argument otherwise, nothing changed).
+    void set_gradient(Tensor gradient);
     void zero_gradient();
 
     // Replaces a leaf's value (same shape and backend: std::invalid_argument; non-leaf:
