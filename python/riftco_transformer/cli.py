@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="steps between checkpoints (with --checkpoint)")
     pretrain.add_argument("--resume", type=Path, default=None,
                           help="continue the run a .riftckpt recorded (same data and flags)")
+    pretrain.add_argument("--data-parallel", action="store_true",
+                          help="run as one rank of `mpirun -n R riftco pretrain ...`: each rank "
+                          "trains on its shard of every global batch (--batch-size windows, a "
+                          "multiple of R), gradients are averaged; rank 0 writes the outputs "
+                          "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)")
+    pretrain.add_argument("--collective-timeout", type=_positive_float, default=120.0,
+                          help="seconds a collective may wait for the other ranks before every "
+                          "rank stops with an error (with --data-parallel)")
 
     post = commands.add_parser("post-train", help="fine-tune a bundle on instruction JSONL",
                                description="Fine-tune a .rift bundle on prompt/response (or "
@@ -423,19 +431,33 @@ def command_pretrain(arguments) -> int:
         resume = checkpoint
     else:
         resume = None
-    reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial,
-                                 resuming=resume is not None)
+    data_parallel = None
+    if arguments.data_parallel:
+        from .distributed import DataParallel, ProcessGroup
+
+        data_parallel = DataParallel(ProcessGroup(timeout=arguments.collective_timeout))
+    leader = data_parallel is None or data_parallel.rank == 0
+    if leader:
+        reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial,
+                                     resuming=resume is not None)
+        sink, on_step = reporter.sink, reporter.on_step
+    else:  # the other ranks write nothing and stay quiet
+        reporter, sink, on_step = None, None, None
     started = time.perf_counter()
     try:
         result = pretrain_file(
             arguments.file, config, arguments.validation_file,
-            metric_sink=reporter.sink, on_step=reporter.on_step,
+            metric_sink=sink, on_step=on_step,
             checkpoint_path=arguments.checkpoint, checkpoint_interval=arguments.checkpoint_every,
-            resume_from=resume,
+            resume_from=resume, data_parallel=data_parallel,
         )
     finally:
-        reporter.finish()
+        if reporter is not None:
+            reporter.finish()
     elapsed = time.perf_counter() - started
+    if not leader:
+        data_parallel.group.barrier()  # rank 0 has written the bundle when this returns
+        return 0
     result.bundle.save(arguments.output)
     trained = [m for m in result.metrics if m.phase == "train"]
     validation = [m for m in result.metrics if m.phase == "validation"]
@@ -446,8 +468,14 @@ def command_pretrain(arguments) -> int:
     if validation:
         _say(f"pretrain: validation loss {validation[0].loss:.4f} -> {validation[-1].loss:.4f} "
              f"(perplexity {validation[-1].perplexity:.2f})")
+    if data_parallel is not None:
+        moved, seconds = data_parallel.group.communication
+        _say(f"pretrain: data parallel over {data_parallel.world_size} ranks; {moved:,} bytes "
+             f"through collectives in {seconds:.2f} s ({100 * seconds / elapsed:.1f}% of the run)")
     _say(f"pretrain: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}), "
          f"{reporter.metrics_path}, {reporter.curve_path}")
+    if data_parallel is not None:
+        data_parallel.group.barrier()
     return 0
 
 

@@ -376,6 +376,29 @@ def _pretrain_ranges(train_range, validation_range, config, validation_source: s
                 token_file.close()
 
 
+def _require_same_run_on_every_rank(data_parallel, config: PretrainingConfig, train_tokens,
+                                    validation_tokens) -> None:
+    """Every rank must train the same config on the same tokens: a hash of both is compared
+    across ranks (ValueError on every rank naming the first rank that differs)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
+    for tokens in (train_tokens, validation_tokens):
+        digest.update(len(tokens).to_bytes(8, "little"))
+        if isinstance(tokens, TokenFile):  # its header holds the SHA-256 of every token
+            digest.update(tokens.token_sha256)
+        else:
+            digest.update(array("I", tokens).tobytes())
+    mine = int.from_bytes(digest.digest()[:8], "little")
+    hashes = data_parallel.group.allgather(mine)
+    for rank, value in enumerate(hashes):
+        if value != hashes[0]:
+            raise ValueError(f"data parallel: rank {rank} runs a different configuration or data "
+                             f"than rank 0 (every rank must get the same flags and files)")
+    data_parallel.shard(config.batch_size)  # the global batch splits evenly
+
+
 def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig,
            validation_source: str, facts: dict, options: dict) -> PretrainingResult:
     metric_sink: Callable | None = options.pop("metric_sink", None)
@@ -383,8 +406,11 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
     checkpoint_path = options.pop("checkpoint_path", None)
     checkpoint_interval = options.pop("checkpoint_interval", None)
     resume_from = options.pop("resume_from", None)
+    data_parallel = options.pop("data_parallel", None)
     if options:
         raise TypeError(f"unexpected options {sorted(options)}")
+    if data_parallel is not None:
+        _require_same_run_on_every_rank(data_parallel, config, train_tokens, validation_tokens)
     for name, tokens in (("training", train_tokens), ("validation", validation_tokens)):
         if len(tokens) < config.context_size + 1:
             raise ValueError(
@@ -428,9 +454,18 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
                 learning_rate=config.learning_rate, state_storage=config.optimizer_state,
                 page_size=config.optimizer_page_size))
     try:
-        trainer = CausalLanguageModelTrainer(model, optimizer)
+        trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
         if resume_from is not None:
             checkpoint.restore_trainer(trainer)
+
+        def save_checkpoint() -> None:
+            # Under data parallelism rank 0 writes (the replicas and the global batch position
+            # are the same everywhere) while the others wait for the file to be complete.
+            if data_parallel is None or data_parallel.rank == 0:
+                save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source,
+                                         trainer)
+            if data_parallel is not None:
+                data_parallel.group.barrier()
         done = optimizer.step_count
         remaining = config.steps - done
         if remaining < 0:
@@ -440,7 +475,7 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
             if on_step is not None:
                 on_step(metric)
             if checkpoint_path is not None and checkpoint_interval and metric.step % checkpoint_interval == 0:
-                save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer)
+                save_checkpoint()
 
         metrics = ()
         if remaining:
@@ -453,7 +488,7 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
                 evaluate_first=resume_from is None,
             )
         if checkpoint_path is not None:
-            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer)
+            save_checkpoint()
         optimizer.close()
         metadata = {
             "objective": "next_token_prediction",
