@@ -29,6 +29,8 @@ set(expected_flags
     "--temperature T   (default: 0.8)"
     "--corpus-dir DIR   (default: "
     "--require-improvement NATS   (default: 0)"
+    "--data-parallel   (default: off)"
+    "--collective-timeout SECONDS   (default: 120)"
     "-h, --help")
 
 foreach(help_flag --help -h)
@@ -56,7 +58,11 @@ set(rejections
     "stray|unknown flag 'stray' (see --help)"
     "--steps|--steps needs a value (N)"
     "--steps many|--steps needs a positive integer (got 'many')"
-    "--attention dense|--attention must be materialized or flash (got 'dense')")
+    "--attention dense|--attention must be materialized or flash (got 'dense')"
+    "--collective-timeout 0|--collective-timeout needs a positive number (got '0')")
+if(NOT DISTRIBUTED)  # a build without MPI says so instead of training alone
+    list(APPEND rejections "--data-parallel --steps 1|distributed support is not compiled in")
+endif()
 foreach(rejection IN LISTS rejections)
     string(FIND "${rejection}" "|" bar)
     string(SUBSTRING "${rejection}" 0 ${bar} command_line)

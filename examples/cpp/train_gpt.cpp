@@ -18,8 +18,10 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -32,6 +34,7 @@
 #include "riftco_transformer/core/threading.hpp"
 #include "riftco_transformer/data/batching.hpp"
 #include "riftco_transformer/data/tokenizer_factory.hpp"
+#include "riftco_transformer/distributed/process_group.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
@@ -59,6 +62,8 @@ struct Options {
     float temperature = 0.8F;
     double required_improvement = 0.0;
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
+    bool data_parallel = false;
+    double collective_timeout = 120.0;
 };
 
 template <typename Value>
@@ -174,6 +179,21 @@ const std::vector<Flag>& flags() {
          [](Options& o, const std::string& f, const std::string& v) {
              o.required_improvement = parse_positive_number(f, v, true);
          }},
+        // A switch (no value): the placeholder is empty.
+        {"--data-parallel", "",
+         "run as one rank of `mpirun -n R riftco-train ...`: each rank trains on its shard of "
+         "every batch of --batch rows (a multiple of R) and gradients are averaged, so the run "
+         "equals one process on the same batches; rank 0 prints, evaluates and samples (needs "
+         "a build with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)",
+         [](const Options& o) { return std::string(o.data_parallel ? "on" : "off"); },
+         [](Options& o, const std::string&, const std::string&) { o.data_parallel = true; }},
+        {"--collective-timeout", "SECONDS",
+         "with --data-parallel: how long a collective waits for the other ranks before every "
+         "rank stops with an error",
+         [](const Options& o) { return text_of(o.collective_timeout); },
+         [](Options& o, const std::string& f, const std::string& v) {
+             o.collective_timeout = parse_positive_number(f, v);
+         }},
     };
     return table;
 }
@@ -188,7 +208,7 @@ void print_help(std::ostream& out) {
            "flags:\n";
     const Options defaults;
     for (const Flag& flag : flags()) {
-        out << "  " << flag.name << ' ' << flag.placeholder
+        out << "  " << flag.name << (*flag.placeholder != '\0' ? " " : "") << flag.placeholder
             << "   (default: " << flag.shown_default(defaults) << ")\n      " << flag.meaning
             << '\n';
     }
@@ -208,6 +228,10 @@ std::optional<Options> parse(int argc, char** argv) {
         });
         if (flag == flags().end())
             throw std::invalid_argument("unknown flag '" + name + "' (see --help)");
+        if (*flag->placeholder == '\0') {  // a switch
+            flag->set(o, name, "");
+            continue;
+        }
         if (i + 1 >= argc)
             throw std::invalid_argument(name + " needs a value (" + flag->placeholder + ")");
         flag->set(o, name, argv[++i]);
@@ -334,57 +358,110 @@ int main(int argc, char** argv) {
                                          .head_count = o.heads,
                                          .block_count = o.blocks,
                                          .feed_forward_width = o.feed_forward};
+        // Data parallelism: every rank builds the same model, then takes rank 0's values; each
+        // trains on its rows of every batch and the gradients are averaged before the step.
+        std::unique_ptr<ProcessGroup> group;
+        std::unique_ptr<DataParallel> parallel;
+        if (o.data_parallel) {
+            ProcessGroupOptions group_options;
+            group_options.timeout = std::chrono::milliseconds(
+                static_cast<std::int64_t>(std::ceil(o.collective_timeout * 1000.0)));
+            group = create_process_group(group_options);
+            parallel = std::make_unique<DataParallel>(*group);
+        } else {
+            group = create_single_process_group();
+        }
+        const bool leader = group->rank() == 0;
+        // Only rank 0 prints: the other ranks' standard output goes nowhere.
+        std::ostream out(leader ? std::cout.rdbuf() : nullptr);
+
         std::mt19937 init_generator(static_cast<std::mt19937::result_type>(o.seed));
         DecoderOnlyTransformer model(dims, init_generator, 1e-5F, o.attention, o.checkpointing);
+        if (parallel)
+            parallel->synchronize_parameters(model.parameters());
         AdamOptions adam_options;
         adam_options.learning_rate = o.learning_rate;
         adam_options.schedule = {LearningRateScheduleKind::WarmupCosine, o.warmup, o.steps, 0.1};
         Adam adam(model.parameters(), adam_options);
         WindowBatchSource batches(train, o.batch, o.context, o.seed + 1);
+        const auto [row_begin, row_end] =
+            parallel ? parallel->shard(o.batch) : std::pair<std::size_t, std::size_t>{0, o.batch};
 
-        std::cout << "cpu: " << cpu_info() << "\n";
-        std::cout << "corpus: " << text.size() << " bytes (" << train.size() << " training, "
-                  << held_out.size() << " held-out tokens); " << tokenizer_method_name(o.tokenizer)
-                  << " tokenizer, vocabulary " << dims.vocabulary_size << ", fitted in "
-                  << std::fixed << std::setprecision(2) << fit_seconds << " s\n"
-                  << "model: D=" << o.width << " H=" << o.heads << " N=" << o.blocks
-                  << " F=" << o.feed_forward << " T=" << o.context << ", "
-                  << model.parameter_count() << " parameters; batch " << o.batch << ", "
-                  << (o.attention == AttentionKind::Flash ? "flash" : "materialized")
-                  << " attention, " << cpu_thread_count() << " CPU threads\n";
+        out << "cpu: " << cpu_info() << "\n";
+        out << "corpus: " << text.size() << " bytes (" << train.size() << " training, "
+            << held_out.size() << " held-out tokens); " << tokenizer_method_name(o.tokenizer)
+            << " tokenizer, vocabulary " << dims.vocabulary_size << ", fitted in " << std::fixed
+            << std::setprecision(2) << fit_seconds << " s\n"
+            << "model: D=" << o.width << " H=" << o.heads << " N=" << o.blocks
+            << " F=" << o.feed_forward << " T=" << o.context << ", " << model.parameter_count()
+            << " parameters; batch " << o.batch << ", "
+            << (o.attention == AttentionKind::Flash ? "flash" : "materialized")
+            << " attention, " << cpu_thread_count() << " CPU threads";
+        if (parallel)
+            out << " per rank; data parallel over " << group->world_size() << " ranks";
+        out << "\n";
 
         const auto start = std::chrono::steady_clock::now();
         double smoothed = 0.0;
         for (std::size_t step = 1; step <= o.steps; ++step) {
             const TrainingBatch batch = batches.next();
+            const auto first = static_cast<std::ptrdiff_t>(row_begin * o.context);
+            const auto last = static_cast<std::ptrdiff_t>(row_end * o.context);
+            const std::vector<std::uint32_t> inputs(batch.inputs.begin() + first,
+                                                    batch.inputs.begin() + last);
+            const std::vector<std::uint32_t> targets(batch.targets.begin() + first,
+                                                     batch.targets.begin() + last);
             Variable loss =
-                cross_entropy(model.forward(batch.inputs, {o.batch, o.context}), batch.targets);
-            const double value = loss.value().item();
+                cross_entropy(model.forward(inputs, {row_end - row_begin, o.context}), targets);
+            double value = loss.value().item();
             loss.backward();
+            if (parallel) {
+                // The global batch's mean loss and gradient (equal shards: plain averages).
+                const auto weight = static_cast<double>(targets.size());
+                const double total = parallel->reduce_gradients(model.parameters(), weight);
+                value *= weight;
+                group->allreduce_sum(std::span<double>(&value, 1));
+                value /= total;
+            }
             const AdamStepStats stats = adam.step();
             smoothed = step == 1 ? value : 0.9 * smoothed + 0.1 * value;
             if (step % 25 == 0 || step == 1 || step == o.steps) {
                 const double seconds =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 const double rate = static_cast<double>(step * o.batch * o.context) / seconds;
-                std::cout << "step " << std::setw(5) << step << "  loss " << std::setprecision(4)
-                          << smoothed << "  lr " << std::scientific << std::setprecision(2)
-                          << stats.learning_rate << std::fixed << "  grad-norm "
-                          << std::setprecision(3) << stats.gradient_norm << "  "
-                          << std::setprecision(0) << rate << " tokens/s  eta "
-                          << std::setprecision(1)
-                          << seconds / static_cast<double>(step) *
-                                 static_cast<double>(o.steps - step)
-                          << " s\n";
+                out << "step " << std::setw(5) << step << "  loss " << std::setprecision(4)
+                    << smoothed << "  lr " << std::scientific << std::setprecision(2)
+                    << stats.learning_rate << std::fixed << "  grad-norm " << std::setprecision(3)
+                    << stats.gradient_norm << "  " << std::setprecision(0) << rate
+                    << " tokens/s  eta " << std::setprecision(1)
+                    << seconds / static_cast<double>(step) * static_cast<double>(o.steps - step)
+                    << " s\n";
             }
         }
+        if (parallel) {
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            const std::vector<std::uint64_t> hashes =
+                group->allgather(DataParallel::parameter_hash(model.parameters()));
+            const bool identical =
+                std::all_of(hashes.begin(), hashes.end(), [&](auto h) { return h == hashes[0]; });
+            out << "data parallel: " << parallel->communicated_bytes() << " bytes through "
+                << "collectives in " << std::setprecision(3) << parallel->communication_seconds()
+                << " s (" << std::setprecision(1)
+                << 100.0 * parallel->communication_seconds() / seconds
+                << "% of training); replicas " << (identical ? "identical" : "DIFFER") << "\n";
+            if (!identical)
+                throw DistributedError("the replicas' parameters differ after training");
+            if (!leader)
+                return 0;  // rank 0 evaluates and samples
+        }
         const CpuMemoryStatistics memory = cpu_memory_statistics();
-        std::cout << "peak tensor memory while training: " << std::setprecision(1)
+        out << "peak tensor memory while training: " << std::setprecision(1)
                   << static_cast<double>(memory.peak_live_bytes) / 1048576.0 << " MiB (block cache "
                   << static_cast<double>(memory.cached_bytes) / 1048576.0 << " MiB)\n";
         const double held_out_loss = evaluate(model, held_out, o.context, o.batch);
         const double baseline = unigram_baseline(train, held_out, dims.vocabulary_size);
-        std::cout << std::setprecision(4) << "held-out loss " << held_out_loss
+        out << std::setprecision(4) << "held-out loss " << held_out_loss
                   << " nats/token; unigram baseline " << baseline << " nats/token\n\n";
         std::mt19937_64 sampler(o.seed + 2);
         const std::vector<std::uint32_t> prompt =
@@ -392,7 +469,7 @@ int main(int argc, char** argv) {
         const std::vector<std::uint32_t> generated =
             sample(model, prompt, o.sample_length, o.temperature, sampler);
         const std::vector<std::uint8_t> bytes = tokenizer->decode_bytes(generated);
-        std::cout << std::string(bytes.begin(), bytes.end()) << "\n";
+        out << std::string(bytes.begin(), bytes.end()) << "\n";
         return baseline - held_out_loss > o.required_improvement ? 0 : 1;
     } catch (const std::exception& error) {
         std::cerr << "riftco-train: " << error.what() << '\n';
