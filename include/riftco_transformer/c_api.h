@@ -941,9 +941,10 @@ RT_API rt_status RT_CALL rt_parameter_list_load_from_bytes(rt_parameter_list* li
 
 /* ---- Data parallelism over MPI (RIFTCO_TRANSFORMER_ENABLE_MPI=ON builds) -----------------
  * A process group is the world of the current `mpirun -n R` launch. Every collective has a
- * deadline (timeout_ms): one that does not complete in time (a rank died, stopped or runs a
- * different program) is RT_STATUS_RUNTIME_ERROR naming the collective and the rank; the group
- * is then broken, and at exit the process ends the MPI job (MPI_Abort) instead of waiting.
+ * deadline (timeout_ms): when one has not returned in time (a rank died, stopped or runs a
+ * different program) the rank prints which collective timed out and exits with status 3, and
+ * the launcher ends the other ranks. An MPI error is RT_STATUS_RUNTIME_ERROR; the group is
+ * then broken, and at exit the process ends the MPI job (MPI_Abort) instead of waiting.
  * Builds without MPI: rt_distributed_compiled_in reports 0 and rt_process_group_create is
  * RT_STATUS_RUNTIME_ERROR saying "not compiled in"; rt_process_group_create_single (a world of
  * one, every collective an identity) works in every build. */

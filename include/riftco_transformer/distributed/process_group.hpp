@@ -2,12 +2,13 @@
 // Process groups and data-parallel training (built on MPI; RIFTCO_TRANSFORMER_ENABLE_MPI=ON).
 //
 // A ProcessGroup is the world of ranks an `mpirun -n R` (or mpiexec) launch started: rank,
-// world size, barrier, broadcast and sum-allreduce over host buffers. Every collective has a
-// deadline: it is started non-blocking and polled, and one that has not completed within the
-// group's timeout throws DistributedError naming the collective, the rank and the timeout
-// (a peer that died or diverged never leaves a rank hanging). After any DistributedError
-// the group is broken: further collectives throw at once, and the process ends the MPI job
-// with MPI_Abort at exit instead of waiting in MPI_Finalize, so every rank exits.
+// world size, barrier, broadcast and sum-allreduce over host buffers, run as MPI's own
+// blocking collectives. Every collective has a deadline (the group's timeout), kept by a
+// watchdog thread: a collective that has not returned in time (a peer died, stopped, or runs
+// a different program) makes the rank print which collective timed out and exit with status
+// 3, and the launcher then ends every other rank, so no rank is left hanging. An MPI error
+// code is a DistributedError; the group is then broken (further collectives throw at once)
+// and the process ends the MPI job with MPI_Abort at exit instead of waiting in MPI_Finalize.
 //
 // Without MPI compiled in, distributed_compiled_in() is false and create_process_group()
 // throws DistributedError saying so; the single-process group (world size 1, collectives are
