@@ -190,64 +190,67 @@ double DataParallel::reduce_gradients(const ParameterList& parameters, double lo
                                std::to_string(total) + " (no target counted on any rank)");
     }
     const auto factor = static_cast<float>(local_weight / total);
-    // Buckets: consecutive parameters packed into one host buffer of at most bucket_bytes
-    // (a larger parameter is reduced in bucket-sized pieces of its own).
+    // Buckets: consecutive gradients copied straight into one host buffer of at most
+    // bucket_bytes, scaled and summed over the ranks in one collective, and copied back; a
+    // gradient larger than a bucket is reduced through its own buffer in bucket-sized pieces.
     const std::size_t capacity = bucket_bytes_ / sizeof(float);
-    std::vector<float> bucket;
-    bucket.reserve(capacity);
+    std::size_t trainable_values = 0;
+    for (const NamedParameter& named : parameters) {
+        if (named.parameter.requires_gradient())
+            trainable_values += named.parameter.value().numel();
+    }
+    std::vector<float> bucket(std::min(capacity, trainable_values));
     struct Member {
         std::size_t index;
-        std::vector<float> values;  // this parameter's scaled gradient, then its reduced one
+        std::size_t offset;
+        std::size_t count;
     };
     std::vector<Member> members;
-    const auto flush = [&] {
-        if (members.empty())
-            return;
-        bucket.clear();
-        for (const Member& member : members)
-            bucket.insert(bucket.end(), member.values.begin(), member.values.end());
-        group_.allreduce_sum(std::span<float>(bucket));
-        communicated_ += bucket.size() * sizeof(float);
-        std::size_t offset = 0;
-        for (Member& member : members) {
-            Variable parameter = parameters[member.index].parameter;
-            Tensor gradient = parameter.gradient();
-            gradient.copy_from_host(
-                std::span<const float>(bucket.data() + offset, member.values.size()));
-            offset += member.values.size();
-            parameter.set_gradient(std::move(gradient));
-        }
-        members.clear();
-    };
     std::size_t filled = 0;
+    const auto reduce = [&](std::span<float> values) {
+        for (float& value : values)
+            value *= factor;
+        for (std::size_t begin = 0; begin < values.size(); begin += capacity) {
+            const std::size_t count = std::min(capacity, values.size() - begin);
+            group_.allreduce_sum(values.subspan(begin, count));
+            communicated_ += count * sizeof(float);
+        }
+    };
+    const auto write_back = [&](std::size_t index, std::span<const float> values) {
+        Variable parameter = parameters[index].parameter;
+        Tensor gradient = parameter.gradient();
+        gradient.copy_from_host(values);
+        parameter.set_gradient(std::move(gradient));
+    };
+    const auto flush = [&] {
+        if (filled == 0)
+            return;
+        reduce(std::span<float>(bucket.data(), filled));
+        for (const Member& member : members)
+            write_back(member.index, std::span<const float>(bucket.data() + member.offset,
+                                                            member.count));
+        members.clear();
+        filled = 0;
+    };
     for (std::size_t index = 0; index < parameters.size(); ++index) {
         const Variable& parameter = parameters[index].parameter;
         if (!parameter.requires_gradient())
             continue;
-        std::vector<float> values = parameter.gradient().to_host();
-        for (float& value : values)
-            value *= factor;
-        if (values.size() > capacity) {
+        const Tensor gradient = parameter.gradient();  // zeros when backward did not reach it
+        const std::size_t count = gradient.numel();
+        if (count > capacity) {
             flush();
-            filled = 0;
-            // One large parameter: reduced piece by piece in place.
-            for (std::size_t begin = 0; begin < values.size(); begin += capacity) {
-                const std::size_t count = std::min(capacity, values.size() - begin);
-                group_.allreduce_sum(std::span<float>(values.data() + begin, count));
-                communicated_ += count * sizeof(float);
-            }
-            Variable writable = parameter;
-            Tensor gradient = writable.gradient();
-            gradient.copy_from_host(values);
-            writable.set_gradient(std::move(gradient));
+            std::vector<float> values(count);
+            gradient.copy_to_host(values);
+            reduce(std::span<float>(values));
+            write_back(index, values);
             continue;
         }
-        if (filled + values.size() > capacity) {
+        if (filled + count > capacity)
             flush();
-            filled = 0;
-        }
-        filled += values.size();
-        members.push_back({index, std::move(values)});
+        gradient.copy_to_host(std::span<float>(bucket.data() + filled, count));
+        members.push_back({index, filled, count});
+        filled += count;
     }
     flush();
     return total;
