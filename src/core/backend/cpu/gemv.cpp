@@ -3,13 +3,27 @@
 // vector of every A row and of every B row of the group and issues MA·NB fused multiply-adds.
 // The k tail is masked (AVX-512) or finished in scalar code. Inner loops exist for AVX-512
 // and AVX2+FMA (target attributes, chosen at run time) and in portable C++.
+//
+// Streaming B is the whole cost, so two things keep the memory system busy:
+// * the vector loops prefetch B a fixed distance ahead of the loads (one cache line per B row
+//   of the group per k step, so the prefetches advance exactly as fast as the loads on dense
+//   rows). The hardware prefetchers stop at each 4 KiB page and weights in small pages pay a
+//   page walk and a ramp-up per page; the software stream crosses pages ahead of time;
+// * each thread streams one contiguous part of B, claimed a chunk at a time from a shared
+//   cursor; a thread that finishes early takes the remaining chunks of the others, so a
+//   thread slowed by the other core's traffic (or by the machine) does not hold the team at
+//   the closing barrier.
 
 #include "core/backend/cpu/gemv.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
-#include "core/backend/cpu/parallel_for.hpp"
+#include <omp.h>
+
+#include "riftco_transformer/core/threading.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RIFTCO_GEMV_X86 1
@@ -19,10 +33,23 @@
 namespace riftco_transformer::detail {
 namespace {
 
-// One group: c[i·ldc + r] = Σ_k a[i·lda + k]·b[r·ldb + k] for i < MA, r < NB.
+// How far ahead of the loads the vector loops prefetch B, in bytes: two 4 KiB pages, enough
+// to cover a DRAM miss at the rate two cores stream (8 KiB measured best of 4-32 KiB on
+// SmolLM2-135M's projections; 4 KiB is too short to help).
+constexpr std::size_t prefetch_distance = std::size_t{8} << 10U;
+
+// The prefetch cursor of one group: the next line to prefetch, and where B's part that this
+// thread streams ends (nothing past it is prefetched).
+struct Prefetch {
+    const char* next;
+    const char* end;
+};
+
+// One group: c[i·ldc + r] = Σ_k a[i·lda + k]·b[r·ldb + k] for i < MA, r < NB. The portable
+// loop leaves prefetching to the hardware.
 template <int MA, int NB>
 void portable_group(const float* a, std::size_t lda, const float* b, std::size_t ldb, std::size_t k,
-                    float* c, std::size_t ldc) {
+                    float* c, std::size_t ldc, Prefetch /*prefetch*/) {
     constexpr std::size_t lanes = 8;
     float acc[MA][NB][lanes] = {};
     std::size_t kk = 0;
@@ -57,9 +84,20 @@ void portable_group(const float* a, std::size_t lda, const float* b, std::size_t
 #define RIFTCO_AVX512 __attribute__((target("avx512f")))
 #define RIFTCO_AVX2 __attribute__((target("avx2,fma")))
 
+// NB lines of B ahead (one per row of the group and k step), up to the end of the part.
+template <int NB>
+inline void prefetch_lines(Prefetch& prefetch) {
+    for (int r = 0; r < NB; ++r) {
+        if (prefetch.next < prefetch.end) {
+            _mm_prefetch(prefetch.next, _MM_HINT_T0);
+        }
+        prefetch.next += 64;
+    }
+}
+
 template <int MA, int NB>
 RIFTCO_AVX512 void avx512_group(const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                                std::size_t k, float* c, std::size_t ldc) {
+                                std::size_t k, float* c, std::size_t ldc, Prefetch prefetch) {
     __m512 acc[MA][NB];
     for (int i = 0; i < MA; ++i) {
         for (int r = 0; r < NB; ++r) {
@@ -68,6 +106,7 @@ RIFTCO_AVX512 void avx512_group(const float* a, std::size_t lda, const float* b,
     }
     std::size_t kk = 0;
     for (; kk + 16 <= k; kk += 16) {
+        prefetch_lines<NB>(prefetch);
         __m512 bv[NB];
         for (int r = 0; r < NB; ++r) {
             bv[r] = _mm512_loadu_ps(b + static_cast<std::size_t>(r) * ldb + kk);
@@ -119,7 +158,7 @@ RIFTCO_AVX2 inline float avx2_sum(__m256 v) {
 
 template <int MA, int NB>
 RIFTCO_AVX2 void avx2_group(const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                            std::size_t k, float* c, std::size_t ldc) {
+                            std::size_t k, float* c, std::size_t ldc, Prefetch prefetch) {
     __m256 acc[MA][NB];
     for (int i = 0; i < MA; ++i) {
         for (int r = 0; r < NB; ++r) {
@@ -128,6 +167,9 @@ RIFTCO_AVX2 void avx2_group(const float* a, std::size_t lda, const float* b, std
     }
     std::size_t kk = 0;
     for (; kk + 8 <= k; kk += 8) {
+        if (kk % 16 == 0) {
+            prefetch_lines<NB>(prefetch);  // a 64-byte line per row every two 8-float steps
+        }
         __m256 bv[NB];
         for (int r = 0; r < NB; ++r) {
             bv[r] = _mm256_loadu_ps(b + static_cast<std::size_t>(r) * ldb + kk);
@@ -173,7 +215,7 @@ Isa detected_isa() noexcept {
 }
 
 using GroupKernel = void (*)(const float*, std::size_t, const float*, std::size_t, std::size_t,
-                             float*, std::size_t);
+                             float*, std::size_t, Prefetch);
 
 template <int MA, int NB>
 GroupKernel group_kernel(Isa isa) {
@@ -255,21 +297,70 @@ void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
     }
     const Kernels kernels = kernels_for_rows(g.m, isa);
     const std::size_t groups = g.n / kernels.group;
-    // Output rows are computed by column group into a small per-group buffer (c is [m, n]
-    // with ldc; a group's outputs are c[i, n0..n0+NB)), so each group writes its own columns.
-    const std::size_t units = groups + (g.n % kernels.group);  // full groups, then single rows
-    parallel_for(
-        units, items_per_thread_for(g.k * kernels.group), [&](std::size_t begin, std::size_t end) {
-            for (std::size_t unit = begin; unit < end; ++unit) {
-                if (unit < groups) {
-                    const std::size_t n0 = unit * kernels.group;
-                    kernels.full(g.a, g.lda, g.b + n0 * g.ldb, g.ldb, g.k, g.c + n0, g.ldc);
-                } else {
-                    const std::size_t n0 = groups * kernels.group + (unit - groups);
-                    kernels.single(g.a, g.lda, g.b + n0 * g.ldb, g.ldb, g.k, g.c + n0, g.ldc);
-                }
+    // Work units: the full groups of NB B rows, then the remaining single rows. Unit u starts
+    // at B row first_row(u); a unit's outputs are c[i, its rows], so units write disjoint
+    // columns and each output is one kernel call's fixed-order sum, whichever thread runs it.
+    const std::size_t units = groups + (g.n % kernels.group);
+    const auto first_row = [&](std::size_t unit) {
+        return unit < groups ? unit * kernels.group : groups * kernels.group + (unit - groups);
+    };
+    const auto* b_bytes = reinterpret_cast<const char*>(g.b);
+    const std::size_t row_bytes = g.ldb * sizeof(float);
+    // Runs units [begin, end), prefetching up to the end of the part they belong to.
+    const auto run = [&](std::size_t begin, std::size_t end, const char* part_end) {
+        for (std::size_t unit = begin; unit < end; ++unit) {
+            const std::size_t n0 = first_row(unit);
+            const float* b = g.b + n0 * g.ldb;
+            const Prefetch prefetch{b_bytes + n0 * row_bytes + prefetch_distance, part_end};
+            if (unit < groups) {
+                kernels.full(g.a, g.lda, b, g.ldb, g.k, g.c + n0, g.ldc, prefetch);
+            } else {
+                kernels.single(g.a, g.lda, b, g.ldb, g.k, g.c + n0, g.ldc, prefetch);
             }
-        });
+        }
+    };
+
+    // Threads as parallel_for would pick them: about 2^15 floats of B per thread at least.
+    const std::size_t unit_floats = g.k * kernels.group;
+    const std::size_t minimum_units =
+        std::max<std::size_t>(1, (std::size_t{1} << 15U) / unit_floats);
+    const std::size_t threads =
+        std::min(cpu_thread_count(), std::max<std::size_t>(1, units / minimum_units));
+    if (threads <= 1 || omp_in_parallel()) {
+        run(0, units, b_bytes + g.n * row_bytes);
+        return;
+    }
+
+    // Part t = units [units·t/T, units·(t+1)/T), claimed in chunks of about 32 KiB of B from
+    // its cursor: first by thread t, front to back, then by any thread that ran out of work.
+    struct alignas(64) Part {
+        std::atomic<std::size_t> next{0};
+        std::size_t end = 0;
+        const char* end_bytes = nullptr;
+    };
+    std::vector<Part> parts(threads);
+    for (std::size_t t = 0; t < threads; ++t) {
+        parts[t].next.store(units * t / threads, std::memory_order_relaxed);
+        parts[t].end = units * (t + 1) / threads;
+        parts[t].end_bytes = b_bytes + first_row(parts[t].end) * row_bytes;
+    }
+    const std::size_t chunk =
+        std::max<std::size_t>(1, (std::size_t{32} << 10U) / (unit_floats * sizeof(float)));
+#pragma omp parallel num_threads(static_cast <int>(threads))
+    {
+        // Every part is visited by every thread, so all are done even with a smaller team.
+        const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+        for (std::size_t offset = 0; offset < threads; ++offset) {
+            Part& part = parts[(thread + offset) % threads];
+            for (;;) {
+                const std::size_t begin = part.next.fetch_add(chunk, std::memory_order_relaxed);
+                if (begin >= part.end) {
+                    break;
+                }
+                run(begin, std::min(begin + chunk, part.end), part.end_bytes);
+            }
+        }
+    }
 }
 
 const char* gemv_kernel_name() noexcept {

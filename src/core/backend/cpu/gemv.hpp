@@ -3,8 +3,9 @@
 // the shape of every projection in a decode step (one row per active request), where the
 // product is bound by the bandwidth of streaming B once. A BLAS GEMM blocks and packs for
 // reuse that these shapes do not have; this kernel reads each B row exactly once, dotting it
-// with all m rows of A from registers, threaded over B's rows. Each output is one thread's
-// fixed-order sum, so results do not depend on the thread count.
+// with all m rows of A from registers, threaded over B's rows (each thread streams a contiguous
+// part, prefetched ahead; idle threads take over the rest of a slower one's part). Each output
+// is one thread's fixed-order sum, so results do not depend on the thread count.
 
 #include <cstddef>
 
