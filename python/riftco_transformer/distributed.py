@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import threading
 
 from .native._errors import check_status
@@ -31,7 +30,6 @@ from .native._handle import NativeHandle
 from .native._loader import library
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
-_MPI_ENVIRONMENT = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
 def compiled_in() -> bool:
@@ -39,11 +37,6 @@ def compiled_in() -> bool:
     value = ctypes.c_int32()
     check_status(library().rt_distributed_compiled_in(ctypes.byref(value)))
     return bool(value.value)
-
-
-def launched_by_mpirun() -> bool:
-    """Whether this process was started by an MPI launcher (its environment says so)."""
-    return any(name in os.environ for name in _MPI_ENVIRONMENT)
 
 
 class ProcessGroup(NativeHandle):
@@ -223,4 +216,4 @@ class DataParallel:
         return all(value == hashes[0] for value in hashes)
 
 
-__all__ = ["DataParallel", "ProcessGroup", "compiled_in", "launched_by_mpirun"]
+__all__ = ["DataParallel", "ProcessGroup", "compiled_in"]

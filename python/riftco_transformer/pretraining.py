@@ -389,7 +389,7 @@ def _require_same_run_on_every_rank(data_parallel, config: PretrainingConfig, tr
         if isinstance(tokens, TokenFile):  # its header holds the SHA-256 of every token
             digest.update(tokens.token_sha256)
         else:
-            digest.update(array("I", tokens).tobytes())
+            digest.update(tokens if isinstance(tokens, array) else array("I", tokens))
     mine = int.from_bytes(digest.digest()[:8], "little")
     hashes = data_parallel.group.allgather(mine)
     for rank, value in enumerate(hashes):

@@ -173,7 +173,7 @@ class CausalLanguageModelTrainer:
         if mask is None:
             weight = float(local.token_count)
         else:
-            weight = float(sum(sum(1 for flag in row if flag) for row in local.target_mask))
+            weight = float(sum(len(row) - row.count(0) for row in local.target_mask))
         if weight > 0:
             loss = batch_loss(self.model, local)
             local_loss = loss.item()

@@ -92,11 +92,7 @@ rt_status rt_process_group_broadcast_bytes(rt_process_group* group, uint8_t* byt
         rt_process_group& native = group_of(group);
         if (count > 0)
             require_pointer(bytes, "bytes");
-        if (root < 0 || root >= native.group->world_size()) {
-            throw std::invalid_argument("root " + std::to_string(root) +
-                                        " is not a rank of a world of " +
-                                        std::to_string(native.group->world_size()));
-        }
+        // The group checks root (std::invalid_argument naming it).
         native.group->broadcast(std::span<std::uint8_t>(bytes, to_size(count, "count")), root);
     });
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "riftco_transformer/core/autograd/custom_gradient.hpp"
+#include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
 
 namespace riftco_transformer {
@@ -128,6 +129,13 @@ void CausalLanguageModel::require_incremental_rows(const char* operation,
             throw std::invalid_argument(message.str());
         }
     }
+}
+
+Variable CausalLanguageModel::language_model_logits(const Variable& normalized, const Linear* head,
+                                                   const Embedding& token_embedding) {
+    if (head != nullptr)
+        return head->forward(normalized);
+    return linear(normalized, token_embedding.weight(), Variable());
 }
 
 Variable CausalLanguageModel::select_rows(const Variable& hidden,

@@ -200,12 +200,6 @@ IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const n
             c.maximum_context};
 }
 
-Variable LlamaMistralTransformer::head(const Variable& normalized) const {
-    if (language_model_head_ != nullptr)
-        return language_model_head_->forward(normalized);
-    // Tied: logits = h·Eᵀ, the embedding table [V,D] read as the head's weight [out,in].
-    return linear(normalized, token_embedding_->weight(), Variable());
-}
 
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
     Variable hidden = token_embedding_->forward(tokens);  // [B,T,D]
@@ -219,7 +213,9 @@ Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) con
             return block->forward(input, tables);
         });
     }
-    return head(final_norm_->forward(hidden));  // [B,T,D] -> [B,T,V]
+    // [B,T,D] -> [B,T,V]
+    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
+                                 *token_embedding_);
 }
 
 Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_t> tokens,
@@ -243,7 +239,9 @@ Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_
         }
     }
     hidden = select_rows(hidden, output_rows);
-    return head(final_norm_->forward(hidden)).value();
+    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
+                                 *token_embedding_)
+        .value();
 }
 
 }  // namespace riftco_transformer

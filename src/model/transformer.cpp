@@ -200,12 +200,6 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     set_projections(std::move(projections));
 }
 
-Variable DecoderOnlyTransformer::head(const Variable& normalized) const {
-    if (language_model_head_ != nullptr)
-        return language_model_head_->forward(normalized);
-    // Tied: logits = h·Eᵀ, the embedding table [V,D] read as the head's weight [out,in].
-    return linear(normalized, token_embedding_->weight(), Variable());
-}
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
     require_attention_kind("DecoderOnlyTransformer", kind);
@@ -229,7 +223,8 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
                            [block](const Variable& input) { return block->forward(input); });
     }
     // [B,T,D] -> [B,T,V]
-    return head(final_norm_->forward(hidden));
+    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
+                                 *token_embedding_);
 }
 
 IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
@@ -262,7 +257,9 @@ Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t
         }
     }
     hidden = select_rows(hidden, output_rows);
-    return head(final_norm_->forward(hidden)).value();
+    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
+                                 *token_embedding_)
+        .value();
 }
 
 }  // namespace riftco_transformer

@@ -279,3 +279,22 @@ def test_a_rank_that_dies_or_stops_ends_every_rank_quickly(tmp_path, mode):
         assert "signal 9" in output or "Killed" in output, output
     else:  # rank 0's collective deadline fires; its exit ends the job
         assert "timed out after 3000 ms" in output, output
+
+
+def test_a_masked_batch_on_a_world_of_one_equals_the_plain_trainer():
+    """Response-only batches weight each shard by its counted targets (here one shard)."""
+    from riftco_transformer.batching import TrainingBatch
+
+    rows = [array("I", [(3 * r + t) % 40 for t in range(8)]) for r in range(4)]
+    targets = [array("I", [(3 * r + t + 1) % 40 for t in range(8)]) for r in range(4)]
+    mask = tuple(bytes([0, 0, 1, 1, 0, 1, 1, 1]) for _ in range(4))
+    batch = TrainingBatch(tuple(rows), tuple(targets), mask)
+    results = []
+    with ProcessGroup.single() as group:
+        for parallel in (None, DataParallel(group)):
+            with DecoderOnlyTransformer(TransformerConfig(40, 8, 16, 2, 1, 32, 3)) as model:
+                with model.parameters() as parameters, Adam(parameters) as optimizer:
+                    trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=parallel)
+                    loss = trainer.train_step(batch).loss
+                    results.append((loss, parameters.flat_values().tobytes()))
+    assert results[0] == results[1]

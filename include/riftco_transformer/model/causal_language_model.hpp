@@ -18,6 +18,7 @@
 #include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/model/incremental_decoder.hpp"
 #include "riftco_transformer/nn/attention.hpp"
+#include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/lora.hpp"
 #include "riftco_transformer/nn/module.hpp"
 
@@ -89,6 +90,11 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     // order), detached.
     [[nodiscard]] static Variable select_rows(const Variable& hidden,
                                               std::span<const std::size_t> output_rows);
+    // The language-model head: head->forward(normalized), or with tied embeddings (head null)
+    // logits = h·Eᵀ, the embedding table [V,D] read as the head's weight [out,in], no bias.
+    [[nodiscard]] static Variable language_model_logits(const Variable& normalized,
+                                                        const Linear* head,
+                                                        const Embedding& token_embedding);
     // An unknown checkpointing value: std::invalid_argument naming `model_name`.
     CausalLanguageModel(const char* model_name, ActivationCheckpointing checkpointing);
     void set_projections(std::vector<AdaptableProjection> projections) {

@@ -122,8 +122,6 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
 
   private:
-    [[nodiscard]] Variable head(const Variable& normalized) const;
-
     LlamaMistralConfig config_;
     AttentionKind attention_;
     Embedding* token_embedding_;

@@ -119,9 +119,6 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
 
   private:
-    // logits of normalized hidden states: the head, or h·Eᵀ when tied.
-    [[nodiscard]] Variable head(const Variable& normalized) const;
-
     TransformerDimensions dimensions_;
     DecoderOptions options_;
     AttentionKind attention_;
