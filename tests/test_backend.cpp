@@ -1,6 +1,6 @@
 // Backend identities, availability, the thread-local construction default and the fixed
-// registry (spec ENGINE §2), in the shipped build where only the CPU runs: Metal, CUDA and
-// TPU are unavailable stubs. Rules that need a second available backend live in
+// registry (spec ENGINE §2), in the shipped build where only the CPU runs: Metal, CUDA, TPU
+// and PJRT are unavailable stubs. Rules that need a second available backend live in
 // test_emulated_backend.cpp.
 #include <gtest/gtest.h>
 
@@ -24,8 +24,11 @@ namespace {
 
 constexpr auto unknown_backend = static_cast<ExecutionBackend>(99);
 
-constexpr std::array<ExecutionBackend, 3> stub_backends = {
-    ExecutionBackend::Metal, ExecutionBackend::Cuda, ExecutionBackend::Tpu};
+// The first value past the last identity (Pjrt = 4).
+constexpr auto first_unassigned_backend = static_cast<ExecutionBackend>(5);
+
+constexpr std::array<ExecutionBackend, 4> stub_backends = {
+    ExecutionBackend::Metal, ExecutionBackend::Cuda, ExecutionBackend::Tpu, ExecutionBackend::Pjrt};
 
 // Leaves every test on the process's normal selection even when an assertion fails midway.
 class BackendSelection : public ::testing::Test {
@@ -44,6 +47,7 @@ TEST(BackendIdentity, NumericValuesAreStable) {
     EXPECT_EQ(static_cast<std::uint32_t>(ExecutionBackend::Metal), 1U);
     EXPECT_EQ(static_cast<std::uint32_t>(ExecutionBackend::Cuda), 2U);
     EXPECT_EQ(static_cast<std::uint32_t>(ExecutionBackend::Tpu), 3U);
+    EXPECT_EQ(static_cast<std::uint32_t>(ExecutionBackend::Pjrt), 4U);
 }
 
 TEST(BackendIdentity, NamesAreStableLowerCase) {
@@ -51,11 +55,12 @@ TEST(BackendIdentity, NamesAreStableLowerCase) {
     EXPECT_EQ(execution_backend_name(ExecutionBackend::Metal), "metal");
     EXPECT_EQ(execution_backend_name(ExecutionBackend::Cuda), "cuda");
     EXPECT_EQ(execution_backend_name(ExecutionBackend::Tpu), "tpu");
+    EXPECT_EQ(execution_backend_name(ExecutionBackend::Pjrt), "pjrt");
 }
 
 TEST(BackendIdentity, NameOfUnknownValueIsInvalidArgument) {
     EXPECT_THROW(static_cast<void>(execution_backend_name(unknown_backend)), std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(execution_backend_name(static_cast<ExecutionBackend>(4))),
+    EXPECT_THROW(static_cast<void>(execution_backend_name(first_unassigned_backend)),
                  std::invalid_argument);
 }
 
@@ -75,9 +80,18 @@ TEST(BackendAvailability, StubsAreUnavailableWithANonEmptyReason) {
     }
 }
 
+TEST(BackendAvailability, PjrtIsUnavailableInTheDefaultBuildNamingItsBuildOption) {
+    EXPECT_FALSE(execution_backend_available(ExecutionBackend::Pjrt));
+    const std::string reason(execution_backend_unavailability_reason(ExecutionBackend::Pjrt));
+    EXPECT_NE(reason.find("PJRT"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("RIFTCO_TRANSFORMER_ENABLE_TPU"), std::string::npos) << reason;
+}
+
 TEST(BackendAvailability, UnknownValueIsUnavailableWithEmptyReason) {
-    EXPECT_FALSE(execution_backend_available(unknown_backend));
-    EXPECT_TRUE(execution_backend_unavailability_reason(unknown_backend).empty());
+    for (const ExecutionBackend backend : {unknown_backend, first_unassigned_backend}) {
+        EXPECT_FALSE(execution_backend_available(backend));
+        EXPECT_TRUE(execution_backend_unavailability_reason(backend).empty());
+    }
 }
 
 TEST(BackendAvailability, ReasonIsProcessLifetimeText) {
@@ -120,9 +134,26 @@ TEST_F(BackendSelection, SelectingAnUnavailableBackendIsBackendUnavailableErrorW
     }
 }
 
-TEST_F(BackendSelection, SelectingAnUnknownValueIsInvalidArgumentAndKeepsTheSelection) {
-    EXPECT_THROW(set_execution_backend(unknown_backend), std::invalid_argument);
+TEST_F(BackendSelection, SelectingPjrtIsBackendUnavailableErrorAndKeepsTheSelection) {
+    try {
+        set_execution_backend(ExecutionBackend::Pjrt);
+        ADD_FAILURE() << "set_execution_backend(Pjrt) did not throw";
+    } catch (const BackendUnavailableError& error) {
+        EXPECT_EQ(error.backend(), ExecutionBackend::Pjrt);
+        const std::string message = error.what();
+        EXPECT_NE(message.find("'pjrt'"), std::string::npos) << message;
+        EXPECT_NE(message.find("RIFTCO_TRANSFORMER_ENABLE_TPU"), std::string::npos) << message;
+    }
     EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
+    EXPECT_THROW(ScopedExecutionBackend guard(ExecutionBackend::Pjrt), BackendUnavailableError);
+    EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
+}
+
+TEST_F(BackendSelection, SelectingAnUnknownValueIsInvalidArgumentAndKeepsTheSelection) {
+    for (const ExecutionBackend backend : {unknown_backend, first_unassigned_backend}) {
+        EXPECT_THROW(set_execution_backend(backend), std::invalid_argument);
+        EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
+    }
 }
 
 TEST_F(BackendSelection, ScopedGuardForAnUnavailableBackendThrowsAndKeepsTheSelection) {
@@ -251,8 +282,9 @@ TEST(TpuDevice, TpuDeviceSmoke) {
 // The registry (private adapter table)
 
 TEST(BackendRegistry, OneAdapterPerValueReportingItsOwnIdentity) {
-    const std::array<ExecutionBackend, 4> all = {ExecutionBackend::Cpu, ExecutionBackend::Metal,
-                                                 ExecutionBackend::Cuda, ExecutionBackend::Tpu};
+    const std::array<ExecutionBackend, 5> all = {ExecutionBackend::Cpu, ExecutionBackend::Metal,
+                                                 ExecutionBackend::Cuda, ExecutionBackend::Tpu,
+                                                 ExecutionBackend::Pjrt};
     std::vector<const detail::BackendAdapter*> seen;
     for (const ExecutionBackend backend : all) {
         const detail::BackendAdapter* adapter = detail::find_backend_adapter(backend);
@@ -272,7 +304,7 @@ TEST(BackendRegistry, OneAdapterPerValueReportingItsOwnIdentity) {
 
 TEST(BackendRegistry, UnknownValueHasNoAdapter) {
     EXPECT_EQ(detail::find_backend_adapter(unknown_backend), nullptr);
-    EXPECT_EQ(detail::find_backend_adapter(static_cast<ExecutionBackend>(4)), nullptr);
+    EXPECT_EQ(detail::find_backend_adapter(first_unassigned_backend), nullptr);
 }
 
 TEST(BackendRegistry, CpuAdapterProvidesTheCoreCapabilities) {

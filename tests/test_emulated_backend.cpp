@@ -53,6 +53,7 @@ TEST_F(EmulatedBackend, MetalIsAvailableWithEmptyReason) {
     // The other accelerators are still stubs in this variant.
     EXPECT_FALSE(execution_backend_available(ExecutionBackend::Cuda));
     EXPECT_FALSE(execution_backend_available(ExecutionBackend::Tpu));
+    EXPECT_FALSE(execution_backend_available(ExecutionBackend::Pjrt));
 }
 
 TEST_F(EmulatedBackend, MetalAdapterIsDistinctFromTheCpuAdapter) {

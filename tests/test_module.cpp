@@ -362,7 +362,8 @@ TEST(ModuleBackend, MovingToTheCurrentBackendIsANoOp) {
 }
 
 TEST(ModuleBackend, AFailedMoveToAnUnavailableBackendChangesNothing) {
-    for (const ExecutionBackend target : {ExecutionBackend::Cuda, ExecutionBackend::Tpu}) {
+    for (const ExecutionBackend target :
+         {ExecutionBackend::Cuda, ExecutionBackend::Tpu, ExecutionBackend::Pjrt}) {
         if (execution_backend_available(target)) {
             continue;  // this test is about a target that cannot run here
         }
@@ -384,7 +385,8 @@ TEST(ModuleBackend, AFailedMoveToAnUnavailableBackendChangesNothing) {
         EXPECT_NO_THROW(pending.backward());
     }
     if (execution_backend_available(ExecutionBackend::Cuda) &&
-        execution_backend_available(ExecutionBackend::Tpu)) {
+        execution_backend_available(ExecutionBackend::Tpu) &&
+        execution_backend_available(ExecutionBackend::Pjrt)) {
         GTEST_SKIP() << "every accelerator is available: no unavailable target to try";
     }
 }

@@ -185,6 +185,7 @@ TEST(TensorConstruction, UnavailableBackendIsRuntimeError) {
     EXPECT_THROW(Tensor(Shape{2}, ExecutionBackend::Cuda), std::runtime_error);
     EXPECT_THROW(Tensor(Shape{2}, 1.0F, ExecutionBackend::Cuda), std::runtime_error);
     EXPECT_THROW(Tensor(Shape{2}, {1.0F, 2.0F}, ExecutionBackend::Tpu), std::runtime_error);
+    EXPECT_THROW(Tensor(Shape{2}, {1.0F, 2.0F}, ExecutionBackend::Pjrt), std::runtime_error);
     EXPECT_THROW(static_cast<void>(Tensor::zeros({2}, ExecutionBackend::Metal)),
                  std::runtime_error);
     EXPECT_THROW(static_cast<void>(Tensor::scalar(1.0F, ExecutionBackend::Cuda)),

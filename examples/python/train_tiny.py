@@ -74,7 +74,7 @@ def parse_arguments() -> argparse.Namespace:
     source.add_argument("--text", help="train on this text (default: a built-in paragraph)")
     source.add_argument("--file", type=Path, help="train on this file's bytes")
     parser.add_argument(
-        "--backend", choices=("auto", "cpu", "metal", "cuda", "tpu"), default="auto"
+        "--backend", choices=("auto", "cpu", "metal", "cuda", "tpu", "pjrt"), default="auto"
     )
     parser.add_argument("--attention", choices=("materialized", "flash"), default="materialized")
     parser.add_argument(

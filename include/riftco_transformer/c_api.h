@@ -1,5 +1,5 @@
 /*
- * riftco_transformer stable C ABI, version 2.8 (spec WORKFLOWS §8).
+ * riftco_transformer stable C ABI, version 2.9 (spec WORKFLOWS §8).
  *
  * Conventions that hold for every function below:
  * - Only rt_ functions/types and RT_ constants. Fixed-width integers everywhere; backends,
@@ -51,10 +51,18 @@ extern "C" {
 
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
- * its own; minors only add. */
+ * its own; minors only add.
+ * 2.9 adds, without renumbering a value or moving a field of 2.8:
+ * - the backend value RT_BACKEND_PJRT (4), any PJRT plugin named by
+ *   RIFTCO_TRANSFORMER_PJRT_PLUGIN;
+ * - rt_transformer_config.feed_forward_activation (RT_FEED_FORWARD_ACTIVATION_*) and
+ *   .tie_embeddings, appended after its first published 64-byte layout;
+ * - rt_cross_entropy_masked;
+ * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
+ *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 8
-#define RT_ABI_VERSION 0x00020008u
+#define RT_ABI_VERSION_MINOR 9
+#define RT_ABI_VERSION 0x00020009u
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -82,11 +90,13 @@ RT_API const char* RT_CALL rt_last_error(void);
 #define RT_BACKEND_METAL 1
 #define RT_BACKEND_CUDA 2
 #define RT_BACKEND_TPU 3
+/* Any PJRT plugin, the one named by RIFTCO_TRANSFORMER_PJRT_PLUGIN (appended in 2.9). */
+#define RT_BACKEND_PJRT 4
 
 /* *out_available = 1 when the backend was compiled in and can run here, else 0. An unknown
  * value is RT_STATUS_INVALID_ARGUMENT. */
 RT_API rt_status RT_CALL rt_backend_is_available(int32_t backend, int32_t* out_available);
-/* Stable name ("cpu", "metal", "cuda", "tpu"), NUL-terminated, size-query protocol. */
+/* Stable name ("cpu", "metal", "cuda", "tpu", "pjrt"), NUL-terminated, size-query protocol. */
 RT_API rt_status RT_CALL rt_backend_name(int32_t backend, char* out, uint64_t capacity,
                                          uint64_t* required);
 /* Why the backend cannot run ("" when it can), NUL-terminated, size-query protocol. */

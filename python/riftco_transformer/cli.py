@@ -102,7 +102,7 @@ def _port(text: str) -> int:
     return value
 
 
-BACKENDS = ("auto", "cpu", "cuda", "metal", "tpu")
+BACKENDS = ("auto", "cpu", "cuda", "metal", "tpu", "pjrt")
 
 
 def _add_backend(parser) -> None:
@@ -326,7 +326,7 @@ def _add_training_outputs(parser) -> None:
 
 
 def _backend(arguments) -> str:
-    """The --backend flag with "auto" resolved (tpu, cuda, metal, then cpu)."""
+    """The --backend flag with "auto" resolved (tpu, cuda, metal, then cpu; never pjrt)."""
     from .pretraining import resolve_backend
 
     return resolve_backend(arguments.backend)

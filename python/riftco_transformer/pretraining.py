@@ -127,7 +127,8 @@ def require_backend_name(name: object) -> str:
 
 
 def resolve_backend(name: str) -> str:
-    """``"auto"`` as the first available backend (tpu, cuda, metal, cpu); others unchanged."""
+    """``"auto"`` as the first available backend (tpu, cuda, metal, cpu; never pjrt); others
+    unchanged."""
     return BACKEND_NAMES[backend_value(name, allow_auto=True)]
 
 

@@ -1,4 +1,4 @@
-// Compile-time guards for what ABI 2.8 has published: numeric values shared with the engine's
+// Compile-time guards for what ABI 2.9 has published: numeric values shared with the engine's
 // enums, and the size and field offsets of every versioned struct. A change that would
 // renumber a value or move a field fails the build here instead of breaking old clients.
 
@@ -35,6 +35,7 @@ static_assert(same_value(RT_BACKEND_CPU, ExecutionBackend::Cpu) && RT_BACKEND_CP
 static_assert(same_value(RT_BACKEND_METAL, ExecutionBackend::Metal) && RT_BACKEND_METAL == 1);
 static_assert(same_value(RT_BACKEND_CUDA, ExecutionBackend::Cuda) && RT_BACKEND_CUDA == 2);
 static_assert(same_value(RT_BACKEND_TPU, ExecutionBackend::Tpu) && RT_BACKEND_TPU == 3);
+static_assert(same_value(RT_BACKEND_PJRT, ExecutionBackend::Pjrt) && RT_BACKEND_PJRT == 4);
 static_assert(same_value(RT_TOKENIZER_METHOD_BYTE, TokenizerMethod::Byte));
 static_assert(same_value(RT_TOKENIZER_METHOD_BPE, TokenizerMethod::Bpe));
 static_assert(same_value(RT_ATTENTION_MATERIALIZED, AttentionKind::Materialized));

@@ -66,7 +66,7 @@ const char* last_error() noexcept {
 }
 
 ExecutionBackend backend_from_value(std::int32_t value, const char* argument) {
-    if (value < RT_BACKEND_CPU || value > RT_BACKEND_TPU) {
+    if (value < RT_BACKEND_CPU || value > RT_BACKEND_PJRT) {
         throw std::invalid_argument(std::string(argument) + ": unknown backend value " +
                                     std::to_string(value));
     }

@@ -30,9 +30,12 @@
 #define SENTINEL_BYTE 0xA5u
 
 /* This version ships only unavailable stubs of these (CMake refuses to enable them). */
-static const int32_t unavailable_backends[] = {RT_BACKEND_METAL, RT_BACKEND_CUDA, RT_BACKEND_TPU};
-static const char* const unavailable_backend_names[] = {"metal", "cuda", "tpu"};
-#define UNAVAILABLE_BACKEND_COUNT 3u
+static const int32_t unavailable_backends[] = {RT_BACKEND_METAL, RT_BACKEND_CUDA, RT_BACKEND_TPU,
+                                               RT_BACKEND_PJRT};
+static const char* const unavailable_backend_names[] = {"metal", "cuda", "tpu", "pjrt"};
+#define UNAVAILABLE_BACKEND_COUNT 4u
+/* The first value past the last backend identity (RT_BACKEND_PJRT = 4). */
+#define FIRST_UNASSIGNED_BACKEND 5
 
 static void pattern_tokens(uint32_t tokens[PATTERN_TOKENS]) {
     for (uint32_t position = 0; position < PATTERN_TOKENS; ++position) {
@@ -160,7 +163,8 @@ static void abi_version_is_the_header_version(void) {
 
 static void abi_version_is_major_shifted_over_minor(void) {
     EXPECT_EQ_U64(RT_ABI_VERSION_MAJOR, 2u);
-    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 8u);
+    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 9u);
+    EXPECT_EQ_U64(RT_ABI_VERSION, 0x00020009u);
     EXPECT_EQ_U64(RT_ABI_VERSION,
                   ((uint32_t)RT_ABI_VERSION_MAJOR << 16) | (uint32_t)RT_ABI_VERSION_MINOR);
     EXPECT_EQ_U64(rt_abi_version() >> 16, RT_ABI_VERSION_MAJOR);
@@ -272,11 +276,35 @@ static void stub_backends_are_unavailable_with_a_reason(void) {
     }
 }
 
+static void backend_values_are_stable(void) {
+    EXPECT(RT_BACKEND_CPU == 0);
+    EXPECT(RT_BACKEND_METAL == 1);
+    EXPECT(RT_BACKEND_CUDA == 2);
+    EXPECT(RT_BACKEND_TPU == 3);
+    EXPECT(RT_BACKEND_PJRT == 4); /* appended in 2.9 */
+}
+
+static void pjrt_is_unavailable_in_a_default_build_naming_its_build_option(void) {
+    int32_t available = -1;
+    EXPECT_OK(rt_backend_is_available(RT_BACKEND_PJRT, &available));
+    EXPECT(available == 0);
+    char reason[256];
+    uint64_t required = 0;
+    EXPECT_OK(rt_backend_unavailability_reason(RT_BACKEND_PJRT, reason, sizeof reason, &required));
+    EXPECT(strstr(reason, "PJRT") != NULL);
+    EXPECT(strstr(reason, "RIFTCO_TRANSFORMER_ENABLE_TPU") != NULL);
+
+    rt_context* context = NULL;
+    EXPECT_STATUS(rt_context_create(RT_BACKEND_PJRT, &context), RT_STATUS_BACKEND_UNAVAILABLE);
+    EXPECT_LAST_ERROR_MENTIONS("RIFTCO_TRANSFORMER_ENABLE_TPU");
+    EXPECT(context == NULL);
+}
+
 static void backends_have_their_stable_names(void) {
     static const int32_t backends[] = {RT_BACKEND_CPU, RT_BACKEND_METAL, RT_BACKEND_CUDA,
-                                       RT_BACKEND_TPU};
-    static const char* const names[] = {"cpu", "metal", "cuda", "tpu"};
-    for (size_t index = 0; index < 4; ++index) {
+                                       RT_BACKEND_TPU, RT_BACKEND_PJRT};
+    static const char* const names[] = {"cpu", "metal", "cuda", "tpu", "pjrt"};
+    for (size_t index = 0; index < sizeof backends / sizeof backends[0]; ++index) {
         char name[16];
         uint64_t required = 0;
         EXPECT_OK(rt_backend_name(backends[index], name, sizeof name, &required));
@@ -286,7 +314,7 @@ static void backends_have_their_stable_names(void) {
 }
 
 static void backend_queries_reject_an_unknown_backend(void) {
-    static const int32_t unknown[] = {-1, 4, 1000};
+    static const int32_t unknown[] = {-1, FIRST_UNASSIGNED_BACKEND, 1000};
     for (size_t index = 0; index < sizeof unknown / sizeof unknown[0]; ++index) {
         int32_t available = -1;
         EXPECT_STATUS(rt_backend_is_available(unknown[index], &available),
@@ -1700,7 +1728,7 @@ static void model_to_an_unavailable_backend_fails_naming_it_and_changes_nothing(
 
 static void model_to_rejects_an_unknown_backend(void) {
     rt_model* model = create_tiny_model();
-    EXPECT_STATUS(rt_model_to(model, 4), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_to(model, FIRST_UNASSIGNED_BACKEND), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_STATUS(rt_model_to(NULL, RT_BACKEND_CPU), RT_STATUS_INVALID_ARGUMENT);
     rt_model_release(model);
 }
@@ -2896,6 +2924,8 @@ int main(void) {
     RUN_TEST(cpu_backend_is_available);
     RUN_TEST(cpu_info_names_the_gemm_kernel_and_the_thread_count);
     RUN_TEST(stub_backends_are_unavailable_with_a_reason);
+    RUN_TEST(backend_values_are_stable);
+    RUN_TEST(pjrt_is_unavailable_in_a_default_build_naming_its_build_option);
     RUN_TEST(backends_have_their_stable_names);
     RUN_TEST(backend_queries_reject_an_unknown_backend);
     RUN_TEST(backend_is_available_rejects_a_null_out);

@@ -195,6 +195,10 @@ static void the_acceptance_rule_needs_the_same_major_and_no_older_minor(void) {
     EXPECT(!client_accepts_library(2, 8, 0x00020007u));
     EXPECT(!client_accepts_library(2, 8, 0x00030008u));
     EXPECT(!client_accepts_library(2, 8, 0x00010008u));
+    /* A 2.9 client (one that uses RT_BACKEND_PJRT) refuses a 2.8 library. */
+    EXPECT(client_accepts_library(2, 9, 0x00020009u));
+    EXPECT(client_accepts_library(2, 9, 0x0002000Au));
+    EXPECT(!client_accepts_library(2, 9, 0x00020008u));
 }
 
 int main(void) {

@@ -35,12 +35,13 @@ def test_backend_constants_match_the_header():
         "BACKEND_METAL": riftco_transformer.BACKEND_METAL,
         "BACKEND_CUDA": riftco_transformer.BACKEND_CUDA,
         "BACKEND_TPU": riftco_transformer.BACKEND_TPU,
+        "BACKEND_PJRT": riftco_transformer.BACKEND_PJRT,
     }
 
 
 def test_abi_version_matches_the_header_and_the_loaded_library():
     versions = header_defines("RT_ABI_VERSION")
-    assert riftco_transformer.ABI_VERSION == versions[""] == 0x00020008
+    assert riftco_transformer.ABI_VERSION == versions[""] == 0x00020009
     assert riftco_transformer.ABI_VERSION_MAJOR == versions["_MAJOR"]
     assert riftco_transformer.ABI_VERSION_MINOR == versions["_MINOR"]
     loaded = library().rt_abi_version()
@@ -123,6 +124,7 @@ def test_the_package_root_exports_exactly_the_public_api():
         "BACKEND_CPU",
         "BACKEND_CUDA",
         "BACKEND_METAL",
+        "BACKEND_PJRT",
         "BACKEND_TPU",
         "STATUS_BACKEND_UNAVAILABLE",
         "STATUS_INVALID_ARGUMENT",

@@ -7,6 +7,7 @@ import ctypes
 import pytest
 
 from riftco_transformer import (
+    BACKEND_PJRT,
     STATUS_BACKEND_UNAVAILABLE,
     Context,
     DecoderOnlyTransformer,
@@ -17,7 +18,7 @@ from riftco_transformer import (
 from riftco_transformer.native._loader import library
 from riftco_transformer.native.backends import BACKEND_NAMES, backend_value
 
-ACCELERATORS = ("metal", "cuda", "tpu")
+ACCELERATORS = ("metal", "cuda", "tpu", "pjrt")
 
 
 def unavailable(name: str):
@@ -50,7 +51,7 @@ def test_a_backend_that_is_not_a_name_or_int_is_a_type_error(backend):
         Context(backend)
 
 
-@pytest.mark.parametrize("backend", ["gpu", "", "auto", 4, -1])
+@pytest.mark.parametrize("backend", ["gpu", "", "auto", 5, -1])
 def test_an_unknown_backend_is_a_value_error(backend):
     with pytest.raises(ValueError):
         backend_available(backend)
@@ -89,6 +90,43 @@ def test_auto_selects_the_first_available_of_tpu_cuda_metal_cpu(tiny_config):
         assert context.backend == expected
     with DecoderOnlyTransformer(tiny_config) as model:
         assert model.to(" AUTO ").backend == expected
+
+
+@pytest.mark.parametrize("spelling", ["pjrt", " PJRT\n", 4])
+def test_pjrt_is_the_stable_value_4(spelling):
+    assert BACKEND_PJRT == 4
+    assert backend_value(spelling) == 4
+    assert BACKEND_NAMES[4] == "pjrt"
+
+
+@unavailable("pjrt")
+def test_pjrt_is_unavailable_in_a_default_build_naming_its_build_option():
+    assert backend_available("pjrt") is False
+    required = ctypes.c_uint64()
+    reason = ctypes.create_string_buffer(256)
+    status = library().rt_backend_unavailability_reason(
+        BACKEND_PJRT, reason, len(reason), ctypes.byref(required)
+    )
+    assert status == 0
+    assert "PJRT" in reason.value.decode()
+    assert "RIFTCO_TRANSFORMER_ENABLE_TPU" in reason.value.decode()
+    with pytest.raises(RiftcoTransformerError) as caught:
+        Context("pjrt")
+    assert "RIFTCO_TRANSFORMER_ENABLE_TPU" in caught.value.detail
+
+
+def test_auto_never_selects_pjrt(monkeypatch):
+    # Even where pjrt were the only available backend besides cpu, auto stops at cpu.
+    from riftco_transformer.native import backends
+
+    real = backends.backend_available
+    monkeypatch.setattr(
+        backends, "backend_available", lambda name: name in ("pjrt", "cpu") or real(name)
+    )
+    assert "pjrt" not in backends.AUTO_PREFERENCE
+    assert backend_value("auto", allow_auto=True) != BACKEND_PJRT
+    with Context("auto") as context:
+        assert context.backend != "pjrt"
 
 
 def test_a_context_reports_its_backend_by_name():

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import PYTHON_SOURCE, REPOSITORY
+from riftco_transformer import backend_available
 
 CORPUS = REPOSITORY / "data" / "corpus" / "alice_in_wonderland.txt"
 INSTRUCTIONS = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
@@ -128,6 +129,17 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, arguments, message):
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in completed.stderr, completed.stderr
     assert message in lines[0] and lines[0].startswith("riftco")
+
+
+@pytest.mark.skipif(backend_available("pjrt"), reason="pjrt is available here")
+def test_backend_pjrt_is_a_choice_that_an_unavailable_build_refuses_by_name(tmp_path):
+    completed = riftco("pretrain", "--file", CORPUS, "--output", "x.rift", "--steps", 1,
+                       "--backend", "pjrt", check=False, cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    assert "invalid choice" not in completed.stderr
+    assert "'pjrt' is unavailable" in completed.stderr
+    assert "RIFTCO_TRANSFORMER_ENABLE_TPU" in completed.stderr
+    assert list(tmp_path.iterdir()) == [], "a failed command left files behind"
 
 
 def test_bad_jsonl_names_the_line(journey, tmp_path):

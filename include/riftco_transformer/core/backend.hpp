@@ -16,9 +16,11 @@ enum class ExecutionBackend : std::uint32_t {
     Metal = 1,
     Cuda = 2,
     Tpu = 3,
+    Pjrt = 4,  // any PJRT plugin, named by RIFTCO_TRANSFORMER_PJRT_PLUGIN (C ABI 2.9)
 };
 
-// Stable lower-case name ("cpu", "metal", "cuda", "tpu"). Unknown value: std::invalid_argument.
+// Stable lower-case name ("cpu", "metal", "cuda", "tpu", "pjrt"). Unknown value:
+// std::invalid_argument.
 [[nodiscard]] std::string_view execution_backend_name(ExecutionBackend backend);
 
 // True only for a recognised backend that was compiled in and can run here. CPU always is.

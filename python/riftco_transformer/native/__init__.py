@@ -1,4 +1,4 @@
-"""The ctypes client of the riftco_transformer C ABI 2.8 (no third-party dependencies).
+"""The ctypes client of the riftco_transformer C ABI 2.9 (no third-party dependencies).
 
 Every class here wraps one native handle (see ``_handle.NativeHandle`` for the shared lifetime
 and thread-safety contract); bulk data crosses as buffers (see ``_buffers``). The native
@@ -12,6 +12,7 @@ from ._abi import (
     BACKEND_CPU,
     BACKEND_CUDA,
     BACKEND_METAL,
+    BACKEND_PJRT,
     BACKEND_TPU,
     STATUS_BACKEND_UNAVAILABLE,
     STATUS_INVALID_ARGUMENT,
@@ -42,6 +43,7 @@ __all__ = [
     "BACKEND_CPU",
     "BACKEND_CUDA",
     "BACKEND_METAL",
+    "BACKEND_PJRT",
     "BACKEND_TPU",
     "STATUS_BACKEND_UNAVAILABLE",
     "STATUS_INVALID_ARGUMENT",

@@ -1,4 +1,4 @@
-"""The C ABI 2.8 of ``include/riftco_transformer/c_api.h``, transcribed for ctypes.
+"""The C ABI 2.9 of ``include/riftco_transformer/c_api.h``, transcribed for ctypes.
 
 This module is a transcription and nothing else: the header's constants, the layouts of its
 size-prefixed structs, and one prototype (result type and argument types) for every ``rt_``
@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 8
+ABI_VERSION_MINOR = 9
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -53,6 +53,7 @@ BACKEND_CPU = 0
 BACKEND_METAL = 1
 BACKEND_CUDA = 2
 BACKEND_TPU = 3
+BACKEND_PJRT = 4  # any PJRT plugin, named by RIFTCO_TRANSFORMER_PJRT_PLUGIN (2.9)
 
 # ---- Tokenizer methods, attention kinds, checkpointing policies, Adam state storage.
 TOKENIZER_METHOD_BYTE = 0

@@ -1,17 +1,18 @@
 """Execution backends: names, ABI values, availability and ``"auto"`` selection.
 
-A backend is named by a string (``"cpu"``, ``"metal"``, ``"cuda"``, ``"tpu"``; case and
-surrounding spaces ignored) or by its ABI value (0-3). Requesting an explicit backend that
-cannot run here fails in the native call (status ``backend_unavailable``); nothing ever
+A backend is named by a string (``"cpu"``, ``"metal"``, ``"cuda"``, ``"tpu"``, ``"pjrt"``;
+case and surrounding spaces ignored) or by its ABI value (0-4). Requesting an explicit backend
+that cannot run here fails in the native call (status ``backend_unavailable``); nothing ever
 substitutes another backend. Only ``"auto"`` chooses: the first available of tpu, cuda,
-metal, cpu.
+metal, cpu. It never picks ``"pjrt"`` (any PJRT plugin, the one named by
+``RIFTCO_TRANSFORMER_PJRT_PLUGIN``), which runs only when asked for by name or value.
 """
 
 from __future__ import annotations
 
 import ctypes
 
-from ._abi import BACKEND_CPU, BACKEND_CUDA, BACKEND_METAL, BACKEND_TPU
+from ._abi import BACKEND_CPU, BACKEND_CUDA, BACKEND_METAL, BACKEND_PJRT, BACKEND_TPU
 from ._errors import check_status
 from ._loader import library
 
@@ -20,9 +21,10 @@ BACKEND_VALUES = {
     "metal": BACKEND_METAL,
     "cuda": BACKEND_CUDA,
     "tpu": BACKEND_TPU,
+    "pjrt": BACKEND_PJRT,
 }
 BACKEND_NAMES = {value: name for name, value in BACKEND_VALUES.items()}
-AUTO_PREFERENCE = ("tpu", "cuda", "metal", "cpu")
+AUTO_PREFERENCE = ("tpu", "cuda", "metal", "cpu")  # never "pjrt": explicit requests only
 
 
 def backend_value(backend: object, *, allow_auto: bool = False) -> int:

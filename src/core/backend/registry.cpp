@@ -21,6 +21,8 @@ const BackendAdapter* find_backend_adapter(ExecutionBackend backend) noexcept {
             return &cuda_adapter();
         case ExecutionBackend::Tpu:
             return &tpu_adapter();
+        case ExecutionBackend::Pjrt:
+            return &pjrt_adapter();
     }
     return nullptr;
 }
@@ -36,6 +38,8 @@ std::string_view BackendAdapter::name() const noexcept {
             return "cuda";
         case ExecutionBackend::Tpu:
             return "tpu";
+        case ExecutionBackend::Pjrt:
+            return "pjrt";
     }
     return "unknown";
 }

@@ -11,7 +11,7 @@
 namespace riftco_transformer {
 namespace {
 
-constexpr std::size_t backend_count = 4;  // ExecutionBackend {Cpu, Metal, Cuda, Tpu}
+constexpr std::size_t backend_count = 5;  // ExecutionBackend {Cpu, Metal, Cuda, Tpu, Pjrt}
 
 std::atomic<std::uint64_t> host_reads{0};
 

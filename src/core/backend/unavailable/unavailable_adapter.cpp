@@ -23,11 +23,22 @@ const BackendAdapter& cuda_adapter() noexcept {
     return adapter;
 }
 
+// Builds with the PJRT adapter (RIFTCO_TRANSFORMER_HAVE_PJRT=1) define both PJRT identities in
+// src/core/backend/pjrt/ instead; an undefined macro reads as 0 here.
+#if !RIFTCO_TRANSFORMER_HAVE_PJRT
 const BackendAdapter& tpu_adapter() noexcept {
     static const UnavailableAdapter adapter(ExecutionBackend::Tpu,
                                             "TPU (PJRT) support was not compiled into this build "
                                             "(RIFTCO_TRANSFORMER_ENABLE_TPU=OFF)");
     return adapter;
 }
+
+const BackendAdapter& pjrt_adapter() noexcept {
+    static const UnavailableAdapter adapter(ExecutionBackend::Pjrt,
+                                            "PJRT support was not compiled into this build "
+                                            "(RIFTCO_TRANSFORMER_ENABLE_TPU=OFF)");
+    return adapter;
+}
+#endif
 
 }  // namespace riftco_transformer::detail

@@ -49,5 +49,6 @@ class UnavailableAdapter final : public BackendAdapter {
 const BackendAdapter& metal_adapter() noexcept;
 const BackendAdapter& cuda_adapter() noexcept;
 const BackendAdapter& tpu_adapter() noexcept;
+const BackendAdapter& pjrt_adapter() noexcept;
 
 }  // namespace riftco_transformer::detail
