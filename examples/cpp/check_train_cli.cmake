@@ -23,6 +23,7 @@ set(expected_flags
     "--learning-rate LR   (default: 0.003)"
     "--warmup S   (default: 30)"
     "--attention materialized|flash   (default: flash)"
+    "--backend cpu|metal|cuda|tpu|pjrt   (default: cpu)"
     "--activation-checkpointing disabled|block   (default: disabled)"
     "--seed S   (default: 1234)"
     "--sample-length L   (default: 200)"
@@ -59,7 +60,9 @@ set(rejections
     "--steps|--steps needs a value (N)"
     "--steps many|--steps needs a positive integer (got 'many')"
     "--attention dense|--attention must be materialized or flash (got 'dense')"
-    "--collective-timeout 0|--collective-timeout needs a positive number (got '0')")
+    "--collective-timeout 0|--collective-timeout needs a positive number (got '0')"
+    "--backend gpu|--backend must be cpu, metal, cuda, tpu or pjrt (got 'gpu')"
+    "--backend metal --steps 1|execution backend 'metal' is unavailable")
 if(NOT DISTRIBUTED)  # a build without MPI says so instead of training alone
     list(APPEND rejections "--data-parallel --steps 1|distributed support is not compiled in")
 endif()

@@ -64,6 +64,7 @@ struct Options {
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
     bool data_parallel = false;
     double collective_timeout = 120.0;
+    ExecutionBackend backend = ExecutionBackend::Cpu;
 };
 
 template <typename Value>
@@ -139,6 +140,22 @@ const std::vector<Flag>& flags() {
              else
                  throw std::invalid_argument("--attention must be materialized or flash (got '" +
                                              v + "')");
+         }},
+        {"--backend", "cpu|metal|cuda|tpu|pjrt",
+         "where the model lives and trains (tpu/pjrt: the PJRT adapter; pjrt loads the plugin "
+         "$RIFTCO_TRANSFORMER_PJRT_PLUGIN names); an unavailable backend is an error",
+         [](const Options& o) { return std::string(execution_backend_name(o.backend)); },
+         [](Options& o, const std::string&, const std::string& v) {
+             for (const ExecutionBackend backend :
+                  {ExecutionBackend::Cpu, ExecutionBackend::Metal, ExecutionBackend::Cuda,
+                   ExecutionBackend::Tpu, ExecutionBackend::Pjrt}) {
+                 if (v == execution_backend_name(backend)) {
+                     o.backend = backend;
+                     return;
+                 }
+             }
+             throw std::invalid_argument(
+                 "--backend must be cpu, metal, cuda, tpu or pjrt (got '" + v + "')");
          }},
         {"--activation-checkpointing", "disabled|block",
          "block: recompute each block during backward instead of keeping its activations",
@@ -333,6 +350,9 @@ int main(int argc, char** argv) {
             return 0;
         }
         const Options& o = *parsed;
+        // Everything below (model, batches, optimizer state, decoding) is made on this backend;
+        // an unavailable one fails here, naming why.
+        const ScopedExecutionBackend on_backend(o.backend);
         const std::string text = examples::read_corpus(o.corpus_dir);
         const std::size_t split = text.size() * 9 / 10;
         const std::string train_text = text.substr(0, split);
@@ -396,7 +416,8 @@ int main(int argc, char** argv) {
             << " F=" << o.feed_forward << " T=" << o.context << ", " << model.parameter_count()
             << " parameters; batch " << o.batch << ", "
             << (o.attention == AttentionKind::Flash ? "flash" : "materialized")
-            << " attention, " << cpu_thread_count() << " CPU threads";
+            << " attention, backend " << execution_backend_name(o.backend) << ", "
+            << cpu_thread_count() << " CPU threads";
         if (parallel)
             out << " per rank; data parallel over " << group->world_size() << " ranks";
         out << "\n";

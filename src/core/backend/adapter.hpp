@@ -333,6 +333,11 @@ class BackendAdapter {
     [[nodiscard]] virtual const PagedAttentionCapability* paged_attention() const noexcept = 0;
     [[nodiscard]] virtual const QuantizedLinearCapability* quantized_linear() const noexcept = 0;
     [[nodiscard]] virtual const AdamCapability* adam() const noexcept = 0;
+
+    // Called by detail::synchronize at every sync point of this backend, before it raises the
+    // deferred error: a device whose checks leave flags on the device reads them here and
+    // hands the first failure to defer_error. Synchronous adapters have nothing to collect.
+    virtual void collect_deferred_errors() const {}
 };
 
 // The fixed registry: one adapter per ExecutionBackend value, null for unknown values.

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "core/backend/adapter.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
 
 namespace riftco_transformer {
@@ -50,6 +51,10 @@ void defer_error(ExecutionBackend backend, std::exception_ptr error) noexcept {
 
 void synchronize(ExecutionBackend backend) {
     host_reads.fetch_add(1, std::memory_order_relaxed);
+    // A device that checks values on the device reads its pending checks now.
+    if (const BackendAdapter* adapter = find_backend_adapter(backend); adapter != nullptr) {
+        adapter->collect_deferred_errors();
+    }
     std::exception_ptr error;
     {
         DeferredErrors& errors = deferred_errors();
