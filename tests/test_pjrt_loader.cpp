@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 #include "riftco_transformer/core/backend.hpp"
 
 namespace riftco_transformer {
@@ -134,6 +136,27 @@ TEST_F(PjrtLoader, BothIdentitiesLoadARealPluginIndependently) {
     // The tpu identity takes any PJRT runtime it is pointed at (here XLA's CPU plugin).
     EXPECT_EXIT(ask(ExecutionBackend::Tpu, {{"RIFTCO_TRANSFORMER_TPU_LIBRARY", plugin}}),
                 ::testing::ExitedWithCode(0), "available");
+}
+
+// Google's real libtpu (PyPI's libtpu wheel, unpacked into the cache by .ci/run) on a machine
+// without a TPU: a clean "no device" reason, no crash and no hang (the child has two minutes).
+// TPU_SKIP_MDS_QUERY=1 is libtpu's own switch for hosts outside Google Cloud: without it libtpu
+// spends minutes retrying the cloud metadata server before it gives up. Skipped when the wheel
+// is not in the cache.
+TEST_F(PjrtLoader, RealLibtpuWithoutATpuSaysSoCleanly) {
+    const std::string libtpu = RIFTCO_TRANSFORMER_TEST_LIBTPU;
+    if (libtpu.empty() || !std::filesystem::exists(libtpu)) {
+        GTEST_SKIP() << "libtpu.so is not in the cache (" << libtpu
+                     << "); .ci/run fetches PyPI's libtpu wheel";
+    }
+    EXPECT_EXIT(
+        {
+            alarm(120);
+            ask(ExecutionBackend::Tpu, {{"RIFTCO_TRANSFORMER_TPU_LIBRARY", libtpu},
+                                        {"TPU_SKIP_MDS_QUERY", "1"}});
+        },
+        ::testing::ExitedWithCode(1),
+        "reason: the TPU runtime library found no device: PJRT client creation failed: .*");
 }
 
 #else  // the default build: both identities are the unavailable stub
