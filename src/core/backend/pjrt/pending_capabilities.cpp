@@ -6,9 +6,6 @@
 
 namespace riftco_transformer::detail::pjrt {
 
-std::unique_ptr<LayoutCapability> make_layout(const Context&) { return nullptr; }
-std::unique_ptr<ReductionCapability> make_reduction(const Context&) { return nullptr; }
-std::unique_ptr<MatmulCapability> make_matmul(const Context&) { return nullptr; }
 std::unique_ptr<SoftmaxCapability> make_softmax(const Context&) { return nullptr; }
 std::unique_ptr<IndexingCapability> make_indexing(const Context&) { return nullptr; }
 std::unique_ptr<NormalizationCapability> make_normalization(const Context&) { return nullptr; }

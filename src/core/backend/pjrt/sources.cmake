@@ -4,5 +4,8 @@ list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/core/backend/pjrt/program.cpp
     src/core/backend/pjrt/pjrt_adapter.cpp
     src/core/backend/pjrt/elementwise.cpp
+    src/core/backend/pjrt/layout.cpp
+    src/core/backend/pjrt/reduction.cpp
+    src/core/backend/pjrt/matmul.cpp
     src/core/backend/pjrt/pending_capabilities.cpp
 )
