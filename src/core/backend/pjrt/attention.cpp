@@ -1,0 +1,536 @@
+// PJRT flash attention: the CPU reference's math (cpu/attention.cpp) as two StableHLO
+// programs, each a `stablehlo.while` over key tiles of `tile` = min(T, 64) keys. Every query
+// of a (batch, head) pair is processed at once against one key tile, so the largest array a
+// program holds is a tile's scores [B,Hkv,r,T,tile]: memory linear in T, never [T,T].
+//
+// Grouped-query heads: Q [B,Hq,T,d] is viewed as [B,Hkv,r,T,d] (query head h = g·r + j reads
+// key/value head g = ⌊h/r⌋) and every product is a dot_general batched over (B, Hkv), so a
+// key tile serves the r query heads of its group without a repeated copy.
+//
+// Forward, per key tile K_j, V_j [B,Hkv,tile,d] (keys past T are zero padding, always masked):
+//   S = scale·Q·K_jᵀ (masked -> -inf);  m' = max(m, rowmax S)
+//   l = l·e^{m−m'} + Σ e^{S−m'};  acc = acc·e^{m−m'} + e^{S−m'}·V_j;  m = m'
+//   O = acc / l
+// (m' = -inf, nothing visible yet, uses 0 in place of m' so every term stays 0, as the CPU's
+// skipped row.) Backward (D = rowsum(dO ⊙ O)), per key tile, P = e^{S−m}/l recomputed:
+//   dV_j = Σ_heads Pᵀ·dO;  dP = dO·V_jᵀ;  dS = P ⊙ (dP − D)·scale
+//   dQ += dS·K_j;  dK_j = Σ_heads dSᵀ·Q
+// dK_j and dV_j sum over the r query heads of the group inside the contraction.
+//
+// Domain check (forward, as the CPU): a visible score that is NaN or +inf, else a query row
+// without a finite visible score, naming the first such (batch·head) item; the program returns
+// the flag and the runtime raises it at the next sync point.
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/backend/pjrt/pjrt_device.hpp"
+
+namespace riftco_transformer::detail::pjrt {
+namespace {
+
+using Dims = std::vector<std::size_t>;
+
+constexpr std::size_t maximum_tile = 64;
+constexpr const char* negative_infinity = "0xFF800000";
+constexpr const char* positive_infinity = "0x7F800000";
+
+// Typed StableHLO steps over one ProgramText.
+class Steps {
+  public:
+    explicit Steps(ProgramText& program) : p_(program) {}
+
+    std::string binary(std::string_view op, const std::string& a, const std::string& b,
+                       const Dims& shape, std::string_view element = "f32") {
+        return p_.let("stablehlo." + std::string(op) + " " + a + ", " + b + " : " +
+                      tensor_type(shape, element));
+    }
+    std::string unary(std::string_view op, const std::string& a, const Dims& shape,
+                      std::string_view element = "f32") {
+        return p_.let("stablehlo." + std::string(op) + " " + a + " : " +
+                      tensor_type(shape, element));
+    }
+    std::string compare(std::string_view direction, const std::string& a, const std::string& b,
+                        const Dims& shape, std::string_view element = "f32") {
+        const char* kind = element == "f32" ? "FLOAT" : "SIGNED";
+        return p_.let("stablehlo.compare " + std::string(direction) + ", " + a + ", " + b + ", " +
+                      kind + " : (" + tensor_type(shape, element) + ", " +
+                      tensor_type(shape, element) + ") -> " + tensor_type(shape, "i1"));
+    }
+    std::string select(const std::string& predicate, const std::string& a, const std::string& b,
+                       const Dims& shape, std::string_view element = "f32") {
+        return p_.let("stablehlo.select " + predicate + ", " + a + ", " + b + " : " +
+                      tensor_type(shape, "i1") + ", " + tensor_type(shape, element));
+    }
+    // A splat constant given as literal text ("0xFF800000", "true", "7").
+    std::string splat(std::string_view literal, const Dims& shape,
+                      std::string_view element = "f32") {
+        return p_.let("stablehlo.constant dense<" + std::string(literal) +
+                      "> : " + tensor_type(shape, element));
+    }
+    std::string splat(float value, const Dims& shape) { return splat(float_literal(value), shape); }
+    // x of `from` placed along `dims` of `to`.
+    std::string broadcast(const std::string& x, const Dims& from, const Dims& to, const Dims& dims,
+                          std::string_view element = "f32") {
+        if (from == to) {
+            return x;
+        }
+        return p_.let("stablehlo.broadcast_in_dim " + x + ", dims = " + integer_list(dims) +
+                      " : (" + tensor_type(from, element) + ") -> " + tensor_type(to, element));
+    }
+    std::string reshape(const std::string& x, const Dims& from, const Dims& to,
+                        std::string_view element = "f32") {
+        return p_.reshape(x, from, to, element);
+    }
+    std::string iota(std::size_t dimension, const Dims& shape, std::string_view element = "i32") {
+        return p_.let("stablehlo.iota dim = " + std::to_string(dimension) + " : " +
+                      tensor_type(shape, element));
+    }
+    // Σ / max / or of x over `axes`.
+    std::string reduce(std::string_view op, const std::string& x, const Dims& shape,
+                       const Dims& axes, std::string_view element = "f32") {
+        Dims kept;
+        for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+            if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+                kept.push_back(shape[axis]);
+            }
+        }
+        std::string init;
+        if (op == "add") {
+            init = splat("0.0", {}, element);
+        } else if (op == "maximum") {
+            init = splat(negative_infinity, {}, element);
+        } else {
+            init = splat("false", {}, element);
+        }
+        return p_.let("stablehlo.reduce(" + x + " init: " + init + ") applies stablehlo." +
+                      std::string(op) + " across dimensions = " + integer_list(axes) + " : (" +
+                      tensor_type(shape, element) + ", " + tensor_type({}, element) + ") -> " +
+                      tensor_type(kept, element));
+    }
+    // dot_general at full float32 precision; the result is the batch dimensions, then the
+    // free dimensions of a, then those of b.
+    std::string dot(const std::string& a, const Dims& a_shape, const std::string& b,
+                    const Dims& b_shape, const Dims& batch, const Dims& a_contract,
+                    const Dims& b_contract, const Dims& result) {
+        return p_.let(
+            "stablehlo.dot_general " + a + ", " + b + ", batching_dims = " + integer_list(batch) +
+            " x " + integer_list(batch) + ", contracting_dims = " + integer_list(a_contract) +
+            " x " + integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" +
+            tensor_type(a_shape) + ", " + tensor_type(b_shape) + ") -> " + tensor_type(result));
+    }
+    // x [B,H,T,d] zero-padded along axis 2 to `padded`.
+    std::string pad_time(const std::string& x, const Dims& shape, std::size_t padded) {
+        if (shape[2] == padded) {
+            return x;
+        }
+        Dims to = shape;
+        to[2] = padded;
+        const std::string zero = splat("0.0", {});
+        return p_.let("stablehlo.pad " + x + ", " + zero + ", low = [0, 0, 0, 0], high = [0, 0, " +
+                      std::to_string(padded - shape[2]) + ", 0], interior = [0, 0, 0, 0] : (" +
+                      tensor_type(shape) + ", tensor<f32>) -> " + tensor_type(to));
+    }
+    // x [B,H,Tp,d] -> [B,H,T,d].
+    std::string unpad_time(const std::string& x, const Dims& shape, std::size_t time) {
+        if (shape[2] == time) {
+            return x;
+        }
+        Dims to = shape;
+        to[2] = time;
+        return p_.let("\"stablehlo.slice\"(" + x + ") {start_indices = array<i64: 0, 0, 0, 0>, " +
+                      "limit_indices = " + i64_array(to) +
+                      ", strides = array<i64: 1, 1, 1, 1>} : (" + tensor_type(shape) + ") -> " +
+                      tensor_type(to));
+    }
+    // The key tile of x [B,H,Tp,d] starting at key `start` (tensor<i32>).
+    std::string key_tile(const std::string& x, const Dims& shape, const std::string& start,
+                         std::size_t tile) {
+        const std::string zero = splat("0", {}, "i32");
+        Dims to = shape;
+        to[2] = tile;
+        return p_.let("stablehlo.dynamic_slice " + x + ", " + zero + ", " + zero + ", " + start +
+                      ", " + zero + ", sizes = " + integer_list(to) + " : (" + tensor_type(shape) +
+                      ", tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> " +
+                      tensor_type(to));
+    }
+    // x [B,H,Tp,d] with the tile [B,H,tile,d] written at key `start`.
+    std::string write_tile(const std::string& x, const Dims& shape, const std::string& tile_value,
+                           const Dims& tile_shape, const std::string& start) {
+        const std::string zero = splat("0", {}, "i32");
+        return p_.let("stablehlo.dynamic_update_slice " + x + ", " + tile_value + ", " + zero +
+                      ", " + zero + ", " + start + ", " + zero + " : (" + tensor_type(shape) +
+                      ", " + tensor_type(tile_shape) +
+                      ", tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> " +
+                      tensor_type(shape));
+    }
+
+    ProgramText& program() { return p_; }
+
+  private:
+    ProgramText& p_;
+};
+
+// A while loop counting `counter` from 0 to `trip_count` (static). `carried` are the loop's
+// other values (initial name, type); `body` receives the counter and the carried values
+// (block arguments) and returns the carried values' next state. Returns the final values.
+template <typename Body>
+std::vector<std::string> counted_loop(
+    Steps& s, std::size_t trip_count,
+    const std::vector<std::pair<std::string, std::string>>& carried, Body body) {
+    ProgramText& p = s.program();
+    const std::string start = s.splat("0", {}, "i32");
+    const std::string results = p.fresh();
+    const std::string counter = p.fresh();
+    std::vector<std::string> arguments;
+    std::string header = results + ":" + std::to_string(carried.size() + 1) +
+                         " = stablehlo.while(" + counter + " = " + start;
+    std::string types = "tensor<i32>";
+    for (const auto& [initial, type] : carried) {
+        arguments.push_back(p.fresh());
+        header += ", " + arguments.back() + " = " + initial;
+        types += ", " + type;
+    }
+    p.line(header + ") : " + types);
+    p.line("cond {");
+    const std::string limit = s.splat(std::to_string(trip_count), {}, "i32");
+    const std::string more = s.compare("LT", counter, limit, {}, "i32");
+    p.line("  stablehlo.return " + more + " : tensor<i1>");
+    p.line("} do {");
+    std::vector<std::string> next = body(counter, arguments);
+    const std::string one = s.splat("1", {}, "i32");
+    const std::string next_counter = s.binary("add", counter, one, {}, "i32");
+    std::string returned = "  stablehlo.return " + next_counter;
+    for (const std::string& value : next) {
+        returned += ", " + value;
+    }
+    p.line(returned + " : " + types);
+    p.line("}");
+    std::vector<std::string> finals;
+    for (std::size_t i = 0; i < carried.size(); ++i) {
+        finals.push_back(results + "#" + std::to_string(i + 1));
+    }
+    return finals;
+}
+
+// The geometry of one call: Q [B,Hq,T,d] viewed as [B,Hkv,r,T,d]; K, V [B,Hkv,T,d].
+struct Geometry {
+    std::size_t batch;
+    std::size_t query_heads;
+    std::size_t key_heads;
+    std::size_t time;
+    std::size_t width;
+    std::size_t group;   // r = Hq/Hkv
+    std::size_t tile;    // keys per loop step
+    std::size_t tiles;   // loop steps
+    std::size_t window;  // 0: dense causal
+
+    [[nodiscard]] std::size_t padded_time() const { return tile * tiles; }
+    [[nodiscard]] Dims query() const { return {batch, key_heads, group, time, width}; }
+    [[nodiscard]] Dims key() const { return {batch, key_heads, time, width}; }
+    [[nodiscard]] Dims padded_key() const { return {batch, key_heads, padded_time(), width}; }
+    [[nodiscard]] Dims key_tile() const { return {batch, key_heads, tile, width}; }
+    [[nodiscard]] Dims scores() const { return {batch, key_heads, group, time, tile}; }
+    [[nodiscard]] Dims rows() const { return {batch, key_heads, group, time}; }
+    [[nodiscard]] Dims items() const { return {batch, key_heads, group}; }
+    [[nodiscard]] std::size_t item_count() const { return batch * query_heads; }
+    [[nodiscard]] std::size_t query_count() const { return item_count() * time * width; }
+    [[nodiscard]] std::size_t key_count() const { return batch * key_heads * time * width; }
+    [[nodiscard]] std::size_t row_count() const { return item_count() * time; }
+
+    [[nodiscard]] std::string key_text(std::string_view operation, float scale) const {
+        return std::string(operation) + "/" + std::to_string(batch) + "x" +
+               std::to_string(query_heads) + "x" + std::to_string(key_heads) + "x" +
+               std::to_string(time) + "x" + std::to_string(width) + "/w" + std::to_string(window) +
+               "/s" + float_literal(scale);
+    }
+};
+
+Geometry geometry_of(const Tensor& query, const Tensor& key, std::size_t window) {
+    Geometry g{};
+    g.batch = query.shape()[0];
+    g.query_heads = query.shape()[1];
+    g.key_heads = key.shape()[1];
+    g.time = query.shape()[2];
+    g.width = query.shape()[3];
+    g.group = g.query_heads / g.key_heads;
+    g.tile = std::min(g.time, maximum_tile);
+    g.tiles = (g.time + g.tile - 1) / g.tile;
+    g.window = window;
+    return g;
+}
+
+// The visible mask [B,Hkv,r,T,tile] of the key tile starting at `start` (tensor<i32>): key
+// j visible from query i when j <= i and (window 0 or j + W > i). Padded keys (j >= T) are
+// never visible.
+std::string visible_mask(Steps& s, const Geometry& g, const std::string& start) {
+    const Dims plane = {g.time, g.tile};
+    const std::string query_index = s.iota(0, plane);
+    const std::string key_offset = s.iota(1, plane);
+    const std::string key_index =
+        s.binary("add", key_offset, s.broadcast(start, {}, plane, {}, "i32"), plane, "i32");
+    std::string visible = s.compare("LE", key_index, query_index, plane, "i32");
+    if (g.window != 0) {
+        const std::string reach = s.binary(
+            "add", key_index, s.splat(std::to_string(g.window), plane, "i32"), plane, "i32");
+        visible = s.binary("and", visible, s.compare("GT", reach, query_index, plane, "i32"), plane,
+                           "i1");
+    }
+    return s.broadcast(visible, plane, g.scores(), {3, 4}, "i1");
+}
+
+// S = scale·Q·K_jᵀ for the key tile (unmasked) [B,Hkv,r,T,tile].
+std::string tile_scores(Steps& s, const Geometry& g, const std::string& query,
+                        const std::string& key_tile, float scale) {
+    const std::string products =
+        s.dot(query, g.query(), key_tile, g.key_tile(), {0, 1}, {4}, {3}, g.scores());
+    return s.binary("multiply", products, s.splat(scale, g.scores()), g.scores());
+}
+
+std::exception_ptr bad_scores(std::size_t item, bool no_finite) {
+    std::ostringstream message;
+    message << "flash attention: (batch·head) " << item
+            << (no_finite ? " has a query row with no finite visible score"
+                          : " has a visible score that is NaN or +inf");
+    return std::make_exception_ptr(std::domain_error(message.str()));
+}
+
+class PjrtAttention final : public AttentionCapability {
+  public:
+    explicit PjrtAttention(const Context& context) : context_(context) {}
+
+    // inp Q [B,Hq,T,d], K, V [B,Hkv,T,d] -> context [B,Hq,T,d], m, l [B,Hq,T]
+    void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
+                       const tensor_ops::FlashAttentionOptions& options, Tensor& context,
+                       Tensor& row_max, Tensor& row_sum) const override {
+        const Geometry g = geometry_of(query, key, options.window);
+        auto text = [&] {
+            ProgramText program;
+            Steps s(program);
+            const std::string q_flat = program.parameter(tensor_type({g.query_count()}));
+            const std::string k_flat = program.parameter(tensor_type({g.key_count()}));
+            const std::string v_flat = program.parameter(tensor_type({g.key_count()}));
+            const std::string q = s.reshape(q_flat, {g.query_count()}, g.query());
+            const std::string k =
+                s.pad_time(s.reshape(k_flat, {g.key_count()}, g.key()), g.key(), g.padded_time());
+            const std::string v =
+                s.pad_time(s.reshape(v_flat, {g.key_count()}, g.key()), g.key(), g.padded_time());
+            const std::vector<std::pair<std::string, std::string>> carried = {
+                {s.splat(negative_infinity, g.rows()), tensor_type(g.rows())},
+                {s.splat("0.0", g.rows()), tensor_type(g.rows())},
+                {s.splat("0.0", g.query()), tensor_type(g.query())},
+                {s.splat("false", g.items(), "i1"), tensor_type(g.items(), "i1")}};
+            const std::vector<std::string> finals = counted_loop(
+                s, g.tiles, carried,
+                [&](const std::string& counter, const std::vector<std::string>& state) {
+                    const std::string& m = state[0];
+                    const std::string& l = state[1];
+                    const std::string& acc = state[2];
+                    const std::string& bad = state[3];
+                    const std::string start = s.binary(
+                        "multiply", counter, s.splat(std::to_string(g.tile), {}, "i32"), {}, "i32");
+                    const std::string key_tile = s.key_tile(k, g.padded_key(), start, g.tile);
+                    const std::string value_tile = s.key_tile(v, g.padded_key(), start, g.tile);
+                    const std::string scores = tile_scores(s, g, q, key_tile, scale);
+                    const std::string visible = visible_mask(s, g, start);
+                    // A visible NaN or +inf score marks its (batch, head) item.
+                    const std::string is_nan = s.compare("NE", scores, scores, g.scores());
+                    const std::string is_inf =
+                        s.compare("EQ", scores, s.splat(positive_infinity, g.scores()), g.scores());
+                    const std::string bad_score =
+                        s.binary("and", s.binary("or", is_nan, is_inf, g.scores(), "i1"), visible,
+                                 g.scores(), "i1");
+                    const std::string bad_next =
+                        s.binary("or", bad, s.reduce("or", bad_score, g.scores(), {3, 4}, "i1"),
+                                 g.items(), "i1");
+                    const std::string masked = s.select(
+                        visible, scores, s.splat(negative_infinity, g.scores()), g.scores());
+                    const std::string tile_max = s.reduce("maximum", masked, g.scores(), {4});
+                    const std::string new_max = s.binary("maximum", m, tile_max, g.rows());
+                    // Nothing visible yet (new max −inf): subtract 0 so every term is e^{−inf}.
+                    const std::string empty =
+                        s.compare("EQ", new_max, s.splat(negative_infinity, g.rows()), g.rows());
+                    const std::string shift =
+                        s.select(empty, s.splat("0.0", g.rows()), new_max, g.rows());
+                    const std::string weights =
+                        s.unary("exponential",
+                                s.binary("subtract", masked,
+                                         s.broadcast(shift, g.rows(), g.scores(), {0, 1, 2, 3}),
+                                         g.scores()),
+                                g.scores());
+                    const std::string correction =
+                        s.unary("exponential", s.binary("subtract", m, shift, g.rows()), g.rows());
+                    const std::string l_next =
+                        s.binary("add", s.binary("multiply", l, correction, g.rows()),
+                                 s.reduce("add", weights, g.scores(), {4}), g.rows());
+                    const std::string update = s.dot(weights, g.scores(), value_tile, g.key_tile(),
+                                                     {0, 1}, {4}, {2}, g.query());
+                    const std::string acc_next = s.binary(
+                        "add",
+                        s.binary("multiply", acc,
+                                 s.broadcast(correction, g.rows(), g.query(), {0, 1, 2, 3}),
+                                 g.query()),
+                        update, g.query());
+                    return std::vector<std::string>{new_max, l_next, acc_next, bad_next};
+                });
+            const std::string& m = finals[0];
+            const std::string& l = finals[1];
+            const std::string& acc = finals[2];
+            const std::string& bad = finals[3];
+            // O = acc / l on rows with a finite maximum; rows without one keep acc (zeros).
+            const std::string no_row =
+                s.compare("EQ", m, s.splat(negative_infinity, g.rows()), g.rows());
+            const std::string inverse = s.binary("divide", s.splat(1.0F, g.rows()), l, g.rows());
+            const std::string factor = s.select(no_row, s.splat(1.0F, g.rows()), inverse, g.rows());
+            const std::string out = s.binary(
+                "multiply", acc, s.broadcast(factor, g.rows(), g.query(), {0, 1, 2, 3}), g.query());
+            // Flag positions: [0, items) NaN/+inf items, then [items, 2·items) empty rows.
+            const std::string empty_item = s.reduce("or", no_row, g.rows(), {3}, "i1");
+            const std::size_t items = g.item_count();
+            const std::string checks =
+                program.let("stablehlo.concatenate " + s.reshape(bad, g.items(), {items}, "i1") +
+                            ", " + s.reshape(empty_item, g.items(), {items}, "i1") +
+                            ", dim = 0 : (" + tensor_type({items}, "i1") + ", " +
+                            tensor_type({items}, "i1") + ") -> " + tensor_type({2 * items}, "i1"));
+            const std::size_t check_shape[] = {2 * items};
+            const std::string flag = first_violation_flag(program, checks, check_shape);
+            const std::pair<std::string, std::string> results[] = {
+                {program.flatten(out, g.query()), tensor_type({g.query_count()})},
+                {program.flatten(m, g.rows()), tensor_type({g.row_count()})},
+                {program.flatten(l, g.rows()), tensor_type({g.row_count()})},
+                {flag, tensor_type({1}, "i32")}};
+            return program.finish(results);
+        };
+        std::vector<BufferPointer> results =
+            run(context_, g.key_text("flash_forward", scale), text,
+                {buffer_of(query), buffer_of(key), buffer_of(value)},
+                {{ElementType::F32, g.query_count()},
+                 {ElementType::F32, g.row_count()},
+                 {ElementType::F32, g.row_count()},
+                 {ElementType::S32, 1}});
+        give(context_, context, results[0]);
+        give(context_, row_max, results[1]);
+        give(context_, row_sum, results[2]);
+        const std::size_t items = g.item_count();
+        defer_check(context_, results[3], [items](std::size_t position) {
+            return position < items ? bad_scores(position, false)
+                                    : bad_scores(position - items, true);
+        });
+    }
+
+    void flash_backward(const Tensor& query, const Tensor& key, const Tensor& value,
+                        const Tensor& context, const Tensor& row_max, const Tensor& row_sum,
+                        const Tensor& upstream, float scale,
+                        const tensor_ops::FlashAttentionOptions& options, Tensor& query_gradient,
+                        Tensor& key_gradient, Tensor& value_gradient) const override {
+        const Geometry g = geometry_of(query, key, options.window);
+        auto text = [&] {
+            ProgramText program;
+            Steps s(program);
+            const Dims query_flat = {g.query_count()};
+            const Dims key_flat = {g.key_count()};
+            const Dims rows_flat = {g.row_count()};
+            const std::string q =
+                s.reshape(program.parameter(tensor_type(query_flat)), query_flat, g.query());
+            const std::string k =
+                s.pad_time(s.reshape(program.parameter(tensor_type(key_flat)), key_flat, g.key()),
+                           g.key(), g.padded_time());
+            const std::string v =
+                s.pad_time(s.reshape(program.parameter(tensor_type(key_flat)), key_flat, g.key()),
+                           g.key(), g.padded_time());
+            const std::string o =
+                s.reshape(program.parameter(tensor_type(query_flat)), query_flat, g.query());
+            const std::string m =
+                s.reshape(program.parameter(tensor_type(rows_flat)), rows_flat, g.rows());
+            const std::string l =
+                s.reshape(program.parameter(tensor_type(rows_flat)), rows_flat, g.rows());
+            const std::string d_o =
+                s.reshape(program.parameter(tensor_type(query_flat)), query_flat, g.query());
+            // D = rowsum(dO ⊙ O) [B,Hkv,r,T]; 1/l as the CPU's inverse.
+            const std::string row_dots =
+                s.reduce("add", s.binary("multiply", d_o, o, g.query()), g.query(), {4});
+            const std::string inverse = s.binary("divide", s.splat(1.0F, g.rows()), l, g.rows());
+            const Dims to_scores = {0, 1, 2, 3};
+            const std::string m_b = s.broadcast(m, g.rows(), g.scores(), to_scores);
+            const std::string inverse_b = s.broadcast(inverse, g.rows(), g.scores(), to_scores);
+            const std::string row_dots_b = s.broadcast(row_dots, g.rows(), g.scores(), to_scores);
+            const std::vector<std::pair<std::string, std::string>> carried = {
+                {s.splat("0.0", g.query()), tensor_type(g.query())},
+                {s.splat("0.0", g.padded_key()), tensor_type(g.padded_key())},
+                {s.splat("0.0", g.padded_key()), tensor_type(g.padded_key())}};
+            const std::vector<std::string> finals = counted_loop(
+                s, g.tiles, carried,
+                [&](const std::string& counter, const std::vector<std::string>& state) {
+                    const std::string& dq = state[0];
+                    const std::string& dk = state[1];
+                    const std::string& dv = state[2];
+                    const std::string start = s.binary(
+                        "multiply", counter, s.splat(std::to_string(g.tile), {}, "i32"), {}, "i32");
+                    const std::string key_tile = s.key_tile(k, g.padded_key(), start, g.tile);
+                    const std::string value_tile = s.key_tile(v, g.padded_key(), start, g.tile);
+                    const std::string masked =
+                        s.select(visible_mask(s, g, start), tile_scores(s, g, q, key_tile, scale),
+                                 s.splat(negative_infinity, g.scores()), g.scores());
+                    // P = e^{S−m}·(1/l)
+                    const std::string p =
+                        s.binary("multiply",
+                                 s.unary("exponential",
+                                         s.binary("subtract", masked, m_b, g.scores()), g.scores()),
+                                 inverse_b, g.scores());
+                    // dV_j = Σ_{heads, queries} Pᵀ·dO  [B,Hkv,tile,d]
+                    const std::string dv_tile =
+                        s.dot(p, g.scores(), d_o, g.query(), {0, 1}, {2, 3}, {2, 3}, g.key_tile());
+                    // dP = dO·V_jᵀ; dS = P ⊙ (dP − D)·scale
+                    const std::string dp = s.dot(d_o, g.query(), value_tile, g.key_tile(), {0, 1},
+                                                 {4}, {3}, g.scores());
+                    const std::string ds = s.binary(
+                        "multiply",
+                        s.binary("multiply", p, s.binary("subtract", dp, row_dots_b, g.scores()),
+                                 g.scores()),
+                        s.splat(scale, g.scores()), g.scores());
+                    // dQ += dS·K_j;  dK_j = Σ dSᵀ·Q
+                    const std::string dq_next = s.binary(
+                        "add", dq,
+                        s.dot(ds, g.scores(), key_tile, g.key_tile(), {0, 1}, {4}, {2}, g.query()),
+                        g.query());
+                    const std::string dk_tile =
+                        s.dot(ds, g.scores(), q, g.query(), {0, 1}, {2, 3}, {2, 3}, g.key_tile());
+                    return std::vector<std::string>{
+                        dq_next, s.write_tile(dk, g.padded_key(), dk_tile, g.key_tile(), start),
+                        s.write_tile(dv, g.padded_key(), dv_tile, g.key_tile(), start)};
+                });
+            const std::string dk = s.unpad_time(finals[1], g.padded_key(), g.time);
+            const std::string dv = s.unpad_time(finals[2], g.padded_key(), g.time);
+            const std::pair<std::string, std::string> results[] = {
+                {program.flatten(finals[0], g.query()), tensor_type(query_flat)},
+                {program.flatten(dk, g.key()), tensor_type(key_flat)},
+                {program.flatten(dv, g.key()), tensor_type(key_flat)}};
+            return program.finish(results);
+        };
+        std::vector<BufferPointer> results =
+            run(context_, g.key_text("flash_backward", scale), text,
+                {buffer_of(query), buffer_of(key), buffer_of(value), buffer_of(context),
+                 buffer_of(row_max), buffer_of(row_sum), buffer_of(upstream)},
+                {{ElementType::F32, g.query_count()},
+                 {ElementType::F32, g.key_count()},
+                 {ElementType::F32, g.key_count()}});
+        give(context_, query_gradient, results[0]);
+        give(context_, key_gradient, results[1]);
+        give(context_, value_gradient, results[2]);
+    }
+
+  private:
+    const Context& context_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionCapability> make_attention(const Context& context) {
+    return std::make_unique<PjrtAttention>(context);
+}
+
+}  // namespace riftco_transformer::detail::pjrt
