@@ -5,8 +5,10 @@
 //   op(left) = left  -> contract left dim 2;  op(left) = leftᵀ  -> contract left dim 1;
 //   op(right) = right -> contract right dim 1; op(right) = rightᵀ -> contract right dim 2.
 // dot_general orders its result (batch, left free, right free) = [B, m, n], which is out.
-// Precision DEFAULT with float32 operands and result (XLA's CPU plugin computes it in float32;
-// the accumulation order differs from the CPU GEMM's, hence rounding-level differences).
+// Precision HIGHEST with float32 operands and result: float32 products on every device (on a
+// TPU, DEFAULT would mean one bfloat16 pass and break parity; XLA's CPU plugin computes float32
+// either way). The accumulation order differs from the CPU GEMM's, hence rounding-level
+// differences.
 
 #include <string>
 
@@ -46,7 +48,7 @@ class PjrtMatmul final : public MatmulCapability {
                                             (transpose_right ? "2" : "1") + "]";
             const std::string c = program.let(
                 "stablehlo.dot_general " + a + ", " + b + ", batching_dims = [0] x [0], " +
-                contracting + ", precision = [DEFAULT, DEFAULT] : (" + tensor_type(left_blocks) +
+                contracting + ", precision = [HIGHEST, HIGHEST] : (" + tensor_type(left_blocks) +
                 ", " + tensor_type(right_blocks) + ") -> " + tensor_type(product));
             const std::pair<std::string, std::string> results[] = {
                 {program.flatten(c, product), flat_type(product)}};

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -17,6 +18,21 @@ namespace {
 // num_partitions (5): 1}} in protobuf wire format: one replica, one partition, the client's
 // default device.
 constexpr char single_device_compile_options[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+// Adds the wall time of its scope to a statistics field.
+class Stopwatch {
+  public:
+    explicit Stopwatch(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+    ~Stopwatch() {
+        total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    Stopwatch(const Stopwatch&) = delete;
+    Stopwatch& operator=(const Stopwatch&) = delete;
+
+  private:
+    double& total_;
+    std::chrono::steady_clock::time_point start_;
+};
 
 template <typename Args>
 Args make_args() {
@@ -176,6 +192,7 @@ Runtime* Runtime::load(const std::string& library_path, ExecutionBackend backend
 BufferPointer Runtime::upload(ElementType type, const void* data,
                               std::size_t element_count) const {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const Stopwatch stopwatch(statistics_.upload_seconds);
     auto args = make_args<ClientBufferFromHostBufferArgs>();
     const auto dims = static_cast<std::int64_t>(element_count);
     // A zero-element array still needs a valid pointer.
@@ -206,6 +223,7 @@ void Runtime::download(const DeviceBuffer& buffer, void* destination) const {
 void Runtime::download_all(std::span<const DeviceBuffer* const> buffers,
                            std::span<void* const> destinations) const {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const Stopwatch stopwatch(statistics_.download_seconds);
     std::vector<Event*> events(buffers.size(), nullptr);
     std::exception_ptr first_error;
     for (std::size_t i = 0; i < buffers.size(); ++i) {
@@ -250,6 +268,7 @@ LoadedExecutable* Runtime::program(const std::string& key,
         statistics_.cache_hits += 1;
         return found->second;
     }
+    const Stopwatch stopwatch(statistics_.compile_seconds);
     std::string code = text();
     auto program_args = make_args<Program>();
     program_args.code = code.data();
@@ -278,6 +297,7 @@ std::vector<BufferPointer> Runtime::execute(LoadedExecutable* executable,
                                             std::span<const ElementType> output_types,
                                             std::span<const std::size_t> output_counts) const {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const Stopwatch stopwatch(statistics_.execute_seconds);
     std::vector<Buffer*> arguments(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         arguments[i] = inputs[i]->handle();

@@ -60,6 +60,13 @@ struct RuntimeStatistics {
     std::uint64_t bytes_to_host = 0;
     std::uint64_t uploads = 0;
     std::uint64_t downloads = 0;
+    // Wall time spent inside the plugin, by kind of call: compiling programs, launching them
+    // (the CPU plugin may run a program before Execute returns), host-to-device copies, and
+    // device-to-host copies including the wait for the work that produces them.
+    double compile_seconds = 0.0;
+    double execute_seconds = 0.0;
+    double upload_seconds = 0.0;
+    double download_seconds = 0.0;
 };
 
 // A value-domain check a program carried out: `flag` is a rank-0 s32 buffer holding 0 when
