@@ -8,9 +8,11 @@
 // (tpu). Both sides run the same model, batches and optimizer; the first step of each is a
 // warm-up (it compiles on PJRT) and is reported on its own.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -62,7 +64,9 @@ struct Timing {
     float last_loss = 0;
 };
 
-Timing run(ExecutionBackend backend, const Workload& w, int steps) {
+// `after_first_step` runs once the first (compiling, uploading) step is done.
+Timing run(ExecutionBackend backend, const Workload& w, int steps,
+           const std::function<void()>& after_first_step) {
     const ScopedExecutionBackend on(backend);
     std::mt19937 generator(7);
     DecoderOnlyTransformer model(w.dimensions, generator);
@@ -81,6 +85,9 @@ Timing run(ExecutionBackend backend, const Workload& w, int steps) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         (step == 0 ? timing.first_seconds : timing.step_seconds) += seconds;
+        if (step == 0) {
+            after_first_step();
+        }
     }
     timing.step_seconds /= std::max(1, steps - 1);
     return timing;
@@ -115,11 +122,12 @@ int main(int argc, char** argv) {
             return 0;
         }
         const detail::pjrt::Runtime* runtime = detail::pjrt::loaded_runtime(device);
-        const Timing cpu = run(ExecutionBackend::Cpu, w, steps);
-        const auto before = runtime->statistics();
-        const Timing on_device = run(device, w, steps);
+        const Timing cpu = run(ExecutionBackend::Cpu, w, steps, [] {});
+        const auto start = runtime->statistics();
+        detail::pjrt::RuntimeStatistics before;
+        const Timing on_device = run(device, w, steps, [&] { before = runtime->statistics(); });
         const auto after = runtime->statistics();
-        const double n = steps;
+        const double n = steps - 1;  // the steps after the first
         std::printf("model %s (B=%zu T=%zu D=%zu N=%zu), %d steps, %zu CPU threads; PJRT platform "
                     "'%s', API 0.%d\n",
                     model_name.c_str(), w.batch, w.context, w.dimensions.model_width,
@@ -132,16 +140,20 @@ int main(int argc, char** argv) {
                     std::string(execution_backend_name(device)).c_str(), on_device.first_seconds,
                     1e3 * on_device.step_seconds, on_device.last_loss,
                     on_device.step_seconds / cpu.step_seconds);
-        std::printf("PJRT over the run: %llu programs compiled (%.3f s), %llu runs (%.1f ms "
-                    "launching per step), cache hit rate %.1f%%\n",
+        std::printf("first step: %llu programs compiled in %.3f s, %.0f bytes to device (the "
+                    "model's initial values and the batch)\n",
+                    static_cast<unsigned long long>(before.compiles - start.compiles),
+                    before.compile_seconds - start.compile_seconds,
+                    static_cast<double>(before.bytes_to_device - start.bytes_to_device));
+        std::printf("each later step: %llu programs compiled, %.0f program runs (%.1f ms inside "
+                    "Execute), cache hit rate %.1f%%\n",
                     static_cast<unsigned long long>(after.compiles - before.compiles),
-                    after.compile_seconds - before.compile_seconds,
-                    static_cast<unsigned long long>(after.executions - before.executions),
+                    static_cast<double>(after.executions - before.executions) / n,
                     1e3 * (after.execute_seconds - before.execute_seconds) / n,
                     100.0 * static_cast<double>(after.cache_hits - before.cache_hits) /
                         static_cast<double>(after.cache_hits - before.cache_hits + after.compiles -
                                             before.compiles));
-        std::printf("per step: %.0f bytes to device in %.1f uploads (%.2f ms), %.0f bytes to host "
+        std::printf("each later step: %.0f bytes to device in %.1f uploads (%.2f ms), %.0f bytes to host "
                     "in %.1f downloads (%.2f ms incl. waiting for the device)\n",
                     static_cast<double>(after.bytes_to_device - before.bytes_to_device) / n,
                     static_cast<double>(after.uploads - before.uploads) / n,
