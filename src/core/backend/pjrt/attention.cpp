@@ -39,90 +39,11 @@ constexpr std::size_t maximum_tile = 64;
 constexpr const char* negative_infinity = "0xFF800000";
 constexpr const char* positive_infinity = "0x7F800000";
 
-// Typed StableHLO steps over one ProgramText.
-class Steps {
+// The shared steps (program.hpp) plus the key-tile moves of the attention programs.
+class AttentionSteps final : public Steps {
   public:
-    explicit Steps(ProgramText& program) : p_(program) {}
+    using Steps::Steps;
 
-    std::string binary(std::string_view op, const std::string& a, const std::string& b,
-                       const Dims& shape, std::string_view element = "f32") {
-        return p_.let("stablehlo." + std::string(op) + " " + a + ", " + b + " : " +
-                      tensor_type(shape, element));
-    }
-    std::string unary(std::string_view op, const std::string& a, const Dims& shape,
-                      std::string_view element = "f32") {
-        return p_.let("stablehlo." + std::string(op) + " " + a + " : " +
-                      tensor_type(shape, element));
-    }
-    std::string compare(std::string_view direction, const std::string& a, const std::string& b,
-                        const Dims& shape, std::string_view element = "f32") {
-        const char* kind = element == "f32" ? "FLOAT" : "SIGNED";
-        return p_.let("stablehlo.compare " + std::string(direction) + ", " + a + ", " + b + ", " +
-                      kind + " : (" + tensor_type(shape, element) + ", " +
-                      tensor_type(shape, element) + ") -> " + tensor_type(shape, "i1"));
-    }
-    std::string select(const std::string& predicate, const std::string& a, const std::string& b,
-                       const Dims& shape, std::string_view element = "f32") {
-        return p_.let("stablehlo.select " + predicate + ", " + a + ", " + b + " : " +
-                      tensor_type(shape, "i1") + ", " + tensor_type(shape, element));
-    }
-    // A splat constant given as literal text ("0xFF800000", "true", "7").
-    std::string splat(std::string_view literal, const Dims& shape,
-                      std::string_view element = "f32") {
-        return p_.let("stablehlo.constant dense<" + std::string(literal) +
-                      "> : " + tensor_type(shape, element));
-    }
-    std::string splat(float value, const Dims& shape) { return splat(float_literal(value), shape); }
-    // x of `from` placed along `dims` of `to`.
-    std::string broadcast(const std::string& x, const Dims& from, const Dims& to, const Dims& dims,
-                          std::string_view element = "f32") {
-        if (from == to) {
-            return x;
-        }
-        return p_.let("stablehlo.broadcast_in_dim " + x + ", dims = " + integer_list(dims) +
-                      " : (" + tensor_type(from, element) + ") -> " + tensor_type(to, element));
-    }
-    std::string reshape(const std::string& x, const Dims& from, const Dims& to,
-                        std::string_view element = "f32") {
-        return p_.reshape(x, from, to, element);
-    }
-    std::string iota(std::size_t dimension, const Dims& shape, std::string_view element = "i32") {
-        return p_.let("stablehlo.iota dim = " + std::to_string(dimension) + " : " +
-                      tensor_type(shape, element));
-    }
-    // Σ / max / or of x over `axes`.
-    std::string reduce(std::string_view op, const std::string& x, const Dims& shape,
-                       const Dims& axes, std::string_view element = "f32") {
-        Dims kept;
-        for (std::size_t axis = 0; axis < shape.size(); ++axis) {
-            if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
-                kept.push_back(shape[axis]);
-            }
-        }
-        std::string init;
-        if (op == "add") {
-            init = splat("0.0", {}, element);
-        } else if (op == "maximum") {
-            init = splat(negative_infinity, {}, element);
-        } else {
-            init = splat("false", {}, element);
-        }
-        return p_.let("stablehlo.reduce(" + x + " init: " + init + ") applies stablehlo." +
-                      std::string(op) + " across dimensions = " + integer_list(axes) + " : (" +
-                      tensor_type(shape, element) + ", " + tensor_type({}, element) + ") -> " +
-                      tensor_type(kept, element));
-    }
-    // dot_general at full float32 precision; the result is the batch dimensions, then the
-    // free dimensions of a, then those of b.
-    std::string dot(const std::string& a, const Dims& a_shape, const std::string& b,
-                    const Dims& b_shape, const Dims& batch, const Dims& a_contract,
-                    const Dims& b_contract, const Dims& result) {
-        return p_.let(
-            "stablehlo.dot_general " + a + ", " + b + ", batching_dims = " + integer_list(batch) +
-            " x " + integer_list(batch) + ", contracting_dims = " + integer_list(a_contract) +
-            " x " + integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" +
-            tensor_type(a_shape) + ", " + tensor_type(b_shape) + ") -> " + tensor_type(result));
-    }
     // x [B,H,T,d] zero-padded along axis 2 to `padded`.
     std::string pad_time(const std::string& x, const Dims& shape, std::size_t padded) {
         if (shape[2] == padded) {
@@ -168,11 +89,6 @@ class Steps {
                       ", tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> " +
                       tensor_type(shape));
     }
-
-    ProgramText& program() { return p_; }
-
-  private:
-    ProgramText& p_;
 };
 
 // A while loop counting `counter` from 0 to `trip_count` (static). `carried` are the loop's
@@ -180,7 +96,7 @@ class Steps {
 // (block arguments) and returns the carried values' next state. Returns the final values.
 template <typename Body>
 std::vector<std::string> counted_loop(
-    Steps& s, std::size_t trip_count,
+    AttentionSteps& s, std::size_t trip_count,
     const std::vector<std::pair<std::string, std::string>>& carried, Body body) {
     ProgramText& p = s.program();
     const std::string start = s.splat("0", {}, "i32");
@@ -267,7 +183,7 @@ Geometry geometry_of(const Tensor& query, const Tensor& key, std::size_t window)
 // The visible mask [B,Hkv,r,T,tile] of the key tile starting at `start` (tensor<i32>): key
 // j visible from query i when j <= i and (window 0 or j + W > i). Padded keys (j >= T) are
 // never visible.
-std::string visible_mask(Steps& s, const Geometry& g, const std::string& start) {
+std::string visible_mask(AttentionSteps& s, const Geometry& g, const std::string& start) {
     const Dims plane = {g.time, g.tile};
     const std::string query_index = s.iota(0, plane);
     const std::string key_offset = s.iota(1, plane);
@@ -284,7 +200,7 @@ std::string visible_mask(Steps& s, const Geometry& g, const std::string& start) 
 }
 
 // S = scale·Q·K_jᵀ for the key tile (unmasked) [B,Hkv,r,T,tile].
-std::string tile_scores(Steps& s, const Geometry& g, const std::string& query,
+std::string tile_scores(AttentionSteps& s, const Geometry& g, const std::string& query,
                         const std::string& key_tile, float scale) {
     const std::string products =
         s.dot(query, g.query(), key_tile, g.key_tile(), {0, 1}, {4}, {3}, g.scores());
@@ -310,7 +226,7 @@ class PjrtAttention final : public AttentionCapability {
         const Geometry g = geometry_of(query, key, options.window);
         auto text = [&] {
             ProgramText program;
-            Steps s(program);
+            AttentionSteps s(program);
             const std::string q_flat = program.parameter(tensor_type({g.query_count()}));
             const std::string k_flat = program.parameter(tensor_type({g.key_count()}));
             const std::string v_flat = program.parameter(tensor_type({g.key_count()}));
@@ -430,7 +346,7 @@ class PjrtAttention final : public AttentionCapability {
         const Geometry g = geometry_of(query, key, options.window);
         auto text = [&] {
             ProgramText program;
-            Steps s(program);
+            AttentionSteps s(program);
             const Dims query_flat = {g.query_count()};
             const Dims key_flat = {g.key_count()};
             const Dims rows_flat = {g.row_count()};

@@ -43,70 +43,11 @@ constexpr const char* negative_infinity = "0xFF800000";
 constexpr const char* positive_infinity = "0x7F800000";
 constexpr std::int32_t no_position = std::numeric_limits<std::int32_t>::max();
 
-// Typed StableHLO steps over one ProgramText.
-class Steps {
+// The shared steps (program.hpp) plus the page-table slices of the decode program.
+class PagedSteps final : public Steps {
   public:
-    explicit Steps(ProgramText& program) : p_(program) {}
+    using Steps::Steps;
 
-    std::string binary(std::string_view op, const std::string& a, const std::string& b,
-                       const Dims& shape, std::string_view element = "f32") {
-        return p_.let("stablehlo." + std::string(op) + " " + a + ", " + b + " : " +
-                      tensor_type(shape, element));
-    }
-    std::string exponential(const std::string& a, const Dims& shape) {
-        return p_.let("stablehlo.exponential " + a + " : " + tensor_type(shape));
-    }
-    std::string compare(std::string_view direction, const std::string& a, const std::string& b,
-                        const Dims& shape, std::string_view element = "f32") {
-        const char* kind = element == "f32" ? "FLOAT" : "SIGNED";
-        return p_.let("stablehlo.compare " + std::string(direction) + ", " + a + ", " + b + ", " +
-                      kind + " : (" + tensor_type(shape, element) + ", " +
-                      tensor_type(shape, element) + ") -> " + tensor_type(shape, "i1"));
-    }
-    std::string select(const std::string& predicate, const std::string& a, const std::string& b,
-                       const Dims& shape, std::string_view element = "f32") {
-        return p_.let("stablehlo.select " + predicate + ", " + a + ", " + b + " : " +
-                      tensor_type(shape, "i1") + ", " + tensor_type(shape, element));
-    }
-    // A splat constant given as literal text ("0xFF800000", "false", "7").
-    std::string splat(std::string_view literal, const Dims& shape,
-                      std::string_view element = "f32") {
-        return p_.let("stablehlo.constant dense<" + std::string(literal) +
-                      "> : " + tensor_type(shape, element));
-    }
-    std::string broadcast(const std::string& x, const Dims& from, const Dims& to, const Dims& dims,
-                          std::string_view element = "f32") {
-        return p_.let("stablehlo.broadcast_in_dim " + x + ", dims = " + integer_list(dims) +
-                      " : (" + tensor_type(from, element) + ") -> " + tensor_type(to, element));
-    }
-    std::string reshape(const std::string& x, const Dims& from, const Dims& to,
-                        std::string_view element = "f32") {
-        return p_.reshape(x, from, to, element);
-    }
-    std::string iota(std::size_t dimension, const Dims& shape) {
-        return p_.let("stablehlo.iota dim = " + std::to_string(dimension) + " : " +
-                      tensor_type(shape, "i32"));
-    }
-    // `op` (add, maximum, minimum) of x over its last axis, from `init` (literal).
-    std::string reduce_last(std::string_view op, const std::string& x, const Dims& shape,
-                            std::string_view init, std::string_view element = "f32") {
-        const Dims kept(shape.begin(), shape.end() - 1);
-        const std::string start = splat(init, {}, element);
-        return p_.let("stablehlo.reduce(" + x + " init: " + start + ") applies stablehlo." +
-                      std::string(op) + " across dimensions = [" +
-                      std::to_string(shape.size() - 1) + "] : (" + tensor_type(shape, element) +
-                      ", " + tensor_type({}, element) + ") -> " + tensor_type(kept, element));
-    }
-    // dot_general at full float32 precision: batch dims, then a's free dims, then b's.
-    std::string dot(const std::string& a, const Dims& a_shape, const std::string& b,
-                    const Dims& b_shape, const Dims& a_batch, const Dims& b_batch,
-                    const Dims& a_contract, const Dims& b_contract, const Dims& result) {
-        return p_.let(
-            "stablehlo.dot_general " + a + ", " + b + ", batching_dims = " + integer_list(a_batch) +
-            " x " + integer_list(b_batch) + ", contracting_dims = " + integer_list(a_contract) +
-            " x " + integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" +
-            tensor_type(a_shape) + ", " + tensor_type(b_shape) + ") -> " + tensor_type(result));
-    }
     // Elements [start, start + count) of a rank-1 s32 array of `total`.
     std::string slice(const std::string& x, std::size_t total, std::size_t start,
                       std::size_t count) {
@@ -116,11 +57,6 @@ class Steps {
                       ">, strides = array<i64: 1>} : (" + tensor_type({total}, "i32") + ") -> " +
                       tensor_type({count}, "i32"));
     }
-
-    ProgramText& program() { return p_; }
-
-  private:
-    ProgramText& p_;
 };
 
 // The call's geometry: query [R,Hq,1,d] viewed as [R,Hkv,r,d]; pools [P,Hkv,S,d].
@@ -151,7 +87,7 @@ struct Geometry {
 // data (s32), scale [1]; results: context, flag, first bad position and score per pair.
 std::string decode_program(const Geometry& g) {
     ProgramText program;
-    Steps s(program);
+    PagedSteps s(program);
     const std::string query_flat = program.parameter(tensor_type({g.query_count()}));
     const std::string key_flat = program.parameter(tensor_type({g.pool_count()}));
     const std::string value_flat = program.parameter(tensor_type({g.pool_count()}));

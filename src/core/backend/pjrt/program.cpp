@@ -1,5 +1,6 @@
 #include "core/backend/pjrt/program.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <sstream>
@@ -150,6 +151,97 @@ std::string ProgramText::finish(
     }
     text << "\n  }\n}\n";
     return text.str();
+}
+
+std::string Steps::binary(std::string_view op, const std::string& a, const std::string& b,
+                          const Dims& shape, std::string_view element) {
+    return p_.let("stablehlo." + std::string(op) + " " + a + ", " + b + " : " +
+                  tensor_type(shape, element));
+}
+
+std::string Steps::unary(std::string_view op, const std::string& a, const Dims& shape,
+                         std::string_view element) {
+    return p_.let("stablehlo." + std::string(op) + " " + a + " : " + tensor_type(shape, element));
+}
+
+std::string Steps::compare(std::string_view direction, const std::string& a,
+                           const std::string& b, const Dims& shape, std::string_view element) {
+    const char* kind = element == "f32" ? "FLOAT" : "SIGNED";
+    return p_.let("stablehlo.compare " + std::string(direction) + ", " + a + ", " + b + ", " +
+                  kind + " : (" + tensor_type(shape, element) + ", " + tensor_type(shape, element) +
+                  ") -> " + tensor_type(shape, "i1"));
+}
+
+std::string Steps::select(const std::string& predicate, const std::string& a,
+                          const std::string& b, const Dims& shape, std::string_view element) {
+    return p_.let("stablehlo.select " + predicate + ", " + a + ", " + b + " : " +
+                  tensor_type(shape, "i1") + ", " + tensor_type(shape, element));
+}
+
+std::string Steps::splat(std::string_view literal, const Dims& shape, std::string_view element) {
+    return p_.let("stablehlo.constant dense<" + std::string(literal) + "> : " +
+                  tensor_type(shape, element));
+}
+
+std::string Steps::broadcast(const std::string& x, const Dims& from, const Dims& to,
+                             const Dims& dims, std::string_view element) {
+    bool identity = from == to;
+    for (std::size_t i = 0; identity && i < dims.size(); ++i) {
+        identity = dims[i] == i;
+    }
+    if (identity) {
+        return x;
+    }
+    return p_.let("stablehlo.broadcast_in_dim " + x + ", dims = " + integer_list(dims) + " : (" +
+                  tensor_type(from, element) + ") -> " + tensor_type(to, element));
+}
+
+std::string Steps::iota(std::size_t dimension, const Dims& shape, std::string_view element) {
+    return p_.let("stablehlo.iota dim = " + std::to_string(dimension) + " : " +
+                  tensor_type(shape, element));
+}
+
+std::string Steps::reduce_from(std::string_view op, const std::string& x, const Dims& shape,
+                               const Dims& axes, std::string_view init,
+                               std::string_view element) {
+    Dims kept;
+    for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+        if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+            kept.push_back(shape[axis]);
+        }
+    }
+    const std::string start = splat(init, {}, element);
+    return p_.let("stablehlo.reduce(" + x + " init: " + start + ") applies stablehlo." +
+                  std::string(op) + " across dimensions = " + integer_list(axes) + " : (" +
+                  tensor_type(shape, element) + ", " + tensor_type({}, element) + ") -> " +
+                  tensor_type(kept, element));
+}
+
+std::string Steps::reduce(std::string_view op, const std::string& x, const Dims& shape,
+                          const Dims& axes, std::string_view element) {
+    const bool floating = element == "f32";
+    std::string_view init = floating ? "0.0" : "0";
+    if (op == "maximum") {
+        init = floating ? "0xFF800000" : "-2147483648";
+    } else if (op == "minimum") {
+        init = floating ? "0x7F800000" : "2147483647";
+    } else if (op == "or") {
+        init = "false";
+    } else if (op == "and") {
+        init = "true";
+    }
+    return reduce_from(op, x, shape, axes, init, element);
+}
+
+std::string Steps::dot(const std::string& a, const Dims& a_shape, const std::string& b,
+                       const Dims& b_shape, const Dims& a_batch, const Dims& b_batch,
+                       const Dims& a_contract, const Dims& b_contract, const Dims& result) {
+    return p_.let("stablehlo.dot_general " + a + ", " + b + ", batching_dims = " +
+                  integer_list(a_batch) + " x " + integer_list(b_batch) +
+                  ", contracting_dims = " + integer_list(a_contract) + " x " +
+                  integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" +
+                  tensor_type(a_shape) + ", " + tensor_type(b_shape) + ") -> " +
+                  tensor_type(result));
 }
 
 }  // namespace riftco_transformer::detail::pjrt

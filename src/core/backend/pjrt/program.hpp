@@ -68,4 +68,68 @@ class ProgramText {
     std::size_t next_value_ = 0;
 };
 
+// Typed StableHLO steps over one ProgramText, for programs that work on shaped values (the
+// attention and paged-decode programs). Every method appends one operation and returns its
+// value's name; `element` is the MLIR element type ("f32", "i32", "i1", ...).
+class Steps {
+  public:
+    using Dims = std::vector<std::size_t>;
+
+    explicit Steps(ProgramText& program) : p_(program) {}
+
+    // stablehlo.<op> a, b (add, subtract, multiply, divide, maximum, minimum, and, or, ...).
+    std::string binary(std::string_view op, const std::string& a, const std::string& b,
+                       const Dims& shape, std::string_view element = "f32");
+    // stablehlo.<op> a (exponential, negate, not, abs, ...).
+    std::string unary(std::string_view op, const std::string& a, const Dims& shape,
+                      std::string_view element = "f32");
+    std::string exponential(const std::string& a, const Dims& shape) {
+        return unary("exponential", a, shape);
+    }
+    // a <direction> b, FLOAT for f32 and SIGNED otherwise.
+    std::string compare(std::string_view direction, const std::string& a, const std::string& b,
+                        const Dims& shape, std::string_view element = "f32");
+    std::string select(const std::string& predicate, const std::string& a, const std::string& b,
+                       const Dims& shape, std::string_view element = "f32");
+    // A splat constant given as literal text ("0xFF800000", "true", "7").
+    std::string splat(std::string_view literal, const Dims& shape,
+                      std::string_view element = "f32");
+    std::string splat(float value, const Dims& shape) { return splat(float_literal(value), shape); }
+    // x of `from` placed along `dims` of `to` (x itself when nothing changes).
+    std::string broadcast(const std::string& x, const Dims& from, const Dims& to, const Dims& dims,
+                          std::string_view element = "f32");
+    std::string reshape(const std::string& x, const Dims& from, const Dims& to,
+                        std::string_view element = "f32") {
+        return p_.reshape(x, from, to, element);
+    }
+    std::string iota(std::size_t dimension, const Dims& shape, std::string_view element = "i32");
+    // stablehlo.<op> (add, maximum, minimum, or, and) of x over `axes`, starting from `init`
+    // (literal text); the result keeps the other axes in order.
+    std::string reduce_from(std::string_view op, const std::string& x, const Dims& shape,
+                            const Dims& axes, std::string_view init,
+                            std::string_view element = "f32");
+    // The same with the operation's identity as the start: 0, -inf, +inf, false or true.
+    std::string reduce(std::string_view op, const std::string& x, const Dims& shape,
+                       const Dims& axes, std::string_view element = "f32");
+    std::string reduce_last(std::string_view op, const std::string& x, const Dims& shape,
+                            std::string_view init, std::string_view element = "f32") {
+        return reduce_from(op, x, shape, {shape.size() - 1}, init, element);
+    }
+    // dot_general at full float32 precision (HIGHEST: a TPU would otherwise use one bfloat16
+    // pass); the result is the batch dimensions, then a's free dimensions, then b's.
+    std::string dot(const std::string& a, const Dims& a_shape, const std::string& b,
+                    const Dims& b_shape, const Dims& a_batch, const Dims& b_batch,
+                    const Dims& a_contract, const Dims& b_contract, const Dims& result);
+    std::string dot(const std::string& a, const Dims& a_shape, const std::string& b,
+                    const Dims& b_shape, const Dims& batch, const Dims& a_contract,
+                    const Dims& b_contract, const Dims& result) {
+        return dot(a, a_shape, b, b_shape, batch, batch, a_contract, b_contract, result);
+    }
+
+    ProgramText& program() { return p_; }
+
+  protected:
+    ProgramText& p_;
+};
+
 }  // namespace riftco_transformer::detail::pjrt
