@@ -420,6 +420,43 @@ TEST_F(PjrtAdam, AStepReadsTheHostOnceAndCompilesOnlyOnItsFirstStep) {
     }
 }
 
+TEST_F(PjrtAdam, ThousandsOfPagesCompileABoundedNumberOfProgramsAndMatchTheCpu) {
+    // 3001 pages of 64 elements (and two shorter last pages): the step's compile count must
+    // not grow with the page count, and the step still reads the host once.
+    const std::vector<ParameterSpec> shapes = {
+        {"table", {100, 960}},  // 1500 pages
+        {"mixer", {96005}},     // 1500 pages and one of 5
+        {"bias", {7}},          // one short page
+    };
+    AdamOptions options = clipped_decayed(AdamStateStorage::Paged);
+    options.page_size = 64;
+    std::vector<TrainingRun> runs;
+    for (const ExecutionBackend backend : {device, cpu}) {
+        const ParameterList parameters = make_parameters(shapes, backend);
+        Adam adam(parameters, options);
+        ASSERT_EQ(adam.state_page_count(), 3002U);
+        TrainingRun run;
+        const auto before = test::pjrt_statistics();
+        for (unsigned step = 0; step < 3; ++step) {
+            set_gradients(parameters, step, 2.0F);
+            const std::uint64_t reads = host_read_count();
+            const auto downloads = test::pjrt_statistics().downloads;
+            run.steps.push_back(adam.step());
+            if (backend == device) {
+                EXPECT_EQ(host_read_count() - reads, 1U) << "step " << step;
+                EXPECT_EQ(test::pjrt_statistics().downloads - downloads, 1U) << "step " << step;
+            }
+        }
+        if (backend == device) {
+            EXPECT_LE(test::pjrt_statistics().compiles - before.compiles, 8U);
+        }
+        run.values = values_of(parameters);
+        run.state = adam.state();
+        runs.push_back(std::move(run));
+    }
+    expect_clipped_parity(runs[0], runs[1]);
+}
+
 TEST_F(PjrtAdam, AStepGivesValuesNewStoragesThatNoCopyObserves) {
     const ParameterList parameters = make_parameters(model_shapes, device);
     Adam adam(parameters, clipped_decayed(AdamStateStorage::Paged));

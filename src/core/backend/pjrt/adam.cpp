@@ -19,6 +19,16 @@
 //   optimization_barrier so that XLA does not re-fuse the evaluation into every one of the
 //   slices (paged moments have one buffer per page; XLA's CPU compiler still spends a few
 //   milliseconds per output buffer).
+// - Many pages: XLA's compile time grows with a program's parameter and result buffers (a few
+//   ms per result), so moments paged into thousands of tensors cannot all be parameters and
+//   results of one program. When a step has direct_page_limit or more slices of one size S
+//   (the optimizer's full pages), their m and v reach the update program joined, join_width
+//   pages per execution of a join program, and leave it as the runs m', v' (f32[L]) that
+//   apply_update cuts into pages, split_width per execution of a split program with the page
+//   starts as a runtime table. Both are compiled once per S (and L), so compile time no
+//   longer depends on the page count; the other slices (a parameter's last, shorter page)
+//   stay parameters and results of the update program, at most one per parameter. Such a
+//   step runs ⌈pages/join_width⌉ + 1 + ⌈pages/split_width⌉ programs; fewer pages, one.
 // - Candidates follow the CPU term by term in f64 (g̃ = s·g; m' = β1·m + (1−β1)·g̃;
 //   v' = β2·v + (1−β2)·g̃²; θ' = θ·decay − lr·(m'/c1)/(√(v'/c2) + ε)). XLA's CPU compiler
 //   fuses a multiply into a following add (FMA) and runs with denormals flushed; the CPU
@@ -53,6 +63,13 @@ namespace riftco_transformer::detail::pjrt {
 namespace {
 
 constexpr std::size_t norm_block = 4096;  // cpu/adam.cpp's sum-of-squares block
+
+// Paged moments (see "Many pages" above): from this many slices of one size on, those
+// slices' moments reach the step program joined by `join_width` and leave it as two runs
+// that a split program cuts into pages, `split_width` at a time (2·split_width results).
+constexpr std::size_t direct_page_limit = 64;
+constexpr std::size_t join_width = 128;
+constexpr std::size_t split_width = 32;
 
 // ---- result words --------------------------------------------------------------------------
 // Both programs return u32 words; i64 and f64 values take two (little-endian), f32 bits one.
@@ -447,7 +464,17 @@ struct UpdatePlan {
     std::vector<Group> groups;
     std::vector<Slice> slices;  // the non-empty ones, in list order
     std::size_t length = 0;     // L
+    // Many slices of one size S (page_size, 0 for none): those ("pages", into slices, in list
+    // order) are joined and split outside the step program; the others ("direct") are its
+    // parameters and results one by one.
+    std::size_t page_size = 0;
+    std::vector<std::size_t> pages;
+    std::vector<std::size_t> direct;
     std::string key;
+
+    [[nodiscard]] std::size_t join_count() const {
+        return (pages.size() + join_width - 1) / join_width;
+    }
 };
 
 UpdatePlan make_plan(std::span<const Tensor* const> gradients, std::span<const AdamSlice> slices,
@@ -506,6 +533,23 @@ UpdatePlan make_plan(std::span<const Tensor* const> gradients, std::span<const A
         }
         group.contiguous = group.contiguous && offset == group.count;
     }
+    // The most frequent slice size (the larger on a tie), when it is frequent enough. Page
+    // starts are u32 split-program parameters, so the run must index in 32 bits.
+    std::map<std::size_t, std::size_t> frequency;
+    for (const UpdatePlan::Slice& slice : plan.slices) {
+        ++frequency[slice.count];
+    }
+    std::size_t most = 0;
+    for (const auto& [count, slices_of_count] : frequency) {
+        if (slices_of_count >= direct_page_limit && slices_of_count >= most &&
+            plan.length <= std::numeric_limits<std::uint32_t>::max()) {
+            plan.page_size = count;
+            most = slices_of_count;
+        }
+    }
+    for (std::size_t i = 0; i < plan.slices.size(); ++i) {
+        (plan.slices[i].count == plan.page_size ? plan.pages : plan.direct).push_back(i);
+    }
     plan.key = step ? "adam/step/" : "adam/update/";
     plan.key += std::to_string(plan.statistics_positions.size());
     plan.key += "/g";
@@ -513,6 +557,7 @@ UpdatePlan make_plan(std::span<const Tensor* const> gradients, std::span<const A
         append_number(plan.key, ":", gradient->numel());
     }
     append_number(plan.key, "/s", plan.slice_count);
+    append_number(plan.key, "/pages", plan.page_size);
     for (const UpdatePlan::Group& group : plan.groups) {
         append_number(plan.key, "/v", group.count);
     }
@@ -565,8 +610,10 @@ std::string join(ProgramText& program, const std::vector<Stretch>& stretches,
 }
 
 // The update program. Parameters: the f64 scalar words (u32[2·slot::count]), the gradient
-// inputs, one value per group, then (m, v) of every planned slice. Results: the words
-// (u32[word::step_count]), θ' per group, then (m', v') per planned slice.
+// inputs, one value per group, then (m, v) joined per join_width pages (f32[join_width·S],
+// the last padded), then (m, v) of every direct slice. Results: the words
+// (u32[word::step_count]), θ' per group, (m', v') as runs (f32[L]) when there are pages,
+// then (m', v') per direct slice.
 std::string update_program(const UpdatePlan& plan, bool step) {
     ProgramText program;
     Ops scalar(program, {});
@@ -579,11 +626,28 @@ std::string update_program(const UpdatePlan& plan, bool step) {
     for (const UpdatePlan::Group& group : plan.groups) {
         values.push_back(program.parameter(tensor_type({group.count})));
     }
+    // The moments' sources, and where each planned slice reads them.
     std::vector<std::string> first_moments;
     std::vector<std::string> second_moments;
-    for (const UpdatePlan::Slice& slice : plan.slices) {
-        first_moments.push_back(program.parameter(tensor_type({slice.count})));
-        second_moments.push_back(program.parameter(tensor_type({slice.count})));
+    std::vector<std::size_t> moment_counts;
+    for (std::size_t j = 0; j < plan.join_count(); ++j) {
+        moment_counts.push_back(join_width * plan.page_size);
+    }
+    for (const std::size_t i : plan.direct) {
+        moment_counts.push_back(plan.slices[i].count);
+    }
+    for (const std::size_t count : moment_counts) {
+        first_moments.push_back(program.parameter(tensor_type({count})));
+        second_moments.push_back(program.parameter(tensor_type({count})));
+    }
+    std::vector<Stretch> moment_sources(plan.slices.size());
+    for (std::size_t b = 0; b < plan.pages.size(); ++b) {
+        moment_sources[plan.pages[b]] = {b / join_width, (b % join_width) * plan.page_size,
+                                         plan.page_size};
+    }
+    for (std::size_t d = 0; d < plan.direct.size(); ++d) {
+        moment_sources[plan.direct[d]] = {plan.join_count() + d, 0,
+                                          plan.slices[plan.direct[d]].count};
     }
 
     // u32[2K] -> [K,2] -> f64[K] -> one rank-0 f64 per slot.
@@ -641,13 +705,15 @@ std::string update_program(const UpdatePlan& plan, bool step) {
     if (length != 0) {
         // The run of θ, g, m, v over the slices in list order: f32[L]. Consecutive slices
         // that continue each other in one tensor (the pages of a value) read one stretch.
-        std::vector<std::size_t> counts;
         std::vector<std::size_t> starts;
         std::vector<std::size_t> ids;
         std::vector<Stretch> theta_stretches;
         std::vector<Stretch> gradient_stretches;
+        std::vector<Stretch> moment_stretches;
+        for (const Stretch& source : moment_sources) {
+            extend(moment_stretches, source, first_moments.size());
+        }
         for (const UpdatePlan::Slice& slice : plan.slices) {
-            counts.push_back(slice.count);
             starts.push_back(slice.start);
             ids.push_back(slice.index);
             extend(theta_stretches, {slice.group, slice.offset, slice.count}, plan.groups.size());
@@ -667,9 +733,9 @@ std::string update_program(const UpdatePlan& plan, bool step) {
         program.line(inputs_run + ":4 = stablehlo.optimization_barrier " +
                      join(program, theta_stretches, values, value_counts) + ", " +
                      join(program, gradient_stretches, gradients, gradient_counts) + ", " +
-                     concatenate(program, first_moments, counts, "f32") + ", " +
-                     concatenate(program, second_moments, counts, "f32") + " : " + run_type + ", " +
-                     run_type + ", " + run_type + ", " + run_type);
+                     join(program, moment_stretches, first_moments, moment_counts) + ", " +
+                     join(program, moment_stretches, second_moments, moment_counts) + " : " +
+                     run_type + ", " + run_type + ", " + run_type + ", " + run_type);
         const std::string theta = inputs_run + "#0";
         const std::string gradient = inputs_run + "#1";
         const std::string first = inputs_run + "#2";
@@ -746,7 +812,12 @@ std::string update_program(const UpdatePlan& plan, bool step) {
             }
             results.emplace_back(value_out, type);
         }
-        for (const UpdatePlan::Slice& slice : plan.slices) {
+        if (!plan.pages.empty()) {
+            moment_results.emplace_back(first_out, run.type("f32"));
+            moment_results.emplace_back(second_out, run.type("f32"));
+        }
+        for (const std::size_t i : plan.direct) {
+            const UpdatePlan::Slice& slice = plan.slices[i];
             const std::size_t end = slice.start + slice.count;
             moment_results.emplace_back(run.range(first_out, slice.start, end, "f32"),
                                         tensor_type({slice.count}));
@@ -778,6 +849,56 @@ std::string update_program(const UpdatePlan& plan, bool step) {
                                                    {update_element, "i64"}});
     results.insert(results.begin(), {words, tensor_type({word::step_count}, "ui32")});
     results.insert(results.end(), moment_results.begin(), moment_results.end());
+    return program.finish(results);
+}
+
+// ---- many pages: joined before the update program, split after it -------------------------
+// Both programs depend only on the page size (and the split on L), not on the page count: a
+// model's pages reuse them, join_width or split_width pages per execution.
+
+// (m_0..m_{K-1}, v_0..v_{K-1}: f32[S]) -> (m joined, v joined: f32[K·S]), K = join_width.
+std::string joined_pages_program(std::size_t page_size) {
+    ProgramText program;
+    std::vector<std::string> first;
+    std::vector<std::string> second;
+    for (std::size_t k = 0; k < join_width; ++k) {
+        first.push_back(program.parameter(tensor_type({page_size})));
+    }
+    for (std::size_t k = 0; k < join_width; ++k) {
+        second.push_back(program.parameter(tensor_type({page_size})));
+    }
+    const std::vector<std::size_t> counts(join_width, page_size);
+    const std::string type = tensor_type({join_width * page_size});
+    const std::pair<std::string, std::string> results[] = {
+        {concatenate(program, first, counts, "f32"), type},
+        {concatenate(program, second, counts, "f32"), type}};
+    return program.finish(results);
+}
+
+// (m', v': f32[L], starts: u32[K]) -> m'[starts[k], +S) for k < K, then v'[starts[k], +S)
+// likewise, K = split_width.
+std::string split_pages_program(std::size_t length, std::size_t page_size) {
+    ProgramText program;
+    const std::string first = program.parameter(tensor_type({length}));
+    const std::string second = program.parameter(tensor_type({length}));
+    const std::string starts = program.parameter(tensor_type({split_width}, "ui32"));
+    Ops table(program, {split_width});
+    std::vector<std::string> at;
+    for (std::size_t k = 0; k < split_width; ++k) {
+        at.push_back(program.let("stablehlo.reshape " + table.range(starts, k, k + 1, "ui32") +
+                                 " : (tensor<1xui32>) -> tensor<ui32>"));
+    }
+    std::vector<std::pair<std::string, std::string>> results;
+    const std::string page_type = tensor_type({page_size});
+    for (const std::string& run : {first, second}) {
+        for (const std::string& start : at) {
+            results.emplace_back(
+                program.let("stablehlo.dynamic_slice " + run + ", " + start + ", sizes = [" +
+                            std::to_string(page_size) + "] : (" + tensor_type({length}) +
+                            ", tensor<ui32>) -> " + page_type),
+                page_type);
+        }
+    }
     return program.finish(results);
 }
 
@@ -903,12 +1024,28 @@ class PjrtAdam final : public AdamCapability {
             replacements.emplace_back(
                 group.value, std::make_shared<PjrtStorage>(context_, group.count, results[next++]));
         }
-        for (const UpdatePlan::Slice& slice : plan.slices) {
-            for (Tensor* moment :
-                 {slices[slice.index].first_moment, slices[slice.index].second_moment}) {
-                replacements.emplace_back(
-                    moment, std::make_shared<PjrtStorage>(context_, slice.count, results[next++]));
+        std::vector<BufferPointer> moments(2 * plan.slices.size());  // (m', v') per slice
+        if (!plan.pages.empty()) {
+            const std::vector<BufferPointer> pages =
+                split_pages(plan, results[next], results[next + 1]);
+            next += 2;
+            for (std::size_t b = 0; b < plan.pages.size(); ++b) {
+                moments[2 * plan.pages[b]] = pages[2 * b];
+                moments[2 * plan.pages[b] + 1] = pages[2 * b + 1];
             }
+        }
+        for (const std::size_t i : plan.direct) {
+            moments[2 * i] = results[next++];
+            moments[2 * i + 1] = results[next++];
+        }
+        for (std::size_t i = 0; i < plan.slices.size(); ++i) {
+            const UpdatePlan::Slice& slice = plan.slices[i];
+            replacements.emplace_back(
+                slices[slice.index].first_moment,
+                std::make_shared<PjrtStorage>(context_, slice.count, moments[2 * i]));
+            replacements.emplace_back(
+                slices[slice.index].second_moment,
+                std::make_shared<PjrtStorage>(context_, slice.count, moments[2 * i + 1]));
         }
         for (auto& [tensor, storage] : replacements) {
             TensorAccess::replace_storage(*tensor, std::move(storage));
@@ -960,6 +1097,80 @@ class PjrtAdam final : public AdamCapability {
         result.squares.scaled_squares = read_double(words, word::scaled);
     }
 
+    // (m, v) of the plan's pages joined, join_width pages per execution in plan.pages order
+    // (the last execution repeats its last page): the update program's joined parameters.
+    std::vector<BufferPointer> join_pages(const UpdatePlan& plan,
+                                          std::span<const AdamSlice> slices) const {
+        std::vector<BufferPointer> joined;
+        if (plan.pages.empty()) {
+            return joined;
+        }
+        std::string key = "adam/join_pages";
+        append_number(key, ":", join_width);
+        append_number(key, "x", plan.page_size);
+        const Output outputs[] = {{ElementType::F32, join_width * plan.page_size},
+                                  {ElementType::F32, join_width * plan.page_size}};
+        std::vector<BufferPointer> inputs(2 * join_width);
+        for (std::size_t begin = 0; begin < plan.pages.size(); begin += join_width) {
+            for (std::size_t k = 0; k < join_width; ++k) {
+                const std::size_t b = std::min(begin + k, plan.pages.size() - 1);
+                const AdamSlice& slice = slices[plan.slices[plan.pages[b]].index];
+                inputs[k] = buffer_of(*slice.first_moment);
+                inputs[join_width + k] = buffer_of(*slice.second_moment);
+            }
+            const std::vector<BufferPointer> results = run(
+                context_, key, [&] { return joined_pages_program(plan.page_size); }, inputs,
+                outputs);
+            joined.push_back(results[0]);
+            joined.push_back(results[1]);
+        }
+        return joined;
+    }
+
+    // (m', v') of every page of the plan, in plan.pages order, cut from the update program's
+    // runs split_width pages per execution.
+    std::vector<BufferPointer> split_pages(const UpdatePlan& plan, const BufferPointer& first,
+                                           const BufferPointer& second) const {
+        std::string key = "adam/split_pages";
+        append_number(key, ":", plan.length);
+        append_number(key, ":", split_width);
+        append_number(key, "x", plan.page_size);
+        const std::vector<Output> outputs(2 * split_width,
+                                          Output{ElementType::F32, plan.page_size});
+        std::vector<BufferPointer> pages;
+        pages.reserve(2 * plan.pages.size());
+        for (const BufferPointer& starts : page_starts(plan)) {
+            const std::vector<BufferPointer> results = run(
+                context_, key, [&] { return split_pages_program(plan.length, plan.page_size); },
+                std::vector<BufferPointer>{first, second, starts}, outputs);
+            for (std::size_t k = 0; k < split_width && pages.size() < 2 * plan.pages.size(); ++k) {
+                pages.push_back(results[k]);
+                pages.push_back(results[split_width + k]);
+            }
+        }
+        return pages;
+    }
+
+    // The split programs' start tables (u32[split_width] run positions of the pages, the last
+    // table padded with its last start), uploaded once for a layout: the last one is kept.
+    std::vector<BufferPointer> page_starts(const UpdatePlan& plan) const {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (page_starts_key_ != plan.key) {
+            page_starts_.clear();
+            for (std::size_t begin = 0; begin < plan.pages.size(); begin += split_width) {
+                std::array<std::uint32_t, split_width> table{};
+                for (std::size_t k = 0; k < split_width; ++k) {
+                    const std::size_t b = std::min(begin + k, plan.pages.size() - 1);
+                    table[k] = static_cast<std::uint32_t>(plan.slices[plan.pages[b]].start);
+                }
+                page_starts_.push_back(
+                    context_.runtime->upload(ElementType::U32, table.data(), table.size()));
+            }
+            page_starts_key_ = plan.key;
+        }
+        return page_starts_;
+    }
+
     // Runs the update program (step: with statistics and the clip factor under
     // `clip_or_maximum_norm` = G_max; otherwise s itself).
     std::vector<BufferPointer> run_update(const UpdatePlan& plan, const AdamUpdateScalars& scalars,
@@ -992,7 +1203,14 @@ class PjrtAdam final : public AdamCapability {
         for (const UpdatePlan::Group& group : plan.groups) {
             outputs.push_back({ElementType::F32, group.count});
         }
-        for (const UpdatePlan::Slice& slice : plan.slices) {
+        const std::vector<BufferPointer> joined = join_pages(plan, slices);
+        inputs.insert(inputs.end(), joined.begin(), joined.end());
+        if (!plan.pages.empty()) {
+            outputs.push_back({ElementType::F32, plan.length});
+            outputs.push_back({ElementType::F32, plan.length});
+        }
+        for (const std::size_t i : plan.direct) {
+            const UpdatePlan::Slice& slice = plan.slices[i];
             inputs.push_back(buffer_of(*slices[slice.index].first_moment));
             inputs.push_back(buffer_of(*slices[slice.index].second_moment));
             outputs.push_back({ElementType::F32, slice.count});
@@ -1055,6 +1273,8 @@ class PjrtAdam final : public AdamCapability {
     const Context& context_;
     mutable std::mutex mutex_;
     mutable std::optional<CheckedUpdate> checked_;
+    mutable std::string page_starts_key_;
+    mutable std::vector<BufferPointer> page_starts_;
 };
 
 }  // namespace
