@@ -49,6 +49,20 @@ static inline uint64_t total_numel(const rt_parameter_list* list) {
     return total;
 }
 
+/* The logits [1, TINY_CONTEXT, TINY_VOCABULARY] of one row of TINY_CONTEXT tokens, in host
+ * memory; the caller frees them. */
+static inline float* tiny_logits(rt_model* model, const uint32_t* row) {
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, row, TINY_CONTEXT, 1, TINY_CONTEXT, &logits));
+    const uint64_t count = (uint64_t)TINY_CONTEXT * TINY_VOCABULARY;
+    float* values = malloc(count * sizeof *values);
+    EXPECT(values != NULL);
+    uint64_t required = 0;
+    EXPECT_OK(rt_variable_copy_to_host_f32(logits, values, count, &required));
+    rt_variable_release(logits);
+    return values;
+}
+
 /* Every parameter value in flat order (list order, then row-major); the caller frees it. */
 static inline float* copy_parameter_values(const rt_parameter_list* list) {
     const uint64_t total = total_numel(list);

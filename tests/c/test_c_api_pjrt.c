@@ -19,15 +19,7 @@ static int pjrt_available(void) {
 }
 
 static float* logits_of(rt_model* model) {
-    rt_variable* logits = NULL;
-    EXPECT_OK(rt_model_forward(model, tokens, 8, 1, 8, &logits));
-    const uint64_t count = 8u * TINY_VOCABULARY;
-    float* values = malloc(count * sizeof *values);
-    EXPECT(values != NULL);
-    uint64_t required = 0;
-    EXPECT_OK(rt_variable_copy_to_host_f32(logits, values, count, &required));
-    rt_variable_release(logits);
-    return values;
+    return tiny_logits(model, tokens);
 }
 
 /* `steps` Adam steps on the fixed batch; the loss of each step goes to `losses`. */

@@ -19,6 +19,7 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
+#include "core/backend/pjrt/runtime.hpp"  // RuntimeStatistics: plain data, in every build
 #if RIFTCO_TRANSFORMER_HAVE_PJRT
 #include "core/backend/pjrt/pjrt_device.hpp"
 #endif
@@ -98,16 +99,7 @@ inline detail::pjrt::RuntimeStatistics pjrt_statistics() {
     return runtime != nullptr ? runtime->statistics() : detail::pjrt::RuntimeStatistics{};
 }
 #else
-struct PjrtStatisticsStandIn {
-    std::uint64_t compiles = 0;
-    std::uint64_t cache_hits = 0;
-    std::uint64_t executions = 0;
-    std::uint64_t bytes_to_device = 0;
-    std::uint64_t bytes_to_host = 0;
-    std::uint64_t uploads = 0;
-    std::uint64_t downloads = 0;
-};
-inline PjrtStatisticsStandIn pjrt_statistics() {
+inline detail::pjrt::RuntimeStatistics pjrt_statistics() {
     return {};
 }
 #endif

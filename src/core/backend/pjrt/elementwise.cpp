@@ -275,12 +275,10 @@ class PjrtElementwise final : public ElementwiseCapability {
             const std::string v = program.parameter(f.type());
             const std::string m = program.parameter("tensor<1xf32>");
             const std::string a = program.parameter("tensor<1xf32>");
-            const std::size_t shape[] = {count};
             const std::string m_all = program.let("stablehlo.broadcast_in_dim " + m +
                                                   ", dims = [0] : (tensor<1xf32>) -> " + f.type());
             const std::string a_all = program.let("stablehlo.broadcast_in_dim " + a +
                                                   ", dims = [0] : (tensor<1xf32>) -> " + f.type());
-            static_cast<void>(shape);
             const std::string y = f.binary("add", f.binary("multiply", v, m_all), a_all);
             const std::pair<std::string, std::string> results[] = {{y, f.type()}};
             return program.finish(results);

@@ -14,12 +14,6 @@
 
 namespace riftco_transformer::detail::pjrt {
 
-// reduction.cpp: multiplier · Σ of `value` (shape) over `axes` in float32, a zero result +0.
-[[nodiscard]] std::string scaled_sum(ProgramText& program, const std::string& value,
-                                     std::span<const std::size_t> shape,
-                                     std::span<const std::size_t> axes,
-                                     std::span<const std::size_t> result_shape, float multiplier);
-
 namespace {
 
 using Results = std::pair<std::string, std::string>;

@@ -68,11 +68,11 @@ class Matrix {
     // Σ over each row -> [R] (maximum: the row maximum); Σ over each column -> [W].
     std::string row_sum(const std::string& value, bool maximum = false) {
         const std::size_t axes[] = {1};
-        return reduce(program_, value, shape(), axes, row_shape(), maximum);
+        return reduce(program_, value, shape(), axes, maximum);
     }
     std::string column_sum(const std::string& value) {
         const std::size_t axes[] = {0};
-        return reduce(program_, value, shape(), axes, column_shape(), false);
+        return reduce(program_, value, shape(), axes, false);
     }
     // The row mean Σ/W -> [R].
     std::string row_mean(const std::string& value) {

@@ -199,14 +199,11 @@ std::string first_violation_flag(ProgramText& program, const std::string& bad,
 
 std::string reduce(ProgramText& program, const std::string& value,
                    std::span<const std::size_t> shape, std::span<const std::size_t> axes,
-                   std::span<const std::size_t> result_shape, bool maximum) {
-    const std::string init =
-        maximum ? program.let("stablehlo.constant dense<0xFF800000> : tensor<f32>")
-                : program.constant(0.0F, std::vector<std::size_t>{});
-    return program.let("stablehlo.reduce(" + value + " init: " + init + ") applies " +
-                       (maximum ? "stablehlo.maximum" : "stablehlo.add") +
-                       " across dimensions = " + integer_list(axes) + " : (" +
-                       tensor_type(shape) + ", tensor<f32>) -> " + tensor_type(result_shape));
+                   bool maximum) {
+    Steps steps(program);
+    return steps.reduce(maximum ? "maximum" : "add", value,
+                        Steps::Dims(shape.begin(), shape.end()),
+                        Steps::Dims(axes.begin(), axes.end()));
 }
 
 namespace {

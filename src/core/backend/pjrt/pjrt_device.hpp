@@ -95,11 +95,17 @@ void defer_check(const Context& context, BufferPointer flag,
 // 1 + the row-major position of the first true element.
 [[nodiscard]] std::string first_violation_flag(ProgramText& program, const std::string& bad,
                                                std::span<const std::size_t> shape);
-// Σ or max of `value` (shape) over `axes`, giving `result_shape` (the kept axes, in order).
+// Σ or max of f32 `value` (shape) over `axes`; the result keeps the other axes in order
+// (Steps::reduce).
 [[nodiscard]] std::string reduce(ProgramText& program, const std::string& value,
                                  std::span<const std::size_t> shape,
-                                 std::span<const std::size_t> axes,
-                                 std::span<const std::size_t> result_shape, bool maximum);
+                                 std::span<const std::size_t> axes, bool maximum);
+// reduction.cpp: multiplier · Σ of `value` (shape) over `axes` in float32, a zero result +0;
+// layout.cpp's sum_to_shape uses it too.
+[[nodiscard]] std::string scaled_sum(ProgramText& program, const std::string& value,
+                                     std::span<const std::size_t> shape,
+                                     std::span<const std::size_t> axes,
+                                     std::span<const std::size_t> result_shape, float multiplier);
 
 // The runtime behind an identity (Tpu or Pjrt), loading it on first use; null when
 // unavailable. For tests and benchmarks (compile and transfer statistics).

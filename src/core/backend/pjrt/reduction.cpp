@@ -30,7 +30,7 @@ std::string multiplier_key(float multiplier) {
 std::string scaled_sum(ProgramText& program, const std::string& value,
                        std::span<const std::size_t> shape, std::span<const std::size_t> axes,
                        std::span<const std::size_t> result_shape, float multiplier) {
-    std::string total = reduce(program, value, shape, axes, result_shape, false);
+    std::string total = reduce(program, value, shape, axes, false);
     const std::string type = tensor_type(result_shape);
     if (multiplier != 1.0F) {
         total = program.let("stablehlo.multiply " + total + ", " +

@@ -71,7 +71,7 @@ class Rows {
     // Σ or max over the axis -> row_shape.
     std::string reduce_rows(const std::string& value, bool maximum) const {
         const std::size_t axes[] = {axis_};
-        return reduce(program_, value, shape_, axes, row_shape_, maximum);
+        return reduce(program_, value, shape_, axes, maximum);
     }
     // Whether any element of each row is set -> row_shape (i1).
     std::string any_in_rows(const std::string& flags) const {
