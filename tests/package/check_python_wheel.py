@@ -2,7 +2,7 @@
 """Builds the wheel with `pip wheel`, installs it into a fresh virtual environment and uses it.
 
 Checks, in order:
-  0. CMAKE_ARGS reaches the CMake configure step: with -DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON
+  0. CMAKE_ARGS reaches the CMake configure step: with -DRIFTCO_TRANSFORMER_ENABLE_METAL=ON
      (rejected at configure time by this version) the build fails with that option's message.
   1. `pip wheel <source>` builds one py3-none-<platform> wheel through scikit-build-core
      (CMAKE_ARGS from the environment passes through; this script adds the ccache launcher
@@ -85,16 +85,16 @@ def main() -> int:
     # 0. Build options pass through CMAKE_ARGS.
     probe_environment = dict(environment)
     probe_environment["CMAKE_ARGS"] = (
-        f"{environment.get('CMAKE_ARGS', '')} -DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON".strip())
+        f"{environment.get('CMAKE_ARGS', '')} -DRIFTCO_TRANSFORMER_ENABLE_METAL=ON".strip())
     rejected = subprocess.run(
         [str(venv_python(builder)), "-m", "pip", "wheel", str(source), "--no-build-isolation",
          "--no-deps", "-w", str(work / "probe-dist")],
         capture_output=True, text=True, env=probe_environment)
     rejected_output = rejected.stdout + rejected.stderr
     # CMake's own message (CMakeLists.txt), with its line wrapping undone.
-    expected = "RIFTCO_TRANSFORMER_ENABLE_CUDA=ON: this version ships only the unavailable CUDA stub"
+    expected = "RIFTCO_TRANSFORMER_ENABLE_METAL=ON: this version ships only the unavailable METAL stub"
     if rejected.returncode == 0 or expected not in " ".join(rejected_output.split()):
-        sys.exit(f"CMAKE_ARGS=-DRIFTCO_TRANSFORMER_ENABLE_CUDA=ON did not reach CMake:\n"
+        sys.exit(f"CMAKE_ARGS=-DRIFTCO_TRANSFORMER_ENABLE_METAL=ON did not reach CMake:\n"
                  f"{rejected_output}")
     print("CMAKE_ARGS reaches CMake: ok")
 

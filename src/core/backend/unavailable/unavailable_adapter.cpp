@@ -16,12 +16,16 @@ const BackendAdapter& metal_adapter() noexcept {
 }
 #endif
 
+// Builds with the CUDA adapter (RIFTCO_TRANSFORMER_HAVE_CUDA=1) define the cuda identity in
+// src/core/backend/cuda/ instead.
+#if !RIFTCO_TRANSFORMER_HAVE_CUDA
 const BackendAdapter& cuda_adapter() noexcept {
     static const UnavailableAdapter adapter(
         ExecutionBackend::Cuda,
         "CUDA support was not compiled into this build (RIFTCO_TRANSFORMER_ENABLE_CUDA=OFF)");
     return adapter;
 }
+#endif
 
 // Builds with the PJRT adapter (RIFTCO_TRANSFORMER_HAVE_PJRT=1) define both PJRT identities in
 // src/core/backend/pjrt/ instead; an undefined macro reads as 0 here.
