@@ -231,6 +231,104 @@ TEST(LlamaMistral, TiedEmbeddingsHaveNoHeadParameter) {
     EXPECT_EQ(model.projections().size(), 14U);  // 7 per block, no head
 }
 
+// untie_embeddings: the model becomes exactly an untied model of the same configuration (the
+// same parameter names, shapes and order), the head starts as a bit copy of the table, so the
+// logits are unchanged, and from then on the two are independent; NF4 and LoRA reach the head.
+TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
+    LlamaMistralConfig config = tiny_config();
+    config.tie_embeddings = true;
+    std::mt19937 generator(21);
+    LlamaMistralTransformer model(config, generator);
+    perturb_parameters(model, 22);
+    const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9};
+    const std::vector<float> before = model.forward(tokens, {1, 6}).value().to_host();
+    DecodeSession old_session(model, KeyValueCacheKind::Paged, 4);
+    const std::uint64_t version = model.structure_version();
+
+    model.untie_embeddings();
+    EXPECT_FALSE(model.config().tie_embeddings);
+    EXPECT_FALSE(model.embeddings_tied());
+    EXPECT_GT(model.structure_version(), version);
+    EXPECT_TRUE(old_session.stale());
+    LlamaMistralConfig untied = config;
+    untied.tie_embeddings = false;
+    std::mt19937 other(21);
+    const LlamaMistralTransformer reference(untied, other);
+    {  // the lists hold the dense weights, which quantize_nf4 below must own alone
+        const ParameterList got = model.parameters();
+        const ParameterList want = reference.parameters();
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            EXPECT_EQ(got[i].name, want[i].name);
+            EXPECT_EQ(got[i].parameter.shape(), want[i].parameter.shape()) << got[i].name;
+        }
+        const Values values = parameter_values(model);
+        EXPECT_EQ(values.at("language_model_head.weight"), values.at("token_embedding.weight"));
+        EXPECT_EQ(model.forward(tokens, {1, 6}).value().to_host(), before);
+        ASSERT_EQ(model.projections().size(), 15U);
+        EXPECT_EQ(model.projections().back().target, LoraTarget::LanguageModelHead);
+        EXPECT_EQ(model.projections().back().path, "language_model_head");
+
+        // Independent parameters: writing the head leaves the table alone.
+        Variable head = got.back().parameter;
+        head.set_value(Tensor::zeros(head.shape()));
+        EXPECT_EQ(parameter_values(model).at("token_embedding.weight"),
+                  values.at("token_embedding.weight"));
+    }
+
+    // Refused once untied; nothing changes.
+    const std::size_t count = model.parameter_count();
+    try {
+        model.untie_embeddings();
+        ADD_FAILURE() << "untied twice";
+    } catch (const std::invalid_argument& error) {
+        EXPECT_NE(std::string(error.what())
+                      .find("LlamaMistralTransformer::untie_embeddings: "
+                            "the model's embeddings are not tied"),
+                  std::string::npos)
+            << error.what();
+    }
+    EXPECT_EQ(model.parameter_count(), count);
+    Nf4Options options;
+    options.block_size = 32;
+    model.quantize_nf4(options);
+    EXPECT_EQ(model.packed_quantized_state().size(), 15U);  // 7 per block and the head
+}
+
+TEST(LlamaMistral, UntieEmbeddingsIsRefusedWithAdaptersOrPackedWeights) {
+    LlamaMistralConfig config = tiny_config();
+    config.tie_embeddings = true;
+    const auto expect_refused = [](LlamaMistralTransformer& model, const std::string& fragment) {
+        const std::size_t count = model.parameters().size();
+        const std::uint64_t version = model.structure_version();
+        try {
+            model.untie_embeddings();
+            ADD_FAILURE() << "accepted; expected: " << fragment;
+        } catch (const std::invalid_argument& error) {
+            EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+        }
+        EXPECT_TRUE(model.embeddings_tied());
+        EXPECT_EQ(model.parameters().size(), count);
+        EXPECT_EQ(model.structure_version(), version);
+        EXPECT_EQ(model.projections().size(), 14U);
+    };
+    std::mt19937 generator(23);
+    LlamaMistralTransformer adapted(config, generator);
+    adapted.attach_lora(LoraConfig{});
+    expect_refused(adapted, "untie before attach_lora");
+    LlamaMistralTransformer packed(config, generator);
+    Nf4Options options;
+    options.block_size = 32;
+    packed.quantize_nf4(options);
+    expect_refused(packed, "untie before quantize_nf4");
+    // After a merge the model is dense again and may be untied.
+    LlamaMistralTransformer merged(config, generator);
+    merged.attach_lora(LoraConfig{});
+    merged.merge_lora();
+    merged.untie_embeddings();
+    EXPECT_FALSE(merged.embeddings_tied());
+}
+
 TEST(LlamaMistral, ConfigRulesAreCheckedBeforeAnyDraw) {
     const auto expect_rejected = [](LlamaMistralConfig config, const std::string& fragment) {
         std::mt19937 generator(3);

@@ -269,6 +269,29 @@ TEST(DecoderGpt2Variant, Nf4PacksTheBlockProjectionsOnly) {
         EXPECT_TRUE(std::isfinite(value));
 }
 
+TEST(DecoderGpt2Variant, UntieEmbeddingsGivesAHeadWithAZeroBiasAndTheSameLogits) {
+    auto model = make(gpt2_options(), 19);
+    const std::vector<std::uint32_t> tokens = {3, 1, 12, 7, 0};
+    const std::vector<float> before = model->forward(tokens, {1, 5}).value().to_host();
+    const std::size_t tied_count = model->parameter_count();
+    model->untie_embeddings();
+    EXPECT_FALSE(model->options().tie_embeddings);
+    {  // the list holds the dense weights, which quantize_nf4 below must own alone
+        const ParameterList parameters = model->parameters();
+        ASSERT_GE(parameters.size(), 2U);
+        EXPECT_EQ(parameters[parameters.size() - 2].name, "language_model_head.weight");
+        EXPECT_EQ(parameters.back().name, "language_model_head.bias");
+        EXPECT_EQ(parameters[parameters.size() - 2].parameter.value().to_host(),
+                  model->parameters().front().parameter.value().to_host());  // token_embedding
+        EXPECT_EQ(parameters.back().parameter.value().to_host(), std::vector<float>(13, 0.0F));
+    }
+    EXPECT_EQ(model->parameter_count(), tied_count + 13U * 8 + 13);  // VD + V
+    EXPECT_EQ(model->forward(tokens, {1, 5}).value().to_host(), before);
+    EXPECT_THROW(model->untie_embeddings(), std::invalid_argument);
+    model->quantize_nf4();
+    EXPECT_EQ(model->packed_quantized_state().size(), 13U);  // 6 per block and the head
+}
+
 TEST(DecoderGpt2Variant, AnUnknownActivationIsRejectedBeforeAnyDraw) {
     DecoderOptions options;
     options.feed_forward_activation = static_cast<Activation>(7);

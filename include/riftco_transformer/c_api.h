@@ -58,6 +58,7 @@ extern "C" {
  * - rt_transformer_config.feed_forward_activation (RT_FEED_FORWARD_ACTIVATION_*) and
  *   .tie_embeddings, appended after its first published 64-byte layout;
  * - rt_cross_entropy_masked;
+ * - rt_model_untie_embeddings;
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
@@ -331,6 +332,14 @@ RT_API rt_status RT_CALL rt_model_merge_lora(rt_model* model);
  * attach_lora and only once (RT_STATUS_INVALID_ARGUMENT otherwise); RT_STATUS_RUNTIME_ERROR
  * while a variable, Adam optimizer or parameter list of the model is alive. Transactional. */
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size);
+/* Gives a model with tied embeddings (GPT or Llama/Mistral) its own head: the base parameter
+ * "language_model_head.weight" (plus a zero "language_model_head.bias" for GPT) is appended,
+ * a copy of the embedding table, so logits are unchanged; the configuration then reads
+ * tie_embeddings 0, and quantize packs the head (6N+1 / 7N+1 weights) and LoRA may target it.
+ * RT_STATUS_INVALID_ARGUMENT when not tied, with LoRA attached or once packed;
+ * RT_STATUS_RUNTIME_ERROR while a variable, optimizer, decode session or parameter list of
+ * the model is alive. Nothing changes on error. */
+RT_API rt_status RT_CALL rt_model_untie_embeddings(rt_model* model);
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
     rt_model* model, uint64_t block_size, uint64_t scale_block_size);
 RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out);

@@ -123,6 +123,18 @@ rt_status rt_model_merge_lora(rt_model* model) {
     });
 }
 
+rt_status rt_model_untie_embeddings(rt_model* model) {
+    return guarded(__func__, [&] {
+        ModelState& state = state_of(model);
+        state.require_unpinned();
+        require_no_parameter_lists(state);  // they list the base parameters, which gain the head
+        state.model->untie_embeddings();
+        state.config.tie_embeddings = 0;
+        state.llama_config.tie_embeddings = 0;
+        ++state.parameter_epoch;
+    });
+}
+
 rt_status rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size) {
     return guarded(__func__, [&] {
         quantize(model, {.block_size = to_size(block_size, "block_size"),

@@ -164,6 +164,23 @@ void CausalLanguageModel::merge_lora() {
     adaptation_.merge_lora(*this, projections_);
 }
 
+void CausalLanguageModel::untie_embeddings() {
+    const std::string op = std::string(model_name()) + "::untie_embeddings";
+    if (!embeddings_tied()) {
+        throw std::invalid_argument(op + ": the model's embeddings are not tied");
+    }
+    if (adaptation_.lora_attached()) {
+        throw std::invalid_argument(op + ": the model has LoRA adapters; untie before attach_lora");
+    }
+    if (adaptation_.quantized()) {
+        throw std::invalid_argument(op +
+                                    ": the model's weights are packed; untie before quantize_nf4");
+    }
+    projections_.reserve(projections_.size() + 1);
+    projections_.push_back(attach_untied_head());
+    adaptation_.note_structure_change();
+}
+
 void CausalLanguageModel::quantize_nf4(const Nf4Options& options) {
     adaptation_.quantize_nf4(projections_, options);
 }

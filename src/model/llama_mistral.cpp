@@ -194,6 +194,16 @@ void LlamaMistralTransformer::set_attention(AttentionKind kind) {
     attention_ = kind;
 }
 
+AdaptableProjection LlamaMistralTransformer::attach_untied_head() {
+    // The constructor registers the head last, so appending it here gives the parameter order
+    // of a model built untied.
+    language_model_head_ = &register_module(
+        "language_model_head",
+        std::make_unique<Linear>(token_embedding_->weight().value(), std::nullopt));
+    config_.tie_embeddings = false;
+    return {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_};
+}
+
 IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {
     const LlamaMistralConfig& c = config_;
     return {c.block_count, c.key_value_head_count, c.model_width / c.query_head_count,

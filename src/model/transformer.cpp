@@ -227,6 +227,18 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
                                  *token_embedding_);
 }
 
+AdaptableProjection DecoderOnlyTransformer::attach_untied_head() {
+    // The constructor registers the head (weight, then a zero bias) last, so appending it
+    // here gives the parameter order of a model built untied.
+    const Tensor& table = token_embedding_->weight().value();
+    language_model_head_ =
+        &register_module("language_model_head",
+                         std::make_unique<Linear>(
+                             table, Tensor::zeros({dimensions_.vocabulary_size}, table.backend())));
+    options_.tie_embeddings = false;
+    return {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_};
+}
+
 IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
     const TransformerDimensions& d = dimensions_;
     return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};

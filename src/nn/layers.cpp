@@ -28,6 +28,27 @@ Linear::Linear(std::size_t in_features, std::size_t out_features, std::mt19937& 
     }
 }
 
+Linear::Linear(Tensor weight, std::optional<Tensor> bias) {
+    const Shape& shape = weight.shape();
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
+        throw std::invalid_argument("Linear: weight must be [out,in] with positive widths (got " +
+                                    shape_to_string(shape) + ")");
+    }
+    if (bias && (bias->shape() != Shape{shape[0]} || bias->backend() != weight.backend())) {
+        throw std::invalid_argument("Linear: bias must be [" + std::to_string(shape[0]) +
+                                    "] on the weight's backend '" +
+                                    std::string(execution_backend_name(weight.backend())) +
+                                    "' (got " + shape_to_string(bias->shape()) + " on '" +
+                                    std::string(execution_backend_name(bias->backend())) + "')");
+    }
+    out_features_ = shape[0];
+    in_features_ = shape[1];
+    weight_ = register_parameter("weight", std::move(weight));
+    if (bias) {
+        bias_ = register_parameter("bias", std::move(*bias));
+    }
+}
+
 namespace {
 
 // One LoRA factor as a module, so its parameter is named "<proj>.lora_a.weight".

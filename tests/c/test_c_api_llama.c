@@ -127,6 +127,87 @@ static void the_model_view_serves_every_rt_model_function(void) {
     rt_model_release(model);
 }
 
+/* rt_model_untie_embeddings: the head appears as the last base parameter, the logits do not
+ * move, the configuration reads untied, and NF4 then packs 7N+1 weights. Every refusal leaves
+ * the model as it was. */
+static void untie_embeddings_appends_a_head_with_the_same_logits(void) {
+    rt_llama_mistral_config config = tiny_llama_config();
+    config.tie_embeddings = 1;
+    rt_llama_mistral_model* llama = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &llama));
+    rt_model* model = NULL;
+    EXPECT_OK(rt_llama_mistral_model_as_model(llama, &model));
+    const uint32_t tokens[4] = {1, 7, 3, 10};
+    float before[4 * 11];
+    float after[4 * 11];
+    uint64_t required = 0;
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, tokens, 4, 1, 4, &logits));
+    EXPECT_OK(rt_variable_copy_to_host_f32(logits, before, 4 * 11, &required));
+
+    /* Pinned by a live variable, then by a parameter list: refused, nothing changed. */
+    EXPECT_STATUS(rt_model_untie_embeddings(model), RT_STATUS_RUNTIME_ERROR);
+    rt_variable_release(logits);
+    rt_parameter_list* list = NULL;
+    EXPECT_OK(rt_model_parameters(model, &list));
+    uint64_t tied_count = 0;
+    EXPECT_OK(rt_parameter_list_count(list, &tied_count));
+    EXPECT_STATUS(rt_model_untie_embeddings(model), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("parameter list");
+    rt_parameter_list_release(list);
+    rt_llama_mistral_config read;
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_llama_mistral_model_config(llama, &read));
+    EXPECT_EQ_U64(read.tie_embeddings, 1);
+
+    EXPECT_OK(rt_model_untie_embeddings(model));
+    EXPECT_OK(rt_llama_mistral_model_config(llama, &read));
+    EXPECT_EQ_U64(read.tie_embeddings, 0);
+    EXPECT_OK(rt_model_parameters(model, &list));
+    uint64_t count = 0;
+    EXPECT_OK(rt_parameter_list_count(list, &count));
+    EXPECT_EQ_U64(count, tied_count + 1);
+    char name[64];
+    EXPECT_OK(rt_parameter_list_name(list, count - 1, name, sizeof name, &required));
+    EXPECT(strcmp(name, "language_model_head.weight") == 0);
+    rt_parameter_list_release(list);
+    EXPECT_OK(rt_model_forward(model, tokens, 4, 1, 4, &logits));
+    EXPECT_OK(rt_variable_copy_to_host_f32(logits, after, 4 * 11, &required));
+    rt_variable_release(logits);
+    EXPECT(memcmp(before, after, sizeof before) == 0);
+
+    EXPECT_STATUS(rt_model_untie_embeddings(model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("not tied");
+    EXPECT_OK(rt_model_quantize_linear_weights_nf4(model, 32));
+    rt_quantized_memory_stats stats;
+    stats.struct_size = sizeof stats;
+    EXPECT_OK(rt_model_quantized_memory_stats(model, &stats));
+    EXPECT_EQ_U64(stats.weight_count, 7 * config.block_count + 1);
+    rt_llama_mistral_model_release(llama);
+    rt_model_release(model);
+
+    /* Packed first, or with LoRA attached: refused, still tied. */
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &llama));
+    EXPECT_OK(rt_llama_mistral_model_as_model(llama, &model));
+    EXPECT_OK(rt_model_quantize_linear_weights_nf4(model, 32));
+    EXPECT_STATUS(rt_model_untie_embeddings(model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("before quantize_nf4");
+    rt_model_release(model);
+    rt_llama_mistral_model_release(llama);
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &llama));
+    EXPECT_OK(rt_llama_mistral_model_as_model(llama, &model));
+    rt_lora_config lora;
+    EXPECT_OK(rt_lora_config_init(&lora, sizeof lora));
+    EXPECT_OK(rt_model_attach_lora(model, &lora));
+    EXPECT_STATUS(rt_model_untie_embeddings(model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("before attach_lora");
+    EXPECT_OK(rt_llama_mistral_model_config(llama, &read));
+    EXPECT_EQ_U64(read.tie_embeddings, 1);
+    rt_model_release(model);
+    rt_llama_mistral_model_release(llama);
+    EXPECT_STATUS(rt_model_untie_embeddings(NULL), RT_STATUS_INVALID_ARGUMENT);
+}
+
 /* A byte-level BPE vocabulary: the 256 byte symbols (printable bytes as themselves, the
  * others as U+0100 onward), then "ab" from the merge "a b", then a control token. */
 static uint64_t append_utf8(uint8_t* out, uint32_t code) {
@@ -271,6 +352,7 @@ int main(void) {
     RUN_TEST(config_init_sets_the_defaults_and_layout);
     RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
     RUN_TEST(the_model_view_serves_every_rt_model_function);
+    RUN_TEST(untie_embeddings_appends_a_head_with_the_same_logits);
     RUN_TEST(tokenizers_from_arrays_encode_decode_and_export);
     RUN_TEST(gguf_functions_name_a_missing_file);
     return finish_tests();

@@ -120,6 +120,37 @@ def test_qlora_step_lowers_the_loss():
         assert losses[-1] < losses[0] - 0.1
 
 
+def test_untie_embeddings_keeps_the_logits_and_lets_nf4_pack_the_head():
+    tied = LlamaMistralConfig(**{**CONFIG.__dict__, "tie_embeddings": True})
+    tokens = [[1, 2, 3, 4, 5]]
+    with LlamaMistralTransformer(tied) as model:
+        before = forward_values(model, tokens)
+        with model.parameters() as parameters:
+            with pytest.raises(RiftcoTransformerError) as caught:
+                model.untie_embeddings()  # the open list pins the model
+            assert caught.value.status_name == "runtime_error"
+            assert "parameter list" in caught.value.detail
+            assert parameters.names[-1] == "final_norm.scale"
+        assert model.config.tie_embeddings
+        model.untie_embeddings()
+        assert not model.config.tie_embeddings
+        with model.parameters() as parameters:
+            assert parameters.names[-1] == "language_model_head.weight"
+        assert forward_values(model, tokens) == before
+        with pytest.raises(RiftcoTransformerError) as caught:
+            model.untie_embeddings()
+        assert caught.value.status_name == "invalid_argument"
+        assert "not tied" in caught.value.detail
+        model.quantize_nf4(block_size=32)
+        assert model.quantized_memory.weight_count == 7 * CONFIG.block_count + 1
+    with LlamaMistralTransformer(tied) as model:
+        model.quantize_nf4(block_size=32)
+        with pytest.raises(RiftcoTransformerError) as caught:
+            model.untie_embeddings()
+        assert "before quantize_nf4" in caught.value.detail
+        assert model.config.tie_embeddings
+
+
 def test_gguf_errors_name_the_problem(tmp_path):
     missing = tmp_path / "missing.gguf"
     with pytest.raises(RiftcoTransformerError) as caught:

@@ -59,6 +59,32 @@ def test_decode_session_equals_the_full_forward(smollm2):
     assert worst < 1e-4
 
 
+def test_the_all_nf4_model_with_a_packed_head_still_answers_paris():
+    # The configuration tools/bench_llama.py measures as "NF4+head": untie_embeddings() gives
+    # the tied head its own copy of the table (the logits do not move), quantize_nf4 packs it
+    # with the projections; decode sessions still equal the full forward.
+    with rt.load_pretrained(smollm2_path(), maximum_context=64) as loaded:
+        model, tokenizer = loaded.model, loaded.tokenizer
+        ids = tokenizer.encode(loaded.render_chat(FRANCE))[:12]
+        with model(ids) as logits:
+            tied = logits.tolist()
+        model.untie_embeddings()
+        with model(ids) as logits:
+            assert logits.tolist() == tied
+        model.quantize_nf4(block_size=64)
+        assert model.quantized_memory.weight_count == 7 * 30 + 1
+        with model(ids) as logits:
+            full = logits.tolist()
+        vocabulary = model.vocabulary_size
+        with model.decode_session(block_size=16) as session:
+            rows = [session.prefill(ids[:6])] + [session.step(token) for token in ids[6:]]
+        worst = max(max(abs(a - b) for a, b in zip(row, full[(5 + i) * vocabulary:
+                                                                 (6 + i) * vocabulary]))
+                    for i, row in enumerate(rows))
+        assert worst < 1e-4
+        assert "Paris" in loaded.chat(FRANCE, max_new_tokens=16)
+
+
 def test_riftco_chat_streams_an_answer(tmp_path):
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
     completed = subprocess.run(

@@ -72,6 +72,17 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
     [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;
     void load_packed_quantized_state(std::span<const QuantizedWeight> weights);
+    // True when the head reads token_embedding.weight (no head parameters).
+    [[nodiscard]] virtual bool embeddings_tied() const noexcept = 0;
+    // Gives a tied model its own head: language_model_head.weight [V,D] starts as a copy of
+    // the embedding table (a GPT head also gets a zero bias), so the logits do not change.
+    // From then on the two are independent parameters, exactly as in a model built untied
+    // with the same configuration (same parameter list and order, same artifacts), so
+    // quantize_nf4 packs the head and LoRA can target it; the embedding lookups keep the
+    // float32 table. Costs V·D more floats. std::invalid_argument (nothing changed) when the
+    // embeddings are not tied, while LoRA adapters are attached, or once the weights are
+    // packed; sessions created before it become stale.
+    void untie_embeddings();
     // The projections in attach order.
     [[nodiscard]] const std::vector<AdaptableProjection>& projections() const noexcept {
         return projections_;
@@ -97,6 +108,11 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
                                                         const Embedding& token_embedding);
     // An unknown checkpointing value: std::invalid_argument naming `model_name`.
     CausalLanguageModel(const char* model_name, ActivationCheckpointing checkpointing);
+    // untie_embeddings' architecture part (called with the rules checked and room reserved
+    // for one more projection; must not throw after registering the head): registers
+    // "language_model_head" from the embedding table, records the untied configuration and
+    // returns the head's projection.
+    [[nodiscard]] virtual AdaptableProjection attach_untied_head() = 0;
     void set_projections(std::vector<AdaptableProjection> projections) {
         projections_ = std::move(projections);
     }

@@ -114,12 +114,14 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
     [[nodiscard]] const char* model_name() const noexcept override {
         return "LlamaMistralTransformer";
     }
+    [[nodiscard]] bool embeddings_tied() const noexcept override { return config_.tie_embeddings; }
     // LoRA and NF4 are CausalLanguageModel's. Targets: attention.{query,key,value,output},
     // feed_forward.{gate,up,down}, and language_model_head when embeddings are not tied;
     // quantize_nf4 packs all 7N projections and the untied head.
 
   protected:
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
+    [[nodiscard]] AdaptableProjection attach_untied_head() override;
 
   private:
     LlamaMistralConfig config_;

@@ -110,6 +110,7 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
     [[nodiscard]] const char* model_name() const noexcept override {
         return "DecoderOnlyTransformer";
     }
+    [[nodiscard]] bool embeddings_tied() const noexcept override { return options_.tie_embeddings; }
     // LoRA and NF4 are CausalLanguageModel's. Targets available here:
     // attention.{query,key,value,output}, feed_forward.{expand,project}, and
     // language_model_head unless tied; quantize_nf4 packs all 6N projections (block order q,
@@ -117,6 +118,7 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
 
   protected:
     [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
+    [[nodiscard]] AdaptableProjection attach_untied_head() override;
 
   private:
     TransformerDimensions dimensions_;

@@ -30,6 +30,9 @@ class Linear final : public Module {
   public:
     Linear(std::size_t in_features, std::size_t out_features, std::mt19937& generator,
            bool use_bias = true);
+    // From given values: weight [out,in] and, when given, bias [out], on the weight's backend
+    // (a rank, shape or backend mismatch: std::invalid_argument).
+    Linear(Tensor weight, std::optional<Tensor> bias);
     // x [.., in] -> [.., out]: x·Wᵀ + b (+ scale·(x·Aᵀ)·Bᵀ with an active adapter). Rank 0 or
     // a last dimension != in: std::invalid_argument.
     [[nodiscard]] Variable forward(const Variable& x) const;

@@ -143,6 +143,9 @@ class AdaptationLifecycle {
     [[nodiscard]] const LoraConfig& lora_config() const;
     [[nodiscard]] bool quantized() const noexcept { return quantized_; }
     [[nodiscard]] std::uint64_t structure_version() const noexcept { return structure_version_; }
+    // A structural change made outside this lifecycle (untie_embeddings): sessions whose keys
+    // and values predate it become stale.
+    void note_structure_change() noexcept { ++structure_version_; }
 
     // Summed over the packed projections (all zero when nothing is packed).
     [[nodiscard]] static QuantizedMemoryUsage quantized_memory(

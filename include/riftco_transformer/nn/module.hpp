@@ -97,6 +97,9 @@ class Module {
     void collect(const std::string& prefix, ParameterScope inherited, bool all,
                  ParameterScope scope, ParameterList& out) const;
     void collect_transfers(ExecutionBackend backend, std::vector<std::function<void()>>& commits);
+    // The first parameter collect(Base) would list, or null; no list and no names are built
+    // (backend() runs on every decode step).
+    [[nodiscard]] const Variable* first_base_parameter(ParameterScope inherited) const noexcept;
 
     std::vector<Entry> entries_;
 };

@@ -477,6 +477,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_model_lora_config": (rt_status, [handle, POINTER(LoraConfigStruct)]),
     "rt_model_lora_parameters": (rt_status, [handle, handle_out]),
     "rt_model_merge_lora": (rt_status, [handle]),
+    "rt_model_untie_embeddings": (rt_status, [handle]),
     "rt_model_quantize_linear_weights_nf4": (rt_status, [handle, c_uint64]),
     "rt_model_quantize_linear_weights_nf4_double_quantized": (
         rt_status,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._abi import (
     ACTIVATION_CHECKPOINTING_DISABLED,
@@ -308,6 +308,22 @@ class CausalLanguageModel(NativeHandle):
         """
         with self._native() as pointer:
             check_status(library().rt_model_merge_lora(pointer))
+
+    def untie_embeddings(self) -> None:
+        """Give a model with tied embeddings its own head, a copy of the embedding table.
+
+        The logits do not change. Afterwards the head is an ordinary base parameter
+        (``language_model_head.weight``, plus a zero ``language_model_head.bias`` for the
+        GPT decoder), ``config.tie_embeddings`` is False, and ``quantize_nf4`` packs the head
+        too, so batch-1 decoding no longer streams the float32 table for every token; the
+        embedding lookups keep the float32 table. RiftcoTransformerError invalid_argument when
+        the embeddings are not tied, with LoRA attached or once packed; runtime_error while a
+        variable, optimizer, decode session or parameter list of this model is open. Nothing
+        changes on error.
+        """
+        with self._native() as pointer:
+            check_status(library().rt_model_untie_embeddings(pointer))
+            self._config = replace(self._config, tie_embeddings=False)
 
     def quantize_nf4(
         self, block_size: int = 64, double_quantization: bool = True, scale_block_size: int = 256
