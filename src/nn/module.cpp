@@ -126,12 +126,27 @@ std::size_t Module::parameter_count() const {
     return count;
 }
 
+const Variable* Module::first_base_parameter(ParameterScope inherited) const noexcept {
+    for (const Entry& entry : entries_) {
+        const ParameterScope effective =
+            inherited == ParameterScope::Adapter ? ParameterScope::Adapter : entry.scope;
+        if (entry.child) {
+            if (const Variable* found = entry.child->first_base_parameter(effective)) {
+                return found;
+            }
+        } else if (entry.parameter.defined() && effective == ParameterScope::Base) {
+            return &entry.parameter;
+        }
+    }
+    return nullptr;
+}
+
 ExecutionBackend Module::backend() const {
-    const ParameterList list = parameters();
-    if (list.empty()) {
+    const Variable* first = first_base_parameter(ParameterScope::Base);
+    if (first == nullptr) {
         throw std::logic_error("Module::backend: the module has no parameters");
     }
-    return list.front().parameter.backend();
+    return first->backend();
 }
 
 void Module::to(ExecutionBackend backend) {

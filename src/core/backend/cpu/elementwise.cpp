@@ -54,9 +54,12 @@ float gelu_derivative(float x) {
 }
 
 // σ(x) = 1/(1 + e^{−x}) for x >= 0 and e^{x}/(1 + e^{x}) otherwise, so nothing overflows.
-float sigmoid(float x) {
-    const float e = fast_exp(x >= 0.0F ? -x : x);
-    return x >= 0.0F ? 1.0F / (1.0F + e) : e / (1.0F + e);
+// Written with one exponential of −|x| and a select of the numerator (the same values as the
+// two-branch form, NaN included), and inlined, so the loops over it vectorise.
+[[gnu::always_inline]] inline float sigmoid(float x) {
+    const float e = fast_exp(-std::fabs(x));
+    const float numerator = x >= 0.0F ? 1.0F : e;
+    return numerator / (1.0F + e);
 }
 
 // GELU in its tanh form (GPT-2's "gelu_new"): 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³).
