@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/backend/cpu/cpu_storage.hpp"
+#include "core/backend/cuda/attention_nf4_adam.hpp"
 #include "core/backend/cuda/cuda_device.hpp"
 #include "core/backend/cuda/kernels.hpp"
 #include "core/backend/unavailable/unavailable_adapter.hpp"
@@ -173,11 +174,15 @@ class CudaAdapter final : public BackendAdapter {
     const NormalizationCapability* normalization() const noexcept override { return nullptr; }
     const LossCapability* loss() const noexcept override { return nullptr; }
     const AttentionCapability* attention() const noexcept override { return nullptr; }
-    const PagedAttentionCapability* paged_attention() const noexcept override { return nullptr; }
-    const QuantizedLinearCapability* quantized_linear() const noexcept override {
-        return nullptr;
+    const PagedAttentionCapability* paged_attention() const noexcept override {
+        return runtime_ == nullptr ? nullptr : paged_attention_capability(*runtime_);
     }
-    const AdamCapability* adam() const noexcept override { return nullptr; }
+    const QuantizedLinearCapability* quantized_linear() const noexcept override {
+        return runtime_ == nullptr ? nullptr : quantized_linear_capability(*runtime_);
+    }
+    const AdamCapability* adam() const noexcept override {
+        return runtime_ == nullptr ? nullptr : adam_capability(*runtime_);
+    }
 
     void collect_deferred_errors() const override {
         if (runtime_ != nullptr) {
