@@ -18,6 +18,7 @@
 
 #include "core/backend/adapter.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 #include "riftco_transformer/core/tensor_ops/matmul.hpp"
 #include "riftco_transformer/core/tensor_ops/softmax.hpp"
@@ -337,10 +338,14 @@ TEST_F(CudaBackend, MissingCapabilitiesAreRefusedByNameNeverRunOnTheHost) {
     EXPECT_NE(adapter->elementwise(), nullptr);
     EXPECT_NE(adapter->reduction(), nullptr);
     EXPECT_NE(adapter->matmul(), nullptr);
-    const Tensor scores({2, 3}, 1.0F, cuda);
-    const std::string message =
-        message_of<std::runtime_error>([&] { static_cast<void>(tensor_ops::softmax(scores, 1)); });
-    EXPECT_NE(message.find("'cuda' does not provide the softmax capability"), std::string::npos)
+    EXPECT_NE(adapter->softmax(), nullptr);
+    EXPECT_NE(adapter->normalization(), nullptr);
+    EXPECT_NE(adapter->loss(), nullptr);
+    EXPECT_NE(adapter->indexing(), nullptr);
+    const Tensor heads({1, 1, 2, 2}, 1.0F, cuda);
+    const std::string message = message_of<std::runtime_error>(
+        [&] { static_cast<void>(tensor_ops::flash_attention(heads, heads, heads)); });
+    EXPECT_NE(message.find("'cuda' does not provide the attention capability"), std::string::npos)
         << message;
 }
 

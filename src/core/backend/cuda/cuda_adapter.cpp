@@ -10,6 +10,7 @@
 #include "core/backend/cuda/attention_nf4_adam.hpp"
 #include "core/backend/cuda/cuda_device.hpp"
 #include "core/backend/cuda/kernels.hpp"
+#include "core/backend/cuda/row_capabilities.hpp"
 #include "core/backend/unavailable/unavailable_adapter.hpp"
 #include "core/tensor/tensor_access.hpp"
 
@@ -168,11 +169,19 @@ class CudaAdapter final : public BackendAdapter {
     }
     const ReductionCapability* reduction() const noexcept override { return reduction_.get(); }
     const MatmulCapability* matmul() const noexcept override { return matmul_.get(); }
+    const SoftmaxCapability* softmax() const noexcept override {
+        return runtime_ == nullptr ? nullptr : softmax_capability(*runtime_);
+    }
+    const IndexingCapability* indexing() const noexcept override {
+        return runtime_ == nullptr ? nullptr : indexing_capability(*runtime_);
+    }
+    const NormalizationCapability* normalization() const noexcept override {
+        return runtime_ == nullptr ? nullptr : normalization_capability(*runtime_);
+    }
+    const LossCapability* loss() const noexcept override {
+        return runtime_ == nullptr ? nullptr : loss_capability(*runtime_);
+    }
     // Not provided yet: each call names the missing family (require_capability).
-    const SoftmaxCapability* softmax() const noexcept override { return nullptr; }
-    const IndexingCapability* indexing() const noexcept override { return nullptr; }
-    const NormalizationCapability* normalization() const noexcept override { return nullptr; }
-    const LossCapability* loss() const noexcept override { return nullptr; }
     const AttentionCapability* attention() const noexcept override { return nullptr; }
     const PagedAttentionCapability* paged_attention() const noexcept override {
         return runtime_ == nullptr ? nullptr : paged_attention_capability(*runtime_);

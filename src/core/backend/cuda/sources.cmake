@@ -8,6 +8,10 @@ set(RIFTCO_TRANSFORMER_CUDA_HOST_SOURCES
     src/core/backend/cuda/layout.cpp
     src/core/backend/cuda/reduction.cpp
     src/core/backend/cuda/matmul.cpp
+    src/core/backend/cuda/softmax.cpp
+    src/core/backend/cuda/normalization.cpp
+    src/core/backend/cuda/loss.cpp
+    src/core/backend/cuda/indexing.cpp
     src/core/backend/cuda/quantized_linear.cpp
     src/core/backend/cuda/paged_attention.cpp
     src/core/backend/cuda/adam.cpp
@@ -17,6 +21,10 @@ set(RIFTCO_TRANSFORMER_CUDA_KERNEL_SOURCES
     src/core/backend/cuda/elementwise.cu
     src/core/backend/cuda/layout.cu
     src/core/backend/cuda/reduction.cu
+    src/core/backend/cuda/softmax.cu
+    src/core/backend/cuda/normalization.cu
+    src/core/backend/cuda/loss.cu
+    src/core/backend/cuda/indexing.cu
     src/core/backend/cuda/quantized_linear.cu
     src/core/backend/cuda/paged_attention.cu
     src/core/backend/cuda/adam.cu
