@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 
 namespace riftco_transformer {
 
@@ -62,6 +63,13 @@ Variable apply_rotary_embedding(const Variable& x, const RotaryTables& tables) {
         throw std::invalid_argument(std::string(op) + ": x " + shape_to_string(shape) +
                                     " does not fit tables " + shape_to_string(table_shape) +
                                     " (need x [B,H,T,d] with [T,d/2] or x [R,H,1,d] with [R,d/2])");
+    }
+    // Nothing to differentiate (decoding, evaluation): one fused pass where the backend has
+    // it, with the same values as the graph below.
+    if (gradient_recording_disabled() || !x.requires_gradient()) {
+        return Variable(tensor_ops::rotary_embedding(x.value(), tables.cosine, tables.sine,
+                                                     sequence_form ? 2 : 0),
+                        false);
     }
     const std::size_t half = shape[3] / 2;
     const Shape half_shape{shape[0], shape[1], shape[2], half};

@@ -309,6 +309,20 @@ class AdamCapability {
                               std::span<const AdamSlice> slices) const = 0;
 };
 
+// Optional: RoPE in one pass (BackendAdapter::rotary() is null where a backend has no such
+// kernel, and tensor_ops::rotary_embedding then composes it from layout and elementwise
+// operations, with the same values).
+class RotaryCapability {
+  public:
+    virtual ~RotaryCapability() = default;
+    // The split-half rotation over x's last axis (d = 2h): out[.., i] = x[.., i]·c − x[.., i+h]·s
+    // and out[.., i+h] = x[.., i+h]·c + x[.., i]·s, with c and s the entries [row, i] of
+    // cosine and sine [rows, h], row being x's index along `table_axis`. Every product is
+    // rounded before the sum (no fused multiply-add), as in the composite.
+    virtual void rotate(const Tensor& x, const Tensor& cosine, const Tensor& sine,
+                        std::size_t table_axis, Tensor& out) const = 0;
+};
+
 class BackendAdapter {
   public:
     virtual ~BackendAdapter() = default;
@@ -333,6 +347,8 @@ class BackendAdapter {
     [[nodiscard]] virtual const PagedAttentionCapability* paged_attention() const noexcept = 0;
     [[nodiscard]] virtual const QuantizedLinearCapability* quantized_linear() const noexcept = 0;
     [[nodiscard]] virtual const AdamCapability* adam() const noexcept = 0;
+    // Optional (see RotaryCapability): null unless the adapter has the fused kernel.
+    [[nodiscard]] virtual const RotaryCapability* rotary() const noexcept { return nullptr; }
 
     // Called by detail::synchronize at every sync point of this backend, before it raises the
     // deferred error: a device whose checks leave flags on the device reads them here and

@@ -1,6 +1,7 @@
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 
 #include "core/tensor_ops/validation.hpp"
+#include "riftco_transformer/core/tensor_ops/layout.hpp"
 
 namespace riftco_transformer::tensor_ops {
 namespace {
@@ -63,6 +64,45 @@ Tensor divide(const Tensor& numerator, const Tensor& denominator) {
 
 Tensor negate(const Tensor& x) {
     return unary("negate", UnaryOperation::Negate, x);
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& cosine, const Tensor& sine,
+                        std::size_t table_axis) {
+    constexpr std::string_view op = "rotary_embedding";
+    const auto& adapter =
+        detail::input_adapter(op, {{"x", &x}, {"cosine", &cosine}, {"sine", &sine}});
+    const Shape& shape = x.shape();
+    const Shape& table = cosine.shape();
+    const bool fits = shape.size() >= 2 && table_axis + 1 < shape.size() &&
+                      shape.back() % 2 == 0 && shape.back() > 0 && table.size() == 2 &&
+                      sine.shape() == table && table[0] == shape[table_axis] &&
+                      table[1] * 2 == shape.back();
+    if (!fits) {
+        throw std::invalid_argument(
+            std::string(op) + ": x " + shape_to_string(shape) + " with table axis " +
+            std::to_string(table_axis) + " does not fit tables " + shape_to_string(table) +
+            " and " + shape_to_string(sine.shape()) +
+            " (need an even last axis d, an axis before it of extent rows, and [rows,d/2])");
+    }
+    if (const detail::RotaryCapability* fused = adapter.rotary()) {
+        Tensor out = detail::allocate_uninitialized(shape, x.backend());
+        fused->rotate(x, cosine, sine, table_axis, out);
+        return out;
+    }
+    const std::size_t half = shape.back() / 2;
+    Shape half_shape = shape;
+    half_shape.back() = half;
+    Shape view(shape.size(), 1);  // the tables with x's rank: [1,..,rows,..,1,h]
+    view[table_axis] = table[0];
+    view.back() = half;
+    const auto expand = [&](const Tensor& t) { return broadcast_to(reshape(t, view), half_shape); };
+    const Tensor c = expand(cosine);
+    const Tensor s = expand(sine);
+    const std::size_t last = shape.size() - 1;
+    const Tensor first = slice(x, last, 0, half);
+    const Tensor second = slice(x, last, half, half);
+    return concatenate_last_axis(subtract(multiply(first, c), multiply(second, s)),
+                                 add(multiply(second, c), multiply(first, s)));
 }
 
 Tensor scale(const Tensor& x, float factor) {

@@ -13,6 +13,13 @@ namespace riftco_transformer::tensor_ops {
 [[nodiscard]] Tensor divide(const Tensor& numerator, const Tensor& denominator);
 
 [[nodiscard]] Tensor negate(const Tensor& x);
+// RoPE in its split-half form over x's last axis (d = 2h), with tables cosine and sine
+// [rows, h] indexed by x's position along `table_axis` (< rank − 1, extent rows):
+// out[.., i] = x_i·c − x_{i+h}·s, out[.., i+h] = x_{i+h}·c + x_i·s. One pass where the
+// backend has the fused kernel; otherwise composed from slices, products and a concatenation,
+// with the same values. A shape that does not fit: std::invalid_argument naming it.
+[[nodiscard]] Tensor rotary_embedding(const Tensor& x, const Tensor& cosine, const Tensor& sine,
+                                      std::size_t table_axis);
 // x * factor; factor must be finite (invalid_argument).
 [[nodiscard]] Tensor scale(const Tensor& x, float factor);
 // x + addend; addend must be finite (invalid_argument).

@@ -42,6 +42,12 @@ class CpuElementwise final : public ElementwiseCapability {
                         Tensor& out) const override;
 };
 
+class CpuRotary final : public RotaryCapability {
+  public:
+    void rotate(const Tensor& x, const Tensor& cosine, const Tensor& sine, std::size_t table_axis,
+                Tensor& out) const override;
+};
+
 class CpuReduction final : public ReductionCapability {
   public:
     void sum_all(const Tensor& x, double multiplier, Tensor& out) const override;
@@ -183,12 +189,14 @@ class HostAdapter final : public BackendAdapter {
         return &quantized_linear_;
     }
     [[nodiscard]] const AdamCapability* adam() const noexcept override { return &adam_; }
+    [[nodiscard]] const RotaryCapability* rotary() const noexcept override { return &rotary_; }
 
   private:
     ExecutionBackend identity_;
     CpuStorageCapability storage_;
     CpuLayout layout_;
     CpuElementwise elementwise_;
+    CpuRotary rotary_;
     CpuReduction reduction_;
     CpuMatmul matmul_;
     CpuSoftmax softmax_;

@@ -226,4 +226,55 @@ void CpuElementwise::unary_backward(UnaryDerivative derivative, const Tensor& x,
     });
 }
 
+namespace {
+
+// One row of d = 2h values. Products are rounded before each sum (fp-contract off), so the
+// values are those of the composite's separate multiply, subtract and add kernels.
+__attribute__((optimize("fp-contract=off"))) void rotate_row(const float* x, const float* c,
+                                                             const float* s, std::size_t half,
+                                                             float* out) {
+    for (std::size_t i = 0; i < half; ++i) {
+        const float first = x[i];
+        const float second = x[i + half];
+        const float first_cos = first * c[i];
+        const float second_sin = second * s[i];
+        const float second_cos = second * c[i];
+        const float first_sin = first * s[i];
+        out[i] = first_cos - second_sin;
+        out[i + half] = second_cos + first_sin;
+    }
+}
+
+}  // namespace
+
+void CpuRotary::rotate(const Tensor& x, const Tensor& cosine, const Tensor& sine,
+                       std::size_t table_axis, Tensor& out) const {
+    const Shape& shape = x.shape();
+    const std::size_t d = shape.back();
+    const std::size_t half = d / 2;
+    // x viewed as [outer, rows, inner, d]: the table row is the index along table_axis.
+    std::size_t outer = 1;
+    for (std::size_t axis = 0; axis < table_axis; ++axis)
+        outer *= shape[axis];
+    const std::size_t rows = shape[table_axis];
+    std::size_t inner = 1;
+    for (std::size_t axis = table_axis + 1; axis + 1 < shape.size(); ++axis)
+        inner *= shape[axis];
+    const float* v = cpu_data(x);
+    const float* c = cpu_data(cosine);
+    const float* s = cpu_data(sine);
+    float* y = cpu_output(out);
+    // Rows of d values, grouped for the workers by whole (outer, row) runs.
+    parallel_for(outer * rows, items_per_thread_for(inner * d), [&](std::size_t begin,
+                                                                     std::size_t end) {
+        for (std::size_t run = begin; run < end; ++run) {
+            const std::size_t row = run % rows;
+            for (std::size_t j = 0; j < inner; ++j) {
+                const std::size_t offset = (run * inner + j) * d;
+                rotate_row(v + offset, c + row * half, s + row * half, half, y + offset);
+            }
+        }
+    });
+}
+
 }  // namespace riftco_transformer::detail
