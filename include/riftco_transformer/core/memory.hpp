@@ -4,6 +4,8 @@
 // sizes every step reuses warm, already-faulted memory instead of mapping fresh pages from
 // the kernel each time (for a 32 MiB tensor: thousands of page faults per allocation).
 // The cache holds at most RIFTCO_TRANSFORMER_CPU_CACHE_BYTES (default 512 MiB) of free blocks.
+// Smaller blocks are recycled through free lists of their own (at most 16 MiB, outside these
+// statistics); a limit of 0 turns both off.
 
 #include <cstddef>
 
