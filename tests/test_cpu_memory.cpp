@@ -2,12 +2,14 @@
 // RIFTCO_TRANSFORMER_CPU_CACHE_BYTES is covered in test_environment.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "riftco_transformer/core/memory.hpp"
+#include "core/backend/cpu/host_block_cache.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "support/test_support.hpp"
 
@@ -52,6 +54,31 @@ TEST(CpuMemoryCache, SmallTensorsBypassTheCache) {
     const CpuMemoryStatistics after = cpu_memory_statistics();
     EXPECT_EQ(after.cached_bytes, 0U);
     EXPECT_EQ(after.cache_hits + after.cache_misses, before.cache_hits + before.cache_misses);
+}
+
+// Blocks under 256 KiB have free lists of their own (outside the statistics above): a freed
+// row-sized block comes back for the next request of its size class, 64-byte aligned.
+TEST(CpuMemoryCache, SmallBlocksOfOneSizeClassAreRecycled) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "small blocks are not recycled under AddressSanitizer";
+#else
+    if (std::getenv("RIFTCO_TRANSFORMER_CPU_CACHE_BYTES") != nullptr)
+        GTEST_SKIP() << "RIFTCO_TRANSFORMER_CPU_CACHE_BYTES is set";
+    void* first = detail::acquire_host_block(2304);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0U);
+    detail::release_host_block(first, 2304);
+    void* second = detail::acquire_host_block(2300);  // the same class as 2304
+    EXPECT_EQ(second, first);
+    void* other = detail::acquire_host_block(4096);  // another class: not that block
+    EXPECT_NE(other, first);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(other) % 64, 0U);
+    detail::release_host_block(other, 4096);
+    detail::release_host_block(second, 2300);
+    release_cpu_memory_cache();  // frees them; later requests are served fresh
+    void* fresh = detail::acquire_host_block(2304);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(fresh) % 64, 0U);
+    detail::release_host_block(fresh, 2304);
+#endif
 }
 
 TEST(CpuMemoryCache, CachedBytesNeverExceedTheLimit) {
