@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/backend/cpu/cpu_storage.hpp"
+#include "core/backend/cuda/attention.hpp"
 #include "core/backend/cuda/attention_nf4_adam.hpp"
 #include "core/backend/cuda/cuda_device.hpp"
 #include "core/backend/cuda/kernels.hpp"
@@ -181,8 +182,9 @@ class CudaAdapter final : public BackendAdapter {
     const LossCapability* loss() const noexcept override {
         return runtime_ == nullptr ? nullptr : loss_capability(*runtime_);
     }
-    // Not provided yet: each call names the missing family (require_capability).
-    const AttentionCapability* attention() const noexcept override { return nullptr; }
+    const AttentionCapability* attention() const noexcept override {
+        return runtime_ == nullptr ? nullptr : attention_capability(*runtime_);
+    }
     const PagedAttentionCapability* paged_attention() const noexcept override {
         return runtime_ == nullptr ? nullptr : paged_attention_capability(*runtime_);
     }

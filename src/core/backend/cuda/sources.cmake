@@ -15,6 +15,7 @@ set(RIFTCO_TRANSFORMER_CUDA_HOST_SOURCES
     src/core/backend/cuda/quantized_linear.cpp
     src/core/backend/cuda/paged_attention.cpp
     src/core/backend/cuda/adam.cpp
+    src/core/backend/cuda/attention.cpp
 )
 set(RIFTCO_TRANSFORMER_CUDA_KERNEL_SOURCES
     src/core/backend/cuda/storage.cu
@@ -28,4 +29,5 @@ set(RIFTCO_TRANSFORMER_CUDA_KERNEL_SOURCES
     src/core/backend/cuda/quantized_linear.cu
     src/core/backend/cuda/paged_attention.cu
     src/core/backend/cuda/adam.cu
+    src/core/backend/cuda/attention.cu
 )
