@@ -2,9 +2,15 @@
 // registry (spec ENGINE §2), in the shipped build where only the CPU runs: Metal, CUDA, TPU
 // and PJRT are unavailable stubs. Rules that need a second available backend live in
 // test_emulated_backend.cpp.
+//
+// A cuda build on a machine with a visible device is the exception: there CUDA is available,
+// so the unavailable-stub assertions use the other stubs (saying so), and the CUDA-specific
+// ones check the available behaviour instead. Without the adapter, or without a device, every
+// assertion is the unavailable contract as before.
 #include <gtest/gtest.h>
 
 #include <array>
+#include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -17,6 +23,7 @@
 #include "riftco_transformer/core/tensor.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/core/threading.hpp"
+#include "support/cuda_support.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {
@@ -27,8 +34,40 @@ constexpr auto unknown_backend = static_cast<ExecutionBackend>(99);
 // The first value past the last identity (Pjrt = 4).
 constexpr auto first_unassigned_backend = static_cast<ExecutionBackend>(5);
 
-constexpr std::array<ExecutionBackend, 4> stub_backends = {
+constexpr std::array<ExecutionBackend, 4> accelerators = {
     ExecutionBackend::Metal, ExecutionBackend::Cuda, ExecutionBackend::Tpu, ExecutionBackend::Pjrt};
+
+// True in a cuda build where a device is visible (the only build in which an accelerator of
+// this suite is available).
+bool cuda_device_visible() {
+    return RIFTCO_TRANSFORMER_HAVE_CUDA && execution_backend_available(ExecutionBackend::Cuda);
+}
+
+// The accelerators that are unavailable stubs here: all four, less CUDA where a device is
+// visible (its available behaviour is CudaDevice.* below and the test_cuda_* suites).
+std::vector<ExecutionBackend> stub_backends() {
+    std::vector<ExecutionBackend> stubs;
+    for (const ExecutionBackend backend : accelerators) {
+        if (backend == ExecutionBackend::Cuda && cuda_device_visible()) {
+            std::cout << "[   NOTE   ] a CUDA device is visible: cuda's unavailable-stub "
+                         "assertions are skipped in this test\n";
+            continue;
+        }
+        stubs.push_back(backend);
+    }
+    return stubs;
+}
+
+// An accelerator that is unavailable here: CUDA, as always, unless a device is visible
+// (then Metal, never available in the shipped library).
+ExecutionBackend unavailable_accelerator() {
+    if (cuda_device_visible()) {
+        std::cout << "[   NOTE   ] a CUDA device is visible: this test uses the metal stub "
+                     "instead of cuda\n";
+        return ExecutionBackend::Metal;
+    }
+    return ExecutionBackend::Cuda;
+}
 
 // Leaves every test on the process's normal selection even when an assertion fails midway.
 class BackendSelection : public ::testing::Test {
@@ -73,7 +112,7 @@ TEST(BackendAvailability, CpuIsAvailableWithEmptyReason) {
 }
 
 TEST(BackendAvailability, StubsAreUnavailableWithANonEmptyReason) {
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
         EXPECT_FALSE(execution_backend_available(backend));
         EXPECT_FALSE(execution_backend_unavailability_reason(backend).empty());
@@ -96,8 +135,10 @@ TEST(BackendAvailability, UnknownValueIsUnavailableWithEmptyReason) {
 
 TEST(BackendAvailability, ReasonIsProcessLifetimeText) {
     // Two queries return the same characters at the same address (no temporaries).
-    const std::string_view first = execution_backend_unavailability_reason(ExecutionBackend::Cuda);
-    const std::string_view second = execution_backend_unavailability_reason(ExecutionBackend::Cuda);
+    const ExecutionBackend backend = unavailable_accelerator();
+    const std::string_view first = execution_backend_unavailability_reason(backend);
+    const std::string_view second = execution_backend_unavailability_reason(backend);
+    EXPECT_FALSE(first.empty());
     EXPECT_EQ(first.data(), second.data());
     EXPECT_EQ(first, second);
 }
@@ -119,7 +160,7 @@ TEST_F(BackendSelection, SelectingCpuSucceeds) {
 }
 
 TEST_F(BackendSelection, SelectingAnUnavailableBackendIsBackendUnavailableErrorWithTheReason) {
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
         try {
             set_execution_backend(backend);
@@ -157,7 +198,7 @@ TEST_F(BackendSelection, SelectingAnUnknownValueIsInvalidArgumentAndKeepsTheSele
 }
 
 TEST_F(BackendSelection, ScopedGuardForAnUnavailableBackendThrowsAndKeepsTheSelection) {
-    EXPECT_THROW(ScopedExecutionBackend guard(ExecutionBackend::Cuda), std::runtime_error);
+    EXPECT_THROW(ScopedExecutionBackend guard(unavailable_accelerator()), std::runtime_error);
     EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
     EXPECT_THROW(ScopedExecutionBackend guard(unknown_backend), std::invalid_argument);
     EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
@@ -207,7 +248,7 @@ TEST(BackendSelectionDeathTest, GuardDestroyedOnAnotherThreadAborts) {
 // Tensors and operations on unavailable backends
 
 TEST(BackendTensors, CreatingATensorOnAnUnavailableBackendIsBackendUnavailableError) {
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
         EXPECT_THROW(Tensor(Shape{2, 2}, backend), BackendUnavailableError);
         EXPECT_THROW(Tensor(Shape{2}, {1.0F, 2.0F}, backend), BackendUnavailableError);
@@ -217,7 +258,7 @@ TEST(BackendTensors, CreatingATensorOnAnUnavailableBackendIsBackendUnavailableEr
 
 TEST(BackendTensors, TransferToAnUnavailableBackendIsBackendUnavailableErrorAndKeepsTheSource) {
     const Tensor source(Shape{2}, {1.0F, 2.0F});
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         EXPECT_THROW(static_cast<void>(source.to(backend)), BackendUnavailableError);
     }
     EXPECT_EQ(source.backend(), ExecutionBackend::Cpu);
@@ -234,7 +275,7 @@ TEST(BackendTensors, OperationResultsStayOnCpu) {
 
 TEST(BackendTensors, ExplicitMatmulOnAnUnavailableBackendIsRuntimeError) {
     const Tensor x(Shape{2, 2}, {1.0F, 2.0F, 3.0F, 4.0F});
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         EXPECT_THROW(static_cast<void>(tensor_ops::matmul(x, x, backend)), std::runtime_error);
     }
     EXPECT_THROW(static_cast<void>(tensor_ops::matmul(x, x, unknown_backend)),
@@ -261,6 +302,39 @@ TEST(CudaDevice, CudaDeviceSmoke) {
     const Tensor product = tensor_ops::matmul(left, right);
     EXPECT_EQ(product.backend(), ExecutionBackend::Cuda);
     EXPECT_TRUE(testing::all_close(product, {58.0, 64.0, 139.0, 154.0}, 3e-4, 3e-4));
+}
+
+TEST(CudaDevice, CudaAdapterProvidesTheCapabilitiesWhereADeviceIsVisible) {
+    RIFTCO_REQUIRE_CUDA_DEVICE();
+    const detail::BackendAdapter* cuda = detail::find_backend_adapter(ExecutionBackend::Cuda);
+    ASSERT_NE(cuda, nullptr);
+    EXPECT_TRUE(cuda->is_available());
+    EXPECT_TRUE(cuda->unavailability_reason().empty());
+    EXPECT_NE(cuda->storage(), nullptr);
+    EXPECT_NE(cuda->layout(), nullptr);
+    EXPECT_NE(cuda->elementwise(), nullptr);
+    EXPECT_NE(cuda->reduction(), nullptr);
+    EXPECT_NE(cuda->matmul(), nullptr);
+    EXPECT_NE(cuda->softmax(), nullptr);
+    EXPECT_NE(cuda->indexing(), nullptr);
+    EXPECT_NE(cuda->normalization(), nullptr);
+    EXPECT_NE(cuda->loss(), nullptr);
+    EXPECT_NE(cuda->paged_attention(), nullptr);
+    EXPECT_NE(cuda->quantized_linear(), nullptr);
+    EXPECT_NE(cuda->adam(), nullptr);
+    // Selecting it works like selecting the CPU, and a guard restores the CPU.
+    {
+        const ScopedExecutionBackend guard(ExecutionBackend::Cuda);
+        EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cuda);
+        EXPECT_EQ(Tensor(Shape{2}).backend(), ExecutionBackend::Cuda);
+    }
+    EXPECT_EQ(current_execution_backend(), ExecutionBackend::Cpu);
+    // A transfer keeps the source and brings the values back bit for bit.
+    const Tensor source(Shape{2}, {1.0F, 2.0F});
+    const Tensor moved = source.to(ExecutionBackend::Cuda);
+    EXPECT_EQ(moved.backend(), ExecutionBackend::Cuda);
+    EXPECT_EQ(source.backend(), ExecutionBackend::Cpu);
+    EXPECT_TRUE(testing::bit_identical(moved.to_host(), {1.0F, 2.0F}));
 }
 
 TEST(TpuDevice, TpuDeviceSmoke) {
@@ -324,7 +398,7 @@ TEST(BackendRegistry, CpuAdapterProvidesTheCoreCapabilities) {
 }
 
 TEST(BackendRegistry, StubAdaptersProvideNoCapability) {
-    for (const ExecutionBackend backend : stub_backends) {
+    for (const ExecutionBackend backend : stub_backends()) {
         SCOPED_TRACE(std::string(execution_backend_name(backend)));
         const detail::BackendAdapter* stub = detail::find_backend_adapter(backend);
         ASSERT_NE(stub, nullptr);
@@ -364,7 +438,7 @@ TEST(BackendRegistry, RequireAvailableAdapterReportsTheCategoryAndReason) {
 }
 
 TEST(BackendRegistry, MissingCapabilityIsRuntimeError) {
-    const detail::BackendAdapter* stub = detail::find_backend_adapter(ExecutionBackend::Cuda);
+    const detail::BackendAdapter* stub = detail::find_backend_adapter(unavailable_accelerator());
     ASSERT_NE(stub, nullptr);
     EXPECT_THROW(
         static_cast<void>(detail::require_capability(stub->matmul(), *stub, "matmul", "matmul")),

@@ -3,8 +3,13 @@
 // CPU kernels, but its own storage identity. Covers transfers, mixed-backend rejection,
 // results keeping the inputs' backend, explicit matmul execution backends, and the
 // thread-local construction default when a non-CPU backend is selected.
+//
+// CUDA is the third, unavailable, backend of these rules, except in a cuda build where a device
+// is visible: there the CUDA assertions check the available behaviour and the unavailable ones
+// use the TPU stub (saying so). Elsewhere every assertion is exactly the unavailable contract.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -34,6 +39,17 @@ Tensor right_on(ExecutionBackend backend) {
     return Tensor({3, 2}, std::span<const float>(right_values), backend);
 }
 
+// True only in a cuda build where a device is visible (see the file comment).
+bool cuda_device_visible() {
+    const bool visible =
+        RIFTCO_TRANSFORMER_HAVE_CUDA && execution_backend_available(ExecutionBackend::Cuda);
+    if (visible) {
+        std::cout << "[   NOTE   ] a CUDA device is visible: cuda is checked as available and "
+                     "the tpu stub stands in for an unavailable backend\n";
+    }
+    return visible;
+}
+
 // Every test starts and ends with the thread on the CPU, even after a failed assertion.
 class EmulatedBackend : public ::testing::Test {
   protected:
@@ -50,8 +66,12 @@ TEST_F(EmulatedBackend, MetalIsAvailableWithEmptyReason) {
     EXPECT_TRUE(execution_backend_available(metal));
     EXPECT_TRUE(execution_backend_unavailability_reason(metal).empty());
     EXPECT_EQ(execution_backend_name(metal), "metal");
-    // The other accelerators are still stubs in this variant.
-    EXPECT_FALSE(execution_backend_available(ExecutionBackend::Cuda));
+    // The other accelerators are still stubs in this variant (CUDA only without a device).
+    if (cuda_device_visible()) {
+        EXPECT_TRUE(execution_backend_unavailability_reason(ExecutionBackend::Cuda).empty());
+    } else {
+        EXPECT_FALSE(execution_backend_available(ExecutionBackend::Cuda));
+    }
     EXPECT_FALSE(execution_backend_available(ExecutionBackend::Tpu));
     EXPECT_FALSE(execution_backend_available(ExecutionBackend::Pjrt));
 }
@@ -303,8 +323,21 @@ TEST_F(EmulatedBackend, ExplicitExecutionValidatesShapesBeforeStaging) {
     EXPECT_THROW(static_cast<void>(tensor_ops::matmul(left, left, metal)), std::invalid_argument);
     EXPECT_THROW(static_cast<void>(tensor_ops::matmul(left, left, ExecutionBackend::Cuda)),
                  std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(tensor_ops::matmul(left, right_on(cpu), ExecutionBackend::Cuda)),
-                 std::runtime_error);
+    if (cuda_device_visible()) {
+        // Staged through the device, the product comes back on the inputs' backend.
+        const Tensor product = tensor_ops::matmul(left, right_on(cpu), ExecutionBackend::Cuda);
+        EXPECT_EQ(product.backend(), cpu);
+        EXPECT_TRUE(testing::all_close(product, product_values, 3e-4, 3e-4));
+        EXPECT_THROW(static_cast<void>(tensor_ops::matmul(left, left, ExecutionBackend::Tpu)),
+                     std::invalid_argument);
+        EXPECT_THROW(
+            static_cast<void>(tensor_ops::matmul(left, right_on(cpu), ExecutionBackend::Tpu)),
+            std::runtime_error);
+    } else {
+        EXPECT_THROW(
+            static_cast<void>(tensor_ops::matmul(left, right_on(cpu), ExecutionBackend::Cuda)),
+            std::runtime_error);
+    }
     EXPECT_TRUE(testing::bit_identical(left.to_host(), left_values));
     EXPECT_EQ(current_execution_backend(), cpu);
 }
@@ -323,7 +356,9 @@ TEST_F(EmulatedBackend, SetExecutionBackendToMetalSucceeds) {
 
 TEST_F(EmulatedBackend, FailedSelectionKeepsMetal) {
     set_execution_backend(metal);
-    EXPECT_THROW(set_execution_backend(ExecutionBackend::Cuda), std::runtime_error);
+    const ExecutionBackend unavailable =
+        cuda_device_visible() ? ExecutionBackend::Tpu : ExecutionBackend::Cuda;
+    EXPECT_THROW(set_execution_backend(unavailable), std::runtime_error);
     EXPECT_EQ(current_execution_backend(), metal);
     EXPECT_THROW(set_execution_backend(static_cast<ExecutionBackend>(99)), std::invalid_argument);
     EXPECT_EQ(current_execution_backend(), metal);
