@@ -7,6 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <span>
+#include <algorithm>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -109,6 +113,78 @@ TEST(Gemv, TheMatmulCapabilityAgreesAndIgnoresTheThreadCount) {
     for (std::size_t i = 0; i < one.size(); ++i) {
         EXPECT_NEAR(one[i], reference[i], 1e-4) << i;
     }
+}
+
+// Several products in one pass give every output exactly gemv_rows' value, whatever the
+// thread count, including problems with remainder rows and more problems than the pass keeps
+// inline.
+TEST(Gemv, ManyProblemsInOnePassEqualOneAtATimeBitForBit) {
+    const std::size_t k = 576;
+    const std::vector<std::size_t> widths = {576, 193, 192, 1537, 120, 130};
+    for (std::size_t m : {std::size_t{1}, std::size_t{3}, std::size_t{8}}) {
+        const auto a = random_values(m * k, 7);
+        std::vector<std::vector<float>> weights;
+        std::vector<std::vector<float>> single;
+        std::vector<std::vector<float>> fused;
+        std::vector<GemmArguments> problems;
+        for (std::size_t i = 0; i < widths.size(); ++i) {
+            weights.push_back(random_values(widths[i] * k, 10 + static_cast<std::uint32_t>(i)));
+            single.emplace_back(m * widths[i], NAN);
+            fused.emplace_back(m * widths[i], NAN);
+        }
+        for (std::size_t i = 0; i < widths.size(); ++i) {
+            const GemmArguments g =
+                arguments(m, widths[i], k, a.data(), weights[i].data(), single[i].data());
+            ASSERT_TRUE(gemv_applies(g));
+            gemv_rows(g);
+            problems.push_back(
+                arguments(m, widths[i], k, a.data(), weights[i].data(), fused[i].data()));
+        }
+        const std::size_t threads = cpu_thread_count();
+        for (const std::size_t count : {std::size_t{1}, std::size_t{2}}) {
+            set_cpu_thread_count(count);
+            for (auto& out : fused)
+                std::fill(out.begin(), out.end(), NAN);
+            gemv_rows_many(problems);
+            for (std::size_t i = 0; i < widths.size(); ++i)
+                EXPECT_EQ(fused[i], single[i]) << "m " << m << " problem " << i;
+            // The first three alone: the inline (no heap) case.
+            gemv_rows_many(std::span<const GemmArguments>(problems.data(), 3));
+            for (std::size_t i = 0; i < 3; ++i)
+                EXPECT_EQ(fused[i], single[i]) << "m " << m << " problem " << i;
+        }
+        set_cpu_thread_count(threads);
+    }
+}
+
+TEST(Gemv, ProjectManyEqualsEachMatmulAndNamesABadWeight) {
+    const std::size_t k = 300;
+    const Tensor x({2, k}, random_values(2 * k, 20));
+    const std::vector<Tensor> weights = {Tensor({700, k}, random_values(700 * k, 21)),
+                                         Tensor({230, k}, random_values(230 * k, 22))};
+    const std::vector<Tensor> outs = tensor_ops::project_many(x, weights);
+    ASSERT_EQ(outs.size(), 2U);
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+        EXPECT_EQ(outs[i].shape(), (Shape{2, weights[i].shape()[0]}));
+        EXPECT_EQ(outs[i].to_host(), tensor_ops::matmul(x, weights[i], false, true).to_host());
+    }
+    // Forty rows: past the GEMV's row limit, one product after the other, the same values.
+    const Tensor tall({40, k}, random_values(40 * k, 23));
+    const std::vector<Tensor> tall_outs = tensor_ops::project_many(tall, weights);
+    EXPECT_EQ(tall_outs[1].to_host(), tensor_ops::matmul(tall, weights[1], false, true).to_host());
+    const std::vector<Tensor> bad = {weights[0], Tensor({5, k + 1})};
+    try {
+        (void)tensor_ops::project_many(x, bad);
+        ADD_FAILURE() << "accepted a weight of the wrong width";
+    } catch (const std::invalid_argument& error) {
+        EXPECT_NE(std::string(error.what()).find("project_many: weights[1] must be [N,300]"),
+                  std::string::npos)
+            << error.what();
+    }
+    EXPECT_THROW((void)tensor_ops::project_many(x, std::span<const Tensor>()),
+                 std::invalid_argument);
+    EXPECT_THROW((void)tensor_ops::project_many(Tensor({2, 3, k}), weights),
+                 std::invalid_argument);
 }
 
 TEST(Gemv, FewDozenRowProductsTakeTheFlippedPathAndMatchTheOracle) {

@@ -295,6 +295,27 @@ TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
     EXPECT_EQ(model.packed_quantized_state().size(), 15U);  // 7 per block and the head
 }
 
+// Without a graph (evaluation, decoding) RoPE runs fused and the gate/up projections share
+// one GEMV pass; the logits must be the graph's, bit for bit.
+TEST(LlamaMistral, TheForwardWithoutAGraphEqualsTheRecordedForwardBitForBit) {
+    std::mt19937 generator(31);
+    LlamaMistralTransformer model(tiny_config(), generator);
+    perturb_parameters(model, 32);
+    for (const std::size_t time : {std::size_t{3}, std::size_t{7}}) {
+        std::vector<std::uint32_t> tokens(time);
+        for (std::size_t t = 0; t < time; ++t)
+            tokens[t] = static_cast<std::uint32_t>((3 * t + 1) % 13);
+        const Variable recorded = model.forward(tokens, {1, time});
+        ASSERT_TRUE(recorded.requires_gradient());
+        std::vector<float> constant;
+        {
+            const NoGradientGuard no_graph;
+            constant = model.forward(tokens, {1, time}).value().to_host();
+        }
+        EXPECT_EQ(constant, recorded.value().to_host()) << "T " << time;
+    }
+}
+
 TEST(LlamaMistral, UntieEmbeddingsIsRefusedWithAdaptersOrPackedWeights) {
     LlamaMistralConfig config = tiny_config();
     config.tie_embeddings = true;

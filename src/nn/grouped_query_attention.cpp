@@ -176,11 +176,15 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
     const auto split_heads = [&](const Variable& projected, std::size_t heads) {
         return reshape(projected, {rows, heads, 1, d});
     };
-    const Variable query =
-        apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
-    const Variable key =
-        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables);
-    const Variable value = split_heads(value_->forward(x), shape_.key_value_head_count);
+    // Decoding records no graph: q, k and v in one pass where the layers allow it.
+    const std::optional<std::vector<Variable>> fused =
+        fused_projections(x, {query_, key_, value_});
+    const Variable query = apply_rotary_embedding(
+        split_heads(fused ? (*fused)[0] : query_->forward(x), shape_.query_head_count), tables);
+    const Variable key = apply_rotary_embedding(
+        split_heads(fused ? (*fused)[1] : key_->forward(x), shape_.key_value_head_count), tables);
+    const Variable value =
+        split_heads(fused ? (*fused)[2] : value_->forward(x), shape_.key_value_head_count);
     const Tensor context = cache.append_and_attend(
         layer, query.value(), key.value(), value.value(),
         IncrementalAttentionOptions{.window = shape_.sliding_window.value_or(0)});

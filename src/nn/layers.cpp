@@ -250,7 +250,38 @@ SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& genera
         &register_module("down", std::make_unique<Linear>(hidden_width, width, generator, false));
 }
 
+std::optional<std::vector<Variable>> fused_projections(const Variable& x,
+                                                      std::initializer_list<const Linear*> layers) {
+    if (!gradient_recording_disabled() || !x.defined() || x.shape().empty()) {
+        return std::nullopt;
+    }
+    std::vector<Tensor> weights;
+    weights.reserve(layers.size());
+    for (const Linear* layer : layers) {
+        if (layer->is_quantized() || layer->adapter() != nullptr || layer->has_bias() ||
+            layer->in_features() != x.shape().back() ||
+            layer->weight().value().backend() != x.value().backend()) {
+            return std::nullopt;
+        }
+        weights.push_back(layer->weight().value());
+    }
+    const std::size_t in = x.shape().back();
+    const Tensor rows = x.value().reshape({x.value().numel() / in, in});
+    std::vector<Tensor> products = tensor_ops::project_many(rows, weights);
+    std::vector<Variable> outputs;
+    outputs.reserve(products.size());
+    for (Tensor& product : products) {
+        Shape shape = x.shape();
+        shape.back() = product.shape()[1];
+        outputs.emplace_back(product.reshape(std::move(shape)), false);
+    }
+    return outputs;
+}
+
 Variable SwiGLU::forward(const Variable& x) const {
+    if (auto fused = fused_projections(x, {gate_, up_})) {
+        return down_->forward(silu((*fused)[0]) * (*fused)[1]);
+    }
     return down_->forward(silu(gate_->forward(x)) * up_->forward(x));
 }
 

@@ -7,7 +7,9 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/autograd/variable.hpp"
@@ -102,6 +104,13 @@ class Embedding final : public Module {
   private:
     Variable weight_;
 };
+
+// Several projections of one input in one pass (q, k and v; a gate and an up projection):
+// their outputs, x [.., in] -> [.., out_i], when no graph is recorded (NoGradientGuard) and
+// every layer is dense, without an active adapter and without bias, with the values each
+// layer's forward gives; otherwise nullopt, and the caller runs the layers one by one.
+[[nodiscard]] std::optional<std::vector<Variable>> fused_projections(
+    const Variable& x, std::initializer_list<const Linear*> layers);
 
 // Parameters "scale" [W] (ones) and "bias" [W] (zeros) over the last axis.
 class LayerNorm final : public Module {

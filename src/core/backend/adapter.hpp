@@ -118,6 +118,14 @@ class MatmulCapability {
     // out[b] = op(left[b]) · op(right[b]) over the flattened leading dimensions.
     virtual void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
                                 bool transpose_right, Tensor& out) const = 0;
+    // outs[i] = x · weights[i]ᵀ for one x [R,K] and weights [N_i,K] (outs [R,N_i], allocated
+    // by the caller): the projections of one input. This default runs batched_matmul per
+    // weight; a backend may fuse them into one pass that gives the same values.
+    virtual void project_many(const Tensor& x, std::span<const Tensor* const> weights,
+                              std::span<Tensor* const> outs) const {
+        for (std::size_t i = 0; i < weights.size(); ++i)
+            batched_matmul(x, *weights[i], false, true, *outs[i]);
+    }
 };
 
 class SoftmaxCapability {

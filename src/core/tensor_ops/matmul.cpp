@@ -2,6 +2,7 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "core/tensor_ops/validation.hpp"
 
@@ -84,6 +85,40 @@ Tensor matmul(const Tensor& left, const Tensor& right, ExecutionBackend executio
     Tensor staged_out = detail::allocate_uninitialized(std::move(shape), execution_backend);
     capability.batched_matmul(staged_left, staged_right, false, false, staged_out);
     return staged_out.to(left.backend());
+}
+
+std::vector<Tensor> project_many(const Tensor& x, std::span<const Tensor> weights) {
+    constexpr std::string_view many = "project_many";
+    const auto& adapter = detail::input_adapter(many, {{"x", &x}});
+    if (weights.empty()) {
+        throw std::invalid_argument(std::string(many) + ": no weights given");
+    }
+    if (x.rank() != 2) {
+        throw std::invalid_argument(std::string(many) + ": x must be [R,K] (got " +
+                                    shape_to_string(x.shape()) + ")");
+    }
+    const std::size_t k = x.shape()[1];
+    std::vector<const Tensor*> inputs(weights.size());
+    std::vector<Tensor> outs;
+    outs.reserve(weights.size());
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+        const Tensor& w = weights[i];
+        const std::string name = "weights[" + std::to_string(i) + "]";
+        static_cast<void>(detail::input_adapter(many, {{"x", &x}, {name.c_str(), &w}}));
+        if (w.rank() != 2 || w.shape()[1] != k) {
+            throw std::invalid_argument(std::string(many) + ": " + name + " must be [N," +
+                                        std::to_string(k) + "] for x " +
+                                        shape_to_string(x.shape()) + " (got " +
+                                        shape_to_string(w.shape()) + ")");
+        }
+        inputs[i] = &w;
+        outs.push_back(detail::allocate_uninitialized({x.shape()[0], w.shape()[0]}, x.backend()));
+    }
+    std::vector<Tensor*> outputs(outs.size());
+    for (std::size_t i = 0; i < outs.size(); ++i)
+        outputs[i] = &outs[i];
+    matmul_of(adapter).project_many(x, inputs, outputs);
+    return outs;
 }
 
 }  // namespace riftco_transformer::tensor_ops

@@ -58,6 +58,8 @@ class CpuMatmul final : public MatmulCapability {
   public:
     void batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
                         bool transpose_right, Tensor& out) const override;
+    void project_many(const Tensor& x, std::span<const Tensor* const> weights,
+                      std::span<Tensor* const> outs) const override;
 };
 
 class CpuSoftmax final : public SoftmaxCapability {

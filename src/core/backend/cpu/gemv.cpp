@@ -287,6 +287,13 @@ bool gemv_kernel_supported(GemvKernel kernel) noexcept {
 }
 
 void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
+    gemv_rows_many({&g, 1}, kernel);
+}
+
+void gemv_rows_many(std::span<const GemmArguments> problems, GemvKernel kernel) {
+    if (problems.empty()) {
+        return;
+    }
     Isa isa = detected_isa();
     if (kernel == GemvKernel::Portable) {
         isa = Isa::Portable;
@@ -295,24 +302,62 @@ void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
     } else if (kernel == GemvKernel::Avx512) {
         isa = Isa::Avx512;
     }
-    const Kernels kernels = kernels_for_rows(g.m, isa);
-    const std::size_t groups = g.n / kernels.group;
-    // Work units: the full groups of NB B rows, then the remaining single rows. Unit u starts
-    // at B row first_row(u); a unit's outputs are c[i, its rows], so units write disjoint
-    // columns and each output is one kernel call's fixed-order sum, whichever thread runs it.
-    const std::size_t units = groups + (g.n % kernels.group);
-    const auto first_row = [&](std::size_t unit) {
-        return unit < groups ? unit * kernels.group : groups * kernels.group + (unit - groups);
+    const Kernels kernels = kernels_for_rows(problems.front().m, isa);
+    // Work units, problem after problem: a problem's full groups of NB B rows, then its
+    // remaining single rows. Unit u of problem p starts at its B row first_row(p, u); a unit's
+    // outputs are c[i, its rows], so units write disjoint outputs and each output is one
+    // kernel call's fixed-order sum, whichever thread runs it.
+    struct Problem {
+        const GemmArguments* g;
+        std::size_t groups;
+        std::size_t first_unit;  // of the whole pass
+        std::size_t units;
     };
-    const auto* b_bytes = reinterpret_cast<const char*>(g.b);
-    const std::size_t row_bytes = g.ldb * sizeof(float);
-    // Runs units [begin, end), prefetching up to the end of the part they belong to.
-    const auto run = [&](std::size_t begin, std::size_t end, const char* part_end) {
+    constexpr std::size_t inline_problems = 4;
+    Problem inline_storage[inline_problems];
+    std::vector<Problem> heap_storage;
+    std::span<Problem> list(inline_storage, std::min(problems.size(), inline_problems));
+    if (problems.size() > inline_problems) {
+        heap_storage.resize(problems.size());
+        list = heap_storage;
+    }
+    std::size_t units = 0;
+    std::size_t b_floats = 0;
+    for (std::size_t p = 0; p < problems.size(); ++p) {
+        const GemmArguments& g = problems[p];
+        const std::size_t groups = g.n / kernels.group;
+        list[p] = {&g, groups, units, groups + (g.n % kernels.group)};
+        units += list[p].units;
+        b_floats += g.n * g.k;
+    }
+    const auto locate = [&](std::size_t unit) -> const Problem& {
+        std::size_t p = 0;
+        while (unit >= list[p].first_unit + list[p].units)
+            ++p;
+        return list[p];
+    };
+    const auto first_row = [&](const Problem& problem, std::size_t local) {
+        return local < problem.groups ? local * kernels.group
+                                      : problem.groups * kernels.group + (local - problem.groups);
+    };
+    const auto row_address = [&](const Problem& problem, std::size_t local) {
+        return reinterpret_cast<const char*>(problem.g->b) +
+               first_row(problem, local) * problem.g->ldb * sizeof(float);
+    };
+    // Runs units [begin, end) (of the whole pass), prefetching up to the end of the part
+    // they belong to or of their problem's B, whichever comes first.
+    const auto run = [&](std::size_t begin, std::size_t end, std::size_t part_end) {
         for (std::size_t unit = begin; unit < end; ++unit) {
-            const std::size_t n0 = first_row(unit);
+            const Problem& problem = locate(unit);
+            const GemmArguments& g = *problem.g;
+            const std::size_t local = unit - problem.first_unit;
+            const std::size_t n0 = first_row(problem, local);
             const float* b = g.b + n0 * g.ldb;
-            const Prefetch prefetch{b_bytes + n0 * row_bytes + prefetch_distance, part_end};
-            if (unit < groups) {
+            const std::size_t stop_local =
+                std::min(part_end, problem.first_unit + problem.units) - problem.first_unit;
+            const Prefetch prefetch{row_address(problem, local) + prefetch_distance,
+                                    row_address(problem, stop_local)};
+            if (local < problem.groups) {
                 kernels.full(g.a, g.lda, b, g.ldb, g.k, g.c + n0, g.ldc, prefetch);
             } else {
                 kernels.single(g.a, g.lda, b, g.ldb, g.k, g.c + n0, g.ldc, prefetch);
@@ -321,13 +366,13 @@ void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
     };
 
     // Threads as parallel_for would pick them: about 2^15 floats of B per thread at least.
-    const std::size_t unit_floats = g.k * kernels.group;
+    const std::size_t unit_floats = std::max<std::size_t>(1, b_floats / std::max<std::size_t>(1, units));
     const std::size_t minimum_units =
         std::max<std::size_t>(1, (std::size_t{1} << 15U) / unit_floats);
     const std::size_t threads =
         std::min(cpu_thread_count(), std::max<std::size_t>(1, units / minimum_units));
     if (threads <= 1 || omp_in_parallel()) {
-        run(0, units, b_bytes + g.n * row_bytes);
+        run(0, units, units);
         return;
     }
 
@@ -336,13 +381,11 @@ void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
     struct alignas(64) Part {
         std::atomic<std::size_t> next{0};
         std::size_t end = 0;
-        const char* end_bytes = nullptr;
     };
     std::vector<Part> parts(threads);
     for (std::size_t t = 0; t < threads; ++t) {
         parts[t].next.store(units * t / threads, std::memory_order_relaxed);
         parts[t].end = units * (t + 1) / threads;
-        parts[t].end_bytes = b_bytes + first_row(parts[t].end) * row_bytes;
     }
     const std::size_t chunk =
         std::max<std::size_t>(1, (std::size_t{32} << 10U) / (unit_floats * sizeof(float)));
@@ -357,7 +400,7 @@ void gemv_rows(const GemmArguments& g, GemvKernel kernel) {
                 if (begin >= part.end) {
                     break;
                 }
-                run(begin, std::min(begin + chunk, part.end), part.end_bytes);
+                run(begin, std::min(begin + chunk, part.end), part.end);
             }
         }
     }

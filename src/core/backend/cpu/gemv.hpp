@@ -8,6 +8,7 @@
 // is one thread's fixed-order sum, so results do not depend on the thread count.
 
 #include <cstddef>
+#include <span>
 
 #include "core/backend/cpu/gemm.hpp"
 
@@ -29,6 +30,12 @@ enum class GemvKernel { Detected, Portable, Avx2, Avx512 };
 // Computes g (gemv_applies(g) must hold; `kernel` supported). Threaded on the shared pool
 // outside a parallel region.
 void gemv_rows(const GemmArguments& g, GemvKernel kernel = GemvKernel::Detected);
+
+// Several such products in one threaded pass (gemv_applies must hold for each, and all share
+// m): the projections of one input (q, k and v; a gate and an up projection) take one
+// fork/join instead of one each. Every output gets exactly the sum gemv_rows gives it.
+void gemv_rows_many(std::span<const GemmArguments> problems,
+                    GemvKernel kernel = GemvKernel::Detected);
 
 // Which inner loop Detected runs here: "avx512", "avx2" or "portable".
 [[nodiscard]] const char* gemv_kernel_name() noexcept;

@@ -1,6 +1,7 @@
 // CPU batched matmul over the GEMM seam: out[b] = op(left[b]) · op(right[b]).
 
 #include <algorithm>
+#include <vector>
 
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
@@ -117,6 +118,33 @@ void CpuMatmul::batched_matmul(const Tensor& left, const Tensor& right, bool tra
                              multiply(index);
                      });
     }
+}
+
+void CpuMatmul::project_many(const Tensor& x, std::span<const Tensor* const> weights,
+                             std::span<Tensor* const> outs) const {
+    // One GEMV pass over every weight when each product has the decode shape (a few rows of
+    // x); otherwise (a prefill chunk, say) one product after the other.
+    const std::size_t rows = x.shape()[0];
+    const std::size_t k = x.shape()[1];
+    std::vector<GemmArguments> problems(weights.size());
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+        GemmArguments& g = problems[i];
+        g.transpose_b = true;
+        g.m = rows;
+        g.n = weights[i]->shape()[0];
+        g.k = k;
+        g.a = cpu_data(x);
+        g.lda = k;
+        g.b = cpu_data(*weights[i]);
+        g.ldb = k;
+        g.c = cpu_output(*outs[i]);
+        g.ldc = g.n;
+        if (!gemv_applies(g)) {
+            MatmulCapability::project_many(x, weights, outs);
+            return;
+        }
+    }
+    gemv_rows_many(problems);
 }
 
 }  // namespace riftco_transformer::detail
