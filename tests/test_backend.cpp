@@ -319,6 +319,7 @@ TEST(CudaDevice, CudaAdapterProvidesTheCapabilitiesWhereADeviceIsVisible) {
     EXPECT_NE(cuda->indexing(), nullptr);
     EXPECT_NE(cuda->normalization(), nullptr);
     EXPECT_NE(cuda->loss(), nullptr);
+    EXPECT_NE(cuda->attention(), nullptr);
     EXPECT_NE(cuda->paged_attention(), nullptr);
     EXPECT_NE(cuda->quantized_linear(), nullptr);
     EXPECT_NE(cuda->adam(), nullptr);
