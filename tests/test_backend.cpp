@@ -40,7 +40,7 @@ constexpr std::array<ExecutionBackend, 4> accelerators = {
 // True in a cuda build where a device is visible (the only build in which an accelerator of
 // this suite is available).
 bool cuda_device_visible() {
-    return RIFTCO_TRANSFORMER_HAVE_CUDA && execution_backend_available(ExecutionBackend::Cuda);
+    return execution_backend_available(ExecutionBackend::Cuda);
 }
 
 // The accelerators that are unavailable stubs here: all four, less CUDA where a device is

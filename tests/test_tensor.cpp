@@ -23,7 +23,7 @@ namespace {
 // the available behaviour; everywhere else CUDA is the unavailable stub they always tested.
 bool cuda_device_visible() {
     const bool visible =
-        RIFTCO_TRANSFORMER_HAVE_CUDA && execution_backend_available(ExecutionBackend::Cuda);
+        execution_backend_available(ExecutionBackend::Cuda);
     if (visible) {
         std::cout << "[   NOTE   ] a CUDA device is visible: cuda is checked as available here\n";
     }

@@ -29,23 +29,18 @@
 
 #define SENTINEL_BYTE 0xA5u
 
-/* The unavailable stubs of the default build. A cuda build (RIFTCO_TRANSFORMER_HAVE_CUDA=1)
- * on a machine with a visible device is the one exception: there cuda is available, so
- * unavailable_here() leaves it out of these checks, saying so. */
+/* The unavailable stubs of the default build. A cuda build on a machine with a visible device
+ * is the one exception: there cuda is available, so unavailable_here() leaves it out of these
+ * checks, saying so. (Without the adapter, cuda is never available.) */
 static const int32_t unavailable_backends[] = {RT_BACKEND_METAL, RT_BACKEND_CUDA, RT_BACKEND_TPU,
                                                RT_BACKEND_PJRT};
 static const char* const unavailable_backend_names[] = {"metal", "cuda", "tpu", "pjrt"};
 #define UNAVAILABLE_BACKEND_COUNT 4u
 
-#ifndef RIFTCO_TRANSFORMER_HAVE_CUDA
-#define RIFTCO_TRANSFORMER_HAVE_CUDA 0
-#endif
-
 /* 1 only in a cuda build where a device is visible. */
 static int cuda_device_visible(void) {
     int32_t available = 0;
-    if (!RIFTCO_TRANSFORMER_HAVE_CUDA ||
-        rt_backend_is_available(RT_BACKEND_CUDA, &available) != RT_STATUS_OK) {
+    if (rt_backend_is_available(RT_BACKEND_CUDA, &available) != RT_STATUS_OK) {
         return 0;
     }
     return available != 0;

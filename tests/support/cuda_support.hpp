@@ -4,7 +4,7 @@
 //
 // Without a visible device the device tests skip, saying why, unless the build was configured
 // with RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON, which turns the skip into a failure.
-// RIFTCO_TRANSFORMER_HAVE_CUDA (set for every test suite) says whether the adapter is
+// RIFTCO_TRANSFORMER_HAVE_CUDA (set for the test_cuda_* suites) says whether the adapter is
 // compiled in, so the no-device contract knows which reason to expect.
 
 #include <gtest/gtest.h>
