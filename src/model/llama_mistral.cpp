@@ -197,11 +197,13 @@ void LlamaMistralTransformer::set_attention(AttentionKind kind) {
 AdaptableProjection LlamaMistralTransformer::attach_untied_head() {
     // The constructor registers the head last, so appending it here gives the parameter order
     // of a model built untied.
-    language_model_head_ = &register_module(
-        "language_model_head",
-        std::make_unique<Linear>(token_embedding_->weight().value(), std::nullopt));
+    // Everything that can throw happens before the head is registered.
+    AdaptableProjection projection{LoraTarget::LanguageModelHead, "language_model_head", nullptr};
+    auto head = std::make_unique<Linear>(token_embedding_->weight().value(), std::nullopt);
+    language_model_head_ = &register_module("language_model_head", std::move(head));
+    projection.linear = language_model_head_;
     config_.tie_embeddings = false;
-    return {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_};
+    return projection;
 }
 
 IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {

@@ -230,13 +230,15 @@ Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) cons
 AdaptableProjection DecoderOnlyTransformer::attach_untied_head() {
     // The constructor registers the head (weight, then a zero bias) last, so appending it
     // here gives the parameter order of a model built untied.
+    // Everything that can throw happens before the head is registered.
+    AdaptableProjection projection{LoraTarget::LanguageModelHead, "language_model_head", nullptr};
     const Tensor& table = token_embedding_->weight().value();
-    language_model_head_ =
-        &register_module("language_model_head",
-                         std::make_unique<Linear>(
-                             table, Tensor::zeros({dimensions_.vocabulary_size}, table.backend())));
+    auto head = std::make_unique<Linear>(
+        table, Tensor::zeros({dimensions_.vocabulary_size}, table.backend()));
+    language_model_head_ = &register_module("language_model_head", std::move(head));
+    projection.linear = language_model_head_;
     options_.tie_embeddings = false;
-    return {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_};
+    return projection;
 }
 
 IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
