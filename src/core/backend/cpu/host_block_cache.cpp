@@ -69,24 +69,73 @@ std::size_t cache_limit_from_environment(std::string& error) {
     return static_cast<std::size_t>(value);
 }
 
+// Free blocks by size class under one mutex: the bookkeeping of both caches below.
+class FreeLists {
+  public:
+    // A cached block of exactly `rounded` bytes, or null.
+    void* take(std::size_t rounded) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        auto found = blocks_.find(rounded);
+        if (found == blocks_.end() || found->second.empty())
+            return nullptr;
+        void* block = found->second.back();
+        found->second.pop_back();
+        cached_bytes_ -= rounded;
+        return block;
+    }
+
+    // Keeps the block while the cached total stays within `limit`; false when the caller
+    // must free it (over the limit, or no memory to record it).
+    bool keep(void* block, std::size_t rounded, std::size_t limit) noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (cached_bytes_ + rounded > limit)
+            return false;
+        try {
+            blocks_[rounded].push_back(block);
+        } catch (...) {
+            return false;
+        }
+        cached_bytes_ += rounded;
+        return true;
+    }
+
+    // Every cached block, handed to `free_block` outside the lock; the lists end empty.
+    template <typename Free>
+    void release_all(Free free_block) noexcept {
+        std::map<std::size_t, std::vector<void*>> blocks;
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            blocks.swap(blocks_);
+            cached_bytes_ = 0;
+        }
+        for (auto& [size, list] : blocks) {
+            for (void* block : list)
+                free_block(block);
+        }
+    }
+
+    std::size_t cached_bytes() noexcept {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return cached_bytes_;
+    }
+
+  private:
+    std::mutex mutex_;
+    std::map<std::size_t, std::vector<void*>> blocks_;  // size class -> free blocks
+    std::size_t cached_bytes_ = 0;
+};
+
 class HostBlockCache {
   public:
     void* acquire(std::size_t bytes) {
         if (!limit_error_.empty())
             throw std::invalid_argument(limit_error_);
         const std::size_t rounded = size_class(bytes);
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            auto found = free_blocks_.find(rounded);
-            if (found != free_blocks_.end() && !found->second.empty()) {
-                void* block = found->second.back();
-                found->second.pop_back();
-                cached_bytes_ -= rounded;
-                ++hits_;
-                return block;
-            }
-            ++misses_;
+        if (void* block = free_.take(rounded)) {
+            hits_.fetch_add(1, std::memory_order_relaxed);
+            return block;
         }
+        misses_.fetch_add(1, std::memory_order_relaxed);
         const std::size_t alignment = huge_page_aligned(rounded) ? huge_page : page;
         void* block = std::aligned_alloc(alignment, rounded);
         if (block == nullptr) {
@@ -107,53 +156,31 @@ class HostBlockCache {
     }
 
     void release(void* block, std::size_t bytes) noexcept {
-        const std::size_t rounded = size_class(bytes);
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            if (cached_bytes_ + rounded <= limit_) {
-                try {
-                    free_blocks_[rounded].push_back(block);
-                    cached_bytes_ += rounded;
-                    return;
-                } catch (...) {
-                    // Could not record it: fall through and free it.
-                }
-            }
-        }
-        std::free(block);
+        if (!free_.keep(block, size_class(bytes), limit_))
+            std::free(block);
     }
 
     void release_all() noexcept {
-        std::map<std::size_t, std::vector<void*>> blocks;
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            blocks.swap(free_blocks_);
-            cached_bytes_ = 0;
-        }
-        for (auto& [size, list] : blocks) {
-            for (void* block : list)
-                std::free(block);
-        }
+        free_.release_all([](void* block) { std::free(block); });
     }
 
+    [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+
     CpuMemoryStatistics statistics() {
-        const std::lock_guard<std::mutex> lock(mutex_);
         CpuMemoryStatistics result;
-        result.cached_bytes = cached_bytes_;
+        result.cached_bytes = free_.cached_bytes();
         result.cache_limit_bytes = limit_;
-        result.cache_hits = hits_;
-        result.cache_misses = misses_;
+        result.cache_hits = hits_.load(std::memory_order_relaxed);
+        result.cache_misses = misses_.load(std::memory_order_relaxed);
         return result;
     }
 
   private:
-    std::mutex mutex_;
-    std::map<std::size_t, std::vector<void*>> free_blocks_;  // size class -> free blocks
-    std::size_t cached_bytes_ = 0;
+    FreeLists free_;
     std::string limit_error_;
     std::size_t limit_ = cache_limit_from_environment(limit_error_);
-    std::size_t hits_ = 0;
-    std::size_t misses_ = 0;
+    std::atomic<std::size_t> hits_{0};
+    std::atomic<std::size_t> misses_{0};
 };
 
 // Intentionally leaked: storage released during static destruction must still find it.
@@ -176,60 +203,31 @@ std::size_t small_size_class(std::size_t bytes) {
     return (bytes + step - 1) / step * step;
 }
 
+void free_small(void* block) noexcept {
+    ::operator delete (block, std::align_val_t{small_alignment});
+}
+
 class SmallBlockCache {
   public:
-    explicit SmallBlockCache(bool enabled) : enabled_(enabled) {}
+    explicit SmallBlockCache(bool enabled) : limit_(enabled ? small_cache_limit : 0) {}
 
     void* acquire(std::size_t bytes) {
         const std::size_t rounded = small_size_class(bytes == 0 ? 1 : bytes);
-        if (enabled_) {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            auto found = free_blocks_.find(rounded);
-            if (found != free_blocks_.end() && !found->second.empty()) {
-                void* block = found->second.back();
-                found->second.pop_back();
-                cached_bytes_ -= rounded;
-                return block;
-            }
-        }
+        if (void* block = free_.take(rounded))
+            return block;
         return ::operator new (rounded, std::align_val_t{small_alignment});
     }
 
     void release(void* block, std::size_t bytes) noexcept {
-        const std::size_t rounded = small_size_class(bytes == 0 ? 1 : bytes);
-        if (enabled_) {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            if (cached_bytes_ + rounded <= small_cache_limit) {
-                try {
-                    free_blocks_[rounded].push_back(block);
-                    cached_bytes_ += rounded;
-                    return;
-                } catch (...) {
-                    // Could not record it: fall through and free it.
-                }
-            }
-        }
-        ::operator delete (block, std::align_val_t{small_alignment});
+        if (!free_.keep(block, small_size_class(bytes == 0 ? 1 : bytes), limit_))
+            free_small(block);
     }
 
-    void release_all() noexcept {
-        std::map<std::size_t, std::vector<void*>> blocks;
-        {
-            const std::lock_guard<std::mutex> lock(mutex_);
-            blocks.swap(free_blocks_);
-            cached_bytes_ = 0;
-        }
-        for (auto& [size, list] : blocks) {
-            for (void* block : list)
-                ::operator delete (block, std::align_val_t{small_alignment});
-        }
-    }
+    void release_all() noexcept { free_.release_all(free_small); }
 
   private:
-    bool enabled_;
-    std::mutex mutex_;
-    std::map<std::size_t, std::vector<void*>> free_blocks_;  // size class -> free blocks
-    std::size_t cached_bytes_ = 0;
+    FreeLists free_;
+    std::size_t limit_;
 };
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -240,8 +238,8 @@ constexpr bool small_cache_allowed = true;
 
 // Intentionally leaked, like cache().
 SmallBlockCache& small_cache() {
-    static auto* instance = new SmallBlockCache(small_cache_allowed &&
-                                                cache().statistics().cache_limit_bytes != 0);
+    static auto* instance =
+        new SmallBlockCache(small_cache_allowed && cache().limit() != 0);
     return *instance;
 }
 
