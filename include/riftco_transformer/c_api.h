@@ -327,11 +327,6 @@ RT_API rt_status RT_CALL rt_model_lora_parameters(rt_model* model, rt_parameter_
  * without an attached adapter, after a merge, or while a variable, Adam optimizer or adapter
  * parameter list of the model is alive. */
 RT_API rt_status RT_CALL rt_model_merge_lora(rt_model* model);
-/* Packs every projection weight (6N+1 of them) as NF4 with float32 block scales, or with
- * double-quantized scales; block sizes are powers of two in 32..4096. Must run before
- * attach_lora and only once (RT_STATUS_INVALID_ARGUMENT otherwise); RT_STATUS_RUNTIME_ERROR
- * while a variable, Adam optimizer or parameter list of the model is alive. Transactional. */
-RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size);
 /* Gives a model with tied embeddings (GPT or Llama/Mistral) its own head: the base parameter
  * "language_model_head.weight" (plus a zero "language_model_head.bias" for GPT) is appended,
  * a copy of the embedding table, so logits are unchanged; the configuration then reads
@@ -340,6 +335,12 @@ RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, u
  * RT_STATUS_RUNTIME_ERROR while a variable, optimizer, decode session or parameter list of
  * the model is alive. Nothing changes on error. */
 RT_API rt_status RT_CALL rt_model_untie_embeddings(rt_model* model);
+/* Packs every projection weight (GPT: 6N, plus the head unless tied; Llama/Mistral: 7N, plus
+ * the head unless tied) as NF4 with float32 block scales, or with
+ * double-quantized scales; block sizes are powers of two in 32..4096. Must run before
+ * attach_lora and only once (RT_STATUS_INVALID_ARGUMENT otherwise); RT_STATUS_RUNTIME_ERROR
+ * while a variable, Adam optimizer or parameter list of the model is alive. Transactional. */
+RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size);
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
     rt_model* model, uint64_t block_size, uint64_t scale_block_size);
 RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out);
