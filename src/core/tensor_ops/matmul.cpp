@@ -103,9 +103,12 @@ std::vector<Tensor> project_many(const Tensor& x, std::span<const Tensor> weight
     outs.reserve(weights.size());
     for (std::size_t i = 0; i < weights.size(); ++i) {
         const Tensor& w = weights[i];
-        const std::string name = "weights[" + std::to_string(i) + "]";
-        static_cast<void>(detail::input_adapter(many, {{"x", &x}, {name.c_str(), &w}}));
-        if (w.rank() != 2 || w.shape()[1] != k) {
+        // The checks cost no allocation on the decode path; a failure builds the name.
+        if (w.is_singular() || w.backend() != x.backend() || w.rank() != 2 ||
+            w.shape()[1] != k) {
+            const std::string name = "weights[" + std::to_string(i) + "]";
+            // A singular or foreign weight: the shared rule names it.
+            static_cast<void>(detail::input_adapter(many, {{"x", &x}, {name, &w}}));
             throw std::invalid_argument(std::string(many) + ": " + name + " must be [N," +
                                         std::to_string(k) + "] for x " +
                                         shape_to_string(x.shape()) + " (got " +

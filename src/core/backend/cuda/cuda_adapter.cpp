@@ -170,30 +170,20 @@ class CudaAdapter final : public BackendAdapter {
     }
     const ReductionCapability* reduction() const noexcept override { return reduction_.get(); }
     const MatmulCapability* matmul() const noexcept override { return matmul_.get(); }
-    const SoftmaxCapability* softmax() const noexcept override {
-        return runtime_ == nullptr ? nullptr : softmax_capability(*runtime_);
-    }
-    const IndexingCapability* indexing() const noexcept override {
-        return runtime_ == nullptr ? nullptr : indexing_capability(*runtime_);
-    }
+    const SoftmaxCapability* softmax() const noexcept override { return softmax_; }
+    const IndexingCapability* indexing() const noexcept override { return indexing_; }
     const NormalizationCapability* normalization() const noexcept override {
-        return runtime_ == nullptr ? nullptr : normalization_capability(*runtime_);
+        return normalization_;
     }
-    const LossCapability* loss() const noexcept override {
-        return runtime_ == nullptr ? nullptr : loss_capability(*runtime_);
-    }
-    const AttentionCapability* attention() const noexcept override {
-        return runtime_ == nullptr ? nullptr : attention_capability(*runtime_);
-    }
+    const LossCapability* loss() const noexcept override { return loss_; }
+    const AttentionCapability* attention() const noexcept override { return attention_; }
     const PagedAttentionCapability* paged_attention() const noexcept override {
-        return runtime_ == nullptr ? nullptr : paged_attention_capability(*runtime_);
+        return paged_attention_;
     }
     const QuantizedLinearCapability* quantized_linear() const noexcept override {
-        return runtime_ == nullptr ? nullptr : quantized_linear_capability(*runtime_);
+        return quantized_linear_;
     }
-    const AdamCapability* adam() const noexcept override {
-        return runtime_ == nullptr ? nullptr : adam_capability(*runtime_);
-    }
+    const AdamCapability* adam() const noexcept override { return adam_; }
 
     void collect_deferred_errors() const override {
         if (runtime_ != nullptr) {
@@ -231,6 +221,15 @@ class CudaAdapter final : public BackendAdapter {
         elementwise_ = make_elementwise(*runtime);
         reduction_ = make_reduction(*runtime);
         matmul_ = make_matmul(*runtime);
+        // Process-lifetime instances (each factory builds its capability once).
+        softmax_ = softmax_capability(*runtime);
+        indexing_ = indexing_capability(*runtime);
+        normalization_ = normalization_capability(*runtime);
+        loss_ = loss_capability(*runtime);
+        attention_ = attention_capability(*runtime);
+        paged_attention_ = paged_attention_capability(*runtime);
+        quantized_linear_ = quantized_linear_capability(*runtime);
+        adam_ = adam_capability(*runtime);
         runtime_ = runtime;
     }
 
@@ -242,6 +241,15 @@ class CudaAdapter final : public BackendAdapter {
     mutable std::unique_ptr<ElementwiseCapability> elementwise_;
     mutable std::unique_ptr<ReductionCapability> reduction_;
     mutable std::unique_ptr<MatmulCapability> matmul_;
+    // Null until a device is loaded, like the members above.
+    mutable const SoftmaxCapability* softmax_ = nullptr;
+    mutable const IndexingCapability* indexing_ = nullptr;
+    mutable const NormalizationCapability* normalization_ = nullptr;
+    mutable const LossCapability* loss_ = nullptr;
+    mutable const AttentionCapability* attention_ = nullptr;
+    mutable const PagedAttentionCapability* paged_attention_ = nullptr;
+    mutable const QuantizedLinearCapability* quantized_linear_ = nullptr;
+    mutable const AdamCapability* adam_ = nullptr;
 };
 
 // Process lifetime, never destroyed (see runtime.hpp).
