@@ -137,6 +137,12 @@ TEST(Gemv, ManyProblemsInOnePassEqualOneAtATimeBitForBit) {
                 arguments(m, widths[i], k, a.data(), weights[i].data(), single[i].data());
             ASSERT_TRUE(gemv_applies(g));
             gemv_rows(g);
+            // gemv_rows is the one-problem pass itself: pin it to the blocked GEMM's values.
+            std::vector<float> oracle(m * widths[i]);
+            gemm_blocked(arguments(m, widths[i], k, a.data(), weights[i].data(), oracle.data()));
+            for (std::size_t j = 0; j < oracle.size(); ++j)
+                ASSERT_NEAR(single[i][j], oracle[j], 2e-5 * std::sqrt(double(k)))
+                    << "m " << m << " problem " << i << " element " << j;
             problems.push_back(
                 arguments(m, widths[i], k, a.data(), weights[i].data(), fused[i].data()));
         }

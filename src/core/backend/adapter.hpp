@@ -112,6 +112,27 @@ class ReductionCapability {
                           Tensor& out) const = 0;
 };
 
+// The extents of one batched_matmul call, read from its operands (the tensor_ops rules hold):
+// each operand's last two axes, the product's m·n, the inner k, and the batch count.
+struct MatmulExtents {
+    std::size_t left_rows, left_columns, right_rows, right_columns, m, n, k, batch;
+
+    static MatmulExtents of(const Tensor& left, const Tensor& right, bool transpose_left,
+                            const Tensor& out) {
+        const std::size_t rank = left.rank();
+        MatmulExtents e{};
+        e.left_rows = left.shape()[rank - 2];
+        e.left_columns = left.shape()[rank - 1];
+        e.right_rows = right.shape()[rank - 2];
+        e.right_columns = right.shape()[rank - 1];
+        e.m = out.shape()[rank - 2];
+        e.n = out.shape()[rank - 1];
+        e.k = transpose_left ? e.left_rows : e.left_columns;
+        e.batch = out.numel() / (e.m * e.n);
+        return e;
+    }
+};
+
 class MatmulCapability {
   public:
     virtual ~MatmulCapability() = default;

@@ -71,15 +71,8 @@ void flipped_gemm(const GemmArguments& g) {
 
 void CpuMatmul::batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
                                bool transpose_right, Tensor& out) const {
-    const std::size_t rank = left.rank();
-    const std::size_t left_rows = left.shape()[rank - 2];
-    const std::size_t left_columns = left.shape()[rank - 1];
-    const std::size_t right_rows = right.shape()[rank - 2];
-    const std::size_t right_columns = right.shape()[rank - 1];
-    const std::size_t m = out.shape()[rank - 2];
-    const std::size_t n = out.shape()[rank - 1];
-    const std::size_t k = transpose_left ? left_rows : left_columns;
-    const std::size_t batch = out.numel() / (m * n);
+    const auto [left_rows, left_columns, right_rows, right_columns, m, n, k, batch] =
+        MatmulExtents::of(left, right, transpose_left, out);
 
     const float* a = cpu_data(left);
     const float* b = cpu_data(right);
