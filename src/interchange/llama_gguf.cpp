@@ -1,5 +1,6 @@
 #include "riftco_transformer/interchange/llama_gguf.hpp"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -26,13 +27,29 @@ double get_real(const GgufFile& file, const std::string& key) {
     return static_cast<double>(file.get_float32(key));
 }
 
-std::string architecture_of(const GgufFile& file) {
+// The families this loader reads, by their general.architecture value.
+constexpr LlamaMistralArchitecture supported_architectures[] = {
+    LlamaMistralArchitecture::Llama,  LlamaMistralArchitecture::Mistral,
+    LlamaMistralArchitecture::Qwen2,  LlamaMistralArchitecture::Qwen3,
+    LlamaMistralArchitecture::Gemma3, LlamaMistralArchitecture::Phi3,
+};
+
+LlamaMistralArchitecture architecture_of(const GgufFile& file) {
     const std::string& architecture = file.get_string("general.architecture");
-    if (architecture != "llama" && architecture != "mistral") {
-        fail(file, "general.architecture '" + architecture +
-                       "' is not supported (llama or mistral)");
+    std::string known;
+    for (const LlamaMistralArchitecture candidate : supported_architectures) {
+        if (architecture == llama_mistral_architecture_name(candidate))
+            return candidate;
+        known += (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
     }
-    return architecture;
+    fail(file, "general.architecture '" + architecture + "' is not supported (" + known + ")");
+}
+
+// llama.cpp's converter permutes the q/k rows of these families for the interleaved RoPE;
+// the others (Qwen, Gemma, Phi-3) are stored for the split-half ("NeoX") form as they are.
+bool rotary_rows_permuted(LlamaMistralArchitecture architecture) {
+    return architecture == LlamaMistralArchitecture::Llama ||
+           architecture == LlamaMistralArchitecture::Mistral;
 }
 
 // The tensor `name`, required to have GGUF dims {columns, rows} and a type dequantize handles.
@@ -60,12 +77,16 @@ const GgufTensorInfo& checked_tensor(const GgufFile& file, const std::string& na
     return info;
 }
 
-// One parameter's source: the GGUF tensor and, for query/key weights, the head count whose
-// RoPE row permutation is undone.
+// One parameter's source: rows [row_begin, row_begin + rows) of the GGUF tensor (a fused
+// tensor such as Phi-3's attn_qkv feeds several parameters) and, for query/key weights of the
+// permuted families, the head count whose RoPE row permutation is undone.
 struct TensorSource {
     std::string parameter;
     const GgufTensorInfo* tensor;
     std::size_t rotary_heads = 0;  // 0: stored as it is
+    std::size_t row_begin = 0;
+    std::size_t rows = 0;
+    std::size_t columns = 0;
 };
 
 }  // namespace
@@ -96,10 +117,9 @@ std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::siz
 }
 
 LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOptions& options) {
-    const std::string arch = architecture_of(file);
+    const LlamaMistralArchitecture architecture = architecture_of(file);
+    const std::string arch(llama_mistral_architecture_name(architecture));
     LlamaMistralConfig c;
-    c.architecture =
-        arch == "mistral" ? LlamaMistralArchitecture::Mistral : LlamaMistralArchitecture::Llama;
     c.model_width = get_size(file, arch + ".embedding_length");
     c.block_count = get_size(file, arch + ".block_count");
     c.feed_forward_width = get_size(file, arch + ".feed_forward_length");
@@ -114,12 +134,37 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
         static_cast<float>(get_real(file, arch + ".attention.layer_norm_rms_epsilon"));
     if (file.contains(arch + ".rope.freq_base"))
         c.rope_theta = get_real(file, arch + ".rope.freq_base");
-    if (file.contains(arch + ".attention.sliding_window"))
-        c.sliding_window = get_size(file, arch + ".attention.sliding_window");
+    if (file.contains(arch + ".attention.sliding_window")) {
+        const std::size_t window = get_size(file, arch + ".attention.sliding_window");
+        if (window != 0)
+            c.sliding_window = window;
+    }
+    // Head width: key_length when given (Qwen 3, Gemma: independent of D/Hq).
+    if (file.contains(arch + ".attention.key_length")) {
+        c.head_width = get_size(file, arch + ".attention.key_length");
+        if (file.contains(arch + ".attention.value_length") &&
+            get_size(file, arch + ".attention.value_length") != c.head_width) {
+            fail(file, arch + ".attention.value_length " +
+                           std::to_string(get_size(file, arch + ".attention.value_length")) +
+                           " differs from " + arch + ".attention.key_length " +
+                           std::to_string(c.head_width) +
+                           " (different key and value widths are not supported)");
+        }
+        if (c.query_head_count != 0 && c.model_width % c.query_head_count == 0 &&
+            c.head_width == c.model_width / c.query_head_count) {
+            c.head_width = 0;  // the default width: the config reads as the family's own
+        }
+    }
     const std::string scaling_key = arch + ".rope.scaling.type";
-    if (file.contains(scaling_key) && file.get_string(scaling_key) != "none") {
-        fail(file, scaling_key + " '" + file.get_string(scaling_key) +
-                       "' is not supported (RoPE scaling is not implemented)");
+    if (file.contains(scaling_key)) {
+        const std::string& scaling = file.get_string(scaling_key);
+        if (scaling == "linear") {
+            c.rope_scaling.kind = RopeScalingKind::Linear;
+            c.rope_scaling.factor = get_real(file, arch + ".rope.scaling.factor");
+        } else if (scaling != "none") {
+            fail(file, scaling_key + " '" + scaling +
+                           "' is not supported (none, linear, or Llama 3's rope_freqs.weight)");
+        }
     }
     const GgufTensorInfo& embedding = file.tensor("token_embd.weight");
     if (embedding.dims.size() != 2 || embedding.dims[0] != c.model_width) {
@@ -128,13 +173,39 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     }
     c.vocabulary_size = static_cast<std::size_t>(embedding.dims[1]);
     c.tie_embeddings = file.find_tensor("output.weight") == nullptr;
+    const std::size_t head_width = c.resolved_head_width();
     if (c.query_head_count != 0 && file.contains(arch + ".rope.dimension_count")) {
         const std::size_t rotary = get_size(file, arch + ".rope.dimension_count");
-        if (rotary != c.model_width / c.query_head_count) {
+        if (rotary != head_width) {
             fail(file, arch + ".rope.dimension_count " + std::to_string(rotary) +
-                           " differs from the head width " +
-                           std::to_string(c.model_width / c.query_head_count) +
+                           " differs from the head width " + std::to_string(head_width) +
                            " (partial RoPE is not implemented)");
+        }
+    }
+    // Llama 3.1's frequency scaling, as the per-frequency divisors the converter wrote.
+    if (const GgufTensorInfo* factors = file.find_tensor("rope_freqs.weight")) {
+        if (c.rope_scaling.kind != RopeScalingKind::None)
+            fail(file, "tensor 'rope_freqs.weight' together with " + scaling_key);
+        if (factors->dims.size() != 1 || factors->dims[0] != head_width / 2) {
+            fail(file, "tensor 'rope_freqs.weight' must have dims {" +
+                           std::to_string(head_width / 2) + "} (half the head width)");
+        }
+        if (!gguf_can_dequantize(factors->type))
+            fail(file, "tensor 'rope_freqs.weight' has a type that is not supported");
+        c.rope_scaling.kind = RopeScalingKind::FrequencyFactors;
+        c.rope_scaling.frequency_factors = file.dequantize(*factors);
+    }
+    if (file.find_tensor("rope_factors_long.weight") != nullptr ||
+        file.find_tensor("rope_factors_short.weight") != nullptr) {
+        fail(file, "LongRoPE (rope_factors_long/short.weight) is not supported");
+    }
+    // The family's choices. GGUF stores Gemma's norm weights with the 1 already added (the
+    // converter's +1), so they are read as ordinary RMSNorm weights.
+    c = architecture_preset(architecture, c);
+    if (architecture == LlamaMistralArchitecture::Gemma3) {
+        c.norm_weight_offset = false;
+        if (!c.sliding_window) {
+            c.sliding_window_period = 0;  // no window: every layer dense
         }
     }
     validate_llama_mistral_config(c);
@@ -145,51 +216,116 @@ std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& fi
                                                               const LlamaGgufOptions& options) {
     const LlamaMistralConfig c = llama_config_from_gguf(file, options);
     const std::size_t D = c.model_width;
-    const std::size_t d = D / c.query_head_count;
+    const std::size_t d = c.resolved_head_width();
+    const std::size_t query_width = c.query_head_count * d;
     const std::size_t kv_width = c.key_value_head_count * d;
     const std::size_t F = c.feed_forward_width;
+    const bool permuted = rotary_rows_permuted(c.architecture);
+    const bool phi3 = c.architecture == LlamaMistralArchitecture::Phi3;
     // Every source tensor is checked (presence, dims, type) before the model is built, in
-    // the model's parameter order; values are then dequantized one parameter at a time, so
+    // the model's parameter order; values are then dequantized one tensor at a time, so
     // the peak memory is the model plus one tensor.
     std::vector<TensorSource> sources;
+    std::vector<const GgufTensorInfo*> used;
+    const auto add_rows = [&](std::string parameter, const std::string& tensor,
+                              std::size_t tensor_rows, std::size_t columns, std::size_t row_begin,
+                              std::size_t rows, std::size_t rotary_heads) {
+        const GgufTensorInfo& info = checked_tensor(file, tensor, tensor_rows, columns);
+        if (used.empty() || used.back() != &info)
+            used.push_back(&info);
+        sources.push_back({std::move(parameter), &info, rotary_heads, row_begin, rows, columns});
+    };
     const auto add = [&](std::string parameter, const std::string& tensor, std::size_t rows,
                          std::size_t columns, std::size_t rotary_heads = 0) {
-        sources.push_back(
-            {std::move(parameter), &checked_tensor(file, tensor, rows, columns), rotary_heads});
+        add_rows(std::move(parameter), tensor, rows, columns, 0, rows, rotary_heads);
     };
     add("token_embedding.weight", "token_embd.weight", c.vocabulary_size, D);
     for (std::size_t i = 0; i < c.block_count; ++i) {
         const std::string source = "blk." + std::to_string(i) + ".";
         const std::string target = "blocks." + std::to_string(i) + ".";
         add(target + "attention_norm.scale", source + "attn_norm.weight", 1, D);
-        add(target + "attention.query.weight", source + "attn_q.weight", D, D, c.query_head_count);
-        add(target + "attention.key.weight", source + "attn_k.weight", kv_width, D,
-            c.key_value_head_count);
-        add(target + "attention.value.weight", source + "attn_v.weight", kv_width, D);
-        add(target + "attention.output.weight", source + "attn_output.weight", D, D);
+        const std::string attention = target + "attention.";
+        if (phi3 && file.find_tensor(source + "attn_qkv.weight") != nullptr) {
+            // Phi-3's fused projection: rows q (Hq·d), then k, then v (Hkv·d each).
+            const std::string fused = source + "attn_qkv.weight";
+            const std::size_t rows = query_width + 2 * kv_width;
+            add_rows(attention + "query.weight", fused, rows, D, 0, query_width, 0);
+            add_rows(attention + "key.weight", fused, rows, D, query_width, kv_width, 0);
+            add_rows(attention + "value.weight", fused, rows, D, query_width + kv_width, kv_width,
+                     0);
+        } else {
+            add(attention + "query.weight", source + "attn_q.weight", query_width, D,
+                permuted ? c.query_head_count : 0);
+            if (c.query_key_value_bias)
+                add(attention + "query.bias", source + "attn_q.bias", 1, query_width);
+            add(attention + "key.weight", source + "attn_k.weight", kv_width, D,
+                permuted ? c.key_value_head_count : 0);
+            if (c.query_key_value_bias)
+                add(attention + "key.bias", source + "attn_k.bias", 1, kv_width);
+            add(attention + "value.weight", source + "attn_v.weight", kv_width, D);
+            if (c.query_key_value_bias)
+                add(attention + "value.bias", source + "attn_v.bias", 1, kv_width);
+        }
+        add(attention + "output.weight", source + "attn_output.weight", D, query_width);
+        if (c.query_key_norm) {
+            add(attention + "query_norm.scale", source + "attn_q_norm.weight", 1, d);
+            add(attention + "key_norm.scale", source + "attn_k_norm.weight", 1, d);
+        }
+        if (c.post_block_norms)
+            add(target + "post_attention_norm.scale", source + "post_attention_norm.weight", 1, D);
         add(target + "feed_forward_norm.scale", source + "ffn_norm.weight", 1, D);
-        add(target + "feed_forward.gate.weight", source + "ffn_gate.weight", F, D);
-        add(target + "feed_forward.up.weight", source + "ffn_up.weight", F, D);
+        if (phi3 && file.find_tensor(source + "ffn_gate.weight") == nullptr) {
+            // Phi-3's fused gate_up: rows gate (F), then up (F).
+            const std::string fused = source + "ffn_up.weight";
+            add_rows(target + "feed_forward.gate.weight", fused, 2 * F, D, 0, F, 0);
+            add_rows(target + "feed_forward.up.weight", fused, 2 * F, D, F, F, 0);
+        } else {
+            add(target + "feed_forward.gate.weight", source + "ffn_gate.weight", F, D);
+            add(target + "feed_forward.up.weight", source + "ffn_up.weight", F, D);
+        }
         add(target + "feed_forward.down.weight", source + "ffn_down.weight", D, F);
+        if (c.post_block_norms)
+            add(target + "post_feed_forward_norm.scale", source + "post_ffw_norm.weight", 1, D);
     }
     add("final_norm.scale", "output_norm.weight", 1, D);
     if (!c.tie_embeddings)
         add("language_model_head.weight", "output.weight", c.vocabulary_size, D);
+    // Every tensor of the file must be one the architecture reads, as llama.cpp requires: a
+    // stray or misnamed tensor means the file is not what its metadata says.
+    std::vector<const GgufTensorInfo*> known = used;
+    if (const GgufTensorInfo* factors = file.find_tensor("rope_freqs.weight"))
+        known.push_back(factors);
+    for (const GgufTensorInfo& tensor : file.tensors()) {
+        if (std::find(known.begin(), known.end(), &tensor) == known.end()) {
+            fail(file, "tensor '" + tensor.name + "' is not part of a " +
+                           std::string(llama_mistral_architecture_name(c.architecture)) +
+                           " model of " + std::to_string(c.block_count) + " blocks");
+        }
+    }
 
     std::mt19937 generator(5489);  // the draws are overwritten below
     auto model = std::make_unique<LlamaMistralTransformer>(c, generator, options.attention);
     const ParameterList parameters = model->parameters();
     if (parameters.size() != sources.size())
         throw std::logic_error("load_llama_from_gguf: parameter count differs from the mapping");
+    const GgufTensorInfo* cached_tensor = nullptr;
+    std::vector<float> cached;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const TensorSource& source = sources[i];
         if (parameters[i].name != source.parameter) {
             throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
                                    " mapped as " + source.parameter);
         }
-        std::vector<float> values = file.dequantize(*source.tensor);
+        if (cached_tensor != source.tensor) {
+            cached = file.dequantize(*source.tensor);
+            cached_tensor = source.tensor;
+        }
+        const auto first = cached.begin() +
+                           static_cast<std::ptrdiff_t>(source.row_begin * source.columns);
+        std::vector<float> values(first,
+                                  first + static_cast<std::ptrdiff_t>(source.rows * source.columns));
         if (source.rotary_heads != 0)
-            values = unpermute_rotary_rows(values, source.rotary_heads, D);
+            values = unpermute_rotary_rows(values, source.rotary_heads, source.columns);
         Variable leaf = parameters[i].parameter;  // handles share the registered leaf
         leaf.set_value(Tensor(leaf.shape(), values));
     }

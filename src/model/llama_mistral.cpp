@@ -20,7 +20,8 @@ std::string describe(const LlamaMistralConfig& c, const std::string& what) {
     message << "LlamaMistralTransformer: " << what << " (V=" << c.vocabulary_size
             << ", C=" << c.maximum_context << ", D=" << c.model_width
             << ", Hq=" << c.query_head_count << ", Hkv=" << c.key_value_head_count
-            << ", N=" << c.block_count << ", F=" << c.feed_forward_width << ")";
+            << ", N=" << c.block_count << ", F=" << c.feed_forward_width
+            << ", d=" << c.resolved_head_width() << ")";
     return message.str();
 }
 
@@ -40,7 +41,7 @@ void require_parameter_bytes_fit(const LlamaMistralConfig& c) {
     const std::size_t V = c.vocabulary_size;
     const std::size_t D = c.model_width;
     const std::size_t F = c.feed_forward_width;
-    const std::size_t kv_width = c.key_value_head_count * (D / c.query_head_count);
+    const std::size_t d = c.resolved_head_width();
     const auto overflow = [&](const char* fields) {
         throw std::overflow_error(describe(
             c, std::string(fields) + " too large: the parameters pass the limit of " +
@@ -53,20 +54,52 @@ void require_parameter_bytes_fit(const LlamaMistralConfig& c) {
         overflow("vocabulary_size/model_width");
     if (!add_bytes(outside, 1, D))
         overflow("model_width");
-    std::size_t block = 0;  // 2D² + 2·D·kv + 3·D·F + 2D
-    if (!add_bytes(block, 2 * D, D) || !add_bytes(block, 2 * kv_width, D))
-        overflow("model_width");
+    // One block: q and o D·Hq·d each, k and v D·Hkv·d each, 3·D·F, the norms, the biases.
+    std::size_t block = 0;
+    std::size_t query_width = 0;
+    std::size_t kv_width = 0;
+    if (c.query_head_count > std::numeric_limits<std::size_t>::max() / d ||
+        c.key_value_head_count > std::numeric_limits<std::size_t>::max() / d) {
+        overflow("query_head_count/head_width");
+    }
+    query_width = c.query_head_count * d;
+    kv_width = c.key_value_head_count * d;
+    if (!add_bytes(block, 2 * D, query_width))
+        overflow("model_width/query_head_count/head_width");
+    if (!add_bytes(block, 2 * D, kv_width))
+        overflow("model_width/key_value_head_count/head_width");
     if (!add_bytes(block, 3 * D, F))
         overflow("model_width/feed_forward_width");
-    if (!add_bytes(block, 2, D))
+    if (!add_bytes(block, c.post_block_norms ? 4 : 2, D))
         overflow("model_width");
+    if (c.query_key_value_bias && !add_bytes(block, 1, query_width + 2 * kv_width))
+        overflow("query_head_count/key_value_head_count/head_width");
+    if (c.query_key_norm && !add_bytes(block, 2, d))
+        overflow("head_width");
     if (c.block_count > (max_transformer_parameter_bytes - outside) / block)
         overflow("block_count");
 }
 
-GroupedQueryAttentionShape attention_shape(const LlamaMistralConfig& c) {
-    return {c.model_width, c.query_head_count, c.key_value_head_count, c.rope_theta,
-            c.sliding_window};
+GroupedQueryAttentionShape attention_shape(const LlamaMistralConfig& c, std::size_t layer) {
+    GroupedQueryAttentionShape shape;
+    shape.width = c.model_width;
+    shape.query_head_count = c.query_head_count;
+    shape.key_value_head_count = c.key_value_head_count;
+    shape.head_width = c.head_width;
+    shape.sliding_window = c.layer_window(layer);
+    shape.rope_theta = c.rope_theta;
+    shape.rope_scaling = c.rope_scaling;
+    if (shape.sliding_window && c.rope_local_theta > 0.0) {
+        // Gemma 3: the windowed layers rotate with their own base and no scaling.
+        shape.rope_theta = c.rope_local_theta;
+        shape.rope_scaling = RopeScaling{};
+    }
+    shape.query_key_value_bias = c.query_key_value_bias;
+    shape.query_key_norm = c.query_key_norm;
+    shape.query_key_norm_epsilon = c.rms_norm_epsilon;
+    shape.norm_weight_offset = c.norm_weight_offset;
+    shape.attention_scale = c.attention_scale;
+    return shape;
 }
 
 }  // namespace
@@ -77,9 +110,56 @@ std::string_view llama_mistral_architecture_name(LlamaMistralArchitecture value)
         return "llama";
     case LlamaMistralArchitecture::Mistral:
         return "mistral";
+    case LlamaMistralArchitecture::Qwen2:
+        return "qwen2";
+    case LlamaMistralArchitecture::Qwen3:
+        return "qwen3";
+    case LlamaMistralArchitecture::Gemma3:
+        return "gemma3";
+    case LlamaMistralArchitecture::Phi3:
+        return "phi3";
     }
     throw std::invalid_argument("LlamaMistralTransformer: unknown architecture value " +
                                 std::to_string(static_cast<std::uint32_t>(value)));
+}
+
+std::optional<std::size_t> LlamaMistralConfig::layer_window(std::size_t layer) const noexcept {
+    if (!sliding_window)
+        return std::nullopt;
+    if (sliding_window_period != 0 && (layer + 1) % sliding_window_period == 0)
+        return std::nullopt;
+    return sliding_window;
+}
+
+LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
+                                       const LlamaMistralConfig& dimensions) {
+    (void)llama_mistral_architecture_name(architecture);
+    LlamaMistralConfig c = dimensions;
+    c.architecture = architecture;
+    switch (architecture) {
+    case LlamaMistralArchitecture::Llama:
+    case LlamaMistralArchitecture::Mistral:
+    case LlamaMistralArchitecture::Phi3:
+        break;
+    case LlamaMistralArchitecture::Qwen2:
+        c.query_key_value_bias = true;
+        break;
+    case LlamaMistralArchitecture::Qwen3:
+        c.query_key_norm = true;
+        break;
+    case LlamaMistralArchitecture::Gemma3:
+        c.query_key_norm = true;
+        c.norm_weight_offset = true;
+        c.post_block_norms = true;
+        c.feed_forward_activation = GatedActivation::GeluTanh;
+        c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.model_width)));
+        if (c.sliding_window_period == 0)
+            c.sliding_window_period = 6;
+        if (c.rope_local_theta == 0.0)
+            c.rope_local_theta = 10000.0;
+        break;
+    }
+    return c;
 }
 
 void validate_llama_mistral_config(const LlamaMistralConfig& c) {
@@ -92,13 +172,18 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
         c.feed_forward_width == 0) {
         fail("every dimension must be positive");
     }
-    if (c.model_width % c.query_head_count != 0)
-        fail("model_width must be a multiple of query_head_count");
+    if (c.head_width == 0 && c.model_width % c.query_head_count != 0)
+        fail("model_width must be a multiple of query_head_count when head_width is not given");
     if (c.query_head_count % c.key_value_head_count != 0)
         fail("query_head_count must be a multiple of key_value_head_count");
-    if ((c.model_width / c.query_head_count) % 2 != 0) {
-        fail("RoPE needs an even head width (model_width / query_head_count = " +
-             std::to_string(c.model_width / c.query_head_count) + ")");
+    if (c.resolved_head_width() % 2 != 0) {
+        fail("RoPE needs an even head width (got " + std::to_string(c.resolved_head_width()) +
+             ")");
+    }
+    if (c.feed_forward_activation != GatedActivation::Silu &&
+        c.feed_forward_activation != GatedActivation::GeluTanh) {
+        fail("unknown feed_forward_activation value " +
+             std::to_string(static_cast<std::uint32_t>(c.feed_forward_activation)));
     }
     constexpr std::size_t id_limit = std::numeric_limits<std::uint32_t>::max();
     if (c.vocabulary_size - 1 > id_limit)
@@ -107,40 +192,70 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
         fail("positions must fit in uint32");
     tensor_ops::require_normalization_epsilon("LlamaMistralTransformer", "rms_norm_epsilon",
                                               c.rms_norm_epsilon);
-    if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0.0) {
-        std::ostringstream what;
-        what << "rope_theta must be finite and > 0 (got " << c.rope_theta << ")";
-        fail(what.str());
-    }
+    const auto require_real = [&](const char* field, double value, bool zero_allowed) {
+        if (!std::isfinite(value) || value < 0.0 || (!zero_allowed && value == 0.0)) {
+            std::ostringstream what;
+            what << field << " must be finite and " << (zero_allowed ? ">= 0" : "> 0")
+                 << " (got " << value << ")";
+            fail(what.str());
+        }
+    };
+    require_real("rope_theta", c.rope_theta, false);
+    require_real("rope_local_theta", c.rope_local_theta, true);
+    require_real("embedding_scale", c.embedding_scale, true);
+    require_real("attention_scale", c.attention_scale, true);
     if (c.sliding_window && *c.sliding_window == 0)
         fail("sliding_window must be positive when set (got 0)");
+    if (c.sliding_window_period != 0 && !c.sliding_window) {
+        fail("sliding_window_period " + std::to_string(c.sliding_window_period) +
+             " needs a sliding_window");
+    }
+    require_rope_scaling("LlamaMistralTransformer", c.resolved_head_width(), c.rope_scaling);
     require_parameter_bytes_fit(c);
 }
 
-LlamaMistralBlock::LlamaMistralBlock(const LlamaMistralConfig& c, std::mt19937& generator,
-                                     AttentionKind attention) {
-    attention_norm_ = &register_module(
-        "attention_norm", std::make_unique<RMSNorm>(c.model_width, c.rms_norm_epsilon));
+LlamaMistralBlock::LlamaMistralBlock(const LlamaMistralConfig& c, std::size_t layer,
+                                     std::mt19937& generator, AttentionKind attention) {
+    const auto norm = [&] {
+        return std::make_unique<RMSNorm>(c.model_width, c.rms_norm_epsilon, c.norm_weight_offset);
+    };
+    attention_norm_ = &register_module("attention_norm", norm());
     attention_ = &register_module(
         "attention",
-        std::make_unique<GroupedQueryAttention>(attention_shape(c), generator, attention));
-    feed_forward_norm_ = &register_module(
-        "feed_forward_norm", std::make_unique<RMSNorm>(c.model_width, c.rms_norm_epsilon));
+        std::make_unique<GroupedQueryAttention>(attention_shape(c, layer), generator, attention));
+    if (c.post_block_norms)
+        post_attention_norm_ = &register_module("post_attention_norm", norm());
+    feed_forward_norm_ = &register_module("feed_forward_norm", norm());
     feed_forward_ = &register_module(
-        "feed_forward", std::make_unique<SwiGLU>(c.model_width, c.feed_forward_width, generator));
+        "feed_forward", std::make_unique<SwiGLU>(c.model_width, c.feed_forward_width, generator,
+                                                 c.feed_forward_activation));
+    if (c.post_block_norms)
+        post_feed_forward_norm_ = &register_module("post_feed_forward_norm", norm());
 }
 
 Variable LlamaMistralBlock::forward(const Variable& x, const RotaryTables& tables) const {
-    const Variable attended = x + attention_->forward(attention_norm_->forward(x), tables);
-    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
+    Variable attention = attention_->forward(attention_norm_->forward(x), tables);
+    if (post_attention_norm_ != nullptr)
+        attention = post_attention_norm_->forward(attention);
+    const Variable attended = x + attention;
+    Variable mixed = feed_forward_->forward(feed_forward_norm_->forward(attended));
+    if (post_feed_forward_norm_ != nullptr)
+        mixed = post_feed_forward_norm_->forward(mixed);
+    return attended + mixed;
 }
 
 Variable LlamaMistralBlock::forward_incremental(const Variable& x, const RotaryTables& tables,
                                                 std::size_t layer,
                                                 IncrementalAttentionCache& cache) const {
-    const Variable attended =
-        x + attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache);
-    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
+    Variable attention =
+        attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache);
+    if (post_attention_norm_ != nullptr)
+        attention = post_attention_norm_->forward(attention);
+    const Variable attended = x + attention;
+    Variable mixed = feed_forward_->forward(feed_forward_norm_->forward(attended));
+    if (post_feed_forward_norm_ != nullptr)
+        mixed = post_feed_forward_norm_->forward(mixed);
+    return attended + mixed;
 }
 
 LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& config,
@@ -157,10 +272,11 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
     auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
     for (std::size_t i = 0; i < c.block_count; ++i) {
         blocks_.push_back(
-            &blocks.append(std::make_unique<LlamaMistralBlock>(c, generator, attention)));
+            &blocks.append(std::make_unique<LlamaMistralBlock>(c, i, generator, attention)));
     }
-    final_norm_ = &register_module("final_norm",
-                                   std::make_unique<RMSNorm>(c.model_width, c.rms_norm_epsilon));
+    final_norm_ = &register_module(
+        "final_norm",
+        std::make_unique<RMSNorm>(c.model_width, c.rms_norm_epsilon, c.norm_weight_offset));
     if (!c.tie_embeddings) {
         language_model_head_ = &register_module(
             "language_model_head",
@@ -185,6 +301,38 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
             {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
     }
     set_projections(std::move(projections));
+    // The distinct RoPE frequency sets (Gemma 3: a dense and a windowed one), so a forward
+    // computes each table once for all its blocks.
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+        const std::vector<double>& frequencies = blocks_[i]->attention().rotary_frequencies();
+        std::size_t set = 0;
+        while (set < rope_set_representative_.size() &&
+               blocks_[rope_set_representative_[set]]->attention().rotary_frequencies() !=
+                   frequencies) {
+            ++set;
+        }
+        if (set == rope_set_representative_.size())
+            rope_set_representative_.push_back(i);
+        rope_set_of_.push_back(set);
+    }
+}
+
+Variable LlamaMistralTransformer::embed(const IndexTensor& ids) const {
+    const Variable embedded = token_embedding_->forward(ids);
+    return config_.embedding_scale != 0.0F ? embedded * config_.embedding_scale : embedded;
+}
+
+std::vector<RotaryTables> LlamaMistralTransformer::tables_for(
+    std::span<const std::size_t> positions, ExecutionBackend backend) const {
+    std::vector<RotaryTables> sets;
+    sets.reserve(rope_set_representative_.size());
+    for (const std::size_t block : rope_set_representative_)
+        sets.push_back(blocks_[block]->attention().rotary_tables_for(positions, backend));
+    std::vector<RotaryTables> tables;
+    tables.reserve(blocks_.size());
+    for (const std::size_t set : rope_set_of_)
+        tables.push_back(sets[set]);
+    return tables;
 }
 
 void LlamaMistralTransformer::set_attention(AttentionKind kind) {
@@ -208,22 +356,22 @@ AdaptableProjection LlamaMistralTransformer::attach_untied_head() {
 
 IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const noexcept {
     const LlamaMistralConfig& c = config_;
-    return {c.block_count, c.key_value_head_count, c.model_width / c.query_head_count,
-            c.maximum_context};
+    return {c.block_count, c.key_value_head_count, c.resolved_head_width(), c.maximum_context};
 }
 
 
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
-    Variable hidden = token_embedding_->forward(tokens);  // [B,T,D]
-    // One set of RoPE tables (positions 0..T-1) for every block.
+    Variable hidden = embed(tokens);  // [B,T,D]
+    // The RoPE tables (positions 0..T-1), computed once per frequency set for every block.
     std::vector<std::size_t> positions(tokens.shape()[1]);
     std::iota(positions.begin(), positions.end(), std::size_t{0});
-    const RotaryTables tables = blocks_.front()->attention().rotary_tables_for(positions, backend());
+    const std::vector<RotaryTables> tables = tables_for(positions, backend());
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         const LlamaMistralBlock* block = blocks_[index];
-        hidden = run_block(*block, index, hidden, [block, tables](const Variable& input) {
-            return block->forward(input, tables);
-        });
+        hidden = run_block(*block, index, hidden,
+                           [block, layer_tables = tables[index]](const Variable& input) {
+                               return block->forward(input, layer_tables);
+                           });
     }
     // [B,T,D] -> [B,T,V]
     return language_model_logits(final_norm_->forward(hidden), language_model_head_,
@@ -239,12 +387,12 @@ Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_
     const std::size_t rows = tokens.size();
     const NoGradientGuard no_graph;
     const ExecutionBackend device = backend();
-    Variable hidden = token_embedding_->forward(IndexTensor({rows}, tokens, device));  // [R,D]
-    // One set of RoPE tables (row r at positions[r]) for every block.
-    const RotaryTables tables = blocks_.front()->attention().rotary_tables_for(positions, device);
+    Variable hidden = embed(IndexTensor({rows}, tokens, device));  // [R,D]
+    // The RoPE tables (row r at positions[r]), once per frequency set for every block.
+    const std::vector<RotaryTables> tables = tables_for(positions, device);
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         try {
-            hidden = blocks_[index]->forward_incremental(hidden, tables, index, cache);
+            hidden = blocks_[index]->forward_incremental(hidden, tables[index], index, cache);
         } catch (const std::domain_error& error) {
             throw std::domain_error(std::string(op) + ": non-finite activations in block " +
                                     std::to_string(index) + ": " + error.what());

@@ -1,5 +1,6 @@
 #include "riftco_transformer/nn/grouped_query_attention.hpp"
 
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -15,22 +16,38 @@
 namespace riftco_transformer {
 namespace {
 
+std::size_t head_width_of(const GroupedQueryAttentionShape& s) {
+    return s.head_width != 0 ? s.head_width : s.width / s.query_head_count;
+}
+
 void validate(const GroupedQueryAttentionShape& s) {
     const auto fail = [&](const std::string& what) {
         std::ostringstream message;
         message << "GroupedQueryAttention: " << what << " (D=" << s.width
-                << ", Hq=" << s.query_head_count << ", Hkv=" << s.key_value_head_count << ")";
+                << ", Hq=" << s.query_head_count << ", Hkv=" << s.key_value_head_count
+                << ", d=" << s.head_width << ")";
         throw std::invalid_argument(message.str());
     };
     if (s.width == 0 || s.query_head_count == 0 || s.key_value_head_count == 0)
         fail("width and both head counts must be positive");
-    if (s.width % s.query_head_count != 0)
-        fail("width must be a multiple of query_head_count");
+    if (s.head_width == 0 && s.width % s.query_head_count != 0)
+        fail("width must be a multiple of query_head_count when head_width is not given");
     if (s.query_head_count % s.key_value_head_count != 0)
         fail("query_head_count must be a multiple of key_value_head_count");
-    require_rotary_arguments("GroupedQueryAttention", s.width / s.query_head_count, s.rope_theta);
+    require_rotary_arguments("GroupedQueryAttention", head_width_of(s), s.rope_theta);
+    require_rope_scaling("GroupedQueryAttention", head_width_of(s), s.rope_scaling);
     if (s.sliding_window && *s.sliding_window == 0)
         fail("sliding_window must be positive when set (got 0)");
+    if (!std::isfinite(s.attention_scale) || s.attention_scale < 0.0F) {
+        std::ostringstream what;
+        what << "attention_scale must be finite and >= 0 (0: 1/sqrt(d)); got " << s.attention_scale;
+        fail(what.str());
+    }
+    if (s.query_key_norm) {
+        tensor_ops::require_normalization_epsilon("GroupedQueryAttention",
+                                                  "query_key_norm_epsilon",
+                                                  s.query_key_norm_epsilon);
+    }
 }
 
 }  // namespace
@@ -103,11 +120,29 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& s
     validate(shape);
     require_attention_kind("GroupedQueryAttention", kind);
     const std::size_t D = shape.width;
-    const std::size_t kv_width = shape.key_value_head_count * head_width();
-    query_ = &register_module("query", std::make_unique<Linear>(D, D, generator, false));
-    key_ = &register_module("key", std::make_unique<Linear>(D, kv_width, generator, false));
-    value_ = &register_module("value", std::make_unique<Linear>(D, kv_width, generator, false));
-    output_ = &register_module("output", std::make_unique<Linear>(D, D, generator, false));
+    const std::size_t d = head_width();
+    const std::size_t query_width = shape.query_head_count * d;
+    const std::size_t kv_width = shape.key_value_head_count * d;
+    frequencies_ = riftco_transformer::rotary_frequencies(d, shape.rope_theta, shape.rope_scaling);
+    if (shape.attention_scale != 0.0F) {
+        // The kernels compute 1/√d·q·k; queries multiplied by scale·√d give scale·q·k.
+        query_multiplier_ = static_cast<float>(static_cast<double>(shape.attention_scale) *
+                                               std::sqrt(static_cast<double>(d)));
+    }
+    const bool bias = shape.query_key_value_bias;
+    query_ = &register_module("query", std::make_unique<Linear>(D, query_width, generator, bias));
+    key_ = &register_module("key", std::make_unique<Linear>(D, kv_width, generator, bias));
+    value_ = &register_module("value", std::make_unique<Linear>(D, kv_width, generator, bias));
+    output_ =
+        &register_module("output", std::make_unique<Linear>(query_width, D, generator, false));
+    if (shape.query_key_norm) {
+        query_norm_ = &register_module(
+            "query_norm", std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon,
+                                                    shape.norm_weight_offset));
+        key_norm_ = &register_module(
+            "key_norm", std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon,
+                                                  shape.norm_weight_offset));
+    }
 }
 
 void GroupedQueryAttention::set_kind(AttentionKind kind) {
@@ -117,7 +152,7 @@ void GroupedQueryAttention::set_kind(AttentionKind kind) {
 
 RotaryTables GroupedQueryAttention::rotary_tables_for(std::span<const std::size_t> positions,
                                                       ExecutionBackend backend) const {
-    return rotary_tables(positions, head_width(), shape_.rope_theta, backend);
+    return rotary_tables(positions, frequencies_, backend);
 }
 
 Variable GroupedQueryAttention::forward(const Variable& x) const {
@@ -131,6 +166,30 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
     return forward(x, rotary_tables_for(positions, x.value().backend()));
 }
 
+Variable GroupedQueryAttention::split_heads(const Variable& projected, std::size_t heads,
+                                            const RMSNorm* norm, const RotaryTables* tables,
+                                            float multiplier) const {
+    const std::size_t d = head_width();
+    const Shape& shape = projected.shape();
+    Variable split;
+    if (shape.size() == 3) {
+        // [B,T,heads·d] -> [B,T,heads,d] (normed over d) -> [B,heads,T,d]
+        split = reshape(projected, {shape[0], shape[1], heads, d});
+        if (norm != nullptr && tables != nullptr)
+            split = norm->forward(split);
+        split = permute(split, {0, 2, 1, 3});
+    } else {
+        // [R,heads·d] -> [R,heads,1,d]: the same row-major values.
+        split = reshape(projected, {shape[0], heads, 1, d});
+        if (norm != nullptr && tables != nullptr)
+            split = norm->forward(split);
+    }
+    if (tables == nullptr)
+        return split;
+    split = apply_rotary_embedding(split, *tables);
+    return multiplier != 1.0F ? split * multiplier : split;
+}
+
 Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& tables) const {
     if (!x.defined() || x.shape().size() != 3 || x.shape()[2] != shape_.width) {
         throw std::invalid_argument("GroupedQueryAttention: x must be [B,T," +
@@ -139,22 +198,19 @@ Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& t
     }
     const std::size_t batch = x.shape()[0];
     const std::size_t time = x.shape()[1];
-    const std::size_t d = head_width();
-    // [B,T,heads·d] -> [B,heads,T,d]
-    const auto split_heads = [&](const Variable& projected, std::size_t heads) {
-        return permute(reshape(projected, {batch, time, heads, d}), {0, 2, 1, 3});
-    };
-    const Variable query =
-        apply_rotary_embedding(split_heads(query_->forward(x), shape_.query_head_count), tables);
+    const std::size_t query_width = shape_.query_head_count * head_width();
+    const Variable query = split_heads(query_->forward(x), shape_.query_head_count, query_norm_,
+                                       &tables, query_multiplier_);
     const Variable key =
-        apply_rotary_embedding(split_heads(key_->forward(x), shape_.key_value_head_count), tables);
-    const Variable value = split_heads(value_->forward(x), shape_.key_value_head_count);
+        split_heads(key_->forward(x), shape_.key_value_head_count, key_norm_, &tables, 1.0F);
+    const Variable value =
+        split_heads(value_->forward(x), shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Variable context =
         kind_ == AttentionKind::Flash
             ? flash_attention(query, key, value, {.window = shape_.sliding_window.value_or(0)})
             : materialized_grouped_attention(query, key, value, shape_, time);
-    // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,D]
-    return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, shape_.width}));
+    // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,Hq·d]
+    return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, query_width}));
 }
 
 Variable GroupedQueryAttention::forward_incremental(const Variable& x,
@@ -171,24 +227,21 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
             shape_to_string(tables.cosine.shape()) + ")");
     }
     const std::size_t rows = x.shape()[0];
-    const std::size_t d = head_width();
-    // [R,heads·d] -> [R,heads,1,d]: the same row-major values.
-    const auto split_heads = [&](const Variable& projected, std::size_t heads) {
-        return reshape(projected, {rows, heads, 1, d});
-    };
     // Decoding records no graph: q, k and v in one pass where the layers allow it.
     const std::optional<std::vector<Variable>> fused =
         fused_projections(x, {query_, key_, value_});
-    const Variable query = apply_rotary_embedding(
-        split_heads(fused ? (*fused)[0] : query_->forward(x), shape_.query_head_count), tables);
-    const Variable key = apply_rotary_embedding(
-        split_heads(fused ? (*fused)[1] : key_->forward(x), shape_.key_value_head_count), tables);
-    const Variable value =
-        split_heads(fused ? (*fused)[2] : value_->forward(x), shape_.key_value_head_count);
+    const Variable query = split_heads(fused ? (*fused)[0] : query_->forward(x),
+                                       shape_.query_head_count, query_norm_, &tables,
+                                       query_multiplier_);
+    const Variable key = split_heads(fused ? (*fused)[1] : key_->forward(x),
+                                     shape_.key_value_head_count, key_norm_, &tables, 1.0F);
+    const Variable value = split_heads(fused ? (*fused)[2] : value_->forward(x),
+                                       shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Tensor context = cache.append_and_attend(
         layer, query.value(), key.value(), value.value(),
         IncrementalAttentionOptions{.window = shape_.sliding_window.value_or(0)});
-    return output_->forward(Variable(tensor_ops::reshape(context, {rows, shape_.width}), false));
+    const std::size_t query_width = shape_.query_head_count * head_width();
+    return output_->forward(Variable(tensor_ops::reshape(context, {rows, query_width}), false));
 }
 
 }  // namespace riftco_transformer

@@ -206,14 +206,17 @@ Variable LayerNorm::forward(const Variable& x) const {
     return layer_norm(x, scale_, bias_, epsilon_);
 }
 
-RMSNorm::RMSNorm(std::size_t width, float epsilon) : epsilon_(epsilon) {
+RMSNorm::RMSNorm(std::size_t width, float epsilon, bool weight_offset)
+    : epsilon_(epsilon), weight_offset_(weight_offset) {
     require_width("RMSNorm", width);
     require_epsilon("RMSNorm", epsilon);
-    scale_ = register_parameter("scale", Tensor::full({width}, 1.0F, current_execution_backend()));
+    scale_ = register_parameter(
+        "scale", Tensor::full({width}, weight_offset ? 0.0F : 1.0F, current_execution_backend()));
 }
 
 Variable RMSNorm::forward(const Variable& x) const {
-    return rms_norm(x, scale_, epsilon_);
+    // Gemma's form: the stored w is the offset from one, 1 + w computed in float32.
+    return rms_norm(x, weight_offset_ ? scale_ + 1.0F : scale_, epsilon_);
 }
 
 FeedForward::FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
@@ -242,7 +245,13 @@ Variable FeedForward::forward(const Variable& x) const {
     return project_->forward(relu(hidden));
 }
 
-SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator) {
+SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
+               GatedActivation activation)
+    : activation_(activation) {
+    if (activation != GatedActivation::Silu && activation != GatedActivation::GeluTanh) {
+        throw std::invalid_argument("SwiGLU: unknown gated activation value " +
+                                    std::to_string(static_cast<std::uint32_t>(activation)));
+    }
     gate_ =
         &register_module("gate", std::make_unique<Linear>(width, hidden_width, generator, false));
     up_ = &register_module("up", std::make_unique<Linear>(width, hidden_width, generator, false));
@@ -279,10 +288,13 @@ std::optional<std::vector<Variable>> fused_projections(const Variable& x,
 }
 
 Variable SwiGLU::forward(const Variable& x) const {
+    const auto activate = [this](const Variable& gate) {
+        return activation_ == GatedActivation::GeluTanh ? gelu_tanh(gate) : silu(gate);
+    };
     if (auto fused = fused_projections(x, {gate_, up_})) {
-        return down_->forward(silu((*fused)[0]) * (*fused)[1]);
+        return down_->forward(activate((*fused)[0]) * (*fused)[1]);
     }
-    return down_->forward(silu(gate_->forward(x)) * up_->forward(x));
+    return down_->forward(activate(gate_->forward(x)) * up_->forward(x));
 }
 
 }  // namespace riftco_transformer

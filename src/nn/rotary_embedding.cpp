@@ -28,12 +28,111 @@ RotaryTables rotary_tables(std::span<const std::size_t> positions, std::size_t h
     require_rotary_arguments("rotary_tables", head_width, theta);
     if (positions.empty())
         throw std::invalid_argument("rotary_tables: no positions given");
+    const std::vector<double> frequency = rotary_frequencies(head_width, theta, RopeScaling{});
+    return rotary_tables(positions, frequency, backend);
+}
+
+const char* rope_scaling_name(RopeScalingKind kind) {
+    switch (kind) {
+    case RopeScalingKind::None:
+        return "none";
+    case RopeScalingKind::Linear:
+        return "linear";
+    case RopeScalingKind::Llama3:
+        return "llama3";
+    case RopeScalingKind::FrequencyFactors:
+        return "frequency_factors";
+    }
+    throw std::invalid_argument("rope_scaling: unknown kind value " +
+                                std::to_string(static_cast<std::uint32_t>(kind)));
+}
+
+void require_rope_scaling(const char* operation, std::size_t head_width,
+                          const RopeScaling& scaling) {
+    const auto fail = [&](const std::string& what) {
+        throw std::invalid_argument(std::string(operation) + ": rope_scaling." + what);
+    };
+    const auto positive = [&](const char* field, double value) {
+        if (!std::isfinite(value) || value <= 0.0) {
+            std::ostringstream what;
+            what << field << " must be finite and > 0 (got " << value << ")";
+            fail(what.str());
+        }
+    };
+    (void)rope_scaling_name(scaling.kind);
+    if (scaling.kind == RopeScalingKind::Linear || scaling.kind == RopeScalingKind::Llama3)
+        positive("factor", scaling.factor);
+    if (scaling.kind == RopeScalingKind::Llama3) {
+        positive("low_frequency_factor", scaling.low_frequency_factor);
+        positive("high_frequency_factor", scaling.high_frequency_factor);
+        if (scaling.high_frequency_factor <= scaling.low_frequency_factor) {
+            std::ostringstream what;
+            what << "high_frequency_factor " << scaling.high_frequency_factor
+                 << " must be greater than low_frequency_factor " << scaling.low_frequency_factor;
+            fail(what.str());
+        }
+        if (scaling.original_context == 0)
+            fail("original_context must be positive (got 0)");
+    }
+    if (scaling.kind == RopeScalingKind::FrequencyFactors) {
+        if (scaling.frequency_factors.size() != head_width / 2) {
+            fail("frequency_factors: " + std::to_string(scaling.frequency_factors.size()) +
+                 " values given, head width " + std::to_string(head_width) + " needs " +
+                 std::to_string(head_width / 2));
+        }
+        for (std::size_t i = 0; i < scaling.frequency_factors.size(); ++i)
+            positive(("frequency_factors[" + std::to_string(i) + "]").c_str(),
+                     scaling.frequency_factors[i]);
+    }
+}
+
+std::vector<double> rotary_frequencies(std::size_t head_width, double theta,
+                                       const RopeScaling& scaling) {
+    require_rotary_arguments("rotary_frequencies", head_width, theta);
+    require_rope_scaling("rotary_frequencies", head_width, scaling);
     const std::size_t half = head_width / 2;
     std::vector<double> frequency(half);  // θ^(−2i/d)
     for (std::size_t i = 0; i < half; ++i) {
         frequency[i] =
             std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_width));
     }
+    constexpr double two_pi = 6.283185307179586476925286766559;
+    for (std::size_t i = 0; i < half; ++i) {
+        switch (scaling.kind) {
+        case RopeScalingKind::None:
+            break;
+        case RopeScalingKind::Linear:
+            frequency[i] /= scaling.factor;
+            break;
+        case RopeScalingKind::Llama3: {
+            const double context = static_cast<double>(scaling.original_context);
+            const double wavelength = two_pi / frequency[i];
+            if (wavelength > context / scaling.low_frequency_factor) {
+                frequency[i] /= scaling.factor;
+            } else if (wavelength >= context / scaling.high_frequency_factor) {
+                const double smooth = (context / wavelength - scaling.low_frequency_factor) /
+                                      (scaling.high_frequency_factor -
+                                       scaling.low_frequency_factor);
+                frequency[i] = (1.0 - smooth) * frequency[i] / scaling.factor +
+                               smooth * frequency[i];
+            }
+            break;
+        }
+        case RopeScalingKind::FrequencyFactors:
+            frequency[i] /= static_cast<double>(scaling.frequency_factors[i]);
+            break;
+        }
+    }
+    return frequency;
+}
+
+RotaryTables rotary_tables(std::span<const std::size_t> positions,
+                           std::span<const double> frequency, ExecutionBackend backend) {
+    if (positions.empty())
+        throw std::invalid_argument("rotary_tables: no positions given");
+    if (frequency.empty())
+        throw std::invalid_argument("rotary_tables: no frequencies given");
+    const std::size_t half = frequency.size();
     std::vector<float> cosine(positions.size() * half);
     std::vector<float> sine(positions.size() * half);
     for (std::size_t row = 0; row < positions.size(); ++row) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/nn/attention.hpp"
@@ -36,14 +37,27 @@ namespace riftco_transformer {
 
 struct GroupedQueryAttentionShape {
     std::size_t width = 0;                 // D
-    std::size_t query_head_count = 0;      // Hq, D % Hq == 0
+    std::size_t query_head_count = 0;      // Hq, D % Hq == 0 unless head_width is given
     std::size_t key_value_head_count = 0;  // Hkv, Hq % Hkv == 0
     double rope_theta = 10000.0;
     std::optional<std::size_t> sliding_window;  // W > 0 when set
+    // The choices of the other families (defaults: Llama's attention exactly).
+    std::size_t head_width = 0;        // d, even; 0: D/Hq (Qwen 3, Gemma: any d)
+    bool query_key_value_bias = false;  // biases on query, key and value (Qwen 2)
+    // QK-norm (Qwen 3, Gemma 3): RMSNorm over each head's d values of q and k, before RoPE,
+    // with parameters "query_norm.scale" and "key_norm.scale" [d].
+    bool query_key_norm = false;
+    float query_key_norm_epsilon = 1e-6F;
+    bool norm_weight_offset = false;  // QK-norm weights in Gemma's (1 + w) form
+    // Scores are scale·q·k; 0: 1/√d. Gemma: query_pre_attn_scalar^(−1/2). Applied by scaling
+    // the rotated queries by scale·√d, so every attention kernel (1/√d) computes it.
+    float attention_scale = 0.0F;
+    RopeScaling rope_scaling;
 };
 
-// Bias-free projections "query" (D -> D), "key" and "value" (D -> Hkv·d), "output" (D -> D),
-// drawn in that order.
+// Projections "query" (D -> Hq·d), "key" and "value" (D -> Hkv·d), "output" (Hq·d -> D),
+// drawn in that order, bias-free unless query_key_value_bias (zero biases on q, k, v); then
+// "query_norm" and "key_norm" with QK-norm.
 class GroupedQueryAttention final : public Module {
   public:
     // Any rule above broken, or an odd head width: std::invalid_argument.
@@ -67,18 +81,33 @@ class GroupedQueryAttention final : public Module {
 
     [[nodiscard]] const GroupedQueryAttentionShape& shape() const noexcept { return shape_; }
     [[nodiscard]] std::size_t head_width() const noexcept {
-        return shape_.width / shape_.query_head_count;
+        return shape_.head_width != 0 ? shape_.head_width : shape_.width / shape_.query_head_count;
+    }
+    // ω_i of this layer's RoPE (θ and scaling), computed once at construction.
+    [[nodiscard]] const std::vector<double>& rotary_frequencies() const noexcept {
+        return frequencies_;
     }
     [[nodiscard]] AttentionKind kind() const noexcept { return kind_; }
     void set_kind(AttentionKind kind);
 
   private:
+    // A projection [B,T,heads·d] (sequence) or [R,heads·d] (rows) split into heads,
+    // [B,heads,T,d] or [R,heads,1,d]; with `rotate`, normed by `norm` when given, rotated with
+    // `tables` and multiplied by `multiplier` when it is not 1.
+    [[nodiscard]] Variable split_heads(const Variable& projected, std::size_t heads,
+                                       const RMSNorm* norm, const RotaryTables* tables,
+                                       float multiplier) const;
+
     GroupedQueryAttentionShape shape_;
     AttentionKind kind_;
+    std::vector<double> frequencies_;
+    float query_multiplier_ = 1.0F;  // scale·√d; 1 without a configured scale
     Linear* query_;
     Linear* key_;
     Linear* value_;
     Linear* output_;
+    RMSNorm* query_norm_ = nullptr;
+    RMSNorm* key_norm_ = nullptr;
 };
 
 }  // namespace riftco_transformer

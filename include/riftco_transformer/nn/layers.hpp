@@ -125,14 +125,18 @@ class LayerNorm final : public Module {
     Variable bias_;
 };
 
-// Parameter "scale" [W] (ones): y = x·scale/√(mean(x²) + eps).
+// Parameter "scale" [W] (ones): y = x·scale/√(mean(x²) + eps). With weight_offset (Gemma's
+// form) the parameter is stored as w = scale − 1 (zeros): y = x·(1 + w)/√(mean(x²) + eps).
 class RMSNorm final : public Module {
   public:
-    explicit RMSNorm(std::size_t width, float epsilon = tensor_ops::default_normalization_epsilon);
+    explicit RMSNorm(std::size_t width, float epsilon = tensor_ops::default_normalization_epsilon,
+                     bool weight_offset = false);
     [[nodiscard]] Variable forward(const Variable& x) const;
+    [[nodiscard]] bool weight_offset() const noexcept { return weight_offset_; }
 
   private:
     float epsilon_;
+    bool weight_offset_;
     Variable scale_;
 };
 
@@ -152,13 +156,20 @@ class FeedForward final : public Module {
     Linear* project_;
 };
 
-// down(silu(gate(x)) ⊙ up(x)); gate and up D -> F, down F -> D, all without bias.
+// The activation of a gated feed-forward: SiLU (SwiGLU: Llama, Qwen, Phi-3) or GELU in its
+// tanh form (GeGLU: Gemma). Stable ABI values (C ABI 2.10).
+enum class GatedActivation : std::uint32_t { Silu = 0, GeluTanh = 1 };
+
+// down(act(gate(x)) ⊙ up(x)); gate and up D -> F, down F -> D, all without bias; act is SiLU
+// (SwiGLU) or tanh-GELU (GeGLU). An unknown activation: std::invalid_argument.
 class SwiGLU final : public Module {
   public:
-    SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator);
+    SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
+           GatedActivation activation = GatedActivation::Silu);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
   private:
+    GatedActivation activation_;
     Linear* gate_;
     Linear* up_;
     Linear* down_;

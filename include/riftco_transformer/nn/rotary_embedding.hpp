@@ -13,7 +13,9 @@
 // form; interchange/llama_import undoes that permutation so this one form serves every model.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/backend.hpp"
@@ -35,6 +37,47 @@ void require_rotary_arguments(const char* operation, std::size_t head_width, dou
 // list: std::invalid_argument.
 [[nodiscard]] RotaryTables rotary_tables(std::span<const std::size_t> positions,
                                          std::size_t head_width, double theta,
+                                         ExecutionBackend backend);
+
+// RoPE frequency scaling, for checkpoints trained past their original context. Stable ABI
+// values (C ABI 2.10): never renumber.
+//   None:   ω_i = θ^(−2i/d)
+//   Linear: ω_i = θ^(−2i/d) / factor                 (positions divided by factor)
+//   Llama3: Llama 3.1's piecewise rule on the wavelength λ_i = 2π/ω_i, with L the original
+//           context: λ_i < L/high_frequency_factor keeps ω_i; λ_i > L/low_frequency_factor
+//           gives ω_i/factor; between, with s = (L/λ_i − low)/(high − low),
+//           ω_i·((1−s)/factor + s).
+//   FrequencyFactors: ω_i = θ^(−2i/d) / frequency_factors[i] (d/2 given divisors: GGUF's
+//           rope_freqs.weight, which llama.cpp's converter fills from the Llama 3 rule).
+enum class RopeScalingKind : std::uint32_t { None = 0, Linear = 1, Llama3 = 2, FrequencyFactors = 3 };
+
+struct RopeScaling {
+    RopeScalingKind kind = RopeScalingKind::None;
+    double factor = 1.0;                  // Linear, Llama3: > 0
+    double low_frequency_factor = 1.0;    // Llama3: > 0
+    double high_frequency_factor = 4.0;   // Llama3: > low_frequency_factor
+    std::size_t original_context = 8192;  // Llama3: L > 0
+    std::vector<float> frequency_factors; // FrequencyFactors: d/2 finite values > 0
+};
+
+// "none", "linear", "llama3", "frequency_factors"; an unknown value: std::invalid_argument.
+[[nodiscard]] const char* rope_scaling_name(RopeScalingKind kind);
+
+// The one home of the scaling rules (std::invalid_argument naming `operation`, the field and
+// the value): the kind known, factor finite and > 0, Llama3's frequency factors finite, > 0
+// and high > low, its original context > 0, FrequencyFactors of exactly head_width/2 finite
+// positive values.
+void require_rope_scaling(const char* operation, std::size_t head_width,
+                          const RopeScaling& scaling);
+
+// ω_0..ω_{d/2−1} in double for head width d, base θ and `scaling` (the rules above).
+[[nodiscard]] std::vector<double> rotary_frequencies(std::size_t head_width, double theta,
+                                                     const RopeScaling& scaling);
+
+// Tables for the given positions from the frequencies ω (d/2 of them): angle = p·ω_i in
+// double, cos/sin rounded to float. No positions or no frequencies: std::invalid_argument.
+[[nodiscard]] RotaryTables rotary_tables(std::span<const std::size_t> positions,
+                                         std::span<const double> frequencies,
                                          ExecutionBackend backend);
 
 // x [B,H,T,d] with tables of T rows: every batch row and head uses position row t.
