@@ -4,8 +4,11 @@
 //
 //   riftco_llama_gguf_run MODEL.gguf logits OUT.f32 ID,ID,...   -> OUT.f32 = logits [T, V]
 //   riftco_llama_gguf_run MODEL.gguf generate N ID,ID,...       -> prints N greedy ids
+//   riftco_llama_gguf_run MODEL.gguf decode-logits OUT.f32 ID,...  -> OUT.f32 = logits [T, V]
+//       from a decode session (paged cache): the first id prefilled, every later one decoded
 //   riftco_llama_gguf_run MODEL.gguf config                      -> prints the config
-// Options before the command: --context C (maximum context, default 512), --nf4.
+// Options before the command: --context C (maximum context, default 512), --nf4,
+// --attention flash|materialized (default flash).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +50,12 @@ int main(int argc, char** argv) {
             if (args[0] == "--context" && args.size() > 1) {
                 options.maximum_context = std::stoul(args[1]);
                 args.erase(args.begin(), args.begin() + 2);
+            } else if (args[0] == "--attention" && args.size() > 1) {
+                if (args[1] != "flash" && args[1] != "materialized")
+                    throw std::invalid_argument("--attention must be flash or materialized");
+                options.attention =
+                    args[1] == "flash" ? AttentionKind::Flash : AttentionKind::Materialized;
+                args.erase(args.begin(), args.begin() + 2);
             } else if (args[0] == "--nf4") {
                 nf4 = true;
                 args.erase(args.begin());
@@ -75,6 +84,19 @@ int main(int argc, char** argv) {
         if (command == "logits" && args.size() == 4) {
             const std::vector<std::uint32_t> ids = parse_ids(args[3]);
             const std::vector<float> logits = model->forward(ids, {1, ids.size()}).value().to_host();
+            std::ofstream out(args[2], std::ios::binary);
+            out.write(reinterpret_cast<const char*>(logits.data()),
+                      static_cast<std::streamsize>(logits.size() * sizeof(float)));
+            return out ? 0 : 1;
+        }
+        if (command == "decode-logits" && args.size() == 4) {
+            const std::vector<std::uint32_t> ids = parse_ids(args[3]);
+            DecodeSession session(*model, KeyValueCacheKind::Paged, 16);
+            std::vector<float> logits = session.prefill({ids.data(), 1}).to_host();
+            for (std::size_t t = 1; t < ids.size(); ++t) {
+                const std::vector<float> row = session.decode_token(ids[t]).to_host();
+                logits.insert(logits.end(), row.begin(), row.end());
+            }
             std::ofstream out(args[2], std::ios::binary);
             out.write(reinterpret_cast<const char*>(logits.data()),
                       static_cast<std::streamsize>(logits.size() * sizeof(float)));
