@@ -52,6 +52,13 @@ extern "C" {
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
  * its own; minors only add.
+ * 2.10 adds, without renumbering a value or moving a field of 2.9:
+ * - the rotary families Qwen 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2), Qwen 3, Gemma 3 (text)
+ *   and Phi-3, and rt_llama_mistral_config's family choices, appended after its first
+ *   published 96-byte layout (head width, q/k/v biases, QK-norm, (1 + w) norms, post-block
+ *   norms, GeGLU, embedding and attention scales, window period, local RoPE base, RoPE
+ *   scaling);
+ * - rt_llama_mistral_config_preset; GGUF loading of qwen2, qwen3, gemma3 and phi3.
  * 2.9 adds, without renumbering a value or moving a field of 2.8:
  * - the backend value RT_BACKEND_PJRT (4), any PJRT plugin named by
  *   RIFTCO_TRANSFORMER_PJRT_PLUGIN;
@@ -62,8 +69,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 9
-#define RT_ABI_VERSION 0x00020009u
+#define RT_ABI_VERSION_MINOR 10
+#define RT_ABI_VERSION 0x0002000au
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -785,6 +792,21 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
  * rt_model_config is the GPT decoder's and answers RT_STATUS_INVALID_ARGUMENT there. */
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA 0
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL 1
+/* 2.10: the other rotary families, each the decoder with its choices (rt_llama_mistral_config_
+ * preset sets them). 4 is kept for Gemma 2 (attention-logit soft-capping, not implemented). */
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2 2
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3 3
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 5
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 6
+/* rt_llama_mistral_config.feed_forward_activation (2.10) */
+#define RT_GATED_ACTIVATION_SILU 0      /* SwiGLU */
+#define RT_GATED_ACTIVATION_GELU_TANH 1 /* GeGLU (Gemma) */
+/* rt_llama_mistral_config.rope_scaling (2.10) */
+#define RT_ROPE_SCALING_NONE 0
+#define RT_ROPE_SCALING_LINEAR 1            /* frequencies divided by rope_scaling_factor */
+#define RT_ROPE_SCALING_LLAMA3 2            /* Llama 3.1's piecewise rule */
+#define RT_ROPE_SCALING_FREQUENCY_FACTORS 3 /* per-frequency divisors read from a GGUF file's
+                                               rope_freqs.weight; reported, never accepted */
 typedef struct rt_llama_mistral_model rt_llama_mistral_model;
 typedef struct rt_llama_mistral_config {
     uint64_t struct_size;
@@ -801,15 +823,39 @@ typedef struct rt_llama_mistral_config {
     uint32_t tie_embeddings;       /* 0 or 1, init 0 */
     double rope_theta;             /* init 10000 */
     uint64_t sliding_window;       /* 0 = none (init); a window >= C is dense attention */
+    /* 2.10: the family choices; every init value is Llama's (nn/model headers give the rules). */
+    uint64_t head_width;                /* d, 0 = D/Hq (init); even */
+    uint32_t query_key_value_bias;      /* 0/1: biases on q, k, v (Qwen 2) */
+    uint32_t query_key_norm;            /* 0/1: RMSNorm over each head of q and k (Qwen 3, Gemma 3) */
+    uint32_t norm_weight_offset;        /* 0/1: RMSNorm as x^(1 + w) (Gemma) */
+    uint32_t post_block_norms;          /* 0/1: post-attention and post-FFN norms (Gemma) */
+    int32_t feed_forward_activation;    /* RT_GATED_ACTIVATION_*, init SILU */
+    float embedding_scale;              /* 0 = none (init); Gemma sqrt(D) */
+    float attention_scale;              /* 0 = 1/sqrt(d) (init) */
+    int32_t rope_scaling;               /* RT_ROPE_SCALING_*, init NONE */
+    uint64_t sliding_window_period;     /* p: layer i dense when (i+1) % p == 0; 0 = every layer */
+    double rope_local_theta;            /* RoPE base of windowed layers, 0 = rope_theta (init) */
+    double rope_scaling_factor;         /* LINEAR, LLAMA3; init 1 */
+    double rope_low_frequency_factor;   /* LLAMA3; init 1 */
+    double rope_high_frequency_factor;  /* LLAMA3; init 4 */
+    uint64_t rope_original_context;     /* LLAMA3; init 8192 */
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,
                                                       uint64_t struct_size);
+/* 2.10: sets config->architecture and the family's choices over the dimensions already in
+ * *config (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms, post-block
+ * norms, GeGLU, embedding scale sqrt(D), window period 6 and local RoPE base 10000 unless set;
+ * Llama, Mistral, Phi-3: none). The struct must declare the 2.10 size; an unknown
+ * architecture: RT_STATUS_INVALID_ARGUMENT, *config unchanged. */
+RT_API rt_status RT_CALL rt_llama_mistral_config_preset(rt_llama_mistral_config* config,
+                                                        int32_t architecture);
 /* A new model on CPU with random weights (draws: embedding; per block q, k, v, o, gate, up,
  * down; head), materialized attention, checkpointing disabled. */
 RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
                                                        rt_llama_mistral_model** out);
-/* A model read from a GGUF file (general.architecture llama or mistral; every weight
+/* A model read from a GGUF file (general.architecture llama, mistral, qwen2, qwen3, gemma3 or
+ * phi3 (2.10); every weight
  * dequantized to float32; llama.cpp's RoPE row permutation of Q/K undone), on CPU with flash
  * attention. maximum_context 0
  * takes the file's context_length. A malformed or unsupported file is

@@ -143,7 +143,33 @@ static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, LlamaMistralArchit
               RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA == 0);
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL, LlamaMistralArchitecture::Mistral) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL == 1);
-static_assert(sizeof(rt_llama_mistral_config) == 96);
+// 2.10: the other families and the choices appended after the first published 96 bytes.
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, LlamaMistralArchitecture::Qwen2) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2 == 2);
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3, LlamaMistralArchitecture::Qwen3) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3 == 3);
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3, LlamaMistralArchitecture::Gemma3) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 == 5);
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3, LlamaMistralArchitecture::Phi3) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 == 6);
+static_assert(same_value(RT_GATED_ACTIVATION_SILU, GatedActivation::Silu) &&
+              same_value(RT_GATED_ACTIVATION_GELU_TANH, GatedActivation::GeluTanh));
+static_assert(same_value(RT_ROPE_SCALING_NONE, RopeScalingKind::None) &&
+              same_value(RT_ROPE_SCALING_LINEAR, RopeScalingKind::Linear) &&
+              same_value(RT_ROPE_SCALING_LLAMA3, RopeScalingKind::Llama3) &&
+              same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors));
+static_assert(sizeof(rt_llama_mistral_config) == 184);
+static_assert(offsetof(rt_llama_mistral_config, head_width) == 96 &&
+              offsetof(rt_llama_mistral_config, query_key_value_bias) == 104 &&
+              offsetof(rt_llama_mistral_config, post_block_norms) == 116 &&
+              offsetof(rt_llama_mistral_config, feed_forward_activation) == 120 &&
+              offsetof(rt_llama_mistral_config, embedding_scale) == 124 &&
+              offsetof(rt_llama_mistral_config, attention_scale) == 128 &&
+              offsetof(rt_llama_mistral_config, rope_scaling) == 132 &&
+              offsetof(rt_llama_mistral_config, sliding_window_period) == 136 &&
+              offsetof(rt_llama_mistral_config, rope_local_theta) == 144 &&
+              offsetof(rt_llama_mistral_config, rope_scaling_factor) == 152 &&
+              offsetof(rt_llama_mistral_config, rope_original_context) == 176);
 static_assert(offsetof(rt_llama_mistral_config, architecture) == 8 &&
               offsetof(rt_llama_mistral_config, random_seed) == 12 &&
               offsetof(rt_llama_mistral_config, vocabulary_size) == 16 &&

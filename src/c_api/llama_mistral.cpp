@@ -17,6 +17,9 @@ struct rt_llama_mistral_model {
 
 namespace {
 
+// The first published size (2.8): clients built before 2.10 declare it.
+constexpr std::size_t first_config_size = 96;
+
 constexpr rt_llama_mistral_config default_config() {
     rt_llama_mistral_config config{};
     config.struct_size = sizeof(rt_llama_mistral_config);
@@ -24,21 +27,41 @@ constexpr rt_llama_mistral_config default_config() {
     config.random_seed = 5489;  // std::mt19937's default seed
     config.rms_norm_epsilon = 1e-5F;
     config.rope_theta = 10000.0;
+    config.feed_forward_activation = RT_GATED_ACTIVATION_SILU;
+    config.rope_scaling = RT_ROPE_SCALING_NONE;
+    config.rope_scaling_factor = 1.0;
+    config.rope_low_frequency_factor = 1.0;
+    config.rope_high_frequency_factor = 4.0;
+    config.rope_original_context = 8192;
     return config;
 }
 
+LlamaMistralArchitecture architecture_from_value(int32_t value, const char* argument) {
+    switch (value) {
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA:
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL:
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2:
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3:
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3:
+    case RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3:
+        return static_cast<LlamaMistralArchitecture>(value);
+    default:
+        throw std::invalid_argument(std::string(argument) + ": unknown architecture value " +
+                                    std::to_string(value));
+    }
+}
+
+bool flag(uint32_t value, const char* argument) {
+    if (value > 1) {
+        throw std::invalid_argument(std::string(argument) + " must be 0 or 1 (got " +
+                                    std::to_string(value) + ")");
+    }
+    return value != 0;
+}
+
 LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
-    if (given.architecture != RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA &&
-        given.architecture != RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL) {
-        throw std::invalid_argument("config->architecture: unknown value " +
-                                    std::to_string(given.architecture));
-    }
-    if (given.tie_embeddings > 1) {
-        throw std::invalid_argument("config->tie_embeddings must be 0 or 1 (got " +
-                                    std::to_string(given.tie_embeddings) + ")");
-    }
     LlamaMistralConfig c;
-    c.architecture = static_cast<LlamaMistralArchitecture>(given.architecture);
+    c.architecture = architecture_from_value(given.architecture, "config->architecture");
     c.vocabulary_size = to_size(given.vocabulary_size, "config->vocabulary_size");
     c.maximum_context = to_size(given.maximum_context, "config->maximum_context");
     c.model_width = to_size(given.model_width, "config->model_width");
@@ -50,7 +73,41 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.rope_theta = given.rope_theta;
     if (given.sliding_window != 0)
         c.sliding_window = to_size(given.sliding_window, "config->sliding_window");
-    c.tie_embeddings = given.tie_embeddings != 0;
+    c.tie_embeddings = flag(given.tie_embeddings, "config->tie_embeddings");
+    c.head_width = to_size(given.head_width, "config->head_width");
+    c.query_key_value_bias = flag(given.query_key_value_bias, "config->query_key_value_bias");
+    c.query_key_norm = flag(given.query_key_norm, "config->query_key_norm");
+    c.norm_weight_offset = flag(given.norm_weight_offset, "config->norm_weight_offset");
+    c.post_block_norms = flag(given.post_block_norms, "config->post_block_norms");
+    if (given.feed_forward_activation != RT_GATED_ACTIVATION_SILU &&
+        given.feed_forward_activation != RT_GATED_ACTIVATION_GELU_TANH) {
+        throw std::invalid_argument("config->feed_forward_activation: unknown value " +
+                                    std::to_string(given.feed_forward_activation));
+    }
+    c.feed_forward_activation = static_cast<GatedActivation>(given.feed_forward_activation);
+    c.embedding_scale = given.embedding_scale;
+    c.attention_scale = given.attention_scale;
+    c.sliding_window_period = to_size(given.sliding_window_period, "config->sliding_window_period");
+    c.rope_local_theta = given.rope_local_theta;
+    switch (given.rope_scaling) {
+    case RT_ROPE_SCALING_NONE:
+    case RT_ROPE_SCALING_LINEAR:
+    case RT_ROPE_SCALING_LLAMA3:
+        c.rope_scaling.kind = static_cast<RopeScalingKind>(given.rope_scaling);
+        break;
+    case RT_ROPE_SCALING_FREQUENCY_FACTORS:
+        throw std::invalid_argument(
+            "config->rope_scaling: RT_ROPE_SCALING_FREQUENCY_FACTORS is reported for GGUF files "
+            "(rope_freqs.weight) and cannot be given");
+    default:
+        throw std::invalid_argument("config->rope_scaling: unknown value " +
+                                    std::to_string(given.rope_scaling));
+    }
+    c.rope_scaling.factor = given.rope_scaling_factor;
+    c.rope_scaling.low_frequency_factor = given.rope_low_frequency_factor;
+    c.rope_scaling.high_frequency_factor = given.rope_high_frequency_factor;
+    c.rope_scaling.original_context =
+        to_size(given.rope_original_context, "config->rope_original_context");
     return c;
 }
 
@@ -69,6 +126,21 @@ rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) 
     out.tie_embeddings = c.tie_embeddings ? 1U : 0U;
     out.rope_theta = c.rope_theta;
     out.sliding_window = c.sliding_window.value_or(0);
+    out.head_width = c.head_width;
+    out.query_key_value_bias = c.query_key_value_bias ? 1U : 0U;
+    out.query_key_norm = c.query_key_norm ? 1U : 0U;
+    out.norm_weight_offset = c.norm_weight_offset ? 1U : 0U;
+    out.post_block_norms = c.post_block_norms ? 1U : 0U;
+    out.feed_forward_activation = static_cast<int32_t>(c.feed_forward_activation);
+    out.embedding_scale = c.embedding_scale;
+    out.attention_scale = c.attention_scale;
+    out.rope_scaling = static_cast<int32_t>(c.rope_scaling.kind);
+    out.sliding_window_period = c.sliding_window_period;
+    out.rope_local_theta = c.rope_local_theta;
+    out.rope_scaling_factor = c.rope_scaling.factor;
+    out.rope_low_frequency_factor = c.rope_scaling.low_frequency_factor;
+    out.rope_high_frequency_factor = c.rope_scaling.high_frequency_factor;
+    out.rope_original_context = c.rope_scaling.original_context;
     return out;
 }
 
@@ -82,8 +154,35 @@ extern "C" {
 
 rt_status rt_llama_mistral_config_init(rt_llama_mistral_config* config, uint64_t struct_size) {
     return guarded(__func__, [&] {
-        initialise_struct(config, struct_size, sizeof(rt_llama_mistral_config), default_config(),
-                          "config");
+        initialise_struct(config, struct_size, first_config_size, default_config(), "config");
+    });
+}
+
+rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_t architecture) {
+    return guarded(__func__, [&] {
+        require_pointer(config, "config");
+        if (config->struct_size < sizeof(rt_llama_mistral_config)) {
+            throw std::invalid_argument(
+                "config->struct_size " + std::to_string(config->struct_size) +
+                " is below the 2.10 size " + std::to_string(sizeof(rt_llama_mistral_config)) +
+                " that holds the family choices");
+        }
+        const LlamaMistralArchitecture family = architecture_from_value(architecture, "architecture");
+        // Dimensions as given (not validated here: rt_llama_mistral_model_create does that).
+        LlamaMistralConfig dimensions;
+        dimensions.model_width = static_cast<std::size_t>(config->model_width);
+        dimensions.sliding_window_period = static_cast<std::size_t>(config->sliding_window_period);
+        dimensions.rope_local_theta = config->rope_local_theta;
+        const LlamaMistralConfig preset = architecture_preset(family, dimensions);
+        config->architecture = architecture;
+        config->query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
+        config->query_key_norm = preset.query_key_norm ? 1U : 0U;
+        config->norm_weight_offset = preset.norm_weight_offset ? 1U : 0U;
+        config->post_block_norms = preset.post_block_norms ? 1U : 0U;
+        config->feed_forward_activation = static_cast<int32_t>(preset.feed_forward_activation);
+        config->embedding_scale = preset.embedding_scale;
+        config->sliding_window_period = preset.sliding_window_period;
+        config->rope_local_theta = preset.rope_local_theta;
     });
 }
 
@@ -91,7 +190,7 @@ rt_status rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
                                         rt_llama_mistral_model** out) {
     return guarded(__func__, [&] {
         const rt_llama_mistral_config given =
-            read_struct(config, sizeof(rt_llama_mistral_config), default_config(), "config");
+            read_struct(config, first_config_size, default_config(), "config");
         require_pointer(out, "out");
         const LlamaMistralConfig engine = to_engine(given);
         std::mt19937 generator(given.random_seed);
@@ -127,7 +226,7 @@ void rt_llama_mistral_model_release(rt_llama_mistral_model* model) {
 rt_status rt_llama_mistral_model_config(const rt_llama_mistral_model* model,
                                         rt_llama_mistral_config* out) {
     return guarded(__func__, [&] {
-        write_struct(out, state_of(model).llama_config, sizeof(rt_llama_mistral_config), "out");
+        write_struct(out, state_of(model).llama_config, first_config_size, "out");
     });
 }
 

@@ -1,4 +1,4 @@
-"""The ctypes client of the riftco_transformer C ABI 2.9 (no third-party dependencies).
+"""The ctypes client of the riftco_transformer C ABI 2.10 (no third-party dependencies).
 
 Every class here wraps one native handle (see ``_handle.NativeHandle`` for the shared lifetime
 and thread-safety contract); bulk data crosses as buffers (see ``_buffers``). The native

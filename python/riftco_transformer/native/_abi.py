@@ -1,4 +1,4 @@
-"""The C ABI 2.9 of ``include/riftco_transformer/c_api.h``, transcribed for ctypes.
+"""The C ABI 2.10 of ``include/riftco_transformer/c_api.h``, transcribed for ctypes.
 
 This module is a transcription and nothing else: the header's constants, the layouts of its
 size-prefixed structs, and one prototype (result type and argument types) for every ``rt_``
@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 9
+ABI_VERSION_MINOR = 10
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -141,6 +141,22 @@ class LlamaMistralConfigStruct(Structure):
         ("tie_embeddings", c_uint32),
         ("rope_theta", c_double),
         ("sliding_window", c_uint64),
+        # 2.10: the family choices
+        ("head_width", c_uint64),
+        ("query_key_value_bias", c_uint32),
+        ("query_key_norm", c_uint32),
+        ("norm_weight_offset", c_uint32),
+        ("post_block_norms", c_uint32),
+        ("feed_forward_activation", c_int32),
+        ("embedding_scale", c_float),
+        ("attention_scale", c_float),
+        ("rope_scaling", c_int32),
+        ("sliding_window_period", c_uint64),
+        ("rope_local_theta", c_double),
+        ("rope_scaling_factor", c_double),
+        ("rope_low_frequency_factor", c_double),
+        ("rope_high_frequency_factor", c_double),
+        ("rope_original_context", c_uint64),
     ]
 
 
@@ -433,6 +449,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_model_is_llama_mistral": (rt_status, [handle, POINTER(c_int32)]),
     # Llama / Mistral decoders and GGUF checkpoints.
     "rt_llama_mistral_config_init": (rt_status, [POINTER(LlamaMistralConfigStruct), c_uint64]),
+    "rt_llama_mistral_config_preset": (rt_status, [POINTER(LlamaMistralConfigStruct), c_int32]),
     "rt_llama_mistral_model_create": (rt_status, [POINTER(LlamaMistralConfigStruct), handle_out]),
     "rt_llama_mistral_model_load_gguf": (rt_status, [c_char_p, c_uint64, handle_out]),
     "rt_llama_mistral_model_release": (None, [handle]),

@@ -18,8 +18,23 @@ from .model import (
     CausalLanguageModel,
 )
 
-ARCHITECTURE_VALUES = {"llama": 0, "mistral": 1}
+ARCHITECTURE_VALUES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "gemma3": 5, "phi3": 6}
 ARCHITECTURE_NAMES = {value: name for name, value in ARCHITECTURE_VALUES.items()}
+GATED_ACTIVATION_VALUES = {"silu": 0, "gelu_tanh": 1}
+GATED_ACTIVATION_NAMES = {value: name for name, value in GATED_ACTIVATION_VALUES.items()}
+ROPE_SCALING_VALUES = {"none": 0, "linear": 1, "llama3": 2, "frequency_factors": 3}
+ROPE_SCALING_NAMES = {value: name for name, value in ROPE_SCALING_VALUES.items()}
+
+# The family choices (C ABI 2.10), each defaulting to Llama's: (name, kind).
+_CHOICE_FLAGS = ("query_key_value_bias", "query_key_norm", "norm_weight_offset", "post_block_norms")
+_CHOICE_REALS = (
+    "embedding_scale",
+    "attention_scale",
+    "rope_local_theta",
+    "rope_scaling_factor",
+    "rope_low_frequency_factor",
+    "rope_high_frequency_factor",
+)
 
 _DIMENSION_FIELDS = (
     "vocabulary_size",
@@ -58,6 +73,39 @@ class LlamaMistralConfig:
     sliding_window: int | None = None
     tie_embeddings: bool = False
     random_seed: int = 5489
+    # The family choices (C ABI 2.10; header of model/llama_mistral.hpp). Defaults: Llama's.
+    head_width: int = 0
+    query_key_value_bias: bool = False
+    query_key_norm: bool = False
+    norm_weight_offset: bool = False
+    post_block_norms: bool = False
+    feed_forward_activation: str = "silu"
+    embedding_scale: float = 0.0
+    attention_scale: float = 0.0
+    sliding_window_period: int = 0
+    rope_local_theta: float = 0.0
+    rope_scaling: str = "none"
+    rope_scaling_factor: float = 1.0
+    rope_low_frequency_factor: float = 1.0
+    rope_high_frequency_factor: float = 4.0
+    rope_original_context: int = 8192
+
+    @classmethod
+    def preset(cls, architecture: str, **fields) -> LlamaMistralConfig:
+        """The config of ``architecture`` ("llama", "mistral", "qwen2", "qwen3", "gemma3",
+        "phi3") with the dimensions given in ``fields`` and the family's choices set by the
+        library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms,
+        post-block norms, GeGLU, embedding scale sqrt(D), window period 6 and local RoPE base
+        10000 unless given)."""
+        require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
+        draft = cls(**{**fields, "architecture": architecture})
+        native = draft._native()
+        check_status(
+            library().rt_llama_mistral_config_preset(
+                ctypes.byref(native), ARCHITECTURE_VALUES[architecture]
+            )
+        )
+        return cls._from_native(native)
 
     def __post_init__(self) -> None:
         for name in _DIMENSION_FIELDS:
@@ -83,10 +131,30 @@ class LlamaMistralConfig:
         object.__setattr__(
             self, "random_seed", require_int(self.random_seed, "random_seed", 0, UINT32_LIMIT)
         )
+        for name in ("head_width", "sliding_window_period"):
+            object.__setattr__(self, name, require_int(getattr(self, name), name, 0, UINT64_LIMIT))
+        object.__setattr__(
+            self,
+            "rope_original_context",
+            require_int(self.rope_original_context, "rope_original_context", 1, UINT64_LIMIT),
+        )
+        for name in _CHOICE_FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, not {type(getattr(self, name)).__name__}")
+        for name in _CHOICE_REALS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be finite and >= 0 (got {value!r})")
+            object.__setattr__(self, name, float(value))
+        require_choice(self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES)
+        require_choice(self.rope_scaling, "rope_scaling", ROPE_SCALING_VALUES)
 
     @property
-    def head_width(self) -> int:
-        return self.model_width // self.query_head_count
+    def resolved_head_width(self) -> int:
+        """The head width d: ``head_width``, or D/Hq when it is 0."""
+        return self.head_width or self.model_width // self.query_head_count
 
     def _native(self) -> LlamaMistralConfigStruct:
         native = LlamaMistralConfigStruct()
@@ -101,6 +169,15 @@ class LlamaMistralConfig:
         native.rope_theta = self.rope_theta
         native.sliding_window = self.sliding_window or 0
         native.tie_embeddings = 1 if self.tie_embeddings else 0
+        native.head_width = self.head_width
+        for name in _CHOICE_FLAGS:
+            setattr(native, name, 1 if getattr(self, name) else 0)
+        for name in _CHOICE_REALS:
+            setattr(native, name, getattr(self, name))
+        native.feed_forward_activation = GATED_ACTIVATION_VALUES[self.feed_forward_activation]
+        native.sliding_window_period = self.sliding_window_period
+        native.rope_scaling = ROPE_SCALING_VALUES[self.rope_scaling]
+        native.rope_original_context = self.rope_original_context
         return native
 
     @classmethod
@@ -113,6 +190,13 @@ class LlamaMistralConfig:
             sliding_window=native.sliding_window or None,
             tie_embeddings=bool(native.tie_embeddings),
             random_seed=native.random_seed,
+            head_width=native.head_width,
+            **{name: bool(getattr(native, name)) for name in _CHOICE_FLAGS},
+            **{name: getattr(native, name) for name in _CHOICE_REALS},
+            feed_forward_activation=GATED_ACTIVATION_NAMES[native.feed_forward_activation],
+            sliding_window_period=native.sliding_window_period,
+            rope_scaling=ROPE_SCALING_NAMES[native.rope_scaling],
+            rope_original_context=native.rope_original_context,
         )
 
 

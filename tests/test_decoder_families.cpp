@@ -1,0 +1,437 @@
+// The rotary decoder's family choices (Qwen 2, Qwen 3, Gemma 3, Phi-3 beside Llama/Mistral):
+// presets and parameter lists, the config rules, Gemma's (1 + w) RMSNorm and GeGLU by hand, RoPE
+// scaling against the formulas, and for every preset: gradients by finite differences, flash
+// equal to materialized, decode sessions equal to the full forward through and past the
+// windows, block checkpointing, LoRA on every projection and NF4. Logits against Hugging Face
+// transformers and llama.cpp: tests/oracle/decoder_families_parity.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/nn/rotary_embedding.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+LlamaMistralConfig dimensions() {
+    LlamaMistralConfig c;
+    c.vocabulary_size = 17;
+    c.maximum_context = 24;
+    c.model_width = 16;
+    c.query_head_count = 4;
+    c.key_value_head_count = 2;
+    c.block_count = 2;
+    c.feed_forward_width = 20;
+    c.rope_theta = 500.0;
+    return c;
+}
+
+// Every family with the choices that make it differ from Llama switched on, small enough for
+// finite differences: Qwen 3 and Gemma 3 with a head width that is not D/Hq, Gemma 3 with six
+// blocks (five windowed with their own RoPE base, one dense with linear scaling), Phi-3 and
+// Mistral with windows shorter than the sequences below.
+std::vector<LlamaMistralConfig> family_configs() {
+    std::vector<LlamaMistralConfig> configs;
+    LlamaMistralConfig llama3 = dimensions();
+    llama3.rope_scaling.kind = RopeScalingKind::Llama3;
+    llama3.rope_scaling.factor = 8.0;
+    llama3.rope_scaling.original_context = 12;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Llama, llama3));
+    LlamaMistralConfig mistral = dimensions();
+    mistral.sliding_window = 3;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Mistral, mistral));
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, dimensions()));
+    LlamaMistralConfig qwen3 = dimensions();
+    qwen3.head_width = 6;
+    qwen3.tie_embeddings = true;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen3, qwen3));
+    LlamaMistralConfig gemma3 = dimensions();
+    gemma3.block_count = 6;
+    gemma3.head_width = 6;
+    gemma3.sliding_window = 3;
+    gemma3.attention_scale = 0.3F;
+    gemma3.tie_embeddings = true;
+    gemma3.rope_scaling.kind = RopeScalingKind::Linear;
+    gemma3.rope_scaling.factor = 4.0;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma3, gemma3));
+    LlamaMistralConfig phi3 = dimensions();
+    phi3.sliding_window = 4;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Phi3, phi3));
+    return configs;
+}
+
+std::string name_of(const LlamaMistralConfig& c) {
+    return std::string(llama_mistral_architecture_name(c.architecture));
+}
+
+// Every parameter moved off its initial value (norms off the identity, biases off zero), so no
+// choice is invisible because its parameter starts neutral.
+void perturb(const Module& model, unsigned seed) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> noise(0.0F, 0.2F);
+    for (const NamedParameter& named : model.parameters()) {
+        Variable leaf = named.parameter;
+        std::vector<float> values = named.parameter.value().to_host();
+        for (float& value : values)
+            value += noise(generator);
+        leaf.set_value(Tensor(named.parameter.shape(), values));
+    }
+}
+
+std::vector<std::string> names(const Module& model) {
+    std::vector<std::string> out;
+    for (const NamedParameter& named : model.parameters())
+        out.push_back(named.name);
+    return out;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
+    const LlamaMistralConfig base = dimensions();
+    const LlamaMistralConfig llama = architecture_preset(LlamaMistralArchitecture::Llama, base);
+    EXPECT_FALSE(llama.query_key_value_bias || llama.query_key_norm || llama.norm_weight_offset ||
+                 llama.post_block_norms);
+    EXPECT_EQ(llama.feed_forward_activation, GatedActivation::Silu);
+    EXPECT_TRUE(architecture_preset(LlamaMistralArchitecture::Qwen2, base).query_key_value_bias);
+    EXPECT_TRUE(architecture_preset(LlamaMistralArchitecture::Qwen3, base).query_key_norm);
+    LlamaMistralConfig windowed = base;
+    windowed.sliding_window = 4;
+    const LlamaMistralConfig gemma = architecture_preset(LlamaMistralArchitecture::Gemma3, windowed);
+    EXPECT_TRUE(gemma.query_key_norm && gemma.norm_weight_offset && gemma.post_block_norms);
+    EXPECT_EQ(gemma.feed_forward_activation, GatedActivation::GeluTanh);
+    EXPECT_EQ(gemma.embedding_scale, static_cast<float>(std::sqrt(16.0)));
+    EXPECT_EQ(gemma.sliding_window_period, 6U);
+    EXPECT_EQ(gemma.rope_local_theta, 10000.0);
+    // Layers 0-4 windowed, layer 5 dense, then again.
+    for (std::size_t layer = 0; layer < 12; ++layer)
+        EXPECT_EQ(gemma.layer_window(layer).has_value(), layer % 6 != 5) << layer;
+    EXPECT_THROW((void)architecture_preset(static_cast<LlamaMistralArchitecture>(4), base),
+                 std::invalid_argument);
+}
+
+TEST(DecoderFamilies, ParameterListsNameEveryChoice) {
+    for (const LlamaMistralConfig& config : family_configs()) {
+        std::mt19937 generator(1);
+        const LlamaMistralTransformer model(config, generator);
+        const std::vector<std::string> list = names(model);
+        const std::string a = "blocks.0.attention.";
+        EXPECT_EQ(has(list, a + "query.bias"), config.query_key_value_bias) << name_of(config);
+        EXPECT_EQ(has(list, a + "value.bias"), config.query_key_value_bias) << name_of(config);
+        EXPECT_FALSE(has(list, a + "output.bias")) << name_of(config);
+        EXPECT_EQ(has(list, a + "query_norm.scale"), config.query_key_norm) << name_of(config);
+        EXPECT_EQ(has(list, "blocks.0.post_feed_forward_norm.scale"), config.post_block_norms)
+            << name_of(config);
+        const std::size_t d = config.resolved_head_width();
+        for (const NamedParameter& named : model.parameters()) {
+            if (named.name == a + "query.weight") {
+                EXPECT_EQ(named.parameter.shape(), (Shape{config.query_head_count * d, 16}));
+            }
+            if (named.name == a + "output.weight") {
+                EXPECT_EQ(named.parameter.shape(), (Shape{16, config.query_head_count * d}));
+            }
+            if (named.name == a + "key_norm.scale") {
+                EXPECT_EQ(named.parameter.shape(), (Shape{d}));
+            }
+            // Gemma's (1 + w) norms start at w = 0, the others at scale = 1.
+            if (named.name == "final_norm.scale") {
+                EXPECT_EQ(named.parameter.value().to_host()[0],
+                          config.norm_weight_offset ? 0.0F : 1.0F);
+            }
+        }
+        EXPECT_EQ(model.incremental_cache_shape().head_width, d) << name_of(config);
+    }
+}
+
+TEST(DecoderFamilies, ConfigRulesNameTheFieldBeforeAnyDraw) {
+    const auto rejected = [](LlamaMistralConfig config, const std::string& field) {
+        std::mt19937 generator(1);
+        const std::mt19937 before = generator;
+        try {
+            LlamaMistralTransformer model(config, generator);
+            ADD_FAILURE() << "accepted a config with a bad " << field;
+        } catch (const std::invalid_argument& error) {
+            EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
+        }
+        EXPECT_TRUE(generator == before) << field << ": a draw happened before the rule";
+    };
+    LlamaMistralConfig c = dimensions();
+    c.head_width = 5;
+    rejected(c, "even head width");
+    c = dimensions();
+    c.model_width = 18;  // not a multiple of Hq = 4 ...
+    rejected(c, "multiple of query_head_count");
+    c.head_width = 4;  // ... which a given head width allows
+    std::mt19937 generator(1);
+    EXPECT_NO_THROW(LlamaMistralTransformer(c, generator));
+    c = dimensions();
+    c.sliding_window_period = 6;
+    rejected(c, "sliding_window_period 6 needs a sliding_window");
+    c = dimensions();
+    c.embedding_scale = -1.0F;
+    rejected(c, "embedding_scale");
+    c = dimensions();
+    c.attention_scale = std::numeric_limits<float>::quiet_NaN();
+    rejected(c, "attention_scale");
+    c = dimensions();
+    c.rope_local_theta = -5.0;
+    rejected(c, "rope_local_theta");
+    c = dimensions();
+    c.feed_forward_activation = static_cast<GatedActivation>(7);
+    rejected(c, "feed_forward_activation");
+    c = dimensions();
+    c.rope_scaling.kind = RopeScalingKind::Llama3;
+    c.rope_scaling.high_frequency_factor = 1.0;
+    rejected(c, "high_frequency_factor");
+    c = dimensions();
+    c.rope_scaling.kind = RopeScalingKind::Linear;
+    c.rope_scaling.factor = 0.0;
+    rejected(c, "rope_scaling.factor");
+    c = dimensions();
+    c.rope_scaling.kind = RopeScalingKind::FrequencyFactors;
+    c.rope_scaling.frequency_factors = {1.0F, 2.0F};  // d/2 = 2 ...
+    EXPECT_NO_THROW(LlamaMistralTransformer(c, generator));
+    c.rope_scaling.frequency_factors = {1.0F, 2.0F, 3.0F};  // ... not 3
+    rejected(c, "frequency_factors");
+    c.rope_scaling.frequency_factors = {1.0F, -2.0F};
+    rejected(c, "frequency_factors[1]");
+}
+
+TEST(DecoderFamilies, GemmaNormAndGeGluByHand) {
+    // RMSNorm in Gemma's form: y = x/√(mean(x²) + eps)·(1 + w).
+    RMSNorm norm(2, 1e-6F, true);
+    Variable scale = norm.parameters()[0].parameter;
+    scale.set_value(Tensor({2}, std::vector<float>{0.5F, -0.25F}));
+    const std::vector<float> y =
+        norm.forward(Variable(Tensor({1, 2}, std::vector<float>{3.0F, 4.0F}), false))
+            .value()
+            .to_host();
+    const double inverse = 1.0 / std::sqrt((9.0 + 16.0) / 2.0 + 1e-6);
+    EXPECT_NEAR(y[0], 3.0 * inverse * 1.5, 1e-6);
+    EXPECT_NEAR(y[1], 4.0 * inverse * 0.75, 1e-6);
+
+    // GeGLU: down(gelu_tanh(gate·x) ⊙ up·x), one hidden unit, weights set by hand.
+    std::mt19937 generator(3);
+    SwiGLU geglu(1, 1, generator, GatedActivation::GeluTanh);
+    for (const NamedParameter& named : geglu.parameters()) {
+        Variable leaf = named.parameter;
+        const float value = named.name == "gate.weight" ? 2.0F : named.name == "up.weight" ? 3.0F
+                                                                                        : 0.5F;
+        leaf.set_value(Tensor({1, 1}, std::vector<float>{value}));
+    }
+    const double x = 0.7;
+    const double gate = 2.0 * x;
+    const double gelu = 0.5 * gate *
+                        (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) *
+                                         (gate + 0.044715 * gate * gate * gate)));
+    const float out =
+        geglu.forward(Variable(Tensor({1, 1}, std::vector<float>{0.7F}), false)).value().to_host()[0];
+    EXPECT_NEAR(out, 0.5 * gelu * 3.0 * x, 1e-5);
+    EXPECT_THROW(SwiGLU(1, 1, generator, static_cast<GatedActivation>(2)), std::invalid_argument);
+}
+
+TEST(DecoderFamilies, RopeScalingFollowsTheFormulas) {
+    constexpr std::size_t d = 16;
+    constexpr double theta = 10000.0;
+    const std::vector<double> plain = rotary_frequencies(d, theta, RopeScaling{});
+    for (std::size_t i = 0; i < d / 2; ++i)
+        EXPECT_DOUBLE_EQ(plain[i], std::pow(theta, -2.0 * static_cast<double>(i) / d));
+    RopeScaling linear;
+    linear.kind = RopeScalingKind::Linear;
+    linear.factor = 4.0;
+    const std::vector<double> divided = rotary_frequencies(d, theta, linear);
+    for (std::size_t i = 0; i < d / 2; ++i)
+        EXPECT_DOUBLE_EQ(divided[i], plain[i] / 4.0);
+    // Llama 3's rule against the divisors llama.cpp's converter writes to rope_freqs.weight,
+    // computed here from the converter's own formulation (factor per wavelength band).
+    RopeScaling llama3;
+    llama3.kind = RopeScalingKind::Llama3;
+    llama3.factor = 8.0;
+    llama3.low_frequency_factor = 1.0;
+    llama3.high_frequency_factor = 4.0;
+    llama3.original_context = 64;
+    RopeScaling factors;
+    factors.kind = RopeScalingKind::FrequencyFactors;
+    bool banded[3] = {false, false, false};
+    for (std::size_t i = 0; i < d / 2; ++i) {
+        const double wavelength = 2.0 * std::numbers::pi / plain[i];
+        double divisor = 1.0;
+        if (wavelength > 64.0 / 1.0) {
+            divisor = 8.0;
+            banded[2] = true;
+        } else if (wavelength >= 64.0 / 4.0) {
+            const double smooth = (64.0 / wavelength - 1.0) / (4.0 - 1.0);
+            divisor = 1.0 / ((1.0 - smooth) / 8.0 + smooth);
+            banded[1] = true;
+        } else {
+            banded[0] = true;
+        }
+        factors.frequency_factors.push_back(static_cast<float>(divisor));
+    }
+    ASSERT_TRUE(banded[0] && banded[1] && banded[2]) << "the test must cover all three bands";
+    const std::vector<double> rule = rotary_frequencies(d, theta, llama3);
+    const std::vector<double> divisors = rotary_frequencies(d, theta, factors);
+    for (std::size_t i = 0; i < d / 2; ++i)
+        EXPECT_NEAR(rule[i], divisors[i], 1e-7 * plain[i]) << i;
+}
+
+TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {
+    for (LlamaMistralConfig config : family_configs()) {
+        config.maximum_context = 8;
+        config.block_count = std::min<std::size_t>(config.block_count, 6);
+        std::mt19937 generator(6);
+        LlamaMistralTransformer model(config, generator);
+        perturb(model, 11);
+        const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+        const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2, 6, 5};
+        const auto loss_value = [&]() {
+            const NoGradientGuard no_graph;
+            return static_cast<double>(
+                cross_entropy(reshape(model.forward(tokens, {1, 8}), {8, 17}), targets)
+                    .value()
+                    .to_host()[0]);
+        };
+        Variable loss = cross_entropy(reshape(model.forward(tokens, {1, 8}), {8, 17}), targets);
+        loss.backward();
+        for (const NamedParameter& named : model.parameters()) {
+            Variable leaf = named.parameter;
+            const std::vector<float> gradient = named.parameter.gradient().to_host();
+            std::vector<float> values = named.parameter.value().to_host();
+            for (std::size_t index : {std::size_t{0}, values.size() - 1}) {
+                const float saved = values[index];
+                constexpr float step = 1e-2F;
+                values[index] = saved + step;
+                leaf.set_value(Tensor(named.parameter.shape(), values));
+                const double plus = loss_value();
+                values[index] = saved - step;
+                leaf.set_value(Tensor(named.parameter.shape(), values));
+                const double minus = loss_value();
+                values[index] = saved;
+                leaf.set_value(Tensor(named.parameter.shape(), values));
+                const double numeric = (plus - minus) / (2.0 * step);
+                EXPECT_NEAR(gradient[index], numeric, 5e-3 + 5e-3 * std::abs(numeric))
+                    << name_of(config) << " " << named.name << "[" << index << "]";
+            }
+        }
+    }
+}
+
+TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
+    for (const LlamaMistralConfig& config : family_configs()) {
+        const auto run = [&](AttentionKind kind, ActivationCheckpointing checkpointing) {
+            std::mt19937 generator(4);
+            LlamaMistralTransformer model(config, generator, kind, checkpointing);
+            perturb(model, 5);
+            const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8,
+                                                       9, 7, 9, 3, 2, 3, 8, 4};
+            const std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
+            const Variable logits = model.forward(tokens, {2, 10});
+            std::vector<std::uint32_t> shifted(tokens.begin() + 1, tokens.end());
+            shifted.push_back(0);
+            Variable loss = cross_entropy(reshape(logits, {20, 17}), shifted);
+            loss.backward();
+            std::vector<float> out = logits.value().to_host();
+            for (const NamedParameter& named : model.parameters()) {
+                const std::vector<float> g = named.parameter.gradient().to_host();
+                out.insert(out.end(), g.begin(), g.end());
+            }
+            return out;
+        };
+        const std::vector<float> materialized =
+            run(AttentionKind::Materialized, ActivationCheckpointing::Disabled);
+        const std::vector<float> flash = run(AttentionKind::Flash, ActivationCheckpointing::Disabled);
+        const std::vector<float> checkpointed =
+            run(AttentionKind::Flash, ActivationCheckpointing::TransformerBlock);
+        ASSERT_EQ(flash.size(), materialized.size());
+        for (std::size_t i = 0; i < flash.size(); ++i) {
+            ASSERT_NEAR(flash[i], materialized[i], 1e-4 + 1e-4 * std::abs(materialized[i]))
+                << name_of(config) << " value " << i;
+            ASSERT_EQ(checkpointed[i], flash[i]) << name_of(config) << " value " << i;
+        }
+    }
+}
+
+TEST(DecoderFamilies, DecodeSessionsEqualTheFullForwardThroughAndPastTheWindows) {
+    for (const LlamaMistralConfig& config : family_configs()) {
+        for (const KeyValueCacheKind kind : {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
+            std::mt19937 generator(8);
+            LlamaMistralTransformer model(config, generator);
+            perturb(model, 9);
+            const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+            const std::vector<float> full =
+                model.forward(tokens, {1, tokens.size()}).value().to_host();
+            DecodeSession session(model, kind, 4);
+            // A prefill of five rows, then one token at a time past every window.
+            const std::vector<std::uint32_t> first(tokens.begin(), tokens.begin() + 5);
+            // prefill returns the logits of its last row.
+            const std::vector<float> last_of_prefill = session.prefill(first).to_host();
+            for (std::size_t v = 0; v < 17; ++v)
+                EXPECT_NEAR(last_of_prefill[v], full[4 * 17 + v], 1e-4) << name_of(config);
+            for (std::size_t t = 5; t < tokens.size(); ++t) {
+                const std::vector<float> row = session.decode_token(tokens[t]).to_host();
+                for (std::size_t v = 0; v < 17; ++v) {
+                    EXPECT_NEAR(row[v], full[t * 17 + v], 1e-4 + 1e-4 * std::abs(full[t * 17 + v]))
+                        << name_of(config) << " position " << t;
+                }
+            }
+        }
+    }
+}
+
+TEST(DecoderFamilies, QloraOnEveryProjectionRunsForEveryPreset) {
+    for (const LlamaMistralConfig& config : family_configs()) {
+        std::mt19937 generator(12);
+        LlamaMistralTransformer model(config, generator);
+        perturb(model, 13);
+        const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9};
+        const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2};
+        const std::vector<float> dense = model.forward(tokens, {1, 6}).value().to_host();
+        model.quantize_nf4();
+        ASSERT_TRUE(model.has_quantized_weights());
+        const std::vector<float> packed = model.forward(tokens, {1, 6}).value().to_host();
+        double worst = 0.0;
+        for (std::size_t i = 0; i < dense.size(); ++i) {
+            ASSERT_TRUE(std::isfinite(packed[i])) << name_of(config);
+            worst = std::max(worst, static_cast<double>(std::abs(packed[i] - dense[i])));
+        }
+        EXPECT_GT(worst, 0.0) << name_of(config) << ": the packed weights were not used";
+        EXPECT_LT(worst, 2.0) << name_of(config);
+        LoraConfig lora;
+        lora.rank = 2;
+        lora.targets = 0;
+        for (LoraTarget target :
+             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
+              LoraTarget::FeedForwardGate, LoraTarget::FeedForwardUp, LoraTarget::FeedForwardDown})
+            lora.targets |= lora_target_bit(target);
+        model.attach_lora(lora);
+        const ParameterList adapters = model.lora_parameters();
+        EXPECT_EQ(adapters.size(), 2 * 7 * config.block_count) << name_of(config);
+        // B starts at zero: the adapted model gives the packed model's logits.
+        const Variable logits = model.forward(tokens, {1, 6});
+        const std::vector<float> adapted = logits.value().to_host();
+        for (std::size_t i = 0; i < packed.size(); ++i)
+            ASSERT_EQ(adapted[i], packed[i]) << name_of(config);
+        Variable loss = cross_entropy(reshape(logits, {6, 17}), targets);
+        loss.backward();
+        double gradient_norm = 0.0;
+        for (const NamedParameter& named : adapters) {
+            for (float g : named.parameter.gradient().to_host())
+                gradient_norm += static_cast<double>(g) * g;
+        }
+        EXPECT_GT(gradient_norm, 0.0) << name_of(config);
+    }
+}
+
+}  // namespace
+}  // namespace riftco_transformer
