@@ -83,6 +83,13 @@ def config_record(config: TransformerConfig) -> dict:
             record[name] = getattr(config, name)
     return record
 LLAMA_CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(LlamaMistralConfig))
+# The fields of the first Llama/Mistral bundles (before the family choices of C ABI 2.10):
+# every bundle has them; the later ones are optional and default to Llama's choices.
+LLAMA_REQUIRED_CONFIG_FIELDS = (
+    "vocabulary_size", "maximum_context", "model_width", "query_head_count",
+    "key_value_head_count", "block_count", "feed_forward_width", "architecture",
+    "rms_norm_epsilon", "rope_theta", "sliding_window", "tie_embeddings", "random_seed",
+)
 PRETRAINED_TOKENIZER_KEYS = {
     "method", "model", "pretokenizer", "tokens", "merges", "token_types", "scores", "bos_id",
     "eos_id", "unknown_id", "ignore_merges", "add_dummy_prefix", "chat_template",
@@ -146,21 +153,32 @@ def decoder_parameter_shapes(config: TransformerConfig) -> list[tuple[str, tuple
 def llama_parameter_shapes(config: LlamaMistralConfig) -> list[tuple[str, tuple[int, ...]]]:
     """The Llama/Mistral decoder's parameters, in canonical order, with their shapes."""
     v, d, f = config.vocabulary_size, config.model_width, config.feed_forward_width
-    kv = config.key_value_head_count * (d // config.query_head_count)
+    head = config.resolved_head_width
+    q = config.query_head_count * head
+    kv = config.key_value_head_count * head
     shapes = [("token_embedding.weight", (v, d))]
     for block in range(config.block_count):
         prefix = f"blocks.{block}."
+        attention = prefix + "attention."
+        shapes.append((prefix + "attention_norm.scale", (d,)))
+        for name, rows in (("query", q), ("key", kv), ("value", kv)):
+            shapes.append((attention + name + ".weight", (rows, d)))
+            if config.query_key_value_bias:
+                shapes.append((attention + name + ".bias", (rows,)))
+        shapes.append((attention + "output.weight", (d, q)))
+        if config.query_key_norm:
+            shapes += [(attention + "query_norm.scale", (head,)),
+                       (attention + "key_norm.scale", (head,))]
+        if config.post_block_norms:
+            shapes.append((prefix + "post_attention_norm.scale", (d,)))
         shapes += [
-            (prefix + "attention_norm.scale", (d,)),
-            (prefix + "attention.query.weight", (d, d)),
-            (prefix + "attention.key.weight", (kv, d)),
-            (prefix + "attention.value.weight", (kv, d)),
-            (prefix + "attention.output.weight", (d, d)),
             (prefix + "feed_forward_norm.scale", (d,)),
             (prefix + "feed_forward.gate.weight", (f, d)),
             (prefix + "feed_forward.up.weight", (f, d)),
             (prefix + "feed_forward.down.weight", (d, f)),
         ]
+        if config.post_block_norms:
+            shapes.append((prefix + "post_feed_forward_norm.scale", (d,)))
     shapes.append(("final_norm.scale", (d,)))
     if not config.tie_embeddings:
         shapes.append(("language_model_head.weight", (v, d)))
@@ -230,7 +248,8 @@ class ModelBundle:
         self._weights = weights
         config = manifest["config"]
         if manifest["architecture"] == LLAMA_ARCHITECTURE:
-            self._config = LlamaMistralConfig(**{name: config[name] for name in LLAMA_CONFIG_FIELDS})
+            self._config = LlamaMistralConfig(**{name: config[name] for name in LLAMA_CONFIG_FIELDS
+                                                 if name in config})
         else:
             self._config = TransformerConfig(**{name: config[name] for name in CONFIG_FIELDS
                                                 if name in config})
@@ -703,9 +722,11 @@ def _validate_tokenizer(state: object, where: str) -> int:
 
 
 def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
-    if not isinstance(config, dict) or set(config) != set(LLAMA_CONFIG_FIELDS):
-        raise ValueError(f"{where}: config must be an object with exactly "
-                         f"{list(LLAMA_CONFIG_FIELDS)}")
+    if (not isinstance(config, dict) or not set(LLAMA_REQUIRED_CONFIG_FIELDS) <= set(config)
+            or not set(config) <= set(LLAMA_CONFIG_FIELDS)):
+        raise ValueError(f"{where}: config must be an object with "
+                         f"{list(LLAMA_REQUIRED_CONFIG_FIELDS)} and optionally "
+                         f"{[name for name in LLAMA_CONFIG_FIELDS if name not in LLAMA_REQUIRED_CONFIG_FIELDS]}")
     for name in ("vocabulary_size", "maximum_context", "model_width", "query_head_count",
                  "key_value_head_count", "block_count", "feed_forward_width"):
         if not _is_int(config[name]) or not 1 <= config[name] < 1 << 32:
@@ -733,9 +754,13 @@ def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: config: {error}") from None
     d, hq, hkv = parsed.model_width, parsed.query_head_count, parsed.key_value_head_count
-    if d % hq or hq % hkv or (d // hq) % 2:
-        raise ValueError(f"{where}: config: model_width {d}, query_head_count {hq} and "
-                         f"key_value_head_count {hkv} do not fit (D % Hq, Hq % Hkv, even D/Hq)")
+    if (not parsed.head_width and d % hq) or hq % hkv or parsed.resolved_head_width % 2:
+        raise ValueError(f"{where}: config: model_width {d}, query_head_count {hq}, "
+                         f"key_value_head_count {hkv} and head_width {parsed.head_width} do not "
+                         f"fit (D % Hq without a head width, Hq % Hkv, an even head width)")
+    if parsed.rope_scaling == "frequency_factors":
+        raise ValueError(f"{where}: config.rope_scaling 'frequency_factors' (a GGUF file's "
+                         f"rope_freqs.weight) cannot be stored in a bundle")
     return parsed
 
 

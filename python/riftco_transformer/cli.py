@@ -754,10 +754,15 @@ def command_inspect(arguments) -> int:
             return 0
         config = bundle.config
         tokenizer = bundle.tokenizer_state
+        if hasattr(config, "query_head_count"):  # the rotary decoder's families
+            heads = (f"{config.architecture} Hq={config.query_head_count} "
+                     f"Hkv={config.key_value_head_count} d={config.resolved_head_width}")
+        else:
+            heads = f"gpt H={config.head_count}"
         _say(f"bundle {arguments.path}\n  artifact_id  {bundle.artifact_id}\n"
              f"  stage        {bundle.stage}\n  parent       {bundle.parent_artifact_id}\n"
-             f"  model        V={config.vocabulary_size} C={config.maximum_context} "
-             f"D={config.model_width} H={config.head_count} N={config.block_count} "
+             f"  model        {heads} V={config.vocabulary_size} C={config.maximum_context} "
+             f"D={config.model_width} N={config.block_count} "
              f"F={config.feed_forward_width} seed={config.random_seed}\n"
              f"  parameters   {bundle.weight_count:,} floats in {len(bundle.parameters)} tensors\n"
              f"  tokenizer    {tokenizer['method']}, {config.vocabulary_size} tokens")
