@@ -25,8 +25,20 @@ static void config_init_sets_the_defaults_and_layout(void) {
     memset(&config, 0xAB, sizeof config);
     EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
     EXPECT_EQ_U64(config.struct_size, sizeof config);
-    EXPECT_EQ_U64(sizeof config, 96);
+    EXPECT_EQ_U64(sizeof config, 184); /* 96 bytes in 2.8, the family choices appended in 2.10 */
     EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA);
+    EXPECT_EQ_U64(config.head_width, 0);
+    EXPECT_EQ_U64(config.query_key_value_bias, 0);
+    EXPECT_EQ_U64(config.query_key_norm, 0);
+    EXPECT_EQ_U64(config.norm_weight_offset, 0);
+    EXPECT_EQ_U64(config.post_block_norms, 0);
+    EXPECT(config.feed_forward_activation == RT_GATED_ACTIVATION_SILU);
+    EXPECT(config.embedding_scale == 0.0f && config.attention_scale == 0.0f);
+    EXPECT(config.rope_scaling == RT_ROPE_SCALING_NONE);
+    EXPECT_EQ_U64(config.sliding_window_period, 0);
+    EXPECT(config.rope_local_theta == 0.0 && config.rope_scaling_factor == 1.0);
+    EXPECT(config.rope_low_frequency_factor == 1.0 && config.rope_high_frequency_factor == 4.0);
+    EXPECT_EQ_U64(config.rope_original_context, 8192);
     EXPECT_EQ_U64(config.random_seed, 5489);
     EXPECT_EQ_U64(config.vocabulary_size, 0);
     EXPECT(config.rms_norm_epsilon == 1e-5f);
@@ -34,6 +46,61 @@ static void config_init_sets_the_defaults_and_layout(void) {
     EXPECT_EQ_U64(config.sliding_window, 0);
     EXPECT_EQ_U64(config.tie_embeddings, 0);
     EXPECT_STATUS(rt_llama_mistral_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
+}
+
+/* A 2.8 client declares the first 96 bytes: init writes only those, create reads them with
+ * Llama's choices for the rest. */
+static void a_2_8_sized_config_still_initialises_and_creates(void) {
+    rt_llama_mistral_config config;
+    memset(&config, 0xAB, sizeof config);
+    EXPECT_OK(rt_llama_mistral_config_init(&config, 96));
+    EXPECT_EQ_U64(config.struct_size, 96);
+    EXPECT_EQ_U64(config.head_width, 0xABABABABABABABABull); /* past the prefix: untouched */
+    config.vocabulary_size = 11;
+    config.maximum_context = 8;
+    config.model_width = 16;
+    config.query_head_count = 4;
+    config.key_value_head_count = 2;
+    config.block_count = 1;
+    config.feed_forward_width = 12;
+    rt_llama_mistral_model* model = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
+    rt_llama_mistral_config out;
+    memset(&out, 0xCD, sizeof out);
+    out.struct_size = 96;
+    EXPECT_OK(rt_llama_mistral_model_config(model, &out));
+    EXPECT_EQ_U64(out.model_width, 16);
+    EXPECT_EQ_U64(out.head_width, 0xCDCDCDCDCDCDCDCDull); /* past the prefix: untouched */
+    /* The preset needs the 2.10 size (it writes the choices). */
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("struct_size");
+    rt_llama_mistral_model_release(model);
+}
+
+static void presets_set_each_familys_choices(void) {
+    rt_llama_mistral_config config = tiny_llama_config();
+    config.sliding_window = 4;
+    EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3));
+    EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3);
+    EXPECT(config.query_key_norm == 1 && config.norm_weight_offset == 1 &&
+           config.post_block_norms == 1 && config.query_key_value_bias == 0);
+    EXPECT(config.feed_forward_activation == RT_GATED_ACTIVATION_GELU_TANH);
+    EXPECT(config.embedding_scale == 4.0f); /* sqrt(16) */
+    EXPECT_EQ_U64(config.sliding_window_period, 6);
+    EXPECT(config.rope_local_theta == 10000.0);
+    rt_llama_mistral_model* model = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
+    rt_llama_mistral_model_release(model);
+    config = tiny_llama_config();
+    EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2));
+    EXPECT(config.query_key_value_bias == 1 && config.query_key_norm == 0);
+    const rt_llama_mistral_config before = config;
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 4), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("architecture");
+    EXPECT(memcmp(&before, &config, sizeof config) == 0); /* unchanged */
+    EXPECT_STATUS(rt_llama_mistral_config_preset(NULL, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2),
+                  RT_STATUS_INVALID_ARGUMENT);
 }
 
 static void every_config_rule_is_enforced_before_anything_is_created(void) {
@@ -58,6 +125,27 @@ static void every_config_rule_is_enforced_before_anything_is_created(void) {
     config.tie_embeddings = 2;
     EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("tie_embeddings");
+    config = tiny_llama_config();
+    config.query_key_norm = 3;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("query_key_norm");
+    config = tiny_llama_config();
+    config.feed_forward_activation = 9;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("feed_forward_activation");
+    config = tiny_llama_config();
+    config.rope_scaling = RT_ROPE_SCALING_FREQUENCY_FACTORS;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rope_scaling");
+    config = tiny_llama_config();
+    config.rope_scaling = RT_ROPE_SCALING_LLAMA3;
+    config.rope_high_frequency_factor = 0.5;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("high_frequency_factor");
+    config = tiny_llama_config();
+    config.sliding_window_period = 2;
+    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("sliding_window_period");
     config = tiny_llama_config();
     config.block_count = (uint64_t)1 << 40;
     EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_OVERFLOW);
@@ -350,6 +438,8 @@ static void gguf_functions_name_a_missing_file(void) {
 
 int main(void) {
     RUN_TEST(config_init_sets_the_defaults_and_layout);
+    RUN_TEST(a_2_8_sized_config_still_initialises_and_creates);
+    RUN_TEST(presets_set_each_familys_choices);
     RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
     RUN_TEST(the_model_view_serves_every_rt_model_function);
     RUN_TEST(untie_embeddings_appends_a_head_with_the_same_logits);
