@@ -1,6 +1,7 @@
 #include "riftco_transformer/interchange/llama_gguf.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -204,6 +205,12 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     c = architecture_preset(architecture, c);
     if (architecture == LlamaMistralArchitecture::Gemma3) {
         c.norm_weight_offset = false;
+        // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 3 but the
+        // 27B (62 blocks), whose scalar is D/Hq, the rule llama.cpp applies too.
+        if (c.block_count == 62 && c.query_head_count != 0) {
+            c.attention_scale = static_cast<float>(
+                1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
+        }
         if (!c.sliding_window) {
             c.sliding_window_period = 0;  // no window: every layer dense
         }

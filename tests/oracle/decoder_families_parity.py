@@ -14,9 +14,10 @@ two prompts of 80 tokens (past every window) within 1e-3 absolute, with flash at
 materialized attention, and through a paged decode session token by token.
 
 When llama.cpp's Python binding is importable ($RIFTCO_TRANSFORMER_LLAMA_CPP_PYTHON, a venv
-with llama-cpp-python built from PyPI's sdist), llama.cpp's logits on the same files must
-agree with ours within 1e-3 too (the families llama.cpp reads from these files: every one but
-Mistral, whose window llama.cpp's `llama` architecture does not apply).
+with llama-cpp-python built from PyPI's sdist), llama.cpp's logits on the same files (float32
+KV cache) must agree with ours within 1e-3 too, for Llama 3, Qwen 2, Qwen 3 and Phi-3 without a
+window (phi3_dense); where llama.cpp is no float32 oracle (LLAMA_CPP_NOT_AN_ORACLE: windows it
+ignores, Gemma's fp16 GELU table) its figure is printed, not asserted.
 
 Exit 77 (skipped), saying why, without transformers + torch + gguf + numpy
 ($RIFTCO_TRANSFORMER_HF_PYTHON, the cached venv .ci/run makes).
@@ -96,7 +97,19 @@ def families():
         "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, "phi3",
                  base_dimensions(sliding_window=16, pad_token_id=0, bos_token_id=1,
                                  eos_token_id=2)),
+        "phi3_dense": (tf.Phi3Config, tf.Phi3ForCausalLM, "phi3",
+                       base_dimensions(sliding_window=None, pad_token_id=0, bos_token_id=1,
+                                       eos_token_id=2)),
     }
+
+
+# Where llama.cpp (0.3.36's) is no float32 oracle, said once, and its figure only reported:
+LLAMA_CPP_NOT_AN_ORACLE = {
+    "mistral": "its `llama` architecture ignores llama.attention.sliding_window",
+    "phi3": "its phi3 ignores phi3.attention.sliding_window (phi3_dense checks the rest)",
+    "gemma3": "ggml evaluates GELU through an fp16 table by default (GGML_GELU_FP16), our "
+              "reading of its ~3e-3 gap; transformers agrees with us to 7e-6",
+}
 
 
 def build_hf_model(name, seed):
@@ -188,7 +201,7 @@ def write_gguf(path, name, config, model):
         writer.add_sliding_window(config.sliding_window)
     else:
         writer.add_rope_freq_base(rope["rope_theta"])
-    if name in ("mistral", "phi3"):
+    if name in ("mistral", "phi3"):  # phi3_dense has no window
         writer.add_sliding_window(config.sliding_window)
     add_vocabulary(writer, config.vocab_size)
 
@@ -205,7 +218,7 @@ def write_gguf(path, name, config, model):
         hf = f"model.layers.{i}."
         blk = f"blk.{i}."
         put(blk + "attn_norm.weight", norm(state[hf + "input_layernorm.weight"]))
-        if name == "phi3":
+        if name.startswith("phi3"):
             put(blk + "attn_qkv.weight", state[hf + "self_attn.qkv_proj.weight"])
         else:
             q = state[hf + "self_attn.q_proj.weight"]
@@ -229,7 +242,7 @@ def write_gguf(path, name, config, model):
             put(blk + "post_ffw_norm.weight", norm(state[hf + "post_feedforward_layernorm.weight"]))
         else:
             put(blk + "ffn_norm.weight", state[hf + "post_attention_layernorm.weight"])
-        if name == "phi3":
+        if name.startswith("phi3"):
             put(blk + "ffn_up.weight", state[hf + "mlp.gate_up_proj.weight"])
         else:
             put(blk + "ffn_gate.weight", state[hf + "mlp.gate_proj.weight"])
@@ -252,7 +265,7 @@ def add_vocabulary(writer, vocabulary):
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_types([1] * vocabulary)
-    writer.add_token_merges([])
+    writer.add_token_merges(["<t3> <t4>"])  # llama.cpp requires the key; never applied to ids
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
 
@@ -274,7 +287,8 @@ def llama_cpp_logits(python, path, prompts):
         "from llama_cpp import Llama\n"
         "path, prompts = sys.argv[1], json.loads(sys.argv[2])\n"
         "model = Llama(model_path=path, n_ctx=256, logits_all=True, verbose=False,\n"
-        "              n_threads=2, n_batch=256, n_ubatch=256, flash_attn=False)\n"
+        "              n_threads=2, n_batch=256, n_ubatch=256, flash_attn=False,\n"
+        "              type_k=0, type_v=0)\n"  # GGML_TYPE_F32: no f16 KV cache
         "out = []\n"
         "for prompt in prompts:\n"
         "    model.reset()\n"
@@ -296,12 +310,14 @@ def llama_cpp_python():
     return python, ""
 
 
-def compare(label, ours, reference, failures):
+def compare(label, ours, reference, failures, reason=None):
     difference = float(np.max(np.abs(ours - reference)))
     scale = float(np.max(np.abs(reference)))
     status = "ok" if difference <= TOLERANCE else "FAIL"
+    if reason is not None:
+        status = f"reported only: {reason}"
     print(f"  {label:<44} max |diff| {difference:.2e} (logits up to {scale:.2f}) {status}")
-    if difference > TOLERANCE:
+    if difference > TOLERANCE and reason is None:
         failures.append(label)
 
 
@@ -332,11 +348,12 @@ def main():
             compare(f"ours (paged decode) vs transformers, prompt {index}",
                     our_logits(args.run_tool, path, prompt, args.work_dir, "decode-logits"),
                     reference, failures)
-        if llama_python is not None and name != "mistral":
+        if llama_python is not None:
             theirs = llama_cpp_logits(llama_python, path, prompts)
             for index, (prompt, logits) in enumerate(zip(prompts, theirs)):
                 compare(f"ours vs llama.cpp, prompt {index}",
-                        our_logits(args.run_tool, path, prompt, args.work_dir), logits, failures)
+                        our_logits(args.run_tool, path, prompt, args.work_dir), logits, failures,
+                        LLAMA_CPP_NOT_AN_ORACLE.get(name))
     if failures:
         print(f"{len(failures)} comparison(s) failed: {failures}")
         return 1
