@@ -56,14 +56,12 @@ void require_parameter_bytes_fit(const LlamaMistralConfig& c) {
         overflow("model_width");
     // One block: q and o D·Hq·d each, k and v D·Hkv·d each, 3·D·F, the norms, the biases.
     std::size_t block = 0;
-    std::size_t query_width = 0;
-    std::size_t kv_width = 0;
     if (c.query_head_count > std::numeric_limits<std::size_t>::max() / d ||
         c.key_value_head_count > std::numeric_limits<std::size_t>::max() / d) {
         overflow("query_head_count/head_width");
     }
-    query_width = c.query_head_count * d;
-    kv_width = c.key_value_head_count * d;
+    const std::size_t query_width = c.query_head_count * d;
+    const std::size_t kv_width = c.key_value_head_count * d;
     if (!add_bytes(block, 2 * D, query_width))
         overflow("model_width/query_head_count/head_width");
     if (!add_bytes(block, 2 * D, kv_width))

@@ -1,13 +1,21 @@
 #pragma once
-// Llama / Mistral checkpoints from GGUF files (llama.cpp's format) into LlamaMistralTransformer.
+// Rotary-family checkpoints from GGUF files (llama.cpp's format) into LlamaMistralTransformer:
+// general.architecture llama, mistral, qwen2, qwen3, gemma3 or phi3, each read with its
+// family's preset (architecture_preset) and the file's values:
+//   ARCH.attention.key_length (head width, = value_length), qwen2's blk.i.attn_{q,k,v}.bias,
+//   blk.i.attn_{q,k}_norm.weight (QK-norm), gemma3's blk.i.post_attention_norm and
+//   post_ffw_norm (its norms are stored as 1 + w, read as plain RMSNorm weights), phi3's fused
+//   blk.i.attn_qkv.weight (rows q, k, v) and ffn_up.weight (rows gate, up), split at load;
+//   ARCH.rope.scaling.type linear with .factor; Llama 3's rope_freqs.weight (per-frequency
+//   divisors). Any tensor the architecture does not read is an error naming it.
 //
-// Metadata read (ARCH = general.architecture, "llama" or "mistral"):
+// Metadata read (ARCH = general.architecture):
 //   ARCH.embedding_length (D), ARCH.block_count (N), ARCH.feed_forward_length (F),
 //   ARCH.attention.head_count (Hq), ARCH.attention.head_count_kv (Hkv, default Hq),
 //   ARCH.context_length (C), ARCH.attention.layer_norm_rms_epsilon, ARCH.rope.freq_base
 //   (θ, default 10000), ARCH.attention.sliding_window (optional), ARCH.rope.dimension_count
-//   (must equal D/Hq when present). V is the row count of token_embd.weight. RoPE scaling
-//   (ARCH.rope.scaling.type other than "none") is rejected: it is not implemented.
+//   (must equal the head width when present). V is the row count of token_embd.weight. RoPE
+//   scaling other than none/linear, and LongRoPE factors, are rejected naming the key.
 // Tensors (GGUF dims {in, out} are our row-major [out, in]):
 //   token_embd.weight -> token_embedding.weight; blk.i.attn_norm.weight -> attention_norm;
 //   blk.i.attn_{q,k,v,output}.weight -> attention.{query,key,value,output};
@@ -38,8 +46,8 @@ struct LlamaGgufOptions {
     AttentionKind attention = AttentionKind::Flash;
 };
 
-// The config the file describes. Missing or ill-typed metadata, an architecture other than
-// llama/mistral, RoPE scaling, or a head dimension that disagrees with D/Hq: GgufFormatError
+// The config the file describes. Missing or ill-typed metadata, an unsupported architecture or
+// RoPE scaling, or a rotary dimension that disagrees with the head width: GgufFormatError
 // naming the key; the config's own rules: std::invalid_argument.
 [[nodiscard]] LlamaMistralConfig llama_config_from_gguf(const GgufFile& file,
                                                         const LlamaGgufOptions& options = {});
