@@ -18,6 +18,7 @@
 #include "riftco_transformer/model/llama_mistral.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
+#include "support/model_support.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -286,10 +287,44 @@ TEST(DecoderFamilies, RopeScalingFollowsTheFormulas) {
         EXPECT_NEAR(rule[i], divisors[i], 1e-7 * plain[i]) << i;
 }
 
+// The score scale against another formulation of it: scores s·q·k equal the default 1/√d
+// scores of a model whose query weights are multiplied by s·√d (no QK-norm, no bias).
+TEST(DecoderFamilies, AttentionScaleEqualsQueriesScaledInTheirWeights) {
+    for (const AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
+        LlamaMistralConfig scaled_config = dimensions();
+        scaled_config.head_width = 6;
+        scaled_config.attention_scale = 0.3F;
+        LlamaMistralConfig plain_config = scaled_config;
+        plain_config.attention_scale = 0.0F;
+        std::mt19937 first(21);
+        std::mt19937 second(21);
+        LlamaMistralTransformer scaled(scaled_config, first, kind);
+        LlamaMistralTransformer plain(plain_config, second, kind);
+        const float multiplier = static_cast<float>(0.3 * std::sqrt(6.0));
+        for (const NamedParameter& named : plain.parameters()) {
+            if (named.name.find("attention.query.weight") == std::string::npos)
+                continue;
+            Variable leaf = named.parameter;
+            std::vector<float> values = named.parameter.value().to_host();
+            for (float& value : values)
+                value *= multiplier;
+            leaf.set_value(Tensor(named.parameter.shape(), values));
+        }
+        const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+        const std::vector<float> expected = plain.forward(tokens, {1, 8}).value().to_host();
+        const std::vector<float> actual = scaled.forward(tokens, {1, 8}).value().to_host();
+        double spread = 0.0;
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            EXPECT_NEAR(actual[i], expected[i], 1e-5 + 1e-5 * std::abs(expected[i])) << i;
+            spread = std::max(spread, static_cast<double>(std::abs(expected[i])));
+        }
+        EXPECT_GT(spread, 0.0);
+    }
+}
+
 TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {
     for (LlamaMistralConfig config : family_configs()) {
         config.maximum_context = 8;
-        config.block_count = std::min<std::size_t>(config.block_count, 6);
         std::mt19937 generator(6);
         LlamaMistralTransformer model(config, generator);
         perturb(model, 11);
@@ -304,26 +339,8 @@ TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {
         };
         Variable loss = cross_entropy(reshape(model.forward(tokens, {1, 8}), {8, 17}), targets);
         loss.backward();
-        for (const NamedParameter& named : model.parameters()) {
-            Variable leaf = named.parameter;
-            const std::vector<float> gradient = named.parameter.gradient().to_host();
-            std::vector<float> values = named.parameter.value().to_host();
-            for (std::size_t index : {std::size_t{0}, values.size() - 1}) {
-                const float saved = values[index];
-                constexpr float step = 1e-2F;
-                values[index] = saved + step;
-                leaf.set_value(Tensor(named.parameter.shape(), values));
-                const double plus = loss_value();
-                values[index] = saved - step;
-                leaf.set_value(Tensor(named.parameter.shape(), values));
-                const double minus = loss_value();
-                values[index] = saved;
-                leaf.set_value(Tensor(named.parameter.shape(), values));
-                const double numeric = (plus - minus) / (2.0 * step);
-                EXPECT_NEAR(gradient[index], numeric, 5e-3 + 5e-3 * std::abs(numeric))
-                    << name_of(config) << " " << named.name << "[" << index << "]";
-            }
-        }
+        SCOPED_TRACE(name_of(config));
+        testing::expect_gradients_match_finite_differences(model.parameters(), loss_value, 2);
     }
 }
 

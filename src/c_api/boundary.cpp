@@ -117,6 +117,14 @@ void require_struct_size(std::uint64_t declared, std::size_t minimum, const char
     }
 }
 
+bool flag_from_value(std::uint32_t value, const char* argument) {
+    if (value > 1) {
+        throw std::invalid_argument(std::string(argument) + ": must be 0 or 1, not " +
+                                    std::to_string(value));
+    }
+    return value == 1;
+}
+
 std::size_t to_size(std::uint64_t value, const char* argument) {
     if (value > std::numeric_limits<std::size_t>::max()) {
         throw std::overflow_error(std::string(argument) + " " + std::to_string(value) +

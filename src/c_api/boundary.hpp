@@ -157,4 +157,8 @@ void write_struct(Struct* destination, const Struct& value, std::size_t minimum,
 // A uint64 count or dimension as std::size_t (std::overflow_error if it does not fit).
 std::size_t to_size(std::uint64_t value, const char* argument);
 
+// A uint32 0/1 field as bool; anything else: std::invalid_argument "<argument>: must be 0 or 1,
+// not <value>".
+bool flag_from_value(std::uint32_t value, const char* argument);
+
 }  // namespace riftco_transformer::c_api

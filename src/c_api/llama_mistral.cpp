@@ -36,32 +36,10 @@ constexpr rt_llama_mistral_config default_config() {
     return config;
 }
 
-LlamaMistralArchitecture architecture_from_value(int32_t value, const char* argument) {
-    switch (value) {
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA:
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL:
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2:
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3:
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3:
-    case RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3:
-        return static_cast<LlamaMistralArchitecture>(value);
-    default:
-        throw std::invalid_argument(std::string(argument) + ": unknown architecture value " +
-                                    std::to_string(value));
-    }
-}
-
-bool flag(uint32_t value, const char* argument) {
-    if (value > 1) {
-        throw std::invalid_argument(std::string(argument) + " must be 0 or 1 (got " +
-                                    std::to_string(value) + ")");
-    }
-    return value != 0;
-}
-
 LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     LlamaMistralConfig c;
-    c.architecture = architecture_from_value(given.architecture, "config->architecture");
+    // Enum values are checked where the config is validated (validate_llama_mistral_config).
+    c.architecture = static_cast<LlamaMistralArchitecture>(given.architecture);
     c.vocabulary_size = to_size(given.vocabulary_size, "config->vocabulary_size");
     c.maximum_context = to_size(given.maximum_context, "config->maximum_context");
     c.model_width = to_size(given.model_width, "config->model_width");
@@ -73,36 +51,24 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.rope_theta = given.rope_theta;
     if (given.sliding_window != 0)
         c.sliding_window = to_size(given.sliding_window, "config->sliding_window");
-    c.tie_embeddings = flag(given.tie_embeddings, "config->tie_embeddings");
+    c.tie_embeddings = flag_from_value(given.tie_embeddings, "config->tie_embeddings");
     c.head_width = to_size(given.head_width, "config->head_width");
-    c.query_key_value_bias = flag(given.query_key_value_bias, "config->query_key_value_bias");
-    c.query_key_norm = flag(given.query_key_norm, "config->query_key_norm");
-    c.norm_weight_offset = flag(given.norm_weight_offset, "config->norm_weight_offset");
-    c.post_block_norms = flag(given.post_block_norms, "config->post_block_norms");
-    if (given.feed_forward_activation != RT_GATED_ACTIVATION_SILU &&
-        given.feed_forward_activation != RT_GATED_ACTIVATION_GELU_TANH) {
-        throw std::invalid_argument("config->feed_forward_activation: unknown value " +
-                                    std::to_string(given.feed_forward_activation));
-    }
+    c.query_key_value_bias = flag_from_value(given.query_key_value_bias, "config->query_key_value_bias");
+    c.query_key_norm = flag_from_value(given.query_key_norm, "config->query_key_norm");
+    c.norm_weight_offset = flag_from_value(given.norm_weight_offset, "config->norm_weight_offset");
+    c.post_block_norms = flag_from_value(given.post_block_norms, "config->post_block_norms");
     c.feed_forward_activation = static_cast<GatedActivation>(given.feed_forward_activation);
     c.embedding_scale = given.embedding_scale;
     c.attention_scale = given.attention_scale;
     c.sliding_window_period = to_size(given.sliding_window_period, "config->sliding_window_period");
     c.rope_local_theta = given.rope_local_theta;
-    switch (given.rope_scaling) {
-    case RT_ROPE_SCALING_NONE:
-    case RT_ROPE_SCALING_LINEAR:
-    case RT_ROPE_SCALING_LLAMA3:
-        c.rope_scaling.kind = static_cast<RopeScalingKind>(given.rope_scaling);
-        break;
-    case RT_ROPE_SCALING_FREQUENCY_FACTORS:
+    // The factors themselves have no field: that kind is reported for GGUF files, not given.
+    if (given.rope_scaling == RT_ROPE_SCALING_FREQUENCY_FACTORS) {
         throw std::invalid_argument(
             "config->rope_scaling: RT_ROPE_SCALING_FREQUENCY_FACTORS is reported for GGUF files "
             "(rope_freqs.weight) and cannot be given");
-    default:
-        throw std::invalid_argument("config->rope_scaling: unknown value " +
-                                    std::to_string(given.rope_scaling));
     }
+    c.rope_scaling.kind = static_cast<RopeScalingKind>(given.rope_scaling);
     c.rope_scaling.factor = given.rope_scaling_factor;
     c.rope_scaling.low_frequency_factor = given.rope_low_frequency_factor;
     c.rope_scaling.high_frequency_factor = given.rope_high_frequency_factor;
@@ -167,13 +133,14 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
                 " is below the 2.10 size " + std::to_string(sizeof(rt_llama_mistral_config)) +
                 " that holds the family choices");
         }
-        const LlamaMistralArchitecture family = architecture_from_value(architecture, "architecture");
-        // Dimensions as given (not validated here: rt_llama_mistral_model_create does that).
+        // Dimensions as given (not validated here: rt_llama_mistral_model_create does that);
+        // an unknown architecture is architecture_preset's std::invalid_argument.
         LlamaMistralConfig dimensions;
         dimensions.model_width = static_cast<std::size_t>(config->model_width);
         dimensions.sliding_window_period = static_cast<std::size_t>(config->sliding_window_period);
         dimensions.rope_local_theta = config->rope_local_theta;
-        const LlamaMistralConfig preset = architecture_preset(family, dimensions);
+        const LlamaMistralConfig preset = architecture_preset(
+            static_cast<LlamaMistralArchitecture>(architecture), dimensions);
         config->architecture = architecture;
         config->query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
         config->query_key_norm = preset.query_key_norm ? 1U : 0U;

@@ -73,14 +73,6 @@ Activation activation_from_value(std::uint32_t value) {
     return static_cast<Activation>(value);
 }
 
-bool flag_from_value(std::uint32_t value, const char* argument) {
-    if (value > 1) {
-        throw std::invalid_argument(std::string(argument) + ": must be 0 or 1, not " +
-                                    std::to_string(value));
-    }
-    return value == 1;
-}
-
 ModelState& state_of(const rt_model* model) {
     return *require_handle(model, "model").state;
 }

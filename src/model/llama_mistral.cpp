@@ -232,21 +232,17 @@ LlamaMistralBlock::LlamaMistralBlock(const LlamaMistralConfig& c, std::size_t la
 }
 
 Variable LlamaMistralBlock::forward(const Variable& x, const RotaryTables& tables) const {
-    Variable attention = attention_->forward(attention_norm_->forward(x), tables);
-    if (post_attention_norm_ != nullptr)
-        attention = post_attention_norm_->forward(attention);
-    const Variable attended = x + attention;
-    Variable mixed = feed_forward_->forward(feed_forward_norm_->forward(attended));
-    if (post_feed_forward_norm_ != nullptr)
-        mixed = post_feed_forward_norm_->forward(mixed);
-    return attended + mixed;
+    return finish(x, attention_->forward(attention_norm_->forward(x), tables));
 }
 
 Variable LlamaMistralBlock::forward_incremental(const Variable& x, const RotaryTables& tables,
                                                 std::size_t layer,
                                                 IncrementalAttentionCache& cache) const {
-    Variable attention =
-        attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache);
+    return finish(x,
+                  attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache));
+}
+
+Variable LlamaMistralBlock::finish(const Variable& x, Variable attention) const {
     if (post_attention_norm_ != nullptr)
         attention = post_attention_norm_->forward(attention);
     const Variable attended = x + attention;

@@ -175,13 +175,13 @@ Variable GroupedQueryAttention::split_heads(const Variable& projected, std::size
     if (shape.size() == 3) {
         // [B,T,heads·d] -> [B,T,heads,d] (normed over d) -> [B,heads,T,d]
         split = reshape(projected, {shape[0], shape[1], heads, d});
-        if (norm != nullptr && tables != nullptr)
+        if (norm != nullptr)
             split = norm->forward(split);
         split = permute(split, {0, 2, 1, 3});
     } else {
         // [R,heads·d] -> [R,heads,1,d]: the same row-major values.
         split = reshape(projected, {shape[0], heads, 1, d});
-        if (norm != nullptr && tables != nullptr)
+        if (norm != nullptr)
             split = norm->forward(split);
     }
     if (tables == nullptr)

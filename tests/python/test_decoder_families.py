@@ -113,3 +113,135 @@ def test_every_family_builds_and_its_bundle_reopens_with_the_same_logits(tmp_pat
                                capture_output=True, text=True, env=environment, timeout=120)
     assert inspected.returncode == 0, inspected.stderr
     assert f"{architecture} Hq=4 Hkv=2 d={config.resolved_head_width}" in inspected.stdout
+
+
+# ---- GGUF files of the new families (written with the fuzz seeds' standard-library writer) ----
+
+sys.path.insert(0, str(REPOSITORY / "tools" / "fuzz"))
+import gguf_seeds  # noqa: E402  (tools/fuzz/gguf_seeds.py: struct-only GGUF writer)
+
+STR, U32, F32, ARR = gguf_seeds.STR, gguf_seeds.U32, gguf_seeds.F32, gguf_seeds.ARR
+
+
+def family_gguf(path, architecture, blocks=2, head_width=6, extra_metadata=(), drop=(),
+                extra_tensors=(), qkv_bias=False, qk_norm=False, post_norms=False,
+                fused_phi3=False, value_length=None):
+    """A tiny F32 GGUF of `architecture`: D=16, Hq=4, Hkv=2, F=20, V=32, head width 6."""
+    import random
+    import struct
+
+    rng = random.Random(7)
+    d_model, hq, hkv, ff, vocabulary = 16, 4, 2, 20, 32
+    q, kv = hq * head_width, hkv * head_width
+    tensors = []
+
+    def tensor(name, *dims):  # dims ne0 first, GGUF order
+        count = 1
+        for dim in dims:
+            count *= dim
+        tensors.append((name, list(dims), 0,
+                        struct.pack(f"<{count}f", *(rng.uniform(-0.5, 0.5) for _ in range(count)))))
+
+    tensor("token_embd.weight", d_model, vocabulary)
+    for i in range(blocks):
+        b = f"blk.{i}."
+        tensor(b + "attn_norm.weight", d_model)
+        if fused_phi3:
+            tensor(b + "attn_qkv.weight", d_model, q + 2 * kv)
+        else:
+            tensor(b + "attn_q.weight", d_model, q)
+            tensor(b + "attn_k.weight", d_model, kv)
+            tensor(b + "attn_v.weight", d_model, kv)
+        if qkv_bias:
+            tensor(b + "attn_q.bias", q)
+            tensor(b + "attn_k.bias", kv)
+            tensor(b + "attn_v.bias", kv)
+        tensor(b + "attn_output.weight", q, d_model)
+        if qk_norm:
+            tensor(b + "attn_q_norm.weight", head_width)
+            tensor(b + "attn_k_norm.weight", head_width)
+        if post_norms:
+            tensor(b + "post_attention_norm.weight", d_model)
+            tensor(b + "post_ffw_norm.weight", d_model)
+        tensor(b + "ffn_norm.weight", d_model)
+        if fused_phi3:
+            tensor(b + "ffn_up.weight", d_model, 2 * ff)
+        else:
+            tensor(b + "ffn_gate.weight", d_model, ff)
+            tensor(b + "ffn_up.weight", d_model, ff)
+        tensor(b + "ffn_down.weight", ff, d_model)
+    tensor("output_norm.weight", d_model)
+    for name, dims in extra_tensors:
+        tensor(name, *dims)
+    tensors = [entry for entry in tensors if entry[0] not in drop]
+    a = architecture
+    metadata = [("general.architecture", STR, a), (f"{a}.context_length", U32, 64),
+                (f"{a}.embedding_length", U32, d_model), (f"{a}.block_count", U32, blocks),
+                (f"{a}.feed_forward_length", U32, ff), (f"{a}.attention.head_count", U32, hq),
+                (f"{a}.attention.head_count_kv", U32, hkv),
+                (f"{a}.attention.layer_norm_rms_epsilon", F32, 1e-6),
+                (f"{a}.attention.key_length", U32, head_width),
+                (f"{a}.attention.value_length", U32, value_length or head_width),
+                *extra_metadata]
+    path.write_bytes(gguf_seeds.gguf_file(metadata, tensors))
+    return path
+
+
+def load_error(path) -> str:
+    from riftco_transformer import RiftcoTransformerError
+
+    with pytest.raises(RiftcoTransformerError) as caught:
+        LlamaMistralTransformer.from_gguf(path).close()
+    return str(caught.value)
+
+
+def test_gguf_files_of_each_family_load_with_the_familys_choices(tmp_path):
+    with LlamaMistralTransformer.from_gguf(
+            family_gguf(tmp_path / "q2.gguf", "qwen2", qkv_bias=True)) as model:
+        assert model.config.architecture == "qwen2" and model.config.query_key_value_bias
+        assert model.config.head_width == 6
+    with LlamaMistralTransformer.from_gguf(
+            family_gguf(tmp_path / "q3.gguf", "qwen3", qk_norm=True)) as model:
+        assert model.config.query_key_norm and model.config.tie_embeddings
+    with LlamaMistralTransformer.from_gguf(
+            family_gguf(tmp_path / "phi.gguf", "phi3", fused_phi3=True)) as model:
+        assert model.config.architecture == "phi3"
+        with model.parameters() as parameters:
+            shapes = dict(zip(parameters.names, parameters.shapes))
+        assert shapes["blocks.0.attention.query.weight"] == (24, 16)
+        assert shapes["blocks.0.feed_forward.gate.weight"] == (20, 16)
+    gemma = family_gguf(tmp_path / "g3.gguf", "gemma3", qk_norm=True, post_norms=True,
+                        extra_metadata=[("gemma3.attention.sliding_window", U32, 4)])
+    with LlamaMistralTransformer.from_gguf(gemma) as model:
+        config = model.config
+        # GGUF stores Gemma's norms as 1 + w: read as plain RMSNorm weights.
+        assert not config.norm_weight_offset and config.post_block_norms
+        assert config.feed_forward_activation == "gelu_tanh"
+        assert config.sliding_window_period == 6 and config.rope_local_theta == 10000.0
+        assert config.embedding_scale == pytest.approx(4.0) and config.attention_scale == 0.0
+
+
+def test_gguf_gemma3_27b_scores_with_width_over_heads(tmp_path):
+    # 62 blocks is the 27B layout: query_pre_attn_scalar = D/Hq = 4, so the scale is 1/2.
+    path = family_gguf(tmp_path / "g27.gguf", "gemma3", blocks=62, qk_norm=True, post_norms=True)
+    with LlamaMistralTransformer.from_gguf(path) as model:
+        assert model.config.attention_scale == 0.5
+
+
+@pytest.mark.parametrize("arguments, fragment", [
+    (dict(qkv_bias=True, extra_tensors=[("blk.0.extra.weight", (16,))]),
+     "tensor 'blk.0.extra.weight' is not part of a qwen2 model of 2 blocks"),
+    (dict(qkv_bias=False), "attn_q.bias"),
+    (dict(qkv_bias=True, extra_tensors=[("rope_freqs.weight", (5,))]), "rope_freqs.weight"),
+    (dict(qkv_bias=True, extra_tensors=[("rope_factors_long.weight", (3,))]), "LongRoPE"),
+    (dict(qkv_bias=True, extra_metadata=[("qwen2.rope.scaling.type", STR, "yarn")]),
+     "qwen2.rope.scaling.type 'yarn'"),
+    (dict(qkv_bias=True, value_length=8),
+     "qwen2.attention.value_length 8 differs from qwen2.attention.key_length 6"),
+])
+def test_gguf_rules_name_the_tensor_or_key(tmp_path, arguments, fragment):
+    path = family_gguf(tmp_path / "bad.gguf", "qwen2", **arguments)
+    assert fragment in load_error(path)
+    assert "bad.gguf" in load_error(path)
+    unknown = family_gguf(tmp_path / "gemma2.gguf", "gemma2")
+    assert "general.architecture 'gemma2' is not supported" in load_error(unknown)

@@ -132,6 +132,10 @@ class LlamaMistralBlock final : public Module {
     void set_attention(AttentionKind kind) { attention_->set_kind(kind); }
 
   private:
+    // The rest of the block after its attention: the post-attention norm (when configured),
+    // the residual add, then the feed-forward with its norms and residual.
+    [[nodiscard]] Variable finish(const Variable& x, Variable attention) const;
+
     RMSNorm* attention_norm_;
     GroupedQueryAttention* attention_;
     RMSNorm* post_attention_norm_ = nullptr;

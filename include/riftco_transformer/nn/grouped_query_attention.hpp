@@ -92,8 +92,8 @@ class GroupedQueryAttention final : public Module {
 
   private:
     // A projection [B,T,heads·d] (sequence) or [R,heads·d] (rows) split into heads,
-    // [B,heads,T,d] or [R,heads,1,d]; with `rotate`, normed by `norm` when given, rotated with
-    // `tables` and multiplied by `multiplier` when it is not 1.
+    // [B,heads,T,d] or [R,heads,1,d], normed over d by `norm` when given; then, when `tables`
+    // is given, rotated and multiplied by `multiplier` when it is not 1 (values: neither).
     [[nodiscard]] Variable split_heads(const Variable& projected, std::size_t heads,
                                        const RMSNorm* norm, const RotaryTables* tables,
                                        float multiplier) const;
