@@ -49,20 +49,16 @@ static void config_init_sets_the_defaults_and_layout(void) {
 }
 
 /* A 2.8 client declares the first 96 bytes: init writes only those, create reads them with
- * Llama's choices for the rest. */
+ * Llama's choices for the rest (whatever bytes lie past the prefix), config writes only them. */
 static void a_2_8_sized_config_still_initialises_and_creates(void) {
     rt_llama_mistral_config config;
     memset(&config, 0xAB, sizeof config);
     EXPECT_OK(rt_llama_mistral_config_init(&config, 96));
     EXPECT_EQ_U64(config.struct_size, 96);
-    EXPECT_EQ_U64(config.head_width, 0xABABABABABABABABull); /* past the prefix: untouched */
-    config.vocabulary_size = 11;
-    config.maximum_context = 8;
-    config.model_width = 16;
-    config.query_head_count = 4;
-    config.key_value_head_count = 2;
-    config.block_count = 1;
-    config.feed_forward_width = 12;
+    EXPECT(all_bytes_are((const char*)&config + 96, sizeof config - 96, 0xAB));
+    config = tiny_llama_config();
+    config.struct_size = 96;
+    memset((char*)&config + 96, 0xAB, sizeof config - 96); /* garbage past the prefix */
     rt_llama_mistral_model* model = NULL;
     EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
     rt_llama_mistral_config out;
@@ -70,7 +66,14 @@ static void a_2_8_sized_config_still_initialises_and_creates(void) {
     out.struct_size = 96;
     EXPECT_OK(rt_llama_mistral_model_config(model, &out));
     EXPECT_EQ_U64(out.model_width, 16);
-    EXPECT_EQ_U64(out.head_width, 0xCDCDCDCDCDCDCDCDull); /* past the prefix: untouched */
+    EXPECT(all_bytes_are((const char*)&out + 96, sizeof out - 96, 0xCD));
+    /* The full-size config of that model reads Llama's choices. */
+    rt_llama_mistral_config full;
+    full.struct_size = sizeof full;
+    EXPECT_OK(rt_llama_mistral_model_config(model, &full));
+    EXPECT(full.head_width == 0 && full.query_key_norm == 0 && full.post_block_norms == 0 &&
+           full.feed_forward_activation == RT_GATED_ACTIVATION_SILU &&
+           full.rope_scaling == RT_ROPE_SCALING_NONE);
     /* The preset needs the 2.10 size (it writes the choices). */
     EXPECT_STATUS(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3),
                   RT_STATUS_INVALID_ARGUMENT);
@@ -103,53 +106,51 @@ static void presets_set_each_familys_choices(void) {
                   RT_STATUS_INVALID_ARGUMENT);
 }
 
+/* create with `config` fails with `status`, its message naming `fragment`, and leaves the
+ * output pointer untouched. */
+#define EXPECT_CREATE_REJECTED(config, status, fragment)                                  \
+    do {                                                                                  \
+        rt_llama_mistral_model* untouched = (rt_llama_mistral_model*)0x1;                 \
+        EXPECT_STATUS(rt_llama_mistral_model_create(&(config), &untouched), (status));    \
+        EXPECT_LAST_ERROR_MENTIONS(fragment);                                             \
+        EXPECT(untouched == (rt_llama_mistral_model*)0x1);                                \
+    } while (0)
+
 static void every_config_rule_is_enforced_before_anything_is_created(void) {
     rt_llama_mistral_config config = tiny_llama_config();
-    rt_llama_mistral_model* model = (rt_llama_mistral_model*)0x1;
     config.architecture = 7;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("architecture");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "architecture");
     config = tiny_llama_config();
     config.key_value_head_count = 3;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("key_value_head_count");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "key_value_head_count");
     config = tiny_llama_config();
     config.model_width = 12; /* head width 3: RoPE needs it even */
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("even head width");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "even head width");
     config = tiny_llama_config();
     config.rope_theta = -1.0;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("rope_theta");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_theta");
     config = tiny_llama_config();
     config.tie_embeddings = 2;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("tie_embeddings");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "tie_embeddings");
     config = tiny_llama_config();
     config.query_key_norm = 3;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("query_key_norm");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "query_key_norm");
     config = tiny_llama_config();
     config.feed_forward_activation = 9;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("feed_forward_activation");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "feed_forward_activation");
     config = tiny_llama_config();
     config.rope_scaling = RT_ROPE_SCALING_FREQUENCY_FACTORS;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("rope_scaling");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_scaling");
     config = tiny_llama_config();
     config.rope_scaling = RT_ROPE_SCALING_LLAMA3;
     config.rope_high_frequency_factor = 0.5;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("high_frequency_factor");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "high_frequency_factor");
     config = tiny_llama_config();
     config.sliding_window_period = 2;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_MENTIONS("sliding_window_period");
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "sliding_window_period");
     config = tiny_llama_config();
     config.block_count = (uint64_t)1 << 40;
-    EXPECT_STATUS(rt_llama_mistral_model_create(&config, &model), RT_STATUS_OVERFLOW);
-    EXPECT(model == (rt_llama_mistral_model*)0x1); /* untouched on every rejection */
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_OVERFLOW, "block_count");
 }
 
 static void the_model_view_serves_every_rt_model_function(void) {
