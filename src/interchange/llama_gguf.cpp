@@ -37,12 +37,13 @@ constexpr LlamaMistralArchitecture supported_architectures[] = {
 
 LlamaMistralArchitecture architecture_of(const GgufFile& file) {
     const std::string& architecture = file.get_string("general.architecture");
-    std::string known;
     for (const LlamaMistralArchitecture candidate : supported_architectures) {
         if (architecture == llama_mistral_architecture_name(candidate))
             return candidate;
-        known += (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
     }
+    std::string known;
+    for (const LlamaMistralArchitecture candidate : supported_architectures)
+        known += (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
     fail(file, "general.architecture '" + architecture + "' is not supported (" + known + ")");
 }
 

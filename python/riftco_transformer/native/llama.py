@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ._abi import LlamaMistralConfigStruct
 from ._errors import check_status
 from ._loader import library
-from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
+from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int, require_real
 from .model import (
     ACTIVATION_CHECKPOINTING_VALUES,
     ATTENTION_VALUES,
@@ -25,7 +25,7 @@ GATED_ACTIVATION_NAMES = {value: name for name, value in GATED_ACTIVATION_VALUES
 ROPE_SCALING_VALUES = {"none": 0, "linear": 1, "llama3": 2, "frequency_factors": 3}
 ROPE_SCALING_NAMES = {value: name for name, value in ROPE_SCALING_VALUES.items()}
 
-# The family choices (C ABI 2.10), each defaulting to Llama's: (name, kind).
+# The family choices (C ABI 2.10), each defaulting to Llama's: the 0/1 flags and the reals.
 _CHOICE_FLAGS = ("query_key_value_bias", "query_key_norm", "norm_weight_offset", "post_block_norms")
 _CHOICE_REALS = (
     "embedding_scale",
@@ -142,12 +142,10 @@ class LlamaMistralConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, not {type(getattr(self, name)).__name__}")
         for name in _CHOICE_REALS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+            value = require_real(getattr(self, name), name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0 (got {value!r})")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, value)
         require_choice(self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES)
         require_choice(self.rope_scaling, "rope_scaling", ROPE_SCALING_VALUES)
 
