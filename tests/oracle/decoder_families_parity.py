@@ -19,6 +19,11 @@ KV cache) must agree with ours within 1e-3 too, for Llama 3, Qwen 2, Qwen 3 and 
 window (phi3_dense); where llama.cpp is no float32 oracle (LLAMA_CPP_NOT_AN_ORACLE: windows it
 ignores, Gemma's fp16 GELU table) its figure is printed, not asserted.
 
+The same models are also saved by transformers' own ``save_pretrained`` as Hugging Face
+directories (F32; Llama 3 sharded, Qwen 3 in BF16, Phi-3 in F16, each against transformers on
+the rounded weights) with a byte-level tokenizer.json, and loaded by our Python package's
+``load_pretrained``: logits within 1e-3 with the loader's attention and with flash.
+
 Exit 77 (skipped), saying why, without transformers + torch + gguf + numpy
 ($RIFTCO_TRANSFORMER_HF_PYTHON, the cached venv .ci/run makes).
 """
@@ -32,7 +37,7 @@ import sys
 ORACLE_MODULES = ("numpy", "gguf", "torch", "transformers")
 TOLERANCE = 1e-3
 PROMPT_LENGTH = 80
-VOCABULARY = 128
+VOCABULARY = 300  # above 256 so that a byte-level tokenizer.json fits the HF directories
 
 
 def reexec_in_oracle_venv():
@@ -135,6 +140,20 @@ def build_hf_model(name, seed):
                 values = torch.randn(shape, generator=generator) / math.sqrt(shape[1])
             parameter.copy_(values)
     return config, model
+
+
+def model_class_copy(model, dtype):
+    """A float32 copy of ``model`` whose weights are rounded to ``dtype`` (what a directory
+    saved in that precision holds)."""
+    import copy
+
+    import torch
+
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in rounded.parameters():
+            parameter.copy_(parameter.to(dtype).to(torch.float32))
+    return rounded
 
 
 def hf_logits(model, prompt):
@@ -257,6 +276,45 @@ def write_gguf(path, name, config, model):
     writer.close()
 
 
+def write_hf_directory(directory, name, model, dtype=None, shards=False):
+    """transformers' own save_pretrained (safetensors; ``dtype``: the weights stored in that
+    precision; ``shards``: several files and an index), plus a byte-level tokenizer.json made
+    with the `tokenizers` package (256 byte tokens, no merges)."""
+    import copy
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    # A copy is converted: .to(dtype) also rounds the rotary inv_freq buffers, which would
+    # corrupt the float32 model the other comparisons use.
+    saved = model if dtype is None else copy.deepcopy(model).to(dtype)
+    saved.save_pretrained(directory, safe_serialization=True,
+                          max_shard_size="40KB" if shards else "5GB")
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocabulary = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
+    tokenizer = Tokenizer(models.BPE(vocab=vocabulary, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.save(os.path.join(directory, "tokenizer.json"))
+
+
+def our_hf_logits(directory, prompt, attention=None):
+    """Logits of our loader's model for the directory (riftco_transformer imported from this
+    checkout, the library named by RIFTCO_TRANSFORMER_LIBRARY)."""
+    import riftco_transformer as rt
+
+    with rt.load_pretrained(directory) as loaded:
+        if attention is not None:
+            loaded.model.set_full_sequence_attention(attention)
+        with loaded.model(prompt) as logits:
+            values = logits.tolist()
+    return np.asarray(values, dtype=np.float64).reshape(len(prompt), VOCABULARY)
+
+
+# Each family's Hugging Face directory: the storage precision and sharding it is written with.
+HF_VARIANTS = {"llama3": dict(shards=True), "qwen3": dict(dtype="bfloat16"),
+               "phi3": dict(dtype="float16")}
+
+
 def add_vocabulary(writer, vocabulary):
     """A byte-level BPE vocabulary with no merges: enough for llama.cpp to load the file (the
     logits are compared on token ids, never on text)."""
@@ -326,7 +384,13 @@ def main():
     parser.add_argument("--run-tool", required=True)
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--family", action="append", help="only these families")
+    parser.add_argument("--library", help="libriftco_transformer_c to load for the Hugging Face "
+                        "directories (default: this checkout's release build)")
     args = parser.parse_args()
+    if args.library:
+        os.environ["RIFTCO_TRANSFORMER_LIBRARY"] = args.library
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "python"))
     os.makedirs(args.work_dir, exist_ok=True)
     rng = np.random.default_rng(29)
     prompts = [rng.integers(3, VOCABULARY, PROMPT_LENGTH).tolist() for _ in range(2)]
@@ -340,6 +404,25 @@ def main():
         path = os.path.join(args.work_dir, f"{name}.gguf")
         write_gguf(path, name, config, model)
         references = [hf_logits(model, prompt) for prompt in prompts]
+        # The Hugging Face directory, through our loader (in the precision it is stored in:
+        # the reference is transformers' model on those rounded weights).
+        import torch
+
+        variant = dict(HF_VARIANTS.get(name, {}))
+        dtype = getattr(torch, variant.pop("dtype")) if "dtype" in variant else None
+        directory = os.path.join(args.work_dir, f"{name}-hf")
+        write_hf_directory(directory, name, model, dtype=dtype, **variant)
+        if dtype is not None:
+            rounded = model_class_copy(model, dtype)
+            stored_references = [hf_logits(rounded, prompt) for prompt in prompts]
+        else:
+            stored_references = references
+        stored = "" if dtype is None else f", {str(dtype).split('.')[-1]} weights"
+        for index, (prompt, reference) in enumerate(zip(prompts, stored_references)):
+            for attention in (None, "flash"):
+                label = f"ours (HF dir{stored}{', flash' if attention else ''}) vs transformers"
+                compare(f"{label}, prompt {index}",
+                        our_hf_logits(directory, prompt, attention), reference, failures)
         for index, (prompt, reference) in enumerate(zip(prompts, references)):
             for attention in ("flash", "materialized"):
                 compare(f"ours ({attention}) vs transformers, prompt {index}",

@@ -495,8 +495,8 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
-    (dict(head_dim=8), "head_dim"),
+    (dict(rope_scaling={"type": "yarn", "factor": 2.0}), "rope_scaling"),
+    (dict(head_dim=7), "head_dim"),
     (dict(attention_bias=True), "attention_bias"),
     (dict(mlp_bias=True), "mlp_bias"),
     (dict(hidden_act="gelu"), "hidden_act"),

@@ -1,7 +1,8 @@
-"""Hugging Face checkpoints of Llama and Mistral models, read from their directory.
-(``GPT2LMHeadModel`` directories are dispatched to :mod:`.huggingface_gpt2`.)
+"""Hugging Face checkpoints of the rotary families, read from their directory: Llama,
+Mistral, Qwen 2/2.5, Qwen 3, Gemma 3 (text) and Phi-3 (``GPT2LMHeadModel`` directories are
+dispatched to :mod:`.huggingface_gpt2`).
 
-A directory holds ``config.json`` (``LlamaForCausalLM`` or ``MistralForCausalLM``), the
+A directory holds ``config.json`` (one of ``ARCHITECTURES``), the
 weights as ``model.safetensors`` or as shards listed by ``model.safetensors.index.json``, and
 ``tokenizer.json`` with an optional ``tokenizer_config.json`` (chat template, bos/eos tokens).
 :func:`load_huggingface` returns a :class:`~riftco_transformer.pretrained.PretrainedModel`;
@@ -10,7 +11,7 @@ weights as ``model.safetensors`` or as shards listed by ``model.safetensors.inde
 Weights: F32, F16 or BF16 tensors, converted exactly to float32 by the native library from
 the memory-mapped file (``ParameterList.load_from_bytes``), so no Python loop touches a value.
 Hugging Face's q/k rows are already in the split-half RoPE order of our model (no permutation,
-unlike GGUF). Names map one to one::
+unlike GGUF). Names map one to one (the family's extra tensors below)::
 
     model.embed_tokens.weight                  token_embedding.weight
     model.layers.N.input_layernorm.weight      blocks.N.attention_norm.scale
@@ -21,6 +22,12 @@ unlike GGUF). Names map one to one::
     lm_head.weight                             language_model_head.weight
 
 (Every Hugging Face name ends in ``.weight``; ours end in ``.weight``, norms in ``.scale``.)
+Qwen 2 adds ``self_attn.{q,k,v}_proj.bias``; Qwen 3 and Gemma 3 ``self_attn.{q,k}_norm``
+(attention.{query,key}_norm.scale); Gemma 3 names its norms ``input_layernorm``,
+``post_attention_layernorm`` (our post_attention_norm), ``pre_feedforward_layernorm``
+(feed_forward_norm) and ``post_feedforward_layernorm`` (post_feed_forward_norm), stored as the
+w of its (1 + w) form; Phi-3 fuses ``self_attn.qkv_proj`` (rows q, k, v) and
+``mlp.gate_up_proj`` (rows gate, up), which are read as row ranges of the one tensor.
 
 With ``tie_word_embeddings`` the head is the embedding: ``lm_head.weight`` is then absent, or
 byte for byte the embedding. Rotary ``inv_freq`` buffers are ignored. Like Hugging Face's own
@@ -30,8 +37,10 @@ Strictness: every expected tensor is present with its exact shape, no other tens
 (ValueError naming it), and each safetensors header is checked before any value is read: a
 header of at most ``SAFETENSORS_MAXIMUM_HEADER_BYTES``, known fields only, dtype F32/F16/BF16,
 each byte span exactly its shape's size, the spans tiling the data buffer (no overlap, gap or
-missing byte). Config keys this model cannot honour (``rope_scaling``, a ``head_dim`` other
-than hidden/heads, biases, an activation other than SiLU) are a ValueError naming the key.
+missing byte). Config keys the decoder cannot honour (YaRN or LongRoPE scaling, an odd
+``head_dim``, biases the family does not have, another activation, soft-capping, Qwen's
+``use_sliding_window``, a Gemma ``layer_types`` that is not a period) are a ValueError naming
+the key.
 Nothing is returned half-loaded: on any error the model and tokenizer are closed.
 """
 
@@ -73,7 +82,17 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3",
+}
+# The activation key and value each family's config.json uses for its feed-forward.
+_ACTIVATIONS = {"gemma3": ("hidden_activation", "gelu_pytorch_tanh")}
+_DEFAULT_ACTIVATION = ("hidden_act", "silu")
 
 # Defaults of transformers' LlamaConfig / MistralConfig for keys a config.json may omit.
 _DEFAULT_ROPE_THETA = 10000.0
@@ -95,20 +114,52 @@ _BLOCK_NAMES = {
     "feed_forward.up.weight": "mlp.up_proj.weight",
     "feed_forward.down.weight": "mlp.down_proj.weight",
 }
+# Per family, where its names differ from Llama's (our name -> the Hugging Face one).
+_FAMILY_BLOCK_NAMES = {
+    "qwen2": {
+        "attention.query.bias": "self_attn.q_proj.bias",
+        "attention.key.bias": "self_attn.k_proj.bias",
+        "attention.value.bias": "self_attn.v_proj.bias",
+    },
+    "qwen3": {
+        "attention.query_norm.scale": "self_attn.q_norm.weight",
+        "attention.key_norm.scale": "self_attn.k_norm.weight",
+    },
+    "gemma3": {
+        "attention.query_norm.scale": "self_attn.q_norm.weight",
+        "attention.key_norm.scale": "self_attn.k_norm.weight",
+        "post_attention_norm.scale": "post_attention_layernorm.weight",
+        "feed_forward_norm.scale": "pre_feedforward_layernorm.weight",
+        "post_feed_forward_norm.scale": "post_feedforward_layernorm.weight",
+    },
+}
+# Phi-3's fused tensors: our parameter -> (Hugging Face name, its part: 0, 1, 2 in row order).
+_PHI3_FUSED = {
+    "attention.query.weight": ("self_attn.qkv_proj.weight", 0),
+    "attention.key.weight": ("self_attn.qkv_proj.weight", 1),
+    "attention.value.weight": ("self_attn.qkv_proj.weight", 2),
+    "feed_forward.gate.weight": ("mlp.gate_up_proj.weight", 0),
+    "feed_forward.up.weight": ("mlp.gate_up_proj.weight", 1),
+}
 _EMBEDDING = _GLOBAL_NAMES["token_embedding.weight"]
 _HEAD = _GLOBAL_NAMES["language_model_head.weight"]
 # RoPE frequency buffers some checkpoints carry; they follow from the config.
 _IGNORED = re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 
 
-def huggingface_name(name: str) -> str:
-    """The Hugging Face tensor name of one of our Llama/Mistral parameter names."""
+def huggingface_name(name: str, architecture: str = "llama") -> str:
+    """The Hugging Face tensor name of one of our parameter names in ``architecture``'s
+    checkpoints (Phi-3's fused parameters: the fused tensor's name)."""
     if name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[name]
     match = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
-    if match is None or match.group(2) not in _BLOCK_NAMES:
+    local = match.group(2) if match else None
+    names = {**_BLOCK_NAMES, **_FAMILY_BLOCK_NAMES.get(architecture, {})}
+    if architecture == "phi3" and local in _PHI3_FUSED:
+        return f"model.layers.{match.group(1)}.{_PHI3_FUSED[local][0]}"
+    if local not in names:
         raise ValueError(f"parameter {name!r} has no Hugging Face counterpart")
-    return f"model.layers.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"
+    return f"model.layers.{match.group(1)}.{names[local]}"
 
 
 # ---- config.json
@@ -152,45 +203,85 @@ def _config_from_document(
     width = _positive_int(document, "hidden_size", source)
     heads = _positive_int(document, "num_attention_heads", source)
     key_value_heads = _positive_int(document, "num_key_value_heads", source, default=heads)
-    if width % heads != 0:
+    head_dim = _positive_int(document, "head_dim", source, default=None)
+    if head_dim is None and width % heads != 0:
         _fail(source, f"hidden_size {width} is not a multiple of num_attention_heads {heads}")
-    head_dim = document.get("head_dim")
-    if head_dim is not None and head_dim != width // heads:
-        _fail(source, f"head_dim {_describe(head_dim)} is not supported (only hidden_size / "
-                      f"num_attention_heads = {width // heads})")
-    if document.get("rope_scaling") is not None:
-        _fail(source, f"rope_scaling {_describe(document['rope_scaling'])} is not supported "
-                      "(only null)")
+    if head_dim is not None and head_dim % 2:
+        _fail(source, f"head_dim {head_dim} is not supported (RoPE needs an even width)")
+    head_width = 0 if head_dim is None or head_dim * heads == width else head_dim
     for key in ("attention_bias", "mlp_bias"):
         if document.get(key) not in (None, False):
             _fail(source, f"{key} {_describe(document[key])} is not supported (only false)")
-    activation = document.get("hidden_act", "silu")
-    if activation != "silu":
-        _fail(source, f"hidden_act {_describe(activation)} is not supported (only 'silu')")
-    tied = document.get("tie_word_embeddings", False)
+    activation_key, activation = _ACTIVATIONS.get(architecture, _DEFAULT_ACTIVATION)
+    if document.get(activation_key, activation) != activation:
+        _fail(source, f"{activation_key} {_describe(document[activation_key])} is not supported "
+                      f"(only {activation!r})")
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if document.get(key) is not None:
+            _fail(source, f"{key} {_describe(document[key])} is not supported (only null)")
+    if document.get("use_sliding_window"):
+        _fail(source, "use_sliding_window true is not supported (Qwen's per-layer windows)")
+    if document.get("use_bidirectional_attention"):
+        _fail(source, "use_bidirectional_attention true is not supported (a decoder is causal)")
+    if document.get("partial_rotary_factor", 1.0) != 1.0:
+        _fail(source, f"partial_rotary_factor {_describe(document['partial_rotary_factor'])} is "
+                      "not supported (only 1.0)")
+    tied = document.get("tie_word_embeddings", architecture == "gemma3")
     if not isinstance(tied, bool):
         _fail(source, f"tie_word_embeddings must be true or false, not {_json_type(tied)}")
     context = _positive_int(document, "max_position_embeddings", source)
     if maximum_context is not None:
         context = require_int(maximum_context, "maximum_context", 1, UINT64_LIMIT)
+    blocks = _positive_int(document, "num_hidden_layers", source)
     window = None
-    if architecture == "mistral":  # transformers' Llama has no sliding window
+    if architecture in ("mistral", "phi3", "gemma3"):  # Llama and Qwen (by default): none
         window = _positive_int(document, "sliding_window", source, default=None)
-    return LlamaMistralConfig(
+    fields = dict(
         vocabulary_size=_positive_int(document, "vocab_size", source),
         maximum_context=context,
         model_width=width,
         query_head_count=heads,
         key_value_head_count=key_value_heads,
-        block_count=_positive_int(document, "num_hidden_layers", source),
+        block_count=blocks,
         feed_forward_width=_positive_int(document, "intermediate_size", source),
-        architecture=architecture,
         rms_norm_epsilon=_positive_float(document, "rms_norm_eps", source,
                                          _DEFAULT_RMS_NORM_EPSILON),
-        rope_theta=_rope_theta(document, source),
         sliding_window=window,
         tie_embeddings=tied,
+        head_width=head_width,
     )
+    if architecture == "gemma3":
+        global_rope, local_rope = _gemma_rope(document, source)
+        fields.update(global_rope)
+        fields["rope_local_theta"] = local_rope["rope_theta"]
+        fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source)
+        scalar = _positive_float(document, "query_pre_attn_scalar", source, float(head_dim or 256))
+        if scalar != (head_dim or width // heads):
+            fields["attention_scale"] = scalar ** -0.5
+    else:
+        fields.update(_rope(document, source))
+    return LlamaMistralConfig.preset(architecture, **fields)
+
+
+def _gemma_window_period(document: Mapping, blocks: int, window: int | None,
+                         source: str) -> int:
+    """The period p of Gemma 3's local/global layers (layer i dense when (i+1) % p == 0):
+    from ``layer_types`` (transformers 5), checked to be that pattern, or
+    ``sliding_window_pattern`` (4.x, default 6)."""
+    layer_types = document.get("layer_types")
+    if layer_types is None:
+        period = _positive_int(document, "sliding_window_pattern", source, default=6)
+        return period if window is not None else 0
+    if not isinstance(layer_types, list) or len(layer_types) != blocks:
+        _fail(source, f"layer_types must list {blocks} layer types")
+    dense = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    period = dense[0] + 1 if dense else 6
+    expected = ["full_attention" if (i + 1) % period == 0 else "sliding_attention"
+                for i in range(blocks)]
+    if layer_types != expected or (window is None and dense != list(range(blocks))):
+        _fail(source, f"layer_types {_describe(layer_types)} is not supported (every p-th layer "
+                      "full_attention, the others sliding_attention, with a sliding_window)")
+    return period if window is not None else 0
 
 
 def _architecture(document: Mapping, source: str) -> str:
@@ -222,16 +313,56 @@ def _positive_float(document: Mapping, key: str, source: str, default: float) ->
     return float(value)
 
 
-def _rope_theta(document: Mapping, source: str) -> float:
-    """``rope_theta``, or transformers 5's ``rope_parameters`` (default rope type only)."""
+def _rope(document: Mapping, source: str) -> dict:
+    """The RoPE base and scaling as LlamaMistralConfig fields, from transformers 5's
+    ``rope_parameters`` or 4.x's ``rope_theta`` + ``rope_scaling``: rope types default,
+    linear and llama3 (YaRN, LongRoPE and the rest: ValueError naming the key)."""
     parameters = document.get("rope_parameters")
-    if parameters is None:
-        return _positive_float(document, "rope_theta", source, _DEFAULT_ROPE_THETA)
-    if not isinstance(parameters, dict) or parameters.get("rope_type", "default") != "default":
-        _fail(source, f"rope_parameters {_describe(parameters)} is not supported (only "
-                      "rope_type 'default')")
-    return _positive_float(parameters, "rope_theta", source + " rope_parameters",
-                           _DEFAULT_ROPE_THETA)
+    if parameters is not None:
+        key, where = "rope_parameters", source + " rope_parameters"
+        if not isinstance(parameters, dict):
+            _fail(source, f"rope_parameters {_describe(parameters)} must be an object")
+        theta = _positive_float(parameters, "rope_theta", where, _DEFAULT_ROPE_THETA)
+        scaling = parameters
+    else:
+        key, where = "rope_scaling", source + " rope_scaling"
+        theta = _positive_float(document, "rope_theta", source, _DEFAULT_ROPE_THETA)
+        scaling = document.get("rope_scaling")
+        if scaling is not None and not isinstance(scaling, dict):
+            _fail(source, f"rope_scaling {_describe(scaling)} must be null or an object")
+    kind = "default" if scaling is None else scaling.get("rope_type", scaling.get("type", "default"))
+    fields = {"rope_theta": theta}
+    if kind == "linear":
+        fields.update(rope_scaling="linear",
+                      rope_scaling_factor=_positive_float(scaling, "factor", where, 1.0))
+    elif kind == "llama3":
+        fields.update(
+            rope_scaling="llama3",
+            rope_scaling_factor=_positive_float(scaling, "factor", where, 8.0),
+            rope_low_frequency_factor=_positive_float(scaling, "low_freq_factor", where, 1.0),
+            rope_high_frequency_factor=_positive_float(scaling, "high_freq_factor", where, 4.0),
+            rope_original_context=_positive_int(scaling, "original_max_position_embeddings",
+                                                where, default=8192))
+    elif kind != "default":
+        _fail(source, f"{key} {_describe(scaling)} is not supported (rope_type default, linear "
+                      "or llama3)")
+    return fields
+
+
+def _gemma_rope(document: Mapping, source: str) -> tuple[dict, dict]:
+    """Gemma 3's RoPE of its dense layers (base and scaling) and of its windowed layers
+    (``rope_local_base_freq``, unscaled): transformers 5's ``rope_parameters`` per layer type,
+    or 4.x's ``rope_theta``, ``rope_scaling`` and ``rope_local_base_freq``."""
+    parameters = document.get("rope_parameters")
+    if isinstance(parameters, dict) and "full_attention" in parameters:
+        full = _rope({"rope_parameters": parameters["full_attention"]}, source)
+        local = _rope({"rope_parameters": parameters.get("sliding_attention", {})}, source)
+    else:
+        full = _rope({**document, "rope_theta": document.get("rope_theta", 1e6)}, source)
+        local = {"rope_theta": _positive_float(document, "rope_local_base_freq", source, 1e4)}
+    if set(local) != {"rope_theta"}:
+        _fail(source, "rope_parameters.sliding_attention: only rope_type 'default' is supported")
+    return full, local
 
 
 def _read_json_object(path: Path) -> dict:
@@ -374,10 +505,28 @@ def read_checkpoint_tensors(directory: str | os.PathLike) -> dict[str, TensorSpa
 
 
 def _plan(
-    names, shapes, tensors: dict[str, TensorSpan], tied: bool, source: str
+    names, shapes, tensors: dict[str, TensorSpan], config: LlamaMistralConfig, source: str
 ) -> list[TensorSpan]:
-    """The tensor of each of our parameters (in list order), every rule checked."""
-    expected = {huggingface_name(name): shape for name, shape in zip(names, shapes)}
+    """The tensor (or, for Phi-3's fused tensors, the row range) of each of our parameters (in
+    list order), every rule checked."""
+    architecture, tied = config.architecture, config.tie_embeddings
+    # HF name -> its expected shape, and our parameter -> (HF name, first row, rows).
+    expected: dict[str, tuple[int, ...]] = {}
+    sources = []
+    for name, shape in zip(names, shapes):
+        hf_name = huggingface_name(name, architecture)
+        local = name.split(".", 2)[-1]
+        if architecture == "phi3" and local in _PHI3_FUSED:
+            part = _PHI3_FUSED[local][1]
+            d = config.resolved_head_width
+            parts = ((config.query_head_count * d, config.key_value_head_count * d,
+                      config.key_value_head_count * d) if "qkv" in hf_name
+                     else (config.feed_forward_width, config.feed_forward_width))
+            expected[hf_name] = (sum(parts), shape[1])
+            sources.append((hf_name, sum(parts[:part]), shape[0]))
+        else:
+            expected[hf_name] = tuple(shape)
+            sources.append((hf_name, 0, None))
     for name, span in tensors.items():
         if name in expected or _IGNORED.fullmatch(name):
             continue
@@ -385,8 +534,7 @@ def _plan(
             _require_tied_head(span, tensors.get(_EMBEDDING))
             continue
         _fail(str(span.path), f"unexpected tensor {_describe(name)} (not a parameter of a "
-                              f"{'tied ' if tied else ''}Llama/Mistral model)")
-    plan = []
+                              f"{'tied ' if tied else ''}{architecture} model)")
     for name, shape in expected.items():
         span = tensors.get(name)
         if span is None:
@@ -394,6 +542,14 @@ def _plan(
         if span.shape != tuple(shape):
             _fail(str(span.path), f"tensor {name!r} has shape {list(span.shape)}, the config "
                                   f"needs {list(shape)}")
+    plan = []
+    for hf_name, first_row, rows in sources:
+        span = tensors[hf_name]
+        if rows is not None:  # a row range of a fused tensor: row-major, so one byte range
+            row_bytes = (span.end - span.begin) // span.shape[0]
+            begin = span.begin + first_row * row_bytes
+            span = TensorSpan(span.path, span.name, span.dtype, (rows, span.shape[1]), begin,
+                              begin + rows * row_bytes)
         plan.append(span)
     return plan
 
@@ -436,8 +592,7 @@ def _load_weights(
     model: LlamaMistralTransformer, tensors: dict[str, TensorSpan], source: str
 ) -> None:
     with model.parameters() as parameters:
-        plan = _plan(parameters.names, parameters.shapes, tensors, model.config.tie_embeddings,
-                     source)
+        plan = _plan(parameters.names, parameters.shapes, tensors, model.config, source)
         by_file: dict[Path, list[tuple[int, TensorSpan]]] = {}
         for index, span in enumerate(plan):
             by_file.setdefault(span.path, []).append((index, span))
@@ -535,8 +690,8 @@ def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int,
 
 
 def load_huggingface(directory: str | os.PathLike, maximum_context: int | None = None):
-    """The Llama/Mistral checkpoint in ``directory`` as a PretrainedModel (model on CPU with
-    flash attention, materialized when a sliding window is shorter than the context).
+    """The checkpoint in ``directory`` as a PretrainedModel (model on CPU with flash
+    attention, materialized when a sliding window is shorter than the context).
 
     ``maximum_context``: see :func:`read_config` (None keeps ``max_position_embeddings``).
     ValueError naming the file and the tensor or key at fault, FileNotFoundError for a

@@ -6,7 +6,7 @@ import ctypes
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._abi import LlamaMistralConfigStruct
 from ._errors import check_status
@@ -27,6 +27,13 @@ ROPE_SCALING_NAMES = {value: name for name, value in ROPE_SCALING_VALUES.items()
 
 # The family choices (C ABI 2.10), each defaulting to Llama's: the 0/1 flags and the reals.
 _CHOICE_FLAGS = ("query_key_value_bias", "query_key_norm", "norm_weight_offset", "post_block_norms")
+# The other fields rt_llama_mistral_config_preset may set.
+_PRESET_FIELDS = (
+    "feed_forward_activation",
+    "embedding_scale",
+    "sliding_window_period",
+    "rope_local_theta",
+)
 _CHOICE_REALS = (
     "embedding_scale",
     "attention_scale",
@@ -105,7 +112,13 @@ class LlamaMistralConfig:
                 ctypes.byref(native), ARCHITECTURE_VALUES[architecture]
             )
         )
-        return cls._from_native(native)
+        # The given fields as they are (not through the struct's float32); the family's choices
+        # as the library set them.
+        chosen = cls._from_native(native)
+        return replace(
+            draft,
+            **{name: getattr(chosen, name) for name in (*_CHOICE_FLAGS, *_PRESET_FIELDS)},
+        )
 
     def __post_init__(self) -> None:
         for name in _DIMENSION_FIELDS:
