@@ -510,6 +510,15 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
     (dict(tie_word_embeddings="no"), "tie_word_embeddings"),
     (dict(num_attention_heads=5), "num_attention_heads"),
     (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters"),
+    # The other families' keys.
+    (dict(architectures=["Gemma3ForCausalLM"], final_logit_softcapping=30.0),
+     "final_logit_softcapping"),
+    (dict(architectures=["Gemma3ForCausalLM"], hidden_activation="gelu"), "hidden_activation"),
+    (dict(architectures=["Gemma3ForCausalLM"], sliding_window=4,
+          layer_types=["full_attention", "sliding_attention"]), "layer_types"),
+    (dict(architectures=["Qwen2ForCausalLM"], use_sliding_window=True), "use_sliding_window"),
+    (dict(architectures=["Phi3ForCausalLM"], partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (dict(architectures=["Phi3ForCausalLM"], rope_scaling={"type": "longrope"}), "rope_scaling"),
 ])
 def test_unsupported_config_is_rejected_naming_the_key(tmp_path, recorded_models, changes, key):
     hand_built_checkpoint(tmp_path, **changes)
@@ -518,6 +527,44 @@ def test_unsupported_config_is_rejected_naming_the_key(tmp_path, recorded_models
     assert recorded_models == []
     with pytest.raises(ValueError, match=key):
         read_config(tmp_path)
+
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(architectures=["Qwen2ForCausalLM"]),
+     dict(architecture="qwen2", query_key_value_bias=True, query_key_norm=False)),
+    (dict(architectures=["Qwen3ForCausalLM"], head_dim=6),
+     dict(architecture="qwen3", query_key_norm=True, head_width=6)),
+    (dict(architectures=["Qwen3ForCausalLM"], head_dim=4),  # = hidden/heads: the default
+     dict(head_width=0)),
+    (dict(architectures=["Phi3ForCausalLM"], sliding_window=8),
+     dict(architecture="phi3", sliding_window=8, query_key_value_bias=False)),
+    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+     dict(rope_scaling="llama3", rope_scaling_factor=8.0, rope_original_context=64)),
+    (dict(rope_scaling={"type": "linear", "factor": 2.0}),
+     dict(rope_scaling="linear", rope_scaling_factor=2.0)),
+    # Gemma 3 as transformers 4.x wrote it: rope_local_base_freq, sliding_window_pattern.
+    (dict(architectures=["Gemma3ForCausalLM"], hidden_act=None, sliding_window=4,
+          sliding_window_pattern=2, rope_theta=1e6, rope_local_base_freq=1e4,
+          query_pre_attn_scalar=16, rope_scaling={"rope_type": "linear", "factor": 8.0}),
+     dict(architecture="gemma3", norm_weight_offset=True, post_block_norms=True,
+          feed_forward_activation="gelu_tanh", sliding_window_period=2, rope_theta=1e6,
+          rope_local_theta=1e4, rope_scaling="linear", rope_scaling_factor=8.0,
+          attention_scale=0.25, embedding_scale=4.0)),
+    # ... and as transformers 5 writes it: layer_types and rope_parameters per layer type.
+    (dict(architectures=["Gemma3ForCausalLM"], hidden_act=None, sliding_window=4,
+          layer_types=["sliding_attention", "full_attention"],
+          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                           "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
+     dict(sliding_window_period=2, rope_theta=1e6, rope_local_theta=1e4, rope_scaling="none",
+          attention_scale=0.0)),
+])
+def test_each_familys_config_maps_onto_the_decoders_choices(tmp_path, changes, expected):
+    write_config(tmp_path, **changes)
+    config = read_config(tmp_path)
+    for field, value in expected.items():
+        assert getattr(config, field) == pytest.approx(value) if isinstance(value, float) \
+            else getattr(config, field) == value, field
 
 
 def test_config_defaults_follow_transformers(tmp_path):

@@ -203,7 +203,9 @@ def _config_from_document(
     width = _positive_int(document, "hidden_size", source)
     heads = _positive_int(document, "num_attention_heads", source)
     key_value_heads = _positive_int(document, "num_key_value_heads", source, default=heads)
-    head_dim = _positive_int(document, "head_dim", source, default=None)
+    # transformers' Gemma3TextConfig defaults head_dim (and query_pre_attn_scalar) to 256.
+    head_dim = _positive_int(document, "head_dim", source,
+                             default=256 if architecture == "gemma3" else None)
     if head_dim is None and width % heads != 0:
         _fail(source, f"hidden_size {width} is not a multiple of num_attention_heads {heads}")
     if head_dim is not None and head_dim % 2:
@@ -255,8 +257,8 @@ def _config_from_document(
         fields.update(global_rope)
         fields["rope_local_theta"] = local_rope["rope_theta"]
         fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source)
-        scalar = _positive_float(document, "query_pre_attn_scalar", source, float(head_dim or 256))
-        if scalar != (head_dim or width // heads):
+        scalar = _positive_float(document, "query_pre_attn_scalar", source, 256.0)
+        if scalar != head_dim:
             fields["attention_scale"] = scalar ** -0.5
     else:
         fields.update(_rope(document, source))
