@@ -109,7 +109,8 @@ TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
     EXPECT_TRUE(architecture_preset(LlamaMistralArchitecture::Qwen3, base).query_key_norm);
     LlamaMistralConfig windowed = base;
     windowed.sliding_window = 4;
-    const LlamaMistralConfig gemma = architecture_preset(LlamaMistralArchitecture::Gemma3, windowed);
+    const LlamaMistralConfig gemma =
+        architecture_preset(LlamaMistralArchitecture::Gemma3, windowed);
     EXPECT_TRUE(gemma.query_key_norm && gemma.norm_weight_offset && gemma.post_block_norms);
     EXPECT_EQ(gemma.feed_forward_activation, GatedActivation::GeluTanh);
     EXPECT_EQ(gemma.embedding_scale, static_cast<float>(std::sqrt(16.0)));
@@ -227,8 +228,9 @@ TEST(DecoderFamilies, GemmaNormAndGeGluByHand) {
     SwiGLU geglu(1, 1, generator, GatedActivation::GeluTanh);
     for (const NamedParameter& named : geglu.parameters()) {
         Variable leaf = named.parameter;
-        const float value = named.name == "gate.weight" ? 2.0F : named.name == "up.weight" ? 3.0F
-                                                                                        : 0.5F;
+        const float value = named.name == "gate.weight" ? 2.0F
+                            : named.name == "up.weight" ? 3.0F
+                                                        : 0.5F;
         leaf.set_value(Tensor({1, 1}, std::vector<float>{value}));
     }
     const double x = 0.7;
@@ -236,8 +238,9 @@ TEST(DecoderFamilies, GemmaNormAndGeGluByHand) {
     const double gelu = 0.5 * gate *
                         (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) *
                                          (gate + 0.044715 * gate * gate * gate)));
-    const float out =
-        geglu.forward(Variable(Tensor({1, 1}, std::vector<float>{0.7F}), false)).value().to_host()[0];
+    const float out = geglu.forward(Variable(Tensor({1, 1}, std::vector<float>{0.7F}), false))
+                          .value()
+                          .to_host()[0];
     EXPECT_NEAR(out, 0.5 * gelu * 3.0 * x, 1e-5);
     EXPECT_THROW(SwiGLU(1, 1, generator, static_cast<GatedActivation>(2)), std::invalid_argument);
 }
@@ -350,8 +353,8 @@ TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
             std::mt19937 generator(4);
             LlamaMistralTransformer model(config, generator, kind, checkpointing);
             perturb(model, 5);
-            const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8,
-                                                       9, 7, 9, 3, 2, 3, 8, 4};
+            const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3,
+                                                       5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
             const std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
             const Variable logits = model.forward(tokens, {2, 10});
             std::vector<std::uint32_t> shifted(tokens.begin() + 1, tokens.end());
@@ -367,7 +370,8 @@ TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
         };
         const std::vector<float> materialized =
             run(AttentionKind::Materialized, ActivationCheckpointing::Disabled);
-        const std::vector<float> flash = run(AttentionKind::Flash, ActivationCheckpointing::Disabled);
+        const std::vector<float> flash =
+            run(AttentionKind::Flash, ActivationCheckpointing::Disabled);
         const std::vector<float> checkpointed =
             run(AttentionKind::Flash, ActivationCheckpointing::TransformerBlock);
         ASSERT_EQ(flash.size(), materialized.size());
@@ -381,7 +385,8 @@ TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
 
 TEST(DecoderFamilies, DecodeSessionsEqualTheFullForwardThroughAndPastTheWindows) {
     for (const LlamaMistralConfig& config : family_configs()) {
-        for (const KeyValueCacheKind kind : {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
+        for (const KeyValueCacheKind kind :
+             {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
             std::mt19937 generator(8);
             LlamaMistralTransformer model(config, generator);
             perturb(model, 9);

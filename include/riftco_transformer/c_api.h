@@ -803,10 +803,11 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_GATED_ACTIVATION_GELU_TANH 1 /* GeGLU (Gemma) */
 /* rt_llama_mistral_config.rope_scaling (2.10) */
 #define RT_ROPE_SCALING_NONE 0
-#define RT_ROPE_SCALING_LINEAR 1            /* frequencies divided by rope_scaling_factor */
-#define RT_ROPE_SCALING_LLAMA3 2            /* Llama 3.1's piecewise rule */
-#define RT_ROPE_SCALING_FREQUENCY_FACTORS 3 /* per-frequency divisors read from a GGUF file's
-                                               rope_freqs.weight; reported, never accepted */
+#define RT_ROPE_SCALING_LINEAR 1 /* frequencies divided by rope_scaling_factor */
+#define RT_ROPE_SCALING_LLAMA3 2 /* Llama 3.1's piecewise rule */
+#define RT_ROPE_SCALING_FREQUENCY_FACTORS               \
+    3 /* per-frequency divisors read from a GGUF file's \
+         rope_freqs.weight; reported, never accepted */
 typedef struct rt_llama_mistral_model rt_llama_mistral_model;
 typedef struct rt_llama_mistral_config {
     uint64_t struct_size;
@@ -824,21 +825,21 @@ typedef struct rt_llama_mistral_config {
     double rope_theta;             /* init 10000 */
     uint64_t sliding_window;       /* 0 = none (init); a window >= C is dense attention */
     /* 2.10: the family choices; every init value is Llama's (nn/model headers give the rules). */
-    uint64_t head_width;                /* d, 0 = D/Hq (init); even */
-    uint32_t query_key_value_bias;      /* 0/1: biases on q, k, v (Qwen 2) */
-    uint32_t query_key_norm;            /* 0/1: RMSNorm over each head of q and k (Qwen 3, Gemma 3) */
-    uint32_t norm_weight_offset;        /* 0/1: RMSNorm as x^(1 + w) (Gemma) */
-    uint32_t post_block_norms;          /* 0/1: post-attention and post-FFN norms (Gemma) */
-    int32_t feed_forward_activation;    /* RT_GATED_ACTIVATION_*, init SILU */
-    float embedding_scale;              /* 0 = none (init); Gemma sqrt(D) */
-    float attention_scale;              /* 0 = 1/sqrt(d) (init) */
-    int32_t rope_scaling;               /* RT_ROPE_SCALING_*, init NONE */
-    uint64_t sliding_window_period;     /* p: layer i dense when (i+1) % p == 0; 0 = every layer */
-    double rope_local_theta;            /* RoPE base of windowed layers, 0 = rope_theta (init) */
-    double rope_scaling_factor;         /* LINEAR, LLAMA3; init 1 */
-    double rope_low_frequency_factor;   /* LLAMA3; init 1 */
-    double rope_high_frequency_factor;  /* LLAMA3; init 4 */
-    uint64_t rope_original_context;     /* LLAMA3; init 8192 */
+    uint64_t head_width;              /* d, 0 = D/Hq (init); even */
+    uint32_t query_key_value_bias;    /* 0/1: biases on q, k, v (Qwen 2) */
+    uint32_t query_key_norm;          /* 0/1: RMSNorm over each head of q and k (Qwen 3, Gemma 3) */
+    uint32_t norm_weight_offset;      /* 0/1: RMSNorm as x^(1 + w) (Gemma) */
+    uint32_t post_block_norms;        /* 0/1: post-attention and post-FFN norms (Gemma) */
+    int32_t feed_forward_activation;  /* RT_GATED_ACTIVATION_*, init SILU */
+    float embedding_scale;            /* 0 = none (init); Gemma sqrt(D) */
+    float attention_scale;            /* 0 = 1/sqrt(d) (init) */
+    int32_t rope_scaling;             /* RT_ROPE_SCALING_*, init NONE */
+    uint64_t sliding_window_period;   /* p: layer i dense when (i+1) % p == 0; 0 = every layer */
+    double rope_local_theta;          /* RoPE base of windowed layers, 0 = rope_theta (init) */
+    double rope_scaling_factor;       /* LINEAR, LLAMA3; init 1 */
+    double rope_low_frequency_factor; /* LLAMA3; init 1 */
+    double rope_high_frequency_factor; /* LLAMA3; init 4 */
+    uint64_t rope_original_context;    /* LLAMA3; init 8192 */
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,

@@ -53,7 +53,8 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
         c.sliding_window = to_size(given.sliding_window, "config->sliding_window");
     c.tie_embeddings = flag_from_value(given.tie_embeddings, "config->tie_embeddings");
     c.head_width = to_size(given.head_width, "config->head_width");
-    c.query_key_value_bias = flag_from_value(given.query_key_value_bias, "config->query_key_value_bias");
+    c.query_key_value_bias =
+        flag_from_value(given.query_key_value_bias, "config->query_key_value_bias");
     c.query_key_norm = flag_from_value(given.query_key_norm, "config->query_key_norm");
     c.norm_weight_offset = flag_from_value(given.norm_weight_offset, "config->norm_weight_offset");
     c.post_block_norms = flag_from_value(given.post_block_norms, "config->post_block_norms");
@@ -139,8 +140,8 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
         dimensions.model_width = static_cast<std::size_t>(config->model_width);
         dimensions.sliding_window_period = static_cast<std::size_t>(config->sliding_window_period);
         dimensions.rope_local_theta = config->rope_local_theta;
-        const LlamaMistralConfig preset = architecture_preset(
-            static_cast<LlamaMistralArchitecture>(architecture), dimensions);
+        const LlamaMistralConfig preset =
+            architecture_preset(static_cast<LlamaMistralArchitecture>(architecture), dimensions);
         config->architecture = architecture;
         config->query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
         config->query_key_norm = preset.query_key_norm ? 1U : 0U;

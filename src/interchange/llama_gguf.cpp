@@ -43,7 +43,8 @@ LlamaMistralArchitecture architecture_of(const GgufFile& file) {
     }
     std::string known;
     for (const LlamaMistralArchitecture candidate : supported_architectures)
-        known += (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
+        known +=
+            (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
     fail(file, "general.architecture '" + architecture + "' is not supported (" + known + ")");
 }
 
@@ -328,10 +329,10 @@ std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& fi
             cached = file.dequantize(*source.tensor);
             cached_tensor = source.tensor;
         }
-        const auto first = cached.begin() +
-                           static_cast<std::ptrdiff_t>(source.row_begin * source.columns);
-        std::vector<float> values(first,
-                                  first + static_cast<std::ptrdiff_t>(source.rows * source.columns));
+        const auto first =
+            cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * source.columns);
+        std::vector<float> values(
+            first, first + static_cast<std::ptrdiff_t>(source.rows * source.columns));
         if (source.rotary_heads != 0)
             values = unpermute_rotary_rows(values, source.rotary_heads, source.columns);
         Variable leaf = parameters[i].parameter;  // handles share the registered leaf

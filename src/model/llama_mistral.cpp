@@ -135,27 +135,27 @@ LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
     LlamaMistralConfig c = dimensions;
     c.architecture = architecture;
     switch (architecture) {
-    case LlamaMistralArchitecture::Llama:
-    case LlamaMistralArchitecture::Mistral:
-    case LlamaMistralArchitecture::Phi3:
-        break;
-    case LlamaMistralArchitecture::Qwen2:
-        c.query_key_value_bias = true;
-        break;
-    case LlamaMistralArchitecture::Qwen3:
-        c.query_key_norm = true;
-        break;
-    case LlamaMistralArchitecture::Gemma3:
-        c.query_key_norm = true;
-        c.norm_weight_offset = true;
-        c.post_block_norms = true;
-        c.feed_forward_activation = GatedActivation::GeluTanh;
-        c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.model_width)));
-        if (c.sliding_window_period == 0)
-            c.sliding_window_period = 6;
-        if (c.rope_local_theta == 0.0)
-            c.rope_local_theta = 10000.0;
-        break;
+        case LlamaMistralArchitecture::Llama:
+        case LlamaMistralArchitecture::Mistral:
+        case LlamaMistralArchitecture::Phi3:
+            break;
+        case LlamaMistralArchitecture::Qwen2:
+            c.query_key_value_bias = true;
+            break;
+        case LlamaMistralArchitecture::Qwen3:
+            c.query_key_norm = true;
+            break;
+        case LlamaMistralArchitecture::Gemma3:
+            c.query_key_norm = true;
+            c.norm_weight_offset = true;
+            c.post_block_norms = true;
+            c.feed_forward_activation = GatedActivation::GeluTanh;
+            c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.model_width)));
+            if (c.sliding_window_period == 0)
+                c.sliding_window_period = 6;
+            if (c.rope_local_theta == 0.0)
+                c.rope_local_theta = 10000.0;
+            break;
     }
     return c;
 }
@@ -175,8 +175,7 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
     if (c.query_head_count % c.key_value_head_count != 0)
         fail("query_head_count must be a multiple of key_value_head_count");
     if (c.resolved_head_width() % 2 != 0) {
-        fail("RoPE needs an even head width (got " + std::to_string(c.resolved_head_width()) +
-             ")");
+        fail("RoPE needs an even head width (got " + std::to_string(c.resolved_head_width()) + ")");
     }
     if (c.feed_forward_activation != GatedActivation::Silu &&
         c.feed_forward_activation != GatedActivation::GeluTanh) {
@@ -193,8 +192,8 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
     const auto require_real = [&](const char* field, double value, bool zero_allowed) {
         if (!std::isfinite(value) || value < 0.0 || (!zero_allowed && value == 0.0)) {
             std::ostringstream what;
-            what << field << " must be finite and " << (zero_allowed ? ">= 0" : "> 0")
-                 << " (got " << value << ")";
+            what << field << " must be finite and " << (zero_allowed ? ">= 0" : "> 0") << " (got "
+                 << value << ")";
             fail(what.str());
         }
     };
@@ -238,8 +237,8 @@ Variable LlamaMistralBlock::forward(const Variable& x, const RotaryTables& table
 Variable LlamaMistralBlock::forward_incremental(const Variable& x, const RotaryTables& tables,
                                                 std::size_t layer,
                                                 IncrementalAttentionCache& cache) const {
-    return finish(x,
-                  attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache));
+    return finish(
+        x, attention_->forward_incremental(attention_norm_->forward(x), tables, layer, cache));
 }
 
 Variable LlamaMistralBlock::finish(const Variable& x, Variable attention) const {

@@ -44,8 +44,7 @@ void validate(const GroupedQueryAttentionShape& s) {
         fail(what.str());
     }
     if (s.query_key_norm) {
-        tensor_ops::require_normalization_epsilon("GroupedQueryAttention",
-                                                  "query_key_norm_epsilon",
+        tensor_ops::require_normalization_epsilon("GroupedQueryAttention", "query_key_norm_epsilon",
                                                   s.query_key_norm_epsilon);
     }
 }
@@ -137,11 +136,11 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& s
         &register_module("output", std::make_unique<Linear>(query_width, D, generator, false));
     if (shape.query_key_norm) {
         query_norm_ = &register_module(
-            "query_norm", std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon,
-                                                    shape.norm_weight_offset));
+            "query_norm",
+            std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon, shape.norm_weight_offset));
         key_norm_ = &register_module(
-            "key_norm", std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon,
-                                                  shape.norm_weight_offset));
+            "key_norm",
+            std::make_unique<RMSNorm>(d, shape.query_key_norm_epsilon, shape.norm_weight_offset));
     }
 }
 
@@ -230,9 +229,9 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
     // Decoding records no graph: q, k and v in one pass where the layers allow it.
     const std::optional<std::vector<Variable>> fused =
         fused_projections(x, {query_, key_, value_});
-    const Variable query = split_heads(fused ? (*fused)[0] : query_->forward(x),
-                                       shape_.query_head_count, query_norm_, &tables,
-                                       query_multiplier_);
+    const Variable query =
+        split_heads(fused ? (*fused)[0] : query_->forward(x), shape_.query_head_count, query_norm_,
+                    &tables, query_multiplier_);
     const Variable key = split_heads(fused ? (*fused)[1] : key_->forward(x),
                                      shape_.key_value_head_count, key_norm_, &tables, 1.0F);
     const Variable value = split_heads(fused ? (*fused)[2] : value_->forward(x),

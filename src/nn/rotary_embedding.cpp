@@ -34,14 +34,14 @@ RotaryTables rotary_tables(std::span<const std::size_t> positions, std::size_t h
 
 const char* rope_scaling_name(RopeScalingKind kind) {
     switch (kind) {
-    case RopeScalingKind::None:
-        return "none";
-    case RopeScalingKind::Linear:
-        return "linear";
-    case RopeScalingKind::Llama3:
-        return "llama3";
-    case RopeScalingKind::FrequencyFactors:
-        return "frequency_factors";
+        case RopeScalingKind::None:
+            return "none";
+        case RopeScalingKind::Linear:
+            return "linear";
+        case RopeScalingKind::Llama3:
+            return "llama3";
+        case RopeScalingKind::FrequencyFactors:
+            return "frequency_factors";
     }
     throw std::invalid_argument("rope_scaling: unknown kind value " +
                                 std::to_string(static_cast<std::uint32_t>(kind)));
@@ -99,28 +99,28 @@ std::vector<double> rotary_frequencies(std::size_t head_width, double theta,
     constexpr double two_pi = 6.283185307179586476925286766559;
     for (std::size_t i = 0; i < half; ++i) {
         switch (scaling.kind) {
-        case RopeScalingKind::None:
-            break;
-        case RopeScalingKind::Linear:
-            frequency[i] /= scaling.factor;
-            break;
-        case RopeScalingKind::Llama3: {
-            const double context = static_cast<double>(scaling.original_context);
-            const double wavelength = two_pi / frequency[i];
-            if (wavelength > context / scaling.low_frequency_factor) {
+            case RopeScalingKind::None:
+                break;
+            case RopeScalingKind::Linear:
                 frequency[i] /= scaling.factor;
-            } else if (wavelength >= context / scaling.high_frequency_factor) {
-                const double smooth = (context / wavelength - scaling.low_frequency_factor) /
-                                      (scaling.high_frequency_factor -
-                                       scaling.low_frequency_factor);
-                frequency[i] = (1.0 - smooth) * frequency[i] / scaling.factor +
-                               smooth * frequency[i];
+                break;
+            case RopeScalingKind::Llama3: {
+                const double context = static_cast<double>(scaling.original_context);
+                const double wavelength = two_pi / frequency[i];
+                if (wavelength > context / scaling.low_frequency_factor) {
+                    frequency[i] /= scaling.factor;
+                } else if (wavelength >= context / scaling.high_frequency_factor) {
+                    const double smooth =
+                        (context / wavelength - scaling.low_frequency_factor) /
+                        (scaling.high_frequency_factor - scaling.low_frequency_factor);
+                    frequency[i] =
+                        (1.0 - smooth) * frequency[i] / scaling.factor + smooth * frequency[i];
+                }
+                break;
             }
-            break;
-        }
-        case RopeScalingKind::FrequencyFactors:
-            frequency[i] /= static_cast<double>(scaling.frequency_factors[i]);
-            break;
+            case RopeScalingKind::FrequencyFactors:
+                frequency[i] /= static_cast<double>(scaling.frequency_factors[i]);
+                break;
         }
     }
     return frequency;

@@ -135,7 +135,8 @@ def build_hf_model(name, seed):
             elif parameter.ndim == 1:  # biases
                 values = 0.2 * torch.randn(shape, generator=generator)
             elif "embed_tokens" in parameter_name:
-                values = torch.randn(shape, generator=generator) * (0.3 if name == "gemma3" else 1.0)
+                scale = 0.3 if name == "gemma3" else 1.0
+                values = torch.randn(shape, generator=generator) * scale
             else:
                 values = torch.randn(shape, generator=generator) / math.sqrt(shape[1])
             parameter.copy_(values)

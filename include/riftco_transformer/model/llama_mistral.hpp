@@ -119,8 +119,8 @@ void validate_llama_mistral_config(const LlamaMistralConfig& config);
 class LlamaMistralBlock final : public Module {
   public:
     // Block `layer` of `config` (its window and RoPE follow the layer's place).
-    LlamaMistralBlock(const LlamaMistralConfig& config, std::size_t layer,
-                      std::mt19937& generator, AttentionKind attention);
+    LlamaMistralBlock(const LlamaMistralConfig& config, std::size_t layer, std::mt19937& generator,
+                      AttentionKind attention);
     // x [B,T,D] -> [B,T,D] with the RoPE tables of positions 0..T-1 (computed once per model
     // forward for every block).
     [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;

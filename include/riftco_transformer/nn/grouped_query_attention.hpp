@@ -42,7 +42,7 @@ struct GroupedQueryAttentionShape {
     double rope_theta = 10000.0;
     std::optional<std::size_t> sliding_window;  // W > 0 when set
     // The choices of the other families (defaults: Llama's attention exactly).
-    std::size_t head_width = 0;        // d, even; 0: D/Hq (Qwen 3, Gemma: any d)
+    std::size_t head_width = 0;         // d, even; 0: D/Hq (Qwen 3, Gemma: any d)
     bool query_key_value_bias = false;  // biases on query, key and value (Qwen 2)
     // QK-norm (Qwen 3, Gemma 3): RMSNorm over each head's d values of q and k, before RoPE,
     // with parameters "query_norm.scale" and "key_norm.scale" [d].

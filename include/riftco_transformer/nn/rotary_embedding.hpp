@@ -49,15 +49,20 @@ void require_rotary_arguments(const char* operation, std::size_t head_width, dou
 //           ω_i·((1−s)/factor + s).
 //   FrequencyFactors: ω_i = θ^(−2i/d) / frequency_factors[i] (d/2 given divisors: GGUF's
 //           rope_freqs.weight, which llama.cpp's converter fills from the Llama 3 rule).
-enum class RopeScalingKind : std::uint32_t { None = 0, Linear = 1, Llama3 = 2, FrequencyFactors = 3 };
+enum class RopeScalingKind : std::uint32_t {
+    None = 0,
+    Linear = 1,
+    Llama3 = 2,
+    FrequencyFactors = 3
+};
 
 struct RopeScaling {
     RopeScalingKind kind = RopeScalingKind::None;
-    double factor = 1.0;                  // Linear, Llama3: > 0
-    double low_frequency_factor = 1.0;    // Llama3: > 0
-    double high_frequency_factor = 4.0;   // Llama3: > low_frequency_factor
-    std::size_t original_context = 8192;  // Llama3: L > 0
-    std::vector<float> frequency_factors; // FrequencyFactors: d/2 finite values > 0
+    double factor = 1.0;                   // Linear, Llama3: > 0
+    double low_frequency_factor = 1.0;     // Llama3: > 0
+    double high_frequency_factor = 4.0;    // Llama3: > low_frequency_factor
+    std::size_t original_context = 8192;   // Llama3: L > 0
+    std::vector<float> frequency_factors;  // FrequencyFactors: d/2 finite values > 0
 };
 
 // "none", "linear", "llama3", "frequency_factors"; an unknown value: std::invalid_argument.

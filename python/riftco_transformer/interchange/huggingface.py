@@ -133,14 +133,31 @@ _FAMILY_BLOCK_NAMES = {
         "post_feed_forward_norm.scale": "post_feedforward_layernorm.weight",
     },
 }
-# Phi-3's fused tensors: our parameter -> (Hugging Face name, its part: 0, 1, 2 in row order).
+# Phi-3's fused tensors: our parameter -> the Hugging Face tensor it is a row range of.
 _PHI3_FUSED = {
-    "attention.query.weight": ("self_attn.qkv_proj.weight", 0),
-    "attention.key.weight": ("self_attn.qkv_proj.weight", 1),
-    "attention.value.weight": ("self_attn.qkv_proj.weight", 2),
-    "feed_forward.gate.weight": ("mlp.gate_up_proj.weight", 0),
-    "feed_forward.up.weight": ("mlp.gate_up_proj.weight", 1),
+    "attention.query.weight": "self_attn.qkv_proj.weight",
+    "attention.key.weight": "self_attn.qkv_proj.weight",
+    "attention.value.weight": "self_attn.qkv_proj.weight",
+    "feed_forward.gate.weight": "mlp.gate_up_proj.weight",
+    "feed_forward.up.weight": "mlp.gate_up_proj.weight",
 }
+
+
+def _phi3_rows(config: LlamaMistralConfig) -> dict[str, tuple[int, int, int]]:
+    """Phi-3: our fused parameter -> (its first row, its rows, the fused tensor's rows):
+    qkv_proj holds q (Hq·d rows), then k and v (Hkv·d each); gate_up_proj gate, then up."""
+    d = config.resolved_head_width
+    q, kv = config.query_head_count * d, config.key_value_head_count * d
+    f = config.feed_forward_width
+    return {
+        "attention.query.weight": (0, q, q + 2 * kv),
+        "attention.key.weight": (q, kv, q + 2 * kv),
+        "attention.value.weight": (q + kv, kv, q + 2 * kv),
+        "feed_forward.gate.weight": (0, f, 2 * f),
+        "feed_forward.up.weight": (f, f, 2 * f),
+    }
+
+
 _EMBEDDING = _GLOBAL_NAMES["token_embedding.weight"]
 _HEAD = _GLOBAL_NAMES["language_model_head.weight"]
 # RoPE frequency buffers some checkpoints carry; they follow from the config.
@@ -156,7 +173,7 @@ def huggingface_name(name: str, architecture: str = "llama") -> str:
     local = match.group(2) if match else None
     names = {**_BLOCK_NAMES, **_FAMILY_BLOCK_NAMES.get(architecture, {})}
     if architecture == "phi3" and local in _PHI3_FUSED:
-        return f"model.layers.{match.group(1)}.{_PHI3_FUSED[local][0]}"
+        return f"model.layers.{match.group(1)}.{_PHI3_FUSED[local]}"
     if local not in names:
         raise ValueError(f"parameter {name!r} has no Hugging Face counterpart")
     return f"model.layers.{match.group(1)}.{names[local]}"
@@ -332,7 +349,9 @@ def _rope(document: Mapping, source: str) -> dict:
         scaling = document.get("rope_scaling")
         if scaling is not None and not isinstance(scaling, dict):
             _fail(source, f"rope_scaling {_describe(scaling)} must be null or an object")
-    kind = "default" if scaling is None else scaling.get("rope_type", scaling.get("type", "default"))
+    kind = "default"
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
     fields = {"rope_theta": theta}
     if kind == "linear":
         fields.update(rope_scaling="linear",
@@ -515,17 +534,14 @@ def _plan(
     # HF name -> its expected shape, and our parameter -> (HF name, first row, rows).
     expected: dict[str, tuple[int, ...]] = {}
     sources = []
+    fused = _phi3_rows(config) if architecture == "phi3" else {}
     for name, shape in zip(names, shapes):
         hf_name = huggingface_name(name, architecture)
         local = name.split(".", 2)[-1]
-        if architecture == "phi3" and local in _PHI3_FUSED:
-            part = _PHI3_FUSED[local][1]
-            d = config.resolved_head_width
-            parts = ((config.query_head_count * d, config.key_value_head_count * d,
-                      config.key_value_head_count * d) if "qkv" in hf_name
-                     else (config.feed_forward_width, config.feed_forward_width))
-            expected[hf_name] = (sum(parts), shape[1])
-            sources.append((hf_name, sum(parts[:part]), shape[0]))
+        if local in fused:
+            first_row, rows, total = fused[local]
+            expected[hf_name] = (total, shape[1])
+            sources.append((hf_name, first_row, rows))
         else:
             expected[hf_name] = tuple(shape)
             sources.append((hf_name, 0, None))

@@ -159,7 +159,9 @@ class LlamaMistralConfig:
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0 (got {value!r})")
             object.__setattr__(self, name, value)
-        require_choice(self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES)
+        require_choice(
+            self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES
+        )
         require_choice(self.rope_scaling, "rope_scaling", ROPE_SCALING_VALUES)
 
     @property
