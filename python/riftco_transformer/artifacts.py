@@ -185,6 +185,72 @@ def llama_parameter_shapes(config: LlamaMistralConfig) -> list[tuple[str, tuple[
     return shapes
 
 
+# ---- the one home of what differs between the two decoder classes in an artifact ----------
+
+
+def model_record(model) -> tuple[str, dict]:
+    """``(architecture, config record)`` of a live model for a manifest: the GPT decoder's
+    ``riftco_decoder_v1`` or the rotary decoder's ``riftco_llama_mistral_v1`` (every family).
+    TypeError for anything else."""
+    if isinstance(model, LlamaMistralTransformer):
+        return LLAMA_ARCHITECTURE, {name: getattr(model.config, name)
+                                    for name in LLAMA_CONFIG_FIELDS}
+    if isinstance(model, DecoderOnlyTransformer):
+        return ARCHITECTURE, config_record(model.config)
+    raise TypeError("model must be a DecoderOnlyTransformer or a LlamaMistralTransformer, "
+                    f"not {type(model).__name__}")
+
+
+def validate_model_config(architecture: object, config: object,
+                          where: str) -> TransformerConfig | LlamaMistralConfig:
+    """A manifest's ``architecture`` and ``config`` as the config object (ValueError)."""
+    if architecture == LLAMA_ARCHITECTURE:
+        return _validate_llama_config(config, where)
+    if architecture == ARCHITECTURE:
+        return _validate_config(config, where)
+    raise ValueError(f"{where}: architecture {architecture!r} is not one of {list(ARCHITECTURES)}")
+
+
+def build_model(config: TransformerConfig | LlamaMistralConfig, attention: str,
+                activation_checkpointing: str):
+    """A new model of the class ``config`` describes (random weights from its seed)."""
+    model_class = (LlamaMistralTransformer if isinstance(config, LlamaMistralConfig)
+                   else DecoderOnlyTransformer)
+    return model_class(config, attention, activation_checkpointing)
+
+
+def tokenizer_record(tokenizer: Tokenizer | PretrainedTokenizer,
+                     chat_template: str | None = None) -> dict:
+    """A tokenizer's exact state for a manifest: ours (byte or BPE) or a pretrained one."""
+    if isinstance(tokenizer, PretrainedTokenizer):
+        return {"method": "pretrained", **tokenizer.state(), "chat_template": chat_template}
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError("tokenizer must be a Tokenizer or a PretrainedTokenizer, "
+                        f"not {type(tokenizer).__name__}")
+    method, vocabulary, rules = tokenizer.state()
+    if method == "byte":
+        return {"method": "byte", "byte_vocabulary": list(vocabulary)}
+    return {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
+
+
+def tokenizer_from_record(state: dict) -> Tokenizer | PretrainedTokenizer:
+    """A new tokenizer restored exactly from :func:`tokenizer_record`'s state."""
+    if state["method"] == "pretrained":
+        return PretrainedTokenizer.from_state(state)
+    if state["method"] == "byte":
+        return Tokenizer.from_state("byte", bytes(state["byte_vocabulary"]))
+    return Tokenizer.from_state("bpe", merge_rules=[tuple(rule) for rule in state["merge_rules"]])
+
+
+def validate_tokenizer_record(architecture: str, state: object, where: str) -> int:
+    """The vocabulary size of a manifest's tokenizer state: the rotary decoder always carries
+    a pretrained tokenizer, the GPT decoder one of ours or an imported GPT-2's (ValueError)."""
+    pretrained = isinstance(state, dict) and state.get("method") == "pretrained"
+    if architecture == LLAMA_ARCHITECTURE or pretrained:
+        return _validate_pretrained_tokenizer(state, where)
+    return _validate_tokenizer(state, where)
+
+
 def little_endian_bytes(values: array) -> bytes:
     """float32 ``values`` as little-endian bytes."""
     if sys.byteorder == "little":
@@ -276,10 +342,8 @@ class ModelBundle:
         are a ValueError ("merge first"). ``stage`` is a nonempty str, ``parent_artifact_id``
         a 64-hex-digit id or None, ``metadata`` a JSON-serialisable mapping (finite numbers).
         """
-        llama = isinstance(model, LlamaMistralTransformer)
-        if not llama and not isinstance(model, DecoderOnlyTransformer):
-            raise TypeError("model must be a DecoderOnlyTransformer or a LlamaMistralTransformer, "
-                            f"not {type(model).__name__}")
+        architecture, config_entry = model_record(model)
+        llama = architecture == LLAMA_ARCHITECTURE
         # Llama/Mistral models carry a pretrained tokenizer; the GPT decoder either one of ours
         # (byte or BPE) or a pretrained one (an imported GPT-2).
         pretrained = isinstance(tokenizer, PretrainedTokenizer)
@@ -309,16 +373,7 @@ class ModelBundle:
         with model.parameters() as parameter_list:
             names, shapes = parameter_list.names, parameter_list.shapes
             weights = parameter_list.flat_values()
-        if pretrained:
-            tokenizer_state = {"method": "pretrained", **tokenizer.state(),
-                               "chat_template": chat_template}
-        else:
-            method, vocabulary, rules = tokenizer.state()
-            tokenizer_state = (
-                {"method": "byte", "byte_vocabulary": list(vocabulary)}
-                if method == "byte"
-                else {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
-            )
+        tokenizer_state = tokenizer_record(tokenizer, chat_template)
         offset = 0
         table = []
         for name, shape in zip(names, shapes):
@@ -329,11 +384,10 @@ class ModelBundle:
         manifest = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_FORMAT_VERSION,
-            "architecture": LLAMA_ARCHITECTURE if llama else ARCHITECTURE,
+            "architecture": architecture,
             "stage": stage,
             "parent_artifact_id": parent_artifact_id,
-            "config": ({name: getattr(config, name) for name in LLAMA_CONFIG_FIELDS}
-                       if llama else config_record(config)),
+            "config": config_entry,
             "tokenizer": tokenizer_state,
             "parameters": table,
             "weights": {
@@ -426,9 +480,7 @@ class ModelBundle:
         tokenizer = self.tokenizer()
         model = None
         try:
-            model_class = (LlamaMistralTransformer if isinstance(self._config, LlamaMistralConfig)
-                           else DecoderOnlyTransformer)
-            model = model_class(self._config, attention, activation_checkpointing)
+            model = build_model(self._config, attention, activation_checkpointing)
             with model.parameters() as parameter_list:
                 actual = list(zip(parameter_list.names, parameter_list.shapes))
                 expected = [(spec.name, spec.shape) for spec in self._parameters]
@@ -447,12 +499,7 @@ class ModelBundle:
     def tokenizer(self) -> Tokenizer | PretrainedTokenizer:
         """A new tokenizer restored exactly from the bundle's state (a
         :class:`PretrainedTokenizer` for Llama/Mistral bundles and imported GPT-2 models)."""
-        state = self._manifest["tokenizer"]
-        if state["method"] == "pretrained":
-            return PretrainedTokenizer.from_state(state)
-        if state["method"] == "byte":
-            return Tokenizer.from_state("byte", bytes(state["byte_vocabulary"]))
-        return Tokenizer.from_state("bpe", merge_rules=[tuple(rule) for rule in state["merge_rules"]])
+        return tokenizer_from_record(self._manifest["tokenizer"])
 
     # ---- views --------------------------------------------------------------------------
 
@@ -592,7 +639,6 @@ def _validate_manifest(manifest: object, where: str) -> None:
         raise ValueError(
             f"{where}: architecture {manifest['architecture']!r} is not one of {list(ARCHITECTURES)}"
         )
-    llama = manifest["architecture"] == LLAMA_ARCHITECTURE
     try:
         _require_stage(manifest["stage"])
         _require_parent(manifest["parent_artifact_id"])
@@ -603,16 +649,8 @@ def _validate_manifest(manifest: object, where: str) -> None:
     artifact_id = manifest["artifact_id"]
     if not isinstance(artifact_id, str) or not _HEX_ID.match(artifact_id):
         raise ValueError(f"{where}: artifact_id must be 64 lowercase hex digits")
-    if llama:
-        config = _validate_llama_config(manifest["config"], where)
-        vocabulary = _validate_pretrained_tokenizer(manifest["tokenizer"], where)
-    else:
-        config = _validate_config(manifest["config"], where)
-        tokenizer_state = manifest["tokenizer"]
-        if isinstance(tokenizer_state, dict) and tokenizer_state.get("method") == "pretrained":
-            vocabulary = _validate_pretrained_tokenizer(tokenizer_state, where)  # GPT-2
-        else:
-            vocabulary = _validate_tokenizer(tokenizer_state, where)
+    config = validate_model_config(manifest["architecture"], manifest["config"], where)
+    vocabulary = validate_tokenizer_record(manifest["architecture"], manifest["tokenizer"], where)
     if vocabulary != config.vocabulary_size:
         raise ValueError(
             f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size "

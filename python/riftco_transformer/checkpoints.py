@@ -40,17 +40,31 @@ from pathlib import Path
 from ._container import canonical_json, read_stored_zip, sha256_hex, strict_json, write_stored_zip
 from ._files import atomic_write, read_file
 from .artifacts import (
-    ARCHITECTURE,
-    config_record,
     MAXIMUM_MANIFEST_BYTES,
+    build_model,
     finite_number,
     first_non_finite,
     floats_from_little_endian,
     little_endian_bytes,
-    validate_config_mapping,
-    validate_tokenizer_state,
+    model_record,
+    tokenizer_from_record,
+    tokenizer_record,
+    validate_model_config,
+    validate_tokenizer_record,
 )
-from .native import Adam, AdamOptions, AdamState, DecoderOnlyTransformer, LoraConfig, Tokenizer
+from .native import (
+    Adam,
+    AdamOptions,
+    AdamState,
+    DecoderOnlyTransformer,
+    LlamaMistralTransformer,
+    LoraConfig,
+    PretrainedTokenizer,
+    Tokenizer,
+)
+
+# Either decoder class: the GPT decoder or the rotary decoder of every family.
+Model = DecoderOnlyTransformer | LlamaMistralTransformer
 
 CHECKPOINT_FORMAT = "riftco-transformer-training-checkpoint"
 CHECKPOINT_FORMAT_VERSION = 2
@@ -79,9 +93,9 @@ class TrainingCheckpointRestore:
 class ResumedTraining:
     """A model, its optimizer and tokenizer rebuilt from a checkpoint (close when done)."""
 
-    model: DecoderOnlyTransformer
+    model: Model
     optimizer: Adam
-    tokenizer: Tokenizer | None
+    tokenizer: Tokenizer | PretrainedTokenizer | None
     checkpoint: TrainingCheckpoint
 
     def close(self) -> None:
@@ -99,7 +113,7 @@ def _table(parameter_list) -> list:
     return [{"name": n, "shape": list(s)} for n, s in zip(parameter_list.names, parameter_list.shapes)]
 
 
-def _optimizer_scope(model: DecoderOnlyTransformer, optimizer: Adam) -> str:
+def _optimizer_scope(model: Model, optimizer: Adam) -> str:
     if not optimizer.owns_parameters_of(model):
         raise ValueError("the optimizer must own exactly this model's parameters (it belongs to "
                          "another model)")
@@ -126,20 +140,11 @@ def _lora_record(config: LoraConfig | None) -> dict | None:
     }
 
 
-def _tokenizer_record(tokenizer: Tokenizer | None) -> dict | None:
-    if tokenizer is None:
-        return None
-    method, vocabulary, rules = tokenizer.state()
-    if method == "byte":
-        return {"method": "byte", "byte_vocabulary": list(vocabulary)}
-    return {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
-
-
 def save_training_checkpoint(
     path,
-    model: DecoderOnlyTransformer,
+    model: Model,
     optimizer: Adam,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Tokenizer | PretrainedTokenizer | None = None,
     source=None,
     trainer=None,
     nf4: dict | None = None,
@@ -165,8 +170,7 @@ def capture_training_checkpoint(
     model, optimizer, tokenizer=None, source=None, trainer=None, nf4=None, metadata=None
 ) -> TrainingCheckpoint:
     """:func:`save_training_checkpoint` without writing: the checkpoint in memory."""
-    if not isinstance(model, DecoderOnlyTransformer):
-        raise TypeError(f"model must be a DecoderOnlyTransformer, not {type(model).__name__}")
+    architecture, config = model_record(model)  # TypeError for anything but the two decoders
     if not isinstance(optimizer, Adam):
         raise TypeError(f"optimizer must be an Adam, not {type(optimizer).__name__}")
     if source is not None and not (hasattr(source, "capture_state") and hasattr(source, "check_state")):
@@ -192,15 +196,14 @@ def capture_training_checkpoint(
     members.append((FIRST_MOMENTS, little_endian_bytes(state.first_moments), "float32", len(state.first_moments)))
     members.append((SECOND_MOMENTS, little_endian_bytes(state.second_moments), "float32", len(state.second_moments)))
     options = optimizer.options
-    config = model.config
     manifest = {
         "format": CHECKPOINT_FORMAT,
         "format_version": CHECKPOINT_FORMAT_VERSION,
         "boundary": BOUNDARY,
         "global_step": state.step_count,
         "model": {
-            "architecture": ARCHITECTURE,
-            "config": config_record(config),
+            "architecture": architecture,
+            "config": config,
             "attention": model.full_sequence_attention,
             "activation_checkpointing": model.activation_checkpointing,
             "parameters": base_table,
@@ -209,7 +212,7 @@ def capture_training_checkpoint(
             "lora": _lora_record(model.lora_config) if model.lora_attached else None,
             "adapter_parameters": adapter_table,
         },
-        "tokenizer": _tokenizer_record(tokenizer),
+        "tokenizer": None if tokenizer is None else tokenizer_record(tokenizer),
         "optimizer": {
             "type": "adam",
             "scope": scope,
@@ -337,13 +340,9 @@ class TrainingCheckpoint:
             self._decoded[name] = floats_from_little_endian(self._members[name])
         return self._decoded[name]
 
-    def tokenizer(self) -> Tokenizer | None:
+    def tokenizer(self) -> Tokenizer | PretrainedTokenizer | None:
         state = self._manifest["tokenizer"]
-        if state is None:
-            return None
-        if state["method"] == "byte":
-            return Tokenizer.from_state("byte", bytes(state["byte_vocabulary"]))
-        return Tokenizer.from_state("bpe", merge_rules=[tuple(rule) for rule in state["merge_rules"]])
+        return None if state is None else tokenizer_from_record(state)
 
     def adam_options(self, state_storage: str | None = None, page_size: int | None = None) -> AdamOptions:
         """The recorded options (storage kind and page size may be overridden: the math is
@@ -370,10 +369,14 @@ class TrainingCheckpoint:
 
     # ---- compatibility ----------------------------------------------------------------
 
-    def check_model(self, model: DecoderOnlyTransformer) -> None:
-        """ValueError unless ``model`` has this checkpoint's structure: config dimensions and
-        epsilon (the init seed may differ), parameter table, quantization, LoRA config."""
+    def check_model(self, model: Model) -> None:
+        """ValueError unless ``model`` has this checkpoint's structure: decoder class, config
+        (the init seed may differ), parameter table, quantization, LoRA config."""
         recorded = self._manifest["model"]
+        architecture, _ = model_record(model)
+        if architecture != recorded["architecture"]:
+            raise ValueError(f"the model is a {architecture} decoder, the checkpoint's a "
+                             f"{recorded['architecture']}")
         config = recorded["config"]
         for name, value in config.items():
             if name != "random_seed" and getattr(model.config, name) != value:
@@ -397,7 +400,7 @@ class TrainingCheckpoint:
                 if _table(adapter) != recorded["adapter_parameters"]:
                     raise ValueError("the model's adapter parameters differ from the checkpoint's")
 
-    def check_optimizer(self, model: DecoderOnlyTransformer, optimizer: Adam) -> None:
+    def check_optimizer(self, model: Model, optimizer: Adam) -> None:
         """ValueError unless ``optimizer`` owns the checkpoint's scope of ``model`` with the
         same learning rate, betas, epsilon and clipping (storage kind and page size may
         differ)."""
@@ -424,8 +427,9 @@ class TrainingCheckpoint:
     ) -> ResumedTraining:
         """A fresh model, optimizer and tokenizer in exactly the checkpoint's state."""
         recorded = self._manifest["model"]
-        config = validate_config_mapping(recorded["config"], "checkpoint model.config")
-        model = DecoderOnlyTransformer(
+        config = validate_model_config(recorded["architecture"], recorded["config"],
+                                       "checkpoint model")
+        model = build_model(
             config,
             recorded["attention"] if attention is None else attention,
             recorded["activation_checkpointing"]
@@ -585,9 +589,7 @@ def _validate_manifest(manifest, where: str) -> None:
                   "quantized", "nf4", "lora", "adapter_parameters"}
     if not isinstance(model, dict) or set(model) != model_keys:
         raise ValueError(f"{where}: model must have exactly {sorted(model_keys)}")
-    if model["architecture"] != ARCHITECTURE:
-        raise ValueError(f"{where}: model.architecture must be {ARCHITECTURE!r}")
-    config = validate_config_mapping(model["config"], f"{where}: model")
+    config = validate_model_config(model["architecture"], model["config"], f"{where}: model")
     if model["attention"] not in ("materialized", "flash"):
         raise ValueError(f"{where}: model.attention {model['attention']!r} is unknown")
     if model["activation_checkpointing"] not in ("disabled", "block"):
@@ -625,7 +627,7 @@ def _validate_manifest(manifest, where: str) -> None:
     elif model["adapter_parameters"] is not None:
         raise ValueError(f"{where}: model.adapter_parameters must be null without LoRA")
     if manifest["tokenizer"] is not None:
-        vocabulary = validate_tokenizer_state(manifest["tokenizer"], where)
+        vocabulary = validate_tokenizer_record(model["architecture"], manifest["tokenizer"], where)
         if vocabulary != config.vocabulary_size:
             raise ValueError(f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size")
     optimizer = manifest["optimizer"]

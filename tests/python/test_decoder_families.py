@@ -245,3 +245,72 @@ def test_gguf_rules_name_the_tensor_or_key(tmp_path, arguments, fragment):
     assert "bad.gguf" in load_error(path)
     unknown = family_gguf(tmp_path / "gemma2.gguf", "gemma2")
     assert "general.architecture 'gemma2' is not supported" in load_error(unknown)
+
+
+# ---- post-training with checkpoints, for every family --------------------------------------
+
+INSTRUCTIONS = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
+
+
+def family_bundle(architecture: str) -> ModelBundle:
+    config = preset(architecture)
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    with LlamaMistralTransformer(config) as model:
+        return ModelBundle.capture(model, tokenizer, "pretraining")
+
+
+@pytest.mark.parametrize("architecture, method", [
+    ("llama", "full"), ("qwen2", "lora"), ("qwen3", "qlora"), ("gemma3", "qlora"),
+    ("phi3", "lora"),
+])
+def test_an_interrupted_post_training_resumes_to_the_same_bundle(tmp_path, architecture, method):
+    from riftco_transformer.checkpoints import TrainingCheckpoint
+    from riftco_transformer.instructions import read_instructions_jsonl
+    from riftco_transformer.post_training import PostTrainingConfig, post_train
+
+    base = family_bundle(architecture)
+    examples = read_instructions_jsonl(INSTRUCTIONS)[:20]
+    config = PostTrainingConfig(steps=6, context_size=16, batch_size=2, backend="cpu",
+                                fine_tuning_method=method, learning_rate=1e-2,
+                                response_only_loss=True)
+    expected = post_train(base, examples, config).bundle
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(metric):
+        if metric.step == 5:
+            raise Interrupted
+
+    path = tmp_path / "post.riftckpt"
+    with pytest.raises(Interrupted):
+        post_train(base, examples, config, on_step=interrupt, checkpoint_path=path,
+                   checkpoint_interval=3)
+    checkpoint = TrainingCheckpoint.load(path)
+    assert checkpoint.global_step == 3
+    assert checkpoint.manifest["model"]["config"]["architecture"] == architecture
+    resumed = post_train(base, examples, config, resume_from=path)
+    assert resumed.bundle.weights == expected.weights
+    assert resumed.bundle.config == base.config
+    assert expected.weights != base.weights  # the run trained something
+
+
+def test_a_checkpoint_refuses_a_model_of_the_other_decoder_class(tmp_path):
+    from riftco_transformer import Adam, AdamOptions
+    from riftco_transformer.checkpoints import capture_training_checkpoint
+
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    with LlamaMistralTransformer(preset("qwen3")) as model, model.parameters() as parameters, \
+            Adam(parameters, AdamOptions()) as optimizer:
+        checkpoint = capture_training_checkpoint(model, optimizer, tokenizer)
+        assert checkpoint.manifest["tokenizer"]["method"] == "pretrained"
+        with LlamaMistralTransformer(preset("qwen2")) as other:
+            with pytest.raises(ValueError, match="config architecture = .qwen2., the checkpoint has .qwen3."):
+                checkpoint.check_model(other)
+    from riftco_transformer import DecoderOnlyTransformer, TransformerConfig
+
+    with DecoderOnlyTransformer(TransformerConfig(256, 16, 16, 2, 1, 32)) as gpt:
+        with pytest.raises(ValueError, match="riftco_decoder_v1 decoder"):
+            checkpoint.check_model(gpt)
+    with pytest.raises(TypeError, match="DecoderOnlyTransformer or a LlamaMistralTransformer"):
+        capture_training_checkpoint(object(), None)
