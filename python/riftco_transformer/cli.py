@@ -546,6 +546,22 @@ _ALL_PROJECTIONS = ("attention.query", "attention.key", "attention.value", "atte
                     "feed_forward.gate", "feed_forward.up", "feed_forward.down")
 
 
+def _source_identity(path: Path) -> str:
+    """What identifies a pretrained source for its checkpoints: the SHA-256 of a file (GGUF or
+    bundle), or of a directory's files (names and contents, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted(p for p in Path(path).iterdir() if p.is_file()) if Path(path).is_dir() \
+        else [Path(path)]
+    for file in files:
+        digest.update(file.name.encode() + b"\0" if len(files) > 1 else b"")
+        with open(file, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _post_train_pretrained(arguments, examples, validation, config) -> int:
     """post-train --model: fine-tune a pretrained checkpoint in its own chat template."""
     import dataclasses
@@ -553,8 +569,12 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
     from .native import LoraConfig
     from .post_training import fine_tune_pretrained
 
-    if arguments.resume is not None or arguments.checkpoint is not None:
-        raise UsageError("--checkpoint/--resume apply to --base bundles only")
+    resume = None
+    if arguments.resume is not None:
+        from .checkpoints import TrainingCheckpoint
+
+        resume = TrainingCheckpoint.load(arguments.resume)
+    base_id = _source_identity(arguments.model)
     loaded = _open_model(arguments)
     with loaded:
         if loaded.architecture == "gpt":
@@ -565,13 +585,17 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
         config = dataclasses.replace(config, lora=LoraConfig(
             rank=arguments.lora_rank, alpha=arguments.lora_alpha, targets=_ALL_PROJECTIONS))
         reporter = _TrainingReporter(arguments, config.steps,
-                                     f"post-train ({config.fine_tuning_method})", 0,
-                                     resuming=False)
+                                     f"post-train ({config.fine_tuning_method})",
+                                     0 if resume is None else resume.global_step,
+                                     resuming=resume is not None)
         started = time.perf_counter()
         try:
             result = fine_tune_pretrained(loaded, examples, config, metric_sink=reporter.sink,
                                           on_step=reporter.on_step,
-                                          validation_examples=validation)
+                                          validation_examples=validation,
+                                          checkpoint_path=arguments.checkpoint,
+                                          checkpoint_interval=arguments.checkpoint_every,
+                                          resume_from=resume, base_id=base_id)
         finally:
             reporter.finish()
         elapsed = time.perf_counter() - started

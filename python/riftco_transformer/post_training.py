@@ -332,6 +332,10 @@ def fine_tune_pretrained(
     metric_sink: Callable | None = None,
     on_step: Callable | None = None,
     validation_examples: Sequence | None = None,
+    checkpoint_path=None,
+    checkpoint_interval: int | None = None,
+    resume_from=None,
+    base_id: str | None = None,
 ) -> PretrainedFineTuningResult:
     """Fine-tune a loaded pretrained model (:func:`~.pretrained.load_pretrained`) IN PLACE on
     instruction ``examples`` rendered with the model's own chat template.
@@ -371,6 +375,8 @@ def fine_tune_pretrained(
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
                            config.nf4_scale_block_size)
     optimizer = _trainable_with_optimizer(model, config)
+    nf4 = ({"block_size": config.nf4_block_size, "double_quantization": config.double_quantization,
+            "scale_block_size": config.nf4_scale_block_size} if method == "qlora" else None)
     step_seconds: list[float] = []
     last = [_time.perf_counter()]
 
@@ -385,13 +391,45 @@ def fine_tune_pretrained(
         source = WindowBatchSource(sequences, config.batch_size, config.context_size,
                                    config.random_seed, config.sampling_strategy, masks)
         trainer = CausalLanguageModelTrainer(model, optimizer)
+        if resume_from is not None:
+            from .checkpoints import TrainingCheckpoint
+
+            checkpoint = (resume_from if isinstance(resume_from, TrainingCheckpoint)
+                          else TrainingCheckpoint.load(resume_from))
+            if checkpoint.metadata.get("base_id") != base_id:
+                raise ValueError("the checkpoint was not taken while fine-tuning this model "
+                                 f"(base_id {checkpoint.metadata.get('base_id')!r}, this one "
+                                 f"{base_id!r})")
+            checkpoint.restore(model, optimizer, source, trainer)
+        remaining = config.steps - optimizer.step_count
+        if remaining < 0:
+            raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
+                             f"{config.steps}")
+
+        def save_checkpoint() -> None:
+            from .checkpoints import save_training_checkpoint
+
+            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source,
+                                     trainer, nf4=nf4, metadata={"stage": "post_training",
+                                                                 "base_id": base_id})
+
+        def checkpointing_hook(metric: TrainingMetric) -> None:
+            step_hook(metric)
+            if checkpoint_path is not None and checkpoint_interval and \
+                    metric.step % checkpoint_interval == 0:
+                save_checkpoint()
+
         last[0] = _time.perf_counter()
-        metrics = trainer.run(
-            source,
-            TrainingLoopConfig(config.steps, config.evaluation_interval,
-                               config.loss_average_window),
-            (), metric_sink, step_hook,
-        )
+        metrics = ()
+        if remaining:
+            metrics = trainer.run(
+                source,
+                TrainingLoopConfig(remaining, config.evaluation_interval,
+                                   config.loss_average_window),
+                (), metric_sink, checkpointing_hook,
+            )
+        if checkpoint_path is not None:
+            save_checkpoint()
     finally:
         optimizer.close()
     if method in ("lora", "qlora"):

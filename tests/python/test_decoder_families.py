@@ -314,3 +314,76 @@ def test_a_checkpoint_refuses_a_model_of_the_other_decoder_class(tmp_path):
             checkpoint.check_model(gpt)
     with pytest.raises(TypeError, match="DecoderOnlyTransformer or a LlamaMistralTransformer"):
         capture_training_checkpoint(object(), None)
+
+
+def test_fine_tuning_a_pretrained_model_resumes_exactly(tmp_path):
+    from riftco_transformer import load_pretrained
+    from riftco_transformer.instructions import read_instructions_jsonl
+    from riftco_transformer.post_training import PostTrainingConfig, fine_tune_pretrained
+
+    path = family_bundle("qwen3").save(tmp_path / "qwen3.rift")
+    examples = read_instructions_jsonl(INSTRUCTIONS)[:20]
+    config = PostTrainingConfig(steps=6, context_size=16, batch_size=2, backend="cpu",
+                                fine_tuning_method="qlora", learning_rate=1e-2,
+                                response_only_loss=True)
+
+    def tuned_weights(**options):
+        with load_pretrained(path) as loaded:
+            fine_tune_pretrained(loaded, examples, config, **options)
+            with loaded.model.parameters() as parameters:
+                return parameters.flat_values()
+
+    expected = tuned_weights()
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(metric):
+        if metric.step == 5:
+            raise Interrupted
+
+    checkpoint = tmp_path / "run.riftckpt"
+    with pytest.raises(Interrupted):
+        tuned_weights(on_step=interrupt, checkpoint_path=checkpoint, checkpoint_interval=3,
+                      base_id="qwen3-base")
+    assert tuned_weights(resume_from=checkpoint, base_id="qwen3-base") == expected
+    with pytest.raises(ValueError, match="not taken while fine-tuning this model"):
+        tuned_weights(resume_from=checkpoint, base_id="another-model")
+
+
+def test_riftco_post_train_model_checkpoint_survives_sigkill(tmp_path):
+    """`riftco post-train --model` (a pretrained Qwen 3 bundle, QLoRA) killed with SIGKILL
+    right after its first checkpoint resumes to the uninterrupted run's bundle."""
+    import signal
+    import time
+
+    from riftco_transformer.artifacts import ModelBundle as Bundle
+
+    base = family_bundle("qwen3").save(tmp_path / "qwen3.rift")
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+
+    def command(output, *extra):
+        return [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base),
+                "--instructions", str(INSTRUCTIONS), "--method", "qlora", "--steps", "60",
+                "--context", "16", "--batch-size", "2", "--learning-rate", "0.01",
+                "--response-only", "--no-progress", "--output", str(output), *extra]
+
+    subprocess.run(command(tmp_path / "whole.rift"), env=environment, check=True,
+                   capture_output=True, timeout=300)
+    checkpoint = tmp_path / "run.riftckpt"
+    process = subprocess.Popen(command(tmp_path / "killed.rift", "--checkpoint", checkpoint,
+                                       "--checkpoint-every", "2"),
+                               env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL, "the run ended before it was killed"
+    assert not (tmp_path / "killed.rift").exists()
+    subprocess.run(command(tmp_path / "resumed.rift", "--resume", checkpoint, "--checkpoint",
+                           checkpoint, "--checkpoint-every", "2"),
+                   env=environment, check=True, capture_output=True, timeout=300)
+    whole = Bundle.load(tmp_path / "whole.rift")
+    resumed = Bundle.load(tmp_path / "resumed.rift")
+    assert resumed.weights == whole.weights
