@@ -836,9 +836,15 @@ def _validate_pretrained_tokenizer(state: object, where: str) -> int:
     return len(state["tokens"])
 
 
+def parameter_shapes(config) -> list[tuple[str, tuple[int, ...]]]:
+    """The parameters, in canonical order, with their shapes, of the model ``config``
+    describes (either decoder class)."""
+    return (llama_parameter_shapes(config) if isinstance(config, LlamaMistralConfig)
+            else decoder_parameter_shapes(config))
+
+
 def _validate_parameters(table: object, config, where: str) -> int:
-    expected = (llama_parameter_shapes(config) if isinstance(config, LlamaMistralConfig)
-                else decoder_parameter_shapes(config))
+    expected = parameter_shapes(config)
     if not isinstance(table, list) or len(table) != len(expected):
         raise ValueError(f"{where}: parameters must list the model's {len(expected)} parameters")
     offset = 0

@@ -387,3 +387,20 @@ def test_riftco_post_train_model_checkpoint_survives_sigkill(tmp_path):
     whole = Bundle.load(tmp_path / "whole.rift")
     resumed = Bundle.load(tmp_path / "resumed.rift")
     assert resumed.weights == whole.weights
+
+
+@pytest.mark.parametrize("architecture", ["llama", "gemma3", "phi3"])
+def test_riftco_convert_round_trips_a_family_bundle_through_safetensors(tmp_path, architecture):
+    from riftco_transformer.artifacts import ModelBundle as Bundle
+
+    bundle = family_bundle(architecture)
+    path = bundle.save(tmp_path / "model.rift")
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+    for source, destination in ((path, tmp_path / "model.safetensors"),
+                                (tmp_path / "model.safetensors", tmp_path / "back.rift")):
+        subprocess.run([sys.executable, "-m", "riftco_transformer", "convert", str(source),
+                        str(destination)], env=environment, check=True, capture_output=True,
+                       timeout=120)
+    back = Bundle.load(tmp_path / "back.rift")
+    assert back.artifact_id == bundle.artifact_id
+    assert back.config == bundle.config and back.weights == bundle.weights

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from .._container import canonical_json, strict_json, write_stored_zip
 from ..artifacts import (
-    ARCHITECTURE,
+    ARCHITECTURES,
     BUNDLE_FORMAT,
     ModelBundle,
-    decoder_parameter_shapes,
     little_endian_bytes,
-    validate_config_mapping,
+    parameter_shapes,
+    validate_model_config,
 )
 from .safetensors import read_safetensors, write_safetensors
 
@@ -77,11 +77,13 @@ def import_bundle_safetensors(path) -> ModelBundle:
             f"{source}: not a riftco bundle export: __metadata__ lacks {missing} (import "
             "foreign checkpoints with their architecture's importer)"
         )
-    if metadata["riftco.format"] != BUNDLE_FORMAT or metadata["riftco.architecture"] != ARCHITECTURE:
-        raise ValueError(f"{source}: riftco.format/architecture are not a {ARCHITECTURE} bundle")
+    architecture = metadata["riftco.architecture"]
+    if metadata["riftco.format"] != BUNDLE_FORMAT or architecture not in ARCHITECTURES:
+        raise ValueError(f"{source}: riftco.format/architecture are not a bundle of "
+                         f"{' or '.join(ARCHITECTURES)}")
     config_record = strict_json(metadata["riftco.config"].encode(), f"{source}: riftco.config")
-    config = validate_config_mapping(config_record, f"{source}: riftco.config")
-    expected = decoder_parameter_shapes(config)
+    config = validate_model_config(architecture, config_record, f"{source}: riftco.config")
+    expected = parameter_shapes(config)
     names = [name for name, _ in expected]
     if list(tensors) != names:
         extra = sorted(set(tensors) - set(names))
@@ -99,7 +101,7 @@ def import_bundle_safetensors(path) -> ModelBundle:
     manifest = {
         "format": BUNDLE_FORMAT,
         "format_version": 1,
-        "architecture": ARCHITECTURE,
+        "architecture": architecture,
         "stage": metadata["riftco.stage"],
         "parent_artifact_id": strict_json(
             metadata["riftco.parent_artifact_id"].encode(), f"{source}: riftco.parent_artifact_id"
