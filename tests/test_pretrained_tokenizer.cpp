@@ -179,9 +179,19 @@ TEST(Pretokenizer, SmolLmSplitsEveryDigitAndNeverPrefixesOneWithASpace) {
               (Pieces{"\xC2\xBD", "\xE2\x85\xAB"}));  // "½Ⅻ": every \p{N}, not only 0-9
 }
 
+TEST(Pretokenizer, Qwen2IsLlama3WithSingleDigits) {
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "1234567"),
+              (Pieces{"1", "2", "3", "4", "5", "6", "7"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "x 42"), (Pieces{"x", " ", "4", "2"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "I'LL go"), (Pieces{"I", "'LL", " go"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "$hello"), (Pieces{"$hello"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "x!!\n\ny"), (Pieces{"x", "!!\n\n", "y"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2, "\xC2\xBD" "7"), (Pieces{"\xC2\xBD", "7"}));
+}
+
 TEST(Pretokenizer, PiecesConcatenateToTheTextOnLongRuns) {
-    for (const PretokenizerKind kind :
-         {PretokenizerKind::Gpt2, PretokenizerKind::Llama3, PretokenizerKind::SmolLm}) {
+    for (const PretokenizerKind kind : {PretokenizerKind::Gpt2, PretokenizerKind::Llama3,
+                                        PretokenizerKind::SmolLm, PretokenizerKind::Qwen2}) {
         const std::string spaces(1 << 20, ' ');
         EXPECT_EQ(split(kind, spaces), (Pieces{spaces}));
         const std::string letters(1 << 20, 'a');
@@ -208,12 +218,14 @@ TEST(Pretokenizer, GgufNamesMapToKinds) {
     EXPECT_EQ(pretokenizer_kind_from_gguf("llama3"), PretokenizerKind::Llama3);
     EXPECT_EQ(pretokenizer_kind_from_gguf("llama-v3"), PretokenizerKind::Llama3);
     EXPECT_EQ(pretokenizer_kind_from_gguf("smollm"), PretokenizerKind::SmolLm);
+    EXPECT_EQ(pretokenizer_kind_from_gguf("qwen2"), PretokenizerKind::Qwen2);
     EXPECT_EQ(pretokenizer_kind_name(PretokenizerKind::SmolLm), "smollm");
+    EXPECT_EQ(pretokenizer_kind_name(PretokenizerKind::Qwen2), "qwen2");
 }
 
 TEST(Pretokenizer, RejectsUnknownNamesAndKinds) {
-    EXPECT_TRUE(throws<std::invalid_argument>([] { (void)pretokenizer_kind_from_gguf("qwen2"); },
-                                              "\"qwen2\""));
+    EXPECT_TRUE(throws<std::invalid_argument>([] { (void)pretokenizer_kind_from_gguf("falcon"); },
+                                              "\"falcon\""));
     EXPECT_TRUE(throws<std::invalid_argument>(
         [] { (void)Pretokenizer(static_cast<PretokenizerKind>(9)); }, "kind value 9"));
     EXPECT_TRUE(throws<std::invalid_argument>(

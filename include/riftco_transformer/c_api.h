@@ -58,7 +58,8 @@ extern "C" {
  *   published 96-byte layout (head width, q/k/v biases, QK-norm, (1 + w) norms, post-block
  *   norms, GeGLU, embedding and attention scales, window period, local RoPE base, RoPE
  *   scaling);
- * - rt_llama_mistral_config_preset; GGUF loading of qwen2, qwen3, gemma3 and phi3.
+ * - rt_llama_mistral_config_preset; GGUF loading of qwen2, qwen3, gemma3 and phi3;
+ * - the pre-tokenizer RT_PRETOKENIZER_QWEN2 (GGUF tokenizer.ggml.pre "qwen2").
  * 2.9 adds, without renumbering a value or moving a field of 2.8:
  * - the backend value RT_BACKEND_PJRT (4), any PJRT plugin named by
  *   RIFTCO_TRANSFORMER_PJRT_PLUGIN;
@@ -894,6 +895,7 @@ RT_API rt_status RT_CALL rt_model_is_llama_mistral(const rt_model* model, int32_
 #define RT_PRETOKENIZER_GPT2 0
 #define RT_PRETOKENIZER_LLAMA3 1
 #define RT_PRETOKENIZER_SMOLLM 2
+#define RT_PRETOKENIZER_QWEN2 3 /* 2.10: Qwen 2/2.5/3 (Llama 3's pattern, single digits) */
 #define RT_SPECIAL_TOKENS_PARSE 0   /* control and added tokens in the text become their ids */
 #define RT_SPECIAL_TOKENS_AS_TEXT 1 /* control token text is tokenized as plain text */
 typedef struct rt_pretrained_tokenizer rt_pretrained_tokenizer;

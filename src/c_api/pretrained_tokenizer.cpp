@@ -99,7 +99,7 @@ rt_status rt_pretrained_tokenizer_create(const rt_pretrained_vocabulary* vocabul
             throw std::invalid_argument("vocabulary->model: unknown value " +
                                         std::to_string(given.model));
         }
-        if (given.pretokenizer < RT_PRETOKENIZER_GPT2 || given.pretokenizer > RT_PRETOKENIZER_SMOLLM) {
+        if (given.pretokenizer < RT_PRETOKENIZER_GPT2 || given.pretokenizer > RT_PRETOKENIZER_QWEN2) {
             throw std::invalid_argument("vocabulary->pretokenizer: unknown value " +
                                         std::to_string(given.pretokenizer));
         }

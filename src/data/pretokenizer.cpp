@@ -55,6 +55,13 @@ constexpr std::string_view llama3_pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n@L@N]?[@L]+|[@N]{1,3}| ?[^@S@L@N]+[\r\n]*)"
     R"(|[@S]*[\r\n]+|[@S]+(?![^@S])|[@S]+)";
 
+// Qwen 2's: Llama 3's with every number character a pre-token of its own.
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+
+constexpr std::string_view qwen2_pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n@L@N]?[@L]+|[@N]| ?[^@S@L@N]+[\r\n]*)"
+    R"(|[@S]*[\r\n]+|[@S]+(?![^@S])|[@S]+)";
+
 // SmolLM's two stages as one pass. Cutting every \p{N} out first and running the Gpt2 pattern
 // on each stretch between them is the Gpt2 pattern with (1) a lone \p{N} alternative in place
 // of " ?\p{N}+" (no other alternative can start at a number, and none can run into one: \s,
@@ -100,10 +107,12 @@ std::string pattern_of(PretokenizerKind kind) {
             return expand_classes(llama3_pattern);
         case PretokenizerKind::SmolLm:
             return expand_classes(smollm_pattern);
+        case PretokenizerKind::Qwen2:
+            return expand_classes(qwen2_pattern);
     }
     throw std::invalid_argument("Pretokenizer: kind value " +
                                 std::to_string(static_cast<std::int32_t>(kind)) +
-                                " is unknown (gpt2 = 0, llama3 = 1, smollm = 2)");
+                                " is unknown (gpt2 = 0, llama3 = 1, smollm = 2, qwen2 = 3)");
 }
 
 std::string pcre2_message(int error_code) {
@@ -240,10 +249,12 @@ std::string_view pretokenizer_kind_name(PretokenizerKind kind) {
             return "llama3";
         case PretokenizerKind::SmolLm:
             return "smollm";
+        case PretokenizerKind::Qwen2:
+            return "qwen2";
     }
     throw std::invalid_argument("pretokenizer_kind_name: kind value " +
                                 std::to_string(static_cast<std::int32_t>(kind)) +
-                                " is unknown (gpt2 = 0, llama3 = 1, smollm = 2)");
+                                " is unknown (gpt2 = 0, llama3 = 1, smollm = 2, qwen2 = 3)");
 }
 
 PretokenizerKind pretokenizer_kind_from_gguf(std::string_view gguf_pre) {
@@ -256,10 +267,13 @@ PretokenizerKind pretokenizer_kind_from_gguf(std::string_view gguf_pre) {
     if (gguf_pre == "smollm") {
         return PretokenizerKind::SmolLm;
     }
+    if (gguf_pre == "qwen2") {
+        return PretokenizerKind::Qwen2;
+    }
     throw std::invalid_argument("pretokenizer_kind_from_gguf: tokenizer.ggml.pre \"" +
                                 std::string(gguf_pre) +
                                 "\" is not supported (known: \"gpt-2\", \"llama-bpe\", "
-                                "\"llama3\", \"llama-v3\", \"smollm\")");
+                                "\"llama3\", \"llama-v3\", \"smollm\", \"qwen2\")");
 }
 
 Pretokenizer::Pretokenizer(PretokenizerKind kind)

@@ -15,8 +15,8 @@ answers. Cases:
   into ~/.cache/riftco-transformer/models/); Sequence[Digits(individual_digits=True),
   ByteLevel(add_prefix_space=False)] and its 17 control tokens as special added tokens.
   Skipped (and said so in the manifest) when the wheel is absent.
-- gpt2, llama3: byte-level BPE trained here with BpeTrainer on the repository's data/ texts,
-  with the GPT-2 and the Llama-3 pattern; three special tokens and one non-special added token
+- gpt2, llama3, qwen2: byte-level BPE trained here with BpeTrainer on the repository's data/
+  texts, with the GPT-2, the Llama-3 and the Qwen-2 pattern; three special tokens and one non-special added token
   (UserDefined). llama3_thinned_ignore_merges_0/1: the llama3 vocabulary with every fifth merge
   dropped, without and with BPE(ignore_merges=True).
 - sentencepiece_hf: a SentencePiece-style BPE with byte fallback, as Llama 2's tokenizer.json
@@ -25,7 +25,7 @@ answers. Cases:
 - sentencepiece_spm: the same vocabulary, with `sentencepiece` itself as the oracle (texts
   without special tokens: sentencepiece does not parse control tokens in text).
 
-Pre-token cases (pretoken_gpt2, pretoken_llama3, pretoken_smollm) put every code point of
+Pre-token cases (pretoken_gpt2, pretoken_llama3, pretoken_smollm, pretoken_qwen2) put every code point of
 planes 0-3 and 14 (surrogates excepted) and a sample of the private-use planes in small
 contexts and record the byte length of each pre-token the `tokenizers` pre-tokenizer makes.
 """
@@ -46,6 +46,11 @@ from tokenizers import pre_tokenizers as pt
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Qwen 2's tokenizer.json (Qwen 2, 2.5 and 3): Llama 3's pattern with single digits.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 METASPACE = "\u2581"
@@ -302,8 +307,9 @@ def smollm2_tokenizer() -> tuple[Tokenizer, dict] | str:
 def byte_level_pre_tokenizer(pattern: str):
     if pattern == "gpt-2":
         return pt.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pattern == "llama-bpe":
-        return pt.Sequence([pt.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+    if pattern in ("llama-bpe", "qwen2"):
+        regex = LLAMA3_PATTERN if pattern == "llama-bpe" else QWEN2_PATTERN
+        return pt.Sequence([pt.Split(Regex(regex), behavior="isolated", invert=False),
                             pt.ByteLevel(add_prefix_space=False, use_regex=False)])
     return pt.Sequence([pt.Digits(individual_digits=True),
                         pt.ByteLevel(add_prefix_space=False, use_regex=True)])
@@ -433,7 +439,7 @@ def main() -> int:
         tokenizer, spec = smollm2
         add_case(manifest, out, "smollm2", tokenizer, texts, spec, decode=True)
 
-    for name, pattern in (("gpt2", "gpt-2"), ("llama3", "llama-bpe")):
+    for name, pattern in (("gpt2", "gpt-2"), ("llama3", "llama-bpe"), ("qwen2", "qwen2")):
         trained = trained_byte_level(pattern, corpus)
         tokens, types = vocabulary_of(trained)
         spec = {"model": "byte_level_bpe", "pretokenizer": pattern, "tokens": tokens,
@@ -467,7 +473,7 @@ def main() -> int:
     if not arguments.skip_pretokens:
         point_texts = code_point_texts()
         for name, pattern in (("pretoken_gpt2", "gpt-2"), ("pretoken_llama3", "llama-bpe"),
-                              ("pretoken_smollm", "smollm")):
+                              ("pretoken_smollm", "smollm"), ("pretoken_qwen2", "qwen2")):
             spec = {"model": "byte_level_bpe", "pretokenizer": pattern,
                     "tokens": list(byte_level_symbols().values()), "types": [NORMAL] * 256}
             write_spec(out / f"{name}.spec", **spec)

@@ -404,3 +404,39 @@ def test_riftco_convert_round_trips_a_family_bundle_through_safetensors(tmp_path
     back = Bundle.load(tmp_path / "back.rift")
     assert back.artifact_id == bundle.artifact_id
     assert back.config == bundle.config and back.weights == bundle.weights
+
+
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_level_document(split_pattern: str | None) -> dict:
+    """A tokenizer.json of the 256 byte-level symbols and the token "20" (merge "2 0"), with
+    an optional Split stage."""
+    stages = [{"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+               "use_regex": split_pattern is None}]
+    if split_pattern is not None:
+        stages.insert(0, {"type": "Split", "pattern": {"Regex": split_pattern},
+                          "behavior": "Isolated", "invert": False})
+    return {"version": "1.0", "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": stages},
+            "model": {"type": "BPE",
+                      "vocab": {**{s: i for i, s in enumerate(byte_alphabet())}, "20": 256},
+                      "merges": ["2 0"]}}
+
+
+def test_tokenizer_json_split_patterns_are_recognised_exactly():
+    # Qwen's digits are pre-tokens of their own, so "2 0" never merges; Llama 3's groups of
+    # three let it.
+    with PretrainedTokenizer.from_tokenizer_document(byte_level_document(QWEN2_SPLIT)) as qwen:
+        assert qwen.state()["pretokenizer"] == "qwen2"
+        assert qwen.encode("2024") == [ord("2"), ord("0"), ord("2"), ord("4")]
+    with PretrainedTokenizer.from_tokenizer_document(byte_level_document(LLAMA3_SPLIT)) as llama:
+        assert llama.state()["pretokenizer"] == "llama3"
+        assert llama.encode("2024") == [256, ord("2"), ord("4")]
+    with pytest.raises(ValueError, match="Split pattern .* is not supported"):
+        PretrainedTokenizer.from_tokenizer_document(byte_level_document(r"\p{N}+|\p{L}+"))

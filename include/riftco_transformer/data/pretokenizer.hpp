@@ -1,7 +1,7 @@
 #pragma once
 // Regex pre-tokenization of pretrained byte-level BPE models: the text is cut into pre-tokens
 // (their concatenation is the text) and BPE merges never cross a pre-token boundary. The three
-// patterns in use, as Hugging Face `tokenizers` applies them (verified against tokenizers
+// patterns in use (and Qwen's, below), as Hugging Face `tokenizers` applies them (verified against tokenizers
 // 0.23.3, see tests/python/test_pretrained_tokenizer_oracle.py):
 //
 //   Gpt2   ByteLevel(use_regex=true):
@@ -9,6 +9,8 @@
 //   Llama3 Split(pattern, Isolated), then ByteLevel(use_regex=false):
 //          (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//   Qwen2  Split(pattern, Isolated), then ByteLevel(use_regex=false) (Qwen 2, 2.5 and 3):
+//          Llama3's pattern with single digits, \p{N} in place of \p{N}{1,3}
 //   SmolLm Sequence[Digits(individual_digits=true), ByteLevel(use_regex=true)]: every \p{N}
 //          character is a pre-token of its own, and the Gpt2 pattern cuts each stretch between
 //          them (its (?!\S) sees the end of the stretch, not the digit after it).
@@ -33,15 +35,16 @@ enum class PretokenizerKind : std::int32_t {
     Gpt2 = 0,
     Llama3 = 1,
     SmolLm = 2,
+    Qwen2 = 3,  // C ABI 2.10
 };
 
-// "gpt2" / "llama3" / "smollm". Unknown value: std::invalid_argument.
+// "gpt2" / "llama3" / "smollm" / "qwen2". Unknown value: std::invalid_argument.
 [[nodiscard]] std::string_view pretokenizer_kind_name(PretokenizerKind kind);
 
 // The kind a GGUF file's `tokenizer.ggml.pre` value names, as llama.cpp reads it: "gpt-2" is
 // Gpt2; "llama-bpe", "llama3" and "llama-v3" are Llama3 (llama.cpp and Llama 3's
 // tokenizer.json also set ignore_merges for these, see PretrainedVocabulary); "smollm" is
-// SmolLm. Any other value: std::invalid_argument naming it.
+// SmolLm; "qwen2" is Qwen2. Any other value: std::invalid_argument naming it.
 [[nodiscard]] PretokenizerKind pretokenizer_kind_from_gguf(std::string_view gguf_pre);
 
 namespace detail {

@@ -23,14 +23,20 @@ from ._loader import library
 from ._validation import UINT32_LIMIT, require_int
 
 MODEL_VALUES = {"byte_level_bpe": 0, "sentencepiece_bpe": 1}
-PRETOKENIZER_VALUES = {"gpt2": 0, "llama3": 1, "smollm": 2}
+PRETOKENIZER_VALUES = {"gpt2": 0, "llama3": 1, "smollm": 2, "qwen2": 3}
 SPECIAL_PARSE = 0
 SPECIAL_AS_TEXT = 1
 TOKEN_TYPE_VALUES = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5,
                      "byte": 6}
 
-# The regex of Llama 3's tokenizer.json Split pre-tokenizer (its marker: "\p{N}{1,3}").
-_LLAMA3_MARKER = r"\p{N}{1,3}"
+# The regexes of the Split pre-tokenizers tokenizer.json files use before ByteLevel: Llama 3's,
+# and Qwen 2's (the same with single digits).
+_SPLIT_PATTERNS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+": "llama3",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",
+}
 
 
 def _path_bytes(path) -> bytes:
@@ -217,11 +223,15 @@ class PretrainedTokenizer(NativeHandle):
                                        scores=scores, unknown_id=unknown)
         if "ByteLevel" not in kinds:
             raise ValueError(f"{source}: pre-tokenizer {kinds} is not supported (ByteLevel)")
+        splits = [p for p in pieces if p.get("type") == "Split"]
         if "Digits" in kinds:
             pretokenizer = "smollm"
-        elif any(p.get("type") == "Split" and _LLAMA3_MARKER in json.dumps(p.get("pattern"))
-                 for p in pieces):
-            pretokenizer = "llama3"
+        elif splits:
+            pattern = (splits[0].get("pattern") or {}).get("Regex")
+            if len(splits) != 1 or pattern not in _SPLIT_PATTERNS:
+                raise ValueError(f"{source}: pre-tokenizer Split pattern {pattern!r} is not "
+                                 "supported (Llama 3's or Qwen 2's)")
+            pretokenizer = _SPLIT_PATTERNS[pattern]
         else:
             pretokenizer = "gpt2"
         return cls.from_vocabulary(tokens, pretokenizer=pretokenizer, merges=merges,
