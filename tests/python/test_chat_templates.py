@@ -50,6 +50,16 @@ GEMMA = (
     "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
 )
+# Phi-3.5-mini-instruct's tokenizer_config.json template.
+PHI3 = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' and message['content'] %}"
+    "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
 
 TEMPLATES = {
     "chatml": (CHATML, "<|im_start|>", "<|im_end|>"),
@@ -57,6 +67,7 @@ TEMPLATES = {
     "llama2": (LLAMA2, "<s>", "</s>"),
     "mistral": (MISTRAL, "<s>", "</s>"),
     "gemma": (GEMMA, "<bos>", "<eos>"),
+    "phi3": (PHI3, "<s>", "<|endoftext|>"),
 }
 
 CONVERSATION = [

@@ -1,4 +1,5 @@
-"""Chat templates of pretrained models: ChatML, Llama 2, Llama 3, Mistral and Gemma.
+"""Chat templates of pretrained models: ChatML (SmolLM, Qwen), Llama 2, Llama 3, Mistral,
+Gemma and Phi-3.
 
 A pretrained checkpoint carries its chat template as Jinja text (GGUF
 ``tokenizer.chat_template``, Hugging Face ``tokenizer_config.json``). :class:`PretrainedChatTemplate`
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from .chat import ChatMessage, chat_messages
 
-CHAT_FAMILIES = ("chatml", "llama2", "llama3", "mistral", "gemma")
+CHAT_FAMILIES = ("chatml", "llama2", "llama3", "mistral", "gemma", "phi3")
 
 _STOP_SEQUENCES = {
     "chatml": ("<|im_end|>",),
@@ -26,6 +27,7 @@ _STOP_SEQUENCES = {
     "llama3": ("<|eot_id|>",),
     "mistral": ("</s>",),
     "gemma": ("<end_of_turn>",),
+    "phi3": ("<|end|>",),
 }
 
 
@@ -41,11 +43,14 @@ def detect_chat_family(template: str) -> str:
         return "llama3"
     if "<start_of_turn>" in template:
         return "gemma"
+    if "<|assistant|>" in template and "<|end|>" in template:
+        return "phi3"
     if "[INST]" in template:
         return "llama2" if "<<SYS>>" in template else "mistral"
     raise ValueError(
         "unrecognised chat template: none of the markers <|im_start|> (ChatML), "
-        "<|start_header_id|> (Llama 3), <start_of_turn> (Gemma) or [INST] (Llama 2 / Mistral) "
+        "<|start_header_id|> (Llama 3), <start_of_turn> (Gemma), <|assistant|> with <|end|> "
+        "(Phi-3) or [INST] (Llama 2 / Mistral) "
         f"appears in it (first 80 characters: {template[:80]!r})"
     )
 
@@ -223,6 +228,14 @@ class PretrainedChatTemplate:
             parts.append(f"<start_of_turn>{role}\n{content}<end_of_turn>\n")
         if add_generation_prompt:
             parts.append("<start_of_turn>model\n")
+        return "".join(parts)
+
+    def _render_phi3(self, turns, add_generation_prompt):
+        # Phi-3.5's template: every turn "<|role|>\ncontent<|end|>\n" (an empty system message
+        # is left out); without a generation prompt the conversation ends with the eos token.
+        parts = [f"<|{m.role}|>\n{m.content}<|end|>\n" for m in turns
+                 if m.role != "system" or m.content]
+        parts.append("<|assistant|>\n" if add_generation_prompt else self._eos)
         return "".join(parts)
 
     def __repr__(self) -> str:
