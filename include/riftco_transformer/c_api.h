@@ -847,7 +847,8 @@ RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* c
                                                       uint64_t struct_size);
 /* 2.10: sets config->architecture and the family's choices over the dimensions already in
  * *config (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms, post-block
- * norms, GeGLU, embedding scale sqrt(D), window period 6 and local RoPE base 10000 unless set;
+ * norms, GeGLU, embedding scale sqrt(D), window period 6 (with a sliding_window) and local RoPE
+ * base 10000 unless set;
  * Llama, Mistral, Phi-3: none). The struct must declare the 2.10 size; an unknown
  * architecture: RT_STATUS_INVALID_ARGUMENT, *config unchanged. */
 RT_API rt_status RT_CALL rt_llama_mistral_config_preset(rt_llama_mistral_config* config,

@@ -242,11 +242,10 @@ def tokenizer_from_record(state: dict) -> Tokenizer | PretrainedTokenizer:
     return Tokenizer.from_state("bpe", merge_rules=[tuple(rule) for rule in state["merge_rules"]])
 
 
-def validate_tokenizer_record(architecture: str, state: object, where: str) -> int:
-    """The vocabulary size of a manifest's tokenizer state: the rotary decoder always carries
-    a pretrained tokenizer, the GPT decoder one of ours or an imported GPT-2's (ValueError)."""
-    pretrained = isinstance(state, dict) and state.get("method") == "pretrained"
-    if architecture == LLAMA_ARCHITECTURE or pretrained:
+def validate_tokenizer_record(state: object, where: str) -> int:
+    """The vocabulary size of a manifest's tokenizer state, a pretrained tokenizer's or one of
+    ours (ValueError when it breaks that kind's rules)."""
+    if isinstance(state, dict) and state.get("method") == "pretrained":
         return _validate_pretrained_tokenizer(state, where)
     return _validate_tokenizer(state, where)
 
@@ -343,13 +342,9 @@ class ModelBundle:
         a 64-hex-digit id or None, ``metadata`` a JSON-serialisable mapping (finite numbers).
         """
         architecture, config_entry = model_record(model)
-        llama = architecture == LLAMA_ARCHITECTURE
-        # Llama/Mistral models carry a pretrained tokenizer; the GPT decoder either one of ours
-        # (byte or BPE) or a pretrained one (an imported GPT-2).
+        # Either decoder carries a pretrained tokenizer (an imported checkpoint) or one of ours
+        # (byte or BPE: a model pretrained here, of any architecture).
         pretrained = isinstance(tokenizer, PretrainedTokenizer)
-        if llama and not pretrained:
-            raise TypeError("tokenizer must be a PretrainedTokenizer for this model, "
-                            f"not {type(tokenizer).__name__}")
         if not pretrained and not isinstance(tokenizer, Tokenizer):
             raise TypeError("tokenizer must be a Tokenizer or a PretrainedTokenizer, "
                             f"not {type(tokenizer).__name__}")
@@ -521,7 +516,7 @@ class ModelBundle:
 
     @property
     def architecture(self) -> str:
-        """``"gpt"``, ``"llama"`` or ``"mistral"``."""
+        """``"gpt"``, or the rotary decoder's family (``"llama"``, ``"qwen3"``, ...)."""
         if isinstance(self._config, LlamaMistralConfig):
             return self._config.architecture
         return "gpt"
@@ -650,7 +645,7 @@ def _validate_manifest(manifest: object, where: str) -> None:
     if not isinstance(artifact_id, str) or not _HEX_ID.match(artifact_id):
         raise ValueError(f"{where}: artifact_id must be 64 lowercase hex digits")
     config = validate_model_config(manifest["architecture"], manifest["config"], where)
-    vocabulary = validate_tokenizer_record(manifest["architecture"], manifest["tokenizer"], where)
+    vocabulary = validate_tokenizer_record(manifest["tokenizer"], where)
     if vocabulary != config.vocabulary_size:
         raise ValueError(
             f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size "

@@ -627,7 +627,7 @@ def _validate_manifest(manifest, where: str) -> None:
     elif model["adapter_parameters"] is not None:
         raise ValueError(f"{where}: model.adapter_parameters must be null without LoRA")
     if manifest["tokenizer"] is not None:
-        vocabulary = validate_tokenizer_record(model["architecture"], manifest["tokenizer"], where)
+        vocabulary = validate_tokenizer_record(manifest["tokenizer"], where)
         if vocabulary != config.vocabulary_size:
             raise ValueError(f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size")
     optimizer = manifest["optimizer"]

@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--vocab-size", type=_positive_int, default=272,
                           help="BPE vocabulary size (>= 256)")
     pretrain.add_argument("--min-pair-frequency", type=_positive_int, default=2)
+    pretrain.add_argument("--architecture", default="gpt2",
+                          choices=("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"),
+                          help="the GPT decoder, or a rotary family's preset of the same size "
+                               "(Mistral, Gemma 3, Phi-3: a window of half the context)")
     pretrain.add_argument("--model-width", type=_positive_int, default=16)
     pretrain.add_argument("--heads", type=_positive_int, default=4)
     pretrain.add_argument("--blocks", type=_positive_int, default=1)
@@ -421,6 +425,7 @@ def command_pretrain(arguments) -> int:
         backend=arguments.backend, attention=arguments.attention,
         activation_checkpointing=arguments.activation_checkpointing,
         tokenizer_training_bytes=arguments.tokenizer_training_bytes,
+        architecture=arguments.architecture,
     )
     initial = 0
     if arguments.resume is not None:

@@ -187,9 +187,10 @@ def _load_bundle(path: str) -> PretrainedModel:
 
     bundle = ModelBundle.load(path)
     gpt = bundle.architecture == "gpt"
-    if gpt and bundle.tokenizer_state["method"] != "pretrained":
-        runtime = bundle.instantiate()
-        return PretrainedModel(runtime.model, runtime.tokenizer, PlainChatTemplate(), "gpt", path)
+    if bundle.tokenizer_state["method"] != "pretrained":  # pretrained here, with our tokenizer
+        runtime = bundle.instantiate(attention="materialized" if gpt else "flash")
+        return PretrainedModel(runtime.model, runtime.tokenizer, PlainChatTemplate(),
+                               bundle.architecture, path)
     runtime = bundle.instantiate(attention="flash")
     tokenizer = runtime.tokenizer
     bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""

@@ -31,7 +31,21 @@ from pathlib import Path
 
 from .artifacts import ModelBundle
 from .batching import RandomWindowBatchSource, TokenFile, fixed_batches
-from .native import Adam, AdamOptions, DecoderOnlyTransformer, Tokenizer, TransformerConfig
+from .native import (
+    Adam,
+    AdamOptions,
+    DecoderOnlyTransformer,
+    LlamaMistralConfig,
+    LlamaMistralTransformer,
+    Tokenizer,
+    TransformerConfig,
+)
+from .native.llama import ARCHITECTURE_VALUES
+
+# The architectures a model can be pretrained as: the GPT decoder, or a rotary family's preset.
+ARCHITECTURES = ("gpt2", *ARCHITECTURE_VALUES)
+# Families whose structure includes a sliding window: pretrained with half the context.
+_WINDOWED_FAMILIES = ("mistral", "gemma3", "phi3")
 from .native._validation import (
     UINT32_LIMIT,
     require_choice,
@@ -81,6 +95,10 @@ class PretrainingConfig:
     optimizer_state: str = "contiguous"
     optimizer_page_size: int = 4096
     tokenizer_training_bytes: int = 16 << 20
+    # "gpt2" (the GPT decoder of WORKFLOWS §3), or a rotary family preset ("llama",
+    # "mistral", "qwen2", "qwen3", "gemma3", "phi3") with the same width, heads, blocks and
+    # feed-forward width (Mistral, Gemma 3 and Phi-3 with a window of half the context).
+    architecture: str = "gpt2"
 
     def __post_init__(self) -> None:
         for name in ("steps", "context_size", "batch_size", "validation_batch_count",
@@ -102,6 +120,7 @@ class PretrainingConfig:
         _one_of(self.attention, "attention", ("materialized", "flash"))
         _one_of(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
         _one_of(self.optimizer_state, "optimizer_state", ("contiguous", "paged"))
+        _one_of(self.architecture, "architecture", ARCHITECTURES)
         if self.model_width % self.head_count:
             raise ValueError(
                 f"head_count {self.head_count} must divide model_width {self.model_width}"
@@ -400,6 +419,49 @@ def _require_same_run_on_every_rank(data_parallel, config: PretrainingConfig, tr
     data_parallel.shard(config.batch_size)  # the global batch splits evenly
 
 
+def _new_model(tokenizer: Tokenizer, config: PretrainingConfig):
+    """The model to pretrain: the GPT decoder, or the rotary family's preset of the same size."""
+    if config.architecture == "gpt2":
+        return DecoderOnlyTransformer(
+            TransformerConfig(
+                vocabulary_size=tokenizer.vocab_size,
+                maximum_context=config.context_size,
+                model_width=config.model_width,
+                head_count=config.head_count,
+                block_count=config.block_count,
+                feed_forward_width=config.feed_forward_width,
+                random_seed=config.random_seed,
+            ),
+            config.attention,
+            config.activation_checkpointing,
+        )
+    window = (max(1, config.context_size // 2) if config.architecture in _WINDOWED_FAMILIES
+              else None)
+    family = LlamaMistralConfig.preset(
+        config.architecture,
+        vocabulary_size=tokenizer.vocab_size,
+        maximum_context=config.context_size,
+        model_width=config.model_width,
+        query_head_count=config.head_count,
+        key_value_head_count=config.head_count,
+        block_count=config.block_count,
+        feed_forward_width=config.feed_forward_width,
+        sliding_window=window,
+        tie_embeddings=config.architecture == "gemma3",
+        random_seed=config.random_seed,
+    )
+    return LlamaMistralTransformer(family, config.attention, config.activation_checkpointing)
+
+
+def _config_record(config: PretrainingConfig) -> dict:
+    """The config for a bundle's metadata; the architecture only when it is not the default,
+    so a GPT run's bundle (and its artifact id) is what it always was."""
+    record = dataclasses.asdict(config)
+    if record["architecture"] == "gpt2":
+        del record["architecture"]
+    return record
+
+
 def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig,
            validation_source: str, facts: dict, options: dict) -> PretrainingResult:
     metric_sink: Callable | None = options.pop("metric_sink", None)
@@ -437,19 +499,7 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
             raise ValueError("the checkpoint's tokenizer differs from the one fitted on this data")
         checkpoint.restore_source(source)
     else:
-        model = DecoderOnlyTransformer(
-            TransformerConfig(
-                vocabulary_size=tokenizer.vocab_size,
-                maximum_context=config.context_size,
-                model_width=config.model_width,
-                head_count=config.head_count,
-                block_count=config.block_count,
-                feed_forward_width=config.feed_forward_width,
-                random_seed=config.random_seed,
-            ),
-            config.attention,
-            config.activation_checkpointing,
-        ).to(backend)
+        model = _new_model(tokenizer, config).to(backend)
         with model.parameters() as parameters:
             optimizer = Adam(parameters, AdamOptions(
                 learning_rate=config.learning_rate, state_storage=config.optimizer_state,
@@ -497,7 +547,7 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
             "validation_token_count": len(validation_tokens),
             "validation_source": validation_source,
             "validation_fraction": config.validation_fraction if validation_source == "derived_fraction" else None,
-            "config": dataclasses.asdict(config),
+            "config": _config_record(config),
             "backend": backend,
             "optimizer": "adam",
             "optimizer_state_included": False,

@@ -138,6 +138,8 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
         // an unknown architecture is architecture_preset's std::invalid_argument.
         LlamaMistralConfig dimensions;
         dimensions.model_width = static_cast<std::size_t>(config->model_width);
+        if (config->sliding_window != 0)
+            dimensions.sliding_window = static_cast<std::size_t>(config->sliding_window);
         dimensions.sliding_window_period = static_cast<std::size_t>(config->sliding_window_period);
         dimensions.rope_local_theta = config->rope_local_theta;
         const LlamaMistralConfig preset =

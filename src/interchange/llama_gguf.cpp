@@ -213,9 +213,6 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
             c.attention_scale = static_cast<float>(
                 1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
         }
-        if (!c.sliding_window) {
-            c.sliding_window_period = 0;  // no window: every layer dense
-        }
     }
     validate_llama_mistral_config(c);
     return c;

@@ -151,8 +151,8 @@ LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
             c.post_block_norms = true;
             c.feed_forward_activation = GatedActivation::GeluTanh;
             c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.model_width)));
-            if (c.sliding_window_period == 0)
-                c.sliding_window_period = 6;
+            if (c.sliding_window && c.sliding_window_period == 0)
+                c.sliding_window_period = 6;  // without a window every layer is dense
             if (c.rope_local_theta == 0.0)
                 c.rope_local_theta = 10000.0;
             break;

@@ -102,7 +102,8 @@ struct LlamaMistralConfig {
 // `dimensions` (V, C, D, Hq, Hkv, N, F, ε, θ, window, tying and head width as given) with the
 // family's choices set: Llama/Mistral none; Qwen 2 q/k/v biases; Qwen 3 QK-norm; Gemma 3
 // QK-norm, (1 + w) norms, post-block norms, GeGLU, embedding scale float32(√D), attention
-// scale 1/√d unless given, window period 6 and local θ 10000 unless given; Phi-3 none.
+// scale 1/√d unless given, window period 6 (with a window) and local θ 10000 unless given;
+// Phi-3 none.
 // The choices already set in `dimensions` that a family does not fix are kept.
 [[nodiscard]] LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
                                                      const LlamaMistralConfig& dimensions);

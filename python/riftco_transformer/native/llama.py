@@ -102,8 +102,8 @@ class LlamaMistralConfig:
         """The config of ``architecture`` ("llama", "mistral", "qwen2", "qwen3", "gemma3",
         "phi3") with the dimensions given in ``fields`` and the family's choices set by the
         library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms,
-        post-block norms, GeGLU, embedding scale sqrt(D), window period 6 and local RoPE base
-        10000 unless given)."""
+        post-block norms, GeGLU, embedding scale sqrt(D), window period 6 (with a
+        sliding_window) and local RoPE base 10000 unless given)."""
         require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
         draft = cls(**{**fields, "architecture": architecture})
         native = draft._native()
