@@ -135,6 +135,44 @@ def _trainable_with_optimizer(model, config: PostTrainingConfig) -> Adam:
         ))
 
 
+def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostTrainingConfig,
+                      tokenizer, metric_sink, on_step, checkpoint_path, checkpoint_interval,
+                      nf4: dict | None, metadata: dict) -> tuple:
+    """Runs the steps left to ``config.steps`` (all of them, or what a restored checkpoint
+    left), writing an exact-resume checkpoint to ``checkpoint_path`` every
+    ``checkpoint_interval`` steps and at the end; returns the metrics."""
+    model, optimizer = trainer.model, trainer.optimizer
+    remaining = config.steps - optimizer.step_count
+    if remaining < 0:
+        raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
+                         f"{config.steps}")
+
+    def save_checkpoint() -> None:
+        from .checkpoints import save_training_checkpoint
+
+        save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer,
+                                 nf4=nf4, metadata=metadata)
+
+    def step_hook(metric: TrainingMetric) -> None:
+        if on_step is not None:
+            on_step(metric)
+        if checkpoint_path is not None and checkpoint_interval and \
+                metric.step % checkpoint_interval == 0:
+            save_checkpoint()
+
+    metrics = ()
+    if remaining:
+        metrics = trainer.run(
+            source,
+            TrainingLoopConfig(remaining, config.evaluation_interval,
+                               config.loss_average_window),
+            (), metric_sink, step_hook,
+        )
+    if checkpoint_path is not None:
+        save_checkpoint()
+    return metrics
+
+
 def post_train_jsonl(base: ModelBundle, path, config: PostTrainingConfig | None = None,
                      **options) -> PostTrainingResult:
     """:func:`post_train` on the examples of a JSONL file (errors name ``file:line``)."""
@@ -229,37 +267,10 @@ def post_train(
         if checkpoint is not None:
             checkpoint.restore_source(source)
             checkpoint.restore_trainer(trainer)
-        remaining = config.steps - optimizer.step_count
-        if remaining < 0:
-            raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
-                             f"{config.steps}")
-
-        def save_checkpoint() -> None:
-            from .checkpoints import save_training_checkpoint
-
-            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer,
-                                     nf4=nf4, metadata={"stage": "post_training",
-                                                        "base_artifact_id": base.artifact_id})
-
-        def step_hook(metric: TrainingMetric) -> None:
-            if on_step is not None:
-                on_step(metric)
-            if checkpoint_path is not None and checkpoint_interval and \
-                    metric.step % checkpoint_interval == 0:
-                save_checkpoint()
-
-        metrics = ()
-        if remaining:
-            metrics = trainer.run(
-                source,
-                TrainingLoopConfig(remaining, config.evaluation_interval,
-                                   config.loss_average_window),
-                (),
-                metric_sink,
-                step_hook,
-            )
-        if checkpoint_path is not None:
-            save_checkpoint()
+        metrics = _train_to_the_end(
+            trainer, source, config, tokenizer, metric_sink, on_step, checkpoint_path,
+            checkpoint_interval, nf4, {"stage": "post_training",
+                                      "base_artifact_id": base.artifact_id})
         optimizer_report = {
             "state_storage": optimizer.state_storage,
             "page_size": optimizer.state_page_size,
@@ -401,35 +412,10 @@ def fine_tune_pretrained(
                                  f"(base_id {checkpoint.metadata.get('base_id')!r}, this one "
                                  f"{base_id!r})")
             checkpoint.restore(model, optimizer, source, trainer)
-        remaining = config.steps - optimizer.step_count
-        if remaining < 0:
-            raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
-                             f"{config.steps}")
-
-        def save_checkpoint() -> None:
-            from .checkpoints import save_training_checkpoint
-
-            save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source,
-                                     trainer, nf4=nf4, metadata={"stage": "post_training",
-                                                                 "base_id": base_id})
-
-        def checkpointing_hook(metric: TrainingMetric) -> None:
-            step_hook(metric)
-            if checkpoint_path is not None and checkpoint_interval and \
-                    metric.step % checkpoint_interval == 0:
-                save_checkpoint()
-
         last[0] = _time.perf_counter()
-        metrics = ()
-        if remaining:
-            metrics = trainer.run(
-                source,
-                TrainingLoopConfig(remaining, config.evaluation_interval,
-                                   config.loss_average_window),
-                (), metric_sink, checkpointing_hook,
-            )
-        if checkpoint_path is not None:
-            save_checkpoint()
+        metrics = _train_to_the_end(trainer, source, config, tokenizer, metric_sink, step_hook,
+                                    checkpoint_path, checkpoint_interval, nf4,
+                                    {"stage": "post_training", "base_id": base_id})
     finally:
         optimizer.close()
     if method in ("lora", "qlora"):

@@ -252,6 +252,20 @@ def test_gguf_rules_name_the_tensor_or_key(tmp_path, arguments, fragment):
 INSTRUCTIONS = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
 
 
+def interruption_at(step: int):
+    """An exception class and an on_step hook that raises it at ``step`` (a run stopped there,
+    after the checkpoints written before it)."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(metric):
+        if metric.step == step:
+            raise Interrupted
+
+    return Interrupted, interrupt
+
+
 def family_bundle(architecture: str) -> ModelBundle:
     config = preset(architecture)
     tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
@@ -274,14 +288,7 @@ def test_an_interrupted_post_training_resumes_to_the_same_bundle(tmp_path, archi
                                 fine_tuning_method=method, learning_rate=1e-2,
                                 response_only_loss=True)
     expected = post_train(base, examples, config).bundle
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(metric):
-        if metric.step == 5:
-            raise Interrupted
-
+    Interrupted, interrupt = interruption_at(5)
     path = tmp_path / "post.riftckpt"
     with pytest.raises(Interrupted):
         post_train(base, examples, config, on_step=interrupt, checkpoint_path=path,
@@ -334,14 +341,7 @@ def test_fine_tuning_a_pretrained_model_resumes_exactly(tmp_path):
                 return parameters.flat_values()
 
     expected = tuned_weights()
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(metric):
-        if metric.step == 5:
-            raise Interrupted
-
+    Interrupted, interrupt = interruption_at(5)
     checkpoint = tmp_path / "run.riftckpt"
     with pytest.raises(Interrupted):
         tuned_weights(on_step=interrupt, checkpoint_path=checkpoint, checkpoint_interval=3,
