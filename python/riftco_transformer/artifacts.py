@@ -233,6 +233,18 @@ def tokenizer_record(tokenizer: Tokenizer | PretrainedTokenizer,
     return {"method": "bpe", "merge_rules": [list(rule) for rule in rules]}
 
 
+def require_tokenizer_fits(tokenizer_size: int, pretrained: bool, vocabulary_size: int,
+                           where: str) -> None:
+    """Our tokenizers have exactly the model's vocabulary; a pretrained checkpoint's may have
+    fewer tokens than its model, whose vocabulary is padded (the padding ids are never
+    sampled). ValueError otherwise, naming both sizes."""
+    if tokenizer_size > vocabulary_size or (not pretrained and tokenizer_size != vocabulary_size):
+        raise ValueError(f"{where}: tokenizer vocabulary {tokenizer_size} != model "
+                         f"vocabulary_size {vocabulary_size}"
+                         + (" (a pretrained one may be smaller, not larger)" if pretrained
+                            else ""))
+
+
 def tokenizer_from_record(state: dict) -> Tokenizer | PretrainedTokenizer:
     """A new tokenizer restored exactly from :func:`tokenizer_record`'s state."""
     if state["method"] == "pretrained":
@@ -360,11 +372,8 @@ class ModelBundle:
         _require_parent(parent_artifact_id)
         metadata = _require_metadata(metadata)
         tokenizer_size = tokenizer.vocabulary_size if pretrained else tokenizer.vocab_size
-        if tokenizer_size != model.config.vocabulary_size:
-            raise ValueError(
-                f"tokenizer vocabulary {tokenizer_size} != model vocabulary_size "
-                f"{model.config.vocabulary_size}"
-            )
+        require_tokenizer_fits(tokenizer_size, pretrained, model.config.vocabulary_size,
+                               "capture")
         with model.parameters() as parameter_list:
             names, shapes = parameter_list.names, parameter_list.shapes
             weights = parameter_list.flat_values()
@@ -645,12 +654,9 @@ def _validate_manifest(manifest: object, where: str) -> None:
     if not isinstance(artifact_id, str) or not _HEX_ID.match(artifact_id):
         raise ValueError(f"{where}: artifact_id must be 64 lowercase hex digits")
     config = validate_model_config(manifest["architecture"], manifest["config"], where)
-    vocabulary = validate_tokenizer_record(manifest["tokenizer"], where)
-    if vocabulary != config.vocabulary_size:
-        raise ValueError(
-            f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size "
-            f"{config.vocabulary_size}"
-        )
+    require_tokenizer_fits(validate_tokenizer_record(manifest["tokenizer"], where),
+                           manifest["tokenizer"]["method"] == "pretrained",
+                           config.vocabulary_size, where)
     total = _validate_parameters(manifest["parameters"], config, where)
     _validate_weights_entry(manifest["weights"], total, where)
     without_id = {key: value for key, value in manifest.items() if key != "artifact_id"}

@@ -47,6 +47,7 @@ from .artifacts import (
     floats_from_little_endian,
     little_endian_bytes,
     model_record,
+    require_tokenizer_fits,
     tokenizer_from_record,
     tokenizer_record,
     validate_model_config,
@@ -627,9 +628,9 @@ def _validate_manifest(manifest, where: str) -> None:
     elif model["adapter_parameters"] is not None:
         raise ValueError(f"{where}: model.adapter_parameters must be null without LoRA")
     if manifest["tokenizer"] is not None:
-        vocabulary = validate_tokenizer_record(manifest["tokenizer"], where)
-        if vocabulary != config.vocabulary_size:
-            raise ValueError(f"{where}: tokenizer vocabulary {vocabulary} != config.vocabulary_size")
+        require_tokenizer_fits(validate_tokenizer_record(manifest["tokenizer"], where),
+                               manifest["tokenizer"]["method"] == "pretrained",
+                               config.vocabulary_size, where)
     optimizer = manifest["optimizer"]
     optimizer_keys = {"type", "scope", "options", "step_count", "beta1_power", "beta2_power"}
     if not isinstance(optimizer, dict) or set(optimizer) != optimizer_keys:

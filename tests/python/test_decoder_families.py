@@ -471,3 +471,23 @@ def test_riftco_pretrain_architecture_trains_a_family_from_scratch(tmp_path, arc
     with load_pretrained(output) as loaded:
         assert loaded.model.config == bundle.config
         assert loaded.generate("Alice", max_new_tokens=4).text is not None
+
+
+def test_a_padded_vocabulary_saves_reopens_and_never_samples_its_padding(tmp_path):
+    """Real checkpoints round V up past their tokenizer: such a model bundles, reopens and
+    generates, and sampling stays within the tokenizer's ids."""
+    from riftco_transformer import load_pretrained
+
+    config = LlamaMistralConfig.preset("qwen3", **{**DIMENSIONS, "vocabulary_size": 300})
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())  # 256 tokens
+    with LlamaMistralTransformer(config) as model:
+        path = ModelBundle.capture(model, tokenizer, "pretraining").save(tmp_path / "p.rift")
+    with load_pretrained(path) as loaded:
+        assert (loaded.tokenizer.vocabulary_size, loaded.model.config.vocabulary_size) == (256, 300)
+        for seed in range(3):
+            result = loaded.generate("padding", max_new_tokens=12, temperature=3.0, seed=seed)
+            assert result.generated_token_ids and max(result.generated_token_ids) < 256
+    too_big = LlamaMistralConfig.preset("qwen3", **{**DIMENSIONS, "vocabulary_size": 200})
+    with LlamaMistralTransformer(too_big) as model:
+        with pytest.raises(ValueError, match="tokenizer vocabulary 256 != model vocabulary_size"):
+            ModelBundle.capture(model, tokenizer, "pretraining")

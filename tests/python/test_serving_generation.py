@@ -186,6 +186,19 @@ def test_bad_prompts_are_rejected_before_any_step():
     assert engine.steps == []
 
 
+def test_a_padded_model_vocabulary_never_samples_its_padding_ids():
+    # 128 ASCII tokens, 200 model ids: the bigram's favourite after "a" is padding id 150,
+    # which no text encodes to; sampling stays within the tokenizer's ids.
+    model = BigramModel({ord("a"): 150}, vocabulary_size=200, maximum_context=8)
+    generator = TextGenerator(model, ascii_tokenizer())
+    greedy = generator.generate("a", max_new_tokens=3)
+    assert all(token < 128 for token in greedy.generated_token_ids)
+    assert greedy.generated_token_ids[0] == 0  # the best id below 128: all tie, the lowest
+    sampled = generator.generate("a", max_new_tokens=20, temperature=5.0, seed=3)
+    assert len(sampled.generated_token_ids) == 20
+    assert all(token < 128 for token in sampled.generated_token_ids)
+
+
 def test_the_tokenizer_must_match_the_models_vocabulary():
     model = BigramModel({}, vocabulary_size=10, maximum_context=8)
     with pytest.raises(ValueError, match="the tokenizer has 128 tokens but the model's "

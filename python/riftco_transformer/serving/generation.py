@@ -175,14 +175,18 @@ def tokenizer_vocabulary_size(tokenizer) -> int:
     return size
 
 
-def require_matching_vocabulary(tokenizer, engine) -> None:
-    """A tokenizer must decode every id the model can produce, and nothing more."""
+def require_matching_vocabulary(tokenizer, engine) -> int:
+    """The ids sampling may produce: the tokenizer's. It has the model's vocabulary, or a
+    smaller one when the checkpoint pads its vocabulary (real checkpoints round V up); the
+    padding ids, which no text encodes to, are then never sampled. A tokenizer with more
+    tokens than the model: ValueError."""
     size = tokenizer_vocabulary_size(tokenizer)
-    if size != engine.vocabulary_size:
+    if size > engine.vocabulary_size:
         raise ValueError(
             f"the tokenizer has {size} tokens but the model's vocabulary_size is "
             f"{engine.vocabulary_size}"
         )
+    return size
 
 
 class GenerationProgress:
@@ -277,6 +281,8 @@ class GenerationProgress:
         feed (the new token, or a reset and replay when the stream is full)."""
         if self.finished or self._pending:
             raise RuntimeError("advance() needs a completed feed of an unfinished generation")
+        if len(logits) > self._vocabulary_size:  # a padded vocabulary: never its padding
+            logits = logits[: self._vocabulary_size]
         token = self._sampler.sample(logits, self.prompt_ids + tuple(self.generated_ids))
         if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not (
             0 <= token < self._vocabulary_size
@@ -395,7 +401,7 @@ class TextGenerator:
         self._engine = make_engine(model_or_engine, kv_cache=kv_cache,
                                    block_size=kv_cache_block_size)
         self._owns_engine = self._engine is not model_or_engine
-        require_matching_vocabulary(tokenizer, self._engine)
+        self._sampled_vocabulary = require_matching_vocabulary(tokenizer, self._engine)
         self._tokenizer = tokenizer
         self._token_bytes = TokenBytes(tokenizer)
         self._sampler = sampler
@@ -446,7 +452,7 @@ class TextGenerator:
         progress = GenerationProgress(
             prompt_ids, resolved, chosen,
             maximum_context=self._engine.maximum_context,
-            vocabulary_size=self._engine.vocabulary_size,
+            vocabulary_size=self._sampled_vocabulary,
             token_bytes=self._token_bytes,
         )
         return GenerationStream(self._events(progress))

@@ -182,7 +182,7 @@ class Scheduler:
                                        UINT32_LIMIT)
         self._prefill_chunk = require_int(prefill_chunk_tokens, "prefill_chunk_tokens", 1,
                                           UINT32_LIMIT)
-        require_matching_vocabulary(tokenizer, engine)
+        self._sampled_vocabulary = require_matching_vocabulary(tokenizer, engine)
         self._engine = engine
         self._token_bytes = TokenBytes(tokenizer)
         self._close_engine = close_engine
@@ -240,7 +240,7 @@ class Scheduler:
         progress = GenerationProgress(
             prompt, config, sampler or config.make_sampler(),
             maximum_context=self._engine.maximum_context,
-            vocabulary_size=self._engine.vocabulary_size,
+            vocabulary_size=self._sampled_vocabulary,
             token_bytes=self._token_bytes,
         )
         handle = RequestHandle(f"request-{next(self._ids)}", progress.prompt_ids, self._cancel)

@@ -11,7 +11,12 @@ from ..native._errors import RiftcoTransformerError
 from ..native._validation import UINT32_LIMIT, describe_value, require_choice, require_int
 from .chat import ChatMessage, ChatTemplate, PlainChatTemplate
 from .engine import KV_CACHE_KINDS, is_engine, make_engine
-from .generation import GenerationConfig, GenerationResult, encode_prompt
+from .generation import (
+    GenerationConfig,
+    GenerationResult,
+    encode_prompt,
+    tokenizer_vocabulary_size,
+)
 from .scheduler import RequestHandle, Scheduler
 
 MEBIBYTE = 1 << 20
@@ -222,10 +227,11 @@ class ModelService:
                 f"max_new_tokens must be at most {self._config.maximum_new_tokens} here, got "
                 f"{config.max_new_tokens}"
             )
-        if config.top_k is not None and config.top_k > self._engine.vocabulary_size:
+        # The ids sampling ranks: the tokenizer's (a padded model vocabulary is larger).
+        sampled = tokenizer_vocabulary_size(self._tokenizer)
+        if config.top_k is not None and config.top_k > sampled:
             raise ValueError(
-                f"top_k must be at most the vocabulary size {self._engine.vocabulary_size}, "
-                f"got {config.top_k}"
+                f"top_k must be at most the vocabulary size {sampled}, got {config.top_k}"
             )
         return config
 
