@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     base = post.add_mutually_exclusive_group(required=True)
     base.add_argument("--base", type=Path, help="the parent .rift bundle")
     base.add_argument("--model", type=Path,
-                      help="a pretrained checkpoint (GGUF Llama/Mistral, or a bundle of one): "
-                      "trained in its own chat template; the output bundle reopens with "
+                      help="a pretrained checkpoint (a GGUF file or Hugging Face directory of "
+                      "a rotary family, or a bundle): trained in its own chat template; the output bundle reopens with "
                       "riftco chat --model")
     post.add_argument("--instructions", type=Path, required=True, help="training JSONL")
     held_out = post.add_mutually_exclusive_group()
@@ -257,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = commands.add_parser("chat", help="chat with a model in the terminal",
                                description="Interactive chat with streaming output. The model "
-                               "is a GGUF file (Llama/Mistral) or a .rift bundle; its chat "
-                               "template renders the conversation. Type /reset to start over, "
+                               "is a GGUF file, a Hugging Face directory or a .rift bundle; its "
+                               "chat template renders the conversation. Type /reset to start over, "
                                "/exit (or end of input) to quit.")
     chat.add_argument("--model", type=Path, required=True,
                       help="a GGUF file or a .rift bundle")
@@ -302,8 +302,8 @@ def _add_model_source(parser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--bundle", type=Path, help="a .rift bundle")
     source.add_argument("--model", type=Path,
-                        help="a pretrained checkpoint: a GGUF file (Llama/Mistral) or a .rift "
-                        "bundle")
+                        help="a pretrained checkpoint: a GGUF file, a Hugging Face directory "
+                        "or a .rift bundle")
 
 
 def _open_model(arguments, maximum_context: int | None = None):
@@ -583,7 +583,7 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
     loaded = _open_model(arguments)
     with loaded:
         if loaded.architecture == "gpt":
-            raise UsageError("--model takes a pretrained (Llama/Mistral) checkpoint; use --base "
+            raise UsageError("--model takes a pretrained (rotary-family) checkpoint; use --base "
                              "for a GPT bundle")
         # Adapters on every projection of the gated blocks (the GPT default, q and v, leaves
         # most of a Llama block frozen).

@@ -2,10 +2,11 @@
 
 ``path`` may be:
 
-* a GGUF file (llama.cpp's format; ``general.architecture`` llama or mistral): weights
+* a GGUF file (llama.cpp's format; ``general.architecture`` llama, mistral, qwen2, qwen3,
+  gemma3 or phi3): weights
   dequantized to float32, the tokenizer and the chat template from its metadata;
 * a Hugging Face directory (``config.json``, ``model.safetensors`` or a sharded index,
-  ``tokenizer.json``; Llama/Mistral: :mod:`riftco_transformer.interchange.huggingface`;
+  ``tokenizer.json``; the rotary families: :mod:`riftco_transformer.interchange.huggingface`;
   GPT-2 onto our GPT decoder: :mod:`riftco_transformer.interchange.huggingface_gpt2`);
 * a ``.rift`` bundle (:mod:`riftco_transformer.artifacts`): a model we trained or
   fine-tuned, with its own tokenizer and chat template.
@@ -53,7 +54,7 @@ def checkpoint_format(path: str | os.PathLike) -> str:
 
 class PretrainedModel:
     """A loaded checkpoint: ``model``, ``tokenizer``, ``chat_template``, ``architecture``
-    (``"llama"``, ``"mistral"`` or ``"gpt"``) and ``source`` (the path).
+    (``"gpt"`` or the rotary family: ``"llama"``, ``"qwen3"``, ...) and ``source`` (the path).
 
     ``generate`` and ``chat`` share one KV-cached generator (created on first use, closed by
     :meth:`close`). Use as a context manager to close the model and generator.
