@@ -18,75 +18,16 @@
 #include "riftco_transformer/model/llama_mistral.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
+#include "support/decoder_families.hpp"
 #include "support/model_support.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-LlamaMistralConfig dimensions() {
-    LlamaMistralConfig c;
-    c.vocabulary_size = 17;
-    c.maximum_context = 24;
-    c.model_width = 16;
-    c.query_head_count = 4;
-    c.key_value_head_count = 2;
-    c.block_count = 2;
-    c.feed_forward_width = 20;
-    c.rope_theta = 500.0;
-    return c;
-}
-
-// Every family with the choices that make it differ from Llama switched on, small enough for
-// finite differences: Qwen 3 and Gemma 3 with a head width that is not D/Hq, Gemma 3 with six
-// blocks (five windowed with their own RoPE base, one dense with linear scaling), Phi-3 and
-// Mistral with windows shorter than the sequences below.
-std::vector<LlamaMistralConfig> family_configs() {
-    std::vector<LlamaMistralConfig> configs;
-    LlamaMistralConfig llama3 = dimensions();
-    llama3.rope_scaling.kind = RopeScalingKind::Llama3;
-    llama3.rope_scaling.factor = 8.0;
-    llama3.rope_scaling.original_context = 12;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Llama, llama3));
-    LlamaMistralConfig mistral = dimensions();
-    mistral.sliding_window = 3;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Mistral, mistral));
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, dimensions()));
-    LlamaMistralConfig qwen3 = dimensions();
-    qwen3.head_width = 6;
-    qwen3.tie_embeddings = true;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen3, qwen3));
-    LlamaMistralConfig gemma3 = dimensions();
-    gemma3.block_count = 6;
-    gemma3.head_width = 6;
-    gemma3.sliding_window = 3;
-    gemma3.attention_scale = 0.3F;
-    gemma3.tie_embeddings = true;
-    gemma3.rope_scaling.kind = RopeScalingKind::Linear;
-    gemma3.rope_scaling.factor = 4.0;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma3, gemma3));
-    LlamaMistralConfig phi3 = dimensions();
-    phi3.sliding_window = 4;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Phi3, phi3));
-    return configs;
-}
-
-std::string name_of(const LlamaMistralConfig& c) {
-    return std::string(llama_mistral_architecture_name(c.architecture));
-}
-
-// Every parameter moved off its initial value (norms off the identity, biases off zero), so no
-// choice is invisible because its parameter starts neutral.
-void perturb(const Module& model, unsigned seed) {
-    std::mt19937 generator(seed);
-    std::normal_distribution<float> noise(0.0F, 0.2F);
-    for (const NamedParameter& named : model.parameters()) {
-        Variable leaf = named.parameter;
-        std::vector<float> values = named.parameter.value().to_host();
-        for (float& value : values)
-            value += noise(generator);
-        leaf.set_value(Tensor(named.parameter.shape(), values));
-    }
-}
+using testing::dimensions;
+using testing::family_configs;
+using testing::name_of;
+using testing::perturb;
 
 std::vector<std::string> names(const Module& model) {
     std::vector<std::string> out;

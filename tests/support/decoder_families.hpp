@@ -1,0 +1,114 @@
+#pragma once
+// The rotary decoder's families as test configurations, shared by the CPU suite
+// (test_decoder_families.cpp) and the second-backend suites: every family with the choices that
+// make it differ from Llama switched on, small enough for finite differences.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
+#include "support/test_support.hpp"
+
+namespace riftco_transformer::testing {
+
+// V=17, C=24, D=16, Hq=4, Hkv=2, N=2, F=20, θ=500.
+inline LlamaMistralConfig dimensions() {
+    LlamaMistralConfig c;
+    c.vocabulary_size = 17;
+    c.maximum_context = 24;
+    c.model_width = 16;
+    c.query_head_count = 4;
+    c.key_value_head_count = 2;
+    c.block_count = 2;
+    c.feed_forward_width = 20;
+    c.rope_theta = 500.0;
+    return c;
+}
+
+// Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2; Qwen 3 and Gemma 3 with a
+// head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE base,
+// one dense with linear scaling) and an attention scale; Phi-3 with a window of 4.
+inline std::vector<LlamaMistralConfig> family_configs() {
+    std::vector<LlamaMistralConfig> configs;
+    LlamaMistralConfig llama3 = dimensions();
+    llama3.rope_scaling.kind = RopeScalingKind::Llama3;
+    llama3.rope_scaling.factor = 8.0;
+    llama3.rope_scaling.original_context = 12;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Llama, llama3));
+    LlamaMistralConfig mistral = dimensions();
+    mistral.sliding_window = 3;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Mistral, mistral));
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, dimensions()));
+    LlamaMistralConfig qwen3 = dimensions();
+    qwen3.head_width = 6;
+    qwen3.tie_embeddings = true;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen3, qwen3));
+    LlamaMistralConfig gemma3 = dimensions();
+    gemma3.block_count = 6;
+    gemma3.head_width = 6;
+    gemma3.sliding_window = 3;
+    gemma3.attention_scale = 0.3F;
+    gemma3.tie_embeddings = true;
+    gemma3.rope_scaling.kind = RopeScalingKind::Linear;
+    gemma3.rope_scaling.factor = 4.0;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma3, gemma3));
+    LlamaMistralConfig phi3 = dimensions();
+    phi3.sliding_window = 4;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Phi3, phi3));
+    return configs;
+}
+
+inline std::string name_of(const LlamaMistralConfig& c) {
+    return std::string(llama_mistral_architecture_name(c.architecture));
+}
+
+// Every parameter moved off its initial value (norms off the identity, biases off zero), so no
+// choice is invisible because its parameter starts neutral.
+inline void perturb(const Module& model, unsigned seed) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> noise(0.0F, 0.2F);
+    for (const NamedParameter& named : model.parameters()) {
+        Variable leaf = named.parameter;
+        std::vector<float> values = named.parameter.value().to_host();
+        for (float& value : values)
+            value += noise(generator);
+        leaf.set_value(Tensor(named.parameter.shape(), values));
+    }
+}
+
+// The values a second backend must reproduce for `config` (seed 31, perturbed): the logits of
+// two rows of 10 tokens, then every parameter's gradient of their loss in parameter order, then
+// a paged decode session's logits of a 12-token prefill, computed on `backend`.
+inline std::vector<float> run_family(const LlamaMistralConfig& config, ExecutionBackend backend,
+                                     AttentionKind attention) {
+    std::mt19937 generator(31);
+    LlamaMistralTransformer model(config, generator, attention);
+    perturb(model, 32);
+    if (backend != ExecutionBackend::Cpu)
+        model.to(backend);
+    const std::vector<std::uint32_t> tokens = pseudo_random_tokens(20, 17, 33);
+    std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
+    targets.push_back(0);
+    const Variable logits = model.forward(tokens, {2, 10});
+    EXPECT_EQ(logits.value().backend(), backend);
+    Variable loss = cross_entropy(reshape(logits, {20, 17}), targets);
+    loss.backward();
+    std::vector<float> out = logits.value().to_host();
+    for (const NamedParameter& named : model.parameters()) {
+        const std::vector<float> gradient = named.parameter.gradient().to_host();
+        out.insert(out.end(), gradient.begin(), gradient.end());
+    }
+    DecodeSession session(model, KeyValueCacheKind::Paged, 4);
+    const std::vector<float> decoded =
+        session.prefill({tokens.data(), 12}, PrefillLogits::All).to_host();
+    out.insert(out.end(), decoded.begin(), decoded.end());
+    return out;
+}
+
+}  // namespace riftco_transformer::testing
