@@ -90,6 +90,8 @@ LLAMA_REQUIRED_CONFIG_FIELDS = (
     "key_value_head_count", "block_count", "feed_forward_width", "architecture",
     "rms_norm_epsilon", "rope_theta", "sliding_window", "tie_embeddings", "random_seed",
 )
+_LLAMA_CHOICE_DEFAULTS = {field.name: field.default
+                          for field in dataclasses.fields(LlamaMistralConfig)}
 PRETRAINED_TOKENIZER_KEYS = {
     "method", "model", "pretokenizer", "tokens", "merges", "token_types", "scores", "bos_id",
     "eos_id", "unknown_id", "ignore_merges", "add_dummy_prefix", "chat_template",
@@ -193,8 +195,14 @@ def model_record(model) -> tuple[str, dict]:
     ``riftco_decoder_v1`` or the rotary decoder's ``riftco_llama_mistral_v1`` (every family).
     TypeError for anything else."""
     if isinstance(model, LlamaMistralTransformer):
-        return LLAMA_ARCHITECTURE, {name: getattr(model.config, name)
-                                    for name in LLAMA_CONFIG_FIELDS}
+        # The first bundles' fields, and each family choice that is not Llama's default: a
+        # Llama/Mistral bundle's manifest (and artifact id) is what it was before them.
+        config = model.config
+        return LLAMA_ARCHITECTURE, {
+            name: getattr(config, name) for name in LLAMA_CONFIG_FIELDS
+            if name in LLAMA_REQUIRED_CONFIG_FIELDS
+            or getattr(config, name) != _LLAMA_CHOICE_DEFAULTS[name]
+        }
     if isinstance(model, DecoderOnlyTransformer):
         return ARCHITECTURE, config_record(model.config)
     raise TypeError("model must be a DecoderOnlyTransformer or a LlamaMistralTransformer, "

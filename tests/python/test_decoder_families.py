@@ -491,3 +491,16 @@ def test_a_padded_vocabulary_saves_reopens_and_never_samples_its_padding(tmp_pat
     with LlamaMistralTransformer(too_big) as model:
         with pytest.raises(ValueError, match="tokenizer vocabulary 256 != model vocabulary_size"):
             ModelBundle.capture(model, tokenizer, "pretraining")
+
+
+def test_bundles_record_only_the_choices_that_differ_from_llama():
+    from riftco_transformer.artifacts import LLAMA_REQUIRED_CONFIG_FIELDS
+
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    with LlamaMistralTransformer(LlamaMistralConfig(**DIMENSIONS)) as model:
+        llama = ModelBundle.capture(model, tokenizer, "pretraining")
+    # A plain Llama bundle's config is what bundles held before the family choices existed.
+    assert set(llama.manifest["config"]) == set(LLAMA_REQUIRED_CONFIG_FIELDS)
+    qwen3 = family_bundle("qwen3")
+    assert set(qwen3.manifest["config"]) - set(LLAMA_REQUIRED_CONFIG_FIELDS) == {
+        "query_key_norm", "head_width"}
