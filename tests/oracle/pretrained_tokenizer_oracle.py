@@ -22,6 +22,8 @@ answers. Cases:
 - sentencepiece_hf: a SentencePiece-style BPE with byte fallback, as Llama 2's tokenizer.json
   builds one: Prepend("\u2581") + Replace(" ", "\u2581") normalizers, BPE(byte_fallback=True),
   merges from the vocabulary's scores, special tokens.
+- sentencepiece_hf_gemma: the same as Gemma's tokenizer.json builds it: Replace(" ", "\u2581")
+  only, no dummy prefix.
 - sentencepiece_spm: the same vocabulary, with `sentencepiece` itself as the oracle (texts
   without special tokens: sentencepiece does not parse control tokens in text).
 
@@ -384,9 +386,11 @@ def sentencepiece_vocabulary(corpus: list[str], work: Path):
     return tokens, types, scores, processor
 
 
-def sentencepiece_hf(tokens, types, scores) -> Tokenizer:
+def sentencepiece_hf(tokens, types, scores, dummy_prefix: bool = True) -> Tokenizer:
     """Llama 2's tokenizer.json shape: merges are every split of a normal piece into two
-    normal pieces, ordered by the merged piece's score (highest first)."""
+    normal pieces, ordered by the merged piece's score (highest first). Without
+    ``dummy_prefix``, Gemma's: spaces replaced, no "\u2581" put before the text (and no
+    leading space stripped when decoding)."""
     vocabulary = {t: i for i, t in enumerate(tokens)}
     normal = {t for t, k in zip(tokens, types) if k == NORMAL}
     ranked = []
@@ -400,11 +404,16 @@ def sentencepiece_hf(tokens, types, scores) -> Tokenizer:
     merges = [pair for *_, pair in sorted(ranked)]
     tokenizer = Tokenizer(models.BPE(vocabulary, merges, unk_token=tokens[0], byte_fallback=True,
                                      fuse_unk=True))
-    tokenizer.normalizer = normalizers.Sequence(
-        [normalizers.Prepend(METASPACE), normalizers.Replace(" ", METASPACE)])
-    tokenizer.decoder = decoders.Sequence([decoders.Replace(METASPACE, " "),
-                                           decoders.ByteFallback(), decoders.Fuse(),
-                                           decoders.Strip(" ", 1, 0)])
+    if dummy_prefix:
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Prepend(METASPACE), normalizers.Replace(" ", METASPACE)])
+        tokenizer.decoder = decoders.Sequence([decoders.Replace(METASPACE, " "),
+                                               decoders.ByteFallback(), decoders.Fuse(),
+                                               decoders.Strip(" ", 1, 0)])
+    else:
+        tokenizer.normalizer = normalizers.Replace(" ", METASPACE)
+        tokenizer.decoder = decoders.Sequence([decoders.Replace(METASPACE, " "),
+                                               decoders.ByteFallback(), decoders.Fuse()])
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                   for t, k in zip(tokens, types) if k in (UNKNOWN, CONTROL)])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False)
@@ -465,6 +474,9 @@ def main() -> int:
                 "add_dummy_prefix": True, "bos": 1, "eos": 2, "unknown": 0}
         hf = sentencepiece_hf(tokens, types, scores)
         add_case(manifest, out, "sentencepiece_hf", hf, texts, spec, decode=True)
+        gemma = sentencepiece_hf(tokens, types, scores, dummy_prefix=False)
+        add_case(manifest, out, "sentencepiece_hf_gemma", gemma, texts,
+                 dict(spec, add_dummy_prefix=False), decode=True)
         plain = [t for t in texts if USER_DEFINED_TOKEN not in t and "<s>" not in t
                  and "</s>" not in t and "<unk>" not in t]
         add_case(manifest, out, "sentencepiece_spm", None, plain, spec,

@@ -504,3 +504,29 @@ def test_bundles_record_only_the_choices_that_differ_from_llama():
     qwen3 = family_bundle("qwen3")
     assert set(qwen3.manifest["config"]) - set(LLAMA_REQUIRED_CONFIG_FIELDS) == {
         "query_key_norm", "head_width"}
+
+
+def sentencepiece_document(prepend: bool) -> dict:
+    """A SentencePiece-style tokenizer.json (byte fallback): Llama 2's normalizer with its
+    Prepend("\u2581"), or Gemma's, which only replaces spaces."""
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)),
+              "\u2581", "h", "i", "hi", "\u2581hi"]
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    normalizer = ({"type": "Sequence", "normalizers": [{"type": "Prepend",
+                                                        "prepend": "\u2581"}, replace]}
+                  if prepend else replace)
+    return {"version": "1.0", "normalizer": normalizer, "pre_tokenizer": None,
+            "added_tokens": [{"id": i, "content": t, "special": True}
+                             for i, t in enumerate(tokens[:3])],
+            "model": {"type": "BPE", "byte_fallback": True, "unk_token": "<unk>",
+                      "vocab": {t: i for i, t in enumerate(tokens)},
+                      "merges": ["h i", "\u2581 hi"]}}
+
+
+def test_gemma_tokenizer_json_has_no_dummy_prefix():
+    with PretrainedTokenizer.from_tokenizer_document(sentencepiece_document(True)) as llama2, \
+            PretrainedTokenizer.from_tokenizer_document(sentencepiece_document(False)) as gemma:
+        assert llama2.state()["add_dummy_prefix"] and not gemma.state()["add_dummy_prefix"]
+        assert llama2.encode("hi") == [263]  # "\u2581hi"
+        assert gemma.encode("hi") == [262]  # "hi"
+        assert gemma.decode(gemma.encode("hi hi")) == "hi hi"

@@ -34,6 +34,7 @@ ID_CASES = [
     "llama3_thinned_ignore_merges_1",
     "qwen2",
     "sentencepiece_hf",
+    "sentencepiece_hf_gemma",
     "sentencepiece_spm",
 ]
 PRETOKEN_CASES = ["pretoken_gpt2", "pretoken_llama3", "pretoken_smollm", "pretoken_qwen2"]
@@ -128,7 +129,8 @@ def test_ignore_merges_case_is_discriminating(oracle):
     assert sum(a != b for a, b in zip(without, with_)) > len(without) // 2
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gpt2", "llama3", "qwen2", "sentencepiece_hf"])
+@pytest.mark.parametrize("name", ["smollm2", "gpt2", "llama3", "qwen2", "sentencepiece_hf",
+                                  "sentencepiece_hf_gemma"])
 def test_decode_equals_the_oracles_decode(oracle, name, tmp_path):
     manifest, tool, _ = oracle
     case = _case(manifest, name)

@@ -39,6 +39,20 @@ _SPLIT_PATTERNS = {
 }
 
 
+def _adds_dummy_prefix(document: dict, pre_tokenizers: list) -> bool:
+    """Whether a SentencePiece-style tokenizer.json puts "\u2581" before the text: a Prepend
+    normalizer (Llama 2, Mistral), or an older file's Metaspace pre-tokenizer that adds a
+    prefix space. Gemma's only replaces spaces: no prefix."""
+    normalizer = document.get("normalizer") or {}
+    steps = (normalizer.get("normalizers") or []) if normalizer.get("type") == "Sequence" \
+        else [normalizer]
+    if any(step.get("type") == "Prepend" for step in steps):
+        return True
+    return any(p.get("type") == "Metaspace" and (p.get("add_prefix_space") is True or
+                                                 p.get("prepend_scheme") in ("always", "first"))
+               for p in pre_tokenizers)
+
+
 def _path_bytes(path) -> bytes:
     encoded = os.fsencode(os.fspath(path))
     if b"\0" in encoded:
@@ -220,7 +234,8 @@ class PretrainedTokenizer(NativeHandle):
                     types[index] = 6
             unknown = vocab.get(model.get("unk_token")) if model.get("unk_token") else None
             return cls.from_vocabulary(tokens, model="sentencepiece_bpe", token_types=types,
-                                       scores=scores, unknown_id=unknown)
+                                       scores=scores, unknown_id=unknown,
+                                       add_dummy_prefix=_adds_dummy_prefix(document, pieces))
         if "ByteLevel" not in kinds:
             raise ValueError(f"{source}: pre-tokenizer {kinds} is not supported (ByteLevel)")
         splits = [p for p in pieces if p.get("type") == "Split"]
