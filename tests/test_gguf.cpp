@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -21,7 +22,13 @@
 #include <system_error>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "riftco_transformer/interchange/gguf.hpp"
 
@@ -942,6 +949,109 @@ TEST_F(Gguf, DequantizesRowsInOrderAcrossManyThreadedChunks) {
     std::vector<float> wrong(3);
     expect_error<std::invalid_argument>([&] { gguf.dequantize_into(gguf.tensor("w"), wrong); },
                                         "tensor 'w' has 196608 elements but out has 3");
+}
+
+// ---- A file that shrinks while it loads (a copy or re-download over it during start-up).
+
+TEST_F(Gguf, ATensorReadAfterTheFileShrankIsAnErrorNamingTheOffsets) {
+    const TestFile file = valid_file();
+    const Bytes bytes = file.encode();
+    const GgufFile gguf = open_bytes(bytes);
+    std::filesystem::resize_file(directory_ / "model.gguf", bytes.size() - 20);
+    // Mapped and copied, this read touched a page past the end of the file: SIGBUS.
+    expect_error<GgufFormatError>([&] { static_cast<void>(gguf.dequantize(gguf.tensors()[1])); },
+                                  "the file shrank while it was being read");
+    EXPECT_EQ(gguf.dequantize(gguf.tensors()[0]), (std::vector<float>{1.0F, 2.0F, 3.0F, 4.0F}));
+}
+
+// The child half of the race below: run by the parent through /proc/self/exe with the file
+// and a pipe in the environment, it says "ready" on the pipe, then opens and dequantizes
+// every tensor; its exit status tells the parent how the load ended.
+TEST(GgufShrinkingChild, Load) {
+    const char* path = std::getenv("RIFTCO_GGUF_SHRINK_PATH");
+    const char* ready = std::getenv("RIFTCO_GGUF_SHRINK_READY_FD");
+    if (path == nullptr || ready == nullptr)
+        GTEST_SKIP() << "run only as the child of AFileThatShrinksWhileLoadingNeverKillsTheProcess";
+    const int descriptor = std::atoi(ready);
+    const char signal_byte = 'r';
+    if (::write(descriptor, &signal_byte, 1) != 1)
+        std::_Exit(5);
+    ::close(descriptor);
+    int status = 0;
+    try {
+        const GgufFile gguf = GgufFile::open(path);
+        for (const GgufTensorInfo& tensor : gguf.tensors())
+            static_cast<void>(gguf.dequantize(tensor));
+    } catch (const GgufFormatError&) {
+        status = 3;
+    } catch (...) {
+        status = 4;
+    }
+    std::_Exit(status);
+}
+
+TEST_F(Gguf, AFileThatShrinksWhileLoadingNeverKillsTheProcess) {
+    // A 3 MiB metadata string (the header is read in several pread steps) and 8 MiB of Q8_0
+    // data; each trial truncates the file at a different moment to a different length while
+    // a child process loads it. Every child must exit by itself: loaded (0) or a
+    // GgufFormatError (3), never a signal.
+    TestFile file;
+    file.entries.push_back(entry("general.architecture", 8, encoded_string("llama")));
+    file.entries.push_back(
+        entry("tokenizer.chat_template", 8, encoded_string(std::string(3U << 20U, 'x'))));
+    const std::uint64_t ne0 = 4096;
+    const std::uint64_t rows = 64;
+    file.tensors.push_back({"w", {ne0, rows}, 8, 0});
+    for (std::size_t b = 0; b < ne0 * rows / 32; ++b) {
+        file.data.push_back(0x00);
+        file.data.push_back(0x3C);
+        file.data.insert(file.data.end(), 32, static_cast<std::uint8_t>(b % 7));
+    }
+    file.tensors.push_back({"v", {ne0, rows}, 8, file.data.size()});
+    file.data.insert(file.data.end(), file.data.begin(), file.data.end());
+    const Bytes bytes = file.encode();
+    const std::filesystem::path path = directory_ / "shrinking.gguf";
+
+    constexpr int trials = 48;
+    int loaded = 0;
+    int rejected = 0;
+    for (int trial = 0; trial < trials; ++trial) {
+        {
+            std::ofstream stream(path, std::ios::binary | std::ios::trunc);
+            stream.write(reinterpret_cast<const char*>(bytes.data()),
+                         static_cast<std::streamsize>(bytes.size()));
+        }
+        int ready[2];
+        ASSERT_EQ(::pipe(ready), 0);
+        const pid_t child = ::fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+            ::close(ready[0]);
+            ::setenv("RIFTCO_GGUF_SHRINK_PATH", path.c_str(), 1);
+            ::setenv("RIFTCO_GGUF_SHRINK_READY_FD", std::to_string(ready[1]).c_str(), 1);
+            ::execl("/proc/self/exe", "test_gguf", "--gtest_filter=GgufShrinkingChild.Load",
+                    static_cast<char*>(nullptr));
+            std::_Exit(6);
+        }
+        ::close(ready[1]);
+        char signal_byte = 0;
+        ASSERT_EQ(::read(ready[0], &signal_byte, 1), 1);
+        ::close(ready[0]);
+        // 0..11.75 ms after the child starts, to 0..7/8 of the file's length.
+        std::this_thread::sleep_for(std::chrono::microseconds(250 * trial));
+        const auto length = bytes.size() / 8 * static_cast<std::size_t>((trial * 5) % 8);
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<::off_t>(length)), 0);
+        int status = 0;
+        ASSERT_EQ(::waitpid(child, &status, 0), child);
+        ASSERT_TRUE(WIFEXITED(status)) << "trial " << trial << ": the child died of signal "
+                                       << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        const int code = WEXITSTATUS(status);
+        ASSERT_TRUE(code == 0 || code == 3) << "trial " << trial << ": exit status " << code;
+        (code == 0 ? loaded : rejected) += 1;
+    }
+    EXPECT_GT(rejected, 0);
+    std::cout << "[ shrinking ] " << trials << " trials: " << loaded << " loaded before the cut, "
+              << rejected << " refused with GgufFormatError, none killed by a signal\n";
 }
 
 // ---- Robustness: every single-byte mutation of a valid header, and every truncation.

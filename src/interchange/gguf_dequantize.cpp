@@ -10,7 +10,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <exception>
 #include <string>
+#include <vector>
 
 #include "riftco_transformer/interchange/gguf.hpp"
 
@@ -308,13 +310,41 @@ void GgufFile::dequantize_into(const GgufTensorInfo& tensor, std::span<float> ou
         std::max<std::size_t>(1, elements_per_chunk / layout.block_elements);
     const auto chunk_count =
         static_cast<std::int64_t>((block_count + blocks_per_chunk - 1) / blocks_per_chunk);
+    if (descriptor_ < 0) {
 #pragma omp parallel for schedule(static) if (chunk_count > 1)
-    for (std::int64_t chunk = 0; chunk < chunk_count; ++chunk) {
-        const std::size_t first = static_cast<std::size_t>(chunk) * blocks_per_chunk;
-        const std::size_t count = std::min(blocks_per_chunk, block_count - first);
-        kernel(bytes.data() + first * layout.block_bytes, count,
-               out.data() + first * layout.block_elements);
+        for (std::int64_t chunk = 0; chunk < chunk_count; ++chunk) {
+            const std::size_t first = static_cast<std::size_t>(chunk) * blocks_per_chunk;
+            const std::size_t count = std::min(blocks_per_chunk, block_count - first);
+            kernel(bytes.data() + first * layout.block_bytes, count,
+                   out.data() + first * layout.block_elements);
+        }
+        return;
     }
+    // An opened file: each chunk is read with pread (read_data), so a file that has shrunk
+    // since open() is an error here rather than a SIGBUS in the mapping. The first error is
+    // kept and thrown after the parallel loop (exceptions must not leave it).
+    std::exception_ptr failure;
+#pragma omp parallel if (chunk_count > 1)
+    {
+        std::vector<std::uint8_t> staged(blocks_per_chunk * layout.block_bytes);
+#pragma omp for schedule(static)
+        for (std::int64_t chunk = 0; chunk < chunk_count; ++chunk) {
+            const std::size_t first = static_cast<std::size_t>(chunk) * blocks_per_chunk;
+            const std::size_t count = std::min(blocks_per_chunk, block_count - first);
+            const std::span<std::uint8_t> blocks(staged.data(), count * layout.block_bytes);
+            try {
+                read_data(tensor.offset + first * layout.block_bytes, blocks);
+            } catch (...) {
+#pragma omp critical(riftco_gguf_read_failure)
+                if (!failure)
+                    failure = std::current_exception();
+                continue;
+            }
+            kernel(blocks.data(), count, out.data() + first * layout.block_elements);
+        }
+    }
+    if (failure)
+        std::rethrow_exception(failure);
 }
 
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& tensor) const {

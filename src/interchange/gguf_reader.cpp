@@ -122,11 +122,37 @@ std::string type_text(GgmlType type) {
            std::to_string(static_cast<std::uint32_t>(type)) + ")";
 }
 
-// Reads little-endian fields from [bytes, bytes + size), checking every read against the end.
+// pread until `count` bytes or the end of the file; returns the bytes read (fewer only at
+// the end of the file). A read error: std::system_error naming the file.
+std::size_t read_at(int descriptor, std::uint8_t* out, std::size_t count, std::uint64_t offset,
+                    const std::string& source) {
+    std::size_t done = 0;
+    while (done < count) {
+        const ::ssize_t got = ::pread(descriptor, out + done, count - done,
+                                      static_cast<::off_t>(offset + done));
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            throw std::system_error(errno, std::generic_category(),
+                                    "gguf: cannot read " + in_quotes(source));
+        }
+        if (got == 0)
+            break;
+        done += static_cast<std::size_t>(got);
+    }
+    return done;
+}
+
+// Reads little-endian fields from [0, size), checking every read against the end. The bytes
+// are either a whole in-memory image or a file read on demand with pread into a growing
+// buffer: a file that shrinks while it is parsed then ends a read early, which is an error
+// naming the offsets, never a SIGBUS from a mapping of pages that no longer exist.
 class Cursor {
   public:
     Cursor(const std::uint8_t* bytes, std::size_t size, const std::string& source)
-        : bytes_(bytes), size_(size), source_(source) {}
+        : bytes_(bytes), available_(size), size_(size), source_(source) {}
+    Cursor(int descriptor, std::size_t size, const std::string& source)
+        : descriptor_(descriptor), size_(size), source_(source) {}
 
     [[nodiscard]] std::size_t position() const noexcept { return position_; }
     [[nodiscard]] std::uint64_t remaining() const noexcept { return size_ - position_; }
@@ -153,6 +179,7 @@ class Cursor {
             fail(what() + " claims " + std::to_string(length) + " bytes but only " +
                  std::to_string(remaining()) + " remain in the file");
         }
+        fill(position_ + static_cast<std::size_t>(length));
         std::string text(reinterpret_cast<const char*>(bytes_ + position_),
                          static_cast<std::size_t>(length));
         position_ += static_cast<std::size_t>(length);
@@ -172,14 +199,38 @@ class Cursor {
 
   private:
     template <typename Describe>
-    void require(std::size_t bytes, const Describe& what) const {
+    void require(std::size_t bytes, const Describe& what) {
         if (bytes > remaining()) {
             fail("truncated at byte " + std::to_string(position_) + ": " + what() + " needs " +
                  std::to_string(bytes) + " bytes, " + std::to_string(remaining()) + " remain");
         }
+        fill(position_ + bytes);
     }
 
-    const std::uint8_t* bytes_;
+    // Makes bytes [0, end) readable (end <= size_): reads the file further, at least doubling
+    // the buffer so the whole header costs O(its size) in reads and copies.
+    void fill(std::size_t end) {
+        if (end <= available_)
+            return;
+        constexpr std::size_t first_read = std::size_t{1} << 20U;
+        const std::size_t target =
+            std::min(size_, std::max({end, 2 * available_, first_read}));
+        buffer_.resize(target);
+        const std::size_t got = read_at(descriptor_, buffer_.data() + available_,
+                                        target - available_, available_, source_);
+        if (got != target - available_) {
+            fail("the file shrank while it was being read: it was " + std::to_string(size_) +
+                 " bytes, and a read at byte " + std::to_string(available_) + " ended at byte " +
+                 std::to_string(available_ + got));
+        }
+        available_ = target;
+        bytes_ = buffer_.data();
+    }
+
+    int descriptor_ = -1;
+    std::vector<std::uint8_t> buffer_;
+    const std::uint8_t* bytes_ = nullptr;
+    std::size_t available_ = 0;
     std::size_t size_;
     std::size_t position_ = 0;
     const std::string& source_;
@@ -484,13 +535,21 @@ std::string value_text(const Value& value) {
     return text.str();
 }
 
-struct Mapping {
+// An opened file: the descriptor that header and tensor reads use (pread), and a read-only
+// mapping behind tensor_bytes().
+struct OpenFile {
+    int descriptor = -1;
     void* address = nullptr;
     std::size_t size = 0;
-    Mapping(void* mapped, std::size_t bytes) : address(mapped), size(bytes) {}
-    Mapping(const Mapping&) = delete;
-    Mapping& operator=(const Mapping&) = delete;
-    ~Mapping() { ::munmap(address, size); }
+    explicit OpenFile(int opened) : descriptor(opened) {}
+    OpenFile(const OpenFile&) = delete;
+    OpenFile& operator=(const OpenFile&) = delete;
+    ~OpenFile() {
+        if (address != nullptr)
+            ::munmap(address, size);
+        if (descriptor >= 0)
+            ::close(descriptor);
+    }
 };
 
 }  // namespace
@@ -551,12 +610,19 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
     }
     const auto size = static_cast<std::size_t>(status.st_size);
     if (S_ISREG(status.st_mode) && size > 0) {
+        // The header is parsed from pread buffers and tensors are read with pread, so a file
+        // that shrinks while it loads is a GgufFormatError, not a SIGBUS. The mapping serves
+        // only tensor_bytes().
+        auto file = std::make_shared<OpenFile>(descriptor);
         void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, descriptor, 0);
         if (mapped != MAP_FAILED) {
-            ::close(descriptor);
-            auto owner = std::make_shared<const Mapping>(mapped, size);
-            return parse(owner, static_cast<const std::uint8_t*>(mapped), size, source);
+            file->address = mapped;
+            file->size = size;
         }
+        const auto* bytes = static_cast<const std::uint8_t*>(file->address);
+        if (bytes != nullptr)
+            return parse(std::move(file), bytes, size, source, descriptor);
+        file->descriptor = -1;  // closed below
     }
     ::close(descriptor);
     // Not mappable (an empty file, a pipe, a file system without mmap): read it.
@@ -576,23 +642,27 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
 
 GgufFile GgufFile::from_bytes(std::vector<std::uint8_t> bytes, std::string source) {
     auto owner = std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes));
-    return parse(owner, owner->data(), owner->size(), std::move(source));
+    const std::uint8_t* image = owner->data();
+    const std::size_t size = owner->size();
+    return parse(std::move(owner), image, size, std::move(source), -1);
 }
 
 GgufFile GgufFile::parse(std::shared_ptr<const void> owner, const std::uint8_t* bytes,
-                         std::size_t size, std::string source) {
+                         std::size_t size, std::string source, int descriptor) {
     GgufFile file;
     file.owner_ = std::move(owner);
     file.bytes_ = bytes;
     file.size_ = size;
+    file.descriptor_ = descriptor;
     file.source_ = std::move(source);
-    Cursor cursor(bytes, size, file.source_);
+    Cursor cursor = descriptor >= 0 ? Cursor(descriptor, size, file.source_)
+                                    : Cursor(bytes, size, file.source_);
 
     const auto magic = cursor.read<std::uint32_t>([] { return std::string("magic"); });
     if (magic != gguf_magic) {
         std::string shown;
         for (std::size_t i = 0; i < 4; ++i) {
-            shown += printable(std::string(1, static_cast<char>(bytes[i])));
+            shown += printable(std::string(1, static_cast<char>(magic >> (8U * i))));
         }
         cursor.fail("bad magic '" + shown + "' (expected 'GGUF')");
     }
@@ -884,6 +954,21 @@ std::size_t GgufFile::tensor_index_of(const GgufTensorInfo& tensor) const {
 std::span<const std::uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& tensor) const {
     const GgufTensorInfo& own = tensors_[tensor_index_of(tensor)];
     return {bytes_ + data_offset_ + own.offset, static_cast<std::size_t>(own.byte_size)};
+}
+
+void GgufFile::read_data(std::uint64_t offset, std::span<std::uint8_t> out) const {
+    if (descriptor_ < 0) {
+        std::memcpy(out.data(), bytes_ + data_offset_ + offset, out.size());
+        return;
+    }
+    const std::uint64_t begin = data_offset_ + offset;
+    const std::size_t got = read_at(descriptor_, out.data(), out.size(), begin, source_);
+    if (got != out.size()) {
+        throw GgufFormatError("gguf: " + source_ + ": the file shrank while it was being read: it was " +
+                              std::to_string(size_) + " bytes, and a read of bytes [" +
+                              std::to_string(begin) + ", " + std::to_string(begin + out.size()) +
+                              ") ended at byte " + std::to_string(begin + got));
+    }
 }
 
 }  // namespace riftco_transformer

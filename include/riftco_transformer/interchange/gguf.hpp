@@ -173,7 +173,10 @@ struct GgufTensorInfo {
 
 class GgufFile {
   public:
-    // Memory-maps `path` read-only (reads it when mapping is impossible) and validates it.
+    // Opens `path` and validates it. The header is parsed from pread buffers and
+    // dequantize reads tensors with pread, so a file that shrinks while it loads is a
+    // GgufFormatError (never a SIGBUS); it is also mapped read-only for tensor_bytes().
+    // A file that cannot be mapped (a pipe) is read whole.
     // A malformed file: GgufFormatError. A file that cannot be opened or read:
     // std::system_error.
     [[nodiscard]] static GgufFile open(const std::filesystem::path& path);
@@ -234,7 +237,9 @@ class GgufFile {
     [[nodiscard]] const GgufTensorInfo& tensor(std::string_view name) const;
 
     // The stored bytes of `tensor`, which must be one of tensors() (a reference obtained
-    // from this file); another object: std::invalid_argument.
+    // from this file); another object: std::invalid_argument. For an opened file they are a
+    // view of a read-only mapping: reading them after the file has shrunk under it raises
+    // SIGBUS, so loaders use dequantize/dequantize_into, which read with pread.
     [[nodiscard]] std::span<const std::uint8_t> tensor_bytes(const GgufTensorInfo& tensor) const;
 
     // The tensor as float32, ne0 fastest (element i of row r at r·ne0 + i), exactly as the
@@ -246,13 +251,19 @@ class GgufFile {
 
   private:
     GgufFile() = default;
+    // descriptor >= 0: the header is read from it with pread (bytes only back tensor_bytes);
+    // -1: everything is read from bytes.
     static GgufFile parse(std::shared_ptr<const void> owner, const std::uint8_t* bytes,
-                          std::size_t size, std::string source);
+                          std::size_t size, std::string source, int descriptor);
+    // Bytes [offset, offset + out.size()) of the data section; read with pread from an
+    // opened file, so a file that has shrunk since open() is a GgufFormatError.
+    void read_data(std::uint64_t offset, std::span<std::uint8_t> out) const;
     [[nodiscard]] std::size_t tensor_index_of(const GgufTensorInfo& tensor) const;
 
     std::shared_ptr<const void> owner_;  // the mapping or the buffer behind bytes_
     const std::uint8_t* bytes_ = nullptr;
     std::size_t size_ = 0;
+    int descriptor_ = -1;  // owned by owner_ when >= 0
     std::string source_;
     std::uint32_t version_ = 0;
     std::uint64_t alignment_ = 32;
