@@ -95,9 +95,11 @@ std::string in_quotes(std::string_view text) {
     return result;
 }
 
+}  // namespace
+
 // The metadata key or tensor name for a message: printable ASCII kept, anything else as \xNN,
 // cut after 80 bytes (a hostile name cannot flood a message).
-std::string printable(std::string_view text) {
+std::string gguf_printable(std::string_view text) {
     constexpr std::size_t shown = 80;
     std::string result;
     for (std::size_t i = 0; i < text.size() && i < shown; ++i) {
@@ -115,6 +117,12 @@ std::string printable(std::string_view text) {
         result += "...";
     }
     return result;
+}
+
+namespace {
+
+std::string printable(std::string_view text) {
+    return gguf_printable(text);
 }
 
 std::string type_text(GgmlType type) {

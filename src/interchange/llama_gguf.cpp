@@ -45,7 +45,8 @@ LlamaMistralArchitecture architecture_of(const GgufFile& file) {
     for (const LlamaMistralArchitecture candidate : supported_architectures)
         known +=
             (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
-    fail(file, "general.architecture '" + architecture + "' is not supported (" + known + ")");
+    fail(file, "general.architecture '" + gguf_printable(architecture) + "' is not supported (" +
+                   known + ")");
 }
 
 // llama.cpp's converter permutes the q/k rows of these families for the interleaved RoPE;
@@ -110,8 +111,7 @@ std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::siz
             for (std::size_t s = 0; s < 2; ++s) {
                 const std::size_t stored = h * d + 2 * i + s;
                 const std::size_t row = h * d + s * (d / 2) + i;
-                std::copy_n(weight.begin() + static_cast<std::ptrdiff_t>(stored * columns),
-                            columns,
+                std::copy_n(weight.begin() + static_cast<std::ptrdiff_t>(stored * columns), columns,
                             original.begin() + static_cast<std::ptrdiff_t>(row * columns));
             }
         }
@@ -130,9 +130,22 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     c.key_value_head_count = file.contains(arch + ".attention.head_count_kv")
                                  ? get_size(file, arch + ".attention.head_count_kv")
                                  : c.query_head_count;
-    c.maximum_context = options.maximum_context != 0
-                            ? options.maximum_context
-                            : get_size(file, arch + ".context_length");
+    c.maximum_context = options.maximum_context != 0 ? options.maximum_context
+                                                     : get_size(file, arch + ".context_length");
+    // Each dimension by the key it came from, so a zero names the key (the model's own
+    // validation below would name only the field).
+    const std::pair<std::size_t, std::string> dimensions[] = {
+        {c.model_width, arch + ".embedding_length"},
+        {c.block_count, arch + ".block_count"},
+        {c.feed_forward_width, arch + ".feed_forward_length"},
+        {c.query_head_count, arch + ".attention.head_count"},
+        {c.key_value_head_count, arch + ".attention.head_count_kv"},
+        {c.maximum_context, options.maximum_context != 0 ? std::string("the maximum_context option")
+                                                         : arch + ".context_length"}};
+    for (const auto& [value, key] : dimensions) {
+        if (value == 0)
+            fail(file, key + " is 0 (every dimension must be positive)");
+    }
     c.rms_norm_epsilon =
         static_cast<float>(get_real(file, arch + ".attention.layer_norm_rms_epsilon"));
     if (file.contains(arch + ".rope.freq_base"))
@@ -145,6 +158,8 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     // Head width: key_length when given (Qwen 3, Gemma: independent of D/Hq).
     if (file.contains(arch + ".attention.key_length")) {
         c.head_width = get_size(file, arch + ".attention.key_length");
+        if (c.head_width == 0)
+            fail(file, arch + ".attention.key_length is 0 (every dimension must be positive)");
         if (file.contains(arch + ".attention.value_length") &&
             get_size(file, arch + ".attention.value_length") != c.head_width) {
             fail(file, arch + ".attention.value_length " +
@@ -165,7 +180,7 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
             c.rope_scaling.kind = RopeScalingKind::Linear;
             c.rope_scaling.factor = get_real(file, arch + ".rope.scaling.factor");
         } else if (scaling != "none") {
-            fail(file, scaling_key + " '" + scaling +
+            fail(file, scaling_key + " '" + gguf_printable(scaling) +
                            "' is not supported (none, linear, or Llama 3's rope_freqs.weight)");
         }
     }
@@ -214,7 +229,11 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
                 1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
         }
     }
-    validate_llama_mistral_config(c);
+    try {
+        validate_llama_mistral_config(c);
+    } catch (const std::invalid_argument& error) {
+        fail(file, std::string("the metadata describe no valid model: ") + error.what());
+    }
     return c;
 }
 
@@ -303,7 +322,7 @@ std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& fi
         known.push_back(factors);
     for (const GgufTensorInfo& tensor : file.tensors()) {
         if (std::find(known.begin(), known.end(), &tensor) == known.end()) {
-            fail(file, "tensor '" + tensor.name + "' is not part of a " +
+            fail(file, "tensor '" + gguf_printable(tensor.name) + "' is not part of a " +
                            std::string(llama_mistral_architecture_name(c.architecture)) +
                            " model of " + std::to_string(c.block_count) + " blocks");
         }

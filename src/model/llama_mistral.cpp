@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
@@ -43,9 +44,9 @@ void require_parameter_bytes_fit(const LlamaMistralConfig& c) {
     const std::size_t F = c.feed_forward_width;
     const std::size_t d = c.resolved_head_width();
     const auto overflow = [&](const char* fields) {
-        throw std::overflow_error(describe(
-            c, std::string(fields) + " too large: the parameters pass the limit of " +
-                   std::to_string(max_transformer_parameter_bytes) + " bytes (2^47)"));
+        throw std::overflow_error(
+            describe(c, std::string(fields) + " too large: the parameters pass the limit of " +
+                            std::to_string(max_transformer_parameter_bytes) + " bytes (2^47)"));
     };
     std::size_t outside = 0;
     if (!add_bytes(outside, V, D))
@@ -104,18 +105,18 @@ GroupedQueryAttentionShape attention_shape(const LlamaMistralConfig& c, std::siz
 
 std::string_view llama_mistral_architecture_name(LlamaMistralArchitecture value) {
     switch (value) {
-    case LlamaMistralArchitecture::Llama:
-        return "llama";
-    case LlamaMistralArchitecture::Mistral:
-        return "mistral";
-    case LlamaMistralArchitecture::Qwen2:
-        return "qwen2";
-    case LlamaMistralArchitecture::Qwen3:
-        return "qwen3";
-    case LlamaMistralArchitecture::Gemma3:
-        return "gemma3";
-    case LlamaMistralArchitecture::Phi3:
-        return "phi3";
+        case LlamaMistralArchitecture::Llama:
+            return "llama";
+        case LlamaMistralArchitecture::Mistral:
+            return "mistral";
+        case LlamaMistralArchitecture::Qwen2:
+            return "qwen2";
+        case LlamaMistralArchitecture::Qwen3:
+            return "qwen3";
+        case LlamaMistralArchitecture::Gemma3:
+            return "gemma3";
+        case LlamaMistralArchitecture::Phi3:
+            return "phi3";
     }
     throw std::invalid_argument("LlamaMistralTransformer: unknown architecture value " +
                                 std::to_string(static_cast<std::uint32_t>(value)));
@@ -165,10 +166,17 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
         throw std::invalid_argument(describe(c, what));
     };
     (void)llama_mistral_architecture_name(c.architecture);
-    if (c.vocabulary_size == 0 || c.maximum_context == 0 || c.model_width == 0 ||
-        c.query_head_count == 0 || c.key_value_head_count == 0 || c.block_count == 0 ||
-        c.feed_forward_width == 0) {
-        fail("every dimension must be positive");
+    const std::pair<const char*, std::size_t> dimensions[] = {
+        {"vocabulary_size", c.vocabulary_size},
+        {"maximum_context", c.maximum_context},
+        {"model_width", c.model_width},
+        {"query_head_count", c.query_head_count},
+        {"key_value_head_count", c.key_value_head_count},
+        {"block_count", c.block_count},
+        {"feed_forward_width", c.feed_forward_width}};
+    for (const auto& [name, value] : dimensions) {
+        if (value == 0)
+            fail(std::string("every dimension must be positive (") + name + " is 0)");
     }
     if (c.head_width == 0 && c.model_width % c.query_head_count != 0)
         fail("model_width must be a multiple of query_head_count when head_width is not given");
@@ -260,8 +268,9 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
     validate_llama_mistral_config(config);
     require_attention_kind("LlamaMistralTransformer", attention);
     const LlamaMistralConfig& c = config;
-    token_embedding_ = &register_module(
-        "token_embedding", std::make_unique<Embedding>(c.vocabulary_size, c.model_width, generator));
+    token_embedding_ =
+        &register_module("token_embedding",
+                         std::make_unique<Embedding>(c.vocabulary_size, c.model_width, generator));
     auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
     for (std::size_t i = 0; i < c.block_count; ++i) {
         blocks_.push_back(
@@ -277,10 +286,9 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
     }
     std::vector<AdaptableProjection> projections;
     for (std::size_t i = 0; i < c.block_count; ++i) {
-        for (LoraTarget target :
-             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
-              LoraTarget::FeedForwardGate, LoraTarget::FeedForwardUp,
-              LoraTarget::FeedForwardDown}) {
+        for (LoraTarget target : {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value,
+                                  LoraTarget::Output, LoraTarget::FeedForwardGate,
+                                  LoraTarget::FeedForwardUp, LoraTarget::FeedForwardDown}) {
             std::string path =
                 "blocks." + std::to_string(i) + "." + std::string(lora_target_name(target));
             auto* layer = dynamic_cast<Linear*>(find_module(path));
@@ -352,7 +360,6 @@ IncrementalCacheShape LlamaMistralTransformer::incremental_cache_shape() const n
     return {c.block_count, c.key_value_head_count, c.resolved_head_width(), c.maximum_context};
 }
 
-
 Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) const {
     Variable hidden = embed(tokens);  // [B,T,D]
     // The RoPE tables (positions 0..T-1), computed once per frequency set for every block.
@@ -371,10 +378,9 @@ Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) con
                                  *token_embedding_);
 }
 
-Tensor LlamaMistralTransformer::forward_incremental(std::span<const std::uint32_t> tokens,
-                                                    std::span<const std::size_t> positions,
-                                                    IncrementalAttentionCache& cache,
-                                                    std::span<const std::size_t> output_rows) const {
+Tensor LlamaMistralTransformer::forward_incremental(
+    std::span<const std::uint32_t> tokens, std::span<const std::size_t> positions,
+    IncrementalAttentionCache& cache, std::span<const std::size_t> output_rows) const {
     constexpr const char* op = "LlamaMistralTransformer::forward_incremental";
     require_incremental_rows(op, tokens, positions, output_rows);
     const std::size_t rows = tokens.size();

@@ -228,9 +228,33 @@ def test_gguf_gemma3_27b_scores_with_width_over_heads(tmp_path):
         assert model.config.attention_scale == 0.5
 
 
+@pytest.mark.parametrize("key, fragment", [
+    ("qwen2.embedding_length", "qwen2.embedding_length is 0"),
+    ("qwen2.block_count", "qwen2.block_count is 0"),
+    ("qwen2.feed_forward_length", "qwen2.feed_forward_length is 0"),
+    ("qwen2.attention.head_count", "qwen2.attention.head_count is 0"),
+    ("qwen2.attention.head_count_kv", "qwen2.attention.head_count_kv is 0"),
+    ("qwen2.context_length", "qwen2.context_length is 0"),
+    ("qwen2.attention.key_length", "qwen2.attention.key_length is 0"),
+])
+def test_a_zero_gguf_dimension_names_its_key(tmp_path, key, fragment):
+    path = family_gguf(tmp_path / "zero.gguf", "qwen2", qkv_bias=True)
+    data = bytearray(path.read_bytes())
+    # The key's u32 value follows its name and the value type (4 bytes).
+    name = key.encode()
+    at = data.index(len(name).to_bytes(8, "little") + name + (4).to_bytes(4, "little"))
+    value_at = at + 8 + len(name) + 4
+    data[value_at:value_at + 4] = (0).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    message = load_error(path)
+    assert fragment in message and "zero.gguf" in message
+
+
 @pytest.mark.parametrize("arguments, fragment", [
     (dict(qkv_bias=True, extra_tensors=[("blk.0.extra.weight", (16,))]),
      "tensor 'blk.0.extra.weight' is not part of a qwen2 model of 2 blocks"),
+    (dict(qkv_bias=True, extra_tensors=[("output.weight\0", (16, 16))]),
+     "tensor 'output.weight\\x00' is not part of a qwen2 model of 2 blocks"),
     (dict(qkv_bias=False), "attn_q.bias"),
     (dict(qkv_bias=True, extra_tensors=[("rope_freqs.weight", (5,))]), "rope_freqs.weight"),
     (dict(qkv_bias=True, extra_tensors=[("rope_factors_long.weight", (3,))]), "LongRoPE"),

@@ -159,6 +159,9 @@ struct GgmlTypeLayout {
 [[nodiscard]] std::optional<GgmlTypeLayout> ggml_type_layout(GgmlType type) noexcept;
 // "Q4_K" etc.; "unknown" for an id with no known layout.
 [[nodiscard]] std::string_view ggml_type_name(GgmlType type) noexcept;
+// `text` from a file, fit for a message: printable ASCII as it is, any other byte (a NUL
+// included, which would end a C string) as \xHH; at most 80 bytes, then "...".
+[[nodiscard]] std::string gguf_printable(std::string_view text);
 // Whether dequantize_gguf_blocks / GgufFile::dequantize handle `type`.
 [[nodiscard]] bool gguf_can_dequantize(GgmlType type) noexcept;
 
