@@ -52,8 +52,14 @@ TEST(AutogradBasics, MlpGradientsMatchFiniteDifferences) {
 
 TEST(AutogradBasics, SuccessfulBackwardConsumesTheGraph) {
     Variable x(Tensor({2}, {1.0F, 2.0F}));
-    Variable y = sum(x * x);
+    Variable square = x * x;
+    Variable y = sum(square);
+    EXPECT_FALSE(x.holds_graph());  // a leaf
+    EXPECT_TRUE(square.holds_graph() && y.holds_graph());
     y.backward();
+    // Every node the pass went through is consumed, the intermediate one included.
+    EXPECT_FALSE(y.holds_graph() || square.holds_graph());
+    EXPECT_FALSE(Variable().holds_graph());
     EXPECT_TRUE(testing::all_close(x.gradient(), {2.0, 4.0}));
     EXPECT_THROW(y.backward(), std::logic_error);
     EXPECT_TRUE(testing::all_close(x.gradient(), {2.0, 4.0}));
@@ -64,6 +70,7 @@ TEST(AutogradBasics, RetainedGraphCanBeDifferentiatedAgainAndAccumulate) {
     Variable y = sum(x * x);
     y.backward({.accumulate = false, .retain_graph = true});
     y.backward({.accumulate = true, .retain_graph = true});
+    EXPECT_TRUE(y.holds_graph());
     EXPECT_TRUE(testing::all_close(x.gradient(), {4.0, 8.0}));
     y.backward({.accumulate = false, .retain_graph = false});
     EXPECT_TRUE(testing::all_close(x.gradient(), {2.0, 4.0}));

@@ -4,14 +4,17 @@
 // Ownership (spec WORKFLOWS §8.6): a model's state lives in a shared ModelState. The model
 // handle and every handle derived from it (parameter lists, variables, Adam) hold a
 // shared_ptr to it, so releasing the model handle invalidates nothing. Variables and
-// optimizers additionally hold a ModelPin: while any pin lives, operations that would change
-// the backend or the parameters underneath them (rt_model_to, parameter loads) are rejected.
+// optimizers additionally hold a ModelPin: while an optimizer lives, or a variable whose graph
+// no backward has consumed (Variable::holds_graph), operations that would change the backend
+// or the parameters underneath them (rt_model_to, parameter loads, LoRA merge) are rejected.
+// A consumed graph holds only its output's value, so it pins nothing.
 // The parameter epoch counts parameter replacements (Adam steps, loads): a graph records the
 // epoch it was built at, and backward rejects a graph from an older epoch.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "riftco_transformer/c_api.h"
@@ -38,16 +41,19 @@ struct ModelState {
     // Llama/Mistral decoder: as created (struct_size = sizeof); struct_size 0 otherwise.
     rt_llama_mistral_config llama_config{};
     std::size_t live_variables = 0;
+    std::set<const riftco_transformer::Variable*> variables;  // of the live rt_variables
     std::size_t live_optimizers = 0;
     std::size_t live_parameter_lists = 0;  // base and adapter lists
     std::size_t live_adapter_lists = 0;
     std::size_t live_sessions = 0;  // decode sessions (rt_decode_session)
     std::uint64_t parameter_epoch = 0;
 
-    // std::logic_error when a variable, an optimizer or a decode session pins the model (the
+    // The live variables that still hold a graph (Variable::holds_graph).
+    [[nodiscard]] std::size_t live_graphs() const noexcept;
+    // std::logic_error when a graph, an optimizer or a decode session pins the model (the
     // boundary prefixes the function name).
     void require_unpinned() const;
-    // std::logic_error when a variable or a decode session pins the model (optimizers allowed).
+    // std::logic_error when a graph or a decode session pins the model (optimizers allowed).
     void require_no_live_graph() const;
     // std::logic_error while a decode session lives (its cached keys and values describe the
     // current parameters).
@@ -116,7 +122,12 @@ struct rt_variable {
                 riftco_transformer::Variable value)
         : pin(std::move(state), riftco_transformer::c_api::ModelPin::Kind::Variable),
           variable(std::move(value)),
-          epoch(pin.state().parameter_epoch) {}
+          epoch(pin.state().parameter_epoch) {
+        pin.state().variables.insert(&variable);
+    }
+    ~rt_variable() { pin.state().variables.erase(&variable); }
+    rt_variable(const rt_variable&) = delete;
+    rt_variable& operator=(const rt_variable&) = delete;
     riftco_transformer::c_api::ModelPin pin;
     riftco_transformer::Variable variable;
     std::uint64_t epoch;             // the model's parameter epoch when the graph was built

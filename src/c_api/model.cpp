@@ -20,21 +20,38 @@ void ModelState::require_no_session() const {
     }
 }
 
+std::size_t ModelState::live_graphs() const noexcept {
+    std::size_t count = 0;
+    for (const Variable* variable : variables)
+        count += variable->holds_graph() ? 1 : 0;
+    return count;
+}
+
+namespace {
+
+std::string graphs_text(std::size_t graphs) {
+    return std::to_string(graphs) +
+           " live variable(s) whose graph no backward has consumed (release them, or call "
+           "backward on the loss that reads them)";
+}
+
+}  // namespace
+
 void ModelState::require_unpinned() const {
     require_no_session();
-    if (live_variables != 0 || live_optimizers != 0) {
-        throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
-                               " live variable(s) and " + std::to_string(live_optimizers) +
+    const std::size_t graphs = live_graphs();
+    if (graphs != 0 || live_optimizers != 0) {
+        throw std::logic_error("the model is pinned by " + graphs_text(graphs) + " and " +
+                               std::to_string(live_optimizers) +
                                " live Adam optimizer(s); release them first");
     }
 }
 
 void ModelState::require_no_live_graph() const {
     require_no_session();
-    if (live_variables != 0) {
-        throw std::logic_error("the model is pinned by " + std::to_string(live_variables) +
-                               " live variable(s); release them first");
-    }
+    const std::size_t graphs = live_graphs();
+    if (graphs != 0)
+        throw std::logic_error("the model is pinned by " + graphs_text(graphs));
 }
 
 ModelPin::ModelPin(std::shared_ptr<ModelState> state, Kind kind)

@@ -168,6 +168,27 @@ static void attach_rejections_change_nothing(void) {
     rt_model_release(model);
 }
 
+/* Once backward consumed its graph, a variable holds only its value and pins nothing: attach
+ * and merge succeed while the logits and the loss are still open. */
+static void a_graph_that_backward_consumed_no_longer_pins_the_model(void) {
+    rt_model* model = create_tiny_model();
+    rt_lora_config config;
+    EXPECT_OK(rt_lora_config_init(&config, sizeof config));
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, tokens, 8, 1, 8, &logits));
+    rt_variable* loss = NULL;
+    EXPECT_OK(rt_cross_entropy(logits, targets, 8, &loss));
+    EXPECT_STATUS(rt_model_attach_lora(model, &config), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("2 live variable(s) whose graph no backward has consumed");
+    EXPECT_OK(rt_variable_backward(loss));
+    EXPECT_OK(rt_model_attach_lora(model, &config));
+    EXPECT_OK(rt_model_merge_lora(model));
+    EXPECT_STATUS(rt_variable_backward(loss), RT_STATUS_RUNTIME_ERROR); /* still consumed */
+    rt_variable_release(loss);
+    rt_variable_release(logits);
+    rt_model_release(model);
+}
+
 static void adapter_only_training_then_merge_reproduces_the_adapted_outputs(void) {
     rt_model* model = create_tiny_model();
     rt_parameter_list* base = parameters_of(model);
@@ -385,6 +406,7 @@ int main(void) {
     RUN_TEST(lora_config_init_sets_the_spec_defaults);
     RUN_TEST(attach_is_output_preserving_and_keeps_the_base_list);
     RUN_TEST(attach_rejections_change_nothing);
+    RUN_TEST(a_graph_that_backward_consumed_no_longer_pins_the_model);
     RUN_TEST(adapter_only_training_then_merge_reproduces_the_adapted_outputs);
     RUN_TEST(quantize_packs_every_projection_and_reports_exact_bytes);
     RUN_TEST(qlora_trains_adapters_on_packed_weights_and_merges_to_fp32);

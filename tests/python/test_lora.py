@@ -136,6 +136,30 @@ def test_lifecycle_errors_change_nothing():
         assert model.lora_attached
 
 
+def test_a_graph_that_backward_consumed_no_longer_pins_the_model():
+    # The probe: after loss.backward(), merge_lora failed with "pinned by 1 live variable(s)"
+    # until the user deleted `loss`. A consumed graph holds only its value.
+    with DecoderOnlyTransformer(CONFIG) as model:
+        model.attach_lora(LoraConfig(rank=4, alpha=8.0, targets=ALL))
+        logits = model(TOKENS)
+        loss = cross_entropy(logits, TARGETS)
+        error = native_error(model.merge_lora)  # not yet consumed: both pin
+        assert error.status_name == "runtime_error"
+        assert "2 live variable(s) whose graph no backward has consumed" in str(error)
+        assert model.lora_attached
+        loss.backward()
+        value = loss.item()
+        model.merge_lora()  # logits and loss are still open
+        assert not model.lora_attached
+        assert loss.item() == value  # values stay readable
+        assert native_error(loss.backward).status_name == "runtime_error"  # still consumed
+        fresh = model(TOKENS)
+        assert native_error(lambda: model.quantize_nf4()).status_name == "runtime_error"
+        fresh.close()
+        loss.close()
+        logits.close()
+
+
 def test_adapter_only_training_reduces_the_loss_and_merge_reproduces_it():
     with DecoderOnlyTransformer(CONFIG) as model:
         with model.parameters() as base:

@@ -1,9 +1,11 @@
 """Autograd variables (model outputs and losses) and the cross-entropy losses.
 
 A variable belongs to its model: it shares the model's lock and keeps the model's native state
-alive, so it stays usable after the model wrapper is closed. While a variable is open the model
-is pinned (``model.to(...)`` and parameter loads fail with runtime_error); close variables you
-no longer need, or use them in ``with`` blocks.
+alive, so it stays usable after the model wrapper is closed. While a variable whose graph no
+``backward()`` has consumed is open, the model is pinned (``model.to(...)``, parameter loads,
+LoRA attach/merge and NF4 conversion fail with runtime_error); close variables you no longer
+need, or use them in ``with`` blocks. Once ``backward()`` consumed a graph, its variables hold
+only their values and pin nothing.
 
 Graphs are single-use: ``backward()`` consumes the graph (a second call is a native
 runtime_error), and an Adam step or a parameter load makes every older graph fail at

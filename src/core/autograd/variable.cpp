@@ -47,6 +47,10 @@ ExecutionBackend Variable::backend() const {
 bool Variable::requires_gradient() const {
     return checked_node("Variable::requires_gradient").requires_gradient;
 }
+bool Variable::holds_graph() const noexcept {
+    return node_ != nullptr && !node_->leaf && !node_->consumed;
+}
+
 bool Variable::is_leaf() const {
     return checked_node("Variable::is_leaf").leaf;
 }

@@ -89,6 +89,10 @@ class Variable {
     void backward(const Tensor& seed, BackwardOptions options = {});
 
     [[nodiscard]] GraphStatistics graph_statistics() const;
+    // True for an interior node that no backward pass has consumed: it still holds the
+    // tensors its rule saved and edges to its inputs (parameters among them). A leaf, a
+    // detached constant, an empty handle and a consumed node hold only their own value.
+    [[nodiscard]] bool holds_graph() const noexcept;
 
     // Internal: the node behind the handle (for operations and tests of graph structure).
     [[nodiscard]] const std::shared_ptr<detail::Node>& node() const noexcept { return node_; }
