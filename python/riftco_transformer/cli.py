@@ -965,8 +965,15 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[arguments.command](arguments)
     except UsageError as error:
         sys.stderr.write(f"{prog}: error: {error} (see {prog} --help)\n")
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
+    except KeyboardInterrupt as interrupt:
+        from .training import TrainingInterrupted
+
+        if isinstance(interrupt, TrainingInterrupted):
+            sys.stderr.write(f"{prog}: interrupted after step {interrupt.step}; checkpoint "
+                             f"{interrupt.checkpoint} saved (continue with --resume "
+                             f"{interrupt.checkpoint})\n")
+        else:
+            sys.stderr.write(f"{prog}: interrupted\n")
         return 130
     except (ValueError, TypeError, OSError, RiftcoTransformerError) as error:
         message = " ".join(str(error).split()) or type(error).__name__

@@ -32,7 +32,13 @@ from .instructions import PlainChatFormatter, read_instructions_jsonl
 from .native import Adam, AdamOptions, LoraConfig
 from .native._validation import require_int, require_positive_float
 from .pretraining import _one_of, _positive, require_backend_name, resolve_backend
-from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
+from .training import (
+    CausalLanguageModelTrainer,
+    DeferredInterrupt,
+    TrainingInterrupted,
+    TrainingLoopConfig,
+    TrainingMetric,
+)
 
 FINE_TUNING_METHODS = ("full", "lora", "qlora")
 
@@ -161,15 +167,19 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
             save_checkpoint()
 
     metrics = ()
-    if remaining:
-        metrics = trainer.run(
-            source,
-            TrainingLoopConfig(remaining, config.evaluation_interval,
-                               config.loss_average_window),
-            (), metric_sink, step_hook,
-        )
-    if checkpoint_path is not None:
-        save_checkpoint()
+    # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there.
+    with DeferredInterrupt(enabled=checkpoint_path is not None) as interrupt:
+        if remaining:
+            metrics = trainer.run(
+                source,
+                TrainingLoopConfig(remaining, config.evaluation_interval,
+                                   config.loss_average_window),
+                (), metric_sink, step_hook, stop_requested=interrupt.stop_requested,
+            )
+        if checkpoint_path is not None:
+            save_checkpoint()
+    if interrupt.requested:
+        raise TrainingInterrupted(optimizer.step_count, checkpoint_path)
     return metrics
 
 

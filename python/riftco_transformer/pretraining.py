@@ -53,7 +53,13 @@ from .native._validation import (
     require_positive_float,
 )
 from .native.backends import BACKEND_NAMES, BACKEND_VALUES, backend_value
-from .training import CausalLanguageModelTrainer, TrainingLoopConfig, TrainingMetric
+from .training import (
+    CausalLanguageModelTrainer,
+    DeferredInterrupt,
+    TrainingInterrupted,
+    TrainingLoopConfig,
+    TrainingMetric,
+)
 
 CHUNK_BYTES = 4 << 20
 
@@ -529,17 +535,25 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
                 save_checkpoint()
 
         metrics = ()
-        if remaining:
-            metrics = trainer.run(
-                source,
-                TrainingLoopConfig(remaining, config.evaluation_interval, config.loss_average_window),
-                validation_batches,
-                metric_sink,
-                step_hook,
-                evaluate_first=resume_from is None,
-            )
-        if checkpoint_path is not None:
-            save_checkpoint()
+        # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there. Under
+        # data parallelism the ranks must stop together, so the signal is left as it is.
+        with DeferredInterrupt(enabled=checkpoint_path is not None
+                               and data_parallel is None) as interrupt:
+            if remaining:
+                metrics = trainer.run(
+                    source,
+                    TrainingLoopConfig(remaining, config.evaluation_interval,
+                                       config.loss_average_window),
+                    validation_batches,
+                    metric_sink,
+                    step_hook,
+                    evaluate_first=resume_from is None,
+                    stop_requested=interrupt.stop_requested,
+                )
+            if checkpoint_path is not None:
+                save_checkpoint()
+        if interrupt.requested:
+            raise TrainingInterrupted(optimizer.step_count, checkpoint_path)
         optimizer.close()
         metadata = {
             "objective": "next_token_prediction",

@@ -16,6 +16,8 @@ uninterrupted one.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -26,6 +28,48 @@ from .native import Adam, cross_entropy
 from .native._validation import require_int
 
 MetricSink = Callable[["TrainingMetric"], None]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT (Ctrl-C) at a step boundary after writing its checkpoint:
+    ``step`` is the last step done and ``checkpoint`` the file that resumes it."""
+
+    def __init__(self, step: int, checkpoint) -> None:
+        super().__init__(f"interrupted after step {step}; {checkpoint} resumes the run")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+class DeferredInterrupt:
+    """While active (``with``), the first SIGINT only sets :attr:`requested`, so a run that
+    writes checkpoints can stop at the next step boundary and save one instead of dying at an
+    arbitrary point; a second SIGINT raises KeyboardInterrupt at once, as usual. It changes
+    nothing off the main thread, when disabled, or when SIGINT already has another handler
+    than Python's default one."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> DeferredInterrupt:
+        if (self.enabled and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exception_info) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def stop_requested(self) -> bool:
+        return self.requested
 
 
 @dataclass(frozen=True)
@@ -197,12 +241,15 @@ class CausalLanguageModelTrainer:
         metric_sink: MetricSink | None = None,
         on_step: Callable[[TrainingMetric], None] | None = None,
         evaluate_first: bool = True,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> tuple[TrainingMetric, ...]:
         """Run ``config.steps`` steps from ``source``; returns every metric published.
 
         ``on_step(metric)`` runs after each training step (progress bars, periodic
         checkpoints). ``evaluate_first`` evaluates before the first step (skip it when
         resuming, where the uninterrupted run already published that evaluation).
+        ``stop_requested()``, checked after each step and its evaluation, ends the run early
+        when true (a :class:`DeferredInterrupt`); ``optimizer.step_count`` says where.
         """
         if not isinstance(config, TrainingLoopConfig):
             raise TypeError(f"config must be a TrainingLoopConfig, not {type(config).__name__}")
@@ -235,4 +282,6 @@ class CausalLanguageModelTrainer:
                 metric.step % config.evaluation_interval == 0 or metric.step == final_step
             ):
                 validate(metric.step)
+            if stop_requested is not None and stop_requested():
+                break
         return tuple(metrics)

@@ -413,6 +413,77 @@ def test_riftco_post_train_model_checkpoint_survives_sigkill(tmp_path):
     assert resumed.weights == whole.weights
 
 
+def test_riftco_post_train_sigint_then_sigkill_resumes_to_the_same_curve_and_bundle(tmp_path):
+    """A QLoRA run on a Llama model: Ctrl-C (SIGINT) stops it at a step boundary with a
+    checkpoint and exit status 130; the resumed run is killed with SIGKILL after its next
+    periodic checkpoint; a third run finishes. Its metrics and bundle equal the uninterrupted
+    run's."""
+    import json
+    import signal
+    import time
+
+    from riftco_transformer.artifacts import ModelBundle as Bundle
+
+    base = family_bundle("llama").save(tmp_path / "llama.rift")
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+    steps = 60
+
+    def command(output, metrics, *extra):
+        return [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base),
+                "--instructions", str(INSTRUCTIONS), "--method", "qlora", "--steps", str(steps),
+                "--context", "16", "--batch-size", "2", "--learning-rate", "0.01",
+                "--response-only", "--no-progress", "--output", str(output),
+                "--metrics", str(metrics), *extra]
+
+    def lines(path):
+        if not path.exists():
+            return []
+        return [line for line in path.read_text().splitlines() if line.strip()]
+
+    def curve(path):
+        return [{key: value for key, value in json.loads(line).items()
+                 if key not in ("elapsed_seconds", "tokens_per_second")}  # timings
+                for line in lines(path)]
+
+    def wait_until(condition, process):
+        deadline = time.monotonic() + 120
+        while not condition() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert process.poll() is None, "the run ended before it was interrupted"
+
+    subprocess.run(command(tmp_path / "whole.rift", tmp_path / "whole.jsonl"), env=environment,
+                   check=True, capture_output=True, timeout=300)
+    checkpoint = tmp_path / "run.riftckpt"
+    metrics = tmp_path / "run.jsonl"
+    interrupted = subprocess.Popen(
+        command(tmp_path / "run.rift", metrics, "--checkpoint", checkpoint,
+                "--checkpoint-every", str(10 * steps)),
+        env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: len(lines(metrics)) >= 5, interrupted)
+    interrupted.send_signal(signal.SIGINT)
+    _, stderr = interrupted.communicate(timeout=120)
+    assert interrupted.returncode == 130, stderr
+    stopped_at = len(lines(metrics))
+    assert f"interrupted after step {stopped_at}; checkpoint {checkpoint} saved" in stderr
+    assert checkpoint.is_file() and not (tmp_path / "run.rift").exists()
+    assert 5 <= stopped_at < steps
+
+    first = checkpoint.stat()
+    killed = subprocess.Popen(
+        command(tmp_path / "run.rift", metrics, "--resume", checkpoint, "--checkpoint",
+                checkpoint, "--checkpoint-every", "7"),
+        env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: checkpoint.stat().st_ino != first.st_ino, killed)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    assert not (tmp_path / "run.rift").exists()
+    subprocess.run(command(tmp_path / "run.rift", metrics, "--resume", checkpoint),
+                   env=environment, check=True, capture_output=True, timeout=300)
+    assert curve(metrics) == curve(tmp_path / "whole.jsonl")
+    assert Bundle.load(tmp_path / "run.rift").weights == \
+        Bundle.load(tmp_path / "whole.rift").weights
+
+
 @pytest.mark.parametrize("architecture", ["llama", "gemma3", "phi3"])
 def test_riftco_convert_round_trips_a_family_bundle_through_safetensors(tmp_path, architecture):
     from riftco_transformer.artifacts import ModelBundle as Bundle

@@ -295,6 +295,52 @@ def test_an_interrupted_qlora_post_training_resumes_to_the_same_bundle(base_bund
         post_train(other_base, examples, config, resume_from=path)
 
 
+def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_that_resumes_exactly(base_bundle,
+                                                                               tmp_path):
+    """A real SIGINT during a step (sent from on_step, the first one deferred): the run ends
+    after that step with TrainingInterrupted naming the step and the checkpoint, which resumes
+    to the uninterrupted bundle; pretraining and post-training alike. The default SIGINT
+    handler is back afterwards."""
+    import os
+    import signal
+
+    from riftco_transformer.training import TrainingInterrupted
+
+    def ctrl_c_at(step):
+        def hook(metric):
+            if metric.step == step:
+                os.kill(os.getpid(), signal.SIGINT)
+        return hook
+
+    examples = read_instructions_jsonl(INSTRUCTIONS)[:30]
+    config = PostTrainingConfig(steps=10, context_size=16, batch_size=4, backend="cpu",
+                                fine_tuning_method="qlora", learning_rate=2e-2)
+    expected = post_train(base_bundle, examples, config).bundle
+    path = tmp_path / "post.riftckpt"
+    with pytest.raises(TrainingInterrupted) as caught:
+        post_train(base_bundle, examples, config, on_step=ctrl_c_at(3), checkpoint_path=path,
+                   checkpoint_interval=100)
+    assert caught.value.step == 3 and caught.value.checkpoint == path
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert post_train(base_bundle, examples, config,
+                      resume_from=path).bundle.weights == expected.weights
+
+    pretraining = PretrainingConfig(steps=8, context_size=32, model_width=32,
+                                    feed_forward_width=64, backend="cpu")
+    whole = pretrain_text(CORPUS[:20000], pretraining).bundle
+    path = tmp_path / "pre.riftckpt"
+    with pytest.raises(TrainingInterrupted) as caught:
+        pretrain_text(CORPUS[:20000], pretraining, on_step=ctrl_c_at(5), checkpoint_path=path,
+                      checkpoint_interval=100)
+    assert caught.value.step == 5
+    assert pretrain_text(CORPUS[:20000], pretraining,
+                         resume_from=path).bundle.weights == whole.weights
+    # Without a checkpoint to write, Ctrl-C interrupts as it always did.
+    with pytest.raises(KeyboardInterrupt) as caught:
+        post_train(base_bundle, examples, config, on_step=ctrl_c_at(2))
+    assert not isinstance(caught.value, TrainingInterrupted)
+
+
 def test_response_only_loss_trains_on_assistant_tokens(base_bundle):
     examples = read_instructions_jsonl(INSTRUCTIONS)
     config = PostTrainingConfig(steps=30, context_size=16, batch_size=4, backend="cpu",
