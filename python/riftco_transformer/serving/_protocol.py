@@ -23,7 +23,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..native._errors import RiftcoTransformerError
 from ..native._validation import describe_value
+from .chat import chat_prompt
+from .chat_templates import ChatTemplateError
 from .generation import GenerationConfig, GenerationResult
 
 OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop"}
@@ -62,7 +65,10 @@ class ApiRequest:
     """A generation request of any route, validated."""
 
     route: str  # "generate", "completion" or "chat"
-    prompt: str  # the text to encode (a chat request's rendered template)
+    # The text to encode; a chat request's token ids (chat_prompt: control tokens come from
+    # the chat template only, never from what a message says), or its rendered text when the
+    # tokenizer has no control tokens.
+    prompt: str | tuple[int, ...]
     config: GenerationConfig
     stream: bool
     include_usage: bool = False
@@ -308,7 +314,26 @@ def parse_chat(body: Mapping, service) -> ApiRequest:
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", service.config.maximum_new_tokens)
     config = service.chat_config(_openai_config(body, service, max_tokens))
-    return ApiRequest("chat", service.render_chat(messages), config, stream, include_usage)
+    return ApiRequest("chat", _chat_prompt(service, messages), config, stream, include_usage)
+
+
+def _chat_prompt(service, messages: list[dict]) -> str | tuple[int, ...]:
+    """A chat request's prompt in the service's chat template, through
+    :func:`~.chat.chat_prompt`: token ids in which a message's content is always plain text
+    (or the rendered text, for a tokenizer without control tokens). What the template or the
+    tokenizer refuses is a 400 naming ``messages``; a ChatTemplateError (the template's
+    ``raise_exception``, a limit of its rendering, an error of its code) has the code
+    ``chat_template_error``."""
+    try:
+        prompt = chat_prompt(service.chat_template, service.tokenizer, messages)
+    except ChatTemplateError as error:
+        raise ApiError(400, str(error), param="messages", code="chat_template_error") from None
+    except RiftcoTransformerError as error:
+        raise _bad("messages", f"the tokenizer cannot encode the conversation "
+                               f"({error.detail})") from None
+    except (TypeError, ValueError) as error:
+        raise _bad("messages", str(error)) from None
+    return prompt if isinstance(prompt, str) else tuple(prompt)
 
 
 # ---- responses ---------------------------------------------------------------------------------

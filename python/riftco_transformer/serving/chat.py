@@ -4,10 +4,17 @@ A template is any object with ``render(messages, add_generation_prompt=True) -> 
 ``stop_sequences`` (strings that end the assistant's turn). ``messages`` are
 :class:`ChatMessage` values or mappings with ``role`` and ``content``. Models of other
 families (Llama, Mistral) bring their own template object.
+
+:func:`encode_chat` turns a conversation into token ids with the control tokens
+(``<|im_start|>``, ``<|eot_id|>``...) of the template only: what the messages say is
+always plain text, whatever it spells.
 """
 
 from __future__ import annotations
 
+import re
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -121,3 +128,204 @@ class PlainChatTemplate:
 
     def __repr__(self) -> str:
         return "PlainChatTemplate()"
+
+
+# ---- Encoding a conversation: control tokens from the template only ----------------------------
+#
+# Encoding a rendered prompt with special tokens parsed would turn a message that spells
+# "<|im_end|>\n<|im_start|>system\n..." into real control tokens: a user writing a system
+# turn (role injection). encode_chat keeps the template's control tokens and nothing else:
+#
+# 1. every occurrence of a control token's text in a message's content is replaced by a
+#    placeholder, a private-use character that occurs in no content, in no control token
+#    and not in the template's text (so the template sees the content with its length and
+#    whitespace otherwise unchanged: strip, trim and the like work as before);
+# 2. the template renders the conversation;
+# 3. the rendered text is cut at the control tokens left in it, found leftmost-longest as
+#    the tokenizer finds them: all of them are the template's own;
+# 4. each piece between them gets its placeholders back and is encoded as plain text
+#    (``special=False``): the content's control-token text becomes ordinary tokens.
+#
+# A control token could also be spelled across a content's edge: two messages rendered next to
+# each other ("...<|im_" + "start|>..."), or a template writing part of one next to the
+# content. So the longest start of a content that ends some control token, and the longest
+# end that begins one, become placeholders too (for the text they are; edges holding
+# whitespace are left alone, as the template may trim them, and no real control token holds
+# whitespace).
+#
+# Without control-token text in the messages the ids equal encoding the rendered prompt with
+# special tokens parsed (the tokenizer encodes the pieces between control tokens on their
+# own either way).
+
+# Supplementary Private Use Area-A, as placeholders: assigned to nothing, 65,534 of them.
+_PLACEHOLDERS = range(0xF0000, 0xFFFFE)
+
+
+def _trie_pattern(words) -> str:
+    """A regular expression matching, at a position, the longest of ``words`` that starts
+    there: a trie, in which at most one branch continues at each character, so a match
+    costs at most the longest word's length."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for character in word:
+            node = node.setdefault(character, {})
+        node[""] = {}  # a word ends here
+
+    def expression(node: dict) -> str:
+        branches = []
+        for character in sorted(key for key in node if key):
+            run, child = character, node[character]
+            while len(child) == 1 and "" not in child:  # a chain with no choice: one literal
+                (character, child), = child.items()
+                run += character
+            branches.append(re.escape(run) + (expression(child) if len(child) > ("" in child)
+                                              else ""))
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        # Greedy: the longer word when it matches, else the word ending here.
+        return f"(?:{body})?" if "" in node else body
+
+    return expression(root)
+
+
+class _ControlTokens:
+    """A tokenizer's control tokens: their ids, a pattern finding them leftmost-longest, the
+    characters they use, and their proper beginnings and endings without whitespace (what a
+    content's edge must not leave open)."""
+
+    def __init__(self, ids: Mapping[str, int]) -> None:
+        self.ids = {text: id_ for text, id_ in ids.items() if text}
+        self.pattern = re.compile(_trie_pattern(self.ids)) if self.ids else None
+        self.characters = frozenset("".join(self.ids))
+        self.beginnings = {text[:end] for text in self.ids for end in range(1, len(text))}
+        self.endings = {text[start:] for text in self.ids for start in range(1, len(text))}
+        self.beginnings = {part for part in self.beginnings if not _has_space(part)}
+        self.endings = {part for part in self.endings if not _has_space(part)}
+        self.longest = max(map(len, self.ids), default=0)
+
+    def edges(self, content: str) -> tuple[int, int]:
+        """The lengths of the longest start of ``content`` that ends a control token and of
+        the longest end (in the rest) that begins one."""
+        limit = min(self.longest - 1, len(content))
+        head = next((n for n in range(limit, 0, -1) if content[:n] in self.endings), 0)
+        limit = min(self.longest - 1, len(content) - head)
+        tail = next((n for n in range(limit, 0, -1) if content[-n:] in self.beginnings), 0)
+        return head, tail
+
+
+def _has_space(text: str) -> bool:
+    return any(character.isspace() for character in text)
+
+
+_CONTROL_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CONTROL_TOKENS_LOCK = threading.Lock()
+
+
+def _control_tokens(tokenizer) -> _ControlTokens | None:
+    """The control tokens of ``tokenizer`` (``control_tokens()``: a mapping from the text to
+    the id), cached per tokenizer; None when it has none or cannot tell."""
+    listing = getattr(tokenizer, "control_tokens", None)
+    if not callable(listing):
+        return None
+    try:
+        with _CONTROL_TOKENS_LOCK:
+            cached = _CONTROL_TOKENS.get(tokenizer)
+    except TypeError:  # not weakly referenceable: built each time
+        cached = None
+    if cached is None:
+        cached = _ControlTokens(listing())
+        try:
+            with _CONTROL_TOKENS_LOCK:
+                _CONTROL_TOKENS[tokenizer] = cached
+        except TypeError:
+            pass
+    return cached if cached.pattern is not None else None
+
+
+def chat_prompt(
+    template: ChatTemplate,
+    tokenizer,
+    messages: Sequence[ChatMessage | Mapping],
+    add_generation_prompt: bool = True,
+) -> str | list[int]:
+    """What to generate from for ``messages``: their token ids as :func:`encode_chat` makes
+    them, or, when ``tokenizer`` has no control tokens, the rendered prompt itself (encoding
+    it gives those ids; a caller that shows or records the prompt keeps its text)."""
+    turns = chat_messages(messages)
+    controls = _control_tokens(tokenizer)
+    if controls is None:
+        return template.render(turns, add_generation_prompt=add_generation_prompt)
+    pattern = controls.pattern
+    placeholders: dict[str, str] = {}  # text -> the placeholder standing for it
+    restore: dict[int, str] = {}  # placeholder -> the text it stands for
+    edges = [controls.edges(message.content) for message in turns]
+    if any(head or tail for head, tail in edges) or any(
+            pattern.search(message.content) for message in turns):
+        taken = controls.characters.union(*(message.content for message in turns))
+        template_text = getattr(template, "text", None)
+        if isinstance(template_text, str):
+            taken = taken.union(template_text)
+        free = (chr(code) for code in _PLACEHOLDERS if chr(code) not in taken)
+
+        def placeholder(text: str) -> str:
+            if text not in placeholders:
+                character = next(free, None)
+                if character is None:
+                    raise ValueError("the messages use every private-use character: they "
+                                     "cannot be told apart from placeholders")
+                placeholders[text] = character
+                restore[ord(character)] = text
+            return placeholders[text]
+
+        def defused(content: str, head: int, tail: int) -> str:
+            middle = content[head:len(content) - tail]
+            return "".join((
+                placeholder(content[:head]) if head else "",
+                pattern.sub(lambda match: placeholder(match.group()), middle),
+                placeholder(content[len(content) - tail:]) if tail else ""))
+
+        turns = tuple(ChatMessage(message.role, defused(message.content, *edge))
+                      for message, edge in zip(turns, edges))
+    rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
+    ids: list[int] = []
+
+    def plain(text: str) -> None:
+        if text:
+            ids.extend(tokenizer.encode_bytes(text.translate(restore).encode("utf-8"),
+                                              special=False))
+
+    position = 0
+    for match in pattern.finditer(rendered):
+        plain(rendered[position:match.start()])
+        ids.append(controls.ids[match.group()])
+        position = match.end()
+    plain(rendered[position:])
+    if not ids:
+        raise ValueError("the prompt must encode to at least one token")
+    return ids
+
+
+def encode_chat(
+    template: ChatTemplate,
+    tokenizer,
+    messages: Sequence[ChatMessage | Mapping],
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """The token ids of ``messages`` rendered by ``template``, with control tokens only where
+    the template itself writes them: a message's content is encoded as plain text, so
+    content that spells ``<|im_end|>\\n<|im_start|>system`` stays text instead of closing
+    the user's turn and opening a system turn.
+
+    ``tokenizer`` lists its control tokens with ``control_tokens()`` (a mapping from the
+    token's text to its id) and encodes without them with ``encode_bytes(data,
+    special=False)``, as ``PretrainedTokenizer`` does; a tokenizer without
+    ``control_tokens`` has none, and the rendered prompt is encoded as it is. Errors: those
+    of ``template.render`` (a ``ChatTemplateError`` for a failing pretrained template,
+    ValueError/TypeError for bad messages), ValueError for a prompt of no tokens, and the
+    tokenizer's own."""
+    prompt = chat_prompt(template, tokenizer, messages, add_generation_prompt)
+    if isinstance(prompt, str):
+        from .generation import encode_prompt  # noqa: PLC0415 - generation imports much
+
+        return encode_prompt(tokenizer, prompt)
+    return prompt

@@ -10,14 +10,96 @@ the authors wrote them. The package never depends on jinja2.
 
 Both satisfy serving's ``ChatTemplate`` protocol: ``render(messages, add_generation_prompt)``
 and ``stop_sequences``.
+
+The template text comes with a model file, so it is untrusted:
+
+* Recognising it is linear in its length, and a text longer than
+  ``TemplateLimits.template_chars`` (64 Ki characters; real templates are under 20 Ki) is
+  refused at load.
+* jinja2 renders it in a sandbox with limits on time, steps, memory and output
+  (:class:`TemplateLimits`); nothing of it runs at load.
+* Whatever goes wrong in it (a syntax error, a limit, ``raise_exception``, an error of its
+  code) is a :class:`ChatTemplateError`, a ValueError naming the template's source.
+* Its control tokens are the only ones a conversation gets: :func:`~.chat.encode_chat`
+  encodes what the messages say as plain text.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from ..native._validation import describe_value
 from .chat import ChatMessage, chat_messages
+
+
+class ChatTemplateError(ValueError):
+    """A chat template that cannot be loaded or rendered; the message names the template
+    (where it came from, e.g. ``model.gguf (tokenizer.chat_template)``) and what failed (the
+    limit reached, the error of its code)."""
+
+
+@dataclass(frozen=True)
+class TemplateLimits:
+    """The resources a chat template's jinja2 rendering may use (the built-in renderers
+    need no limits: they are linear in the conversation).
+
+    * ``template_chars``: the template's text, checked at load whatever renders it (real
+      templates are under 20 Ki characters; compiling dense markup takes about 8 µs per
+      character).
+    * ``output_chars``: the rendered text, and any single value the template builds (a
+      list counts as the text it would print, parts it shares counted once per place).
+    * ``produced_chars``: everything one rendering builds, summed (strings, list items,
+      output pieces).
+    * ``steps`` plus ``steps_per_message`` per message: loop iterations, calls, filters,
+      the operators ``+ * ** %`` and output pieces.
+    * ``cpu_seconds``: the rendering thread's CPU time.
+
+    The defaults admit any real template rendering a conversation that fits a server's
+    request (``maximum_request_bytes``, 1 MiB by default) and stop a hostile one within
+    about a second.
+    """
+
+    template_chars: int = 1 << 16
+    output_chars: int = 1 << 23
+    produced_chars: int = 1 << 25
+    steps: int = 100_000
+    steps_per_message: int = 100
+    cpu_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("template_chars", "output_chars", "produced_chars", "steps",
+                     "steps_per_message"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {describe_value(value)}")
+        seconds = self.cpu_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            math.isfinite(seconds) and seconds > 0
+        ):
+            raise ValueError(f"cpu_seconds must be finite and > 0, got {describe_value(seconds)}")
+
+    def step_budget(self, message_count: int) -> int:
+        """The steps a rendering of ``message_count`` messages may take."""
+        return self.steps + self.steps_per_message * message_count
+
+
+DEFAULT_TEMPLATE_LIMITS = TemplateLimits()
+
+
+def _check_template_text(text: object, limits: TemplateLimits, source: str) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"template text must be a str, not {type(text).__name__}")
+    if len(text) > limits.template_chars:
+        raise ChatTemplateError(
+            f"chat template {source} is {len(text):,} characters long, more than the limit "
+            f"{limits.template_chars:,} (TemplateLimits.template_chars)")
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
 
 CHAT_FAMILIES = ("chatml", "llama2", "llama3", "mistral", "gemma", "phi3")
 
@@ -56,11 +138,27 @@ def detect_chat_family(template: str) -> str:
 
 
 def _default_chatml_system(template: str) -> str | None:
-    """The system message a ChatML template inserts when the conversation has none."""
-    match = re.search(r"<\|im_start\|>system(?:\\n|\n)(.*?)<\|im_end\|>", template, re.DOTALL)
-    if match is None or "messages[0]['role'] != 'system'" not in template.replace('"', "'"):
+    """The system message a ChatML template inserts when the conversation has none: the
+    text between the first ``<|im_start|>system`` followed by a newline (or the two
+    characters ``\\n``) and the next ``<|im_end|>``. Linear in the template's length (one
+    pass of ``str.find`` per step; a regular expression searching for the same thing
+    rescanned the rest of the text from every ``<|im_start|>system``)."""
+    if "messages[0]['role'] != 'system'" not in template.replace('"', "'"):
         return None
-    text = match.group(1)
+    marker = "<|im_start|>system"
+    start = template.find(marker)
+    while start >= 0:
+        after = start + len(marker)
+        newline = next((n for n in ("\\n", "\n") if template.startswith(n, after)), None)
+        if newline is not None:
+            end = template.find("<|im_end|>", after + len(newline))
+            if end < 0:
+                return None  # a later marker has no end after it either
+            text = template[after + len(newline):end]
+            break
+        start = template.find(marker, after)
+    else:
+        return None
     if "{{" in text or "{%" in text:
         return None  # the system message is itself an expression: nothing fixed to insert
     return text.replace("\\n", "\n")
@@ -73,6 +171,12 @@ class PretrainedChatTemplate:
     family; ``use_jinja`` None renders with jinja2 when it imports, True requires it, False
     always uses the built-in renderer of the family. ``PretrainedChatTemplate.for_family(name)``
     gives the built-in renderer of a family without any template text.
+
+    ``source`` says where the text came from (``model.gguf (tokenizer.chat_template)``) for
+    error messages; ``limits`` (:class:`TemplateLimits`) bound the text and its jinja2
+    rendering. A text over ``limits.template_chars``, or one jinja2 cannot compile, is a
+    :class:`ChatTemplateError` here; a rendering that fails (a limit, ``raise_exception``,
+    any error of the template's code) is one from :meth:`render`.
     """
 
     def __init__(
@@ -83,10 +187,22 @@ class PretrainedChatTemplate:
         bos_token: str = "",
         eos_token: str = "",
         use_jinja: bool | None = None,
+        source: str | None = None,
+        limits: TemplateLimits | None = None,
     ) -> None:
         if family not in CHAT_FAMILIES:
             raise ValueError(f"family must be one of {', '.join(CHAT_FAMILIES)} (got {family!r})")
+        if limits is None:
+            limits = DEFAULT_TEMPLATE_LIMITS
+        if not isinstance(limits, TemplateLimits):
+            raise TypeError(f"limits must be a TemplateLimits, not {type(limits).__name__}")
+        if source is not None and not isinstance(source, str):
+            raise TypeError(f"source must be a str, not {type(source).__name__}")
         self._family = family
+        self._source = source if source is not None else "(given as text)"
+        self._limits = limits
+        if text is not None:
+            _check_template_text(text, limits, self._source)
         self._text = text
         self._bos = bos_token
         self._eos = eos_token
@@ -94,23 +210,29 @@ class PretrainedChatTemplate:
         self._jinja = None
         if use_jinja is not False and text is not None:
             try:
-                from jinja2.sandbox import ImmutableSandboxedEnvironment
+                from . import _template_sandbox as sandbox  # noqa: PLC0415 - needs jinja2
             except ImportError:
                 if use_jinja:
-                    raise ImportError("use_jinja=True but jinja2 is not importable") from None
+                    raise ImportError("use_jinja=True but jinja2 (3.0 or newer) is not "
+                                      "importable") from None
             else:
-                environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-                def raise_exception(message):
-                    raise ValueError(f"chat template: {message}")
-
-                environment.globals["raise_exception"] = raise_exception
-                self._jinja = environment.from_string(text)
+                failure = None
+                try:
+                    self._jinja = sandbox.environment().compile_template(text)
+                except Exception as error:  # noqa: BLE001 - any failure of untrusted text
+                    failure = (f"chat template {self._source} does not compile: "
+                               f"{type(error).__name__}: {_shortened(str(error))}")
+                if failure is not None:
+                    raise ChatTemplateError(failure)
         elif use_jinja and text is None:
             raise ValueError("use_jinja=True needs the template text")
 
     @classmethod
     def from_text(cls, text: str, **options) -> PretrainedChatTemplate:
+        limits = options.get("limits") or DEFAULT_TEMPLATE_LIMITS
+        source = options.get("source") or "(given as text)"
+        if isinstance(limits, TemplateLimits) and isinstance(source, str):
+            _check_template_text(text, limits, source)  # before reading it at all
         return cls(detect_chat_family(text), text=text, **options)
 
     @classmethod
@@ -127,6 +249,15 @@ class PretrainedChatTemplate:
         return self._text
 
     @property
+    def source(self) -> str:
+        """Where the template came from, as error messages name it."""
+        return self._source
+
+    @property
+    def limits(self) -> TemplateLimits:
+        return self._limits
+
+    @property
     def renders_with_jinja(self) -> bool:
         return self._jinja is not None
 
@@ -140,19 +271,37 @@ class PretrainedChatTemplate:
     def render(
         self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True
     ) -> str:
-        """The prompt text of ``messages`` (special tokens as text: encode it with special
-        tokens parsed)."""
+        """The prompt text of ``messages``, control tokens written as text. Encode it with
+        :func:`~.chat.encode_chat` (which renders it itself): encoding this text with
+        special tokens parsed would also turn control-token text inside the messages into
+        control tokens. A jinja2 rendering that fails is a ChatTemplateError."""
         if not isinstance(add_generation_prompt, bool):
             raise TypeError("add_generation_prompt must be a bool")
         turns = chat_messages(messages)
         if self._jinja is not None:
-            return self._jinja.render(
-                messages=[{"role": m.role, "content": m.content} for m in turns],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self._bos,
-                eos_token=self._eos,
-            )
+            return self._render_jinja(turns, add_generation_prompt)
         return getattr(self, f"_render_{self._family}")(turns, add_generation_prompt)
+
+    def _render_jinja(self, turns, add_generation_prompt: bool) -> str:
+        from . import _template_sandbox as sandbox  # noqa: PLC0415 - imported at load already
+
+        context = {
+            "messages": [{"role": m.role, "content": m.content} for m in turns],
+            "add_generation_prompt": add_generation_prompt,
+            "bos_token": self._bos,
+            "eos_token": self._eos,
+        }
+        try:
+            return sandbox.render(self._jinja, context, self._limits, len(turns))
+        except sandbox.TemplateLimitError as error:
+            failure = f"chat template {self._source}: rendering stopped: {error}"
+        except sandbox.TemplateRaisedError as error:
+            failure = f"chat template {self._source}: {_shortened(str(error))}"
+        except Exception as error:  # noqa: BLE001 - the template's code failed, whatever it did
+            failure = (f"chat template {self._source} failed: {type(error).__name__}: "
+                       f"{_shortened(str(error))}")
+        # Raised outside the handler: the failed rendering's frames (and what they hold) go.
+        raise ChatTemplateError(failure)
 
     # ---- Built-in renderers, one per family --------------------------------------------
 
