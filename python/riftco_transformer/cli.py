@@ -253,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-cache", choices=("paged", "contiguous"), default="paged")
     serve.add_argument("--max-requests", type=_positive_int, default=None,
                        help="exit after this many requests")
+    serve.add_argument("--max-connections", type=_positive_int, default=128,
+                       help="connections served at once; one more is answered 503")
     _add_backend(serve)
 
     chat = commands.add_parser("chat", help="chat with a model in the terminal",
@@ -737,7 +739,7 @@ def command_serve(arguments) -> int:
     config = ServingConfig(
         host=arguments.host, port=arguments.port, allow_remote=arguments.allow_remote,
         maximum_new_tokens=arguments.max_new_tokens, kv_cache=arguments.kv_cache,
-        model_name=source.stem,
+        model_name=source.stem, max_connections=arguments.max_connections,
     )
     with _open_model(arguments) as loaded, \
             ModelService(loaded.model, loaded.tokenizer, config,

@@ -4,11 +4,15 @@ socket has a timeout, so a stuck server fails a test instead of hanging it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
+import logging
 import re
+import select
 import socket
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -137,9 +141,14 @@ def raw_call(served, request: bytes, *, shut_write: bool = False) -> Response:
         connection.sendall(request)
         if shut_write:
             connection.shutdown(socket.SHUT_WR)
-        answer = b""
-        while chunk := connection.recv(65536):
-            answer += chunk
+        return read_answer(connection)
+
+
+def read_answer(connection: socket.socket) -> Response:
+    """Read until the server closes and parse the answer."""
+    answer = b""
+    while chunk := connection.recv(65536):
+        answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {}
@@ -512,3 +521,137 @@ def test_a_closed_service_answers_503(slow_served):
     slow_served.service.close()
     assert_error(call(slow_served, "GET", "/health"), 503, "unavailable")
     assert_error(call(slow_served, "POST", "/v1/generate", GOOD), 503, "unavailable")
+
+
+# ---- limits against slow and abusive clients --------------------------------------------------
+
+
+@contextlib.contextmanager
+def limited_server(**fields):
+    """A server over a scripted engine (``ab`` continues ``cd``...) with ``fields`` set."""
+    engine = RecordingEngine(BigramModel({t: (t + 1) % 128 for t in range(32, 128)}, 128, 64))
+    config = ServingConfig(port=0, model_name=MODEL_NAME, maximum_new_tokens=8, **fields)
+    running = start(ModelService(engine, ascii_tokenizer(), config))
+    try:
+        yield running
+    finally:
+        stop(running)
+
+
+def connect(served) -> socket.socket:
+    return socket.create_connection((served.host, served.port), timeout=TIMEOUT)
+
+
+def test_connections_over_the_cap_get_an_immediate_503_without_a_thread_each():
+    with limited_server(max_connections=2, request_timeout_seconds=TIMEOUT) as running:
+        held = [connect(running) for _ in range(2)]
+        refused = []
+        try:
+            for connection in held:
+                connection.sendall(b"GET /health HTTP/1.1\r\n")  # and never the rest
+            assert wait_until(lambda: running.server.open_connections == 2)
+            threads = threading.active_count()
+            started = time.monotonic()
+            for _ in range(20):  # all open at once, each with its request sent
+                refused.append(connect(running))
+                refused[-1].sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            answers = [read_answer(connection) for connection in refused]
+            assert time.monotonic() - started < 2.0
+            assert threading.active_count() <= threads + 1  # one thread answers them all
+            for response in answers:
+                error = assert_error(response, 503, "server_busy")
+                assert "max_connections" in error["message"]
+                assert response.headers["retry-after"] == "1"
+                for name, value in SECURITY_HEADERS.items():
+                    assert response.headers[name] == value
+            assert running.server.open_connections == 2
+        finally:
+            for connection in held + refused:
+                connection.close()
+        assert wait_until(lambda: running.server.open_connections == 0)
+        assert call(running, "GET", "/health").status == 200
+        response = call(running, "POST", "/v1/generate", GOOD)
+        assert response.status == 200 and response.json()["generated_text"] == "cd"
+
+
+def test_a_request_trickled_past_its_deadline_is_cut_off_with_408():
+    # Each byte comes well within the timeout; the whole request does not.
+    with limited_server(request_timeout_seconds=0.5) as running:
+        body = json.dumps(GOOD).encode() + b" " * 200
+        slow_body, slow_headers = connect(running), connect(running)
+        try:
+            slow_body.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\n"
+                              b"Content-Type: application/json\r\n"
+                              + f"Content-Length: {len(body)}\r\n\r\n".encode())
+            slow_headers.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+            trickles = {slow_body: iter(body), slow_headers: iter(b"X-Slow: " + b"x" * 200)}
+            started = time.monotonic()
+            answered = {}
+            while len(answered) < 2 and time.monotonic() - started < TIMEOUT:
+                for connection, rest in trickles.items():
+                    if connection in answered:
+                        continue
+                    if select.select([connection], [], [], 0)[0]:
+                        answered[connection] = time.monotonic() - started
+                    elif (byte := next(rest, None)) is not None:
+                        connection.sendall(bytes([byte]))
+                time.sleep(0.02)
+            assert len(answered) == 2
+            for connection, elapsed in answered.items():
+                assert 0.4 < elapsed < 2.0
+                error = assert_error(read_answer(connection), 408, "request_timeout")
+                assert "did not arrive within 0.5 s" in error["message"]
+        finally:
+            slow_body.close()
+            slow_headers.close()
+        assert call(running, "POST", "/v1/generate", GOOD).json()["generated_text"] == "cd"
+
+
+def test_json_nested_too_deeply_to_parse_is_a_400():
+    with limited_server() as running:
+        bodies = (b"[" * 100000, b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+                  b'{"a": ' * 50000 + b"1" + b"}" * 50000)
+        for body in bodies:
+            error = assert_error(call(running, "POST", "/v1/generate", body), 400,
+                                 "invalid_json")
+            assert "nests" in error["message"]
+        assert call(running, "POST", "/v1/generate", GOOD).status == 200
+
+
+def test_clients_that_reset_before_their_answer_cost_no_traceback(capsys, caplog):
+    caplog.set_level(logging.DEBUG, logger="riftco_transformer.serving.http")
+    generate = json.dumps(GOOD).encode()
+    post = (b"POST /v1/generate HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(generate)}\r\n\r\n".encode())
+    requests = [b"", b"GET /he", b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                b"GET /nowhere HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                b"BREW / HTTP/1.1\r\n\r\n", post + generate[:5], post + generate]
+    with limited_server() as running:
+        for request in requests * 3:
+            connection = connect(running)
+            if request:
+                connection.sendall(request)
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()  # a reset, not an orderly close
+        # Connections are taken in order: once this one is answered, all were taken.
+        assert call(running, "GET", "/health").status == 200
+        assert wait_until(lambda: running.server.open_connections == 0)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err
+    assert not [record for record in caplog.records
+                if record.levelno >= logging.WARNING or record.exc_info]
+
+
+def test_max_connections_must_be_a_positive_int_and_riftco_serve_sets_it():
+    from riftco_transformer.cli import build_parser
+
+    assert ServingConfig().max_connections == 128
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--bundle", "m.rift"]).max_connections == 128
+    assert parser.parse_args(["serve", "--bundle", "m.rift", "--max-connections", "3"]
+                             ).max_connections == 3
+    with pytest.raises(ValueError, match=r"max_connections must be in \[1, "):
+        ServingConfig(max_connections=0)
+    with pytest.raises(TypeError, match="max_connections must be an int, not bool"):
+        ServingConfig(max_connections=True)

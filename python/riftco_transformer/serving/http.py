@@ -27,17 +27,31 @@ answers 421 to a ``Host`` header naming anything else (DNS rebinding). Every err
 no-referrer`` and ``Connection: close``. A client that disconnects while its request is
 generating (streamed or not) cancels the request, which frees its KV pages. There is no
 authentication and no TLS: expose the server beyond loopback only on a trusted network.
+
+Limits against slow or abusive clients: at most ``max_connections`` connections are served
+at once; one more is answered at once by a single background thread (no handler thread per
+connection) with ``503`` (code ``server_busy``, ``Retry-After: 1``) and closed. The whole
+request (request line, headers and body) must arrive within ``request_timeout_seconds`` of
+the connection being taken, however the bytes are spaced: past that deadline the request
+gets ``408`` (code ``request_timeout``). A body whose JSON nests deeper than the parser
+allows is a ``400`` (``invalid_json``), like any other malformed JSON. A client that resets
+or closes its connection before its answer is written costs one debug log line, never a
+traceback.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import select
+import selectors
 import socket
 import socketserver
+import sys
 import threading
 import time
+from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
@@ -67,6 +81,8 @@ JSON_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'; base
 DISCONNECT_POLL_SECONDS = 0.2
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 16 << 20
+REFUSED_LINGER_LIMIT = 256  # refused connections held for their linger, beyond: closed at once
+REFUSED_POLL_SECONDS = 0.1
 
 _ROUTES = {
     "/": {"GET": "_chat_page"},
@@ -85,6 +101,175 @@ class _ClientGone(Exception):
     """The client closed its connection; nothing more can be sent."""
 
 
+class _RequestTimeout(Exception):
+    """The request did not arrive whole within ``request_timeout_seconds``."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"the request did not arrive within {timeout:g} s "
+                         f"(request_timeout_seconds)")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's request bytes under one deadline for the whole request.
+
+    Every read waits at most until ``timeout`` seconds after construction, then raises
+    :class:`_RequestTimeout`; a request trickled a byte at a time is cut off at the same
+    moment as one that stalls. After each read the connection's timeout is ``timeout``
+    again, the per-operation bound on writing the response.
+    """
+
+    def __init__(self, connection: socket.socket, timeout: float) -> None:
+        super().__init__()
+        self._connection = connection
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise _RequestTimeout(self._timeout)
+        self._connection.settimeout(remaining)
+        try:
+            return self._connection.recv_into(buffer)
+        except TimeoutError:
+            raise _RequestTimeout(self._timeout) from None
+        finally:
+            self._connection.settimeout(self._timeout)
+
+
+def _security_header_items(csp: str) -> tuple[tuple[str, str], ...]:
+    """The headers every response carries (see the module docstring)."""
+    return (
+        ("Cache-Control", "no-store"),
+        ("Content-Security-Policy", csp),
+        ("X-Content-Type-Options", "nosniff"),
+        ("X-Frame-Options", "DENY"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cross-Origin-Resource-Policy", "same-origin"),
+        ("Connection", "close"),
+    )
+
+
+def _json_bytes(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _error_response_bytes(error: ApiError, server_version: str) -> bytes:
+    """A whole HTTP/1.1 response carrying ``error``'s JSON body, as a handler would send it."""
+    data = _json_bytes(error.body())
+    lines = [f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}",
+             f"Server: {server_version}", f"Date: {formatdate(usegmt=True)}"]
+    headers = (*_security_header_items(JSON_CONTENT_SECURITY_POLICY),
+               ("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+               *error.headers)
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
+
+
+class _Refuser:
+    """Answers the connections over the server's cap, all on one thread.
+
+    :meth:`refuse` (on the accepting thread, never blocking) writes the prepared answer,
+    shuts the write side and hands the socket over; the thread reads and drops what the
+    client still sends (at most ``LINGER_BYTES``, until it closes or ``LINGER_SECONDS``
+    pass) so that the client reads the answer rather than a reset, then closes it. At most
+    ``REFUSED_LINGER_LIMIT`` sockets linger; beyond that one is closed right after its
+    answer. The thread starts with the first refusal and ends once nothing lingers.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived: list[socket.socket] = []
+        self._lingering = 0  # arrived and not yet closed
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def refuse(self, connection: socket.socket, answer: bytes) -> None:
+        try:
+            connection.setblocking(False)
+            connection.send(answer)  # a new connection's empty send buffer takes it whole
+            connection.shutdown(socket.SHUT_WR)
+        except OSError:
+            connection.close()
+            return
+        with self._lock:
+            keep = not self._closed and self._lingering < REFUSED_LINGER_LIMIT
+            if keep:
+                self._lingering += 1
+                self._arrived.append(connection)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="riftco-http-refused")
+                    try:
+                        self._thread.start()
+                    except RuntimeError:  # no thread to be had: close instead of lingering
+                        self._thread = None
+                        self._arrived.remove(connection)
+                        self._lingering -= 1
+                        keep = False
+        if not keep:
+            connection.close()
+
+    def close(self) -> None:
+        """Close every lingering socket (within ``REFUSED_POLL_SECONDS``)."""
+        with self._lock:
+            self._closed = True
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        lingering: dict[socket.socket, list] = {}  # socket: [deadline, bytes drained]
+
+        def finish(connection: socket.socket) -> None:
+            try:
+                selector.unregister(connection)
+            except (KeyError, ValueError):
+                pass
+            del lingering[connection]
+            connection.close()
+            with self._lock:
+                self._lingering -= 1
+
+        try:
+            while True:
+                with self._lock:
+                    arrived, self._arrived = self._arrived, []
+                    done = self._closed or not (arrived or lingering)
+                    if done:
+                        self._thread = None
+                for connection in arrived:
+                    lingering[connection] = [time.monotonic() + LINGER_SECONDS, 0]
+                    try:
+                        selector.register(connection, selectors.EVENT_READ)
+                    except (OSError, ValueError):
+                        finish(connection)
+                if done:
+                    return
+                for key, _ in selector.select(REFUSED_POLL_SECONDS):
+                    connection = key.fileobj
+                    try:
+                        chunk = connection.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    lingering[connection][1] += len(chunk)
+                    if not chunk or lingering[connection][1] >= LINGER_BYTES:
+                        finish(connection)
+                now = time.monotonic()
+                for connection in [c for c, (deadline, _) in lingering.items() if deadline <= now]:
+                    finish(connection)
+        finally:
+            for connection in list(lingering):
+                finish(connection)
+            selector.close()
+            with self._lock:  # after a failure, the next refusal starts a new thread
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+
 def _host_name(header: str) -> str:
     """The host part of a Host header (``[::1]:8000`` -> ``::1``, ``a:80`` -> ``a``)."""
     header = header.strip()
@@ -100,6 +285,9 @@ class ServingHTTPServer(ThreadingHTTPServer):
     needs ``config.allow_remote`` (ValueError from ServingConfig). ``max_requests`` (None:
     no limit) shuts the server down once that many requests were handled. The server does
     not close the service.
+
+    At most ``config.max_connections`` connections are served at once (see the module
+    docstring); a refused connection does not count towards ``max_requests``.
     """
 
     daemon_threads = True
@@ -118,6 +306,10 @@ class ServingHTTPServer(ThreadingHTTPServer):
         self.max_requests = max_requests
         self._handled = 0
         self._handled_lock = threading.Lock()
+        self._open_connections = 0
+        self._connections_lock = threading.Lock()
+        self._refusing = False
+        self._refuser = _Refuser()
         self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         super().__init__((config.host.strip("[]"), config.port), _Handler)
 
@@ -131,10 +323,60 @@ class ServingHTTPServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    @property
+    def open_connections(self) -> int:
+        """How many connections are being served now (refused ones not included)."""
+        with self._connections_lock:
+            return self._open_connections
+
+    def process_request(self, request, client_address) -> None:
+        """Serve the connection on a thread of its own, or refuse it at the cap."""
+        limit = self.serving_config.max_connections
+        with self._connections_lock:
+            admitted = self._open_connections < limit
+            if admitted:
+                self._open_connections += 1
+                self._refusing = False
+            first_refusal = not admitted and not self._refusing
+            if not admitted:
+                self._refusing = True
+        if not admitted:
+            if first_refusal:
+                LOGGER.warning("%d connections are open, the limit (max_connections): "
+                               "refusing new ones with 503", limit)
+            LOGGER.debug("%s refused: %d connections are open", client_address[0], limit)
+            busy = ApiError(503, f"the server is serving {limit} connections, its limit "
+                                 f"(max_connections); retry later", error_type="server_error",
+                            code="server_busy", headers=(("Retry-After", "1"),))
+            self._refuser.refuse(request, _error_response_bytes(busy, _Handler.server_version))
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_closed()
+            raise
+
+    def _connection_closed(self) -> None:
+        with self._connections_lock:
+            self._open_connections -= 1
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection the client reset or abandoned is one debug line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            LOGGER.debug("%s: connection lost: %r", client_address[0], error)
+            return
+        super().handle_error(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._refuser.close()
+
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._connection_closed()
             with self._handled_lock:
                 self._handled += 1
                 reached = self.max_requests is not None and self._handled == self.max_requests
@@ -166,8 +408,28 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.serving_config.request_timeout_seconds
         super().setup()
+        # One deadline for the whole request, not one per read (see _DeadlineReader).
+        per_read, self.rfile = self.rfile, io.BufferedReader(
+            _DeadlineReader(self.connection, self.timeout))
+        per_read.close()
+        # What an answer needs before the request line is parsed (a 408 for a slow one).
+        self.command, self.requestline, self.request_version = None, "", self.protocol_version
         self._body_pending = False  # request bytes were announced but not read
         self._headers_sent = False
+
+    def handle(self) -> None:
+        try:
+            try:
+                super().handle()
+            except _RequestTimeout as timeout:  # in the request line or headers
+                LOGGER.info("%s %s", self.address_string(), timeout)
+                self.close_connection = True
+                if not self._headers_sent:
+                    self._send_json(408, ApiError(408, str(timeout),
+                                                  code="request_timeout").body())
+                self._linger()
+        except ConnectionError as error:  # reset or closed before (or while) it was answered
+            LOGGER.debug("%s: connection lost: %r", self.address_string(), error)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base's signature
         LOGGER.info("%s %s", self.address_string(), format % args)
@@ -207,8 +469,9 @@ class _Handler(BaseHTTPRequestHandler):
         except _ClientGone:
             LOGGER.info("%s disconnected during %s %s", self.address_string(), self.command,
                         self.path)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        except ConnectionError as error:  # BrokenPipeError, ConnectionResetError, ...
+            LOGGER.debug("%s: connection lost during %s %s: %r", self.address_string(),
+                         self.command, self.path, error)
         except Exception:  # noqa: BLE001 - answer 500 and log, never kill the server thread
             LOGGER.exception("%s %s failed", self.command, self.path)
             if not self._headers_sent:
@@ -241,13 +504,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(code, ApiError(code, text).body())
 
     def _security_headers(self, content_security_policy: str) -> None:
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Content-Security-Policy", content_security_policy)
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Connection", "close")
+        for name, value in _security_header_items(content_security_policy):
+            self.send_header(name, value)
 
     def _send_body(self, status: int, content_type: str, data: bytes, csp: str,
                    headers=()) -> None:
@@ -263,8 +521,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _send_json(self, status: int, body: dict, headers=()) -> None:
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        self._send_body(status, "application/json", data, JSON_CONTENT_SECURITY_POLICY, headers)
+        self._send_body(status, "application/json", _json_bytes(body),
+                        JSON_CONTENT_SECURITY_POLICY, headers)
 
     def _start_events(self) -> None:
         self.send_response(200)
@@ -329,9 +587,8 @@ class _Handler(BaseHTTPRequestHandler):
                                 f"{content_type or 'untyped'!r}", code="unsupported_media_type")
         try:
             data = self.rfile.read(length)
-        except TimeoutError:
-            raise ApiError(408, "the request body did not arrive in time",
-                           code="request_timeout") from None
+        except _RequestTimeout as timeout:
+            raise ApiError(408, str(timeout), code="request_timeout") from None
         self._body_pending = False
         if len(data) != length:
             raise ApiError(400, f"the body has {len(data)} of its {length} announced bytes",
@@ -341,6 +598,9 @@ class _Handler(BaseHTTPRequestHandler):
                               object_pairs_hook=unique_keys)
         except (UnicodeDecodeError, ValueError) as error:
             raise ApiError(400, f"the body is not valid JSON: {error}", code="invalid_json")
+        except RecursionError:
+            raise ApiError(400, "the body's JSON nests arrays or objects deeper than this "
+                                "server parses", code="invalid_json") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object", code="invalid_json")
         return body

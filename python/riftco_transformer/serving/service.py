@@ -45,8 +45,10 @@ class ServingConfig:
     ``host`` must be a loopback address unless ``allow_remote`` (ValueError otherwise);
     ``port`` 0 picks a free port. ``model_name`` is the id ``/v1/models`` lists.
     ``max_active_requests``, ``max_queued_requests`` and ``prefill_chunk_tokens`` configure
-    the scheduler; ``request_timeout_seconds`` bounds how long the server waits for a
-    client's request bytes.
+    the scheduler. ``request_timeout_seconds`` is the deadline for a client's whole request
+    (request line, headers and body) from the moment the server takes the connection, and
+    the bound on each write of the answer; ``max_connections`` caps the connections the HTTP
+    server serves at once (each has a thread; one more is answered 503 and closed).
     """
 
     maximum_new_tokens: int = 256
@@ -62,6 +64,7 @@ class ServingConfig:
     max_queued_requests: int = 64
     prefill_chunk_tokens: int = 64
     request_timeout_seconds: float = 30.0
+    max_connections: int = 128
 
     def __post_init__(self) -> None:
         require_int(self.maximum_new_tokens, "maximum_new_tokens", 1, UINT32_LIMIT)
@@ -92,6 +95,7 @@ class ServingConfig:
         ):
             raise ValueError(f"request_timeout_seconds must be finite and > 0, got "
                              f"{describe_value(timeout)}")
+        require_int(self.max_connections, "max_connections", 1, 1 << 20)
 
     def pool_block_count(self, maximum_context: int) -> int:
         """The paged pool's size in blocks for a model of ``maximum_context`` tokens."""
