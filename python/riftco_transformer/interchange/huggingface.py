@@ -33,19 +33,28 @@ With ``tie_word_embeddings`` the head is the embedding: ``lm_head.weight`` is th
 byte for byte the embedding. Rotary ``inv_freq`` buffers are ignored. Like Hugging Face's own
 loader, values are taken as they are (NaN and infinities included).
 
-Strictness: every expected tensor is present with its exact shape, no other tensor is
-(ValueError naming it), and each safetensors header is checked before any value is read: a
-header of at most ``SAFETENSORS_MAXIMUM_HEADER_BYTES``, known fields only, dtype F32/F16/BF16,
-each byte span exactly its shape's size, the spans tiling the data buffer (no overlap, gap or
-missing byte). Config keys the decoder cannot honour (YaRN or LongRoPE scaling, an odd
-``head_dim``, biases the family does not have, another activation, soft-capping, Qwen's
-``use_sliding_window``, a Gemma ``layer_types`` that is not a period) are a ValueError naming
-the key.
+Strictness: nothing in the directory is trusted before it is checked. ``config.json`` is
+strict JSON (no duplicate key; nesting too deep is reported as such) and every key read has
+its type. Then every safetensors header (every shard the index lists) is read and checked
+before any value is: a header of at most ``SAFETENSORS_MAXIMUM_HEADER_BYTES``, known fields
+only, dtype F32/F16/BF16, each byte span exactly its shape's size, the spans tiling the data
+buffer (no overlap, gap or missing byte). Then the config is checked against those tensors,
+still before a model or anything sized by the config exists: ``num_hidden_layers`` equals the
+layers the tensors hold, no tensor but the expected ones, every expected tensor present with
+exactly the shape the config implies. So a config that claims a million layers or a 2**28
+vocabulary over a small file fails at once, a ValueError naming config.json, the field and
+both values (and the safetensors file). Config keys the decoder cannot honour (YaRN or
+LongRoPE scaling, an odd ``head_dim``, biases the family does not have, another activation,
+soft-capping, Qwen's ``use_sliding_window``, a Gemma ``layer_types`` that is not a period)
+are a ValueError naming the key; ``tokenizer.json`` is read as
+:meth:`PretrainedTokenizer.from_tokenizer_json` says (every defect a ValueError naming the file
+and the JSON path).
 Nothing is returned half-loaded: on any error the model and tokenizer are closed.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -220,6 +229,9 @@ def _config_from_document(
     width = _positive_int(document, "hidden_size", source)
     heads = _positive_int(document, "num_attention_heads", source)
     key_value_heads = _positive_int(document, "num_key_value_heads", source, default=heads)
+    if heads % key_value_heads:
+        _fail(source, f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                      f"{key_value_heads}")
     # transformers' Gemma3TextConfig defaults head_dim (and query_pre_attn_scalar) to 256.
     head_dim = _positive_int(document, "head_dim", source,
                              default=256 if architecture == "gemma3" else None)
@@ -238,9 +250,9 @@ def _config_from_document(
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if document.get(key) is not None:
             _fail(source, f"{key} {_describe(document[key])} is not supported (only null)")
-    if document.get("use_sliding_window"):
+    if _optional_bool(document, "use_sliding_window", source):
         _fail(source, "use_sliding_window true is not supported (Qwen's per-layer windows)")
-    if document.get("use_bidirectional_attention"):
+    if _optional_bool(document, "use_bidirectional_attention", source):
         _fail(source, "use_bidirectional_attention true is not supported (a decoder is causal)")
     if document.get("partial_rotary_factor", 1.0) != 1.0:
         _fail(source, f"partial_rotary_factor {_describe(document['partial_rotary_factor'])} is "
@@ -305,7 +317,8 @@ def _gemma_window_period(document: Mapping, blocks: int, window: int | None,
 
 def _architecture(document: Mapping, source: str) -> str:
     names = document.get("architectures")
-    if not isinstance(names, list) or len(names) != 1 or names[0] not in ARCHITECTURES:
+    if (not isinstance(names, list) or len(names) != 1 or not isinstance(names[0], str)
+            or names[0] not in ARCHITECTURES):
         _fail(source, f"architectures {_describe(names)} is not supported (one of "
                       f"{', '.join(ARCHITECTURES)}, GPT2LMHeadModel)")
     return ARCHITECTURES[names[0]]
@@ -324,12 +337,22 @@ def _positive_int(document: Mapping, key: str, source: str, default: object = ..
 
 
 def _positive_float(document: Mapping, key: str, source: str, default: float) -> float:
+    """``document[key]`` as a finite float > 0; ``default`` when absent or null."""
     value = document.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        _fail(source, f"{key} must be a positive number, not {_json_type(value)}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(float(value))):
+        _fail(source, f"{key} must be a positive finite number, not {_json_type(value)}")
     return float(value)
+
+
+def _optional_bool(document: Mapping, key: str, source: str) -> bool | None:
+    """``document[key]`` when true or false; None when absent or null."""
+    value = document.get(key)
+    if value is not None and not isinstance(value, bool):
+        _fail(source, f"{key} must be true, false or null, not {_json_type(value)}")
+    return value
 
 
 def _rope(document: Mapping, source: str) -> dict:
@@ -525,26 +548,135 @@ def read_checkpoint_tensors(directory: str | os.PathLike) -> dict[str, TensorSpa
     return tensors
 
 
-def _plan(
-    names, shapes, tensors: dict[str, TensorSpan], config: LlamaMistralConfig, source: str
-) -> list[TensorSpan]:
-    """The tensor (or, for Phi-3's fused tensors, the row range) of each of our parameters (in
-    list order), every rule checked."""
+# ---- the config against the tensors, before a model exists
+
+
+@dataclass(frozen=True)
+class _Dimension:
+    """One dimension of an expected tensor: its size, and the ``config.json`` key (or the
+    expression of keys) it follows from, for error messages."""
+
+    size: int
+    field: str
+
+
+def _weights_source(directory: Path) -> Path:
+    """The file that lists the checkpoint's tensors: ``model.safetensors``, else the index."""
+    single = directory / WEIGHTS_FILE
+    return single if single.is_file() else directory / INDEX_FILE
+
+
+def _require_layer_count(tensors: Mapping[str, TensorSpan], layer: re.Pattern,
+                         block_names: set[str], field: str, count: int, config_source: str,
+                         weights_source: Path) -> None:
+    """The config's layer count (``field``) is the checkpoint's: its per-layer tensor names
+    (``layer`` matches the index N and the rest, which must be one of ``block_names``;
+    buffers such as ``inv_freq`` do not count) use exactly the indices 0 .. count - 1. Checked
+    before anything proportional to ``count`` is made, so a huge count fails at once, and
+    what follows is bounded by the tensors present."""
+    present = set()
+    for name in tensors:
+        match = layer.fullmatch(name)
+        if match and match.group(2) in block_names:
+            present.add(int(match.group(1)))
+    if len(present) != count or (present and max(present) != count - 1):
+        what = (f"tensors of {len(present)} layer(s), numbered {min(present)} to "
+                f"{max(present)}" if present else "no layer's tensors")
+        _fail(config_source, f"{field} {count} disagrees with {weights_source}, which holds "
+                             f"{what}")
+
+
+def _require_shape(span: TensorSpan, dimensions: tuple[_Dimension, ...],
+                   config_source: str) -> None:
+    """``span`` has the shape ``dimensions`` give; else ValueError naming the tensor's file,
+    the tensor, each ``config.json`` field whose size disagrees, and both sizes."""
+    expected = [dimension.size for dimension in dimensions]
+    if list(span.shape) == expected:
+        return
+    if len(span.shape) == len(expected):
+        detail = ", ".join(f"{dimension.field} {dimension.size} vs the tensor's {size}"
+                           for dimension, size in zip(dimensions, span.shape)
+                           if dimension.size != size)
+    else:
+        detail = (f"[{', '.join(dimension.field for dimension in dimensions)}], "
+                  f"{len(expected)} dimension(s), not {len(span.shape)}")
+    _fail(str(span.path), f"tensor {span.name!r} has shape {list(span.shape)}, the config "
+                          f"needs {expected} ({config_source}: {detail})")
+
+
+def _family_parameters(config: LlamaMistralConfig):
+    """Our parameters of ``config``'s model, as the library creates them, name -> labelled
+    shape: the global ones, and one block's (the name after ``blocks.N.``)."""
+    width = _Dimension(config.model_width, "hidden_size")
+    vocabulary = _Dimension(config.vocabulary_size, "vocab_size")
+    feed_forward = _Dimension(config.feed_forward_width, "intermediate_size")
+    d = config.resolved_head_width
+    query_rows, key_value_rows = config.query_head_count * d, config.key_value_head_count * d
+    if config.head_width:
+        head = _Dimension(d, "head_dim")
+        query = _Dimension(query_rows, "num_attention_heads * head_dim")
+        key_value = _Dimension(key_value_rows, "num_key_value_heads * head_dim")
+    else:  # d = D / Hq, so the query rows are D
+        head = _Dimension(d, "hidden_size / num_attention_heads")
+        query = _Dimension(query_rows, "hidden_size")
+        key_value = _Dimension(key_value_rows,
+                               "num_key_value_heads * hidden_size / num_attention_heads")
+    global_parameters = {"token_embedding.weight": (vocabulary, width),
+                         "final_norm.scale": (width,)}
+    if not config.tie_embeddings:
+        global_parameters["language_model_head.weight"] = (vocabulary, width)
+    block = {"attention_norm.scale": (width,), "attention.query.weight": (query, width),
+             "attention.key.weight": (key_value, width),
+             "attention.value.weight": (key_value, width),
+             "attention.output.weight": (width, query)}
+    if config.query_key_value_bias:
+        block.update({"attention.query.bias": (query,), "attention.key.bias": (key_value,),
+                      "attention.value.bias": (key_value,)})
+    if config.query_key_norm:
+        block.update({"attention.query_norm.scale": (head,),
+                      "attention.key_norm.scale": (head,)})
+    if config.post_block_norms:
+        block.update({"post_attention_norm.scale": (width,),
+                      "post_feed_forward_norm.scale": (width,)})
+    block.update({"feed_forward_norm.scale": (width,),
+                  "feed_forward.gate.weight": (feed_forward, width),
+                  "feed_forward.up.weight": (feed_forward, width),
+                  "feed_forward.down.weight": (width, feed_forward)})
+    fused = {}
+    if config.architecture == "phi3":
+        fused = {
+            "self_attn.qkv_proj.weight": (
+                _Dimension(query_rows + 2 * key_value_rows,
+                           f"{query.field} + 2 * {key_value.field}"), width),
+            "mlp.gate_up_proj.weight": (
+                _Dimension(2 * config.feed_forward_width, "2 * intermediate_size"), width),
+        }
+    return global_parameters, block, fused
+
+
+_LAYER = re.compile(r"model\.layers\.(0|[1-9][0-9]{0,17})\.(.+)")
+
+
+def _check_tensors(config: LlamaMistralConfig, tensors: dict[str, TensorSpan],
+                   config_source: str, weights_source: Path) -> None:
+    """Every rule between ``config`` and the checkpoint's tensors, before any model exists:
+    ``num_hidden_layers`` equals the layers present, then no tensor but the expected ones
+    (``inv_freq`` buffers and, when tied, a copy of the embedding as ``lm_head.weight``
+    aside), every expected tensor present, and each with the shape the config implies."""
     architecture, tied = config.architecture, config.tie_embeddings
-    # HF name -> its expected shape, and our parameter -> (HF name, first row, rows).
-    expected: dict[str, tuple[int, ...]] = {}
-    sources = []
-    fused = _phi3_rows(config) if architecture == "phi3" else {}
-    for name, shape in zip(names, shapes):
-        hf_name = huggingface_name(name, architecture)
-        local = name.split(".", 2)[-1]
-        if local in fused:
-            first_row, rows, total = fused[local]
-            expected[hf_name] = (total, shape[1])
-            sources.append((hf_name, first_row, rows))
-        else:
-            expected[hf_name] = tuple(shape)
-            sources.append((hf_name, 0, None))
+    global_parameters, block, fused = _family_parameters(config)
+    block_expected = {}
+    for name, dimensions in block.items():
+        hf_name = huggingface_name(f"blocks.0.{name}", architecture).split(".", 3)[3]
+        block_expected[hf_name] = fused.get(hf_name, dimensions)
+    _require_layer_count(tensors, _LAYER, set(block_expected), "num_hidden_layers",
+                         config.block_count, config_source, weights_source)
+    # Now bounded by the tensors present: one entry per tensor of the config's model.
+    expected = {huggingface_name(name, architecture): dimensions
+                for name, dimensions in global_parameters.items()}
+    for layer in range(config.block_count):
+        for name, dimensions in block_expected.items():
+            expected[f"model.layers.{layer}.{name}"] = dimensions
     for name, span in tensors.items():
         if name in expected or _IGNORED.fullmatch(name):
             continue
@@ -553,17 +685,34 @@ def _plan(
             continue
         _fail(str(span.path), f"unexpected tensor {_describe(name)} (not a parameter of a "
                               f"{'tied ' if tied else ''}{architecture} model)")
-    for name, shape in expected.items():
-        span = tensors.get(name)
-        if span is None:
-            _fail(source, f"the checkpoint has no tensor {name!r}")
-        if span.shape != tuple(shape):
-            _fail(str(span.path), f"tensor {name!r} has shape {list(span.shape)}, the config "
-                                  f"needs {list(shape)}")
+    for name in expected:
+        if name not in tensors:
+            _fail(str(weights_source), f"the checkpoint has no tensor {name!r}")
+    for name, dimensions in expected.items():
+        _require_shape(tensors[name], dimensions, config_source)
+
+
+def _plan(names, shapes, tensors: dict[str, TensorSpan],
+          config: LlamaMistralConfig) -> list[TensorSpan]:
+    """The tensor (or, for Phi-3's fused tensors, the row range) of each of our parameters,
+    in list order; the tensors were checked by :func:`_check_tensors`. The model's
+    parameters must be the ones :func:`_family_parameters` predicted."""
+    global_parameters, block, _ = _family_parameters(config)
+    predicted = {name: [d.size for d in dimensions]
+                 for name, dimensions in global_parameters.items()}
+    for layer in range(config.block_count):
+        predicted.update({f"blocks.{layer}.{name}": [d.size for d in dimensions]
+                          for name, dimensions in block.items()})
+    if predicted != {name: list(shape) for name, shape in zip(names, shapes)}:
+        raise ValueError(f"the {config.architecture} model's parameters are not the ones its "
+                         "config predicts (a defect of this importer)")
+    fused = _phi3_rows(config) if config.architecture == "phi3" else {}
     plan = []
-    for hf_name, first_row, rows in sources:
-        span = tensors[hf_name]
-        if rows is not None:  # a row range of a fused tensor: row-major, so one byte range
+    for name in names:
+        span = tensors[huggingface_name(name, config.architecture)]
+        local = name.split(".", 2)[-1]
+        if local in fused:  # a row range of a fused tensor: row-major, so one byte range
+            first_row, rows, _ = fused[local]
             row_bytes = (span.end - span.begin) // span.shape[0]
             begin = span.begin + first_row * row_bytes
             span = TensorSpan(span.path, span.name, span.dtype, (rows, span.shape[1]), begin,
@@ -606,11 +755,9 @@ class _mapped:
             pass
 
 
-def _load_weights(
-    model: LlamaMistralTransformer, tensors: dict[str, TensorSpan], source: str
-) -> None:
+def _load_weights(model: LlamaMistralTransformer, tensors: dict[str, TensorSpan]) -> None:
     with model.parameters() as parameters:
-        plan = _plan(parameters.names, parameters.shapes, tensors, model.config, source)
+        plan = _plan(parameters.names, parameters.shapes, tensors, model.config)
         by_file: dict[Path, list[tuple[int, TensorSpan]]] = {}
         for index, span in enumerate(plan):
             by_file.setdefault(span.path, []).append((index, span))
@@ -654,9 +801,8 @@ def _chat_template_text(directory: Path, settings: dict, source: str) -> str | N
     a list), else ``chat_template.jinja``, else None."""
     text = settings.get("chat_template")
     if isinstance(text, list):
-        named = {entry.get("name"): entry.get("template") for entry in text
-                 if isinstance(entry, dict)}
-        text = named.get("default")
+        text = next((entry.get("template") for entry in text
+                     if isinstance(entry, dict) and entry.get("name") == "default"), None)
         if text is None:
             _fail(source, "chat_template lists no template named 'default'")
     if text is not None:
@@ -726,10 +872,11 @@ def load_huggingface(directory: str | os.PathLike, maximum_context: int | None =
         return load_gpt2(directory, document, maximum_context)
     config = _config_from_document(document, str(config_path), maximum_context)
     tensors = read_checkpoint_tensors(directory)
+    _check_tensors(config, tensors, str(config_path), _weights_source(directory))
     windowed = config.sliding_window is not None and config.sliding_window < config.maximum_context
     model = LlamaMistralTransformer(config, attention="materialized" if windowed else "flash")
     try:
-        _load_weights(model, tensors, str(directory))
+        _load_weights(model, tensors)
         tokenizer, template = _tokenizer_and_template(directory, document,
                                                       config.vocabulary_size)
     except BaseException:

@@ -31,7 +31,11 @@ The causal-mask buffers ``h.N.attn.bias`` and ``h.N.attn.masked_bias`` are ignor
 load exactly (F32, F16 or BF16 widened by the native library). Config keys this decoder
 cannot honour (``scale_attn_weights`` false, ``scale_attn_by_inverse_layer_idx``,
 ``add_cross_attention``, another activation) are a ValueError naming the key; so is a
-``maximum_context`` beyond ``n_positions`` (positions are a learned table).
+``maximum_context`` beyond ``n_positions`` (positions are a learned table). As for the
+rotary families, the config is checked against the safetensors headers before the model is
+made: ``n_layer`` equal to the layers the tensors hold, every tensor present with the shape
+``vocab_size``, ``n_positions``, ``n_embd`` and ``n_inner`` imply, nothing unexpected (a
+ValueError naming the file, the field and both values).
 """
 
 from __future__ import annotations
@@ -48,12 +52,16 @@ from ..native.parameters import BYTE_DTYPES
 from .huggingface import (
     CONFIG_FILE,
     TensorSpan,
+    _Dimension,
     _mapped,
     _positive_float,
     _positive_int,
     _read_json_object,
+    _require_layer_count,
+    _require_shape,
     _require_tied_head,
     _tokenizer_and_template,
+    _weights_source,
     read_checkpoint_tensors,
 )
 from .safetensors import _describe, _fail, _json_type
@@ -74,6 +82,11 @@ _DEFAULT_LAYER_NORM_EPSILON = 1e-5  # GPT2Config's
 _PREFIX = "transformer."
 # The attention modules' causal-mask buffers, which some checkpoints carry.
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
+# A layer's tensor (after the optional prefix): its index, and its name within the layer.
+_LAYER = re.compile(r"h\.(0|[1-9][0-9]{0,17})\.(.+)")
+_BLOCK_NAMES = {f"{module}.{kind}" for module in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2",
+                                                  "mlp.c_fc", "mlp.c_proj")
+                for kind in ("weight", "bias")}
 _HEAD = "lm_head.weight"
 _EMBEDDING = "wte.weight"
 
@@ -98,7 +111,7 @@ def read_gpt2_config(
             raise ValueError(f"{source}: maximum_context {context} exceeds n_positions "
                              f"{positions} (GPT-2 learns one embedding per position)")
     activation = document.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         _fail(source, f"activation_function {_describe(activation)} is not supported (one of "
                       f"{', '.join(ACTIVATIONS)})")
     for key, supported in (("scale_attn_weights", True),
@@ -160,10 +173,10 @@ class _Part:
 
 
 def _recipes(config: TransformerConfig, positions: int, tensors: dict[str, TensorSpan],
-             source: str) -> dict[str, _Part]:
-    """Our parameter name -> its _Part, every checkpoint tensor checked (present, exact
-    shape, nothing unexpected)."""
-    d, f, v = config.model_width, config.feed_forward_width, config.vocabulary_size
+             config_source: str, weights_source: Path) -> dict[str, _Part]:
+    """Our parameter name -> its _Part, every checkpoint tensor checked against the config
+    before any model exists: ``n_layer`` equal to the layers present, each tensor present
+    with the exact shape the config implies, nothing unexpected."""
     by_name: dict[str, TensorSpan] = {}
     for name, span in tensors.items():
         short = name[len(_PREFIX):] if name.startswith(_PREFIX) else name
@@ -171,55 +184,63 @@ def _recipes(config: TransformerConfig, positions: int, tensors: dict[str, Tenso
             _fail(str(span.path), f"tensor {_describe(name)} appears with and without the "
                                   f"{_PREFIX!r} prefix")
         by_name[short] = span
+    _require_layer_count(by_name, _LAYER, _BLOCK_NAMES, "n_layer", config.block_count,
+                         config_source, weights_source)
+    d = _Dimension(config.model_width, "n_embd")
+    f = _Dimension(config.feed_forward_width,
+                   "n_inner" if config.feed_forward_width != 4 * d.size else "n_inner (4 * n_embd)")
+    v = _Dimension(config.vocabulary_size, "vocab_size")
+    fused = _Dimension(3 * d.size, "3 * n_embd")
 
     used: set[str] = set()
 
-    def tensor(name: str, shape: tuple[int, ...]) -> TensorSpan:
+    def tensor(name: str, *dimensions: _Dimension) -> TensorSpan:
         span = by_name.get(name)
         if span is None:
-            _fail(source, f"the checkpoint has no tensor {name!r} (nor {_PREFIX + name!r})")
-        if span.shape != shape:
-            _fail(str(span.path), f"tensor {span.name!r} has shape {list(span.shape)}, the "
-                                  f"config needs {list(shape)}")
+            _fail(str(weights_source), f"the checkpoint has no tensor {name!r} "
+                                       f"(nor {_PREFIX + name!r})")
+        _require_shape(span, dimensions, config_source)
         used.add(name)
         return span
 
     recipes: dict[str, _Part] = {
-        "token_embedding.weight": _Part(tensor(_EMBEDDING, (v, d)), "whole"),
+        "token_embedding.weight": _Part(tensor(_EMBEDDING, v, d), "whole"),
     }
     # The first maximum_context rows of the n_positions-row table.
-    table = tensor("wpe.weight", (positions, d))
+    table = tensor("wpe.weight", _Dimension(positions, "n_positions"), d)
     recipes["position_embedding.weight"] = _Part(table, "elements", 0,
-                                                  config.maximum_context * d)
+                                                  config.maximum_context * d.size)
     for block in range(config.block_count):
         hf, ours = f"h.{block}.", f"blocks.{block}."
         for norm, target in (("ln_1", "attention_norm"), ("ln_2", "feed_forward_norm")):
-            recipes[f"{ours}{target}.scale"] = _Part(tensor(f"{hf}{norm}.weight", (d,)), "whole")
-            recipes[f"{ours}{target}.bias"] = _Part(tensor(f"{hf}{norm}.bias", (d,)), "whole")
-        fused = tensor(f"{hf}attn.c_attn.weight", (d, 3 * d))
-        fused_bias = tensor(f"{hf}attn.c_attn.bias", (3 * d,))
+            recipes[f"{ours}{target}.scale"] = _Part(tensor(f"{hf}{norm}.weight", d), "whole")
+            recipes[f"{ours}{target}.bias"] = _Part(tensor(f"{hf}{norm}.bias", d), "whole")
+        attention = tensor(f"{hf}attn.c_attn.weight", d, fused)
+        attention_bias = tensor(f"{hf}attn.c_attn.bias", fused)
         for index, projection in enumerate(("query", "key", "value")):
-            recipes[f"{ours}attention.{projection}.weight"] = _Part(
-                fused, "columns", index * d, (index + 1) * d)
-            recipes[f"{ours}attention.{projection}.bias"] = _Part(
-                fused_bias, "elements", index * d, (index + 1) * d)
+            begin, end = index * d.size, (index + 1) * d.size
+            recipes[f"{ours}attention.{projection}.weight"] = _Part(attention, "columns",
+                                                                    begin, end)
+            recipes[f"{ours}attention.{projection}.bias"] = _Part(attention_bias, "elements",
+                                                                  begin, end)
         for module, target, width_in, width_out in (
                 ("attn.c_proj", "attention.output", d, d),
                 ("mlp.c_fc", "feed_forward.expand", d, f),
                 ("mlp.c_proj", "feed_forward.project", f, d)):
             recipes[f"{ours}{target}.weight"] = _Part(
-                tensor(f"{hf}{module}.weight", (width_in, width_out)), "columns", 0, width_out)
-            recipes[f"{ours}{target}.bias"] = _Part(
-                tensor(f"{hf}{module}.bias", (width_out,)), "whole")
-    recipes["final_norm.scale"] = _Part(tensor("ln_f.weight", (d,)), "whole")
-    recipes["final_norm.bias"] = _Part(tensor("ln_f.bias", (d,)), "whole")
+                tensor(f"{hf}{module}.weight", width_in, width_out), "columns", 0,
+                width_out.size)
+            recipes[f"{ours}{target}.bias"] = _Part(tensor(f"{hf}{module}.bias", width_out),
+                                                    "whole")
+    recipes["final_norm.scale"] = _Part(tensor("ln_f.weight", d), "whole")
+    recipes["final_norm.bias"] = _Part(tensor("ln_f.bias", d), "whole")
     if config.tie_embeddings:
         head = by_name.get(_HEAD)
         if head is not None:
             _require_tied_head(head, by_name[_EMBEDDING])
             used.add(_HEAD)
     else:
-        recipes["language_model_head.weight"] = _Part(tensor(_HEAD, (v, d)), "whole")
+        recipes["language_model_head.weight"] = _Part(tensor(_HEAD, v, d), "whole")
         recipes["language_model_head.bias"] = _Part(None, "zeros")
     for name, span in by_name.items():
         if name not in used and not _IGNORED.fullmatch(name):
@@ -228,9 +249,8 @@ def _recipes(config: TransformerConfig, positions: int, tensors: dict[str, Tenso
     return recipes
 
 
-def _load_weights(model: DecoderOnlyTransformer, positions: int,
-                  tensors: dict[str, TensorSpan], source: str) -> None:
-    recipes = _recipes(model.config, positions, tensors, source)
+def _load_weights(model: DecoderOnlyTransformer, recipes: dict[str, _Part],
+                  source: str) -> None:
     with model.parameters() as parameters:
         names, shapes = parameters.names, parameters.shapes
         if set(names) != set(recipes):
@@ -267,12 +287,15 @@ def load_gpt2(directory: str | os.PathLike, document: Mapping,
     from ..serving.chat import PlainChatTemplate
 
     directory = Path(directory)
-    config = read_gpt2_config(document, str(directory / CONFIG_FILE), maximum_context)
+    config_source = str(directory / CONFIG_FILE)
+    config = read_gpt2_config(document, config_source, maximum_context)
     positions = document["n_positions"]  # checked by read_gpt2_config
     tensors = read_checkpoint_tensors(directory)
+    # Every tensor checked against the config before the model is made.
+    recipes = _recipes(config, positions, tensors, config_source, _weights_source(directory))
     model = DecoderOnlyTransformer(config, attention="flash")
     try:
-        _load_weights(model, positions, tensors, str(directory))
+        _load_weights(model, recipes, str(directory))
         tokenizer, template = _tokenizer_and_template(directory, dict(document),
                                                       config.vocabulary_size, default=None)
     except BaseException:

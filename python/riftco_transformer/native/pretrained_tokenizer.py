@@ -9,18 +9,23 @@ decoding run in the native library.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import threading
 from array import array
 from collections.abc import Sequence
 
-from ._abi import STATUS_OUT_OF_RANGE, PretrainedTokenizerInfoStruct, PretrainedVocabularyStruct
+from .._container import strict_json
+from ._abi import (
+    STATUS_INVALID_ARGUMENT,
+    STATUS_OUT_OF_RANGE,
+    PretrainedTokenizerInfoStruct,
+    PretrainedVocabularyStruct,
+)
 from ._buffers import UINT32_TYPECODE, read_sized
-from ._errors import check_status
+from ._errors import RiftcoTransformerError, check_status
 from ._handle import NativeHandle
 from ._loader import library
-from ._validation import UINT32_LIMIT, require_int
+from ._validation import UINT32_LIMIT, describe_value, require_int
 
 MODEL_VALUES = {"byte_level_bpe": 0, "sentencepiece_bpe": 1}
 PRETOKENIZER_VALUES = {"gpt2": 0, "llama3": 1, "smollm": 2, "qwen2": 3}
@@ -39,18 +44,212 @@ _SPLIT_PATTERNS = {
 }
 
 
-def _adds_dummy_prefix(document: dict, pre_tokenizers: list) -> bool:
+def _json_kind(value: object) -> str:
+    """What a JSON value is, for an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, (int, float)):
+        return f"a number ({describe_value(value)})"
+    if isinstance(value, str):
+        return f"a string ({describe_value(value)})"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+class _TokenizerDocument:
+    """Typed reads of a parsed ``tokenizer.json``: each rule broken is a ValueError naming the
+    file (``source``) and the JSON path of the value, e.g. ``added_tokens[3].id``."""
+
+    _KINDS = {dict: "an object", list: "an array", str: "a string", bool: "true or false"}
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, message: str):
+        raise ValueError(f"{self.source}: {path} {message}")
+
+    def optional(self, parent: dict, key: str, path: str, kind: type):
+        """``parent[key]`` when it is a ``kind`` (None when absent or null)."""
+        value = parent.get(key)
+        if value is not None and (not isinstance(value, kind)
+                                  or (kind is not bool and isinstance(value, bool))):
+            self.fail(path, f"must be {self._KINDS[kind]}, not {_json_kind(value)}")
+        return value
+
+    def objects(self, parent: dict, key: str, path: str) -> list[dict]:
+        """``parent[key]`` as a list of objects (absent or null: empty)."""
+        values = self.optional(parent, key, path, list) or []
+        for index, value in enumerate(values):
+            if not isinstance(value, dict):
+                self.fail(f"{path}[{index}]", f"must be an object, not {_json_kind(value)}")
+        return values
+
+    def stage_type(self, stage: dict, path: str) -> str:
+        kind = stage.get("type")
+        if not isinstance(kind, str):
+            self.fail(f"{path}.type", f"must be a string, not {_json_kind(kind)}")
+        return kind
+
+    def token_id(self, value: object, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _ID_LIMIT:
+            self.fail(path, f"must be a token id (an integer in [0, {_ID_LIMIT})), not "
+                            f"{_json_kind(value)}")
+        return value
+
+    def token_text(self, text: object, path: str) -> str:
+        if not isinstance(text, str):
+            self.fail(path, f"must be a string, not {_json_kind(text)}")
+        if not text:
+            self.fail(path, "is empty (a token has at least one character)")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            self.fail(path, f"{describe_value(text)} is not valid Unicode (a lone surrogate at "
+                            f"character {error.start})")
+        return text
+
+
+# Token ids are uint32, and the library keeps one id (2**32 - 1) for "no token".
+_ID_LIMIT = UINT32_LIMIT - 1
+
+
+def _vocabulary(reader: _TokenizerDocument, model: dict, added: list[dict]):
+    """``model.vocab`` and ``added_tokens`` as ``(tokens, types)`` indexed by id, checked: ids
+    non-negative and unique, dense from 0, texts unique. An added token may repeat a vocab
+    entry with the same id and text (real files list their special tokens in both)."""
+    vocab = reader.optional(model, "vocab", "model.vocab", dict)
+    if vocab is None:
+        reader.fail("model.vocab", "must be an object (the BPE vocabulary), not null")
+    # Whole-vocabulary checks first (a real one has 150 000 or more entries); the entry at
+    # fault is looked for only when one fails.
+    for text, index in vocab.items():
+        if type(index) is not int or not 0 <= index < _ID_LIMIT:  # a bool is no id
+            reader.token_id(index, f"model.vocab[{describe_value(text)}]")
+    if "" in vocab:
+        reader.token_text("", "model.vocab['']")
+    try:
+        "".join(vocab).encode("utf-8")
+    except UnicodeEncodeError:
+        for text in vocab:
+            reader.token_text(text, f"model.vocab[{describe_value(text)}]")
+    text_of_id: dict[int, str] = {index: text for text, index in vocab.items()}
+    if len(text_of_id) != len(vocab):
+        first: dict[int, str] = {}
+        for text, index in vocab.items():
+            if index in first:
+                reader.fail(f"model.vocab[{describe_value(text)}]", f"= {index} repeats the id "
+                            f"of model.vocab[{describe_value(first[index])}]")
+            first[index] = text
+    types = {}
+    added_at_id: dict[int, int] = {}
+    added_at_text: dict[str, int] = {}
+    for position, entry in enumerate(added):
+        path = f"added_tokens[{position}]"
+        index = reader.token_id(entry.get("id"), f"{path}.id")
+        text = reader.token_text(entry.get("content"), f"{path}.content")
+        special = reader.optional(entry, "special", f"{path}.special", bool)
+        if index in added_at_id:
+            reader.fail(f"{path}.id", f"{index} repeats added_tokens[{added_at_id[index]}].id")
+        if text in added_at_text:
+            reader.fail(f"{path}.content", f"{describe_value(text)} repeats "
+                                           f"added_tokens[{added_at_text[text]}].content")
+        in_vocab = text_of_id.get(index)
+        if in_vocab is not None and in_vocab != text:
+            reader.fail(path, f"gives id {index} to {describe_value(text)}, but model.vocab gives "
+                              f"it to {describe_value(in_vocab)}")
+        vocab_id = vocab.get(text)
+        if vocab_id is not None and vocab_id != index:
+            reader.fail(path, f"gives {describe_value(text)} id {index}, but model.vocab gives "
+                              f"it id {vocab_id}")
+        added_at_id[index] = position
+        added_at_text[text] = position
+        text_of_id[index] = text
+        types[index] = 3 if special else 4
+    # Every id from 0 up has a token: checked before a list of the largest id's length is made.
+    size = len(text_of_id)
+    if size and max(text_of_id) >= size:
+        missing = [index for index in range(size) if index not in text_of_id][:5]
+        reader.fail("model.vocab", f"and added_tokens leave token ids {missing} without a token "
+                                   f"({size} tokens, ids up to {max(text_of_id)})")
+    tokens = [text_of_id[index] for index in range(size)]
+    return tokens, [types.get(index, 1) for index in range(size)]
+
+
+def _merges(reader: _TokenizerDocument, model: dict, vocab: dict) -> tuple[list[str], list[int]]:
+    """``model.merges`` in rank order as "left right" lines and the ids of their merged
+    tokens: each merge a string "left right" or (newer files) a pair of strings, both parts
+    and their concatenation tokens of ``model.vocab`` (as the tokenizers package requires),
+    no pair twice."""
+    merges = reader.optional(model, "merges", "model.merges", list) or []
+    lines: list[str] = []
+    merged_ids: list[int] = []
+    seen: set[str] = set()
+    for rank, merge in enumerate(merges):
+        if type(merge) is str:
+            left, _, right = merge.partition(" ")
+            if not left or not right or " " in right:
+                reader.fail(f"model.merges[{rank}]", f"{describe_value(merge)} is not \"left "
+                                                     "right\" (two non-empty tokens, one space)")
+            line = merge
+        elif type(merge) is list:
+            if len(merge) != 2 or not all(type(part) is str and part for part in merge):
+                reader.fail(f"model.merges[{rank}]", "must be two non-empty strings")
+            left, right = merge
+            if " " in left or " " in right:
+                reader.fail(f"model.merges[{rank}]", f"{describe_value(merge)}: a merge of "
+                                                     "tokens with a space is not supported")
+            line = f"{left} {right}"
+        else:
+            reader.fail(f"model.merges[{rank}]", "must be a string \"left right\" or an array "
+                                                 f"of two strings, not {_json_kind(merge)}")
+        merged = vocab.get(left + right)
+        if merged is None or left not in vocab or right not in vocab:
+            role, text = next((role, text) for role, text in (
+                ("left", left), ("right", right), ("merged", left + right)) if text not in vocab)
+            reader.fail(f"model.merges[{rank}]", f"{describe_value(merge)}: its {role} token "
+                                                 f"{describe_value(text)} is not in model.vocab")
+        if line in seen:
+            reader.fail(f"model.merges[{rank}]", f"{describe_value(merge)} repeats "
+                                                 f"model.merges[{lines.index(line)}]")
+        seen.add(line)
+        lines.append(line)
+        merged_ids.append(merged)
+    return lines, merged_ids
+
+
+def _stages(reader: _TokenizerDocument, document: dict, key: str,
+            list_key: str) -> list[tuple[str, dict]]:
+    """The normalizer or pre-tokenizer stages as (JSON path, stage): a Sequence's
+    ``list_key`` list, one stage, or none (null), each an object with a string ``type``."""
+    stage = reader.optional(document, key, key, dict)
+    if stage is None:
+        return []
+    if reader.stage_type(stage, key) != "Sequence":
+        return [(key, stage)]
+    path = f"{key}.{list_key}"
+    stages = [(f"{path}[{index}]", step)
+              for index, step in enumerate(reader.objects(stage, list_key, path))]
+    for where, step in stages:
+        reader.stage_type(step, where)
+    return stages
+
+
+def _adds_dummy_prefix(reader: _TokenizerDocument, normalizers: list[tuple[str, dict]],
+                       pre_tokenizers: list[tuple[str, dict]]) -> bool:
     """Whether a SentencePiece-style tokenizer.json puts "\u2581" before the text: a Prepend
     normalizer (Llama 2, Mistral), or an older file's Metaspace pre-tokenizer that adds a
     prefix space. Gemma's only replaces spaces: no prefix."""
-    normalizer = document.get("normalizer") or {}
-    steps = (normalizer.get("normalizers") or []) if normalizer.get("type") == "Sequence" \
-        else [normalizer]
-    if any(step.get("type") == "Prepend" for step in steps):
+    if any(step["type"] == "Prepend" for _, step in normalizers):
         return True
-    return any(p.get("type") == "Metaspace" and (p.get("add_prefix_space") is True or
-                                                 p.get("prepend_scheme") in ("always", "first"))
-               for p in pre_tokenizers)
+    for path, piece in pre_tokenizers:
+        if piece["type"] != "Metaspace":
+            continue
+        prefix = reader.optional(piece, "add_prefix_space", f"{path}.add_prefix_space", bool)
+        scheme = reader.optional(piece, "prepend_scheme", f"{path}.prepend_scheme", str)
+        if prefix is True or scheme in ("always", "first"):
+            return True
+    return False
 
 
 def _path_bytes(path) -> bytes:
@@ -191,67 +390,98 @@ class PretrainedTokenizer(NativeHandle):
     def from_tokenizer_json(cls, path: str | os.PathLike) -> PretrainedTokenizer:
         """A Hugging Face ``tokenizer.json`` with a BPE model: byte-level (GPT-2, Llama 3,
         SmolLM pre-tokenizers) or SentencePiece-style (byte fallback, ``▁`` for spaces).
-        Anything else: ValueError naming what is not supported."""
-        with open(path, encoding="utf-8") as source:
-            document = json.load(source)
+
+        The file is one strict JSON document (UTF-8, no duplicate key, no NaN; nesting too
+        deep for the parser is reported as such), then read as :meth:`from_tokenizer_document`
+        says. Every problem with its content is a ValueError starting with the path.
+        """
+        with open(path, "rb") as stream:
+            data = stream.read()
+        document = strict_json(data, str(path))
         return cls.from_tokenizer_document(document, source=str(path))
 
     @classmethod
     def from_tokenizer_document(cls, document: dict, source: str = "tokenizer.json"):
-        model = document.get("model") or {}
+        """The tokenizer of a parsed ``tokenizer.json`` (``source`` names it in errors).
+
+        Checked before anything is built, each failure a ValueError naming ``source`` and the
+        JSON path and value: every field read has its JSON type; ``model.vocab`` maps texts
+        to ids and ``added_tokens`` lists objects with an ``id`` and a ``content``; ids are
+        integers >= 0, no id or text is given twice (an added token may repeat a vocab entry
+        with the same id and text), and the ids run from 0 without a gap; each merge is
+        "left right" or a pair of strings whose parts and concatenation are vocab tokens, no
+        pair twice. Unsupported models and pre-tokenizers: ValueError saying what is
+        supported. A vocabulary the library still refuses (e.g. a byte-level token outside
+        the byte alphabet) is a ValueError naming ``source`` with the library's reason.
+        """
+        reader = _TokenizerDocument(source)
+        if not isinstance(document, dict):
+            reader.fail("the document", f"must be a JSON object, not {_json_kind(document)}")
+        model = reader.optional(document, "model", "model", dict) or {}
         if model.get("type") != "BPE":
-            raise ValueError(f"{source}: model.type {model.get('type')!r} is not supported (BPE)")
-        vocab = model.get("vocab")
-        if not isinstance(vocab, dict):
-            raise ValueError(f"{source}: model.vocab must be an object")
-        added = document.get("added_tokens") or []
-        size = max([*vocab.values(), *(t["id"] for t in added)], default=-1) + 1
-        tokens = [None] * size
-        for text, index in vocab.items():
-            tokens[index] = text
-        types = [1] * size
-        for entry in added:
-            tokens[entry["id"]] = entry["content"]
-            types[entry["id"]] = 3 if entry.get("special") else 4
-        missing = [index for index, text in enumerate(tokens) if text is None]
-        if missing:
-            raise ValueError(f"{source}: token ids {missing[:5]} have no token")
-        merges = [m if isinstance(m, str) else f"{m[0]} {m[1]}" for m in model.get("merges", [])]
-        pre = document.get("pre_tokenizer") or {}
-        pieces = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-        kinds = [p.get("type") for p in pieces]
-        if model.get("byte_fallback"):
+            reader.fail("model.type", f"{describe_value(model.get('type'))} is not supported "
+                                      "(BPE)")
+        added = reader.objects(document, "added_tokens", "added_tokens")
+        tokens, types = _vocabulary(reader, model, added)
+        vocab = model["vocab"]
+        merges, merged_ids = _merges(reader, model, vocab)
+        normalizers = _stages(reader, document, "normalizer", "normalizers")
+        pieces = _stages(reader, document, "pre_tokenizer", "pretokenizers")
+        kinds = [piece["type"] for _, piece in pieces]
+        byte_fallback = reader.optional(model, "byte_fallback", "model.byte_fallback", bool)
+        ignore_merges = reader.optional(model, "ignore_merges", "model.ignore_merges", bool)
+        unknown_token = reader.optional(model, "unk_token", "model.unk_token", str)
+        if byte_fallback:
             # SentencePiece-style: merges follow from scores; the merge of rank r makes its
             # token score -r, so the highest score is the lowest rank (the same order).
+            size = len(tokens)
             scores = [0.0] * size
-            for rank, merge in enumerate(merges):
-                left, right = merge.split(" ", 1)
-                merged = vocab.get(left + right)
-                if merged is not None and scores[merged] == 0.0:
+            for rank, merged in enumerate(merged_ids):
+                if scores[merged] == 0.0:
                     scores[merged] = -float(rank + 1)
             for index, text in enumerate(tokens):
                 if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
                     types[index] = 6
-            unknown = vocab.get(model.get("unk_token")) if model.get("unk_token") else None
-            return cls.from_vocabulary(tokens, model="sentencepiece_bpe", token_types=types,
-                                       scores=scores, unknown_id=unknown,
-                                       add_dummy_prefix=_adds_dummy_prefix(document, pieces))
+            unknown = None
+            if unknown_token is not None:
+                unknown = vocab.get(unknown_token)
+                if unknown is None:
+                    reader.fail("model.unk_token", f"{describe_value(unknown_token)} is not in "
+                                                   "model.vocab")
+            return cls._from_checked(
+                source, tokens, model="sentencepiece_bpe", token_types=types, scores=scores,
+                unknown_id=unknown,
+                add_dummy_prefix=_adds_dummy_prefix(reader, normalizers, pieces))
         if "ByteLevel" not in kinds:
             raise ValueError(f"{source}: pre-tokenizer {kinds} is not supported (ByteLevel)")
-        splits = [p for p in pieces if p.get("type") == "Split"]
+        splits = [(path, piece) for path, piece in pieces if piece["type"] == "Split"]
         if "Digits" in kinds:
             pretokenizer = "smollm"
         elif splits:
-            pattern = (splits[0].get("pattern") or {}).get("Regex")
-            if len(splits) != 1 or pattern not in _SPLIT_PATTERNS:
-                raise ValueError(f"{source}: pre-tokenizer Split pattern {pattern!r} is not "
+            path, split = splits[0]
+            where = f"{path}.pattern"
+            pattern = reader.optional(split, "pattern", where, dict) or {}
+            regex = reader.optional(pattern, "Regex", f"{where}.Regex", str)
+            if len(splits) != 1 or regex not in _SPLIT_PATTERNS:
+                raise ValueError(f"{source}: pre-tokenizer Split pattern {regex!r} is not "
                                  "supported (Llama 3's or Qwen 2's)")
-            pretokenizer = _SPLIT_PATTERNS[pattern]
+            pretokenizer = _SPLIT_PATTERNS[regex]
         else:
             pretokenizer = "gpt2"
-        return cls.from_vocabulary(tokens, pretokenizer=pretokenizer, merges=merges,
-                                   token_types=types,
-                                   ignore_merges=bool(model.get("ignore_merges")))
+        return cls._from_checked(source, tokens, pretokenizer=pretokenizer,
+                                 merges=merges,
+                                 token_types=types, ignore_merges=bool(ignore_merges))
+
+    @classmethod
+    def _from_checked(cls, source: str, tokens: list[str], **options) -> PretrainedTokenizer:
+        """:meth:`from_vocabulary`, a refusal by the library reported as a ValueError naming
+        ``source`` (its ``tokens[i]`` is the token of id i)."""
+        try:
+            return cls.from_vocabulary(tokens, **options)
+        except RiftcoTransformerError as error:
+            if error.status != STATUS_INVALID_ARGUMENT:
+                raise
+            raise ValueError(f"{source}: the vocabulary is refused: {error.detail}") from None
 
     @property
     def vocabulary_size(self) -> int:
