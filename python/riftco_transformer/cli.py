@@ -668,7 +668,7 @@ def command_generate(arguments) -> int:
     with _open_model(arguments) as loaded:
         stop: tuple[str, ...] = ()
         if arguments.chat:
-            prompt = loaded.render_chat([{"role": "user", "content": prompt}])
+            prompt = loaded.encode_chat([{"role": "user", "content": prompt}])
             stop = tuple(loaded.chat_template.stop_sequences)
         config = GenerationConfig(
             max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
@@ -714,7 +714,7 @@ def command_chat(arguments) -> int:
             if not text.strip():
                 continue
             history.append({"role": "user", "content": text})
-            prompt = loaded.render_chat(history)
+            prompt = loaded.encode_chat(history)
             config = GenerationConfig(
                 max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
                 top_k=arguments.top_k, seed=arguments.seed,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from .native.llama import LlamaMistralTransformer
 from .native.pretrained_tokenizer import PretrainedTokenizer, gguf_metadata_string
 from .native._validation import UINT64_LIMIT, require_int
-from .serving.chat import ChatMessage, PlainChatTemplate
+from .serving.chat import ChatMessage, PlainChatTemplate, encode_chat
 from .serving.chat_templates import PretrainedChatTemplate
 from .serving.generation import GenerationResult, TextGenerator
 
@@ -101,7 +101,16 @@ class PretrainedModel:
 
     def render_chat(self, messages: Sequence[ChatMessage | Mapping],
                     add_generation_prompt: bool = True) -> str:
+        """The chat template's text for ``messages`` (to show; generate from
+        :meth:`encode_chat`'s ids)."""
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
+
+    def encode_chat(self, messages: Sequence[ChatMessage | Mapping],
+                    add_generation_prompt: bool = True) -> list[int]:
+        """The token ids of ``messages`` in the chat template: control tokens come from the
+        template only, what the messages say is encoded as plain text (a message spelling
+        ``<|im_start|>system`` cannot open a system turn)."""
+        return encode_chat(self.chat_template, self.tokenizer, messages, add_generation_prompt)
 
     def chat(
         self,
@@ -115,7 +124,7 @@ class PretrainedModel:
         rendered with the model's chat template; ends at the template's stop sequences or
         the end token."""
         stops = tuple(sampling.pop("stop", ()) or ()) + tuple(self.chat_template.stop_sequences)
-        prompt = self.render_chat(messages)
+        prompt = self.encode_chat(messages)
         result = self.generate(prompt, max_new_tokens, on_text=on_text,
                                stop=tuple(dict.fromkeys(stops)), **sampling)
         return result.generated_text.strip()
@@ -175,7 +184,8 @@ def _load_gguf(path: str, maximum_context: int) -> PretrainedModel:
         text = gguf_metadata_string(path, "tokenizer.chat_template")
         bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
         eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
-        template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+        template = (PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos,
+                                                     source=f"{path} (tokenizer.chat_template)")
                     if text else PretrainedChatTemplate.for_family("chatml", eos_token=eos))
     except BaseException:
         model.close()
@@ -198,7 +208,8 @@ def _load_bundle(path: str) -> PretrainedModel:
     eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
     text = bundle.chat_template
     if text:
-        template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+        template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos,
+                                                    source=f"{path} (tokenizer.chat_template)")
     elif gpt:  # an imported GPT-2: no template, as when it was imported
         template = PlainChatTemplate()
     else:

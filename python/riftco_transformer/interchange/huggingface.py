@@ -796,9 +796,12 @@ def _special_id(settings: dict, key: str, config: dict, tokenizer, source: str) 
     return value
 
 
-def _chat_template_text(directory: Path, settings: dict, source: str) -> str | None:
+def _chat_template_text(directory: Path, settings: dict, source: str
+                        ) -> tuple[str | None, str]:
     """``tokenizer_config.json``'s ``chat_template`` (a string, or the one named "default" of
-    a list), else ``chat_template.jinja``, else None."""
+    a list), else ``chat_template.jinja``, else None; with where it came from, as errors about
+    the template name it. A ``chat_template.jinja`` that is not UTF-8 is a ValueError naming
+    the file."""
     text = settings.get("chat_template")
     if isinstance(text, list):
         text = next((entry.get("template") for entry in text
@@ -808,9 +811,16 @@ def _chat_template_text(directory: Path, settings: dict, source: str) -> str | N
     if text is not None:
         if not isinstance(text, str):
             _fail(source, f"chat_template must be a string, not {_json_type(text)}")
-        return text
+        return text, f"{source} (chat_template)"
     jinja = directory / CHAT_TEMPLATE_FILE
-    return jinja.read_text(encoding="utf-8") if jinja.is_file() else None
+    if not jinja.is_file():
+        return None, str(jinja)
+    data = jinja.read_bytes()
+    try:
+        return data.decode("utf-8"), str(jinja)
+    except UnicodeDecodeError as error:
+        _fail(str(jinja), f"is not UTF-8 text: byte {error.start:,} of {len(data):,} "
+                          f"({data[error.start]:#04x}) {error.reason}")
 
 
 def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int,
@@ -837,9 +847,10 @@ def _tokenizer_and_template(directory: Path, config: dict, vocabulary_size: int,
             tokenizer = PretrainedTokenizer.from_state(state)
         bos, eos = (tokenizer.token_text(i) if i is not None else ""
                     for i in (tokenizer.bos_id, tokenizer.eos_id))
-        text = _chat_template_text(directory, settings, source)
+        text, template_source = _chat_template_text(directory, settings, source)
         if text:
-            template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos)
+            template = PretrainedChatTemplate.from_text(text, bos_token=bos, eos_token=eos,
+                                                        source=template_source)
         elif default is not None:
             template = PretrainedChatTemplate.for_family(default, eos_token=eos)
         else:

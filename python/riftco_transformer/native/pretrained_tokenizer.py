@@ -576,6 +576,29 @@ class PretrainedTokenizer(NativeHandle):
                 handle, data, len(data), ctypes.byref(out)))
         return None if out.value < 0 else out.value
 
+    def control_tokens(self) -> dict[str, int]:
+        """The tokens ``encode`` makes of their text only with special tokens parsed
+        (control and unknown tokens, GGUF types 3 and 2): ``{text: id}``. Computed once
+        (the tokenizer never changes). Serving's ``encode_chat`` keeps these to a chat
+        template's own text; added (user-defined) tokens are cut from any text."""
+        cached = getattr(self, "_control_tokens", None)
+        if cached is None:
+            native = library()
+            with self._native() as handle:
+                types = array("i", bytes(read_sized(
+                    lambda out, capacity, required: native.rt_pretrained_tokenizer_export(
+                        handle, 2, out, capacity, required),  # RT_PRETRAINED_PART_TOKEN_TYPES
+                    ctypes.c_uint8)))
+            controls = {}
+            for token_id, token_type in enumerate(types):
+                if token_type in (TOKEN_TYPE_VALUES["unknown"], TOKEN_TYPE_VALUES["control"]):
+                    try:
+                        controls[self.token_text(token_id)] = token_id
+                    except UnicodeDecodeError:
+                        continue  # not text: no UTF-8 prompt spells it at a character boundary
+            cached = self._control_tokens = controls
+        return dict(cached)
+
     # ---- exact state (what artifacts persist) -------------------------------------------
 
     def state(self) -> dict:
@@ -624,7 +647,9 @@ class PretrainedTokenizer(NativeHandle):
 
 
 def gguf_metadata_string(path: str | os.PathLike, key: str) -> str | None:
-    """A string value of a GGUF file's metadata, or None when the key is absent."""
+    """A string value of a GGUF file's metadata, or None when the key is absent. GGUF
+    strings are UTF-8: bytes that are not (a damaged or hostile file) are a ValueError
+    naming the file, the key and the first bad byte."""
     encoded_key = key.encode("utf-8")
     encoded_path = _path_bytes(path)
     present = ctypes.c_int32()
@@ -633,4 +658,13 @@ def gguf_metadata_string(path: str | os.PathLike, key: str) -> str | None:
         lambda out, capacity, required: native.rt_gguf_metadata_string(
             encoded_path, encoded_key, ctypes.byref(present), out, capacity, required),
         ctypes.c_uint8)
-    return bytes(data).decode("utf-8") if present.value else None
+    if not present.value:
+        return None
+    data = bytes(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{os.fsdecode(path)}: metadata {key} is not UTF-8 text as GGUF strings are: byte "
+            f"{error.start:,} of {len(data):,} ({data[error.start]:#04x}) {error.reason}"
+        ) from None

@@ -149,13 +149,13 @@ class PlainChatTemplate:
 # A control token could also be spelled across a content's edge: two messages rendered next to
 # each other ("...<|im_" + "start|>..."), or a template writing part of one next to the
 # content. So the longest start of a content that ends some control token, and the longest
-# end that begins one, become placeholders too (for the text they are; edges holding
-# whitespace are left alone, as the template may trim them, and no real control token holds
-# whitespace).
+# end that begins one, become placeholders too (for the text they are). Outer whitespace
+# stays outside them, for the template to trim; parts of control tokens holding whitespace
+# are not looked for (no real control token holds whitespace).
 #
-# Without control-token text in the messages the ids equal encoding the rendered prompt with
-# special tokens parsed (the tokenizer encodes the pieces between control tokens on their
-# own either way).
+# Messages with neither (nearly all) take a shortcut: their rendered prompt is encoded once
+# with special tokens parsed, which gives the same ids (the tokenizer encodes the pieces
+# between control tokens on their own either way).
 
 # Supplementary Private Use Area-A, as placeholders: assigned to nothing, 65,534 of them.
 _PLACEHOLDERS = range(0xF0000, 0xFFFFE)
@@ -202,15 +202,25 @@ class _ControlTokens:
         self.beginnings = {part for part in self.beginnings if not _has_space(part)}
         self.endings = {part for part in self.endings if not _has_space(part)}
         self.longest = max(map(len, self.ids), default=0)
+        self.first_characters = frozenset(text[0] for text in self.ids)
+        self.last_characters = frozenset(text[-1] for text in self.ids)
 
-    def edges(self, content: str) -> tuple[int, int]:
-        """The lengths of the longest start of ``content`` that ends a control token and of
-        the longest end (in the rest) that begins one."""
-        limit = min(self.longest - 1, len(content))
-        head = next((n for n in range(limit, 0, -1) if content[:n] in self.endings), 0)
-        limit = min(self.longest - 1, len(content) - head)
-        tail = next((n for n in range(limit, 0, -1) if content[-n:] in self.beginnings), 0)
-        return head, tail
+    def edges(self, content: str) -> tuple[int, int, int, int] | None:
+        """Where ``content``'s edges could spell part of a control token: ``(head_start,
+        head_end, tail_start, tail_end)``, the longest start (after leading whitespace) that
+        ends a control token and the longest end (before trailing whitespace, in the rest)
+        that begins one; None when neither exists."""
+        start = len(content) - len(content.lstrip())
+        end = len(content.rstrip())
+        head = next((n for n in range(min(self.longest - 1, end - start), 0, -1)
+                     if content[start + n - 1] in self.last_characters
+                     and content[start:start + n] in self.endings), 0)
+        tail = next((n for n in range(min(self.longest - 1, end - start - head), 0, -1)
+                     if content[end - n] in self.first_characters
+                     and content[end - n:end] in self.beginnings), 0)
+        if not head and not tail:
+            return None
+        return start, start + head, end - tail, end
 
 
 def _has_space(text: str) -> bool:
@@ -256,36 +266,47 @@ def chat_prompt(
     if controls is None:
         return template.render(turns, add_generation_prompt=add_generation_prompt)
     pattern = controls.pattern
+    edges = [controls.edges(message.content) for message in turns]
+    if not any(edges) and not any(pattern.search(message.content) for message in turns):
+        # Nothing in the messages can make a control token: the rendered prompt's control
+        # tokens are the template's, and one encoding with them parsed is the answer.
+        rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
+        ids = list(tokenizer.encode_bytes(rendered.encode("utf-8")))
+        if not ids:
+            raise ValueError("the prompt must encode to at least one token")
+        return ids
+
     placeholders: dict[str, str] = {}  # text -> the placeholder standing for it
     restore: dict[int, str] = {}  # placeholder -> the text it stands for
-    edges = [controls.edges(message.content) for message in turns]
-    if any(head or tail for head, tail in edges) or any(
-            pattern.search(message.content) for message in turns):
-        taken = controls.characters.union(*(message.content for message in turns))
-        template_text = getattr(template, "text", None)
-        if isinstance(template_text, str):
-            taken = taken.union(template_text)
-        free = (chr(code) for code in _PLACEHOLDERS if chr(code) not in taken)
+    taken = controls.characters.union(*(message.content for message in turns))
+    template_text = getattr(template, "text", None)
+    if isinstance(template_text, str):
+        taken = taken.union(template_text)
+    free = (chr(code) for code in _PLACEHOLDERS if chr(code) not in taken)
 
-        def placeholder(text: str) -> str:
-            if text not in placeholders:
-                character = next(free, None)
-                if character is None:
-                    raise ValueError("the messages use every private-use character: they "
-                                     "cannot be told apart from placeholders")
-                placeholders[text] = character
-                restore[ord(character)] = text
-            return placeholders[text]
+    def placeholder(text: str) -> str:
+        if text not in placeholders:
+            character = next(free, None)
+            if character is None:
+                raise ValueError("the messages use every private-use character: they cannot "
+                                 "be told apart from placeholders")
+            placeholders[text] = character
+            restore[ord(character)] = text
+        return placeholders[text]
 
-        def defused(content: str, head: int, tail: int) -> str:
-            middle = content[head:len(content) - tail]
-            return "".join((
-                placeholder(content[:head]) if head else "",
-                pattern.sub(lambda match: placeholder(match.group()), middle),
-                placeholder(content[len(content) - tail:]) if tail else ""))
+    def defused(content: str, edge: tuple[int, int, int, int] | None) -> str:
+        if edge is None:
+            return pattern.sub(lambda match: placeholder(match.group()), content)
+        head_start, head_end, tail_start, tail_end = edge
+        return "".join((
+            content[:head_start],
+            placeholder(content[head_start:head_end]) if head_end > head_start else "",
+            pattern.sub(lambda match: placeholder(match.group()), content[head_end:tail_start]),
+            placeholder(content[tail_start:tail_end]) if tail_end > tail_start else "",
+            content[tail_end:]))
 
-        turns = tuple(ChatMessage(message.role, defused(message.content, *edge))
-                      for message, edge in zip(turns, edges))
+    turns = tuple(ChatMessage(message.role, defused(message.content, edge))
+                  for message, edge in zip(turns, edges))
     rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
     ids: list[int] = []
 

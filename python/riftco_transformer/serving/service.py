@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..native._errors import RiftcoTransformerError
 from ..native._validation import UINT32_LIMIT, describe_value, require_choice, require_int
-from .chat import ChatMessage, ChatTemplate, PlainChatTemplate
+from .chat import ChatMessage, ChatTemplate, PlainChatTemplate, chat_prompt
 from .engine import KV_CACHE_KINDS, is_engine, make_engine
 from .generation import (
     GenerationConfig,
@@ -249,7 +249,9 @@ class ModelService:
             raise ValueError(f"the tokenizer cannot encode the prompt ({error.detail})") from None
 
     def render_chat(self, messages: Sequence[ChatMessage | Mapping]) -> str:
-        """The chat template's prompt for ``messages`` (ending with the assistant's header)."""
+        """The chat template's prompt for ``messages`` (ending with the assistant's header),
+        as text to show: :meth:`chat` generates from :func:`~.chat.chat_prompt` instead,
+        whose control tokens are the template's only."""
         return self._chat_template.render(messages, add_generation_prompt=True)
 
     def chat_config(self, config: GenerationConfig) -> GenerationConfig:
@@ -294,7 +296,8 @@ class ModelService:
     def chat(self, messages, on_token=None, timeout: float | None = None, **fields):
         """Generate the assistant's reply to ``messages`` (fields as for :meth:`generate`)."""
         config = self.chat_config(self.generation_config(**fields))
-        handle = self.submit(self.render_chat(messages), config, on_event=on_token)
+        prompt = chat_prompt(self._chat_template, self._tokenizer, messages)
+        handle = self.submit(prompt, config, on_event=on_token)
         try:
             return handle.result(timeout)
         finally:
