@@ -17,6 +17,7 @@ import random
 import shutil
 import struct
 import subprocess
+import time
 from array import array
 from dataclasses import replace
 from pathlib import Path
@@ -808,3 +809,57 @@ def test_smollm2_as_huggingface_directory_equals_the_gguf(tmp_path):
                 print(f"SmolLM2, {len(ids)} tokens: max |hf - gguf| = {worst:.2e}")
     finally:
         shutil.rmtree(directory, ignore_errors=True)  # about 540 MB of float32
+
+
+def test_a_safetensors_file_that_shrinks_while_it_loads_never_kills_the_process(tmp_path):
+    """A copy or re-download over model.safetensors during start-up: the weights are read
+    with pread, so a child process loading the directory while the parent truncates the file
+    at staggered moments and lengths either loads it or raises an error naming the file;
+    none dies of a signal (copying out of a memory map of vanished pages raised SIGBUS)."""
+    import os
+    import sys
+
+    config = {**CONFIG, "hidden_size": 256, "intermediate_size": 512,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4}
+    tensors = {}
+    for name, shape in hf_shapes(config).items():
+        count = 1
+        for dimension in shape:
+            count *= dimension
+        tensors[name] = ("F32", shape, (array("f", [0.02]) * count).tobytes())
+    directory = hand_built_checkpoint(tmp_path / "model", tensors, hidden_size=256,
+                                      intermediate_size=512, num_hidden_layers=4)
+    weights = directory / "model.safetensors"
+    data = weights.read_bytes()
+    # The child says "ready" as the weights start loading (the rest of start-up takes far
+    # longer than the 10 MB of weights, and a cut before them is refused by the size checks).
+    child = (
+        "import sys\n"
+        "from riftco_transformer import RiftcoTransformerError, load_pretrained\n"
+        "from riftco_transformer.interchange import huggingface\n"
+        "load_weights = huggingface._load_weights\n"
+        "def announced(*arguments):\n"
+        "    print('ready', flush=True)\n"
+        "    load_weights(*arguments)\n"
+        "huggingface._load_weights = announced\n"
+        "try:\n"
+        "    load_pretrained(sys.argv[1]).model.close()\n"
+        "except (ValueError, OSError, RiftcoTransformerError) as error:\n"
+        "    print(error, file=sys.stderr)\n"
+        "    sys.exit(3)\n"
+    )
+    outcomes = {0: 0, 3: 0}
+    for trial in range(12):
+        weights.write_bytes(data)
+        process = subprocess.Popen([sys.executable, "-c", child, str(directory)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ})
+        assert process.stdout.readline().strip() == "ready", process.communicate()
+        time.sleep(0.0005 * trial)
+        os.truncate(weights, len(data) // 12 * ((trial * 7) % 12))
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode in outcomes, (trial, process.returncode, stderr)
+        if process.returncode == 3:
+            assert "model.safetensors" in stderr, stderr
+        outcomes[process.returncode] += 1
+    assert outcomes[3] > 0, outcomes

@@ -55,7 +55,6 @@ Nothing is returned half-loaded: on any error the model and tokenizer are closed
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import re
 from collections.abc import Mapping
@@ -735,24 +734,49 @@ def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None) -> None:
 
 
 class _mapped:
-    """A copy-on-write memory map of a whole file as a memoryview (writable, so ctypes reads
-    its pages in place; nothing is ever written back)."""
+    """A file's byte ranges as writable memoryviews (so ctypes reads them in place):
+    ``view[begin:end]`` reads that range with ``os.preadv`` into a buffer this object reuses,
+    so a view is valid until the next slice of the same object. ``len(view)`` is the file's
+    size when it was opened. A file that shrinks while it is read (a copy or a download over it
+    during start-up) ends a read early, which is a ValueError naming the file and the range,
+    never the SIGBUS that copying out of a memory map of vanished pages raises. Peak memory
+    is the largest range read."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._descriptor = -1
+        self._size = 0
+        self._buffer = bytearray()
 
-    def __enter__(self) -> memoryview:
-        with open(self._path, "rb") as stream:
-            self._map = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_COPY)
-        self._view = memoryview(self._map)
-        return self._view
+    def __enter__(self) -> _mapped:
+        self._descriptor = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._size = os.fstat(self._descriptor).st_size
+        return self
 
     def __exit__(self, *exception_info) -> None:
-        self._view.release()
-        try:
-            self._map.close()
-        except BufferError:  # a traceback still holds a slice: the map goes with it
-            pass
+        if self._descriptor >= 0:
+            os.close(self._descriptor)
+            self._descriptor = -1
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, item: slice) -> memoryview:
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("a file is read by contiguous [begin:end] ranges")
+        begin, end, _ = item.indices(self._size)
+        size = max(0, end - begin)
+        if len(self._buffer) < size:
+            self._buffer = bytearray(size)  # a new buffer: views of the old one stay valid
+        view = memoryview(self._buffer)[:size]
+        done = 0
+        while done < size:
+            got = os.preadv(self._descriptor, [view[done:]], begin + done)
+            if got == 0:
+                raise ValueError(f"{self._path}: the file shrank while it was being read: "
+                                 f"bytes [{begin}, {end}) end at {begin + done}")
+            done += got
+        return view
 
 
 def _load_weights(model: LlamaMistralTransformer, tensors: dict[str, TensorSpan]) -> None:
