@@ -308,19 +308,31 @@ static void backend_values_are_stable(void) {
     EXPECT(RT_BACKEND_PJRT == 4); /* appended in 2.9 */
 }
 
+/* Without the PJRT adapter the reason names its build option; a build with it (the build's
+ * option, compiled in by tests/CMakeLists.txt) and no plugin named names the plugin variable. */
+#if RIFTCO_TRANSFORMER_TEST_HAVE_PJRT
+#define PJRT_REASON_FRAGMENT "RIFTCO_TRANSFORMER_PJRT_PLUGIN"
+#else
+#define PJRT_REASON_FRAGMENT "RIFTCO_TRANSFORMER_ENABLE_TPU"
+#endif
+
 static void pjrt_is_unavailable_in_a_default_build_naming_its_build_option(void) {
     int32_t available = -1;
     EXPECT_OK(rt_backend_is_available(RT_BACKEND_PJRT, &available));
+    if (available == 1) {
+        printf("skipped: a PJRT plugin is loaded here\n");
+        return;
+    }
     EXPECT(available == 0);
     char reason[256];
     uint64_t required = 0;
     EXPECT_OK(rt_backend_unavailability_reason(RT_BACKEND_PJRT, reason, sizeof reason, &required));
     EXPECT(strstr(reason, "PJRT") != NULL);
-    EXPECT(strstr(reason, "RIFTCO_TRANSFORMER_ENABLE_TPU") != NULL);
+    EXPECT(strstr(reason, PJRT_REASON_FRAGMENT) != NULL);
 
     rt_context* context = NULL;
     EXPECT_STATUS(rt_context_create(RT_BACKEND_PJRT, &context), RT_STATUS_BACKEND_UNAVAILABLE);
-    EXPECT_LAST_ERROR_MENTIONS("RIFTCO_TRANSFORMER_ENABLE_TPU");
+    EXPECT_LAST_ERROR_MENTIONS(PJRT_REASON_FRAGMENT);
     EXPECT(context == NULL);
 }
 

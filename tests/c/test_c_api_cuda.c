@@ -1,21 +1,23 @@
 /*
  * RT_BACKEND_CUDA as a pure C11 client sees it without a device: availability 0, the reason
  * "no CUDA device visible" in a build with the CUDA adapter (RIFTCO_TRANSFORMER_TEST_HAVE_CUDA=1,
- * set by ctest) or the "not compiled" reason otherwise, and every request refused with
+ * compiled in from the build's options, so the binary expects what its build did however it is
+ * run) or the "not compiled" reason otherwise, and every request refused with
  * RT_STATUS_BACKEND_UNAVAILABLE naming the backend and the reason, leaving what exists usable.
  * With a device visible it reports itself skipped (the C++ suites hold the device parity)
- * unless RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=1 asks for the device, where it checks that the
+ * unless the build's RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON asks for the device, where it checks that the
  * backend is available with an empty reason.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "c_test_fixtures.h"
 
-static int environment_flag(const char* name) {
-    const char* value = getenv(name);
-    return value != NULL && strcmp(value, "1") == 0;
-}
+#ifndef RIFTCO_TRANSFORMER_TEST_HAVE_CUDA
+#error "tests/CMakeLists.txt defines RIFTCO_TRANSFORMER_TEST_HAVE_CUDA from the build's options"
+#endif
+#ifndef RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA
+#error "tests/CMakeLists.txt defines RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA from the build's options"
+#endif
 
 static int cuda_available(void) {
     int32_t available = -1;
@@ -34,12 +36,12 @@ static void without_a_device_cuda_is_unavailable_with_its_reason(void) {
         printf("skipped: a CUDA device is visible here\n");
         return;
     }
-    EXPECT(!environment_flag("RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA"));
+    EXPECT(!RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA);
     char reason[512];
     uint64_t required = 0;
     EXPECT_OK(rt_backend_unavailability_reason(RT_BACKEND_CUDA, reason, sizeof reason, &required));
     EXPECT_EQ_U64(required, strlen(reason) + 1);
-    if (environment_flag("RIFTCO_TRANSFORMER_TEST_HAVE_CUDA")) {
+    if (RIFTCO_TRANSFORMER_TEST_HAVE_CUDA) {
         EXPECT_STREQ(reason, "no CUDA device visible");
     } else {
         EXPECT(strstr(reason, "RIFTCO_TRANSFORMER_ENABLE_CUDA=OFF") != NULL);

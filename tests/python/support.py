@@ -16,6 +16,27 @@ from riftco_transformer import RiftcoTransformerError
 ORACLE_PYTHON_VARIABLE = "RIFTCO_TRANSFORMER_ORACLE_PYTHON"
 
 
+BUILD_FACTS_FILE = "riftco_transformer_build.json"
+
+
+@functools.cache
+def build_facts() -> dict:
+    """What the build behind the loaded library compiled in (``cuda``, ``tpu``, ``metal``,
+    ``mpi``, ``sanitize``, ``require_cuda``, ``require_tpu``), read from the
+    riftco_transformer_build.json that CMake writes beside the library, so a test expects what
+    this build did however it is run (from ctest or by hand). Skips the calling test for a
+    library without one (an installed wheel)."""
+    import json
+    from pathlib import Path
+
+    from riftco_transformer.native._loader import library
+
+    path = Path(library()._name).resolve().parent / BUILD_FACTS_FILE
+    if not path.is_file():
+        pytest.skip(f"no {BUILD_FACTS_FILE} beside the loaded library {library()._name}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def native_error(call) -> RiftcoTransformerError:
     """The RiftcoTransformerError that ``call()`` raises (the test fails if it raises none)."""
     with pytest.raises(RiftcoTransformerError) as caught:

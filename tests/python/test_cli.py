@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from support import build_facts
 
 from conftest import PYTHON_SOURCE, REPOSITORY
 from riftco_transformer import backend_available
@@ -133,12 +134,14 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, arguments, message):
 
 @pytest.mark.skipif(backend_available("pjrt"), reason="pjrt is available here")
 def test_backend_pjrt_is_a_choice_that_an_unavailable_build_refuses_by_name(tmp_path):
+    reason = ("RIFTCO_TRANSFORMER_PJRT_PLUGIN" if build_facts()["tpu"]
+              else "RIFTCO_TRANSFORMER_ENABLE_TPU")
     completed = riftco("pretrain", "--file", CORPUS, "--output", "x.rift", "--steps", 1,
                        "--backend", "pjrt", check=False, cwd=tmp_path)
     assert completed.returncode == 2, completed.stderr
     assert "invalid choice" not in completed.stderr
     assert "'pjrt' is unavailable" in completed.stderr
-    assert "RIFTCO_TRANSFORMER_ENABLE_TPU" in completed.stderr
+    assert reason in completed.stderr
     assert list(tmp_path.iterdir()) == [], "a failed command left files behind"
 
 

@@ -1,6 +1,6 @@
 """backend="cuda" from Python without a device: the no-device contract the C++ and C suites check.
 
-In a build with the CUDA adapter (ctest's python.cuda sets RIFTCO_TRANSFORMER_TEST_HAVE_CUDA=1)
+In a build with the CUDA adapter (the build's facts beside the library say so: support.build_facts)
 the library reports cuda unavailable with the reason "no CUDA device visible"; in any build,
 contexts and model moves on cuda are refused with the backend-unavailable status, naming the
 backend and that reason, and nothing is substituted. With a device visible these report
@@ -10,9 +10,9 @@ themselves skipped (the device parity lives in the C++ suites).
 from __future__ import annotations
 
 import ctypes
-import os
 
 import pytest
+from support import build_facts
 
 from riftco_transformer import (
     STATUS_BACKEND_UNAVAILABLE,
@@ -39,9 +39,10 @@ def _reason() -> str:
 
 
 def test_cuda_is_unavailable_with_the_no_device_reason():
-    assert os.environ.get("RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA") != "1", \
-        "RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=1 but no CUDA device is visible"
-    if os.environ.get("RIFTCO_TRANSFORMER_TEST_HAVE_CUDA") == "1":
+    facts = build_facts()
+    assert not facts["require_cuda"], \
+        "RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON but no CUDA device is visible"
+    if facts["cuda"]:
         assert _reason() == "no CUDA device visible"
     else:
         assert "RIFTCO_TRANSFORMER_ENABLE_CUDA" in _reason()
