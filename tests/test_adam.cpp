@@ -1,4 +1,4 @@
-// Adam (spec ENGINE §9 with DESIGN.md's AdamW and schedules): options and their validation,
+// Adam (docs/ARCHITECTURE.md, 'Adam', with AdamW and schedules): options and their validation,
 // schedules, construction rules, a hand-computed two-step example, global clipping, the
 // overflow-safe global norm, the transactional step (every failure leaves values, moments,
 // gradients, versions, step count and beta powers bit-identical), versions and stale graphs,
@@ -139,7 +139,7 @@ OptimizerSnapshot snapshot(const Adam& adam) {
     return same_state(adam.state(), before);
 }
 
-// An independent double-precision Adam (spec §9.3 formulas written out again, plus AdamW):
+// An independent double-precision Adam (the formulas of docs/ARCHITECTURE.md, 'Adam', again):
 // host vectors, narrowed to float after every step like the engine's FP32 storage.
 struct ReferenceAdam {
     double learning_rate = 1e-3;
@@ -973,7 +973,8 @@ TEST(GlobalGradientNorm, TinyGradientsDoNotUnderflow) {
 }
 
 TEST(GlobalGradientNorm, AgreesWithTheSpecsSequentialScaledSum) {
-    // Oracle: the spec's element-by-element running pair, over values spanning 60 decades.
+    // Oracle: the element-by-element running pair (docs/ARCHITECTURE.md, 'Adam'), over values
+    // spanning 60 decades.
     std::vector<Variable> parameters;
     ParameterList list;
     std::vector<float> all;

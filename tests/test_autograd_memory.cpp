@@ -1,5 +1,5 @@
-// Memory frugality of the autograd layer (DESIGN.md "Autograd": gradients only on leaves,
-// intermediates freed as consumed, frozen leaves pruned), measured with the CPU backend's
+// Memory frugality of the autograd layer (docs/ARCHITECTURE.md, 'Autograd': gradients only on
+// leaves, intermediates freed as consumed, frozen leaves pruned), measured with the CPU backend's
 // exact accounting of live tensor storage (cpu_memory_statistics: requested bytes).
 //
 // The model: an 8-layer MLP, batch B = 1024, width D = 128,

@@ -1,13 +1,14 @@
-// Specification tests of every differentiable operation (spec ENGINE §4.1, operations.hpp).
+// Specification tests of every differentiable operation (docs/ARCHITECTURE.md, 'Autograd';
+// operations.hpp).
 //
 // For each operation: the forward value is bit-identical to the raw tensor_ops result, and the
 // gradient of the weighted objective L = Σ w ⊙ f(inputs) (backward seeded with a fixed random
 // w, so every output element matters) matches centred finite differences of the same
 // objective computed with raw tensor_ops, for every input that requires a gradient
-// (spec §13: ε = 1e-3, tolerance 2e-3). Inputs that do not require a gradient get none.
-// Where a VJP has a closed form (operations.hpp), it is also checked against that formula
-// evaluated in double; normalisation, softmax and cross-entropy are additionally checked
-// against finite differences of an independent double-precision oracle.
+// (docs/ARCHITECTURE.md, 'Numeric parity': ε = 1e-3, tolerance 2e-3). Inputs that do not require a
+// gradient get none. Where a VJP has a closed form (operations.hpp), it is also checked against
+// that formula evaluated in double; normalisation, softmax and cross-entropy are additionally
+// checked against finite differences of an independent double-precision oracle.
 // Then the graph rules: detached results, constants, shared inputs, diamonds, domain errors
 // and raw-op errors that propagate without creating anything.
 #include <gtest/gtest.h>

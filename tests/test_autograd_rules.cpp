@@ -1,4 +1,4 @@
-// Graph rules of the autograd layer (spec ENGINE §4.1-4.3, DESIGN.md "Autograd"): seeds,
+// Graph rules of the autograd layer (docs/ARCHITECTURE.md, 'Autograd'): seeds,
 // replace vs accumulate, single-use graphs, version checks, leaf-only gradients, frozen
 // leaves, transactional failure, graph statistics, counters and deep graphs.
 // Every failure test checks that the visible gradients are bit-identical afterwards.

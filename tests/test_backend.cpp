@@ -1,7 +1,7 @@
 // Backend identities, availability, the thread-local construction default and the fixed
-// registry (spec ENGINE §2), in the shipped build where only the CPU runs: Metal, CUDA, TPU
-// and PJRT are unavailable stubs. Rules that need a second available backend live in
-// test_emulated_backend.cpp.
+// registry (docs/ARCHITECTURE.md, 'The backend seam'), in the shipped build where only the CPU
+// runs: Metal, CUDA, TPU and PJRT are unavailable stubs. Rules that need a second available backend
+// live in test_emulated_backend.cpp.
 //
 // A cuda build on a machine with a visible device is the exception: there CUDA is available,
 // so the unavailable-stub assertions use the other stubs (saying so), and the CUDA-specific

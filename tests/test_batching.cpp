@@ -1,4 +1,4 @@
-// Next-token windows and batch sources (spec WORKFLOWS §2).
+// Next-token windows and batch sources (docs/ARCHITECTURE.md, 'Training windows').
 #include <gtest/gtest.h>
 
 #include <map>

@@ -1,6 +1,7 @@
-// checkpoint (spec ENGINE §4.5 and §8, DESIGN.md "Autograd"): construction errors, the checks
-// of the first run and of the replay, equality with the plain computation, nesting, shared
-// parameters, failure isolation, staleness, and the structure the forward result keeps.
+// checkpoint (docs/ARCHITECTURE.md, 'Custom gradients and recomputation' and 'Activation
+// checkpointing'): construction errors, the checks of the first run and of the replay, equality
+// with the plain computation, nesting, shared parameters, failure isolation, staleness, and the
+// structure the forward result keeps.
 #include <gtest/gtest.h>
 
 #include <cstddef>

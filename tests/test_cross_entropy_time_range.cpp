@@ -1,7 +1,7 @@
-// Cross-entropy over a time slice of logits [B,T,V] (spec ENGINE §3.8, WORKFLOWS §7.4): a
-// double oracle of the loss and gradient, equality with cross_entropy on the sliced logits and
-// on the whole range, finite differences through autograd, exact zeros outside the slice, and
-// every error rule with its category, its message and nothing changed.
+// Cross-entropy over a time slice of logits [B,T,V] (docs/ARCHITECTURE.md, 'Tensor operations' and
+// 'Programmed models'): a double oracle of the loss and gradient, equality with cross_entropy on
+// the sliced logits and on the whole range, finite differences through autograd, exact zeros
+// outside the slice, and every error rule with its category, its message and nothing changed.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,10 +1,10 @@
-// CUDA flash attention against the CPU reference (spec §13 form B, 3e-4): the forward's
-// context and row statistics (m, l) and the three VJPs (dQ, dK, dV) for dense causal
-// attention, a window shorter than T, grouped query heads (Hq != Hkv, Hkv = 1 included),
-// T on both sides of and not a multiple of the kernels' tile (32), head widths 16/64/128 (and
-// 80, not a multiple of a warp), batch > 1; the backward bit-identical run to run (no float
-// atomics); a NaN score raised at the sync point with the CPU's category and message.
-// They skip without a device (fail under RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
+// CUDA flash attention against the CPU reference (form B, 3e-4:
+// docs/ARCHITECTURE.md, 'Numeric parity'): the forward's context and row statistics (m, l) and the
+// three VJPs (dQ, dK, dV) for dense causal attention, a window shorter than T, grouped query heads
+// (Hq != Hkv, Hkv = 1 included), T on both sides of and not a multiple of the kernels' tile (32),
+// head widths 16/64/128 (and 80, not a multiple of a warp), batch > 1; the backward bit-identical
+// run to run (no float atomics); a NaN score raised at the sync point with the CPU's category and
+// message. They skip without a device (fail under RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
 
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ using test::uniform_values;
 
 constexpr ExecutionBackend cuda = ExecutionBackend::Cuda;
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
-constexpr double attention_tolerance = 3e-4;  // spec §13 form B
+constexpr double attention_tolerance = 3e-4;  // form B of docs/ARCHITECTURE.md, 'Numeric parity'
 
 class CudaAttention : public ::testing::Test {
   protected:

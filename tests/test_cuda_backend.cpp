@@ -3,8 +3,8 @@
 // BackendUnavailableError naming the backend and the reason, nothing changed). With a device:
 // device-resident storage and transfers both ways (bit-exact), hand-off between host threads,
 // mixed-backend rejection, deferred value-domain errors raised at the sync point with the CPU's
-// category and message, elementwise parity with the CPU reference (spec §13 form B, 3e-4), and
-// every capability family provided.
+// category and message, elementwise parity with the CPU reference (form B, 3e-4:
+// docs/ARCHITECTURE.md, 'Numeric parity'), and every capability family provided.
 
 #include <gtest/gtest.h>
 
@@ -32,7 +32,7 @@ using test::uniform_values;
 
 constexpr ExecutionBackend cuda = ExecutionBackend::Cuda;
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
-constexpr double nn_tolerance = 3e-4;  // spec §13 form B
+constexpr double nn_tolerance = 3e-4;  // form B of docs/ARCHITECTURE.md, 'Numeric parity'
 
 class CudaBackend : public ::testing::Test {
   protected:

@@ -1,9 +1,9 @@
 // CUDA layout, reduction and matmul capabilities against the CPU reference: data movement
 // (permute, broadcast_to, concatenation, slices) bit-exact; sums (sum_to_shape, sum, mean)
-// within spec §13 form B (3e-4; both sides accumulate in double, so they agree far closer);
-// cuBLAS matmul at every transpose combination, batch 1 and 3, within form A 3e-4/3e-4, and
-// its VJP products through autograd's raw ops. They skip without a device (fail under
-// RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
+// within form B of docs/ARCHITECTURE.md, 'Numeric parity' (3e-4; both sides accumulate in double,
+// so they agree far closer); cuBLAS matmul at every transpose combination, batch 1 and 3, within
+// form A 3e-4/3e-4, and its VJP products through autograd's raw ops. They skip without a device
+// (fail under RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
 
 #include <gtest/gtest.h>
 
@@ -24,8 +24,8 @@ using test::uniform_values;
 
 constexpr ExecutionBackend cuda = ExecutionBackend::Cuda;
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
-constexpr double nn_tolerance = 3e-4;      // spec §13 form B
-constexpr double matmul_tolerance = 3e-4;  // spec §13 form A, CUDA row
+constexpr double nn_tolerance = 3e-4;      // form B of docs/ARCHITECTURE.md, 'Numeric parity'
+constexpr double matmul_tolerance = 3e-4;  // form A, CUDA (docs/ARCHITECTURE.md, 'Numeric parity')
 
 class CudaLayoutMatmul : public ::testing::Test {
   protected:

@@ -1,12 +1,12 @@
 // CUDA softmax, normalization, loss and indexing capabilities against the CPU reference:
 // softmax over every axis and causal softmax, forward and VJP; LayerNorm and RMSNorm forward
 // and backward with the parameter gradients; the fused cross-entropy with its time window and
-// mask; all within spec §13 form B (3e-4), on odd sizes, single rows and rows longer than a
-// block. gather_rows and the deterministic scatter-add (repeated ids summed in index order)
-// are bit-identical to the reference. The deferred value checks (softmax slices, non-finite
-// target logits, a non-finite mean loss, ids out of range) are not raised by the call but at
-// the next sync point, with the CPU's category and message. Skipped without a device (failed
-// under RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
+// mask; all within form B of docs/ARCHITECTURE.md, 'Numeric parity' (3e-4), on odd sizes, single
+// rows and rows longer than a block. gather_rows and the deterministic scatter-add (repeated ids
+// summed in index order) are bit-identical to the reference. The deferred value checks (softmax
+// slices, non-finite target logits, a non-finite mean loss, ids out of range) are not raised by the
+// call but at the next sync point, with the CPU's category and message. Skipped without a device
+// (failed under RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON).
 
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ using test::uniform_values;
 
 constexpr ExecutionBackend cuda = ExecutionBackend::Cuda;
 constexpr ExecutionBackend cpu = ExecutionBackend::Cpu;
-constexpr double nn_tolerance = 3e-4;  // spec §13 form B
+constexpr double nn_tolerance = 3e-4;  // form B of docs/ARCHITECTURE.md, 'Numeric parity'
 constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 
 std::size_t count_of(const Shape& shape) {

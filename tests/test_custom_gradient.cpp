@@ -1,6 +1,7 @@
-// custom_gradient (spec ENGINE §4.4): construction errors, when and how often the vjp runs,
-// the one-tensor-per-input contract, validation before anything is accumulated, and a correct
-// custom op against finite differences. (Backend mismatches: test_emulated_backend.cpp.)
+// custom_gradient (docs/ARCHITECTURE.md, 'Custom gradients and recomputation'): construction
+// errors, when and how often the vjp runs, the one-tensor-per-input contract, validation before
+// anything is accumulated, and a correct custom op against finite differences. (Backend mismatches:
+// test_emulated_backend.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstddef>

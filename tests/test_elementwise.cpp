@@ -1,7 +1,7 @@
-// Elementwise operations (spec ENGINE §3.2): binary arithmetic with identical shapes, the
-// value-domain rules of divide/log/sqrt, exp/erf/GELU/ReLU/SiLU forward values against
-// double-precision std:: functions, their backward forms against analytic derivatives and
-// centred finite differences, and the IEEE edge cases the header documents.
+// Elementwise operations (docs/ARCHITECTURE.md, 'Tensor operations'): binary arithmetic with
+// identical shapes, the value-domain rules of divide/log/sqrt, exp/erf/GELU/ReLU/SiLU forward
+// values against double-precision std:: functions, their backward forms against analytic
+// derivatives and centred finite differences, and the IEEE edge cases the header documents.
 #include <gtest/gtest.h>
 
 #include <cmath>

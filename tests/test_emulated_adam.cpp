@@ -1,4 +1,4 @@
-// Adam across backends (spec ENGINE §9.2, §9.3, §9.5), against the test-only library variant
+// Adam across backends (docs/ARCHITECTURE.md, 'Adam'), against the test-only library variant
 // in which ExecutionBackend::Metal is an emulated device (host memory, CPU kernels, its own
 // storage identity): the optimizer captures its parameters' backend, keeps its moments
 // there, rejects mixed backends at construction and a parameter moved after construction at

@@ -1,7 +1,7 @@
-// Autograd across backends (spec ENGINE §4 with §1-§2), against the test-only library variant
-// in which ExecutionBackend::Metal is an emulated device (host memory, CPU kernels, its own
-// storage identity): a graph stays on its inputs' backend in both directions whatever the
-// thread default is at backward time, and every mixed-backend rule (seed, operands,
+// Autograd across backends (docs/ARCHITECTURE.md, 'Autograd' and 'Choosing a backend'), against the
+// test-only library variant in which ExecutionBackend::Metal is an emulated device (host memory,
+// CPU kernels, its own storage identity): a graph stays on its inputs' backend in both directions
+// whatever the thread default is at backward time, and every mixed-backend rule (seed, operands,
 // custom_gradient inputs and VJP results, checkpoint dependencies) is std::invalid_argument
 // that changes nothing.
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-// Rules that need two available backends (spec ENGINE §1-§3), exercised against the test-only
-// library variant in which ExecutionBackend::Metal is an emulated device: host memory and the
-// CPU kernels, but its own storage identity. Covers transfers, mixed-backend rejection,
-// results keeping the inputs' backend, explicit matmul execution backends, and the
-// thread-local construction default when a non-CPU backend is selected.
+// Rules that need two available backends (docs/ARCHITECTURE.md, 'Tensors' and 'Tensor operations'),
+// exercised against the test-only library variant in which ExecutionBackend::Metal is an emulated
+// device: host memory and the CPU kernels, but its own storage identity. Covers transfers,
+// mixed-backend rejection, results keeping the inputs' backend, explicit matmul execution backends,
+// and the thread-local construction default when a non-CPU backend is selected.
 //
 // CUDA is the third, unavailable, backend of these rules, except in a cuda build where a device
 // is visible: there the CUDA assertions check the available behaviour and the unavailable ones

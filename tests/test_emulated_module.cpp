@@ -1,8 +1,9 @@
-// Module backend moves (spec ENGINE §5.1) against the test-only library variant in which
-// ExecutionBackend::Metal is an emulated device (host memory, CPU kernels, its own storage
-// identity): to(backend) moves every parameter that is elsewhere (values kept, version bumped,
-// gradient cleared, older graphs stale) and leaves the ones already there untouched; modules
-// built under a scoped backend live there; a model computes the same logits on either side.
+// Module backend moves (docs/ARCHITECTURE.md, 'Modules and initialisation') against the test-only
+// library variant in which ExecutionBackend::Metal is an emulated device (host memory, CPU kernels,
+// its own storage identity): to(backend) moves every parameter that is elsewhere (values kept,
+// version bumped, gradient cleared, older graphs stale) and leaves the ones already there
+// untouched; modules built under a scoped backend live there; a model computes the same logits on
+// either side.
 #include <gtest/gtest.h>
 
 #include <cstddef>

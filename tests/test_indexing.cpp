@@ -1,6 +1,6 @@
 // Row gather (embedding lookup) and its adjoint scatter-add: hand-computed values, the adjoint
 // identity, a threaded case against a serial double oracle, thread-count independence, and
-// every documented error rule (spec ENGINE §3.6).
+// every documented error rule (docs/ARCHITECTURE.md, 'Tensor operations').
 #include <gtest/gtest.h>
 
 #include <cmath>

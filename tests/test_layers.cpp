@@ -1,5 +1,6 @@
-// Layers (spec ENGINE §5.3, §7): every module's forward equals the functional composition it
-// documents (3e-6) and so do its gradients (2e-5, spec §13); parameter names, shapes and
+// Layers (docs/ARCHITECTURE.md, 'Building blocks' and 'Attention'): every module's forward
+// equals the functional composition it documents (3e-6) and so do its gradients (2e-5, see
+// docs/ARCHITECTURE.md, 'Numeric parity'); parameter names, shapes and
 // initial values; validation errors; a frozen Linear weight costs no weight-gradient product;
 // attention gradients against centred finite differences.
 #include <gtest/gtest.h>
@@ -25,8 +26,9 @@ namespace riftco_transformer {
 namespace {
 namespace ops = tensor_ops;
 
-constexpr double forward_tolerance = 3e-6;   // module vs functional, forward (spec §13)
-constexpr double gradient_tolerance = 2e-5;  // module vs functional, gradients (spec §13)
+// Module against functional (docs/ARCHITECTURE.md, 'Numeric parity').
+constexpr double forward_tolerance = 3e-6;
+constexpr double gradient_tolerance = 2e-5;
 
 Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0F, float hi = 1.0F) {
     const std::vector<float> values =
@@ -559,8 +561,8 @@ TEST(SwiGLU, EqualsDownOfSiluGateTimesUp) {
 
 namespace {
 
-// The §7 data flow written out with Variable operations on the leaves
-// {query, key, value, output} × {weight, bias}.
+// The attention data flow (docs/ARCHITECTURE.md, 'Attention') written out with Variable operations
+// on the leaves {query, key, value, output} × {weight, bias}.
 Variable attention_composition(const Variable& x, const std::vector<Variable>& p, std::size_t heads,
                                AttentionKind kind) {
     const std::size_t batch = x.shape()[0];

@@ -1,7 +1,7 @@
-// Layout operations (spec ENGINE §3.1): permute, transpose_2d, reshape, broadcast_to,
-// sum_to_shape, concatenate_last_axis, slice. Expected values are written by hand or produced
-// by index-arithmetic oracles in this file; every error rule is triggered and the inputs are
-// shown unchanged afterwards.
+// Layout operations (docs/ARCHITECTURE.md, 'Tensor operations'): permute, transpose_2d, reshape,
+// broadcast_to, sum_to_shape, concatenate_last_axis, slice. Expected values are written by hand or
+// produced by index-arithmetic oracles in this file; every error rule is triggered and the inputs
+// are shown unchanged afterwards.
 #include <gtest/gtest.h>
 
 #include <cstddef>

@@ -449,7 +449,7 @@ TEST(LlamaMistral, SlidingWindowChangesTheLogitsOnlyPastTheWindow) {
 TEST(LlamaMistral, FlashWithAWindowShorterThanTheSequenceEqualsMaterialized) {
     // The flash kernel applies the window itself (K/V heads unrepeated); the materialized
     // path repeats K/V and masks [T,T] scores. Contract tolerances: 3e-5 forward, 5e-5 on
-    // gradients (spec ENGINE §13).
+    // gradients (docs/ARCHITECTURE.md, 'Numeric parity').
     LlamaMistralConfig config = tiny_config();
     config.architecture = LlamaMistralArchitecture::Mistral;
     config.sliding_window = 3;  // C = 9, T = 7

@@ -1,5 +1,5 @@
-// LoRA (spec ENGINE §10): adapters, target selection, atomic attach, the frozen base (no
-// weight-gradient product), finite differences, merge, checkpointing and every rejection rule.
+// LoRA (docs/ARCHITECTURE.md, 'LoRA'): adapters, target selection, atomic attach, the frozen base
+// (no weight-gradient product), finite differences, merge, checkpointing and every rejection rule.
 #include <gtest/gtest.h>
 
 #include <cmath>

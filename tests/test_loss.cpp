@@ -1,6 +1,6 @@
 // Fused softmax cross-entropy: hand-computed loss and base gradient, a double oracle over
 // rank-3 and large-vocabulary logits, finite differences of the loss, thread-count
-// independence, and every documented error rule (spec ENGINE §3.8).
+// independence, and every documented error rule (docs/ARCHITECTURE.md, 'Tensor operations').
 #include <gtest/gtest.h>
 
 #include <algorithm>

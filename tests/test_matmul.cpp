@@ -1,6 +1,6 @@
-// Batched matrix multiplication (spec ENGINE §3.4): shape rules, plain / transposed / batched
-// products against a double-precision triple-loop oracle written here, awkward and large sizes,
-// and the private GEMM seam (the BLAS path and the portable blocked fallback).
+// Batched matrix multiplication (docs/ARCHITECTURE.md, 'Tensor operations'): shape rules, plain /
+// transposed / batched products against a double-precision triple-loop oracle written here, awkward
+// and large sizes, and the private GEMM seam (the BLAS path and the portable blocked fallback).
 #include <gtest/gtest.h>
 
 #include <cmath>

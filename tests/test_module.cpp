@@ -1,7 +1,8 @@
-// Module, ParameterList and seeded initialisation (spec ENGINE §5.1, §5.2, §6 draw order):
-// registration rules, depth-first dot-qualified naming, shared parameter handles, backend
-// moves that change nothing when they fail, and portable uniform draws checked against an
-// independent replay of std::mt19937's raw 32-bit outputs.
+// Module, ParameterList and seeded initialisation
+// (docs/ARCHITECTURE.md, 'Modules and initialisation'): registration rules, depth-first
+// dot-qualified naming, shared parameter handles, backend moves that change nothing when they fail,
+// and portable uniform draws checked against an independent replay of std::mt19937's raw 32-bit
+// outputs.
 #include <gtest/gtest.h>
 
 #include <cmath>

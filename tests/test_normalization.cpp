@@ -1,7 +1,7 @@
 // LayerNorm and RMSNorm over the last axis with the statistics their backward passes use:
 // hand-computed values, double oracles over awkward widths and a large case, centred finite
 // differences for every gradient, thread-count independence, and every documented error rule
-// (spec ENGINE §3.7).
+// (docs/ARCHITECTURE.md, 'Tensor operations').
 #include <gtest/gtest.h>
 
 #include <cmath>

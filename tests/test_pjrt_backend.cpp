@@ -2,7 +2,8 @@
 // storage and transfers both ways, the compile cache, deferred value-domain errors raised at
 // the sync point with the CPU's category and message, mixed-backend rejection, and elementwise
 // parity with the CPU reference. Tolerance for elementwise programs: 2e-6 absolute + 2e-6
-// relative (XLA's exp/log/erf are within a few float ulps of ours; spec §13 allows 1e-3).
+// relative (XLA's exp/log/erf are within a few float ulps of ours;
+// docs/ARCHITECTURE.md, 'Numeric parity', allows 1e-3).
 
 #include <gtest/gtest.h>
 

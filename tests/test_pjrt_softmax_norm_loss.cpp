@@ -6,7 +6,7 @@
 // and the autograd path gather -> layer_norm -> cross_entropy.
 //
 // Tolerances (|device − reference| <= absolute + relative·|reference|), all far inside the
-// spec's 1e-3:
+// 1e-3 of docs/ARCHITECTURE.md, 'Numeric parity':
 // - softmax: 1e-6 relative + 1e-7 absolute. Both sides are float32 with a float exp (XLA's
 //   and our fast_exp, each within ~2 ulp); the row sums differ in order (XLA's reduction vs
 //   our double lanes), a few ulp of a probability (observed <= 1.3e-7 relative).

@@ -1,6 +1,6 @@
-// ProgramAugmentedModel (spec WORKFLOWS §7.4): topology and parameter order, traces equal to the
-// same tensors computed by hand, the program branch against a direct evaluation of its map,
-// every intervention, gradients through the branch and the interventions against finite
+// ProgramAugmentedModel (docs/ARCHITECTURE.md, 'Programmed models'): topology and parameter order,
+// traces equal to the same tensors computed by hand, the program branch against a direct evaluation
+// of its map, every intervention, gradients through the branch and the interventions against finite
 // differences, training, and the construction and forward rules.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Multilinear maps (spec WORKFLOWS §7.2) and their neural lowering (§7.3): import rules, the
-// reference evaluation, every strategy against that evaluation (1e-6 exact, the recorded error
-// rounded), gradients against finite differences, and every configuration rule.
+// Multilinear maps and their neural lowering (docs/ARCHITECTURE.md, 'Programmed models'): import
+// rules, the reference evaluation, every strategy against that evaluation (1e-6 exact, the recorded
+// error rounded), gradients against finite differences, and every configuration rule.
 #include <gtest/gtest.h>
 
 #include <cmath>

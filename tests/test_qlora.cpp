@@ -1,5 +1,5 @@
-// Model conversion to packed NF4 and QLoRA (spec ENGINE §11): what quantize_nf4 packs and
-// releases, its rejections and transactions, plain inference straight from the packed weights
+// Model conversion to packed NF4 and QLoRA (docs/ARCHITECTURE.md, 'NF4'): what quantize_nf4 packs
+// and releases, its rejections and transactions, plain inference straight from the packed weights
 // against a dequantized dense twin, adapters on a packed base, merge back to float32, the
 // packed state round trip and memory accounting.
 #include <gtest/gtest.h>

@@ -1,7 +1,8 @@
 // quantized_linear and its input backward (tensor_ops and autograd) against a
-// dequantize-then-matmul oracle in double (spec §13 form B, tol 3e-5), on every kernel set
-// the CPU has (AVX-512, AVX2 + FMA, portable; the others are skipped), both scale encodings,
-// and shapes covering the direct (few rows) and panel (many rows) kernels.
+// dequantize-then-matmul oracle in double (form B, tol 3e-5:
+// docs/ARCHITECTURE.md, 'Numeric parity'), on every kernel set the CPU has (AVX-512, AVX2 + FMA,
+// portable; the others are skipped), both scale encodings, and shapes covering the direct (few
+// rows) and panel (many rows) kernels.
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// QuantizedWeight (spec ENGINE §11): byte counts, encoding (codes, ties, zero blocks, both
-// scale encodings), strict from_packed_nf4 validation, payload round trips, memory usage.
+// QuantizedWeight (docs/ARCHITECTURE.md, 'NF4'): byte counts, encoding (codes, ties, zero blocks,
+// both scale encodings), strict from_packed_nf4 validation, payload round trips, memory usage.
 
 #include <gtest/gtest.h>
 

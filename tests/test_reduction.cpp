@@ -1,5 +1,6 @@
-// Reductions (spec ENGINE §3.3): sum and mean over everything or one axis, keep_dims, the
-// axis rule, double accumulation, and results that do not depend on the CPU thread count.
+// Reductions (docs/ARCHITECTURE.md, 'Tensor operations'): sum and mean over everything or one axis,
+// keep_dims, the axis rule, double accumulation, and results that do not depend on the CPU thread
+// count.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
 // Softmax, its VJP, and the causal (masked, scaled) attention softmax: values against double
 // oracles written here, gradients against centred finite differences, and every documented
-// error rule (spec ENGINE §3.5).
+// error rule (docs/ARCHITECTURE.md, 'Tensor operations').
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// Tensor value type (spec ENGINE §1): shapes and strides, checked access, host transfers,
-// value semantics (copies and reshapes are independent values even though storage may be
+// Tensor value type (docs/ARCHITECTURE.md, 'Tensors'): shapes and strides, checked access, host
+// transfers, value semantics (copies and reshapes are independent values even though storage may be
 // shared copy-on-write), singular (moved-from) tensors, and the construction default.
 #include <gtest/gtest.h>
 

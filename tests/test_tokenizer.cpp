@@ -1,6 +1,6 @@
-// Tokenizer contract (spec WORKFLOWS §1): the method values and names, the factory and state
-// restore, the byte method, hand-computed BPE training and encoding, strict UTF-8 and
-// binary-safe round trips, the queries of §1.4, and every rejection rule (each error test
+// Tokenizer contract (docs/ARCHITECTURE.md, 'Tokenizers'): the method values and names, the factory
+// and state restore, the byte method, hand-computed BPE training and encoding, strict UTF-8 and
+// binary-safe round trips, the per-method queries, and every rejection rule (each error test
 // also checks that the tokenizer is unchanged).
 #include <gtest/gtest.h>
 
@@ -94,7 +94,7 @@ TEST(TokenizerText, BytesViewKeepsEmbeddedNul) {
 // ---- byte method --------------------------------------------------------------------------
 
 TEST(ByteTokenizer, IdsFollowAscendingByteValues) {
-    const ByteTokenizer tokenizer(bytes_of("cab\nab"));  // spec example: {0x0A,'a','b','c'}
+    const ByteTokenizer tokenizer(bytes_of("cab\nab"));  // header example: {0x0A,'a','b','c'}
     EXPECT_EQ(tokenizer.method(), TokenizerMethod::Byte);
     EXPECT_EQ(tokenizer.vocabulary_size(), 4U);
     EXPECT_EQ(tokenizer.byte_vocabulary(), (Bytes{0x0A, 'a', 'b', 'c'}));
@@ -209,7 +209,7 @@ void expect_merges(std::string_view corpus, BpeTrainingOptions options, const Ru
 }
 
 TEST(BpeTraining, RepeatedAbLearnsOneMergeAndEncodesToFourTokens) {
-    // Spec example: (a,b) occurs 4 times, (b,a) 3 times: 256 = "ab".
+    // bpe_tokenizer.hpp's example: (a,b) occurs 4 times, (b,a) 3 times: 256 = "ab".
     const BpeTokenizer tokenizer(bytes_of("abababab"), {257, 2});
     EXPECT_EQ(tokenizer.merge_rules(), (Rules{{'a', 'b', 256}}));
     EXPECT_EQ(tokenizer.vocabulary_size(), 257U);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Data-parallel scaling on this machine, in one run (needs the `mpi` preset's build).
 
-Trains the SMALL workload of ../shared/bench (V=8192 BPE, D=512, 8 heads, 6 blocks, F=2048,
+Trains the SMALL workload of bench/README.md (V=8192 BPE, D=512, 8 heads, 6 blocks, F=2048,
 T=256, global batch 4) with riftco-train, alternating:
 
 * 1 rank x 1 thread   (OMP/RIFTCO threads = 1, no MPI);

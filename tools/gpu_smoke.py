@@ -16,9 +16,10 @@ Each check runs the same work on the CPU backend as the reference and compares:
                    late), rows compared with the CPU's; then the serving Scheduler over a
                    NativeEngine on cuda completes several requests and returns every page.
 
-Comparisons use spec §13-style relative bounds (|d - r| <= tol * max(1, |d|, |r|)) loose
-enough for cuBLAS's summation order after a few optimizer steps, tight enough to catch a
-wrong kernel. Tokens are teacher-forced, so a near-tie in a random model cannot fail a run.
+Comparisons use form-B relative bounds (|d - r| <= tol * max(1, |d|, |r|), see
+docs/ARCHITECTURE.md, 'Numeric parity') loose enough for cuBLAS's summation order after a few
+optimizer steps, tight enough to catch a wrong kernel. Tokens are teacher-forced, so a near-tie in
+a random model cannot fail a run.
 
 Exit status: 0 when every check passed; 1 when any failed (the failure and its traceback are
 printed). Where the library reports "no CUDA device visible" it prints a SKIP line and exits

@@ -301,10 +301,10 @@ double unigram_baseline(const std::vector<std::uint32_t>& train,
     return loss / static_cast<double>(held_out.size());
 }
 
-// KV-cached generation (WORKFLOWS §4.3): prefill the newest C prompt tokens in one pass, then
-// one decode step per new token; when the session is full, roll over by replaying the newest
-// C tokens from position 0 (positions are learned and absolute, so old pages cannot just be
-// dropped). The last sampled token is never fed.
+// KV-cached generation (docs/ARCHITECTURE.md, 'Context rollover'): prefill the newest C prompt
+// tokens in one pass, then one decode step per new token; when the session is full, roll over by
+// replaying the newest C tokens from position 0 (positions are learned and absolute, so old pages
+// cannot just be dropped). The last sampled token is never fed.
 std::vector<std::uint32_t> sample(const DecoderOnlyTransformer& model,
                                   std::vector<std::uint32_t> tokens, std::size_t length,
                                   float temperature, std::mt19937_64& generator) {

@@ -1,5 +1,5 @@
 /*
- * riftco_transformer stable C ABI, version 2.9 (spec WORKFLOWS §8).
+ * riftco_transformer stable C ABI, version 2.10 (docs/ARCHITECTURE.md, 'The C ABI').
  *
  * Conventions that hold for every function below:
  * - Only rt_ functions/types and RT_ constants. Fixed-width integers everywhere; backends,
@@ -221,7 +221,7 @@ typedef struct rt_variable rt_variable;
 #define RT_ACTIVATION_CHECKPOINTING_DISABLED 0
 #define RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK 1
 /* rt_transformer_config.feed_forward_activation */
-#define RT_FEED_FORWARD_ACTIVATION_GELU 0      /* exact erf GELU (the spec's decoder) */
+#define RT_FEED_FORWARD_ACTIVATION_GELU 0      /* exact erf GELU (the GPT decoder's default) */
 #define RT_FEED_FORWARD_ACTIVATION_RELU 1
 #define RT_FEED_FORWARD_ACTIVATION_GELU_TANH 2 /* GPT-2's tanh approximation */
 
@@ -271,7 +271,7 @@ RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* token
  * are not parameters and are not listed. */
 RT_API rt_status RT_CALL rt_model_parameters(rt_model* model, rt_parameter_list** out);
 
-/* ---- LoRA and packed NF4 (spec ENGINE §10-11) --------------------------------------------
+/* ---- LoRA and packed NF4 (docs/ARCHITECTURE.md, 'LoRA' and 'NF4') -------------------------
  * Target mask bits (uint64): a projection is adapted when its bit is set. */
 #define RT_LORA_TARGET_QUERY ((uint64_t)1 << 0)
 #define RT_LORA_TARGET_KEY ((uint64_t)1 << 1)
@@ -365,7 +365,7 @@ RT_API rt_status RT_CALL rt_model_packed_state_copy(const rt_model* model, uint8
 RT_API rt_status RT_CALL rt_model_packed_state_load(rt_model* model, const uint8_t* bytes,
                                                     uint64_t count);
 
-/* ---- KV-cached decoding (spec WORKFLOWS §4, §8.7) ----------------------------------------
+/* ---- KV-cached decoding (docs/ARCHITECTURE.md, 'Decoding and KV caches') -----------------
  * A decode session is one request's sequence over a model: each step runs ONE position
  * (embedding at position = size, every block, the head) against the keys and values cached
  * for the earlier ones, and returns that position's logits. Positions are learned and
@@ -538,7 +538,7 @@ RT_API rt_status RT_CALL rt_cross_entropy_masked(const rt_variable* logits,
                                                  const uint8_t* mask, uint64_t mask_count,
                                                  rt_variable** out);
 
-/* ---- Programmed models (ABI 2.5 family; spec WORKFLOWS §7.2-7.4) ------------------------
+/* ---- Programmed models (ABI 2.5 family; docs/ARCHITECTURE.md, 'Programmed models') -------
  * Multilinear maps are immutable output-major double tensors T[O, d_1, ..., d_k]; a
  * program-augmented model copies and lowers one at creation. The model's parameter lists,
  * variables and Adam optimizers follow the rt_model rules (pins, epochs, single-use graphs). */
@@ -778,11 +778,11 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
                                                           uint64_t count);
 
 /* ---- Llama / Mistral decoders (2.8) and GGUF checkpoints --------------------------------
- * A Llama/Mistral model (spec ENGINE §12): token embedding, pre-norm blocks of grouped-query
- * attention with split-half RoPE and a SwiGLU feed-forward, RMSNorm, a bias-free head or tied
- * embeddings; Mistral's sliding window may be shorter than the context (flash, materialized
- * and cached decoding all apply it; a decode pool holds the Hkv key/value heads, which the
- * query heads of a group share). Parameters are named
+ * A Llama/Mistral model (docs/ARCHITECTURE.md, 'The rotary decoder'): token embedding, pre-norm
+ * blocks of grouped-query attention with split-half RoPE and a SwiGLU feed-forward, RMSNorm, a
+ * bias-free head or tied embeddings; Mistral's sliding window may be shorter than the context
+ * (flash, materialized and cached decoding all apply it; a decode pool holds the Hkv key/value
+ * heads, which the query heads of a group share). Parameters are named
  * token_embedding.weight, blocks.N.attention_norm.scale,
  * blocks.N.attention.{query,key,value,output}.weight, blocks.N.feed_forward_norm.scale,
  * blocks.N.feed_forward.{gate,up,down}.weight, final_norm.scale, language_model_head.weight
@@ -935,8 +935,9 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_vocabulary_size(
 RT_API rt_status RT_CALL rt_pretrained_tokenizer_special_ids(
     const rt_pretrained_tokenizer* tokenizer, int64_t* out_bos, int64_t* out_eos,
     int64_t* out_unknown);
-/* Variable-size outputs (§8.5): ids of UTF-8 text; bytes of ids; the bytes of one token as it
- * decodes inside a sequence (for streaming); the vocabulary string of one token. */
+/* Variable-size outputs (docs/ARCHITECTURE.md, 'The C ABI'): ids of UTF-8 text; bytes of ids; the
+ * bytes of one token as it decodes inside a sequence (for streaming); the vocabulary string of one
+ * token. */
 RT_API rt_status RT_CALL rt_pretrained_tokenizer_encode(const rt_pretrained_tokenizer* tokenizer,
                                                         const char* text, uint64_t length,
                                                         int32_t special, uint32_t* out,
@@ -952,10 +953,10 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_text(
     const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
     uint64_t* required);
 /* What rebuilds an identical tokenizer through rt_pretrained_tokenizer_create (artifacts
- * persist it): the scalar fields, and each array as bytes (§8.5 protocol). Parts: TOKENS and
- * MERGES are strings, each as a little-endian uint32 byte length then its bytes; TOKEN_TYPES
- * int32 values and SCORES float32 values, little-endian (SCORES empty when the vocabulary has
- * none). */
+ * persist it): the scalar fields, and each array as bytes (the variable-size output protocol).
+ * Parts: TOKENS and MERGES are strings, each as a little-endian uint32 byte length then its bytes;
+ * TOKEN_TYPES int32 values and SCORES float32 values, little-endian (SCORES empty when the
+ * vocabulary has none). */
 #define RT_PRETRAINED_PART_TOKENS 0
 #define RT_PRETRAINED_PART_MERGES 1
 #define RT_PRETRAINED_PART_TOKEN_TYPES 2

@@ -716,7 +716,7 @@ def _validate_config(config: object, where: str) -> TransformerConfig:
 
 def validate_tokenizer_state(state: object, where: str) -> int:
     """The vocabulary size of a manifest's ``tokenizer`` state (ValueError when it breaks the
-    tokenizer rules: WORKFLOWS §1.2-1.3)."""
+    tokenizer rules: docs/ARCHITECTURE.md, 'Tokenizers')."""
     return _validate_tokenizer(state, where)
 
 

@@ -1,10 +1,10 @@
 """Next-token training windows, checkpointable batch sources, and memory-mapped token files.
 
 A window of context ``T`` starting at ``s`` is ``inputs = c[s : s+T]`` and ``targets =
-c[s+1 : s+T+1]`` (WORKFLOWS §2). A sequence of ``N`` tokens has ``N - T`` valid starts, so it
-needs at least ``T + 1`` tokens. Rows are drawn uniformly, independently and with
-replacement by a private generator (Python's Mersenne Twister, ``random.Random(seed)``,
-identical on every platform), seeded separately from model initialisation.
+c[s+1 : s+T+1]`` (docs/ARCHITECTURE.md, 'Training windows'). A sequence of ``N`` tokens has
+``N - T`` valid starts, so it needs at least ``T + 1`` tokens. Rows are drawn uniformly,
+independently and with replacement by a private generator (Python's Mersenne Twister,
+``random.Random(seed)``, identical on every platform), seeded separately from model initialisation.
 
 Every source can :meth:`~WindowBatchSource.capture_state` and
 :meth:`~WindowBatchSource.restore_state`: ``{type, fingerprint, batches_emitted, rng}``,

@@ -1,4 +1,5 @@
-"""Exact-resume training checkpoints (``.riftckpt``, WORKFLOWS §5.4).
+"""Exact-resume training checkpoints
+(``.riftckpt``; docs/ARCHITECTURE.md, 'Training checkpoints').
 
 A checkpoint is the complete state of one Adam run at a step boundary: continuing from it is
 bit-for-bit the same as never having stopped (on CPU). It is a deterministic stored ZIP

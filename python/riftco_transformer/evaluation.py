@@ -1,4 +1,5 @@
-"""Honest held-out evaluation: exhaustive chunked scoring and generalization gaps (§3.6).
+"""Honest held-out evaluation: exhaustive chunked scoring and generalization gaps
+(docs/ARCHITECTURE.md, 'Evaluation').
 
 :func:`evaluate_sequences` scores every target of every sequence exactly once. A sequence of
 ``n >= 2`` tokens has the ``n - 1`` targets ``tokens[1:]``; it is cut into chunks of at most

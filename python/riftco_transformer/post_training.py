@@ -52,7 +52,8 @@ def _power_of_two(value, name: str) -> int:
 
 @dataclass(frozen=True)
 class PostTrainingConfig:
-    """Every knob of the post-training stage (WORKFLOWS §3.5), validated at construction."""
+    """Every knob of the post-training stage, validated at construction
+    (docs/ARCHITECTURE.md, 'Training workflows')."""
 
     steps: int = 20
     context_size: int = 16

@@ -1,9 +1,10 @@
 """The pretraining stage: raw text in, a ``.rift`` bundle of stage ``"pretraining"`` out.
 
 The held-out split is made on the raw text *before* the tokenizer is fitted, so the
-tokenizer never sees validation text (WORKFLOWS §3.3): with ``pretrain_text``/``pretrain_file``
-the last ``ceil(characters · validation_fraction)`` characters are held out; with
-``pretrain_splits``/``pretrain_files`` the caller gives both texts (they must differ).
+tokenizer never sees validation text (docs/ARCHITECTURE.md, 'Training workflows'): with
+``pretrain_text``/``pretrain_file`` the last ``ceil(characters · validation_fraction)``
+characters are held out; with ``pretrain_splits``/``pretrain_files`` the caller gives both texts
+(they must differ).
 
 Large corpora stream: :func:`pretrain_file` reads the file in chunks, fits the tokenizer on
 (at most ``tokenizer_training_bytes`` of) the training text, tokenizes each split once into
@@ -76,7 +77,8 @@ def _one_of(value, name: str, choices: tuple[str, ...]) -> str:
 @dataclass(frozen=True)
 class PretrainingConfig:
     """Every knob of the pretraining stage; validated at construction (TypeError for a wrong
-    type, bools included; ValueError for a bad value). Defaults follow WORKFLOWS §3.3."""
+    type, bools included; ValueError for a bad value). The defaults keep the earlier Python
+    API's values (docs/ARCHITECTURE.md, 'Training workflows')."""
 
     steps: int = 100
     context_size: int = 32
@@ -101,7 +103,7 @@ class PretrainingConfig:
     optimizer_state: str = "contiguous"
     optimizer_page_size: int = 4096
     tokenizer_training_bytes: int = 16 << 20
-    # "gpt2" (the GPT decoder of WORKFLOWS §3), or a rotary family preset ("llama",
+    # "gpt2" (docs/ARCHITECTURE.md, 'The GPT decoder'), or a rotary family preset ("llama",
     # "mistral", "qwen2", "qwen3", "gemma3", "phi3") with the same width, heads, blocks and
     # feed-forward width (Mistral, Gemma 3 and Phi-3 with a window of half the context).
     architecture: str = "gpt2"

@@ -1,4 +1,4 @@
-"""The causal-language-model training loop (WORKFLOWS §3.1).
+"""The causal-language-model training loop (docs/ARCHITECTURE.md, 'Training workflows').
 
 One step: draw a batch, run a fresh forward (a new single-use graph), take the mean
 cross-entropy, read its value (the loss of the pre-update parameters), backward, one Adam

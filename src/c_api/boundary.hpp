@@ -1,6 +1,7 @@
 #pragma once
 // The C ABI boundary: every exported function runs its body inside guarded(), which clears the
-// thread's error text, catches every exception and maps it to a status (spec WORKFLOWS §8.2):
+// thread's error text, catches every exception and maps it to a status
+// (docs/ARCHITECTURE.md, 'The C ABI'):
 //   BackendUnavailableError -> RT_STATUS_BACKEND_UNAVAILABLE
 //   std::invalid_argument, std::domain_error -> RT_STATUS_INVALID_ARGUMENT
 //   std::out_of_range -> RT_STATUS_OUT_OF_RANGE

@@ -1,7 +1,7 @@
-// KV-cached decoding through the C ABI (spec WORKFLOWS §4, §8.5-8.7): decode sessions with a
-// private or a shared cache, batched prefill, the batched step of several sessions, and the
-// shared pool. Sessions pin their model (ModelState::live_sessions) and record its parameter
-// epoch; every output is checked before a session changes.
+// KV-cached decoding through the C ABI (docs/ARCHITECTURE.md, 'Decoding and KV caches' and
+// 'The C ABI'): decode sessions with a private or a shared cache, batched prefill, the batched step
+// of several sessions, and the shared pool. Sessions pin their model (ModelState::live_sessions)
+// and record its parameter epoch; every output is checked before a session changes.
 
 #include <cmath>
 #include <limits>

@@ -1,8 +1,8 @@
 #pragma once
 // What the opaque C handles are. Each rt_* struct is the C++ object behind one handle.
 //
-// Ownership (spec WORKFLOWS §8.6): a model's state lives in a shared ModelState. The model
-// handle and every handle derived from it (parameter lists, variables, Adam) hold a
+// Ownership (docs/ARCHITECTURE.md, 'The C ABI'): a model's state lives in a shared ModelState. The
+// model handle and every handle derived from it (parameter lists, variables, Adam) hold a
 // shared_ptr to it, so releasing the model handle invalidates nothing. Variables and
 // optimizers additionally hold a ModelPin: while an optimizer lives, or a variable whose graph
 // no backward has consumed (Variable::holds_graph), operations that would change the backend

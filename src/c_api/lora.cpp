@@ -1,7 +1,8 @@
 // LoRA attach/merge, NF4 conversion, packed-memory statistics and the packed state of a
-// model handle (spec WORKFLOWS §8.7, ENGINE §10–11). Pinning: attach needs an unpinned model;
-// merge additionally no live adapter parameter list; conversion no live parameter list at
-// all (they hold the dense weights it releases); a packed-state load no live graph.
+// model handle (docs/ARCHITECTURE.md, 'LoRA', 'NF4' and 'The C ABI'). Pinning: attach needs an
+// unpinned model; merge additionally no live adapter parameter list; conversion no live
+// parameter list at all (they hold the dense weights it releases); a packed-state load no live
+// graph.
 
 #include <algorithm>
 #include <string>

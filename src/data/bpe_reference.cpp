@@ -1,6 +1,6 @@
-// The BPE contract written out literally (spec WORKFLOWS §1.3): a full recount per merge with
-// an ordered map, and one replacement pass per rule. No shortcut may be taken here: this file
-// is the oracle the fast trainer and the heap encoder are tested against.
+// The BPE contract written out literally (docs/ARCHITECTURE.md, 'Tokenizers'): a full recount
+// per merge with an ordered map, and one replacement pass per rule. No shortcut may be taken here:
+// this file is the oracle the fast trainer and the heap encoder are tested against.
 #include "riftco_transformer/data/bpe_reference.hpp"
 
 #include <cstddef>

@@ -46,8 +46,8 @@ Variable flash_causal_attention(const Variable& query, const Variable& key, cons
 Variable causal_attention(const Variable& query, const Variable& key, const Variable& value,
                           AttentionKind kind) {
     require_attention_kind("attention", kind);
-    // Both kinds take identical [B,H,T,d_h] shapes (spec §7: one validation for every
-    // algorithm); grouped-query attention calls flash_attention itself.
+    // Both kinds take identical [B,H,T,d_h] shapes (docs/ARCHITECTURE.md, 'Attention': one
+    // validation for every algorithm); grouped-query attention calls flash_attention itself.
     (void)checked_scale(query, key, value);
     if (kind == AttentionKind::Flash) {
         return flash_causal_attention(query, key, value);

@@ -1,4 +1,4 @@
-// Adam: construction, the two-pass step, and the accessors (spec ENGINE §9.1-§9.4).
+// Adam: construction, the two-pass step, and the accessors (docs/ARCHITECTURE.md, 'Adam').
 // State capture and restore live in adam_state.cpp.
 
 #include "riftco_transformer/optim/adam.hpp"

@@ -1,5 +1,5 @@
-// Adam state capture and restore for exact resume (spec ENGINE §9.5). The state is logical:
-// flat floats in parameter-list order, so it moves between layouts and backends.
+// Adam state capture and restore for exact resume (docs/ARCHITECTURE.md, 'Adam'). The state
+// is logical: flat floats in parameter-list order, so it moves between layouts and backends.
 
 #include <cfloat>
 #include <cmath>
@@ -16,11 +16,11 @@
 namespace riftco_transformer {
 namespace {
 
-constexpr double beta_power_tolerance = 1e-12;  // relative, spec ENGINE §9.5 / §13
+constexpr double beta_power_tolerance = 1e-12;  // relative (docs/ARCHITECTURE.md, 'Adam')
 
-// A stored β^t must be what t steps produce (spec §9.5): in [0, 1]; exactly 1 iff t = 0;
-// otherwise within a relative 1e-12 of β^t, or anything <= DBL_MIN once β^t is that small
-// (where the relative comparison is meaningless).
+// A stored β^t must be what t steps produce (docs/ARCHITECTURE.md, 'Adam'): in [0, 1];
+// exactly 1 iff t = 0; otherwise within a relative 1e-12 of β^t, or anything <= DBL_MIN once
+// β^t is that small (where the relative comparison is meaningless).
 void check_beta_power(const char* name, double beta, std::uint64_t step, double power) {
     const auto reject = [&](const std::string& problem) {
         throw std::invalid_argument("Adam::load_state: " + std::string(name) + " " +

@@ -1,6 +1,6 @@
 #pragma once
-// Where Adam's moments live (spec ENGINE §9.2, §9.4): pages of the flat scalar order, each
-// inside one parameter.
+// Where Adam's moments live (docs/ARCHITECTURE.md, 'Adam'): pages of the flat scalar order,
+// each inside one parameter.
 
 #include <cstddef>
 #include <span>

@@ -1,4 +1,5 @@
-# Optimizers (spec ENGINE §9), and the CPU reference of the Adam capability they run on.
+# Optimizers (docs/ARCHITECTURE.md, 'Adam'), and the CPU reference of the Adam capability
+# they run on.
 list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/optim/learning_rate_schedule.cpp
     src/optim/adam_options.cpp

@@ -1479,7 +1479,7 @@ static void model_creation_takes_the_gpt2_variant_fields(void) {
 
 static void model_creation_of_an_older_client_ignores_the_bytes_past_its_struct(void) {
     /* struct_size 64: the appended fields are garbage here and must read as their defaults
-     * (exact GELU, untied), so the model has the spec's head. */
+     * (exact GELU, untied), so the model has the GPT decoder's default head. */
     rt_transformer_config config = tiny_config();
     memset((unsigned char*)&config + 64, SENTINEL_BYTE, sizeof config - 64);
     config.struct_size = 64;
@@ -1808,7 +1808,8 @@ static void model_to_is_rejected_while_an_optimizer_lives_and_changes_nothing(vo
 /* ==== Parameter lists ===================================================================== */
 
 static void parameter_list_has_the_canonical_names_and_shapes(void) {
-    /* WORKFLOWS §5: the decoder's parameter names, order and [out, in] shapes, for one block. */
+    /* The decoder's parameter names, order and [out, in] shapes, for one block
+     * (docs/ARCHITECTURE.md, 'The GPT decoder'). */
     static const struct {
         const char* name;
         uint64_t rank;

@@ -1,5 +1,6 @@
 """TextGenerator and the exact generator sequence: stop sequences, the end token, UTF-8
-streaming, context rollover (WORKFLOWS §4.3), and the configuration's rules."""
+streaming, context rollover (docs/ARCHITECTURE.md, 'Context rollover'), and the configuration's
+rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sampling rules (WORKFLOWS §4.4 plus top_p and the repetition penalty), checked against
+"""Sampling rules (docs/ARCHITECTURE.md, 'Sampling'), checked against
 hand-computed draws. ``random.Random(0).random()`` is 0.8444218515250481 and
 ``random.Random(1).random()`` is 0.13436424411240122: the thresholds below are those times
 the kept weights' sum."""

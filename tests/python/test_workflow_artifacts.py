@@ -1,6 +1,7 @@
 """Model bundles (.rift) and exact-resume checkpoints (.riftckpt): round trips, determinism,
 content ids, every corruption detected with the live state untouched, atomic saves that
-survive SIGKILL, and the resume identity in a fresh process (WORKFLOWS §5)."""
+survive SIGKILL, and the resume identity in a fresh process
+(docs/ARCHITECTURE.md, 'Bundles' and 'Training checkpoints')."""
 
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ def test_bundle_bytes_are_deterministic_and_the_id_is_content_derived(tokenizer)
     assert bundle_of(tokenizer, metadata={"a": 1}).artifact_id != first.artifact_id
     assert bundle_of(tokenizer, seed=4).artifact_id != first.artifact_id
     assert bundle_of(tokenizer, stage="post_training").artifact_id != first.artifact_id
-    # The id by the spec's definition, computed with the standard library (not the package's
-    # canonical_json): SHA-256 of the sorted, compact UTF-8 JSON of the manifest without it.
+    # The id by its definition (docs/ARCHITECTURE.md, 'Bundles'), computed with the standard library
+    # (not the package's canonical_json): SHA-256 of the sorted, compact UTF-8 JSON of the manifest
+    # without it.
     manifest = json.loads(first.manifest_bytes)
     del manifest["artifact_id"]
     import hashlib

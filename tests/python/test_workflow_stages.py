@@ -1,5 +1,6 @@
 """Batching, the training loop, exhaustive evaluation, the response-only loss, and the
-pretraining and post-training stages (WORKFLOWS §2-3)."""
+pretraining and post-training stages (docs/ARCHITECTURE.md, 'Training windows'
+and 'Training workflows')."""
 
 from __future__ import annotations
 

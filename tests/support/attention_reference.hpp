@@ -1,7 +1,7 @@
 #pragma once
 // The readable flash-attention oracle: tiles of 8 queries × 8 keys, scalar loops, double
-// accumulation, fully masked tiles skipped — the algorithm of spec ENGINE §7 written for
-// reading, kept with the tests (it is never shipped). The fast path
+// accumulation, fully masked tiles skipped — the algorithm of docs/ARCHITECTURE.md, 'Attention',
+// written for reading, kept with the tests (it is never shipped). The fast path
 // (src/core/backend/cpu/attention.cpp) is tested against it. Layouts: q, k, v, context
 // [items, T, d] (items = B·H), row statistics [items, T].
 

@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the tests/test_cuda_*.cpp suites: the skip-or-fail rule for a missing device and
-// the parity comparison against the CPU reference (spec ENGINE §13).
+// the parity comparison against the CPU reference (docs/ARCHITECTURE.md, 'Numeric parity').
 //
 // Without a visible device the device tests skip, saying why, unless the build was configured
 // with RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON, which turns the skip into a failure.
@@ -50,8 +50,8 @@ inline std::vector<float> uniform_values(std::size_t count, float low, float hig
     return values;
 }
 
-// Spec §13 form B: |d − r| <= tolerance·max(1, |d|, |r|) everywhere; NaN, ±inf and the sign
-// of a zero reference must match exactly.
+// Form B (docs/ARCHITECTURE.md, 'Numeric parity'): |d − r| <= tolerance·max(1, |d|, |r|)
+// everywhere; NaN, ±inf and the sign of a zero reference must match exactly.
 inline ::testing::AssertionResult matches_reference(const std::vector<float>& device,
                                                     const std::vector<float>& reference,
                                                     double tolerance) {
@@ -81,7 +81,7 @@ inline ::testing::AssertionResult matches_reference(const std::vector<float>& de
     return ::testing::AssertionSuccess();
 }
 
-// Spec §13 form A for matmul: |d − r| <= atol + rtol·max(|d|, |r|).
+// Form A for matmul (docs/ARCHITECTURE.md, 'Numeric parity'): |d − r| <= atol + rtol·max(|d|, |r|).
 inline ::testing::AssertionResult matches_product(const std::vector<float>& device,
                                                   const std::vector<float>& reference,
                                                   double atol, double rtol) {

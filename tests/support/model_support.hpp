@@ -14,7 +14,8 @@
 
 namespace riftco_transformer::testing {
 
-// The spec's reference tiny model: V=27, C=16, D=32, H=4, N=2, F=64 (19,419 parameters).
+// The reference tiny model (docs/ARCHITECTURE.md, 'The GPT decoder'): V=27, C=16, D=32, H=4, N=2,
+// F=64 (19,419 parameters).
 inline TransformerDimensions reference_tiny() {
     return {.vocabulary_size = 27,
             .maximum_context = 16,

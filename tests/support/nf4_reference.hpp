@@ -1,6 +1,7 @@
 #pragma once
-// Independent NF4 oracles for the tests (spec ENGINE §11), written from the spec rather than
-// from the library: decoding a payload, and products on the decoded matrix in double.
+// Independent NF4 oracles for the tests (docs/ARCHITECTURE.md, 'NF4'), written from the format
+// rules rather than from the library: decoding a payload, and products on the decoded matrix in
+// double.
 
 #include <gtest/gtest.h>
 
@@ -79,7 +80,7 @@ inline std::vector<double> reference_input_backward(const std::vector<double>& w
     return dx;
 }
 
-// Spec §13 form B: |a − e| <= tol·max(1, |a|, |e|).
+// Form B (docs/ARCHITECTURE.md, 'Numeric parity'): |a − e| <= tol·max(1, |a|, |e|).
 inline ::testing::AssertionResult close_form_b(const std::vector<float>& actual,
                                                const std::vector<double>& expected, double tol) {
     if (actual.size() != expected.size()) {

@@ -1,5 +1,6 @@
 #pragma once
-// Shared helpers for the GoogleTest suites: tolerance comparisons (spec ENGINE §13 form A),
+// Shared helpers for the GoogleTest suites: tolerance comparisons (form A of
+// docs/ARCHITECTURE.md, 'Numeric parity'),
 // centred finite differences in double, and tensor construction shortcuts.
 
 #include <gtest/gtest.h>
@@ -75,7 +76,8 @@ inline ::testing::AssertionResult bit_identical(const std::vector<float>& a,
 
 // Centred finite-difference gradient of a scalar function f(x) over every element of x:
 // df/dx_i ≈ (f(x + ε e_i) − f(x − ε e_i)) / 2ε, evaluated with f computed in float by the code
-// under test but differenced in double. Use with ε = 1e-2 and tolerance ~5e-3 (spec §13).
+// under test but differenced in double. Use with ε = 1e-2 and tolerance ~5e-3
+// (docs/ARCHITECTURE.md, 'Numeric parity').
 inline std::vector<double> finite_difference_gradient(
     const std::function<double(const std::vector<float>&)>& f, std::vector<float> x,
     double epsilon = 1e-2) {

@@ -1,6 +1,6 @@
 #pragma once
-// Packed NF4 weights (spec ENGINE §11): a frozen [out, in] matrix stored as 4-bit codes into
-// the 16-value NF4 codebook, with one scale per block of B consecutive elements in the flat
+// Packed NF4 weights (docs/ARCHITECTURE.md, 'NF4'): a frozen [out, in] matrix stored as 4-bit codes
+// into the 16-value NF4 codebook, with one scale per block of B consecutive elements in the flat
 // row-major order (a block may span rows; the last one may be partial).
 //
 // - Encoding: every value finite; s_b = max|w| over the block; code = nearest codebook entry
@@ -85,7 +85,8 @@ struct PackedNf4Payload {
     float scale_offset = 0.0F;              // double: μ
 };
 
-// Byte accounting per weight (summed per model). The field names are the spec's.
+// Byte accounting per weight (summed per model). The field names are those of
+// the C ABI's rt_quantized_memory_stats.
 struct QuantizedMemoryUsage {
     std::size_t weight_count = 0;
     std::size_t packed_code_bytes = 0;      // ceil(N/2)
@@ -116,9 +117,9 @@ class QuantizedWeight {
     // quantized offset μ is not finite.
     [[nodiscard]] static QuantizedWeight quantize(const Tensor& weight,
                                                   const Nf4Options& options = {});
-    // Validates a payload strictly (every from_packed_nf4 rule of the spec; the message names
-    // the field) and uploads it to `backend`. A zero dimension: std::invalid_argument; an
-    // element count whose byte counts overflow: std::overflow_error.
+    // Validates a payload strictly (every from_packed_nf4 rule of docs/ARCHITECTURE.md, 'NF4'; the
+    // message names the field) and uploads it to `backend`. A zero dimension:
+    // std::invalid_argument; an element count whose byte counts overflow: std::overflow_error.
     [[nodiscard]] static QuantizedWeight from_packed_nf4(PackedNf4Payload payload,
                                                          ExecutionBackend backend);
 

@@ -1,7 +1,7 @@
 #pragma once
 // Raw tensor operations (no autograd). Every function validates shapes, backends and
 // arguments first, then calls exactly one backend capability; results are new tensors on the
-// inputs' backend. Error categories follow spec ENGINE §3:
+// inputs' backend. Error categories follow docs/ARCHITECTURE.md, 'Error categories':
 //   std::invalid_argument  shape/rank/backend/argument mismatch
 //   std::out_of_range      bad axis or index
 //   std::domain_error      values outside an operation's domain (found by the kernel)

@@ -1,5 +1,5 @@
 #pragma once
-// Next-token training windows (spec WORKFLOWS §2).
+// Next-token training windows (docs/ARCHITECTURE.md, 'Training windows').
 //
 // A window of context T starting at s is inputs = c[s, s+T) and targets = c[s+1, s+T]. A
 // sequence of N tokens has N − T valid starts (N >= T + 1 is required). Rows are sampled

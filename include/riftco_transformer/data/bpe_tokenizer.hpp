@@ -1,8 +1,8 @@
 #pragma once
-// Byte-level BPE tokenizer (spec WORKFLOWS §1.3). Ids 0..255 are the 256 byte values (so every
-// byte string is encodable); merge rule i creates id 256+i, whose bytes are the left piece
-// followed by the right piece. Example: one merge learned from repeated "ab" gives 256 = "ab",
-// and "abababab" encodes to four 256s.
+// Byte-level BPE tokenizer (docs/ARCHITECTURE.md, 'Tokenizers'). Ids 0..255 are the 256 byte values
+// (so every byte string is encodable); merge rule i creates id 256+i, whose bytes are the left
+// piece followed by the right piece. Example: one merge learned from repeated "ab" gives 256 =
+// "ab", and "abababab" encodes to four 256s.
 //
 // Encoding is defined as: apply every rule in training order, each as one left-to-right pass
 // replacing non-overlapping occurrences (encode_bpe_reference). encode_bytes computes exactly

@@ -1,7 +1,7 @@
 #pragma once
-// Byte-pair-encoding training (spec WORKFLOWS §1.3). The algorithm is bit-exact by contract,
-// because artifacts store its output. Starting from the corpus as one sequence of byte ids
-// (0..255; the whole corpus is one sequence, so merges may span spaces and newlines), repeat
+// Byte-pair-encoding training (docs/ARCHITECTURE.md, 'Tokenizers'). The algorithm is bit-exact by
+// contract, because artifacts store its output. Starting from the corpus as one sequence of byte
+// ids (0..255; the whole corpus is one sequence, so merges may span spaces and newlines), repeat
 // while the vocabulary is below `vocabulary_size` and the sequence has at least two tokens:
 //   1. count every adjacent pair, overlapping windows included ("aaa" holds (a,a) twice);
 //   2. take the pair with the highest count, ties to the smallest (left, right);

@@ -1,6 +1,6 @@
 #pragma once
-// Corpus-byte tokenizer (spec WORKFLOWS §1.2): the vocabulary is the set of distinct byte
-// values of the construction corpus, ids assigned by ascending unsigned byte value (corpus
+// Corpus-byte tokenizer (docs/ARCHITECTURE.md, 'Tokenizers'): the vocabulary is the set of distinct
+// byte values of the construction corpus, ids assigned by ascending unsigned byte value (corpus
 // bytes {0x0A,'a','b','c'} give ids 0,1,2,3). Each byte is one token; a byte outside the
 // vocabulary cannot be encoded (there is no fallback or unknown token).
 

@@ -1,8 +1,8 @@
 #pragma once
-// Tokenizer: the one interface behind which every tokenization method sits (spec WORKFLOWS
-// §1). Input is raw bytes, output is uint32 token ids; there is no normalisation,
-// pre-tokenisation or special token, and decode_bytes(encode_bytes(b)) == b exactly for every
-// accepted input. Models, losses and optimizers see only ids and vocabulary_size().
+// Tokenizer: the one interface behind which every tokenization method sits
+// (docs/ARCHITECTURE.md, 'Tokenizers'). Input is raw bytes, output is uint32 token ids; there is no
+// normalisation, pre-tokenisation or special token, and decode_bytes(encode_bytes(b)) == b exactly
+// for every accepted input. Models, losses and optimizers see only ids and vocabulary_size().
 //
 // Tokenizers are immutable after construction: no member changes observable state, so a
 // tokenizer may be shared freely (the factory hands out std::shared_ptr<const Tokenizer>).

@@ -1,5 +1,5 @@
 #pragma once
-// The tokenizer factory (spec WORKFLOWS §1.1, §1.4): one entry point keyed by the stable
+// The tokenizer factory (docs/ARCHITECTURE.md, 'Tokenizers'): one entry point keyed by the stable
 // method value, so callers (artifacts, the C ABI, pipelines) never name a strategy class.
 
 #include <cstdint>

@@ -58,7 +58,7 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
         return adaptation_.structure_version();
     }
 
-    // LoRA and NF4 (spec ENGINE §10–11; the rules are AdaptationLifecycle's).
+    // LoRA and NF4 (docs/ARCHITECTURE.md, 'LoRA'; the rules are AdaptationLifecycle's).
     void attach_lora(const LoraConfig& config);
     [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
     [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }

@@ -1,6 +1,7 @@
 #pragma once
-// The rotary decoder: Llama / Mistral (spec ENGINE §12) and, by configuration, the families
-// that differ from it only in orthogonal choices (Qwen 2/2.5, Qwen 3, Gemma 3, Phi-3):
+// The rotary decoder (docs/ARCHITECTURE.md, 'The rotary decoder'): Llama / Mistral and, by
+// configuration, the families that differ from it only in orthogonal choices (Qwen 2/2.5, Qwen 3,
+// Gemma 3, Phi-3):
 //   h0 = E_tok[id]                               no position table: RoPE inside attention
 //   a  = x + GQA(RMSNorm(x))                     pre-norm blocks, bias-free projections
 //   y  = a + SwiGLU(RMSNorm(a))                  down(silu(gate(a)) ⊙ up(a))
@@ -11,7 +12,7 @@
 // feed_forward.{gate,up,down}.weight; final_norm.scale; language_model_head.weight (untied).
 // Random draws, in order: token embedding; per block q, k, v, o, gate, up, down; head.
 //
-// Beyond the spec's reference: tied embeddings, any RoPE θ, Mistral's sliding window below the
+// Beyond a minimal Llama/Mistral: tied embeddings, any RoPE θ, Mistral's sliding window below the
 // context (materialized attention masks it), flash attention, block checkpointing, LoRA and
 // NF4 on every projection by name, and the incremental (KV-cached) forward.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The GPT-2-style decoder (spec ENGINE §6, schema "riftco_decoder_v1"):
+// The GPT-2-style decoder (docs/ARCHITECTURE.md, 'The GPT decoder'; schema "riftco_decoder_v1"):
 //   h0 = E_tok[id] + E_pos[t]          learned absolute positions 0..T-1 in every row
 //   a  = x + Attn(LN1(x))              pre-norm blocks
 //   y  = a + FFN(LN2(a))               FFN: expand, exact-erf GELU, project
@@ -11,10 +11,10 @@
 // Count: 2VD + CD + N(4D² + 2DF + 9D + F) + 2D + V (19,419 for V=27, C=16, D=32, N=2, F=64).
 // Random draws, in order: token embedding, position embedding, per block query, key, value,
 // output, expand, project; LM head.
-// DecoderOptions (beyond the spec, for GPT-2 checkpoints): the FFN activation may be GELU in
+// DecoderOptions (additions for GPT-2 checkpoints): the FFN activation may be GELU in
 // its tanh form (or ReLU), and the head may be tied to the token embedding (logits = h·Eᵀ,
 // no language_model_head parameters and so no head bias; count VD + CD + N(...) + 2D,
-// and the head's draw is skipped). The defaults are the spec's decoder exactly.
+// and the head's draw is skipped). The defaults are exactly the decoder above.
 
 #include <cstddef>
 #include <cstdint>
@@ -83,11 +83,11 @@ class DecoderOnlyTransformer final : public CausalLanguageModel {
     // forward(tokens, shape) and forward(IndexTensor) are CausalLanguageModel's: token ids
     // [B,T] -> logits [B,T,V] with its argument rules.
 
-    // The inference path (spec WORKFLOWS §4.1) on the same weights: R independent rows in
-    // one pass, row r being token tokens[r] at absolute position positions[r], with `cache`
-    // holding every layer's keys and values (serving/decode_session.hpp drives it). Records no
-    // graph. Returns the logits [n, V] of the rows listed in output_rows (detached), so a
-    // prefill chunk pays for the LM head only where logits are wanted.
+    // The inference path (docs/ARCHITECTURE.md, 'Decoding and KV caches') on the same weights: R
+    // independent rows in one pass, row r being token tokens[r] at absolute position positions[r],
+    // with `cache` holding every layer's keys and values (serving/decode_session.hpp drives it).
+    // Records no graph. Returns the logits [n, V] of the rows listed in output_rows (detached), so
+    // a prefill chunk pays for the LM head only where logits are wanted.
     // std::invalid_argument: no rows, tokens/positions of different lengths, a position >= C,
     // no output row or one >= R; std::out_of_range: a token id >= V.
     [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,

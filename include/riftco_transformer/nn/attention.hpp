@@ -1,5 +1,5 @@
 #pragma once
-// Causal self-attention (spec ENGINE §7).
+// Causal self-attention (docs/ARCHITECTURE.md, 'Attention').
 //
 // S = Q·Kᵀ·(1/√d_h) with the scale computed in float, future keys masked (key t_k is visible
 // from query t_q iff t_k <= t_q), P = softmax over keys, O = P·V. Masked probabilities and

@@ -1,5 +1,6 @@
 #pragma once
-// Grouped-query attention with RoPE, the attention of Llama and Mistral (spec ENGINE §12).
+// Grouped-query attention with RoPE, the attention of Llama and Mistral
+// (docs/ARCHITECTURE.md, 'The rotary decoder').
 //
 // Hq query heads share Hkv key/value heads (Hq % Hkv == 0, r = Hq/Hkv): query head h reads
 // key/value head ⌊h/r⌋. Keys are rotated (RoPE, split-half) at their absolute positions before

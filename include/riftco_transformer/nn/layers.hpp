@@ -1,6 +1,6 @@
 #pragma once
 // The building blocks of the decoder: Linear, Embedding, LayerNorm, RMSNorm, FeedForward and
-// SwiGLU (spec ENGINE §5.3). Shapes in comments: [..] is any leading shape.
+// SwiGLU (docs/ARCHITECTURE.md, 'Building blocks'). Shapes in comments: [..] is any leading shape.
 
 #include <cstddef>
 #include <cstdint>

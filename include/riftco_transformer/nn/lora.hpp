@@ -1,5 +1,5 @@
 #pragma once
-// LoRA (spec ENGINE §10): low-rank adapters on a frozen base.
+// LoRA (docs/ARCHITECTURE.md, 'LoRA'): low-rank adapters on a frozen base.
 //
 //   y = x·Wᵀ + b + scale·(x·Aᵀ)·Bᵀ,   A [rank, in] ~ Xavier(in, rank),  B [out, rank] = 0,
 //   scale = alpha / rank (in float)
@@ -8,7 +8,7 @@
 // projection name; a model lists the projections it has (AdaptableProjection) and the
 // lifecycle below works on any such list, the GPT and the Llama/Mistral models alike.
 //
-// Beyond the spec: attaching freezes the whole base (requires_gradient false), so backward
+// Attaching freezes the whole base (requires_gradient false), so backward
 // computes no weight-gradient product for any base weight; only the adapter factors train.
 // merge_lora() makes the base trainable again.
 
@@ -112,11 +112,11 @@ struct AdaptableProjection {
     Linear* linear;
 };
 
-// The LoRA and NF4 lifecycle of one model (spec ENGINE §10–11), over the model's projections
-// in its attach order (block-major: q, k, v, o, expand, project per block, then the head).
-// Every operation validates and prepares everything first, then commits: a failure changes
-// nothing. Each successful change bumps structure_version(), so activation-checkpoint replays
-// recorded before it fail loudly.
+// The LoRA and NF4 lifecycle of one model (docs/ARCHITECTURE.md, 'LoRA' and 'NF4'), over the
+// model's projections in its attach order (block-major: q, k, v, o, expand, project per block, then
+// the head). Every operation validates and prepares everything first, then commits: a failure
+// changes nothing. Each successful change bumps structure_version(), so activation-checkpoint
+// replays recorded before it fail loudly.
 class AdaptationLifecycle {
   public:
     // Once per model lifetime. std::logic_error: a second attach, an attach after merge, a

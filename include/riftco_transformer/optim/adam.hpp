@@ -1,6 +1,6 @@
 #pragma once
-// Adam with global gradient-norm clipping and bias correction (spec ENGINE §9), plus the
-// additive AdamW weight decay and learning-rate schedules (adam_options.hpp).
+// Adam with global gradient-norm clipping and bias correction (docs/ARCHITECTURE.md, 'Adam'), plus
+// the additive AdamW weight decay and learning-rate schedules (adam_options.hpp).
 //
 // A step t = step_count() + 1, for every scalar of every parameter, in double:
 //   ‖g‖ = √(Σ g²) over all scalars (overflow-safe, gradient_norm.hpp)
@@ -11,7 +11,7 @@
 // θ', m', v' are narrowed to float. A parameter that backward never reached (no gradient)
 // takes g = 0: its moments decay and it still moves while they are non-zero.
 //
-// A step is a transaction without out-of-place copies (DESIGN.md "Transactions everywhere"):
+// A step is a transaction without out-of-place copies (docs/ARCHITECTURE.md, 'Transactions'):
 //   pass 1 writes nothing. It rechecks every parameter, computes ‖g‖ (a NaN/±inf gradient:
 //          std::domain_error), and evaluates every θ', m', v' (a non-finite current value:
 //          std::domain_error; a result that is not finite in float: std::overflow_error);

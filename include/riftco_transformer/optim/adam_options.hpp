@@ -1,6 +1,6 @@
 #pragma once
-// Adam options (spec ENGINE §9.1) with the additive AdamW weight decay and learning-rate
-// schedule (DESIGN.md "Improvements"). The defaults are plain Adam at a constant rate.
+// Adam options (docs/ARCHITECTURE.md, 'Adam') with the additive AdamW weight decay and
+// learning-rate schedule. The defaults are plain Adam at a constant rate.
 
 #include <cstddef>
 #include <cstdint>

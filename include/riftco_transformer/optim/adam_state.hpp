@@ -1,5 +1,5 @@
 #pragma once
-// The logical state of an Adam optimizer (spec ENGINE §9.5), for exact resume. It is
+// The logical state of an Adam optimizer (docs/ARCHITECTURE.md, 'Adam'), for exact resume. It is
 // independent of the moment layout and of the backend: a state captured from a paged CPU
 // optimizer restores into a contiguous one on another backend.
 

@@ -1,6 +1,6 @@
 #pragma once
-// The global gradient norm ‖g‖ = √(Σ g²) over every scalar of every parameter (spec ENGINE
-// §9.3 step 3): the algorithm Adam clips with, available for logging.
+// The global gradient norm ‖g‖ = √(Σ g²) over every scalar of every parameter
+// (docs/ARCHITECTURE.md, 'Adam'): the algorithm Adam clips with, available for logging.
 
 #include "riftco_transformer/nn/parameter.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
-// Learning-rate schedules for the optimizers (an additive option over spec ENGINE §9, see
-// DESIGN.md "Improvements"). A schedule multiplies the base learning rate by a factor that
+// Learning-rate schedules for the optimizers (an additive option of Adam:
+// docs/ARCHITECTURE.md, 'Adam'). A schedule multiplies the base learning rate by a factor that
 // depends on the 1-based number t of the step being taken:
 //
 //   Constant:      factor(t) = 1

@@ -1,5 +1,6 @@
 #pragma once
-// Multilinear maps (spec WORKFLOWS §7.2): the fixed programs a program-augmented model runs.
+// Multilinear maps (docs/ARCHITECTURE.md, 'Programmed models'): the fixed programs a
+// program-augmented model runs.
 //
 // A map of arity k with output dimension O and input dimensions d_1..d_k is a tensor
 // T ∈ R^{O×d_1×…×d_k}, stored output-major (row-major over [O, d_1, ..., d_k]), acting as

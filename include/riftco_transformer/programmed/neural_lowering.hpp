@@ -1,5 +1,6 @@
 #pragma once
-// Neural lowering (spec WORKFLOWS §7.3): a multilinear map as a differentiable network.
+// Neural lowering (docs/ARCHITECTURE.md, 'Programmed models'): a multilinear map as a
+// differentiable network.
 //
 // Strategies compute the same map in different shapes of network:
 //   linear            arity 1:  y = T·x                                   (one linear layer)

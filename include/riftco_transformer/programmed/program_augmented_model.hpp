@@ -1,7 +1,7 @@
 #pragma once
-// ProgramAugmentedModel (spec WORKFLOWS §7.4): a small transformer with a fixed program (a
-// lowered multilinear map) as an extra branch, for research into how a model uses a known
-// computation.
+// ProgramAugmentedModel (docs/ARCHITECTURE.md, 'Programmed models'): a small transformer with a
+// fixed program (a lowered multilinear map) as an extra branch, for research into how a model uses
+// a known computation.
 //
 //   x  = E_tok[id] + E_pos[t]                                   "embedding.sum"
 //   r1 = x + FFN_ReLU(x)                                         "residual.pre_attention"
@@ -12,7 +12,7 @@
 //                                                                "residual.post_merge"
 //   logits = W_out·r2 + b_out                                    "logits"
 //
-// The program branch (choices the spec leaves open are fixed here):
+// The program branch, every choice spelled out:
 //   - source = r1[:, source_offset : source_offset + source_length, :]     "program.source"
 //   - input i (one per map argument), from its ProgramInputLayout:
 //       whole_source     the span flattened, [B, source_length·D] (position must be 0)

@@ -1,6 +1,6 @@
 #pragma once
 // KV-cached decoding of an IncrementalDecoder: the GPT decoder or the Llama/Mistral decoder
-// (spec WORKFLOWS §4.1-4.3).
+// (docs/ARCHITECTURE.md, 'Decoding and KV caches' and 'Context rollover').
 //
 // A DecodeSession is one request's sequence: decode_token(id) runs embedding (position = the
 // current size), every block and the head for ONE position and returns its detached logits

@@ -1,6 +1,6 @@
 #pragma once
-// KV caches of the decode path (spec WORKFLOWS §4.2): where the keys and values of the
-// positions a request has seen live between decode steps.
+// KV caches of the decode path (docs/ARCHITECTURE.md, 'Decoding and KV caches'): where the keys and
+// values of the positions a request has seen live between decode steps.
 //
 // A KeyValueCachePool owns, for every layer, one key and one value tensor
 //   [physical_page, key_value_head, page_offset, head_width]
@@ -35,7 +35,7 @@
 
 namespace riftco_transformer {
 
-// Values are the C ABI's RT_KV_CACHE_* (WORKFLOWS §8.3).
+// Values are the C ABI's RT_KV_CACHE_* (docs/ARCHITECTURE.md, 'The C ABI').
 enum class KeyValueCacheKind : std::uint32_t { Contiguous = 0, Paged = 1 };
 [[nodiscard]] std::string_view key_value_cache_kind_name(KeyValueCacheKind kind) noexcept;
 

@@ -2,7 +2,8 @@
 
 The directory layout is that of :mod:`.huggingface` (``config.json``, ``model.safetensors``
 or a sharded index, ``tokenizer.json``, optional ``tokenizer_config.json``). GPT-2 is the
-spec's decoder with three differences, each carried by a :class:`TransformerConfig` field:
+GPT decoder of docs/ARCHITECTURE.md, 'The GPT decoder', with three differences, each carried by a
+:class:`TransformerConfig` field:
 
 * the FFN's GELU is the tanh approximation (``activation_function`` ``gelu_new``,
   ``gelu_fast`` or ``gelu_pytorch_tanh``) -> ``feed_forward_activation="gelu_tanh"``;

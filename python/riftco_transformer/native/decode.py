@@ -163,7 +163,7 @@ class DecodeSession(NativeHandle):
     def cache_kind(self) -> str:
         return KV_CACHE_NAMES[self._query("rt_decode_session_cache_kind", ctypes.c_int32)]
 
-    # WORKFLOWS §9.4 names this property both ways.
+    # Both names, as the earlier Python API had (docs/ARCHITECTURE.md, 'The Python package').
     cache = cache_kind
 
     @property

@@ -43,8 +43,8 @@ ACTIVATION_CHECKPOINTING_NAMES = {
     ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK: "block",
 }
 
-# rt_transformer_config.feed_forward_activation: "gelu" is the exact-erf GELU of the spec's
-# decoder, "gelu_tanh" GPT-2's tanh approximation.
+# rt_transformer_config.feed_forward_activation: "gelu" is the exact-erf GELU (the GPT
+# decoder's default), "gelu_tanh" GPT-2's tanh approximation.
 FEED_FORWARD_ACTIVATION_VALUES = {"gelu": 0, "relu": 1, "gelu_tanh": 2}
 FEED_FORWARD_ACTIVATION_NAMES = {
     value: name for name, value in FEED_FORWARD_ACTIVATION_VALUES.items()
@@ -69,7 +69,7 @@ class TransformerConfig:
     otherwise); ``random_seed`` (uint32) fixes the initial weights; ``layer_norm_epsilon`` is
     a positive float. That H divides D is checked by the library when the model is created.
 
-    Beyond the spec's decoder, for GPT-2 checkpoints: ``feed_forward_activation`` is
+    Additions for GPT-2 checkpoints: ``feed_forward_activation`` is
     ``"gelu"`` (exact erf, the default), ``"gelu_tanh"`` (GPT-2) or ``"relu"``; and
     ``tie_embeddings=True`` makes the head read the token embedding (logits = h·Eᵀ), so there
     are no ``language_model_head`` parameters and no head bias.

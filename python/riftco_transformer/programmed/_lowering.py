@@ -1,4 +1,5 @@
-"""How a program's multilinear map is lowered to a network (spec WORKFLOWS §7.3)."""
+"""How a program's multilinear map is lowered to a network
+(docs/ARCHITECTURE.md, 'Programmed models')."""
 
 from __future__ import annotations
 

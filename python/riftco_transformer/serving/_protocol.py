@@ -3,8 +3,8 @@
 Three generation routes share one parsed form, :class:`ApiRequest`:
 
 * ``POST /v1/generate``: ``{prompt, max_new_tokens=32, temperature=0, top_k, top_p, seed=0,
-  stop, repetition_penalty=1, stream=false}``; the response (WORKFLOWS §4.5) echoes the
-  prompt and lists the token ids.
+  stop, repetition_penalty=1, stream=false}``; the response (docs/ARCHITECTURE.md, 'HTTP API')
+  echoes the prompt and lists the token ids.
 * ``POST /v1/completions`` and ``POST /v1/chat/completions``: OpenAI's request and response
   shapes, with OpenAI's defaults (``temperature`` 1, ``top_p`` 1, ``max_tokens`` 16 for
   completions and the server's ``maximum_new_tokens`` for chat, a random seed unless one

@@ -80,7 +80,8 @@ class ChatTemplate(Protocol):
 
 
 class PlainChatTemplate:
-    """The plain chat format our GPT models are fine-tuned on (WORKFLOWS §3.4).
+    """The plain chat format our GPT models are fine-tuned on
+    (docs/ARCHITECTURE.md, 'Training workflows').
 
     Every message is a header line ``### System:``, ``### User:`` or ``### Assistant:``,
     then its content with surrounding ASCII whitespace trimmed, then a newline::

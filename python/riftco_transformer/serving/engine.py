@@ -25,12 +25,12 @@ failure no stream changed, so a caller may retry rows one at a time to isolate a
 
 *Token budget and admission.* The budget of a request is the most tokens its stream will
 ever hold at once; with learned absolute positions that is at most C, because context
-rollover resets the stream instead of growing it (WORKFLOWS §4.3). Opening a stream
-*reserves* ``ceil(min(budget, C) / block_size)`` blocks of the pool, and a stream leases at
-most that many pages, so a running stream never meets "pool exhausted": admission control
-happens once, up front. ``admission`` says REJECT when the reservation exceeds the whole pool
-(the request can never fit) and WAIT when it exceeds what other reservations leave free now.
-There is no preemption.
+rollover resets the stream instead of growing it (docs/ARCHITECTURE.md, 'Context rollover').
+Opening a stream *reserves* ``ceil(min(budget, C) / block_size)`` blocks of the pool, and a
+stream leases at most that many pages, so a running stream never meets "pool exhausted":
+admission control happens once, up front. ``admission`` says REJECT when the reservation exceeds
+the whole pool (the request can never fit) and WAIT when it exceeds what other reservations leave
+free now. There is no preemption.
 
 Two engines implement the protocol:
 

@@ -1,10 +1,10 @@
 """Text generation: configuration, the per-request generator sequence, and TextGenerator.
 
-*Exact generator sequence* (WORKFLOWS §4.3), shared by :class:`TextGenerator` and the
-scheduler through :class:`GenerationProgress`: feed (prefill) the last C = maximum_context
-tokens of the prompt; then for each of the N = max_new_tokens new tokens, sample from the
-current logits and append; if more tokens remain, either the stream is full (it holds C
-tokens), so reset it and replay the newest C tokens from position 0 (learned absolute
+*Exact generator sequence* (docs/ARCHITECTURE.md, 'Context rollover'), shared by
+:class:`TextGenerator` and the scheduler through :class:`GenerationProgress`: feed (prefill) the
+last C = maximum_context tokens of the prompt; then for each of the N = max_new_tokens new tokens,
+sample from the current logits and append; if more tokens remain, either the stream is full (it
+holds C tokens), so reset it and replay the newest C tokens from position 0 (learned absolute
 positions forbid evicting old pages), or feed the new token. The final sampled token is
 never fed. A stream therefore never holds more than ``min(C, min(P, C) + N - 1)`` tokens,
 the request's *token budget*.

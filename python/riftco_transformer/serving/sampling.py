@@ -1,5 +1,4 @@
-"""Choosing the next token from one position's logits (WORKFLOWS §4.4, plus top_p and a
-repetition penalty).
+"""Choosing the next token from one position's logits (docs/ARCHITECTURE.md, 'Sampling').
 
 A sampler is any object with ``sample(logits, context_ids=()) -> int``: ``logits`` are the V
 logits of the position being predicted, ``context_ids`` every token id the model has seen so

@@ -261,9 +261,9 @@ class PagedAttentionCapability {
                                  std::span<const tensor_ops::PagedSlot> slots) const = 0;
 };
 
-// Packed NF4 weights (spec §11) and the linear products on them. The weight lives in a
-// backend-owned QuantizedStorage; the kernels decode the nibbles themselves and never hold a
-// float32 copy of the whole matrix (bounded per-thread panels are allowed).
+// Packed NF4 weights (docs/ARCHITECTURE.md, 'NF4') and the linear products on them. The
+// weight lives in a backend-owned QuantizedStorage; the kernels decode the nibbles themselves
+// and never hold a float32 copy of the whole matrix (bounded per-thread panels are allowed).
 class QuantizedLinearCapability {
   public:
     virtual ~QuantizedLinearCapability() = default;
@@ -289,7 +289,7 @@ using tensor_ops::FirstNonFinite;
 using tensor_ops::GradientStatistics;
 using tensor_ops::ScaledSumOfSquares;
 
-// Adam as two passes over every slice of a step (DESIGN.md "Transactions everywhere"): a
+// Adam as two passes over every slice of a step (docs/ARCHITECTURE.md, 'Transactions'): a
 // read-only check, then an in-place write. Both evaluate, per scalar and in double,
 //   g̃ = s·g,  m' = β1·m + (1−β1)·g̃,  v' = β2·v + (1−β2)·g̃²,
 //   θ' = θ·(1 − lr·λ) − lr·(m'/c1)/(√(v'/c2) + ε)

@@ -1,7 +1,7 @@
 #pragma once
-// The NF4 format rules of spec ENGINE §11 in one place: encoding (nearest code, scales of
-// either encoding), strict payload validation, and the decoded-scale formula every kernel
-// and the host dequantizer share.
+// The NF4 format rules (docs/ARCHITECTURE.md, 'NF4') in one place: encoding (nearest code,
+// scales of either encoding), strict payload validation, and the decoded-scale formula every
+// kernel and the host dequantizer share.
 
 #include <cfloat>
 #include <cstddef>
@@ -73,7 +73,8 @@ struct Nf4View {
 // (names its flat index); overflow_error: the double-quantized offset is not finite.
 [[nodiscard]] PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layout);
 
-// Every from_packed_nf4 rule of spec §11; the message names the field and the value.
+// Every from_packed_nf4 rule (docs/ARCHITECTURE.md, 'NF4'); the message names the field and the
+// value.
 [[nodiscard]] Nf4Layout validate_nf4_payload(const PackedNf4Payload& payload);
 
 // w_i = ŝ_{⌊i/B⌋}·codebook[code_i] for flat indices [begin, begin + out.size()).

@@ -1,6 +1,7 @@
 #pragma once
-// Argument checks shared by every tensor operation. Each throws the category spec ENGINE §3
-// names, with a message "<operation>: <argument> <problem> (<values>)".
+// Argument checks shared by every tensor operation. Each throws the category that
+// docs/ARCHITECTURE.md, 'Error categories' names, with a message
+// "<operation>: <argument> <problem> (<values>)".
 
 #include <cstddef>
 #include <initializer_list>

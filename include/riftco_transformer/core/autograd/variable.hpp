@@ -1,7 +1,7 @@
 #pragma once
 // Reverse-mode automatic differentiation: Variable is a handle on a graph node.
 //
-// Graph rules (spec ENGINE §4 with the improvements in DESIGN.md "Autograd"):
+// Graph rules (docs/ARCHITECTURE.md, 'Autograd'):
 // - The result of an operation requires gradients iff any input does; otherwise it is a
 //   detached constant with no parents.
 // - Gradient buffers exist only on leaves that require them; intermediate gradients and the

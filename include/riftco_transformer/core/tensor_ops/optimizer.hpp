@@ -1,6 +1,6 @@
 #pragma once
-// The optimizer's operations over tensors (spec ENGINE §9.3): batched finiteness checks and
-// the overflow-safe global sum of squares, and the two passes of an Adam step. Each request
+// The optimizer's operations over tensors (docs/ARCHITECTURE.md, 'Adam'): batched finiteness checks
+// and the overflow-safe global sum of squares, and the two passes of an Adam step. Each request
 // covers every tensor of a step in one call and is one sync point of the backend (one host
 // read of a small result), whatever the number of tensors. The optimizer (optim/) calls these,
 // never a backend directly.
@@ -15,15 +15,15 @@
 
 namespace riftco_transformer::tensor_ops {
 
-// Overflow-safe partial sum of squares (spec ENGINE §9.3): Σ x² = scale²·scaled_squares with
-// scale = max |x|, a pair that neither overflows nor underflows whatever the magnitudes or
+// Overflow-safe partial sum of squares (docs/ARCHITECTURE.md, 'Adam'): Σ x² = scale²·scaled_squares
+// with scale = max |x|, a pair that neither overflows nor underflows whatever the magnitudes or
 // the element count.
 struct ScaledSumOfSquares {
     double scale = 0.0;           // max |x| of the elements summed (0 when all were zero)
     double scaled_squares = 0.0;  // Σ (|x|/scale)²; 0 while scale is 0
 
-    // Adds another partial: the spec's running-pair rule, applied to a pair instead of one
-    // element (an element |x| is the pair (|x|, 1)).
+    // Adds another partial: the running-pair rule of optim/gradient_norm.hpp, applied to a pair
+    // instead of one element (an element |x| is the pair (|x|, 1)).
     void merge(const ScaledSumOfSquares& other) noexcept {
         if (other.scale == 0.0) {
             return;
@@ -55,7 +55,7 @@ struct GradientStatistics {
     FirstNonFinite first_non_finite;
 };
 
-// The per-step constants of one Adam update (spec ENGINE §9.3 step 6, plus AdamW).
+// The per-step constants of one Adam update (docs/ARCHITECTURE.md, 'Adam'; AdamW included).
 struct AdamUpdateScalars {
     double beta1 = 0.0;
     double beta2 = 0.0;

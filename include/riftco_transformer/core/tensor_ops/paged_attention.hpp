@@ -1,5 +1,5 @@
 #pragma once
-// Paged decode attention (spec ENGINE §7 "Paged decode"; WORKFLOWS §4.1-4.2): the
+// Paged decode attention (docs/ARCHITECTURE.md, 'Attention' and 'Decoding and KV caches'): the
 // inference-only attention of the KV-cached decode path. It is detached (no backward rule)
 // and never gathers K/V into a contiguous tensor: every key and value is read in place from
 // a pool of pages through each request's page table.

@@ -1,5 +1,5 @@
-// CPU Adam (spec ENGINE §9.3): the overflow-safe gradient sum of squares and the two passes
-// of a step. Both passes evaluate every scalar with adam_candidate() below; this file is
+// CPU Adam (docs/ARCHITECTURE.md, 'Adam'): the overflow-safe gradient sum of squares and the two
+// passes of a step. Both passes evaluate every scalar with adam_candidate() below; this file is
 // compiled with -ffp-contract=off (src/optim/sources.cmake), so neither pass fuses a
 // multiply-add the other does not, and the write stores exactly the values the check
 // accepted. Work is split into fixed blocks and chunks combined in order, so no result
@@ -65,7 +65,7 @@ ScaledSumOfSquares block_squares(const float* x, std::size_t n) {
     return squares;
 }
 
-// One scalar of a step, in double (spec §9.3 step 6 with decoupled weight decay):
+// One scalar of a step, in double (docs/ARCHITECTURE.md, 'Adam', with decoupled weight decay):
 //   g̃ = s·g;  m' = β1·m + (1−β1)·g̃;  v' = β2·v + (1−β2)·g̃²;
 //   θ' = θ·(1 − lr·λ) − lr·(m'/c1)/(√(v'/c2) + ε)      (ε after the square root)
 // The update uses the double m' and v'; the caller narrows all three to float.

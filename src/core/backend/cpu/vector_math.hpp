@@ -119,7 +119,8 @@ namespace riftco_transformer::detail {
 
 // Reductions written with independent lanes so the compiler vectorises them without
 // reassociating floating-point sums on its own (the lane order is fixed, so results are
-// deterministic). Double accumulators where the spec wants oracle-grade row statistics.
+// deterministic). Double accumulators where the reference needs oracle-grade row statistics
+// (docs/ARCHITECTURE.md, 'Tensor operations').
 inline constexpr std::size_t reduction_lanes = 16;
 
 [[nodiscard]] inline float row_max(const float* x, std::size_t n) {

@@ -12,10 +12,10 @@
 namespace riftco_transformer::detail::cuda {
 
 // ---- quantized_linear.cu ---------------------------------------------------------------------
-// A packed NF4 weight W [out, in] in device memory (spec §11): flat row-major codes, two per
-// byte (low nibble first), one scale per block of 2^block_shift elements; either float32
-// block scales or the double-quantized scale codes, second-level ranges (one per group of
-// 2^group_shift blocks) and offset.
+// A packed NF4 weight W [out, in] in device memory (docs/ARCHITECTURE.md, 'NF4'): flat
+// row-major codes, two per byte (low nibble first), one scale per block of 2^block_shift elements;
+// either float32 block scales or the double-quantized scale codes, second-level ranges (one per
+// group of 2^group_shift blocks) and offset.
 struct Nf4DeviceWeight {
     const std::uint8_t* codes = nullptr;
     const float* scales = nullptr;              // legacy

@@ -1,6 +1,7 @@
 // Matmul capability through cuBLAS: one strided-batched GEMM per call, float32 in and out,
-// accumulated in float32 with pedantic math by default (spec §13 parity with the CPU); TF32
-// tensor cores only when RIFTCO_TRANSFORMER_CUDA_MATMUL=tf32.
+// accumulated in float32 with pedantic math by default (parity with the CPU:
+// docs/ARCHITECTURE.md, 'Numeric parity'); TF32 tensor cores only when
+// RIFTCO_TRANSFORMER_CUDA_MATMUL=tf32.
 //
 // cuBLAS is column-major. A row-major [M,N] result C = op(A)·op(B) is, read column-major, the
 // [N,M] matrix Cᵀ = op(B)ᵀ·op(A)ᵀ, so the call passes the right operand first: row-major right

@@ -1,6 +1,6 @@
-// CUDA quantized linear: packed NF4 weights (spec §11) in device memory, exactly the payload's
-// arrays (packed codes, and either the float32 block scales or the scale codes and
-// second-level ranges; the double-quantized offset μ is a host float passed to every
+// CUDA quantized linear: packed NF4 weights (docs/ARCHITECTURE.md, 'NF4') in device memory,
+// exactly the payload's arrays (packed codes, and either the float32 block scales or the scale
+// codes and second-level ranges; the double-quantized offset μ is a host float passed to every
 // launch), and the two products as kernels that decode the nibbles themselves
 // (quantized_linear.cu). Nothing decoded is kept; the CPU reference is
 // cpu/quantized_linear.cpp.

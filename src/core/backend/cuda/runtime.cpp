@@ -306,7 +306,8 @@ cublasContext* Runtime::blas_handle() const {
     if (resources.blas == nullptr) {
         cublasHandle_t handle = nullptr;
         check_blas(cublasCreate(&handle), "cublasCreate");
-        // Pedantic float32 keeps the CPU parity of spec §13; TF32 only when asked for.
+        // Pedantic float32 keeps the CPU parity (docs/ARCHITECTURE.md, 'Numeric parity');
+        // TF32 only when asked for.
         check_blas(cublasSetMathMode(handle, tf32_matmul_ ? CUBLAS_TF32_TENSOR_OP_MATH
                                                           : CUBLAS_PEDANTIC_MATH),
                    "cublasSetMathMode");

@@ -3,9 +3,9 @@
 // host thread, stream-ordered device memory from a caching pool, the hand-off of a buffer
 // between streams, deferred value-domain checks, and one cuBLAS handle per thread.
 //
-// Execution model (DESIGN.md "Execution model"): every capability enqueues its kernels on the
-// calling thread's stream and returns; host copies (Storage::copy_to_host and the uploads) and
-// the deferred-check collection at a sync point are the only places the host waits.
+// Execution model (docs/ARCHITECTURE.md, 'Execution model'): every capability enqueues its kernels
+// on the calling thread's stream and returns; host copies (Storage::copy_to_host and the uploads)
+// and the deferred-check collection at a sync point are the only places the host waits.
 //
 // Memory: cudaMallocAsync/cudaFreeAsync on the device's default memory pool with its release
 // threshold raised to "never", so freed blocks stay cached in the pool and are reused by later

@@ -1,6 +1,7 @@
-// PJRT quantized linear: packed NF4 weights (spec §11) as device buffers, and the two linear
-// products as StableHLO programs that decode the nibbles themselves (the CPU reference is
-// cpu/quantized_linear.cpp over nf4_kernels; the format rules are quantized/nf4_format.hpp).
+// PJRT quantized linear: packed NF4 weights (docs/ARCHITECTURE.md, 'NF4') as device buffers,
+// and the two linear products as StableHLO programs that decode the nibbles themselves (the CPU
+// reference is cpu/quantized_linear.cpp over nf4_kernels; the format rules are
+// quantized/nf4_format.hpp).
 //
 // Storage: the payload's own arrays, uploaded as they are: packed codes (u8, ceil(N/2)) and
 // either the legacy float scales [M], or the scale codes (u8, [M]), second-level ranges [G]
