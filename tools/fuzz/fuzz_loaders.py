@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Coverage-guided (atheris) fuzzing of riftco_transformer's five untrusted-input loaders.
+"""Coverage-guided (atheris) fuzzing of riftco_transformer's six untrusted-input loaders.
 
 Run (from the repository root; the Python needs atheris, e.g. the oracle venv)::
 
@@ -11,10 +11,10 @@ Run (from the repository root; the Python needs atheris, e.g. the oracle venv)::
     $PY tools/fuzz/fuzz_loaders.py --target bundle -max_total_time=600 -timeout=10 \\
         /tmp/fuzz/corpus/bundle
 
-``--target`` is one of ``bundle``, ``checkpoint``, ``safetensors``, ``jsonl`` and
-``tokenizer_state``; every other argument goes to libFuzzer (``-runs=N``, ``-max_total_time=S``,
-``-timeout=S``, corpus folders, or a single crash file to replay it). ``tools/fuzz/smoke.sh``
-runs every target briefly.
+``--target`` is one of ``bundle``, ``checkpoint``, ``safetensors``, ``jsonl``,
+``tokenizer_state`` and ``tokenizer_json``; every other argument goes to libFuzzer
+(``-runs=N``, ``-max_total_time=S``, ``-timeout=S``, corpus folders, or a single crash file to
+replay it). ``tools/fuzz/smoke.sh`` runs every target briefly.
 
 The contract under test: on malformed input a loader raises ValueError and nothing else,
 never crashes (native signal) and never hangs. Any other exception escapes to atheris, which
@@ -35,7 +35,16 @@ How each input is used:
   2**32, 2**64, 10**400, ``1e400``, ``1e39``) and optionally repairs the hashes and ids that
   would otherwise stop the load early (``weights.sha256``, member SHA-256s and sizes,
   ``artifact_id``/``checkpoint_id``), or replaces the manifest with raw fuzzer text; so the
-  manifest validators are fuzzed directly, past the CRC and SHA-256 checks.
+  manifest validators are fuzzed directly, past the CRC and SHA-256 checks. For
+  ``tokenizer_json`` (a Hugging Face tokenizer.json, read as
+  ``PretrainedTokenizer.from_tokenizer_json`` reads the file's bytes) it starts from a valid
+  byte-level or SentencePiece-style document and makes format-aware edits (merges of
+  existing tokens whose concatenation becomes a token, tokens at the next, a taken or an odd
+  id, added tokens new, repeating a vocab entry or clashing, another pre-tokenizer or
+  normalizer, model flags), or generic JSON-tree edits, sometimes writes one key twice, or
+  uses raw fuzzer bytes; an accepted file's tokenizer must encode and decode fixed texts
+  (ids in range; decode(encode(text)) == text where the vocabulary makes that hold), and
+  rebuild from its state (as ``load_huggingface`` does with tokenizer_config.json's bos/eos).
 
 Known, already-reported bugs can be skipped so that a long run goes on past them: set
 ``RIFTCO_FUZZ_IGNORE`` to a comma-separated list of ids from ``KNOWN_BUGS`` (or ``all``).
@@ -69,6 +78,11 @@ with atheris.instrument_imports():
     )
     from riftco_transformer.interchange.safetensors import encode_safetensors, parse_safetensors
     from riftco_transformer.native import RiftcoTransformerError
+    from riftco_transformer._container import strict_json
+    from riftco_transformer.native.pretrained_tokenizer import (
+        TOKEN_TYPE_VALUES,
+        PretrainedTokenizer,
+    )
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_seeds  # noqa: E402  (after instrumentation; imports riftco_transformer lazily)
@@ -682,6 +696,283 @@ def check_tokenizer_state(case) -> None:
         assert tokenizer.decode_bytes(ids) == sample, "decode(encode(b)) != b"
 
 
+# ---- target: tokenizer_json (Hugging Face tokenizer.json) -------------------------------------
+
+TOKENIZER_JSON_SOURCE = "<fuzz>/tokenizer.json"
+_TOKENIZER_JSONS: list[dict] = []  # valid parsed documents (make_seeds.tokenizer_json_documents)
+
+# Texts every accepted tokenizer encodes (both special-token modes) and decodes: ASCII,
+# multilingual, special-token-like text, and runs longer than 48 symbols (the merger's heap).
+TOKENIZER_TEXTS = [
+    "",
+    "hello world, the quick brown fox. It's 123 o'clock\n\tand  spaces \r\n",
+    "Gr\u00fc\u00dfe \u2014 \u00bd \u0663 \u041f\u0440\u0438\u0432\u0435\u0442 \u4e16\u754c "
+    "\U0001d518 \U0001f642\U0001f44d\U0001f3fd e\u0301",
+    "<|endoftext|><|im_start|>user\nhi<|im_end|><s></s><unk><tool> <0x41>\u2581the \u0120the",
+    "hellothe" * 8,
+    " hello the world" * 4,
+    "\x00nul\x7f\x01",
+]
+PRE_TOKENIZERS = [
+    None,
+    {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+    {"type": "ByteLevel"},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": make_seeds._SPLIT_LLAMA3}, "behavior": "Isolated"},
+        {"type": "ByteLevel", "use_regex": False}]},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": make_seeds._SPLIT_QWEN2}}, {"type": "ByteLevel"}]},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"String": " "}}, {"type": "ByteLevel"}]},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": make_seeds._SPLIT_LLAMA3}},
+        {"type": "Split", "pattern": {"Regex": make_seeds._SPLIT_QWEN2}}, {"type": "ByteLevel"}]},
+    {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                           {"type": "ByteLevel"}]},
+    {"type": "Sequence", "pretokenizers": []},
+    {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True},
+    {"type": "Metaspace", "prepend_scheme": "first"},
+    {"type": "Metaspace", "prepend_scheme": "never", "add_prefix_space": False},
+    {"type": "Whitespace"},
+    {"type": "Sequence"},
+    {"type": 1},
+]
+NORMALIZERS = [
+    None,
+    {"type": "Prepend", "prepend": "\u2581"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                         {"type": "Replace", "pattern": {"String": " "},
+                                          "content": "\u2581"}]},
+    {"type": "NFC"},
+    {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"kind": "Prepend"}]},
+    {"type": "Sequence", "normalizers": "Prepend"},
+]
+TOKEN_TEXTS = ["<0x41>", "<0xZZ>", "<0x4>", "<0x100>", "<unk>", "<s>", "\u2581", "\u2581x",
+               "\u0120", "\u0120x", "\u010a", "a", "<|x|>", "\ud800", "", " ", "a b", "\u00e9",
+               "\x00", "\U0001f642", "<|endoftext|>", "\u0100\u0100"]
+
+
+def _vocab_of(document):
+    model = document.get("model") if isinstance(document, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    return model, vocab
+
+
+def _some_token(fdp: atheris.FuzzedDataProvider, vocab) -> str:
+    """A token text: usually one of ``vocab``'s (late entries favoured: merges and specials)."""
+    texts = list(vocab) if isinstance(vocab, dict) and vocab else []
+    choice = fdp.ConsumeIntInRange(0, 7)
+    if texts and choice <= 2:
+        return texts[-1 - fdp.ConsumeIntInRange(0, min(len(texts), 40) - 1)]
+    if texts and choice <= 4:
+        return texts[fdp.ConsumeIntInRange(0, len(texts) - 1)]
+    if choice == 5:
+        return fdp.ConsumeUnicode(fdp.ConsumeIntInRange(1, 6))
+    return fdp.PickValueInList(TOKEN_TEXTS)
+
+
+def _some_id(fdp: atheris.FuzzedDataProvider, size: int):
+    """A token id: the next free one mostly, else a taken, skipped, huge or mistyped one."""
+    choice = fdp.ConsumeIntInRange(0, 7)
+    if choice <= 3:
+        return size
+    if choice == 4 and size:
+        return fdp.ConsumeIntInRange(0, size - 1)
+    return fdp.PickValueInList([size + 1, -1, 2**32 - 2, 2**32 - 1, 2**32, 2**64, "7", True,
+                                1.0, None, Raw("1e400"), float(size)])
+
+
+def _tokenizer_edit(fdp: atheris.FuzzedDataProvider, document: dict) -> None:
+    """One edit that knows the format (each one valid more often than not)."""
+    model, vocab = _vocab_of(document)
+    if not isinstance(vocab, dict) or not isinstance(model, dict):
+        document.update(model={"type": "BPE", "vocab": {"a": 0}, "merges": []})
+        return
+    added = document.get("added_tokens")
+    if not isinstance(added, list):
+        added = document["added_tokens"] = []
+    merges = model.get("merges")
+    if not isinstance(merges, list):
+        merges = model["merges"] = []
+    size = len(vocab) + sum(1 for entry in added if isinstance(entry, dict)
+                            and isinstance(entry.get("content"), str)
+                            and entry["content"] not in vocab)
+    operation = fdp.ConsumeIntInRange(0, 12)
+    if operation <= 2:  # a merge of two tokens whose concatenation is (made) a token
+        left, right = _some_token(fdp, vocab), _some_token(fdp, vocab)
+        if fdp.ConsumeIntInRange(0, 3) != 3 and left + right not in vocab:
+            vocab[left + right] = _some_id(fdp, size)
+        merge = [left, right] if fdp.ConsumeBool() else f"{left} {right}"
+        merges.insert(fdp.ConsumeIntInRange(0, len(merges)), merge)
+    elif operation == 3:  # a token
+        vocab[_some_token(fdp, vocab)] = _some_id(fdp, size)
+    elif operation == 4 and vocab:  # drop a token (perhaps one a merge needs)
+        del vocab[list(vocab)[fdp.ConsumeIntInRange(0, len(vocab) - 1)]]
+    elif operation == 5 and len(vocab) >= 2:  # two tokens swap ids (still dense)
+        texts = list(vocab)
+        first = texts[fdp.ConsumeIntInRange(0, len(texts) - 1)]
+        second = texts[fdp.ConsumeIntInRange(0, len(texts) - 1)]
+        vocab[first], vocab[second] = vocab[second], vocab[first]
+    elif operation == 6:  # an added token: new, repeating a vocab entry, or clashing
+        content = _some_token(fdp, vocab)
+        if content in vocab and fdp.ConsumeIntInRange(0, 2) != 2:
+            index = vocab[content]
+        else:
+            index = _some_id(fdp, size)
+        entry = {"id": index, "content": content}
+        special = fdp.PickValueInList([True, False, None, "yes", 1, "absent"])
+        if special != "absent":
+            entry["special"] = special
+        added.insert(fdp.ConsumeIntInRange(0, len(added)), entry)
+    elif operation == 7 and merges:  # a merge repeated, dropped or moved
+        index = fdp.ConsumeIntInRange(0, len(merges) - 1)
+        kind = fdp.ConsumeIntInRange(0, 2)
+        if kind == 0:
+            merges.append(merges[index])
+        elif kind == 1:
+            del merges[index]
+        else:
+            merges.insert(0, merges.pop(index))
+    elif operation == 8:
+        document["pre_tokenizer"] = json.loads(json.dumps(fdp.PickValueInList(PRE_TOKENIZERS)))
+    elif operation == 9:
+        document["normalizer"] = json.loads(json.dumps(fdp.PickValueInList(NORMALIZERS)))
+    elif operation == 10:
+        model[fdp.PickValueInList(["byte_fallback", "ignore_merges", "unk_token", "type"])] = \
+            fdp.PickValueInList([True, False, None, "true", "<unk>", "<s>", "missing", 0, "BPE",
+                                 "WordPiece", "Unigram", _some_token(fdp, vocab)])
+    elif operation == 11:  # one token text on a byte-level / SentencePiece boundary
+        vocab[fdp.PickValueInList(TOKEN_TEXTS)] = _some_id(fdp, size)
+    else:  # a subtree of the document edited generically
+        mutate_tree(fdp, fdp.PickValueInList([document, model, added, merges,
+                                              document.get("pre_tokenizer") or {}]))
+
+
+class _Pairs(list):
+    """A JSON object written from (key, value) pairs, so a key can appear twice."""
+
+
+def _dump_with_pairs(value, canonical: bool, ascii_only: bool) -> str:
+    if isinstance(value, _Pairs):
+        comma, colon = (",", ":") if canonical else (", ", ": ")
+        return "{" + comma.join(json.dumps(key, ensure_ascii=ascii_only) + colon
+                                + _dump_with_pairs(item, canonical, ascii_only)
+                                for key, item in value) + "}"
+    if isinstance(value, dict) and any(isinstance(item, (_Pairs, dict, list))
+                                       for item in value.values()):
+        return _dump_with_pairs(_Pairs(value.items()), canonical, ascii_only)
+    if isinstance(value, list) and any(isinstance(item, (_Pairs, dict, list)) for item in value):
+        comma = "," if canonical else ", "
+        return "[" + comma.join(_dump_with_pairs(item, canonical, ascii_only)
+                                for item in value) + "]"
+    return dump_json(value, canonical, ascii_only)
+
+
+def _duplicate_a_key(fdp: atheris.FuzzedDataProvider, document):
+    """``document`` with one object's key written twice (the second with another value)."""
+    objects = [(container, key) for container, key in _nodes(document, 600)
+               if isinstance(container[key], dict) and container[key]]
+    if not objects:
+        return document
+    container, key = objects[fdp.ConsumeIntInRange(0, len(objects) - 1)]
+    pairs = _Pairs(container[key].items())
+    name = pairs[fdp.ConsumeIntInRange(0, len(pairs) - 1)][0]
+    pairs.insert(fdp.ConsumeIntInRange(0, len(pairs)), (name, fuzz_json(fdp)))
+    container[key] = pairs
+    return document
+
+
+def _tokenizer_json_case(fdp: atheris.FuzzedDataProvider) -> bytes:
+    sample = _TOKENIZER_JSONS[fdp.ConsumeIntInRange(0, len(_TOKENIZER_JSONS) - 1)]
+    document = json.loads(json.dumps(sample))  # a copy to edit
+    mode = fdp.ConsumeIntInRange(0, 15)
+    if mode == 0:  # the file's bytes
+        return mutate_bytes(fdp, json.dumps(document).encode("utf-8"))
+    if mode == 1:  # raw fuzzer text
+        return fdp.ConsumeBytes(fdp.remaining_bytes())
+    if mode <= 4:  # generic JSON-tree edits
+        document = mutate_tree(fdp, document)
+    else:  # format-aware edits, sometimes followed by generic ones
+        for _ in range(fdp.ConsumeIntInRange(1, 6)):
+            if isinstance(document, dict):
+                _tokenizer_edit(fdp, document)
+        if fdp.ConsumeIntInRange(0, 7) == 7:
+            document = mutate_tree(fdp, document)
+    if fdp.ConsumeIntInRange(0, 15) == 15:
+        document = _duplicate_a_key(fdp, document)
+    text = _dump_with_pairs(document, fdp.ConsumeBool(), fdp.ConsumeBool())
+    data = text.encode("utf-8", "surrogatepass")
+    if fdp.ConsumeIntInRange(0, 15) == 15:
+        data = mutate_bytes(fdp, data, 3)
+    return data
+
+
+def tokenizer_json_input(data: bytes) -> bytes:
+    if data[:1] == b"{":  # raw JSON mode: the file's bytes as they are
+        return data
+    return _tokenizer_json_case(atheris.FuzzedDataProvider(data))
+
+
+_BYTE_SYMBOLS = make_seeds.byte_level_alphabet()
+
+
+def _must_round_trip(state: dict) -> bool:
+    """Whether decode(encode(text)) == text must hold (the rule of tools/fuzz/gguf_fuzzer.cpp,
+    a little stricter): byte-level BPE whose 256 byte symbols are normal tokens and whose
+    merges all give normal tokens; SentencePiece with all 256 byte tokens, no dummy prefix and
+    U+2581 a normal token, for text without U+2581 (a space is encoded as U+2581, which a
+    normal token decodes as a space but byte tokens as U+2581 itself: without a normal U+2581
+    token a space comes back as U+2581, as the tokenizers package gives it when the
+    vocabulary has no U+2581)."""
+    types = state["token_types"]
+    ids = {text: index for index, text in enumerate(state["tokens"])}
+
+    def typed(text: str, kind: str) -> bool:
+        return text in ids and types[ids[text]] == TOKEN_TYPE_VALUES[kind]
+
+    if state["model"] == "byte_level_bpe":
+        return (all(typed(symbol, "normal") for symbol in _BYTE_SYMBOLS)
+                and all(typed(merge.replace(" ", "", 1), "normal") for merge in state["merges"]))
+    return (not state["add_dummy_prefix"] and typed("\u2581", "normal")
+            and all(typed(f"<0x{byte:02X}>", "byte") for byte in range(256)))
+
+
+def check_tokenizer_json(data: bytes) -> None:
+    """What ``PretrainedTokenizer.from_tokenizer_json`` does once it has read the file."""
+    try:
+        document = strict_json(data, TOKENIZER_JSON_SOURCE)
+        tokenizer = PretrainedTokenizer.from_tokenizer_document(document, TOKENIZER_JSON_SOURCE)
+    except ValueError as error:
+        message = str(error)
+        assert message.startswith(TOKENIZER_JSON_SOURCE + ": "), f"not naming the file: {message}"
+        return
+    with tokenizer:
+        size = tokenizer.vocabulary_size
+        state = tokenizer.state()
+        assert len(state["tokens"]) == size and len(state["token_types"]) == size
+        exact = _must_round_trip(state)
+        texts = TOKENIZER_TEXTS + state["tokens"][-8:]
+        for text in texts:
+            for special in (True, False):
+                ids = tokenizer.encode(text, special)
+                assert all(0 <= index < size for index in ids), (text, ids, size)
+                decoded = tokenizer.decode_bytes(ids)
+                tokenizer.decode(ids)
+                if exact and (state["model"] == "byte_level_bpe" or "\u2581" not in text):
+                    assert decoded == text.encode("utf-8"), \
+                        f"decode(encode({text!r}, special={special})) = {decoded!r}"
+        tokenizer.control_tokens()
+        # load_huggingface rebuilds the tokenizer from its state with tokenizer_config.json's
+        # bos/eos: the state must build again, to the same tokenizer.
+        wanted = {**state, "bos_id": 0 if size else None, "eos_id": size - 1 if size else None}
+        with PretrainedTokenizer.from_state(wanted) as again:
+            assert again.state() == wanted, "from_state(state()) changed the tokenizer"
+            for text in texts[1:4]:
+                assert again.encode(text) == tokenizer.encode(text), \
+                    f"from_state(state()) encodes {text!r} differently"
+
+
 # ---- main -------------------------------------------------------------------------------------
 
 # target -> (fuzzer bytes -> loader input, loader input -> None or an escaping exception)
@@ -691,6 +982,7 @@ TARGETS = {
     "safetensors": (safetensors_input, check_safetensors),
     "jsonl": (jsonl_input, check_jsonl),
     "tokenizer_state": (tokenizer_state_input, check_tokenizer_state),
+    "tokenizer_json": (tokenizer_json_input, check_tokenizer_json),
 }
 
 
@@ -705,6 +997,8 @@ def _prepare(target: str) -> None:
         )
     elif target == "safetensors":
         _SAFETENSORS.extend(data for _, data in make_seeds.safetensors_samples())
+    elif target == "tokenizer_json":
+        _TOKENIZER_JSONS.extend(document for _, document in make_seeds.tokenizer_json_documents())
 
 
 def main() -> None:

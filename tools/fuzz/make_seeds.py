@@ -16,9 +16,16 @@ accepts, all made by the package itself (so they are valid by construction):
 - ``safetensors``: files from :func:`encode_safetensors` (several tensors, metadata, a 0-d
   and a zero-size tensor, an empty file);
 - ``jsonl``: instruction JSONL texts of both shapes;
-- ``tokenizer_state``: tokenizer states as JSON (byte and BPE).
+- ``tokenizer_state``: tokenizer states as JSON (byte and BPE);
+- ``tokenizer_json``: Hugging Face ``tokenizer.json`` files with a BPE model, written here
+  (the ``tokenizers`` package is not needed): byte-level ones with each supported
+  pre-tokenizer (GPT-2's ByteLevel, Llama 3's and Qwen 2's Split regexes, SmolLM's Digits),
+  merges as "left right" strings or as pairs, added special and non-special tokens (one also
+  in ``model.vocab``), and SentencePiece-style ones (``byte_fallback``, the 256 ``<0xXX>``
+  tokens, ``<unk>``) with Llama 2's Prepend normalizer, Gemma's Replace only, and an older
+  file's Metaspace pre-tokenizer.
 
-The functions ``bundle_samples()`` ... ``tokenizer_state_samples()`` return the same data as
+The functions ``bundle_samples()`` ... ``tokenizer_json_samples()`` return the same data as
 ``(name, bytes)`` pairs; the fuzz harness imports them to get valid samples to mutate.
 Everything is deterministic: running the script twice writes the same bytes.
 """
@@ -169,12 +176,123 @@ def tokenizer_state_samples() -> list[tuple[str, bytes]]:
     return [(f"{name}.json", json.dumps(state).encode("utf-8")) for name, state in states]
 
 
+def byte_level_alphabet() -> list[str]:
+    """GPT-2's byte-level alphabet: the character standing for each byte (printable Latin-1
+    bytes stand for themselves, the others for U+0100 onwards, in byte order)."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+    extra = iter(range(0x100, 0x200))
+    return [chr(byte) if byte in printable else chr(next(extra)) for byte in range(256)]
+
+
+# Merges over GPT-2 symbols ("\u0120" is the byte-level space): each part is a byte symbol or an
+# earlier merge's result.
+_BYTE_LEVEL_MERGES = [
+    ("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("\u0120", "t"), ("\u0120t", "h"),
+    ("\u0120th", "e"), ("o", "r"), ("w", "or"), ("wor", "l"), ("worl", "d"), ("\u0120", "wor"),
+    ("1", "2"), ("12", "3"), ("\u0120", "\u0120"),
+]
+_SPLIT_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_SPLIT_QWEN2 = _SPLIT_LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def _byte_level_document(pre_tokenizer: dict, pairs: bool, ignore_merges: bool = False) -> dict:
+    vocab = {symbol: byte for byte, symbol in enumerate(byte_level_alphabet())}
+    for left, right in _BYTE_LEVEL_MERGES:
+        vocab[left + right] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)  # also an added token (real files list it twice)
+    end = vocab["<|endoftext|>"]
+    model = {
+        "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+        "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+        "ignore_merges": ignore_merges, "vocab": vocab,
+        "merges": [[left, right] if pairs else f"{left} {right}"
+                   for left, right in _BYTE_LEVEL_MERGES],
+    }
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [
+            {"id": end, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": False, "special": True},
+            {"id": end + 1, "content": "<|im_start|>", "special": True},
+            {"id": end + 2, "content": "<|im_end|>", "special": True},
+            {"id": end + 3, "content": "<tool>", "special": False},
+        ],
+        "normalizer": None, "pre_tokenizer": pre_tokenizer,
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": model,
+    }
+
+
+def _split_then_byte_level(regex: str) -> dict:
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ]}
+
+
+def _sentencepiece_document(normalizer, pre_tokenizer) -> dict:
+    words = ["\u2581", "h", "e", "l", "o", "t", "w", "r", "d", "he", "ll", "hell", "hello",
+             "\u2581hello", "\u2581t", "\u2581th", "\u2581the", "or", "wor", "\u2581wor"]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{byte:02X}>" for byte in range(256)), *words]
+    merges = ["h e", "l l", "he ll", "hell o", "\u2581 hello", "\u2581 t", "\u2581t h",
+              "\u2581th e", "o r", "w or", "\u2581 wor"]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": index, "content": text, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for index, text in enumerate(tokens[:3])],
+        "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": {text: index for index, text in enumerate(tokens)}, "merges": merges},
+    }
+
+
+def tokenizer_json_documents() -> list[tuple[str, dict]]:
+    """Valid tokenizer.json documents (parsed), one per supported shape."""
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    prepend = {"type": "Prepend", "prepend": "\u2581"}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    return [
+        ("byte_level_gpt2", _byte_level_document(byte_level, pairs=False)),
+        ("byte_level_llama3", _byte_level_document(_split_then_byte_level(_SPLIT_LLAMA3),
+                                                   pairs=True, ignore_merges=True)),
+        ("byte_level_qwen2", _byte_level_document(_split_then_byte_level(_SPLIT_QWEN2),
+                                                  pairs=False)),
+        ("byte_level_smollm", _byte_level_document({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}, byte_level]}, pairs=True)),
+        ("sentencepiece_llama2", _sentencepiece_document(
+            {"type": "Sequence", "normalizers": [prepend, replace]}, None)),
+        ("sentencepiece_gemma", _sentencepiece_document(replace, None)),
+        ("sentencepiece_metaspace", _sentencepiece_document(None, {
+            "type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True,
+            "prepend_scheme": "always"})),
+    ]
+
+
+def tokenizer_json_samples() -> list[tuple[str, bytes]]:
+    return [(f"{name}.json", json.dumps(document, indent=1).encode("utf-8"))
+            for name, document in tokenizer_json_documents()]
+
+
 SAMPLES = {
     "bundle": bundle_samples,
     "checkpoint": checkpoint_samples,
     "safetensors": safetensors_samples,
     "jsonl": jsonl_samples,
     "tokenizer_state": tokenizer_state_samples,
+    "tokenizer_json": tokenizer_json_samples,
 }
 
 

@@ -19,7 +19,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 python=${RIFTCO_TRANSFORMER_ORACLE_PYTHON:-$HOME/.cache/riftco-transformer/oracle-venv/bin/python}
 seconds=${FUZZ_SECONDS:-20}
-targets=${FUZZ_TARGETS:-bundle checkpoint safetensors jsonl tokenizer_state}
+targets=${FUZZ_TARGETS:-bundle checkpoint safetensors jsonl tokenizer_state tokenizer_json}
 
 case $seconds in
   '' | *[!0-9]*) echo "FUZZ_SECONDS must be a whole number of seconds, got '$seconds'" >&2; exit 2 ;;
