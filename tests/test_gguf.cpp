@@ -199,6 +199,19 @@ Bytes zero_q4_0_block() {
     return block;
 }
 
+// Appends a Q8_0 tensor `name` with GGUF dims {ne0, rows} at the end of the data: block b
+// has d = 1 (F16 0x3C00) and every q = quant(b).
+template <typename Quant>
+void append_q8_0_tensor(TestFile& file, const std::string& name, std::uint64_t ne0,
+                        std::uint64_t rows, const Quant& quant) {
+    file.tensors.push_back({name, {ne0, rows}, 8, file.data.size()});
+    for (std::size_t b = 0; b < ne0 * rows / 32; ++b) {
+        file.data.push_back(0x00);
+        file.data.push_back(0x3C);
+        file.data.insert(file.data.end(), 32, static_cast<std::uint8_t>(quant(b)));
+    }
+}
+
 // A valid file: two tensors, a few metadata entries of several kinds.
 TestFile valid_file() {
     TestFile file;
@@ -933,13 +946,9 @@ TEST_F(Gguf, DequantizesRowsInOrderAcrossManyThreadedChunks) {
     TestFile file;
     const std::uint64_t ne0 = 2048;
     const std::uint64_t rows = 96;
-    file.tensors.push_back({"w", {ne0, rows}, 8, 0});
-    for (std::size_t b = 0; b < ne0 * rows / 32; ++b) {
-        file.data.push_back(0x00);
-        file.data.push_back(0x3C);
-        const auto q = static_cast<std::int8_t>(static_cast<int>(b % 200) - 100);
-        file.data.insert(file.data.end(), 32, static_cast<std::uint8_t>(q));
-    }
+    append_q8_0_tensor(file, "w", ne0, rows, [](std::size_t b) {
+        return static_cast<std::int8_t>(static_cast<int>(b % 200) - 100);
+    });
     const GgufFile gguf = open_bytes(file.encode());
     const std::vector<float> values = gguf.dequantize(gguf.tensor("w"));
     ASSERT_EQ(values.size(), ne0 * rows);
@@ -1001,14 +1010,9 @@ TEST_F(Gguf, AFileThatShrinksWhileLoadingNeverKillsTheProcess) {
         entry("tokenizer.chat_template", 8, encoded_string(std::string(3U << 20U, 'x'))));
     const std::uint64_t ne0 = 4096;
     const std::uint64_t rows = 64;
-    file.tensors.push_back({"w", {ne0, rows}, 8, 0});
-    for (std::size_t b = 0; b < ne0 * rows / 32; ++b) {
-        file.data.push_back(0x00);
-        file.data.push_back(0x3C);
-        file.data.insert(file.data.end(), 32, static_cast<std::uint8_t>(b % 7));
-    }
-    file.tensors.push_back({"v", {ne0, rows}, 8, file.data.size()});
-    file.data.insert(file.data.end(), file.data.begin(), file.data.end());
+    const auto seventh = [](std::size_t b) { return static_cast<std::int8_t>(b % 7); };
+    append_q8_0_tensor(file, "w", ne0, rows, seventh);
+    append_q8_0_tensor(file, "v", ne0, rows, seventh);
     const Bytes bytes = file.encode();
     const std::filesystem::path path = directory_ / "shrinking.gguf";
 

@@ -21,7 +21,7 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 # ---- canonical JSON ------------------------------------------------------------------------
@@ -101,6 +101,21 @@ _VERSION = 20  # "2.0": stored members, made on MS-DOS attributes (host 0)
 _DOS_TIME = 0
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01
 _LIMIT = 0xFFFFFFFF
+
+
+def json_kind(value: object, describe: Callable[[object], str] = repr) -> str:
+    """What a parsed JSON value is, for an error message: ``null``, ``a boolean (true)``,
+    ``a number (<describe(value)>)``, ``a string (<describe(value)>)``, ``an array`` or
+    ``an object``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, (int, float)):
+        return f"a number ({describe(value)})"
+    if isinstance(value, str):
+        return f"a string ({describe(value)})"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def write_stored_zip(stream: BinaryIO, members: Sequence[tuple[str, object]]) -> None:

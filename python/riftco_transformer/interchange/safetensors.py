@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from .._container import DuplicateKeyError, NonStandardConstantError, reject_constant, unique_keys
+from .._container import (
+    DuplicateKeyError,
+    NonStandardConstantError,
+    json_kind,
+    reject_constant,
+    unique_keys,
+)
 from .._files import atomic_write
 
 SAFETENSORS_MAXIMUM_TENSORS = 8192
@@ -549,18 +555,8 @@ def _is_json_integer(value: object) -> bool:
 
 
 def _json_type(value: object) -> str:
-    """What a JSON value is, for an error message."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, (int, float)):
-        return f"a number ({_describe(value)})"
-    if isinstance(value, str):
-        return f"a string ({_describe(value)})"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
+    """What a JSON value is, for an error message (values shown by _describe)."""
+    return json_kind(value, _describe)
 
 
 def _fail(source: str, message: str) -> NoReturn:

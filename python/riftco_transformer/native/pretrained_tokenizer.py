@@ -14,7 +14,7 @@ import threading
 from array import array
 from collections.abc import Sequence
 
-from .._container import strict_json
+from .._container import json_kind, strict_json
 from ._abi import (
     STATUS_INVALID_ARGUMENT,
     STATUS_OUT_OF_RANGE,
@@ -45,16 +45,8 @@ _SPLIT_PATTERNS = {
 
 
 def _json_kind(value: object) -> str:
-    """What a JSON value is, for an error message."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, (int, float)):
-        return f"a number ({describe_value(value)})"
-    if isinstance(value, str):
-        return f"a string ({describe_value(value)})"
-    return "an array" if isinstance(value, list) else "an object"
+    """What a JSON value is, for an error message (values shown by describe_value)."""
+    return json_kind(value, describe_value)
 
 
 class _TokenizerDocument:
