@@ -54,6 +54,7 @@ Nothing is returned half-loaded: on any error the model and tokenizer are closed
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
@@ -735,7 +736,8 @@ def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None) -> None:
 
 class _mapped:
     """A file's byte ranges as writable memoryviews (so ctypes reads them in place):
-    ``view[begin:end]`` reads that range with ``os.preadv`` into a buffer this object reuses,
+    ``view[begin:end]`` reads that range (unbuffered ``readinto``) into a buffer this object
+    reuses,
     so a view is valid until the next slice of the same object. ``len(view)`` is the file's
     size when it was opened. A file that shrinks while it is read (a copy or a download over it
     during start-up) ends a read early, which is a ValueError naming the file and the range,
@@ -744,19 +746,19 @@ class _mapped:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._descriptor = -1
+        self._file: io.FileIO | None = None
         self._size = 0
         self._buffer = bytearray()
 
     def __enter__(self) -> _mapped:
-        self._descriptor = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self._size = os.fstat(self._descriptor).st_size
+        self._file = io.FileIO(self._path, "r")
+        self._size = os.fstat(self._file.fileno()).st_size
         return self
 
     def __exit__(self, *exception_info) -> None:
-        if self._descriptor >= 0:
-            os.close(self._descriptor)
-            self._descriptor = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __len__(self) -> int:
         return self._size
@@ -770,9 +772,10 @@ class _mapped:
             self._buffer = bytearray(size)  # a new buffer: views of the old one stay valid
         view = memoryview(self._buffer)[:size]
         done = 0
+        self._file.seek(begin)
         while done < size:
-            got = os.preadv(self._descriptor, [view[done:]], begin + done)
-            if got == 0:
+            got = self._file.readinto(view[done:])
+            if not got:
                 raise ValueError(f"{self._path}: the file shrank while it was being read: "
                                  f"bytes [{begin}, {end}) end at {begin + done}")
             done += got
