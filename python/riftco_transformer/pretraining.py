@@ -429,17 +429,18 @@ def _require_same_run_on_every_rank(data_parallel, config: PretrainingConfig, tr
 
 def _new_model(tokenizer: Tokenizer, config: PretrainingConfig):
     """The model to pretrain: the GPT decoder, or the rotary family's preset of the same size."""
+    # The sizes both decoders take under the same names.
+    sizes = dict(
+        vocabulary_size=tokenizer.vocab_size,
+        maximum_context=config.context_size,
+        model_width=config.model_width,
+        block_count=config.block_count,
+        feed_forward_width=config.feed_forward_width,
+        random_seed=config.random_seed,
+    )
     if config.architecture == "gpt2":
         return DecoderOnlyTransformer(
-            TransformerConfig(
-                vocabulary_size=tokenizer.vocab_size,
-                maximum_context=config.context_size,
-                model_width=config.model_width,
-                head_count=config.head_count,
-                block_count=config.block_count,
-                feed_forward_width=config.feed_forward_width,
-                random_seed=config.random_seed,
-            ),
+            TransformerConfig(head_count=config.head_count, **sizes),
             config.attention,
             config.activation_checkpointing,
         )
@@ -447,16 +448,11 @@ def _new_model(tokenizer: Tokenizer, config: PretrainingConfig):
               else None)
     family = LlamaMistralConfig.preset(
         config.architecture,
-        vocabulary_size=tokenizer.vocab_size,
-        maximum_context=config.context_size,
-        model_width=config.model_width,
         query_head_count=config.head_count,
         key_value_head_count=config.head_count,
-        block_count=config.block_count,
-        feed_forward_width=config.feed_forward_width,
         sliding_window=window,
         tie_embeddings=config.architecture == "gemma3",
-        random_seed=config.random_seed,
+        **sizes,
     )
     return LlamaMistralTransformer(family, config.attention, config.activation_checkpointing)
 
