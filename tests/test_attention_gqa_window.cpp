@@ -57,7 +57,9 @@ struct Reference {
 // of batch b, key/value head h/(Hq/Hkv); P = softmax over the visible keys of
 // S = QKᵀ/√d; O = PV; and, for the upstream G: dV_j = Σ_t P_tj·G_t; dP_tj = G_t·V_j;
 // dS = P ⊙ (dP − rowsum(P ⊙ dP)); dQ_t = Σ_j dS_tj·K_j/√d; dK_j = Σ_t dS_tj·Q_t/√d.
-Reference reference_attention(const Problem& p, const Inputs& in) {
+// Under a soft cap c > 0 (Gemma 2) the scores are c·tanh(s/c) and dS is multiplied by the
+// cap's derivative 1 − tanh²(s/c), written here from the chain rule.
+Reference reference_attention(const Problem& p, const Inputs& in, double softcap = 0.0) {
     const std::size_t T = p.time;
     const std::size_t d = p.width;
     const std::size_t group = p.query_heads / p.key_value_heads;
@@ -73,14 +75,21 @@ Reference reference_attention(const Problem& p, const Inputs& in) {
                 const std::size_t first = p.window == 0 || t < p.window ? 0 : t + 1 - p.window;
                 const std::size_t count = t + 1 - first;
                 std::vector<double> probability(count);
+                std::vector<double> cap_slope(count, 1.0);
                 double max = -std::numeric_limits<double>::infinity();
                 for (std::size_t j = first; j <= t; ++j) {
                     double dot = 0.0;
                     for (std::size_t i = 0; i < d; ++i)
                         dot +=
                             static_cast<double>(in.q[qbase + t * d + i]) * in.k[kbase + j * d + i];
-                    probability[j - first] = dot * scale;
-                    max = std::max(max, dot * scale);
+                    double score = dot * scale;
+                    if (softcap > 0.0) {
+                        const double tanh_value = std::tanh(score / softcap);
+                        score = softcap * tanh_value;
+                        cap_slope[j - first] = 1.0 - tanh_value * tanh_value;
+                    }
+                    probability[j - first] = score;
+                    max = std::max(max, score);
                 }
                 double total = 0.0;
                 for (double& value : probability)
@@ -102,8 +111,9 @@ Reference reference_attention(const Problem& p, const Inputs& in) {
                     row_dot += pj * dp;
                 }
                 for (std::size_t j = first; j <= t; ++j) {
-                    const double ds =
-                        probability[j - first] * (d_probability[j - first] - row_dot) * scale;
+                    const double ds = probability[j - first] *
+                                      (d_probability[j - first] - row_dot) * scale *
+                                      cap_slope[j - first];
                     for (std::size_t i = 0; i < d; ++i) {
                         out.query_gradient[qbase + t * d + i] += ds * in.k[kbase + j * d + i];
                         out.key_gradient[kbase + j * d + i] += ds * in.q[qbase + t * d + i];
@@ -412,6 +422,155 @@ TEST(FlashGroupedWindowedAttention, WindowedGroupedFlashKeepsNoQuadraticBuffer) 
     sum(out).backward();
     const std::size_t peak_extra = cpu_memory_statistics().peak_live_bytes - before;
     EXPECT_LT(peak_extra, std::size_t{1} << 20U) << peak_extra;
+}
+
+
+// Gemma 2's attention-logit soft cap: scores c·tanh(s/c) in the forward, the cap's derivative in
+// the VJP, on every GQA ratio and window, against the double reference; a cap of 1 with scores
+// of several units makes the cap far from the identity.
+TEST(FlashGroupedWindowedAttention, SoftCappedForwardAndGradientsMatchTheDoubleReference) {
+    std::uint32_t seed = 500;
+    for (const std::size_t kv_heads : {std::size_t{2}, std::size_t{6}}) {
+        for (const std::size_t window : {std::size_t{0}, std::size_t{3}, std::size_t{70}}) {
+            for (const float cap : {1.0F, 50.0F}) {
+                const Problem p{2, 6, kv_heads, 150, 16, window};
+                SCOPED_TRACE(describe(p) + " cap=" + std::to_string(cap));
+                const Inputs in = make_inputs(p, seed += 7);
+                const Tensor q(p.query_shape(), in.q), k(p.key_shape(), in.k),
+                    v(p.key_shape(), in.v);
+                const tensor_ops::FlashAttentionResult forward =
+                    tensor_ops::flash_attention(q, k, v, {.window = p.window, .softcap = cap});
+                EXPECT_EQ(forward.options.softcap, cap);
+                const tensor_ops::FlashAttentionGradients gradients =
+                    tensor_ops::flash_attention_backward(q, k, v, forward,
+                                                         Tensor(p.query_shape(), in.upstream));
+                const Reference expected = reference_attention(p, in, cap);
+                EXPECT_TRUE(testing::all_close(forward.context, expected.context, 3e-5, 0.0));
+                EXPECT_TRUE(
+                    testing::all_close(gradients.query, expected.query_gradient, 5e-5, 0.0));
+                EXPECT_TRUE(testing::all_close(gradients.key, expected.key_gradient, 5e-5, 0.0));
+                EXPECT_TRUE(
+                    testing::all_close(gradients.value, expected.value_gradient, 5e-5, 0.0));
+                if (cap == 1.0F) {
+                    // The cap bites: the uncapped reference is far away.
+                    const Reference uncapped = reference_attention(p, in);
+                    EXPECT_FALSE(testing::all_close(forward.context, uncapped.context, 1e-2, 0.0));
+                }
+            }
+        }
+    }
+}
+
+TEST(FlashGroupedWindowedAttention, SoftCappedGradientsMatchCentredFiniteDifferences) {
+    const Problem p{1, 4, 2, 7, 4, 3};
+    const Inputs in = make_inputs(p, 61);
+    const float cap = 0.8F;
+    Variable q(Tensor(p.query_shape(), in.q)), k(Tensor(p.key_shape(), in.k)),
+        v(Tensor(p.key_shape(), in.v));
+    sum(flash_attention(q, k, v, {.window = p.window, .softcap = cap}) *
+        Variable(Tensor(p.query_shape(), in.upstream), false))
+        .backward();
+    const auto objective = [&](int which) {
+        return [&, which](const std::vector<float>& values) {
+            const Tensor qq(p.query_shape(), which == 0 ? values : in.q);
+            const Tensor kk(p.key_shape(), which == 1 ? values : in.k);
+            const Tensor vv(p.key_shape(), which == 2 ? values : in.v);
+            const std::vector<float> out =
+                tensor_ops::flash_attention(qq, kk, vv, {.window = p.window, .softcap = cap})
+                    .context.to_host();
+            return testing::inner_product(out, in.upstream);
+        };
+    };
+    EXPECT_TRUE(testing::all_close(
+        q.gradient(), testing::finite_difference_gradient(objective(0), in.q, 1e-2), 5e-3, 0.0));
+    EXPECT_TRUE(testing::all_close(
+        k.gradient(), testing::finite_difference_gradient(objective(1), in.k, 1e-2), 5e-3, 0.0));
+    EXPECT_TRUE(testing::all_close(
+        v.gradient(), testing::finite_difference_gradient(objective(2), in.v, 1e-2), 5e-3, 0.0));
+}
+
+// The materialized form (soft_capped_causal_attention on repeated heads) against the same
+// reference, context and every gradient.
+TEST(FlashGroupedWindowedAttention, SoftCappedMaterializedAttentionMatchesTheDoubleReference) {
+    for (const std::size_t window : {std::size_t{0}, std::size_t{3}, std::size_t{500}}) {
+        const Problem p{2, 3, 3, 20, 8, window};
+        SCOPED_TRACE(describe(p));
+        const Inputs in = make_inputs(p, 71);
+        Variable q(Tensor(p.query_shape(), in.q)), k(Tensor(p.key_shape(), in.k)),
+            v(Tensor(p.key_shape(), in.v));
+        const Variable context = soft_capped_causal_attention(q, k, v, p.window, 1.0F);
+        sum(context * Variable(Tensor(p.query_shape(), in.upstream), false)).backward();
+        const Reference expected = reference_attention(p, in, 1.0);
+        EXPECT_TRUE(testing::all_close(context.value(), expected.context, 3e-5, 0.0));
+        EXPECT_TRUE(testing::all_close(q.gradient(), expected.query_gradient, 5e-5, 0.0));
+        EXPECT_TRUE(testing::all_close(k.gradient(), expected.key_gradient, 5e-5, 0.0));
+        EXPECT_TRUE(testing::all_close(v.gradient(), expected.value_gradient, 5e-5, 0.0));
+    }
+}
+
+// A soft cap that is negative or not finite names the argument and the value, and nothing is
+// computed; a NaN score is still a domain error under a cap (checked before the cap, which
+// would otherwise turn an overflowing +inf into c).
+TEST(FlashGroupedWindowedAttention, SoftCapRulesNameTheArgumentAndTheValue) {
+    const Problem p{1, 2, 1, 5, 4, 0};
+    const Inputs in = make_inputs(p, 81);
+    const Tensor q(p.query_shape(), in.q), k(p.key_shape(), in.k), v(p.key_shape(), in.v);
+    for (const float bad : {-1.0F, std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()}) {
+        EXPECT_TRUE(testing::throws<std::invalid_argument>(
+            [&] { (void)tensor_ops::flash_attention(q, k, v, {.softcap = bad}); },
+            "flash_attention: options.softcap must be finite and >= 0"));
+        EXPECT_TRUE(testing::throws<std::invalid_argument>(
+            [&] { (void)soft_capped_causal_attention(Variable(k), Variable(k), Variable(v), 0, bad);
+            },
+            "soft_capped_causal_attention: cap must be finite and > 0"));
+    }
+    tensor_ops::FlashAttentionResult forward = tensor_ops::flash_attention(q, k, v, {.softcap = 2.0F});
+    forward.options.softcap = -2.0F;
+    EXPECT_TRUE(testing::throws<std::invalid_argument>(
+        [&] {
+            (void)tensor_ops::flash_attention_backward(q, k, v, forward,
+                                                       Tensor(p.query_shape(), in.upstream));
+        },
+        "flash_attention_backward: forward.options.softcap must be finite and >= 0 (0: no soft "
+        "cap; got -2)"));
+    std::vector<float> poisoned = in.q;
+    poisoned[4] = std::numeric_limits<float>::infinity();  // row 1's scores: ±inf and NaN
+    EXPECT_THROW((void)tensor_ops::flash_attention(Tensor(p.query_shape(), poisoned), k, v,
+                                                   {.softcap = 2.0F})
+                     .context.to_host(),
+                 std::domain_error);
+}
+
+// tanh and soft_cap against std::tanh, and their VJPs against finite differences.
+TEST(SoftCap, TanhAndSoftCapMatchStdTanhAndTheirGradientsFiniteDifferences) {
+    const std::vector<float> x = {-30.0F, -2.0F, -0.5F, 0.0F, 0.25F, 1.5F, 40.0F,
+                                  std::numeric_limits<float>::infinity()};
+    const std::vector<float> t = tensor_ops::tanh(Tensor({x.size()}, x)).to_host();
+    const std::vector<float> capped = tensor_ops::soft_cap(Tensor({x.size()}, x), 3.0F).to_host();
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        EXPECT_FLOAT_EQ(t[i], std::tanh(x[i])) << x[i];
+        EXPECT_NEAR(capped[i], 3.0 * std::tanh(static_cast<double>(x[i]) / 3.0), 1e-6) << x[i];
+    }
+    EXPECT_TRUE(testing::throws<std::invalid_argument>(
+        [&] { (void)tensor_ops::soft_cap(Tensor({x.size()}, x), 0.0F); },
+        "soft_cap: cap must be finite and > 0 (got 0)"));
+    const std::vector<float> values = testing::pseudo_random(12, -3.0F, 3.0F, 5);
+    const std::vector<float> weights = testing::pseudo_random(12, -1.0F, 1.0F, 6);
+    for (const bool use_cap : {false, true}) {
+        Variable input(Tensor({12}, values));
+        const Variable y = use_cap ? soft_cap(input, 1.7F) : tanh(input);
+        sum(y * Variable(Tensor({12}, weights), false)).backward();
+        const auto objective = [&](const std::vector<float>& v) {
+            const Tensor in({12}, v);
+            return testing::inner_product(
+                (use_cap ? tensor_ops::soft_cap(in, 1.7F) : tensor_ops::tanh(in)).to_host(),
+                weights);
+        };
+        EXPECT_TRUE(testing::all_close(
+            input.gradient(), testing::finite_difference_gradient(objective, values, 1e-2), 2e-3,
+            0.0));
+    }
 }
 
 }  // namespace riftco_transformer

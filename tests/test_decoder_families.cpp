@@ -60,7 +60,31 @@ TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
     // Layers 0-4 windowed, layer 5 dense, then again.
     for (std::size_t layer = 0; layer < 12; ++layer)
         EXPECT_EQ(gemma.layer_window(layer).has_value(), layer % 6 != 5) << layer;
-    EXPECT_THROW((void)architecture_preset(static_cast<LlamaMistralArchitecture>(4), base),
+    // Gemma 2: Gemma 3's choices without QK-norm, every other layer windowed (layer 0 first),
+    // one RoPE base, and both soft caps (50 and 30) unless given.
+    const LlamaMistralConfig gemma2 =
+        architecture_preset(LlamaMistralArchitecture::Gemma2, windowed);
+    EXPECT_TRUE(gemma2.norm_weight_offset && gemma2.post_block_norms && !gemma2.query_key_norm);
+    EXPECT_EQ(gemma2.feed_forward_activation, GatedActivation::GeluTanh);
+    EXPECT_EQ(gemma2.embedding_scale, static_cast<float>(std::sqrt(16.0)));
+    EXPECT_EQ(gemma2.sliding_window_period, 2U);
+    EXPECT_EQ(gemma2.rope_local_theta, 0.0);
+    EXPECT_EQ(gemma2.attention_logit_softcap, 50.0F);
+    EXPECT_EQ(gemma2.final_logit_softcap, 30.0F);
+    for (std::size_t layer = 0; layer < 6; ++layer)
+        EXPECT_EQ(gemma2.layer_window(layer).has_value(), layer % 2 == 0) << layer;
+    LlamaMistralConfig given_caps = base;
+    given_caps.attention_logit_softcap = 20.0F;
+    given_caps.final_logit_softcap = 7.5F;
+    const LlamaMistralConfig kept = architecture_preset(LlamaMistralArchitecture::Gemma2, given_caps);
+    EXPECT_EQ(kept.attention_logit_softcap, 20.0F);
+    EXPECT_EQ(kept.final_logit_softcap, 7.5F);
+    EXPECT_FALSE(kept.sliding_window_period != 0) << "no window, no period";
+    EXPECT_EQ(llama_mistral_architecture_name(LlamaMistralArchitecture::Gemma2), "gemma2");
+    // No other family caps anything.
+    EXPECT_EQ(gemma.attention_logit_softcap, 0.0F);
+    EXPECT_EQ(gemma.final_logit_softcap, 0.0F);
+    EXPECT_THROW((void)architecture_preset(static_cast<LlamaMistralArchitecture>(7), base),
                  std::invalid_argument);
 }
 
@@ -130,6 +154,12 @@ TEST(DecoderFamilies, ConfigRulesNameTheFieldBeforeAnyDraw) {
     c = dimensions();
     c.rope_local_theta = -5.0;
     rejected(c, "rope_local_theta");
+    c = dimensions();
+    c.attention_logit_softcap = -1.0F;
+    rejected(c, "attention_logit_softcap must be finite and >= 0 (got -1)");
+    c = dimensions();
+    c.final_logit_softcap = std::numeric_limits<float>::infinity();
+    rejected(c, "final_logit_softcap must be finite and >= 0 (got inf)");
     c = dimensions();
     c.feed_forward_activation = static_cast<GatedActivation>(7);
     rejected(c, "feed_forward_activation");
@@ -264,6 +294,55 @@ TEST(DecoderFamilies, AttentionScaleEqualsQueriesScaledInTheirWeights) {
         }
         EXPECT_GT(spread, 0.0);
     }
+}
+
+// The final soft cap is c·tanh(z/c) of the uncapped logits, in the forward and in decoding;
+// the attention cap changes the logits (it is not the identity at a small c) and a cap far
+// above every score leaves them within rounding.
+TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
+    LlamaMistralConfig plain_config = dimensions();
+    plain_config.block_count = 2;
+    const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+    const auto logits_of = [&](const LlamaMistralConfig& config, AttentionKind kind) {
+        std::mt19937 generator(41);
+        LlamaMistralTransformer model(config, generator, kind);
+        perturb(model, 42);
+        return model.forward(tokens, {1, 8}).value().to_host();
+    };
+    const std::vector<float> plain = logits_of(plain_config, AttentionKind::Flash);
+    LlamaMistralConfig final_capped = plain_config;
+    final_capped.final_logit_softcap = 0.5F;
+    for (const AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
+        const std::vector<float> capped = logits_of(final_capped, kind);
+        double largest = 0.0;
+        for (std::size_t i = 0; i < plain.size(); ++i) {
+            const double expected = 0.5 * std::tanh(static_cast<double>(plain[i]) / 0.5);
+            EXPECT_NEAR(capped[i], expected, 2e-6) << i;
+            largest = std::max(largest, std::abs(static_cast<double>(plain[i])));
+        }
+        EXPECT_GT(largest, 1.0) << "the cap must bite somewhere";
+    }
+    {
+        std::mt19937 generator(41);
+        LlamaMistralTransformer model(final_capped, generator);
+        perturb(model, 42);
+        DecodeSession session(model, KeyValueCacheKind::Contiguous);
+        const std::vector<float> decoded =
+            session.prefill(tokens, PrefillLogits::All).to_host();
+        for (std::size_t i = 0; i < plain.size(); ++i)
+            EXPECT_NEAR(decoded[i], 0.5 * std::tanh(static_cast<double>(plain[i]) / 0.5), 2e-5) << i;
+    }
+    LlamaMistralConfig attention_capped = plain_config;
+    attention_capped.attention_logit_softcap = 0.05F;
+    const std::vector<float> tight = logits_of(attention_capped, AttentionKind::Flash);
+    attention_capped.attention_logit_softcap = 1e6F;
+    const std::vector<float> loose = logits_of(attention_capped, AttentionKind::Flash);
+    double tight_gap = 0.0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_NEAR(loose[i], plain[i], 1e-5) << i;
+        tight_gap = std::max(tight_gap, std::abs(static_cast<double>(tight[i] - plain[i])));
+    }
+    EXPECT_GT(tight_gap, 1e-3);
 }
 
 TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {

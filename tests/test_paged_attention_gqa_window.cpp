@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -45,7 +46,7 @@ Sequence random_sequence(std::size_t length, std::size_t kv_heads, std::uint32_t
 // Query [Hq, d] against `s` at `length` under `window`, in double: query head h reads key/value
 // head ⌊h / (Hq/Hkv)⌋ at positions max(0, length − W)..length − 1 (all when W is 0).
 std::vector<double> oracle(const std::vector<float>& query, const Sequence& s, std::size_t kv_heads,
-                           std::size_t length, std::size_t window) {
+                           std::size_t length, std::size_t window, double softcap = 0.0) {
     const std::size_t group = query_heads / kv_heads;
     const std::size_t first = window == 0 || window >= length ? 0 : length - window;
     const double scale = 1.0F / std::sqrt(static_cast<float>(width));
@@ -58,7 +59,9 @@ std::vector<double> oracle(const std::vector<float>& query, const Sequence& s, s
             for (std::size_t i = 0; i < width; ++i) {
                 dot += double{query[h * width + i]} * s.keys[(t * kv_heads + kv) * width + i];
             }
-            scores.push_back(dot * scale);
+            // Gemma 2's soft cap c: c·tanh(s/c).
+            scores.push_back(softcap > 0.0 ? softcap * std::tanh(dot * scale / softcap)
+                                           : dot * scale);
         }
         const double maximum = *std::max_element(scores.begin(), scores.end());
         double sum = 0.0;
@@ -150,7 +153,8 @@ TEST(PagedAttentionGqaWindow, BothKernelsMatchTheOracleForEveryGroupAndWindow) {
         const auto values = pools.values.to_host();
         for (const std::size_t window :
              {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{12}}) {
-            const PagedAttentionOptions options{.window = window};
+          for (const float cap : {0.0F, 0.8F}) {
+            const PagedAttentionOptions options{.window = window, .softcap = cap};
             const Tensor context = tensor_ops::paged_decode_attention(
                 query, pools.keys, pools.values, requests, 0.0F, options);
             ASSERT_EQ(context.shape(), (Shape{3, query_heads, 1, width}));
@@ -160,16 +164,29 @@ TEST(PagedAttentionGqaWindow, BothKernelsMatchTheOracleForEveryGroupAndWindow) {
                                               requests, 1.0F / std::sqrt(float{width}),
                                               reference.data(), options);
             for (std::size_t r = 0; r < 3; ++r) {
-                const std::vector<double> expected = oracle(row_of(queries, r), batch.sequences[r],
-                                                            kv_heads, requests[r].length, window);
+                const std::vector<double> expected =
+                    oracle(row_of(queries, r), batch.sequences[r], kv_heads, requests[r].length,
+                           window, cap);
                 for (std::size_t i = 0; i < expected.size(); ++i) {
                     const std::size_t at = r * query_heads * width + i;
-                    EXPECT_NEAR(fast[at], expected[i], 2e-6)
-                        << "fast, Hkv " << kv_heads << ", W " << window << ", request " << r;
+                    EXPECT_NEAR(fast[at], expected[i], 2e-6) << "fast, Hkv " << kv_heads << ", W "
+                                                             << window << ", cap " << cap
+                                                             << ", request " << r;
                     EXPECT_NEAR(reference[at], expected[i], 1e-6)
-                        << "reference, Hkv " << kv_heads << ", W " << window << ", request " << r;
+                        << "reference, Hkv " << kv_heads << ", W " << window << ", cap " << cap
+                        << ", request " << r;
                 }
             }
+            if (cap != 0.0F && window != 1) {
+                // The cap bites (one visible position has probability 1 either way).
+                const std::vector<double> uncapped = oracle(
+                    row_of(queries, 0), batch.sequences[0], kv_heads, requests[0].length, window);
+                double largest = 0.0;
+                for (std::size_t i = 0; i < uncapped.size(); ++i)
+                    largest = std::max(largest, std::abs(uncapped[i] - fast[i]));
+                EXPECT_GT(largest, 1e-2) << "Hkv " << kv_heads << ", W " << window;
+            }
+          }
         }
     }
 }
@@ -319,6 +336,17 @@ TEST(PagedAttentionGqaWindow, GroupRulesAreCheckedWithNothingWritten) {
     }
     // The query's head width must still be the pools'.
     EXPECT_NE(attend(Shape{1, 4, 1, width + 1}).find("query"), std::string::npos);
+    // A soft cap that is negative or not finite names the option and the value.
+    for (const float bad : {-0.5F, std::numeric_limits<float>::infinity()}) {
+        const std::string message = testing::message_of<std::invalid_argument>([&] {
+            static_cast<void>(tensor_ops::paged_decode_attention(
+                Tensor::zeros({1, query_heads, 1, width}), keys, values, {&request, 1}, 0.0F,
+                {.window = 2, .softcap = bad}));
+        });
+        EXPECT_NE(message.find("paged_decode_attention: options.softcap must be finite and >= 0"),
+                  std::string::npos)
+            << message;
+    }
     // Writes take rows of the pools' Hkv heads, never Hq (repeated) rows.
     const auto write = [&](const Tensor& k, const Tensor& v) {
         return testing::message_of<std::invalid_argument>([&] {

@@ -1,5 +1,5 @@
 /*
- * riftco_transformer stable C ABI, version 2.10 (docs/ARCHITECTURE.md, 'The C ABI').
+ * riftco_transformer stable C ABI, version 2.11 (docs/ARCHITECTURE.md, 'The C ABI').
  *
  * Conventions that hold for every function below:
  * - Only rt_ functions/types and RT_ constants. Fixed-width integers everywhere; backends,
@@ -52,6 +52,10 @@ extern "C" {
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
  * its own; minors only add.
+ * 2.11 adds, without renumbering a value or moving a field of 2.10:
+ * - the rotary family Gemma 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, the value 2.10 kept) and
+ *   rt_llama_mistral_config's attention_logit_softcap and final_logit_softcap, appended after
+ *   its 184-byte 2.10 layout; GGUF loading of gemma2.
  * 2.10 adds, without renumbering a value or moving a field of 2.9:
  * - the rotary families Qwen 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2), Qwen 3, Gemma 3 (text)
  *   and Phi-3, and rt_llama_mistral_config's family choices, appended after its first
@@ -70,8 +74,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 10
-#define RT_ABI_VERSION 0x0002000au
+#define RT_ABI_VERSION_MINOR 11
+#define RT_ABI_VERSION 0x0002000bu
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -794,9 +798,10 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA 0
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL 1
 /* 2.10: the other rotary families, each the decoder with its choices (rt_llama_mistral_config_
- * preset sets them). 4 is kept for Gemma 2 (attention-logit soft-capping, not implemented). */
+ * preset sets them); 2.11: Gemma 2 (attention-logit and final-logit soft-capping). */
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2 2
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3 3
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2 4
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 5
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 6
 /* rt_llama_mistral_config.feed_forward_activation (2.10) */
@@ -841,15 +846,21 @@ typedef struct rt_llama_mistral_config {
     double rope_low_frequency_factor; /* LLAMA3; init 1 */
     double rope_high_frequency_factor; /* LLAMA3; init 4 */
     uint64_t rope_original_context;    /* LLAMA3; init 8192 */
+    /* 2.11: Gemma 2's soft caps c (scores or logits z become c*tanh(z/c)); 0 = none (init). */
+    float attention_logit_softcap; /* every attention score (Gemma 2: 50) */
+    float final_logit_softcap;     /* the logits (Gemma 2: 30) */
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,
                                                       uint64_t struct_size);
 /* 2.10: sets config->architecture and the family's choices over the dimensions already in
- * *config (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms, post-block
+ * *config (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 2 (2.11): (1 + w) norms, post-block
+ * norms, GeGLU, embedding scale sqrt(D), window period 2 (with a sliding_window), soft caps 50
+ * and 30 unless set; Gemma 3: QK-norm, (1 + w) norms, post-block
  * norms, GeGLU, embedding scale sqrt(D), window period 6 (with a sliding_window) and local RoPE
  * base 10000 unless set;
- * Llama, Mistral, Phi-3: none). The struct must declare the 2.10 size; an unknown
+ * Llama, Mistral, Phi-3: none). The struct must declare at least the 2.10 size (184 bytes; a
+ * 2.10-sized struct gets every choice but the soft caps); an unknown
  * architecture: RT_STATUS_INVALID_ARGUMENT, *config unchanged. */
 RT_API rt_status RT_CALL rt_llama_mistral_config_preset(rt_llama_mistral_config* config,
                                                         int32_t architecture);
@@ -858,7 +869,7 @@ RT_API rt_status RT_CALL rt_llama_mistral_config_preset(rt_llama_mistral_config*
 RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
                                                        rt_llama_mistral_model** out);
 /* A model read from a GGUF file (general.architecture llama, mistral, qwen2, qwen3, gemma3 or
- * phi3 (2.10); every weight
+ * phi3 (2.10), gemma2 (2.11); every weight
  * dequantized to float32; llama.cpp's RoPE row permutation of Q/K undone), on CPU with flash
  * attention. maximum_context 0
  * takes the file's context_length. A malformed or unsupported file is

@@ -148,6 +148,9 @@ static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, LlamaMistralArchit
               RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2 == 2);
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3, LlamaMistralArchitecture::Qwen3) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3 == 3);
+// 2.11: Gemma 2 and the soft caps after the 2.10 layout.
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, LlamaMistralArchitecture::Gemma2) &&
+              RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2 == 4);
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3, LlamaMistralArchitecture::Gemma3) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 == 5);
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3, LlamaMistralArchitecture::Phi3) &&
@@ -158,7 +161,9 @@ static_assert(same_value(RT_ROPE_SCALING_NONE, RopeScalingKind::None) &&
               same_value(RT_ROPE_SCALING_LINEAR, RopeScalingKind::Linear) &&
               same_value(RT_ROPE_SCALING_LLAMA3, RopeScalingKind::Llama3) &&
               same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors));
-static_assert(sizeof(rt_llama_mistral_config) == 184);
+static_assert(sizeof(rt_llama_mistral_config) == 192);
+static_assert(offsetof(rt_llama_mistral_config, attention_logit_softcap) == 184 &&
+              offsetof(rt_llama_mistral_config, final_logit_softcap) == 188);
 static_assert(offsetof(rt_llama_mistral_config, head_width) == 96 &&
               offsetof(rt_llama_mistral_config, query_key_value_bias) == 104 &&
               offsetof(rt_llama_mistral_config, post_block_norms) == 116 &&

@@ -19,6 +19,8 @@ namespace {
 
 // The first published size (2.8): clients built before 2.10 declare it.
 constexpr std::size_t first_config_size = 96;
+// The size of 2.10, the first with the family choices (2.11 appends the soft caps).
+constexpr std::size_t family_config_size = 184;
 
 constexpr rt_llama_mistral_config default_config() {
     rt_llama_mistral_config config{};
@@ -63,6 +65,8 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.attention_scale = given.attention_scale;
     c.sliding_window_period = to_size(given.sliding_window_period, "config->sliding_window_period");
     c.rope_local_theta = given.rope_local_theta;
+    c.attention_logit_softcap = given.attention_logit_softcap;
+    c.final_logit_softcap = given.final_logit_softcap;
     // The factors themselves have no field: that kind is reported for GGUF files, not given.
     if (given.rope_scaling == RT_ROPE_SCALING_FREQUENCY_FACTORS) {
         throw std::invalid_argument(
@@ -108,6 +112,8 @@ rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) 
     out.rope_low_frequency_factor = c.rope_scaling.low_frequency_factor;
     out.rope_high_frequency_factor = c.rope_scaling.high_frequency_factor;
     out.rope_original_context = c.rope_scaling.original_context;
+    out.attention_logit_softcap = c.attention_logit_softcap;
+    out.final_logit_softcap = c.final_logit_softcap;
     return out;
 }
 
@@ -128,12 +134,16 @@ rt_status rt_llama_mistral_config_init(rt_llama_mistral_config* config, uint64_t
 rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_t architecture) {
     return guarded(__func__, [&] {
         require_pointer(config, "config");
-        if (config->struct_size < sizeof(rt_llama_mistral_config)) {
-            throw std::invalid_argument(
-                "config->struct_size " + std::to_string(config->struct_size) +
-                " is below the 2.10 size " + std::to_string(sizeof(rt_llama_mistral_config)) +
-                " that holds the family choices");
+        if (config->struct_size < family_config_size) {
+            throw std::invalid_argument("config->struct_size " +
+                                        std::to_string(config->struct_size) +
+                                        " is below the 2.10 size " +
+                                        std::to_string(family_config_size) +
+                                        " that holds the family choices");
         }
+        // A 2.10 client's struct ends before the soft caps: read and write only its prefix.
+        rt_llama_mistral_config full =
+            read_struct(config, family_config_size, default_config(), "config");
         // Dimensions as given (not validated here: rt_llama_mistral_model_create does that);
         // an unknown architecture is architecture_preset's std::invalid_argument.
         LlamaMistralConfig dimensions;
@@ -142,17 +152,22 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
             dimensions.sliding_window = static_cast<std::size_t>(config->sliding_window);
         dimensions.sliding_window_period = static_cast<std::size_t>(config->sliding_window_period);
         dimensions.rope_local_theta = config->rope_local_theta;
+        dimensions.attention_logit_softcap = full.attention_logit_softcap;
+        dimensions.final_logit_softcap = full.final_logit_softcap;
         const LlamaMistralConfig preset =
             architecture_preset(static_cast<LlamaMistralArchitecture>(architecture), dimensions);
-        config->architecture = architecture;
-        config->query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
-        config->query_key_norm = preset.query_key_norm ? 1U : 0U;
-        config->norm_weight_offset = preset.norm_weight_offset ? 1U : 0U;
-        config->post_block_norms = preset.post_block_norms ? 1U : 0U;
-        config->feed_forward_activation = static_cast<int32_t>(preset.feed_forward_activation);
-        config->embedding_scale = preset.embedding_scale;
-        config->sliding_window_period = preset.sliding_window_period;
-        config->rope_local_theta = preset.rope_local_theta;
+        full.architecture = architecture;
+        full.query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
+        full.query_key_norm = preset.query_key_norm ? 1U : 0U;
+        full.norm_weight_offset = preset.norm_weight_offset ? 1U : 0U;
+        full.post_block_norms = preset.post_block_norms ? 1U : 0U;
+        full.feed_forward_activation = static_cast<int32_t>(preset.feed_forward_activation);
+        full.embedding_scale = preset.embedding_scale;
+        full.sliding_window_period = preset.sliding_window_period;
+        full.rope_local_theta = preset.rope_local_theta;
+        full.attention_logit_softcap = preset.attention_logit_softcap;
+        full.final_logit_softcap = preset.final_logit_softcap;
+        write_struct(config, full, family_config_size, "config");
     });
 }
 

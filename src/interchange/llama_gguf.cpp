@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -32,7 +34,8 @@ double get_real(const GgufFile& file, const std::string& key) {
 constexpr LlamaMistralArchitecture supported_architectures[] = {
     LlamaMistralArchitecture::Llama,  LlamaMistralArchitecture::Mistral,
     LlamaMistralArchitecture::Qwen2,  LlamaMistralArchitecture::Qwen3,
-    LlamaMistralArchitecture::Gemma3, LlamaMistralArchitecture::Phi3,
+    LlamaMistralArchitecture::Gemma2, LlamaMistralArchitecture::Gemma3,
+    LlamaMistralArchitecture::Phi3,
 };
 
 LlamaMistralArchitecture architecture_of(const GgufFile& file) {
@@ -219,7 +222,35 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     }
     // The family's choices. GGUF stores Gemma's norm weights with the 1 already added (the
     // converter's +1), so they are read as ordinary RMSNorm weights.
+    // Gemma 2's soft caps as the file gives them (0 turns one off); absent, the preset's 50
+    // and 30, the values llama.cpp assumes too.
+    std::optional<float> file_caps[2];
+    if (architecture == LlamaMistralArchitecture::Gemma2) {
+        const std::string cap_keys[2] = {arch + ".attn_logit_softcapping",
+                                         arch + ".final_logit_softcapping"};
+        for (std::size_t i = 0; i < 2; ++i) {
+            if (!file.contains(cap_keys[i]))
+                continue;
+            const double cap = get_real(file, cap_keys[i]);
+            if (!std::isfinite(cap) || cap < 0.0 || cap > std::numeric_limits<float>::max()) {
+                fail(file, cap_keys[i] + " must be finite and >= 0 (got " + std::to_string(cap) +
+                               ")");
+            }
+            file_caps[i] = static_cast<float>(cap);
+        }
+    }
     c = architecture_preset(architecture, c);
+    if (architecture == LlamaMistralArchitecture::Gemma2) {
+        c.norm_weight_offset = false;
+        c.attention_logit_softcap = file_caps[0].value_or(c.attention_logit_softcap);
+        c.final_logit_softcap = file_caps[1].value_or(c.final_logit_softcap);
+        // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 2 but the
+        // 27B (46 blocks), whose scalar is D/Hq, the rule llama.cpp applies too.
+        if (c.block_count == 46 && c.query_head_count != 0) {
+            c.attention_scale = static_cast<float>(
+                1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
+        }
+    }
     if (architecture == LlamaMistralArchitecture::Gemma3) {
         c.norm_weight_offset = false;
         // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 3 but the

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 #include "riftco_transformer/core/tensor_ops/indexing.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 
@@ -98,6 +99,7 @@ GroupedQueryAttentionShape attention_shape(const LlamaMistralConfig& c, std::siz
     shape.query_key_norm_epsilon = c.rms_norm_epsilon;
     shape.norm_weight_offset = c.norm_weight_offset;
     shape.attention_scale = c.attention_scale;
+    shape.attention_softcap = c.attention_logit_softcap;
     return shape;
 }
 
@@ -113,6 +115,8 @@ std::string_view llama_mistral_architecture_name(LlamaMistralArchitecture value)
             return "qwen2";
         case LlamaMistralArchitecture::Qwen3:
             return "qwen3";
+        case LlamaMistralArchitecture::Gemma2:
+            return "gemma2";
         case LlamaMistralArchitecture::Gemma3:
             return "gemma3";
         case LlamaMistralArchitecture::Phi3:
@@ -145,6 +149,18 @@ LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
             break;
         case LlamaMistralArchitecture::Qwen3:
             c.query_key_norm = true;
+            break;
+        case LlamaMistralArchitecture::Gemma2:
+            c.norm_weight_offset = true;
+            c.post_block_norms = true;
+            c.feed_forward_activation = GatedActivation::GeluTanh;
+            c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c.model_width)));
+            if (c.sliding_window && c.sliding_window_period == 0)
+                c.sliding_window_period = 2;  // local, global, local, ...
+            if (c.attention_logit_softcap == 0.0F)
+                c.attention_logit_softcap = 50.0F;
+            if (c.final_logit_softcap == 0.0F)
+                c.final_logit_softcap = 30.0F;
             break;
         case LlamaMistralArchitecture::Gemma3:
             c.query_key_norm = true;
@@ -209,6 +225,8 @@ void validate_llama_mistral_config(const LlamaMistralConfig& c) {
     require_real("rope_local_theta", c.rope_local_theta, true);
     require_real("embedding_scale", c.embedding_scale, true);
     require_real("attention_scale", c.attention_scale, true);
+    require_real("attention_logit_softcap", c.attention_logit_softcap, true);
+    require_real("final_logit_softcap", c.final_logit_softcap, true);
     if (c.sliding_window && *c.sliding_window == 0)
         fail("sliding_window must be positive when set (got 0)");
     if (c.sliding_window_period != 0 && !c.sliding_window) {
@@ -373,9 +391,11 @@ Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) con
                                return block->forward(input, layer_tables);
                            });
     }
-    // [B,T,D] -> [B,T,V]
-    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
-                                 *token_embedding_);
+    // [B,T,D] -> [B,T,V], soft-capped when the family caps its logits (Gemma 2)
+    const Variable logits =
+        language_model_logits(final_norm_->forward(hidden), language_model_head_, *token_embedding_);
+    return config_.final_logit_softcap != 0.0F ? soft_cap(logits, config_.final_logit_softcap)
+                                               : logits;
 }
 
 Tensor LlamaMistralTransformer::forward_incremental(
@@ -398,9 +418,12 @@ Tensor LlamaMistralTransformer::forward_incremental(
         }
     }
     hidden = select_rows(hidden, output_rows);
-    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
-                                 *token_embedding_)
-        .value();
+    const Tensor logits = language_model_logits(final_norm_->forward(hidden), language_model_head_,
+                                                *token_embedding_)
+                              .value();
+    return config_.final_logit_softcap != 0.0F
+               ? tensor_ops::soft_cap(logits, config_.final_logit_softcap)
+               : logits;
 }
 
 }  // namespace riftco_transformer

@@ -43,10 +43,26 @@ void validate(const GroupedQueryAttentionShape& s) {
         what << "attention_scale must be finite and >= 0 (0: 1/sqrt(d)); got " << s.attention_scale;
         fail(what.str());
     }
+    if (!std::isfinite(s.attention_softcap) || s.attention_softcap < 0.0F) {
+        std::ostringstream what;
+        what << "attention_softcap must be finite and >= 0 (0: none); got " << s.attention_softcap;
+        fail(what.str());
+    }
     if (s.query_key_norm) {
         tensor_ops::require_normalization_epsilon("GroupedQueryAttention", "query_key_norm_epsilon",
                                                   s.query_key_norm_epsilon);
     }
+}
+
+// Additive mask [1,1,T,T] on `backend`: −inf on keys older than the window (future keys are
+// the causal softmax's to mask); exp(−inf) is exactly 0, and so is every gradient through it.
+Variable window_mask(std::size_t time, std::size_t window, ExecutionBackend backend) {
+    std::vector<float> mask(time * time, 0.0F);
+    for (std::size_t t = window; t < time; ++t) {
+        for (std::size_t k = 0; k + window <= t; ++k)
+            mask[t * time + k] = -std::numeric_limits<float>::infinity();
+    }
+    return Variable(Tensor({1, 1, time, time}, mask, backend), false);
 }
 
 }  // namespace
@@ -78,20 +94,33 @@ Variable sliding_window_causal_attention(const Variable& query, const Variable& 
     const float scale = tensor_ops::attention_scale("sliding_window_causal_attention",
                                                     query.value(), key.value(), value.value());
     const std::size_t time = query.shape()[2];
-    // Additive mask [T,T]: −inf on keys older than the window (future keys are the causal
-    // softmax's to mask); exp(−inf) is exactly 0, and so is every gradient through it.
-    std::vector<float> mask(time * time, 0.0F);
-    for (std::size_t t = window; t < time; ++t) {
-        for (std::size_t k = 0; k + window <= t; ++k)
-            mask[t * time + k] = -std::numeric_limits<float>::infinity();
-    }
     const Shape& q = query.shape();
     const Variable scores = matmul(query, key, false, true);  // [B,H,T,T]
     const Variable masked =
-        scores + broadcast_to(Variable(Tensor({1, 1, time, time}, mask, query.value().backend()),
-                                       false),
+        scores + broadcast_to(window_mask(time, window, query.value().backend()),
                               {q[0], q[1], time, time});
     return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
+}
+
+Variable soft_capped_causal_attention(const Variable& query, const Variable& key,
+                                      const Variable& value, std::size_t window, float cap) {
+    if (!query.defined() || !key.defined() || !value.defined())
+        throw std::logic_error("soft_capped_causal_attention: an input is an empty Variable");
+    const float scale = tensor_ops::attention_scale("soft_capped_causal_attention", query.value(),
+                                                    key.value(), value.value());
+    if (!std::isfinite(cap) || !(cap > 0.0F)) {
+        std::ostringstream message;
+        message << "soft_capped_causal_attention: cap must be finite and > 0 (got " << cap << ")";
+        throw std::invalid_argument(message.str());
+    }
+    const Shape& q = query.shape();
+    const std::size_t time = q[2];
+    Variable scores = soft_cap(matmul(query, key, false, true) * scale, cap);  // [B,H,T,T]
+    if (window != 0 && window < time) {
+        scores = scores +
+                 broadcast_to(window_mask(time, window, query.value().backend()), {q[0], q[1], time, time});
+    }
+    return matmul(causal_softmax(scores, 1.0F), value);
 }
 
 namespace {
@@ -104,6 +133,11 @@ Variable materialized_grouped_attention(const Variable& query, const Variable& k
     const std::size_t repeats = shape.query_head_count / shape.key_value_head_count;
     const Variable repeated_key = repeat_key_value_heads(key, repeats);
     const Variable repeated_value = repeat_key_value_heads(value, repeats);
+    if (shape.attention_softcap != 0.0F) {
+        return soft_capped_causal_attention(query, repeated_key, repeated_value,
+                                            shape.sliding_window.value_or(0),
+                                            shape.attention_softcap);
+    }
     if (shape.sliding_window && *shape.sliding_window < time) {
         return sliding_window_causal_attention(query, repeated_key, repeated_value,
                                                *shape.sliding_window);
@@ -206,7 +240,9 @@ Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& t
         split_heads(value_->forward(x), shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Variable context =
         kind_ == AttentionKind::Flash
-            ? flash_attention(query, key, value, {.window = shape_.sliding_window.value_or(0)})
+            ? flash_attention(query, key, value,
+                              {.window = shape_.sliding_window.value_or(0),
+                               .softcap = shape_.attention_softcap})
             : materialized_grouped_attention(query, key, value, shape_, time);
     // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,Hq·d]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, query_width}));
@@ -238,7 +274,8 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x,
                                        shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Tensor context = cache.append_and_attend(
         layer, query.value(), key.value(), value.value(),
-        IncrementalAttentionOptions{.window = shape_.sliding_window.value_or(0)});
+        IncrementalAttentionOptions{.window = shape_.sliding_window.value_or(0),
+                                    .softcap = shape_.attention_softcap});
     const std::size_t query_width = shape_.query_head_count * head_width();
     return output_->forward(Variable(tensor_ops::reshape(context, {rows, query_width}), false));
 }

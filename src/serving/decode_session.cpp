@@ -92,11 +92,13 @@ class BatchStepCache final : public IncrementalAttentionCache {
             };
             const Tensor context =
                 tensor_ops::flash_attention(heads_first(query), heads_first(key),
-                                            heads_first(value), {.window = options.window})
+                                            heads_first(value),
+                                            {.window = options.window, .softcap = options.softcap})
                     .context;
             return tensor_ops::permute(context, {2, 1, 0, 3});
         }
-        const tensor_ops::PagedAttentionOptions paged{.window = options.window};
+        const tensor_ops::PagedAttentionOptions paged{.window = options.window,
+                                                      .softcap = options.softcap};
         if (groups_.size() == 1) {
             return attend(groups_[0], layer, query, key, value, paged);
         }

@@ -25,7 +25,9 @@ static void config_init_sets_the_defaults_and_layout(void) {
     memset(&config, 0xAB, sizeof config);
     EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
     EXPECT_EQ_U64(config.struct_size, sizeof config);
-    EXPECT_EQ_U64(sizeof config, 184); /* 96 bytes in 2.8, the family choices appended in 2.10 */
+    /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the soft caps in 2.11 */
+    EXPECT_EQ_U64(sizeof config, 192);
+    EXPECT(config.attention_logit_softcap == 0.0f && config.final_logit_softcap == 0.0f);
     EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA);
     EXPECT_EQ_U64(config.head_width, 0);
     EXPECT_EQ_U64(config.query_key_value_bias, 0);
@@ -99,11 +101,56 @@ static void presets_set_each_familys_choices(void) {
     EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2));
     EXPECT(config.query_key_value_bias == 1 && config.query_key_norm == 0);
     const rt_llama_mistral_config before = config;
-    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 4), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 7), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("architecture");
     EXPECT(memcmp(&before, &config, sizeof config) == 0); /* unchanged */
     EXPECT_STATUS(rt_llama_mistral_config_preset(NULL, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2),
                   RT_STATUS_INVALID_ARGUMENT);
+    /* 2.11: Gemma 2 (value 4) with both soft caps, a given cap kept. */
+    config = tiny_llama_config();
+    config.sliding_window = 4;
+    config.final_logit_softcap = 12.5f;
+    EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2));
+    EXPECT(config.architecture == 4);
+    EXPECT(config.query_key_norm == 0 && config.norm_weight_offset == 1 &&
+           config.post_block_norms == 1);
+    EXPECT(config.feed_forward_activation == RT_GATED_ACTIVATION_GELU_TANH);
+    EXPECT_EQ_U64(config.sliding_window_period, 2);
+    EXPECT(config.attention_logit_softcap == 50.0f && config.final_logit_softcap == 12.5f);
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
+    rt_llama_mistral_config read;
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_llama_mistral_model_config(model, &read));
+    EXPECT(read.attention_logit_softcap == 50.0f && read.final_logit_softcap == 12.5f);
+    rt_llama_mistral_model_release(model);
+}
+
+/* A 2.10 client declares 184 bytes: the preset writes only those (every choice but the caps),
+ * create reads no cap from the bytes past them, and config writes only them. */
+static void a_2_10_sized_config_gets_the_choices_without_the_caps(void) {
+    rt_llama_mistral_config config = tiny_llama_config();
+    config.struct_size = 184;
+    config.sliding_window = 4;
+    config.attention_logit_softcap = -7.0f; /* garbage past the prefix */
+    config.final_logit_softcap = -7.0f;
+    EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3));
+    EXPECT_EQ_U64(config.struct_size, 184);
+    EXPECT(config.query_key_norm == 1 && config.sliding_window_period == 6);
+    EXPECT(config.attention_logit_softcap == -7.0f && config.final_logit_softcap == -7.0f);
+    rt_llama_mistral_model* model = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
+    rt_llama_mistral_config out;
+    memset(&out, 0xCD, sizeof out);
+    out.struct_size = 184;
+    EXPECT_OK(rt_llama_mistral_model_config(model, &out));
+    EXPECT(out.query_key_norm == 1);
+    EXPECT(all_bytes_are((const char*)&out + 184, sizeof out - 184, 0xCD));
+    rt_llama_mistral_model_release(model);
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 4 + 100), RT_STATUS_INVALID_ARGUMENT);
+    config.struct_size = 183;
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("184");
 }
 
 /* create with `config` fails with `status`, its message naming `fragment`, and leaves the
@@ -148,6 +195,12 @@ static void every_config_rule_is_enforced_before_anything_is_created(void) {
     config = tiny_llama_config();
     config.sliding_window_period = 2;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "sliding_window_period");
+    config = tiny_llama_config();
+    config.attention_logit_softcap = -1.0f;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "attention_logit_softcap");
+    config = tiny_llama_config();
+    config.final_logit_softcap = -0.5f;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "final_logit_softcap");
     config = tiny_llama_config();
     config.block_count = (uint64_t)1 << 40;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_OVERFLOW, "block_count");
@@ -441,6 +494,7 @@ int main(void) {
     RUN_TEST(config_init_sets_the_defaults_and_layout);
     RUN_TEST(a_2_8_sized_config_still_initialises_and_creates);
     RUN_TEST(presets_set_each_familys_choices);
+    RUN_TEST(a_2_10_sized_config_gets_the_choices_without_the_caps);
     RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
     RUN_TEST(the_model_view_serves_every_rt_model_function);
     RUN_TEST(untie_embeddings_appends_a_head_with_the_same_logits);

@@ -33,7 +33,9 @@ inline LlamaMistralConfig dimensions() {
 
 // Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2; Qwen 3 and Gemma 3 with a
 // head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE base,
-// one dense with linear scaling) and an attention scale; Phi-3 with a window of 4.
+// one dense with linear scaling) and an attention scale; Gemma 2 with four blocks alternating
+// windowed and dense, an attention scale and both soft caps small enough to bite; Phi-3 with a
+// window of 4.
 inline std::vector<LlamaMistralConfig> family_configs() {
     std::vector<LlamaMistralConfig> configs;
     LlamaMistralConfig llama3 = dimensions();
@@ -58,6 +60,16 @@ inline std::vector<LlamaMistralConfig> family_configs() {
     gemma3.rope_scaling.kind = RopeScalingKind::Linear;
     gemma3.rope_scaling.factor = 4.0;
     configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma3, gemma3));
+    LlamaMistralConfig gemma2 = dimensions();
+    gemma2.block_count = 4;
+    gemma2.head_width = 6;
+    gemma2.sliding_window = 3;
+    gemma2.attention_scale = 0.3F;
+    gemma2.tie_embeddings = true;
+    // Caps small enough to bite on these scores and logits.
+    gemma2.attention_logit_softcap = 0.7F;
+    gemma2.final_logit_softcap = 1.5F;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma2, gemma2));
     LlamaMistralConfig phi3 = dimensions();
     phi3.sliding_window = 4;
     configs.push_back(architecture_preset(LlamaMistralArchitecture::Phi3, phi3));

@@ -1,7 +1,7 @@
 #pragma once
 // The rotary decoder (docs/ARCHITECTURE.md, 'The rotary decoder'): Llama / Mistral and, by
 // configuration, the families that differ from it only in orthogonal choices (Qwen 2/2.5, Qwen 3,
-// Gemma 3, Phi-3):
+// Gemma 2, Gemma 3, Phi-3):
 //   h0 = E_tok[id]                               no position table: RoPE inside attention
 //   a  = x + GQA(RMSNorm(x))                     pre-norm blocks, bias-free projections
 //   y  = a + SwiGLU(RMSNorm(a))                  down(silu(gate(a)) ⊙ up(a))
@@ -30,7 +30,11 @@
 //   sliding_window_period p: with a window and p > 0, layer i is dense when (i+1) % p == 0
 //     and windowed otherwise (Gemma 3: p = 6); p = 0 windows every layer (Mistral);
 //   rope_local_theta: θ of the windowed layers, unscaled (Gemma 3: 10000); 0: rope_theta;
-//   rope_scaling: linear, Llama 3's rule, or explicit per-frequency factors (nn/rotary_embedding).
+//   rope_scaling: linear, Llama 3's rule, or explicit per-frequency factors (nn/rotary_embedding);
+//   attention_logit_softcap c: every attention score s becomes c·tanh(s/c) (Gemma 2: 50), in
+//     flash, materialized and cached attention; 0: none;
+//   final_logit_softcap c: logits c·tanh(z/c) (Gemma 2: 30), in the forward and in decoding;
+//     0: none.
 
 #include <cstddef>
 #include <cstdint>
@@ -57,11 +61,12 @@ enum class LlamaMistralArchitecture : std::uint32_t {
     Mistral = 1,
     Qwen2 = 2,
     Qwen3 = 3,
-    Gemma3 = 5,  // 4 is kept for Gemma 2 (attention-logit soft-capping, not implemented yet)
+    Gemma2 = 4,  // 2.11
+    Gemma3 = 5,
     Phi3 = 6,
 };
 
-// "llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3" (GGUF's general.architecture values);
+// "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" (GGUF's general.architecture values);
 // unknown value: std::invalid_argument.
 [[nodiscard]] std::string_view llama_mistral_architecture_name(LlamaMistralArchitecture value);
 
@@ -90,6 +95,8 @@ struct LlamaMistralConfig {
     std::size_t sliding_window_period = 0;
     double rope_local_theta = 0.0;
     RopeScaling rope_scaling;
+    float attention_logit_softcap = 0.0F;  // 0: none (Gemma 2: 50)
+    float final_logit_softcap = 0.0F;      // 0: none (Gemma 2: 30)
 
     // d: head_width, or D/Hq when it is 0.
     [[nodiscard]] std::size_t resolved_head_width() const noexcept {
@@ -101,10 +108,12 @@ struct LlamaMistralConfig {
 };
 
 // `dimensions` (V, C, D, Hq, Hkv, N, F, ε, θ, window, tying and head width as given) with the
-// family's choices set: Llama/Mistral none; Qwen 2 q/k/v biases; Qwen 3 QK-norm; Gemma 3
-// QK-norm, (1 + w) norms, post-block norms, GeGLU, embedding scale float32(√D), attention
-// scale 1/√d unless given, window period 6 (with a window) and local θ 10000 unless given;
-// Phi-3 none.
+// family's choices set: Llama/Mistral none; Qwen 2 q/k/v biases; Qwen 3 QK-norm; Gemma 2
+// (1 + w) norms, post-block norms, GeGLU, embedding scale float32(√D), window period 2 (with a
+// window: layer 0 windowed, layer 1 dense, ...), attention and final soft caps 50 and 30
+// unless given; Gemma 3 QK-norm, (1 + w) norms, post-block norms, GeGLU, embedding scale
+// float32(√D), attention scale 1/√d unless given, window period 6 (with a window) and local θ
+// 10000 unless given; Phi-3 none.
 // The choices already set in `dimensions` that a family does not fix are kept.
 [[nodiscard]] LlamaMistralConfig architecture_preset(LlamaMistralArchitecture architecture,
                                                      const LlamaMistralConfig& dimensions);
@@ -113,7 +122,7 @@ struct LlamaMistralConfig {
 // std::invalid_argument for an unknown architecture or activation, a zero dimension,
 // D % Hq != 0 without head_width, Hq % Hkv != 0, an odd head width, eps or θ (or a local θ
 // that is set) not finite or not > 0, sliding_window == 0, a window period without a window,
-// embedding or attention scale not finite or < 0, rope_scaling's rules, ids or positions that
+// embedding or attention scale or a soft cap not finite or < 0, rope_scaling's rules, ids or positions that
 // do not fit uint32; std::overflow_error when the parameters need more than
 // max_transformer_parameter_bytes (the message names the field).
 void validate_llama_mistral_config(const LlamaMistralConfig& config);

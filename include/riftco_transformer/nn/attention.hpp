@@ -51,6 +51,8 @@ struct IncrementalAttentionOptions {
     // 0: every position of the request. W > 0: the row at position p sees positions
     // max(0, p−W+1)..p (Mistral's sliding window; W > p sees them all).
     std::size_t window = 0;
+    // 0: none. c > 0: every score s becomes c·tanh(s/c) (Gemma 2's attention-logit soft cap).
+    float softcap = 0.0F;
 };
 
 // The K/V store of the inference-only ("incremental") attention step, implemented by the

@@ -11,6 +11,8 @@
 // (no repeated copy) with the window applied inside it; AttentionKind::Materialized is the
 // reference: K/V repeated to Hq heads (repeat_key_value_heads), then materialized attention,
 // masked by sliding_window_causal_attention when the window is shorter than the sequence.
+// Gemma 2's attention-logit soft cap c replaces every score s by c·tanh(s/c) before the mask
+// and the softmax, in every kind and in the incremental form.
 
 #include <cstddef>
 #include <optional>
@@ -36,6 +38,13 @@ namespace riftco_transformer {
 [[nodiscard]] Variable sliding_window_causal_attention(const Variable& query, const Variable& key,
                                                        const Variable& value, std::size_t window);
 
+// Materialized causal attention with the scores soft-capped: s = c·tanh(scale·q·k / c), then
+// the window (0: none; W >= T: dense) and the causal softmax. Q, K, V [B,H,T,d]
+// (attention_scale's rules); cap finite and > 0 (std::invalid_argument otherwise).
+[[nodiscard]] Variable soft_capped_causal_attention(const Variable& query, const Variable& key,
+                                                    const Variable& value, std::size_t window,
+                                                    float cap);
+
 struct GroupedQueryAttentionShape {
     std::size_t width = 0;                 // D
     std::size_t query_head_count = 0;      // Hq, D % Hq == 0 unless head_width is given
@@ -54,6 +63,8 @@ struct GroupedQueryAttentionShape {
     // the rotated queries by scale·√d, so every attention kernel (1/√d) computes it.
     float attention_scale = 0.0F;
     RopeScaling rope_scaling;
+    // Attention-logit soft cap c (Gemma 2: 50): scores c·tanh(s/c); 0: none; finite, >= 0.
+    float attention_softcap = 0.0F;
 };
 
 // Projections "query" (D -> Hq·d), "key" and "value" (D -> Hkv·d), "output" (Hq·d -> D),

@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 10
+ABI_VERSION_MINOR = 11
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -157,6 +157,9 @@ class LlamaMistralConfigStruct(Structure):
         ("rope_low_frequency_factor", c_double),
         ("rope_high_frequency_factor", c_double),
         ("rope_original_context", c_uint64),
+        # 2.11: Gemma 2's soft caps
+        ("attention_logit_softcap", c_float),
+        ("final_logit_softcap", c_float),
     ]
 
 

@@ -18,7 +18,15 @@ from .model import (
     CausalLanguageModel,
 )
 
-ARCHITECTURE_VALUES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "gemma3": 5, "phi3": 6}
+ARCHITECTURE_VALUES = {
+    "llama": 0,
+    "mistral": 1,
+    "qwen2": 2,
+    "qwen3": 3,
+    "gemma2": 4,
+    "gemma3": 5,
+    "phi3": 6,
+}
 ARCHITECTURE_NAMES = {value: name for name, value in ARCHITECTURE_VALUES.items()}
 GATED_ACTIVATION_VALUES = {"silu": 0, "gelu_tanh": 1}
 GATED_ACTIVATION_NAMES = {value: name for name, value in GATED_ACTIVATION_VALUES.items()}
@@ -41,7 +49,11 @@ _CHOICE_REALS = (
     "rope_scaling_factor",
     "rope_low_frequency_factor",
     "rope_high_frequency_factor",
+    "attention_logit_softcap",
+    "final_logit_softcap",
 )
+# The soft caps (C ABI 2.11): a preset sets them only where they are 0 (not given).
+_PRESET_CAPS = ("attention_logit_softcap", "final_logit_softcap")
 
 _DIMENSION_FIELDS = (
     "vocabulary_size",
@@ -96,12 +108,17 @@ class LlamaMistralConfig:
     rope_low_frequency_factor: float = 1.0
     rope_high_frequency_factor: float = 4.0
     rope_original_context: int = 8192
+    # Gemma 2 (C ABI 2.11): scores / logits z become c·tanh(z/c); 0: none.
+    attention_logit_softcap: float = 0.0
+    final_logit_softcap: float = 0.0
 
     @classmethod
     def preset(cls, architecture: str, **fields) -> LlamaMistralConfig:
-        """The config of ``architecture`` ("llama", "mistral", "qwen2", "qwen3", "gemma3",
-        "phi3") with the dimensions given in ``fields`` and the family's choices set by the
-        library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 3: QK-norm, (1 + w) norms,
+        """The config of ``architecture`` ("llama", "mistral", "qwen2", "qwen3", "gemma2",
+        "gemma3", "phi3") with the dimensions given in ``fields`` and the family's choices set
+        by the library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 2: (1 + w) norms,
+        post-block norms, GeGLU, embedding scale sqrt(D), window period 2 (with a
+        sliding_window), attention and final soft caps 50 and 30 unless given; Gemma 3: QK-norm, (1 + w) norms,
         post-block norms, GeGLU, embedding scale sqrt(D), window period 6 (with a
         sliding_window) and local RoPE base 10000 unless given)."""
         require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
@@ -118,6 +135,7 @@ class LlamaMistralConfig:
         return replace(
             draft,
             **{name: getattr(chosen, name) for name in (*_CHOICE_FLAGS, *_PRESET_FIELDS)},
+            **{name: getattr(draft, name) or getattr(chosen, name) for name in _PRESET_CAPS},
         )
 
     def __post_init__(self) -> None:

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/autograd/node.hpp"
+#include "core/tensor_ops/validation.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 
@@ -62,6 +63,24 @@ Variable erf(const Variable& x) {
             const Tensor density = ops::exp(ops::negate(ops::multiply(input, input)));
             return std::vector<Tensor>{ops::scale(ops::multiply(g, density), two_over_sqrt_pi)};
         });
+}
+
+Variable tanh(const Variable& x) {
+    require_defined(x, "tanh", "x");
+    Tensor out = ops::tanh(x.value());
+    const Tensor saved = out;  // d x = G ⊙ (1 − y²)
+    return make_result("tanh", std::move(out), {&x},
+                       [saved](const Tensor& g, std::span<const bool>) {
+                           const Tensor slope =
+                               ops::add_scalar(ops::negate(ops::multiply(saved, saved)), 1.0F);
+                           return std::vector<Tensor>{ops::multiply(g, slope)};
+                       });
+}
+
+Variable soft_cap(const Variable& x, float cap) {
+    require_defined(x, "soft_cap", "x");
+    detail::require_finite_positive("soft_cap", "cap", cap);
+    return tanh(x * (1.0F / cap)) * cap;
 }
 
 Variable gelu(const Variable& x) {

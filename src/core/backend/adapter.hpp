@@ -84,7 +84,7 @@ class LayoutCapability {
 };
 
 enum class BinaryOperation { Add, Subtract, Multiply, Divide };
-enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, GeluTanh, Relu, Silu };
+enum class UnaryOperation { Negate, Exp, Log, Sqrt, Erf, Gelu, GeluTanh, Relu, Silu, Tanh };
 // (x, upstream) -> upstream · f'(x)
 enum class UnaryDerivative { Gelu, GeluTanh, Relu, Silu };
 

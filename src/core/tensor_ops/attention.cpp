@@ -64,6 +64,7 @@ FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key, con
     const auto& adapter =
         detail::input_adapter(op, {{"query", &query}, {"key", &key}, {"value", &value}});
     const float scale = require_attention_inputs(op, query, key, value, true);
+    detail::require_softcap(op, "options.softcap", options.softcap);
     const Shape statistics_shape(query.shape().begin(), query.shape().end() - 1);
     FlashAttentionResult result{detail::allocate_uninitialized(query.shape(), query.backend()),
                                 detail::allocate_uninitialized(statistics_shape, query.backend()),
@@ -88,6 +89,7 @@ FlashAttentionGradients flash_attention_backward(const Tensor& query, const Tens
                                                      {"row_sum", &forward.row_sum},
                                                      {"upstream", &upstream}});
     const float scale = require_attention_inputs(op, query, key, value, true);
+    detail::require_softcap(op, "forward.options.softcap", forward.options.softcap);
     detail::require_same_shape(op, {"query", &query}, {"context", &forward.context});
     detail::require_same_shape(op, {"query", &query}, {"upstream", &upstream});
     const Shape statistics_shape(query.shape().begin(), query.shape().end() - 1);

@@ -127,6 +127,13 @@ Tensor sqrt(const Tensor& x) {
 Tensor erf(const Tensor& x) {
     return unary("erf", UnaryOperation::Erf, x);
 }
+Tensor tanh(const Tensor& x) {
+    return unary("tanh", UnaryOperation::Tanh, x);
+}
+Tensor soft_cap(const Tensor& x, float cap) {
+    detail::require_finite_positive("soft_cap", "cap", cap);
+    return scale(tanh(scale(x, 1.0F / cap)), cap);
+}
 Tensor gelu(const Tensor& x) {
     return unary("gelu", UnaryOperation::Gelu, x);
 }

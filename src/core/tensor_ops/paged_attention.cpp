@@ -99,6 +99,7 @@ Tensor paged_decode_attention(const Tensor& query, const Tensor& key_pool, const
         scale = 1.0F / std::sqrt(static_cast<float>(key_pool.shape()[3]));
     }
     detail::require_finite_positive(op, "scale", scale);
+    detail::require_softcap(op, "options.softcap", options.softcap);
     Tensor context = detail::allocate_uninitialized(query.shape(), query.backend());
     detail::require_capability(adapter.paged_attention(), adapter, op, "paged attention")
         .decode_attention(query, key_pool, value_pool, requests, scale, options, context);

@@ -117,4 +117,13 @@ void require_finite_positive(std::string_view operation, std::string_view argume
     }
 }
 
+void require_softcap(std::string_view operation, std::string_view argument, float value) {
+    if (!std::isfinite(value) || value < 0.0F) {
+        std::ostringstream message;
+        message << operation << ": " << argument << " must be finite and >= 0 (0: no soft cap; got "
+                << value << ")";
+        throw std::invalid_argument(message.str());
+    }
+}
+
 }  // namespace riftco_transformer::detail

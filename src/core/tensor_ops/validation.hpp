@@ -38,6 +38,9 @@ void require_minimum_rank(std::string_view operation, NamedTensor tensor, std::s
 // invalid_argument unless value is finite (and > 0 for the positive form).
 void require_finite(std::string_view operation, std::string_view argument, float value);
 void require_finite_positive(std::string_view operation, std::string_view argument, float value);
+// The attention soft cap rule: finite and >= 0 (0: no capping); invalid_argument naming
+// "<argument>" and the value otherwise.
+void require_softcap(std::string_view operation, std::string_view argument, float value);
 
 [[nodiscard]] std::string describe(const Tensor& tensor);  // "shape [2,3] on cpu"
 

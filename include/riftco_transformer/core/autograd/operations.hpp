@@ -64,11 +64,15 @@ namespace riftco_transformer {
 
 // Unary functions. log needs x > 0 and sqrt needs x > 0 STRICTLY (domain_error at forward:
 // the derivative of sqrt at 0 is infinite), unlike raw sqrt which accepts 0.
-// VJPs: exp G⊙eˣ; log G⊘x; sqrt G/(2√x); erf G·(2/√π)e^{−x²}.
+// VJPs: exp G⊙eˣ; log G⊘x; sqrt G/(2√x); erf G·(2/√π)e^{−x²}; tanh G⊙(1 − y²);
+// soft_cap (c·tanh(x/c), c finite and > 0, invalid_argument naming `cap` otherwise)
+// G⊙(1 − tanh²(x/c)).
 [[nodiscard]] Variable exp(const Variable& x);
 [[nodiscard]] Variable log(const Variable& x);
 [[nodiscard]] Variable sqrt(const Variable& x);
 [[nodiscard]] Variable erf(const Variable& x);
+[[nodiscard]] Variable tanh(const Variable& x);
+[[nodiscard]] Variable soft_cap(const Variable& x, float cap);
 [[nodiscard]] Variable gelu(const Variable& x);
 [[nodiscard]] Variable gelu_tanh(const Variable& x);  // GPT-2's tanh form
 [[nodiscard]] Variable relu(const Variable& x);

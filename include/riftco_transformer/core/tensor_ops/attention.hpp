@@ -3,8 +3,11 @@
 // with Hq % Hkv == 0 (grouped-query attention: query head h reads key/value head
 // ⌊h/(Hq/Hkv)⌋; Hkv == Hq is plain multi-head attention) and one backend
 // (std::invalid_argument otherwise); scale = 1/√d_h computed in float. An optional sliding
-// window W lets query t see only keys max(0, t−W+1)..t. A visible score that is NaN or +inf,
-// or a query row without a finite visible score: std::domain_error.
+// window W lets query t see only keys max(0, t−W+1)..t. An optional soft cap c > 0 (Gemma 2's
+// attention-logit soft-capping) replaces each score s = scale·q·k by c·tanh(s/c) before the
+// mask and the softmax; the VJP multiplies by its derivative 1 − tanh²(s/c). A visible score
+// that is NaN or +inf, or a query row without a finite visible score: std::domain_error; a soft
+// cap that is not finite or < 0: std::invalid_argument.
 
 #include <cstddef>
 #include <string_view>
@@ -16,13 +19,15 @@ namespace riftco_transformer::tensor_ops {
 struct FlashAttentionOptions {
     // 0: dense causal attention. W > 0: query t sees keys max(0, t−W+1)..t (W >= T is dense).
     std::size_t window = 0;
+    // 0: no capping. c > 0: scores c·tanh(s/c) (Gemma 2: 50).
+    float softcap = 0.0F;
 };
 
 struct FlashAttentionResult {
     Tensor context;                 // [B,Hq,T,d_h]
     Tensor row_max;                 // [B,Hq,T]: m_i = max_{j visible from i} S_ij
     Tensor row_sum;                 // [B,Hq,T]: l_i = Σ_{j visible from i} exp(S_ij − m_i)
-    FlashAttentionOptions options;  // the forward's, so the VJP masks exactly the same keys
+    FlashAttentionOptions options;  // the forward's: the VJP masks and caps exactly the same way
 };
 
 struct FlashAttentionGradients {

@@ -31,6 +31,11 @@ namespace riftco_transformer::tensor_ops {
 // domain_error when any element is < 0 (or NaN); sqrt(0) is 0.
 [[nodiscard]] Tensor sqrt(const Tensor& x);
 [[nodiscard]] Tensor erf(const Tensor& x);
+// tanh(±inf) = ±1; NaN propagates.
+[[nodiscard]] Tensor tanh(const Tensor& x);
+// c·tanh(x/c) (Gemma 2's soft cap: smooth, odd, |y| < c, slope 1 at 0); c finite and > 0
+// (std::invalid_argument naming `cap` otherwise).
+[[nodiscard]] Tensor soft_cap(const Tensor& x, float cap);
 
 // Exact-erf GELU: 0.5·x·(1 + erf(x/√2)) (not the tanh approximation); gelu(+inf) = +inf,
 // gelu(-inf) = -0, NaN propagates.

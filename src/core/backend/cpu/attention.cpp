@@ -16,6 +16,8 @@
 // Backward (D_i = rowsum(dO_i ⊙ O_i)): P = e^{S−m}/l recomputed per tile, then
 //   dV_j += Pᵀ·dO_i;  dP = dO_i·V_jᵀ;  dS = P ⊙ (dP − D_i)
 //   dQ_i += scale·dS·K_j;  dK_j += scale·dSᵀ·Q_i
+// Under a soft cap c (Gemma 2), S = c·tanh(scale·Q_i·K_jᵀ/c) in both passes and dS is
+// multiplied elementwise by the cap's derivative 1 − tanh²(·).
 // Backward, grouped heads (r > 1): dK and dV of a key/value head are the sum, in head order,
 // of the r query heads' shares, each share computed whole; so the bits never depend on the
 // schedule or the thread count. When the B·Hkv groups balance the threads as well as the
@@ -71,11 +73,16 @@ std::size_t first_key_tile(std::size_t q0, std::size_t window) {
     return first_key / tile * tile;
 }
 
-// scores [rows, cols] for queries q0.. and keys k0..: scale, mask the future and (window > 0)
-// keys older than the window, and report a NaN or +inf among the visible scores.
+// scores [rows, cols] for queries q0.. and keys k0..: scale, cap (softcap c > 0: c·tanh(s/c)),
+// mask the future and (window > 0) keys older than the window, and report a NaN or +inf among
+// the visible scores (checked before the cap, which would hide an overflow). With a cap and
+// `derivative`, the cap's derivative 1 − tanh²(s/c) of each entry is written there ([rows,
+// cols]; masked entries too, where it is never used). The cap is chosen once per tile.
 bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size_t q0,
-                    std::size_t k0, float scale, std::size_t window) {
+                    std::size_t k0, float scale, std::size_t window, float softcap = 0.0F,
+                    float* derivative = nullptr) {
     bool bad = false;
+    const float inverse_cap = softcap != 0.0F ? 1.0F / softcap : 0.0F;
     for (std::size_t r = 0; r < rows; ++r) {
         float* row = scores + r * cols;
         const std::size_t query = q0 + r;
@@ -86,6 +93,17 @@ bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size
             bad = bad ||
                   (visible && (value != value || value == std::numeric_limits<float>::infinity()));
             row[c] = visible ? value : negative_infinity;
+        }
+        if (softcap == 0.0F)
+            continue;
+        float* slope = derivative != nullptr ? derivative + r * cols : nullptr;
+        for (std::size_t c = 0; c < cols; ++c) {
+            if (row[c] == negative_infinity)
+                continue;
+            const float t = std::tanh(row[c] * inverse_cap);
+            row[c] = softcap * t;
+            if (slope != nullptr)
+                slope[c] = 1.0F - t * t;
         }
     }
     return bad;
@@ -138,7 +156,8 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
                     const std::size_t cols = std::min(tile, time - k0);
                     tile_gemm(false, true, rows, cols, width, q + q0 * width, width, k + k0 * width,
                               width, scores.data(), cols);
-                    if (scale_and_mask(scores.data(), rows, cols, q0, k0, scale, window)) {
+                    if (scale_and_mask(scores.data(), rows, cols, q0, k0, scale, window,
+                                       options.softcap)) {
                         nan_or_inf.record(item);
                     }
                     for (std::size_t r = 0; r < rows; ++r) {
@@ -195,6 +214,7 @@ struct BackwardTensors {
     std::size_t group;  // r = Hq/Hkv
     std::size_t window;
     float scale;
+    float softcap;  // 0: none
     const float* query;
     const float* key;
     const float* value;
@@ -227,10 +247,12 @@ struct BackwardScratch {
     explicit BackwardScratch(const BackwardTensors& b)
         : probabilities(tile * tile),
           d_scores(tile * tile),
+          cap_derivative(b.softcap != 0.0F ? tile * tile : 0),
           product(tile * b.width),
           row_dot_products(b.time) {}
     std::vector<float> probabilities;
     std::vector<float> d_scores;
+    std::vector<float> cap_derivative;  // 1 − tanh²(s/c) of the tile under a soft cap
     std::vector<float> product;
     std::vector<float> row_dot_products;
 };
@@ -265,7 +287,9 @@ void query_head_backward(const BackwardTensors& b, std::size_t item, float* dk, 
             float* product = scratch.product.data();
             tile_gemm(false, true, rows, cols, width, q + q0 * width, width, k + k0 * width, width,
                       p, cols);
-            static_cast<void>(scale_and_mask(p, rows, cols, q0, k0, b.scale, b.window));
+            float* slope = b.softcap != 0.0F ? scratch.cap_derivative.data() : nullptr;
+            static_cast<void>(
+                scale_and_mask(p, rows, cols, q0, k0, b.scale, b.window, b.softcap, slope));
             for (std::size_t r = 0; r < rows; ++r) {
                 const float row_max_value = m[q0 + r];
                 const float inverse = 1.0F / l[q0 + r];
@@ -288,6 +312,11 @@ void query_head_backward(const BackwardTensors& b, std::size_t item, float* dk, 
                 const float* pr = p + r * cols;
                 for (std::size_t c = 0; c < cols; ++c)
                     dsr[c] = pr[c] * (dsr[c] - d_row) * b.scale;
+                if (slope != nullptr) {
+                    const float* sr = slope + r * cols;
+                    for (std::size_t c = 0; c < cols; ++c)
+                        dsr[c] *= sr[c];
+                }
             }
             // dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i
             tile_gemm(false, false, rows, width, cols, ds, cols, k + k0 * width, width, product,
@@ -340,6 +369,7 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
                             query.shape()[1] / key.shape()[1],
                             options.window,
                             scale,
+                            options.softcap,
                             cpu_data(query),
                             cpu_data(key),
                             cpu_data(value),

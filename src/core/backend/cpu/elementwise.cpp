@@ -179,6 +179,10 @@ void CpuElementwise::unary(UnaryOperation operation, const Tensor& x, Tensor& ou
                     y[i] = s == 0.0F ? -0.0F : v[i] * s;
                 }
                 break;
+            case UnaryOperation::Tanh:
+                for (std::size_t i = begin; i < end; ++i)
+                    y[i] = std::tanh(v[i]);
+                break;
         }
     });
 }

@@ -4,7 +4,8 @@
 //   pool[(page_table[t / S] · Hkv + ⌊h/(Hq/Hkv)⌋) · S + t % S] · d_h
 // so which physical pages hold a sequence, and how large the pages are, never changes the
 // arithmetic: a paged and a contiguous cache give the same bits. The Hq/Hkv query heads of a
-// group read the same stored rows (no repeated copy).
+// group read the same stored rows (no repeated copy). Under a soft cap c (Gemma 2) each
+// score s becomes c·tanh(s/c) after the NaN/+inf check and before the softmax.
 
 #include <algorithm>
 #include <cmath>
@@ -81,6 +82,9 @@ void paged_attention_reference(const PagedAttentionGeometry& g, const float* que
                 }
                 double& s = scores[t - first];
                 s = static_cast<double>(dot) * scale;
+                if (options.softcap != 0.0F) {
+                    s = options.softcap * std::tanh(s / options.softcap);
+                }
                 maximum = std::max(maximum, s);
             }
             // p_t = e^{s_t − max} / Σ e^{s − max};  context = Σ p_t · v_t
@@ -158,8 +162,10 @@ void for_each_page_run(const PagedAttentionGeometry& g, const float* pool,
 // One (request, query head) pair; `scores` holds at least the request's visible count.
 void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key_pool,
                const float* value_pool, const tensor_ops::PagedAttentionRequest& request,
-               std::size_t request_index, std::size_t head, std::size_t window, float scale,
-               float* scores, float* out) {
+               std::size_t request_index, std::size_t head,
+               const tensor_ops::PagedAttentionOptions& options, float scale, float* scores,
+               float* out) {
+    const std::size_t window = options.window;
     const std::size_t d = g.head_width;
     const std::size_t first = first_visible(request.length, window);
     const std::size_t visible = request.length - first;
@@ -183,6 +189,13 @@ void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key
             if (is_nan_or_positive_infinity(scores[i])) {
                 throw_bad_score(request_index, head, first + i, scores[i]);
             }
+        }
+    }
+    if (options.softcap != 0.0F) {  // Gemma 2: s = c·tanh(s/c), chosen once per pair
+        const float cap = options.softcap;
+        const float inverse_cap = 1.0F / cap;
+        for (std::size_t i = 0; i < visible; ++i) {
+            scores[i] = cap * std::tanh(scores[i] * inverse_cap);
         }
     }
     const float maximum = row_max(scores, visible);
@@ -236,7 +249,7 @@ void paged_attention_fast(const PagedAttentionGeometry& g, const float* query,
                          const std::size_t h = pair % query_heads;
                          const std::size_t row = (r * query_heads + h) * g.head_width;
                          fast_pair(g, query + row, key_pool, value_pool, requests[r], r, h,
-                                   options.window, scale, scores.data(), context + row);
+                                   options, scale, scores.data(), context + row);
                      }
                  });
 }

@@ -35,6 +35,7 @@ FlashGeometry geometry_of(const Tensor& query, const Tensor& key, float scale,
     geometry.group = query.shape()[1] / key.shape()[1];
     geometry.window = options.window;
     geometry.scale = scale;
+    geometry.softcap = options.softcap;
     return geometry;
 }
 

@@ -12,7 +12,8 @@
 // per row keeps the online softmax (m, l, and the rescaling e^{m_old−m_new}) with warp-shuffle
 // reductions, and the block updates O ← O·e^{m_old−m_new} + P·V, all in shared memory. Key
 // tiles entirely outside the visible range of the query tile are never loaded. The outputs
-// are those of the CPU capability: O/l, m and l per row.
+// are those of the CPU capability: O/l, m and l per row. Under a soft cap c (Gemma 2) every
+// score is c·tanh(S/c) and dS carries the cap's derivative 1 − tanh²(S/c).
 //
 // Backward (D_i = Σ dO_i ⊙ O_i first, one warp per row), in two kernels that recompute
 // P = e^{S−m}/l and dS = P ⊙ (dO·Vᵀ − D)·scale tile by tile from the saved statistics:
@@ -134,7 +135,9 @@ __global__ void __launch_bounds__(attention_block)
             const float score = dot * g.scale;
             const bool seen = visible(q0 + r, k0 + c, g.window);
             bad |= static_cast<int>(seen && (score != score || score == infinity));
-            s_tile[r * sl + c] = seen ? score : -infinity;
+            // Gemma 2's soft cap after the check, which it would hide.
+            const float capped = g.softcap != 0.0F ? g.softcap * tanhf(score / g.softcap) : score;
+            s_tile[r * sl + c] = seen ? capped : -infinity;
         }
         if (bad != 0) {
             bad_scores = 1;
@@ -268,8 +271,15 @@ __device__ inline void probabilities_and_score_gradients(const FlashGeometry& g,
                 score = fmaf(t.q[r * ld + i], k_tile[c * ld + i], score);
                 dp = fmaf(t.upstream[r * ld + i], v_tile[c * ld + i], dp);
             }
-            p = expf(score * g.scale - t.m[r]) * t.inverse_sum[r];
-            ds = p * (dp - t.dot[r]) * g.scale;
+            float capped = score * g.scale;
+            float slope = 1.0F;  // d capped / d raw
+            if (g.softcap != 0.0F) {
+                const float tanh_value = tanhf(capped / g.softcap);
+                capped = g.softcap * tanh_value;
+                slope = 1.0F - tanh_value * tanh_value;
+            }
+            p = expf(capped - t.m[r]) * t.inverse_sum[r];
+            ds = p * (dp - t.dot[r]) * g.scale * slope;
         }
         p_tile[r * sl + c] = p;
         ds_tile[r * sl + c] = ds;

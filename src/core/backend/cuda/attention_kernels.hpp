@@ -19,6 +19,7 @@ struct FlashGeometry {
     std::uint64_t width = 0;
     std::uint64_t window = 0;  // 0: dense causal
     float scale = 1.0F;
+    float softcap = 0.0F;  // 0: none; c > 0: S = c·tanh(scale·q·k/c), dS ⊙ (1 − tanh²)
 };
 
 // Forward. first_failure <- the smallest query item with a visible score that is NaN or +inf;

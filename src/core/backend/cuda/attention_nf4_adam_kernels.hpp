@@ -46,6 +46,7 @@ struct PagedGeometry {
     std::uint64_t group_size = 0;  // query heads per pool head
     std::uint64_t requests = 0;
     std::uint64_t longest_visible = 0;  // the largest visible count of any request
+    float softcap = 0.0F;               // 0: none; c > 0: scores c·tanh(s/c) (Gemma 2)
 };
 
 // `requests` (device) holds 3 uint32 per request: offset of its page table in `tables`

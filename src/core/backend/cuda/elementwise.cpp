@@ -46,6 +46,8 @@ UnaryKernel kernel_for(UnaryOperation operation) {
             return UnaryKernel::Relu;
         case UnaryOperation::Silu:
             return UnaryKernel::Silu;
+        case UnaryOperation::Tanh:
+            return UnaryKernel::Tanh;
     }
     throw std::invalid_argument("cuda unary: unknown operation");
 }

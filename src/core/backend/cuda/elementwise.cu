@@ -99,6 +99,8 @@ __global__ void unary_kernel(const float* x, float* y, std::size_t count,
             y[i] = gelu_tanh_value(v);
         } else if constexpr (operation == UnaryKernel::Relu) {
             y[i] = v <= 0.0F ? 0.0F : v;  // NaN fails the comparison and passes through
+        } else if constexpr (operation == UnaryKernel::Tanh) {
+            y[i] = tanhf(v);
         } else {
             const float s = sigmoid(v);
             y[i] = s == 0.0F ? -0.0F : v * s;  // silu(−inf) = −0
@@ -214,6 +216,9 @@ void unary(UnaryKernel operation, const float* x, float* y, std::size_t count,
             break;
         case UnaryKernel::Silu:
             launch_unary<UnaryKernel::Silu>(x, y, count, first_failure, stream);
+            break;
+        case UnaryKernel::Tanh:
+            launch_unary<UnaryKernel::Tanh>(x, y, count, first_failure, stream);
             break;
     }
     check_launch("unary elementwise");

@@ -25,7 +25,7 @@ void fill(float* data, std::size_t count, float value, cudaStream_t stream);
 
 // ---- elementwise.cu --------------------------------------------------------------------------
 enum class BinaryKernel { Add, Subtract, Multiply, Divide };
-enum class UnaryKernel { Negate, Exp, Log, Sqrt, Erf, Gelu, GeluTanh, Relu, Silu };
+enum class UnaryKernel { Negate, Exp, Log, Sqrt, Erf, Gelu, GeluTanh, Relu, Silu, Tanh };
 enum class DerivativeKernel { Gelu, GeluTanh, Relu, Silu };
 
 // y = a ∘ b. Divide: first_failure <- first zero denominator (not null for Divide).

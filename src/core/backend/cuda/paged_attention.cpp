@@ -66,6 +66,7 @@ class CudaPagedAttention final : public PagedAttentionCapability {
         geometry.head_width = pool[3];
         geometry.group_size = query_heads / pool[1];
         geometry.requests = requests.size();
+        geometry.softcap = options.softcap;
 
         std::vector<std::uint32_t> metadata(3 * requests.size());
         std::vector<std::size_t> firsts(requests.size());

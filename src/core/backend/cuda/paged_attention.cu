@@ -91,10 +91,12 @@ __global__ void paged_decode_kernel(PagedGeometry g, unsigned heads_per_block, c
                               static_cast<unsigned long long>(2 * position + (isnan(s) ? 1 : 0)));
                 }
             }
+            // Gemma 2's soft cap after the check, which it would hide.
+            const float capped = g.softcap != 0.0F ? g.softcap * tanhf(s / g.softcap) : s;
             const float old_maximum = maximum[h];
-            const float new_maximum = fmaxf(old_maximum, s);
+            const float new_maximum = fmaxf(old_maximum, capped);
             const float rescale = expf(old_maximum - new_maximum);
-            const float p = expf(s - new_maximum);
+            const float p = expf(capped - new_maximum);
             float* a = accumulator + h * d;
             for (std::uint64_t i = lane; i < d; i += 32) {
                 a[i] = fmaf(p, v[i], a[i] * rescale);

@@ -17,6 +17,9 @@
 //   dQ += dS·K_j;  dK_j = Σ_heads dSᵀ·Q
 // dK_j and dV_j sum over the r query heads of the group inside the contraction.
 //
+// Under a soft cap c (Gemma 2) S = c·tanh(scale·Q·K_jᵀ/c) in both programs, and dS is
+// multiplied by 1 − tanh²(·).
+//
 // Domain check (forward, as the CPU): a visible score that is NaN or +inf, else a query row
 // without a finite visible score, naming the first such (batch·head) item; the program returns
 // the flag and the runtime raises it at the next sync point.
@@ -144,6 +147,7 @@ struct Geometry {
     std::size_t tile;    // keys per loop step
     std::size_t tiles;   // loop steps
     std::size_t window;  // 0: dense causal
+    float softcap;       // 0: none
 
     [[nodiscard]] std::size_t padded_time() const { return tile * tiles; }
     [[nodiscard]] Dims query() const { return {batch, key_heads, group, time, width}; }
@@ -162,11 +166,12 @@ struct Geometry {
         return std::string(operation) + "/" + std::to_string(batch) + "x" +
                std::to_string(query_heads) + "x" + std::to_string(key_heads) + "x" +
                std::to_string(time) + "x" + std::to_string(width) + "/w" + std::to_string(window) +
-               "/s" + float_literal(scale);
+               "/s" + float_literal(scale) + "/c" + float_literal(softcap);
     }
 };
 
-Geometry geometry_of(const Tensor& query, const Tensor& key, std::size_t window) {
+Geometry geometry_of(const Tensor& query, const Tensor& key,
+                     const tensor_ops::FlashAttentionOptions& options) {
     Geometry g{};
     g.batch = query.shape()[0];
     g.query_heads = query.shape()[1];
@@ -176,7 +181,8 @@ Geometry geometry_of(const Tensor& query, const Tensor& key, std::size_t window)
     g.group = g.query_heads / g.key_heads;
     g.tile = std::min(g.time, maximum_tile);
     g.tiles = (g.time + g.tile - 1) / g.tile;
-    g.window = window;
+    g.window = options.window;
+    g.softcap = options.softcap;
     return g;
 }
 
@@ -207,6 +213,22 @@ std::string tile_scores(AttentionSteps& s, const Geometry& g, const std::string&
     return s.binary("multiply", products, s.splat(scale, g.scores()), g.scores());
 }
 
+// tanh(S/c) of raw scores S under the soft cap c (g.softcap > 0).
+std::string capped_tanh(AttentionSteps& s, const Geometry& g, const std::string& scores) {
+    return s.unary("tanh",
+                   s.binary("multiply", scores, s.splat(1.0F / g.softcap, g.scores()), g.scores()),
+                   g.scores());
+}
+
+// c·tanh(S/c) (the soft cap), or S unchanged without one.
+std::string capped(AttentionSteps& s, const Geometry& g, const std::string& scores) {
+    if (g.softcap == 0.0F) {
+        return scores;
+    }
+    return s.binary("multiply", capped_tanh(s, g, scores), s.splat(g.softcap, g.scores()),
+                    g.scores());
+}
+
 std::exception_ptr bad_scores(std::size_t item, bool no_finite) {
     std::ostringstream message;
     message << "flash attention: (batch·head) " << item
@@ -223,7 +245,7 @@ class PjrtAttention final : public AttentionCapability {
     void flash_forward(const Tensor& query, const Tensor& key, const Tensor& value, float scale,
                        const tensor_ops::FlashAttentionOptions& options, Tensor& context,
                        Tensor& row_max, Tensor& row_sum) const override {
-        const Geometry g = geometry_of(query, key, options.window);
+        const Geometry g = geometry_of(query, key, options);
         auto text = [&] {
             ProgramText program;
             AttentionSteps s(program);
@@ -263,8 +285,10 @@ class PjrtAttention final : public AttentionCapability {
                     const std::string bad_next =
                         s.binary("or", bad, s.reduce("or", bad_score, g.scores(), {3, 4}, "i1"),
                                  g.items(), "i1");
-                    const std::string masked = s.select(
-                        visible, scores, s.splat(negative_infinity, g.scores()), g.scores());
+                    // The cap (Gemma 2) after the NaN/+inf check, which it would hide.
+                    const std::string masked = s.select(visible, capped(s, g, scores),
+                                                        s.splat(negative_infinity, g.scores()),
+                                                        g.scores());
                     const std::string tile_max = s.reduce("maximum", masked, g.scores(), {4});
                     const std::string new_max = s.binary("maximum", m, tile_max, g.rows());
                     // Nothing visible yet (new max −inf): subtract 0 so every term is e^{−inf}.
@@ -343,7 +367,7 @@ class PjrtAttention final : public AttentionCapability {
                         const Tensor& upstream, float scale,
                         const tensor_ops::FlashAttentionOptions& options, Tensor& query_gradient,
                         Tensor& key_gradient, Tensor& value_gradient) const override {
-        const Geometry g = geometry_of(query, key, options.window);
+        const Geometry g = geometry_of(query, key, options);
         auto text = [&] {
             ProgramText program;
             AttentionSteps s(program);
@@ -388,8 +412,16 @@ class PjrtAttention final : public AttentionCapability {
                         "multiply", counter, s.splat(std::to_string(g.tile), {}, "i32"), {}, "i32");
                     const std::string key_tile = s.key_tile(k, g.padded_key(), start, g.tile);
                     const std::string value_tile = s.key_tile(v, g.padded_key(), start, g.tile);
+                    const std::string raw = tile_scores(s, g, q, key_tile, scale);
+                    // Under a soft cap: S = c·tanh(raw/c), and dS carries 1 − tanh².
+                    const std::string cap_tanh = g.softcap != 0.0F ? capped_tanh(s, g, raw) : "";
+                    const std::string scores_tile =
+                        g.softcap != 0.0F
+                            ? s.binary("multiply", cap_tanh, s.splat(g.softcap, g.scores()),
+                                       g.scores())
+                            : raw;
                     const std::string masked =
-                        s.select(visible_mask(s, g, start), tile_scores(s, g, q, key_tile, scale),
+                        s.select(visible_mask(s, g, start), scores_tile,
                                  s.splat(negative_infinity, g.scores()), g.scores());
                     // P = e^{S−m}·(1/l)
                     const std::string p =
@@ -403,11 +435,17 @@ class PjrtAttention final : public AttentionCapability {
                     // dP = dO·V_jᵀ; dS = P ⊙ (dP − D)·scale
                     const std::string dp = s.dot(d_o, g.query(), value_tile, g.key_tile(), {0, 1},
                                                  {4}, {3}, g.scores());
-                    const std::string ds = s.binary(
+                    std::string ds = s.binary(
                         "multiply",
                         s.binary("multiply", p, s.binary("subtract", dp, row_dots_b, g.scores()),
                                  g.scores()),
                         s.splat(scale, g.scores()), g.scores());
+                    if (g.softcap != 0.0F) {
+                        const std::string slope = s.binary(
+                            "subtract", s.splat(1.0F, g.scores()),
+                            s.binary("multiply", cap_tanh, cap_tanh, g.scores()), g.scores());
+                        ds = s.binary("multiply", ds, slope, g.scores());
+                    }
                     // dQ += dS·K_j;  dK_j = Σ dSᵀ·Q
                     const std::string dq_next = s.binary(
                         "add", dq,

@@ -90,6 +90,8 @@ const char* unary_name(UnaryOperation operation) {
             return "relu";
         case UnaryOperation::Silu:
             return "silu";
+        case UnaryOperation::Tanh:
+            return "tanh";
     }
     return "unknown";
 }
@@ -232,6 +234,9 @@ class PjrtElementwise final : public ElementwiseCapability {
                     y = f.unless_zero(s, f.constant(-0.0F), f.binary("multiply", v, s));
                     break;
                 }
+                case UnaryOperation::Tanh:
+                    y = f.unary("tanh", v);
+                    break;
             }
             std::vector<std::pair<std::string, std::string>> results = {{y, f.type()}};
             if (checked) {

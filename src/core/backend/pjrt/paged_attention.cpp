@@ -7,6 +7,8 @@
 //   K_c, V_c [R,chunk,Hkv,d] = gather(pool, (page, slot))     (in-program, one chunk at a time)
 //   s = scale·q·K_cᵀ [R,Hkv,r,chunk];  m' = max(m, max s);  l = l·e^{m−m'} + Σ e^{s−m'}
 //   acc = acc·e^{m−m'} + e^{s−m'}·V_c;  context = acc / l
+// Under a soft cap c (Gemma 2; a constant of the program) s becomes c·tanh(s/c) after the
+// NaN/+inf check and before the softmax.
 // The query is viewed as [R,Hkv,r,d] (query head h = g·r + j reads pool head g), and the
 // products are dot_generals batched over (request, pool head): no repeated head.
 //
@@ -69,6 +71,7 @@ struct Geometry {
     std::size_t page_size;
     std::size_t width;
     std::size_t table_pages;  // page-table columns (a power of two)
+    float softcap;            // 0: none
 
     [[nodiscard]] Dims query() const { return {requests, pool_heads, group, width}; }
     [[nodiscard]] Dims pool() const { return {pages, pool_heads, page_size, width}; }
@@ -209,8 +212,17 @@ std::string decode_program(const Geometry& g) {
         const std::string first_next = s.select(earlier, first_bad, chunk_first, rows, "i32");
         const std::string score_next = s.select(earlier, bad_score, chunk_score, rows);
         // Online softmax over the chunk (nothing visible yet: shift by 0, every term e^{−inf}).
+        const std::string scored =
+            g.softcap == 0.0F
+                ? score
+                : s.binary("multiply",
+                           s.unary("tanh",
+                                   s.binary("multiply", score, s.splat(1.0F / g.softcap, scores),
+                                            scores),
+                                   scores),
+                           s.splat(g.softcap, scores), scores);
         const std::string masked =
-            s.select(visible, score, s.splat(negative_infinity, scores), scores);
+            s.select(visible, scored, s.splat(negative_infinity, scores), scores);
         const std::string new_max = s.binary(
             "maximum", m, s.reduce_last("maximum", masked, scores, negative_infinity), rows);
         const std::string empty = s.compare("EQ", new_max, s.splat(negative_infinity, rows), rows);
@@ -287,6 +299,7 @@ class PjrtPagedAttention final : public PagedAttentionCapability {
         g.page_size = key_pool.shape()[2];
         g.width = key_pool.shape()[3];
         g.group = g.query_heads / g.pool_heads;
+        g.softcap = options.softcap;
         std::size_t needed_pages = 1;
         std::size_t longest = 1;
         for (const auto& request : requests) {
@@ -311,7 +324,8 @@ class PjrtPagedAttention final : public PagedAttentionCapability {
         host.back() = static_cast<std::int32_t>((longest + chunk - 1) / chunk);
         const std::string key = "paged_decode_attention/" + std::to_string(g.requests) + "x" +
                                 std::to_string(g.query_heads) + "/" + shape_key(key_pool.shape()) +
-                                "/t" + std::to_string(g.table_pages);
+                                "/t" + std::to_string(g.table_pages) +
+                                (g.softcap != 0.0F ? "/c" + float_literal(g.softcap) : "");
         const BufferPointer host_buffer =
             context_.runtime->upload(ElementType::S32, host.data(), host.size());
         std::vector<BufferPointer> results =
