@@ -47,8 +47,8 @@ std::string name_of(const Case& c) {
            " d=" + std::to_string(c.width) + " W=" + std::to_string(c.window);
 }
 
-void expect_parity(const Case& c, unsigned seed) {
-    SCOPED_TRACE(name_of(c));
+void expect_parity(const Case& c, unsigned seed, float softcap = 0.0F) {
+    SCOPED_TRACE(name_of(c) + " cap=" + std::to_string(softcap));
     const Shape query_shape{c.batch, c.query_heads, c.time, c.width};
     const Shape kv_shape{c.batch, c.kv_heads, c.time, c.width};
     const std::size_t query_count = c.batch * c.query_heads * c.time * c.width;
@@ -57,7 +57,7 @@ void expect_parity(const Case& c, unsigned seed) {
     const std::vector<float> k = uniform_values(kv_count, -1.5F, 1.5F, seed + 1);
     const std::vector<float> v = uniform_values(kv_count, -1.0F, 1.0F, seed + 2);
     const std::vector<float> g = uniform_values(query_count, -1.0F, 1.0F, seed + 3);
-    const tensor_ops::FlashAttentionOptions options{c.window};
+    const tensor_ops::FlashAttentionOptions options{.window = c.window, .softcap = softcap};
 
     const Tensor q_cpu(query_shape, q, cpu);
     const Tensor k_cpu(kv_shape, k, cpu);
@@ -117,6 +117,12 @@ TEST_F(CudaAttention, GroupedQueryHeadsMatchTheCpuReference) {
     expect_parity({2, 8, 1, 37, 16, 0}, 33);   // Hkv = 1, wide group
     expect_parity({2, 6, 2, 90, 64, 23}, 34);  // groups and a window
     expect_parity({1, 4, 1, 100, 16, 40}, 35);
+}
+
+// Gemma 2's attention-logit soft cap, forward and VJP (a cap of 0.5 bites on these scores).
+TEST_F(CudaAttention, SoftCappedScoresMatchTheCpuReference) {
+    expect_parity({2, 4, 2, 70, 64, 19}, 41, 0.5F);
+    expect_parity({1, 2, 2, 45, 128, 0}, 42, 50.0F);
 }
 
 TEST_F(CudaAttention, BackwardIsBitIdenticalRunToRun) {

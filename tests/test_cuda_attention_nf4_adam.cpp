@@ -143,8 +143,10 @@ TEST_F(CudaAttentionNf4Adam, PagedDecodeWithGroupedHeadsAndAWindowMatchesTheCpu)
     const std::vector<float> q =
         uniform_values(requests.size() * query_heads * head_width, -1.0F, 1.0F, 7);
     for (const std::size_t window : {std::size_t{0}, std::size_t{5}, std::size_t{100}}) {
+      for (const float softcap : {0.0F, 0.5F}) {  // Gemma 2's soft cap bites at 0.5
         tensor_ops::PagedAttentionOptions options;
         options.window = window;
+        options.softcap = softcap;
         const Tensor device = tensor_ops::paged_decode_attention(
             Tensor(query_shape, q, cuda), pool_on(cuda, 8), pool_on(cuda, 9), requests, 0.0F,
             options);
@@ -153,7 +155,8 @@ TEST_F(CudaAttentionNf4Adam, PagedDecodeWithGroupedHeadsAndAWindowMatchesTheCpu)
             options);
         EXPECT_EQ(device.shape(), reference.shape());
         EXPECT_TRUE(matches_reference(device.to_host(), reference.to_host(), attention_tolerance))
-            << "window " << window;
+            << "window " << window << " cap " << softcap;
+      }
     }
 }
 

@@ -78,8 +78,8 @@ std::string describe(const FlashCase& c) {
            " d=" + std::to_string(c.width) + " W=" + std::to_string(c.window);
 }
 
-void expect_flash_parity(ExecutionBackend device, const FlashCase& c) {
-    SCOPED_TRACE(describe(c));
+void expect_flash_parity(ExecutionBackend device, const FlashCase& c, float softcap = 0.0F) {
+    SCOPED_TRACE(describe(c) + " cap=" + std::to_string(softcap));
     const Shape query_shape = {c.batch, c.query_heads, c.time, c.width};
     const Shape key_shape = {c.batch, c.key_heads, c.time, c.width};
     const std::size_t query_count = c.batch * c.query_heads * c.time * c.width;
@@ -88,7 +88,7 @@ void expect_flash_parity(ExecutionBackend device, const FlashCase& c) {
     const std::vector<float> k = uniform_values(key_count, -1.0F, 1.0F, 102);
     const std::vector<float> v = uniform_values(key_count, -1.0F, 1.0F, 103);
     const std::vector<float> g = uniform_values(query_count, -1.0F, 1.0F, 104);
-    const tensor_ops::FlashAttentionOptions options{c.window};
+    const tensor_ops::FlashAttentionOptions options{.window = c.window, .softcap = softcap};
 
     const Tensor q_cpu(query_shape, q, ExecutionBackend::Cpu);
     const Tensor k_cpu(key_shape, k, ExecutionBackend::Cpu);
@@ -146,6 +146,12 @@ TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceUnderASlidingWindow) {
     expect_flash_parity(device, {2, 2, 1, 150, 4, 64});  // the window ends on a tile boundary
     expect_flash_parity(device, {1, 2, 2, 9, 4, 1});     // each query sees only itself
     expect_flash_parity(device, {1, 2, 2, 9, 4, 40});    // W >= T: dense
+}
+
+// Gemma 2's attention-logit soft cap in both programs (a cap of 0.5 bites on these scores).
+TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceUnderASoftCap) {
+    expect_flash_parity(device, {1, 4, 2, 100, 8, 17}, 0.5F);
+    expect_flash_parity(device, {2, 2, 2, 70, 8, 0}, 50.0F);
 }
 
 TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceForOnePosition) {
@@ -311,12 +317,14 @@ PagedInputs paged_inputs(const PagedCase& c, unsigned seed) {
     return in;
 }
 
-void expect_paged_parity(ExecutionBackend device, const PagedCase& c, std::size_t window) {
+void expect_paged_parity(ExecutionBackend device, const PagedCase& c, std::size_t window,
+                         float softcap = 0.0F) {
     SCOPED_TRACE("Hq=" + std::to_string(c.query_heads) + " Hkv=" + std::to_string(c.pool_heads) +
-                 " S=" + std::to_string(c.page_size) + " W=" + std::to_string(window));
+                 " S=" + std::to_string(c.page_size) + " W=" + std::to_string(window) +
+                 " cap=" + std::to_string(softcap));
     const PagedInputs in = paged_inputs(c, 201);
     const auto requests = in.requests(c.lengths);
-    const tensor_ops::PagedAttentionOptions options{window};
+    const tensor_ops::PagedAttentionOptions options{.window = window, .softcap = softcap};
     const Tensor reference = tensor_ops::paged_decode_attention(
         Tensor(in.query_shape, in.query, ExecutionBackend::Cpu),
         Tensor(in.pool_shape, in.keys, ExecutionBackend::Cpu),
@@ -348,6 +356,11 @@ TEST_F(PjrtAttention, PagedDecodeMatchesTheReferenceUnderASlidingWindow) {
     expect_paged_parity(device, grouped_two, 65);    // longer than a chunk
     expect_paged_parity(device, grouped_four, 1);    // only the newest position
     expect_paged_parity(device, grouped_four, 500);  // W >= every length: dense
+}
+
+TEST_F(PjrtAttention, PagedDecodeMatchesTheReferenceUnderASoftCap) {
+    expect_paged_parity(device, multi_head, 0, 0.5F);
+    expect_paged_parity(device, grouped_four, 10, 0.5F);
 }
 
 TEST_F(PjrtAttention, PagedDecodeRecompilesNeitherForLongerRequestsNorForOtherPages) {
