@@ -511,9 +511,33 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
     (dict(tie_word_embeddings="no"), "tie_word_embeddings"),
     (dict(num_attention_heads=5), "num_attention_heads"),
     (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters"),
-    # The other families' keys.
-    (dict(architectures=["Gemma3ForCausalLM"], final_logit_softcapping=30.0),
-     "final_logit_softcapping"),
+    # The other families' keys: soft caps only for Gemma (a Llama model would ignore them).
+    (dict(final_logit_softcapping=30.0), "final_logit_softcapping 30.0 is not supported"),
+    (dict(architectures=["Qwen3ForCausalLM"], attn_logit_softcapping=50.0),
+     "attn_logit_softcapping 50.0 is not supported"),
+    (dict(architectures=["Gemma2ForCausalLM"], attn_logit_softcapping=-1.0),
+     "attn_logit_softcapping must be a positive finite number"),
+    (dict(architectures=["Gemma2ForCausalLM"], final_logit_softcapping=0),
+     "final_logit_softcapping must be a positive finite number"),
+    (dict(architectures=["Gemma2ForCausalLM"], final_logit_softcapping="30"),
+     "final_logit_softcapping must be a positive finite number"),
+    (dict(architectures=["Gemma2ForCausalLM"], attn_logit_softcapping=10 ** 39),  # > float32
+     "attn_logit_softcapping an integer of 130 bits is not supported"),
+    (dict(architectures=["Gemma3ForCausalLM"], final_logit_softcapping=-30.0),
+     "final_logit_softcapping must be a positive finite number"),
+    (dict(architectures=["Gemma2ForCausalLM"], hidden_activation="gelu"), "hidden_activation"),
+    # Gemma 2's layers alternate, windowed first: any other layer_types is refused.
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=4,
+          layer_types=["full_attention", "sliding_attention"]), "layer_types"),
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=4,
+          layer_types=["sliding_attention", "sliding_attention"]), "every 2nd layer"),
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=4,
+          layer_types=["full_attention", "full_attention"]), "layer_types"),
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=4,
+          layer_types=["sliding_attention"]), "layer_types must list 2 layer types"),
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=None,
+          layer_types=["sliding_attention", "full_attention"]), "layer_types"),
+    (dict(architectures=["Gemma2ForCausalLM"], sliding_window=None), "sliding_window null"),
     (dict(architectures=["Gemma3ForCausalLM"], hidden_activation="gelu"), "hidden_activation"),
     (dict(architectures=["Gemma3ForCausalLM"], sliding_window=4,
           layer_types=["full_attention", "sliding_attention"]), "layer_types"),
@@ -530,7 +554,43 @@ def test_unsupported_config_is_rejected_naming_the_key(tmp_path, recorded_models
         read_config(tmp_path)
 
 
+GEMMA2_LAYERS = ["sliding_attention", "full_attention"]
+
+
 @pytest.mark.parametrize("changes, expected", [
+    # Gemma 2 as transformers 5 writes it (layer_types, rope_parameters) ...
+    (dict(architectures=["Gemma2ForCausalLM"], hidden_act=None, head_dim=4, sliding_window=4,
+          layer_types=GEMMA2_LAYERS, query_pre_attn_scalar=16, attn_logit_softcapping=50.0,
+          final_logit_softcapping=30.0,
+          rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
+     dict(architecture="gemma2", query_key_norm=False, norm_weight_offset=True,
+          post_block_norms=True, feed_forward_activation="gelu_tanh", embedding_scale=4.0,
+          sliding_window=4, sliding_window_period=2, rope_theta=1e4, rope_local_theta=0.0,
+          attention_scale=0.25, attention_logit_softcap=50.0, final_logit_softcap=30.0,
+          head_width=0, tie_embeddings=False)),
+    # ... and as 4.x did (rope_theta, no layer_types: the even layers windowed), with caps of
+    # its own and query_pre_attn_scalar the head width (the default scale).
+    (dict(architectures=["Gemma2ForCausalLM"], head_dim=4, sliding_window=4, rope_theta=1e4,
+          query_pre_attn_scalar=4, attn_logit_softcapping=20.0, final_logit_softcapping=7.5),
+     dict(architecture="gemma2", sliding_window_period=2, attention_scale=0.0,
+          attention_logit_softcap=20.0, final_logit_softcap=7.5)),
+    # Null caps are none (the preset's 50/30 are not put back).
+    (dict(architectures=["Gemma2ForCausalLM"], head_dim=4, sliding_window=4,
+          attn_logit_softcapping=None, final_logit_softcapping=None),
+     dict(attention_logit_softcap=0.0, final_logit_softcap=0.0)),
+    (dict(architectures=["Gemma2ForCausalLM"], head_dim=4, sliding_window=4,
+          attn_logit_softcapping=None),
+     dict(attention_logit_softcap=0.0, final_logit_softcap=30.0)),
+    # Without a window, layer_types all full_attention: every layer dense.
+    (dict(architectures=["Gemma2ForCausalLM"], head_dim=4, sliding_window=None,
+          layer_types=["full_attention", "full_attention"]),
+     dict(sliding_window=None, sliding_window_period=0)),
+    # Gemma 3 has no caps unless its config sets them; then they are mapped as Gemma 2's.
+    (dict(architectures=["Gemma3ForCausalLM"], head_dim=4, sliding_window=4,
+          attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+     dict(architecture="gemma3", attention_logit_softcap=50.0, final_logit_softcap=30.0)),
+    (dict(architectures=["Gemma3ForCausalLM"], head_dim=4, sliding_window=4),
+     dict(architecture="gemma3", attention_logit_softcap=0.0, final_logit_softcap=0.0)),
     (dict(architectures=["Qwen2ForCausalLM"]),
      dict(architecture="qwen2", query_key_value_bias=True, query_key_norm=False)),
     (dict(architectures=["Qwen3ForCausalLM"], head_dim=6),
@@ -566,6 +626,21 @@ def test_each_familys_config_maps_onto_the_decoders_choices(tmp_path, changes, e
     for field, value in expected.items():
         assert getattr(config, field) == pytest.approx(value) if isinstance(value, float) \
             else getattr(config, field) == value, field
+
+
+def test_gemma2_config_defaults_follow_transformers(tmp_path):
+    """Keys a Gemma 2 config.json omits take Gemma2Config's defaults: head_dim and
+    query_pre_attn_scalar 256, sliding_window 4096 on the even layers, caps 50 and 30, a tied
+    head, rope_theta 10000."""
+    config = write_config(tmp_path, architectures=["Gemma2ForCausalLM"])
+    for key in ("tie_word_embeddings", "rope_theta", "hidden_act"):
+        del config[key]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    read = read_config(tmp_path)
+    assert (read.head_width, read.attention_scale) == (256, 0.0)
+    assert (read.sliding_window, read.sliding_window_period) == (4096, 2)
+    assert (read.attention_logit_softcap, read.final_logit_softcap) == (50.0, 30.0)
+    assert read.tie_embeddings and read.rope_theta == 10000.0
 
 
 def test_config_defaults_follow_transformers(tmp_path):

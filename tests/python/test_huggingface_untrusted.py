@@ -37,13 +37,16 @@ from test_huggingface_import import (
 # ---- every family's tensors, written out independently of the importer's tables
 
 # Config changes that make CONFIG (a 2-layer Llama, D 16, 4 query and 2 key/value heads,
-# F 24, V 260) a checkpoint of each family. Gemma 3 names head_dim (its default is 256) and
-# ties its head, as its configs do.
+# F 24, V 260) a checkpoint of each family. Gemma 2 and 3 name head_dim (their default is 256)
+# and tie their head, as their configs do.
 FAMILIES = {
     "llama": {},
     "mistral": {"architectures": ["MistralForCausalLM"], "sliding_window": 4},
     "qwen2": {"architectures": ["Qwen2ForCausalLM"]},
     "qwen3": {"architectures": ["Qwen3ForCausalLM"], "head_dim": 6},
+    "gemma2": {"architectures": ["Gemma2ForCausalLM"], "head_dim": 4,
+               "tie_word_embeddings": True, "sliding_window": 4,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
     "gemma3": {"architectures": ["Gemma3ForCausalLM"], "head_dim": 4,
                "tie_word_embeddings": True, "sliding_window": 4},
     "phi3": {"architectures": ["Phi3ForCausalLM"]},
@@ -73,7 +76,7 @@ def family_shapes(family: str, config: dict) -> dict[str, tuple[int, ...]]:
                       "self_attn.v_proj.bias": (k,)})
     if family in ("qwen3", "gemma3"):
         block.update({"self_attn.q_norm.weight": (head,), "self_attn.k_norm.weight": (head,)})
-    if family == "gemma3":
+    if family in ("gemma2", "gemma3"):
         block.update({"post_attention_layernorm.weight": (width,),
                       "pre_feedforward_layernorm.weight": (width,),
                       "post_feedforward_layernorm.weight": (width,)})
@@ -173,6 +176,7 @@ def test_a_vocab_size_of_2_to_the_28_fails_naming_it_before_building(tmp_path, n
     ("llama", dict(num_key_value_heads=4),
      "num_key_value_heads * hidden_size / num_attention_heads 16 vs the tensor's 8"),
     ("qwen3", dict(head_dim=8), "num_attention_heads * head_dim 32 vs the tensor's 24"),
+    ("gemma2", dict(head_dim=None), "num_attention_heads * head_dim 1024 vs the tensor's 16"),
     ("gemma3", dict(head_dim=None), "num_attention_heads * head_dim 1024 vs the tensor's 16"),
     ("phi3", dict(intermediate_size=20), "2 * intermediate_size 40 vs the tensor's 48"),
     ("llama", dict(tie_word_embeddings=True), "'lm_head.weight' differs from"),
@@ -181,6 +185,15 @@ def test_each_config_field_the_tensors_contradict_is_named(tmp_path, nothing_bui
                                                           changes, fragment):
     family_checkpoint(tmp_path, family, **changes)
     rejected(tmp_path, fragment)
+
+
+def test_a_gemma2_config_over_gemma3_tensors_names_the_qk_norm(tmp_path, nothing_built):
+    """Gemma 2's tensors are Gemma 3's without QK-norm: a Gemma 3 checkpoint under a Gemma 2
+    config.json is refused naming the first tensor Gemma 2 does not have."""
+    family_checkpoint(tmp_path, "gemma3", architectures=["Gemma2ForCausalLM"])
+    message = rejected(tmp_path, "unexpected tensor 'model.layers.0.self_attn.",
+                       "_norm.weight' (not a parameter of a tied gemma2 model)")
+    assert message.startswith(str(tmp_path / "model.safetensors"))
 
 
 def test_a_sharded_checkpoints_layer_count_is_checked_against_its_index(tmp_path,

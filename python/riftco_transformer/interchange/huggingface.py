@@ -1,5 +1,5 @@
 """Hugging Face checkpoints of the rotary families, read from their directory: Llama,
-Mistral, Qwen 2/2.5, Qwen 3, Gemma 3 (text) and Phi-3 (``GPT2LMHeadModel`` directories are
+Mistral, Qwen 2/2.5, Qwen 3, Gemma 2, Gemma 3 (text) and Phi-3 (``GPT2LMHeadModel`` directories are
 dispatched to :mod:`.huggingface_gpt2`).
 
 A directory holds ``config.json`` (one of ``ARCHITECTURES``), the
@@ -23,11 +23,16 @@ unlike GGUF). Names map one to one (the family's extra tensors below)::
 
 (Every Hugging Face name ends in ``.weight``; ours end in ``.weight``, norms in ``.scale``.)
 Qwen 2 adds ``self_attn.{q,k,v}_proj.bias``; Qwen 3 and Gemma 3 ``self_attn.{q,k}_norm``
-(attention.{query,key}_norm.scale); Gemma 3 names its norms ``input_layernorm``,
+(attention.{query,key}_norm.scale); Gemma 2 and 3 name their norms ``input_layernorm``,
 ``post_attention_layernorm`` (our post_attention_norm), ``pre_feedforward_layernorm``
 (feed_forward_norm) and ``post_feedforward_layernorm`` (post_feed_forward_norm), stored as the
-w of its (1 + w) form; Phi-3 fuses ``self_attn.qkv_proj`` (rows q, k, v) and
+w of their (1 + w) form; Phi-3 fuses ``self_attn.qkv_proj`` (rows q, k, v) and
 ``mlp.gate_up_proj`` (rows gate, up), which are read as row ranges of the one tensor.
+
+Gemma 2's ``attn_logit_softcapping`` and ``final_logit_softcapping`` (absent: transformers'
+50 and 30; null: none) become the decoder's soft caps; Gemma 3 maps them the same way when a
+config sets them (its transformers default is null). ``query_pre_attn_scalar`` s gives the
+attention scale s**-0.5 of both.
 
 With ``tie_word_embeddings`` the head is the embedding: ``lm_head.weight`` is then absent, or
 byte for byte the embedding. Rotary ``inv_freq`` buffers are ignored. Like Hugging Face's own
@@ -45,7 +50,8 @@ exactly the shape the config implies. So a config that claims a million layers o
 vocabulary over a small file fails at once, a ValueError naming config.json, the field and
 both values (and the safetensors file). Config keys the decoder cannot honour (YaRN or
 LongRoPE scaling, an odd ``head_dim``, biases the family does not have, another activation,
-soft-capping, Qwen's ``use_sliding_window``, a Gemma ``layer_types`` that is not a period)
+soft-capping outside Gemma, Qwen's ``use_sliding_window``, a Gemma ``layer_types`` that is not
+a period (Gemma 2: not period 2))
 are a ValueError naming the key; ``tokenizer.json`` is read as
 :meth:`PretrainedTokenizer.from_tokenizer_json` says (every defect a ValueError naming the file
 and the JSON path).
@@ -59,7 +65,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .._container import strict_json
@@ -96,16 +102,27 @@ ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Phi3ForCausalLM": "phi3",
 }
+_GEMMA = ("gemma2", "gemma3")
 # The activation key and value each family's config.json uses for its feed-forward.
-_ACTIVATIONS = {"gemma3": ("hidden_activation", "gelu_pytorch_tanh")}
+_ACTIVATIONS = {family: ("hidden_activation", "gelu_pytorch_tanh") for family in _GEMMA}
 _DEFAULT_ACTIVATION = ("hidden_act", "silu")
 
 # Defaults of transformers' LlamaConfig / MistralConfig for keys a config.json may omit.
 _DEFAULT_ROPE_THETA = 10000.0
 _DEFAULT_RMS_NORM_EPSILON = 1e-6
+# Gemma's soft caps: config.json key -> our field, and transformers' Gemma2Config defaults
+# for a key config.json omits (Gemma3TextConfig's are null: no cap).
+_SOFTCAPS = {"attn_logit_softcapping": "attention_logit_softcap",
+             "final_logit_softcapping": "final_logit_softcap"}
+_DEFAULT_SOFTCAPS = {"gemma2": {"attn_logit_softcapping": 50.0,
+                                "final_logit_softcapping": 30.0}}
+# transformers' Gemma2Config sliding_window when config.json omits it.
+_GEMMA2_DEFAULT_WINDOW = 4096
+_FLOAT32_MAX = 3.4028234663852886e38
 
 _GLOBAL_NAMES = {
     "token_embedding.weight": "model.embed_tokens.weight",
@@ -133,6 +150,11 @@ _FAMILY_BLOCK_NAMES = {
     "qwen3": {
         "attention.query_norm.scale": "self_attn.q_norm.weight",
         "attention.key_norm.scale": "self_attn.k_norm.weight",
+    },
+    "gemma2": {
+        "post_attention_norm.scale": "post_attention_layernorm.weight",
+        "feed_forward_norm.scale": "pre_feedforward_layernorm.weight",
+        "post_feed_forward_norm.scale": "post_feedforward_layernorm.weight",
     },
     "gemma3": {
         "attention.query_norm.scale": "self_attn.q_norm.weight",
@@ -232,9 +254,10 @@ def _config_from_document(
     if heads % key_value_heads:
         _fail(source, f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
                       f"{key_value_heads}")
-    # transformers' Gemma3TextConfig defaults head_dim (and query_pre_attn_scalar) to 256.
+    # transformers' Gemma2Config and Gemma3TextConfig default head_dim (and
+    # query_pre_attn_scalar) to 256.
     head_dim = _positive_int(document, "head_dim", source,
-                             default=256 if architecture == "gemma3" else None)
+                             default=256 if architecture in _GEMMA else None)
     if head_dim is None and width % heads != 0:
         _fail(source, f"hidden_size {width} is not a multiple of num_attention_heads {heads}")
     if head_dim is not None and head_dim % 2:
@@ -247,9 +270,7 @@ def _config_from_document(
     if document.get(activation_key, activation) != activation:
         _fail(source, f"{activation_key} {_describe(document[activation_key])} is not supported "
                       f"(only {activation!r})")
-    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
-        if document.get(key) is not None:
-            _fail(source, f"{key} {_describe(document[key])} is not supported (only null)")
+    caps = _softcaps(document, architecture, source)
     if _optional_bool(document, "use_sliding_window", source):
         _fail(source, "use_sliding_window true is not supported (Qwen's per-layer windows)")
     if _optional_bool(document, "use_bidirectional_attention", source):
@@ -257,7 +278,7 @@ def _config_from_document(
     if document.get("partial_rotary_factor", 1.0) != 1.0:
         _fail(source, f"partial_rotary_factor {_describe(document['partial_rotary_factor'])} is "
                       "not supported (only 1.0)")
-    tied = document.get("tie_word_embeddings", architecture == "gemma3")
+    tied = document.get("tie_word_embeddings", architecture in _GEMMA)
     if not isinstance(tied, bool):
         _fail(source, f"tie_word_embeddings must be true or false, not {_json_type(tied)}")
     context = _positive_int(document, "max_position_embeddings", source)
@@ -267,6 +288,10 @@ def _config_from_document(
     window = None
     if architecture in ("mistral", "phi3", "gemma3"):  # Llama and Qwen (by default): none
         window = _positive_int(document, "sliding_window", source, default=None)
+    elif architecture == "gemma2":  # absent: transformers' 4096; null: none
+        window = _positive_int(document, "sliding_window", source,
+                               default=_GEMMA2_DEFAULT_WINDOW if "sliding_window" not in document
+                               else None)
     fields = dict(
         vocabulary_size=_positive_int(document, "vocab_size", source),
         maximum_context=context,
@@ -286,31 +311,72 @@ def _config_from_document(
         fields.update(global_rope)
         fields["rope_local_theta"] = local_rope["rope_theta"]
         fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source)
+    else:
+        fields.update(_rope(document, source))
+    if architecture == "gemma2":
+        fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source,
+                                                               period=2)
+    if architecture in _GEMMA:
         scalar = _positive_float(document, "query_pre_attn_scalar", source, 256.0)
         if scalar != head_dim:
             fields["attention_scale"] = scalar ** -0.5
-    else:
-        fields.update(_rope(document, source))
-    return LlamaMistralConfig.preset(architecture, **fields)
+    # The caps as config.json gives them: the Gemma 2 preset would turn a 0 (null) into 50/30.
+    return replace(LlamaMistralConfig.preset(architecture, **fields), **caps)
+
+
+def _softcaps(document: Mapping, architecture: str, source: str) -> dict:
+    """Gemma's ``attn_logit_softcapping`` and ``final_logit_softcapping`` as our fields
+    (null: 0, no cap; absent: transformers' default); another family's must be null."""
+    if architecture not in _GEMMA:
+        for key in _SOFTCAPS:
+            if document.get(key) is not None:
+                _fail(source, f"{key} {_describe(document[key])} is not supported (only null, "
+                              "or a Gemma model)")
+        return {}
+    defaults = _DEFAULT_SOFTCAPS.get(architecture, {})
+    caps = {}
+    for key, field in _SOFTCAPS.items():
+        value = document[key] if key in document else defaults.get(key)
+        if value is None:
+            caps[field] = 0.0
+            continue
+        cap = _positive_float({key: value}, key, source, 0.0)
+        if cap > _FLOAT32_MAX:
+            _fail(source, f"{key} {_describe(value)} is not supported (beyond float32)")
+        caps[field] = cap
+    return caps
 
 
 def _gemma_window_period(document: Mapping, blocks: int, window: int | None,
-                         source: str) -> int:
-    """The period p of Gemma 3's local/global layers (layer i dense when (i+1) % p == 0):
-    from ``layer_types`` (transformers 5), checked to be that pattern, or
-    ``sliding_window_pattern`` (4.x, default 6)."""
+                         source: str, period: int | None = None) -> int:
+    """The period p of Gemma's local/global layers (layer i dense when (i+1) % p == 0):
+    from ``layer_types`` (transformers 5), checked to be that pattern, or (4.x) Gemma 3's
+    ``sliding_window_pattern`` (default 6). Gemma 2 passes ``period`` 2, its only pattern
+    (4.x: the even layers sliding); its sliding layers need a ``sliding_window``."""
     layer_types = document.get("layer_types")
     if layer_types is None:
+        if period is not None:
+            if window is None:
+                _fail(source, "sliding_window null is not supported (Gemma 2's even layers "
+                              "are sliding_attention layers)")
+            return period if window is not None else 0
         period = _positive_int(document, "sliding_window_pattern", source, default=6)
         return period if window is not None else 0
     if not isinstance(layer_types, list) or len(layer_types) != blocks:
         _fail(source, f"layer_types must list {blocks} layer types")
     dense = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
-    period = dense[0] + 1 if dense else 6
+    fixed = period is not None
+    if not fixed:
+        period = dense[0] + 1 if dense else 6
     expected = ["full_attention" if (i + 1) % period == 0 else "sliding_attention"
                 for i in range(blocks)]
-    if layer_types != expected or (window is None and dense != list(range(blocks))):
-        _fail(source, f"layer_types {_describe(layer_types)} is not supported (every p-th layer "
+    all_dense = dense == list(range(blocks))
+    if window is None and not all_dense:
+        _fail(source, f"layer_types {_describe(layer_types)} is not supported with sliding_window "
+                      "null (sliding_attention layers need a window)")
+    if window is not None and layer_types != expected:
+        pattern = "every 2nd layer" if fixed else "every p-th layer"
+        _fail(source, f"layer_types {_describe(layer_types)} is not supported ({pattern} "
                       "full_attention, the others sliding_attention, with a sliding_window)")
     return period if window is not None else 0
 
