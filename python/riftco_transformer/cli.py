@@ -137,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="BPE vocabulary size (>= 256)")
     pretrain.add_argument("--min-pair-frequency", type=_positive_int, default=2)
     pretrain.add_argument("--architecture", default="gpt2",
-                          choices=("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"),
+                          choices=("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                                   "phi3"),
                           help="the GPT decoder, or a rotary family's preset of the same size "
-                               "(Mistral, Gemma 3, Phi-3: a window of half the context)")
+                               "(Mistral, Gemma 2, Gemma 3, Phi-3: a window of half the "
+                               "context)")
     pretrain.add_argument("--model-width", type=_positive_int, default=16)
     pretrain.add_argument("--heads", type=_positive_int, default=4)
     pretrain.add_argument("--blocks", type=_positive_int, default=1)

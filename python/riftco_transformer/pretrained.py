@@ -3,7 +3,7 @@
 ``path`` may be:
 
 * a GGUF file (llama.cpp's format; ``general.architecture`` llama, mistral, qwen2, qwen3,
-  gemma3 or phi3): weights
+  gemma2, gemma3 or phi3): weights
   dequantized to float32, the tokenizer and the chat template from its metadata;
 * a Hugging Face directory (``config.json``, ``model.safetensors`` or a sharded index,
   ``tokenizer.json``; the rotary families: :mod:`riftco_transformer.interchange.huggingface`;

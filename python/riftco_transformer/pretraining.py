@@ -46,7 +46,9 @@ from .native.llama import ARCHITECTURE_VALUES
 # The architectures a model can be pretrained as: the GPT decoder, or a rotary family's preset.
 ARCHITECTURES = ("gpt2", *ARCHITECTURE_VALUES)
 # Families whose structure includes a sliding window: pretrained with half the context.
-_WINDOWED_FAMILIES = ("mistral", "gemma3", "phi3")
+_WINDOWED_FAMILIES = ("mistral", "gemma2", "gemma3", "phi3")
+# Families whose checkpoints tie the head to the token embedding.
+_TIED_FAMILIES = ("gemma2", "gemma3")
 from .native._validation import (
     UINT32_LIMIT,
     require_choice,
@@ -104,8 +106,9 @@ class PretrainingConfig:
     optimizer_page_size: int = 4096
     tokenizer_training_bytes: int = 16 << 20
     # "gpt2" (docs/ARCHITECTURE.md, 'The GPT decoder'), or a rotary family preset ("llama",
-    # "mistral", "qwen2", "qwen3", "gemma3", "phi3") with the same width, heads, blocks and
-    # feed-forward width (Mistral, Gemma 3 and Phi-3 with a window of half the context).
+    # "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3") with the same width, heads,
+    # blocks and feed-forward width (Mistral, Gemma 2, Gemma 3 and Phi-3 with a window of half
+    # the context).
     architecture: str = "gpt2"
 
     def __post_init__(self) -> None:
@@ -451,7 +454,7 @@ def _new_model(tokenizer: Tokenizer, config: PretrainingConfig):
         query_head_count=config.head_count,
         key_value_head_count=config.head_count,
         sliding_window=window,
-        tie_embeddings=config.architecture == "gemma3",
+        tie_embeddings=config.architecture in _TIED_FAMILIES,
         **sizes,
     )
     return LlamaMistralTransformer(family, config.attention, config.activation_checkpointing)

@@ -107,6 +107,35 @@ def test_built_in_renderer_equals_jinja_rendering(family, conversation, generati
                                                                          generation_prompt)
 
 
+# Gemma 2's (gemma-2-2b-it's tokenizer_config.json): Gemma's turns, no system role.
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("generation_prompt", [True, False])
+def test_gemma2s_template_is_gemmas_format(generation_prompt):
+    assert detect_chat_family(GEMMA2) == "gemma"
+    built_in = PretrainedChatTemplate.from_text(GEMMA2, bos_token="<bos>", eos_token="<eos>",
+                                                use_jinja=False)
+    assert built_in.stop_sequences == ("<end_of_turn>", "<eos>")
+    rendered = built_in.render(CONVERSATION, generation_prompt)
+    assert rendered.startswith("<bos><start_of_turn>user\nWhat is the capital of France?"
+                               "<end_of_turn>\n<start_of_turn>model\nParis.<end_of_turn>\n")
+    pytest.importorskip("jinja2")
+    jinja = PretrainedChatTemplate.from_text(GEMMA2, bos_token="<bos>", eos_token="<eos>",
+                                             use_jinja=True)
+    assert jinja.render(CONVERSATION, generation_prompt) == rendered
+
+
 def test_chatml_inserts_the_templates_default_system_message():
     template = PretrainedChatTemplate.from_text(CHATML, use_jinja=False)
     rendered = template.render([{"role": "user", "content": "Hi"}])

@@ -1,6 +1,6 @@
-"""The rotary decoder's families from Python (C ABI 2.10): presets, the config's new fields
-through the ABI and back, bundles that reopen with the same logits, and `riftco inspect` on
-them. Logits against Hugging Face transformers and llama.cpp:
+"""The rotary decoder's families from Python (C ABI 2.10; Gemma 2's soft caps: 2.11): presets,
+the config's new fields through the ABI and back, bundles that reopen with the same logits,
+and `riftco inspect` on them. Logits against Hugging Face transformers and llama.cpp:
 tests/oracle/decoder_families_parity.py; the C++ rules: tests/test_decoder_families.cpp."""
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ FAMILIES = {
     "mistral": dict(sliding_window=4),
     "qwen2": {},
     "qwen3": dict(head_width=6, tie_embeddings=True),
+    "gemma2": dict(block_count=4, head_width=6, sliding_window=4, tie_embeddings=True),
     "gemma3": dict(block_count=6, head_width=6, sliding_window=4, tie_embeddings=True),
     "phi3": dict(sliding_window=4),
 }
@@ -64,6 +65,19 @@ def test_presets_set_each_familys_choices_through_the_library():
     assert gemma.feed_forward_activation == "gelu_tanh"
     assert gemma.embedding_scale == pytest.approx(4.0)
     assert gemma.sliding_window_period == 6 and gemma.rope_local_theta == 10000.0
+    assert gemma.attention_logit_softcap == gemma.final_logit_softcap == 0.0
+    gemma2 = preset("gemma2")
+    assert gemma2.architecture == "gemma2" and not gemma2.query_key_norm
+    assert gemma2.norm_weight_offset and gemma2.post_block_norms
+    assert gemma2.feed_forward_activation == "gelu_tanh"
+    assert gemma2.embedding_scale == pytest.approx(4.0) and gemma2.attention_scale == 0.0
+    assert gemma2.sliding_window_period == 2 and gemma2.rope_local_theta == 0.0
+    assert (gemma2.attention_logit_softcap, gemma2.final_logit_softcap) == (50.0, 30.0)
+    # Caps that are given are kept (0, not given, takes the preset's).
+    given = LlamaMistralConfig.preset("gemma2", **DIMENSIONS, attention_logit_softcap=20.0)
+    assert (given.attention_logit_softcap, given.final_logit_softcap) == (20.0, 30.0)
+    # Without a window every layer is dense.
+    assert LlamaMistralConfig.preset("gemma2", **DIMENSIONS).sliding_window_period == 0
     llama = preset("llama")
     assert not (llama.query_key_value_bias or llama.query_key_norm or llama.post_block_norms)
     assert llama.rope_scaling == "llama3"
@@ -71,7 +85,12 @@ def test_presets_set_each_familys_choices_through_the_library():
 
 def test_preset_and_config_errors_name_the_argument():
     with pytest.raises(ValueError, match="architecture"):
-        LlamaMistralConfig.preset("gemma2", **DIMENSIONS)
+        LlamaMistralConfig.preset("gemma4", **DIMENSIONS)
+    for name in ("attention_logit_softcap", "final_logit_softcap"):
+        with pytest.raises(ValueError, match=f"{name} must be finite and >= 0"):
+            LlamaMistralConfig(**DIMENSIONS, **{name: -1.0})
+        with pytest.raises(ValueError, match=name):
+            LlamaMistralConfig(**DIMENSIONS, **{name: float("inf")})
     with pytest.raises(ValueError, match="rope_scaling"):
         LlamaMistralConfig(**DIMENSIONS, rope_scaling="yarn")
     with pytest.raises(ValueError, match="feed_forward_activation"):
@@ -221,6 +240,69 @@ def test_gguf_files_of_each_family_load_with_the_familys_choices(tmp_path):
         assert config.embedding_scale == pytest.approx(4.0) and config.attention_scale == 0.0
 
 
+def gemma2_gguf(path, blocks=2, caps=(), window=4):
+    """A tiny Gemma 2 GGUF: Gemma 3's tensors without QK-norm; ``caps`` its soft-cap keys
+    (name suffix, value) as F32 metadata."""
+    metadata = [(f"gemma2.{key}", F32, value) for key, value in caps]
+    if window is not None:
+        metadata.append(("gemma2.attention.sliding_window", U32, window))
+    return family_gguf(path, "gemma2", blocks=blocks, post_norms=True, extra_metadata=metadata)
+
+
+def test_gguf_gemma2_loads_with_its_soft_caps(tmp_path):
+    path = gemma2_gguf(tmp_path / "g2.gguf", caps=[("attn_logit_softcapping", 20.0),
+                                                   ("final_logit_softcapping", 0.25)])
+    with LlamaMistralTransformer.from_gguf(path) as model:
+        config = model.config
+        assert config.architecture == "gemma2" and not config.query_key_norm
+        # GGUF stores Gemma's norms as 1 + w: read as plain RMSNorm weights.
+        assert not config.norm_weight_offset and config.post_block_norms
+        assert config.feed_forward_activation == "gelu_tanh"
+        assert config.sliding_window == 4 and config.sliding_window_period == 2
+        assert config.rope_local_theta == 0.0 and config.tie_embeddings
+        assert config.embedding_scale == pytest.approx(4.0) and config.attention_scale == 0.0
+        assert (config.attention_logit_softcap, config.final_logit_softcap) == (20.0, 0.25)
+        capped = forward_values(model, [1, 2, 3, 4, 5, 6])
+        assert max(abs(value) for value in capped) <= 0.25
+    # Absent: the preset's 50 and 30 (what llama.cpp assumes); an explicit 0 turns a cap off.
+    with LlamaMistralTransformer.from_gguf(gemma2_gguf(tmp_path / "default.gguf")) as model:
+        assert (model.config.attention_logit_softcap, model.config.final_logit_softcap) == \
+            (50.0, 30.0)
+    off = gemma2_gguf(tmp_path / "off.gguf", caps=[("attn_logit_softcapping", 0.0),
+                                                   ("final_logit_softcapping", 0.0)])
+    with LlamaMistralTransformer.from_gguf(off) as model:
+        assert (model.config.attention_logit_softcap, model.config.final_logit_softcap) == \
+            (0.0, 0.0)
+        # The same weights uncapped: logits beyond the 0.25 the capped file bounds them by.
+        assert max(abs(value) for value in forward_values(model, [1, 2, 3, 4, 5, 6])) > 0.25
+    one = gemma2_gguf(tmp_path / "one.gguf", caps=[("final_logit_softcapping", 0.0)])
+    with LlamaMistralTransformer.from_gguf(one) as model:
+        assert (model.config.attention_logit_softcap, model.config.final_logit_softcap) == \
+            (50.0, 0.0)
+
+
+@pytest.mark.parametrize("key", ["attn_logit_softcapping", "final_logit_softcapping"])
+@pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan")])
+def test_gguf_gemma2_cap_that_is_no_cap_names_the_key_and_file(tmp_path, key, value):
+    message = load_error(gemma2_gguf(tmp_path / "bad-cap.gguf", caps=[(key, value)]))
+    assert f"gemma2.{key} must be finite and >= 0" in message and "bad-cap.gguf" in message
+
+
+def test_gguf_gemma2_tensors_are_gemma3s_without_qk_norm(tmp_path):
+    extra = family_gguf(tmp_path / "qk.gguf", "gemma2", post_norms=True, qk_norm=True)
+    assert "attn_q_norm.weight" in load_error(extra) and "qk.gguf" in load_error(extra)
+    missing = family_gguf(tmp_path / "np.gguf", "gemma2", post_norms=False)
+    assert "post_attention_norm.weight" in load_error(missing)
+
+
+def test_gguf_gemma2_27b_scores_with_width_over_heads(tmp_path):
+    # 46 blocks is the 27B layout: query_pre_attn_scalar = D/Hq = 4, so the scale is 1/2.
+    with LlamaMistralTransformer.from_gguf(gemma2_gguf(tmp_path / "g27.gguf", blocks=46)) as model:
+        assert model.config.attention_scale == 0.5
+    with LlamaMistralTransformer.from_gguf(gemma2_gguf(tmp_path / "g9.gguf", blocks=42)) as model:
+        assert model.config.attention_scale == 0.0
+
+
 def test_gguf_gemma3_27b_scores_with_width_over_heads(tmp_path):
     # 62 blocks is the 27B layout: query_pre_attn_scalar = D/Hq = 4, so the scale is 1/2.
     path = family_gguf(tmp_path / "g27.gguf", "gemma3", blocks=62, qk_norm=True, post_norms=True)
@@ -267,8 +349,8 @@ def test_gguf_rules_name_the_tensor_or_key(tmp_path, arguments, fragment):
     path = family_gguf(tmp_path / "bad.gguf", "qwen2", **arguments)
     assert fragment in load_error(path)
     assert "bad.gguf" in load_error(path)
-    unknown = family_gguf(tmp_path / "gemma2.gguf", "gemma2")
-    assert "general.architecture 'gemma2' is not supported" in load_error(unknown)
+    unknown = family_gguf(tmp_path / "gemma4.gguf", "gemma4")
+    assert "general.architecture 'gemma4' is not supported" in load_error(unknown)
 
 
 # ---- post-training with checkpoints, for every family --------------------------------------
@@ -298,8 +380,8 @@ def family_bundle(architecture: str) -> ModelBundle:
 
 
 @pytest.mark.parametrize("architecture, method", [
-    ("llama", "full"), ("qwen2", "lora"), ("qwen3", "qlora"), ("gemma3", "qlora"),
-    ("phi3", "lora"),
+    ("llama", "full"), ("qwen2", "lora"), ("qwen3", "qlora"), ("gemma2", "lora"),
+    ("gemma3", "qlora"), ("phi3", "lora"),
 ])
 def test_an_interrupted_post_training_resumes_to_the_same_bundle(tmp_path, architecture, method):
     from riftco_transformer.checkpoints import TrainingCheckpoint
@@ -484,7 +566,7 @@ def test_riftco_post_train_sigint_then_sigkill_resumes_to_the_same_curve_and_bun
         Bundle.load(tmp_path / "whole.rift").weights
 
 
-@pytest.mark.parametrize("architecture", ["llama", "gemma3", "phi3"])
+@pytest.mark.parametrize("architecture", ["llama", "gemma2", "gemma3", "phi3"])
 def test_riftco_convert_round_trips_a_family_bundle_through_safetensors(tmp_path, architecture):
     from riftco_transformer.artifacts import ModelBundle as Bundle
 
@@ -537,7 +619,7 @@ def test_tokenizer_json_split_patterns_are_recognised_exactly():
         PretrainedTokenizer.from_tokenizer_document(byte_level_document(r"\p{N}+|\p{L}+"))
 
 
-@pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma3"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma2", "gemma3"])
 def test_riftco_pretrain_architecture_trains_a_family_from_scratch(tmp_path, architecture):
     """`riftco pretrain --architecture X`: the family's preset, our BPE tokenizer, a bundle that
     reopens and generates; the held-out loss falls below its first evaluation."""
@@ -599,6 +681,24 @@ def test_bundles_record_only_the_choices_that_differ_from_llama():
     qwen3 = family_bundle("qwen3")
     assert set(qwen3.manifest["config"]) - set(LLAMA_REQUIRED_CONFIG_FIELDS) == {
         "query_key_norm", "head_width"}
+    # Gemma 2 records its caps; a bundle without them (every one before C ABI 2.11, and a
+    # Gemma 3 one still) reads them as 0, no cap.
+    gemma2 = family_bundle("gemma2")
+    assert (gemma2.manifest["config"]["attention_logit_softcap"],
+            gemma2.manifest["config"]["final_logit_softcap"]) == (50.0, 30.0)
+    gemma3 = family_bundle("gemma3")
+    assert not {"attention_logit_softcap", "final_logit_softcap"} & set(gemma3.manifest["config"])
+    assert gemma3.config.attention_logit_softcap == gemma3.config.final_logit_softcap == 0.0
+
+
+def test_a_bundle_of_the_first_gemma3_release_loads_without_the_cap_fields(tmp_path):
+    """A Gemma 3 bundle saved before the caps existed has no cap fields: it loads, with the
+    same config, logits and artifact id (saving it again writes the same manifest)."""
+    bundle = family_bundle("gemma3")
+    path = bundle.save(tmp_path / "g3.rift")
+    loaded = ModelBundle.load(path)
+    assert "attention_logit_softcap" not in loaded.manifest["config"]
+    assert loaded.artifact_id == bundle.artifact_id and loaded.config == bundle.config
 
 
 def sentencepiece_document(prepend: bool) -> dict:
