@@ -5,8 +5,11 @@ For each family, a tiny random-weight model is built with Hugging Face `transfor
 attention, float32, on the CPU): Llama with Llama 3's frequency scaling, Mistral with a sliding
 window, Qwen 2 (q/k/v biases), Qwen 3 (QK-norm, head width != D/Hq), Gemma 3 (text: (1 + w)
 norms, post-block norms, GeGLU, embedding and attention scales, five windowed layers with
-their own RoPE base, then a dense one with linear RoPE scaling) and Phi-3 (fused qkv and
-gate_up projections, a sliding window). Its weights are written to a GGUF file with the `gguf`
+their own RoPE base, then a dense one with linear RoPE scaling), Gemma 2 (Gemma 3's layout
+without QK-norm, windowed and dense layers alternating, attention-logit and final-logit
+soft-capping set low enough to bind; gemma2_27b_layout: 46 blocks with query_pre_attn_scalar
+D/Hq != head_dim, the scale GGUF readers give the 27B) and Phi-3 (fused qkv and gate_up
+projections, a sliding window). Its weights are written to a GGUF file with the `gguf`
 package under llama.cpp's tensor names and conventions (Llama's permuted q/k rows, Gemma's
 norm weights stored as 1 + w, Phi-3's fused tensors, Llama 3's rope_freqs.weight), and our
 importer's model (riftco_llama_gguf_run) must give transformers' logits at every position of
@@ -75,6 +78,10 @@ def base_dimensions(**extra):
     return dims
 
 
+# Gemma 2's attention-logit and final-logit soft caps in the oracle models.
+GEMMA2_CAPS = (4.0, 8.0)
+
+
 def families():
     import transformers as tf
 
@@ -105,6 +112,27 @@ def families():
         "phi3_dense": (tf.Phi3Config, tf.Phi3ForCausalLM, "phi3",
                        base_dimensions(sliding_window=None, pad_token_id=0, bos_token_id=1,
                                        eos_token_id=2)),
+        # Last, so that the families before keep their seeds.
+        # Caps low enough to bind: uncapped, the logits reach ~19 (10 for the 46 blocks), and
+        # capping the attention scores at 4 moves the logits by up to ~0.5.
+        "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, "gemma2",
+                   base_dimensions(num_hidden_layers=4, head_dim=24, query_pre_attn_scalar=24,
+                                   sliding_window=16, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True,
+                                   attn_logit_softcapping=GEMMA2_CAPS[0],
+                                   final_logit_softcapping=GEMMA2_CAPS[1],
+                                   rope_parameters={"rope_type": "default",
+                                                    "rope_theta": 10000.0})),
+        # GGUF has no query_pre_attn_scalar: readers take D/Hq for 46 blocks (the 27B), as
+        # transformers does from this config's scalar 16 (head_dim 24).
+        "gemma2_27b_layout": (tf.Gemma2Config, tf.Gemma2ForCausalLM, "gemma2",
+                              base_dimensions(num_hidden_layers=46, head_dim=24,
+                                              query_pre_attn_scalar=16, sliding_window=16,
+                                              rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                              attn_logit_softcapping=GEMMA2_CAPS[0],
+                                              final_logit_softcapping=GEMMA2_CAPS[1],
+                                              rope_parameters={"rope_type": "default",
+                                                               "rope_theta": 10000.0})),
     }
 
 
@@ -114,6 +142,13 @@ LLAMA_CPP_NOT_AN_ORACLE = {
     "phi3": "its phi3 ignores phi3.attention.sliding_window (phi3_dense checks the rest)",
     "gemma3": "ggml evaluates GELU through an fp16 table by default (GGML_GELU_FP16), our "
               "reading of its ~3e-3 gap; transformers agrees with us to 7e-6",
+    # Measured: 3.0e-3 and 2.7e-3 (4.4e-3 and 2.9e-3 with --family gemma2, another seed);
+    # 2.3e-3 to 2.8e-3 with the window and the caps taken out (a 4096 window, caps 1e4), so
+    # neither is the gap. transformers agrees with us to 7e-6.
+    "gemma2": "ggml's fp16 GELU table, as for gemma3",
+    # Measured: 5.5e-3 and 9.0e-3 (7.3e-3 and 1.2e-2 alone), the same table's error over 46
+    # blocks; transformers agrees with us to 2e-5.
+    "gemma2_27b_layout": "ggml's fp16 GELU table, as for gemma3, over 46 blocks",
 }
 
 
@@ -130,12 +165,12 @@ def build_hf_model(name, seed):
             shape = parameter.shape
             if parameter_name.endswith("norm.weight"):
                 # Around the identity: 1 for RMSNorm, 0 for Gemma's (1 + w).
-                centre = 0.0 if name == "gemma3" else 1.0
+                centre = 0.0 if name.startswith("gemma") else 1.0
                 values = centre + 0.2 * torch.randn(shape, generator=generator)
             elif parameter.ndim == 1:  # biases
                 values = 0.2 * torch.randn(shape, generator=generator)
             elif "embed_tokens" in parameter_name:
-                scale = 0.3 if name == "gemma3" else 1.0
+                scale = 0.3 if name.startswith("gemma") else 1.0
                 values = torch.randn(shape, generator=generator) * scale
             else:
                 values = torch.randn(shape, generator=generator) / math.sqrt(shape[1])
@@ -221,6 +256,10 @@ def write_gguf(path, name, config, model):
         writer.add_sliding_window(config.sliding_window)
     else:
         writer.add_rope_freq_base(rope["rope_theta"])
+    if architecture == "gemma2":
+        writer.add_sliding_window(config.sliding_window)
+        writer.add_attn_logit_softcapping(config.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(config.final_logit_softcapping)
     if name in ("mistral", "phi3"):  # phi3_dense has no window
         writer.add_sliding_window(config.sliding_window)
     add_vocabulary(writer, config.vocab_size)
@@ -229,7 +268,7 @@ def write_gguf(path, name, config, model):
         writer.add_tensor(tensor_name, np.ascontiguousarray(values, dtype=np.float32))
 
     def norm(values):
-        return values + 1.0 if name == "gemma3" else values  # the converter's +1 for Gemma
+        return values + 1.0 if name.startswith("gemma") else values  # the converter's +1
 
     put("token_embd.weight", state["model.embed_tokens.weight"])
     if name == "llama3":
@@ -255,7 +294,7 @@ def write_gguf(path, name, config, model):
         if name in ("qwen3", "gemma3"):
             put(blk + "attn_q_norm.weight", norm(state[hf + "self_attn.q_norm.weight"]))
             put(blk + "attn_k_norm.weight", norm(state[hf + "self_attn.k_norm.weight"]))
-        if name == "gemma3":
+        if name.startswith("gemma"):
             put(blk + "post_attention_norm.weight",
                 norm(state[hf + "post_attention_layernorm.weight"]))
             put(blk + "ffn_norm.weight", norm(state[hf + "pre_feedforward_layernorm.weight"]))
