@@ -118,9 +118,9 @@ class LlamaMistralConfig:
         "gemma3", "phi3") with the dimensions given in ``fields`` and the family's choices set
         by the library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 2: (1 + w) norms,
         post-block norms, GeGLU, embedding scale sqrt(D), window period 2 (with a
-        sliding_window), attention and final soft caps 50 and 30 unless given; Gemma 3: QK-norm, (1 + w) norms,
-        post-block norms, GeGLU, embedding scale sqrt(D), window period 6 (with a
-        sliding_window) and local RoPE base 10000 unless given)."""
+        sliding_window), attention and final soft caps 50 and 30 unless given; Gemma 3:
+        QK-norm, (1 + w) norms, post-block norms, GeGLU, embedding scale sqrt(D), window
+        period 6 (with a sliding_window) and local RoPE base 10000 unless given)."""
         require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
         draft = cls(**{**fields, "architecture": architecture})
         native = draft._native()
