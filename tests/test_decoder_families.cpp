@@ -261,6 +261,58 @@ TEST(DecoderFamilies, RopeScalingFollowsTheFormulas) {
         EXPECT_NEAR(rule[i], divisors[i], 1e-7 * plain[i]) << i;
 }
 
+// YaRN worked by hand for d = 16, θ = 10⁴, factor 4, L = 64: the correction dimensions are
+// f(32) = 16·ln(64/(64π))/(2·ln 10⁴) = −0.994 and f(1) = 16·ln(64/(2π))/(2·ln 10⁴) = 2.016, so
+// lo = max(⌊−0.994⌋, 0) = 0 and hi = ⌈2.016⌉ = 3; γ_i = i/3 up to 1. ω_0 keeps 1; ω_1 =
+// 10^(−1/2)·(2/3 + 1/12) = 0.2371708245; ω_2 = 0.1·(1/3 + 1/6) = 0.05; from i = 3 on, θ^(−2i/d)/4.
+// The tables carry m = 0.1·ln 4 + 1 on cos and sin; a given attention factor replaces it.
+TEST(DecoderFamilies, YarnFollowsItsFormulaWorkedByHand) {
+    RopeScaling yarn;
+    yarn.kind = RopeScalingKind::Yarn;
+    yarn.factor = 4.0;
+    yarn.original_context = 64;
+    const std::vector<double> expected = {1.0,     0.23717082451262847, 0.05,    0.007905694150420948,
+                                          0.0025,  0.0007905694150420947, 0.00025, 7.905694150420948e-05};
+    const std::vector<double> actual = rotary_frequencies(16, 10000.0, yarn);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        EXPECT_NEAR(actual[i], expected[i], 1e-12 * expected[i]) << i;
+    EXPECT_NEAR(rotary_magnitude(yarn), 0.1 * std::log(4.0) + 1.0, 1e-15);
+    const std::size_t positions[] = {0, 5};
+    const RotaryTables tables =
+        rotary_tables(positions, actual, ExecutionBackend::Cpu, rotary_magnitude(yarn));
+    const std::vector<float> cosine = tables.cosine.to_host();
+    const std::vector<float> sine = tables.sine.to_host();
+    const double m = 0.1 * std::log(4.0) + 1.0;
+    for (std::size_t i = 0; i < 8; ++i) {
+        EXPECT_FLOAT_EQ(cosine[i], static_cast<float>(m));  // position 0: m·cos 0
+        EXPECT_FLOAT_EQ(cosine[8 + i], static_cast<float>(m * std::cos(5.0 * expected[i])));
+        EXPECT_FLOAT_EQ(sine[8 + i], static_cast<float>(m * std::sin(5.0 * expected[i])));
+    }
+    yarn.attention_factor = 1.5;
+    EXPECT_EQ(rotary_magnitude(yarn), 1.5);
+    yarn.factor = 0.5;  // a factor <= 1 has no magnitude of its own
+    yarn.attention_factor = 0.0;
+    EXPECT_EQ(rotary_magnitude(yarn), 1.0);
+    EXPECT_EQ(rotary_magnitude(RopeScaling{}), 1.0);
+    // The rules name the field and the value.
+    yarn = RopeScaling{};
+    yarn.kind = RopeScalingKind::Yarn;
+    yarn.beta_fast = 1.0;
+    EXPECT_TRUE(testing::throws<std::invalid_argument>(
+        [&] { require_rope_scaling("t", 16, yarn); },
+        "t: rope_scaling.beta_fast 1 must be greater than beta_slow 1"));
+    yarn.beta_fast = 32.0;
+    yarn.attention_factor = -1.0;
+    EXPECT_TRUE(testing::throws<std::invalid_argument>(
+        [&] { require_rope_scaling("t", 16, yarn); }, "rope_scaling.attention_factor"));
+    yarn.attention_factor = 0.0;
+    yarn.original_context = 0;
+    EXPECT_TRUE(testing::throws<std::invalid_argument>(
+        [&] { require_rope_scaling("t", 16, yarn); }, "rope_scaling.original_context"));
+    EXPECT_STREQ(rope_scaling_name(RopeScalingKind::Yarn), "yarn");
+}
+
 // The score scale against another formulation of it: scores s·q·k equal the default 1/√d
 // scores of a model whose query weights are multiplied by s·√d (no QK-norm, no bias).
 TEST(DecoderFamilies, AttentionScaleEqualsQueriesScaledInTheirWeights) {

@@ -55,7 +55,9 @@ extern "C" {
  * 2.11 adds, without renumbering a value or moving a field of 2.10:
  * - the rotary family Gemma 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, the value 2.10 kept) and
  *   rt_llama_mistral_config's attention_logit_softcap and final_logit_softcap, appended after
- *   its 184-byte 2.10 layout; GGUF loading of gemma2.
+ *   its 184-byte 2.10 layout; GGUF loading of gemma2;
+ * - YaRN RoPE scaling (RT_ROPE_SCALING_YARN, rope_yarn_beta_fast, rope_yarn_beta_slow,
+ *   rope_yarn_attention_factor after the soft caps; GGUF rope.scaling.type "yarn").
  * 2.10 adds, without renumbering a value or moving a field of 2.9:
  * - the rotary families Qwen 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2), Qwen 3, Gemma 3 (text)
  *   and Phi-3, and rt_llama_mistral_config's family choices, appended after its first
@@ -814,6 +816,7 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_ROPE_SCALING_FREQUENCY_FACTORS               \
     3 /* per-frequency divisors read from a GGUF file's \
          rope_freqs.weight; reported, never accepted */
+#define RT_ROPE_SCALING_YARN 4 /* 2.11: YaRN (nn/rotary_embedding.hpp), Qwen 2.5/3 long context */
 typedef struct rt_llama_mistral_model rt_llama_mistral_model;
 typedef struct rt_llama_mistral_config {
     uint64_t struct_size;
@@ -842,13 +845,17 @@ typedef struct rt_llama_mistral_config {
     int32_t rope_scaling;             /* RT_ROPE_SCALING_*, init NONE */
     uint64_t sliding_window_period;   /* p: layer i dense when (i+1) % p == 0; 0 = every layer */
     double rope_local_theta;          /* RoPE base of windowed layers, 0 = rope_theta (init) */
-    double rope_scaling_factor;       /* LINEAR, LLAMA3; init 1 */
+    double rope_scaling_factor;       /* LINEAR, LLAMA3, YARN; init 1 */
     double rope_low_frequency_factor; /* LLAMA3; init 1 */
     double rope_high_frequency_factor; /* LLAMA3; init 4 */
-    uint64_t rope_original_context;    /* LLAMA3; init 8192 */
+    uint64_t rope_original_context;    /* LLAMA3, YARN; init 8192 */
     /* 2.11: Gemma 2's soft caps c (scores or logits z become c*tanh(z/c)); 0 = none (init). */
     float attention_logit_softcap; /* every attention score (Gemma 2: 50) */
     float final_logit_softcap;     /* the logits (Gemma 2: 30) */
+    /* 2.11: YaRN (RT_ROPE_SCALING_YARN, with rope_scaling_factor and rope_original_context). */
+    double rope_yarn_beta_fast;       /* init 32; > beta_slow */
+    double rope_yarn_beta_slow;       /* init 1; > 0 */
+    double rope_yarn_attention_factor; /* cos/sin factor m, 0 = 0.1*ln(factor) + 1 (init) */
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,

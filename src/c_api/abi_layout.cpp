@@ -160,10 +160,14 @@ static_assert(same_value(RT_GATED_ACTIVATION_SILU, GatedActivation::Silu) &&
 static_assert(same_value(RT_ROPE_SCALING_NONE, RopeScalingKind::None) &&
               same_value(RT_ROPE_SCALING_LINEAR, RopeScalingKind::Linear) &&
               same_value(RT_ROPE_SCALING_LLAMA3, RopeScalingKind::Llama3) &&
-              same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors));
-static_assert(sizeof(rt_llama_mistral_config) == 192);
+              same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors) &&
+              same_value(RT_ROPE_SCALING_YARN, RopeScalingKind::Yarn) && RT_ROPE_SCALING_YARN == 4);
+static_assert(sizeof(rt_llama_mistral_config) == 216);
 static_assert(offsetof(rt_llama_mistral_config, attention_logit_softcap) == 184 &&
-              offsetof(rt_llama_mistral_config, final_logit_softcap) == 188);
+              offsetof(rt_llama_mistral_config, final_logit_softcap) == 188 &&
+              offsetof(rt_llama_mistral_config, rope_yarn_beta_fast) == 192 &&
+              offsetof(rt_llama_mistral_config, rope_yarn_beta_slow) == 200 &&
+              offsetof(rt_llama_mistral_config, rope_yarn_attention_factor) == 208);
 static_assert(offsetof(rt_llama_mistral_config, head_width) == 96 &&
               offsetof(rt_llama_mistral_config, query_key_value_bias) == 104 &&
               offsetof(rt_llama_mistral_config, post_block_norms) == 116 &&

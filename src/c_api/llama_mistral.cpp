@@ -35,6 +35,8 @@ constexpr rt_llama_mistral_config default_config() {
     config.rope_low_frequency_factor = 1.0;
     config.rope_high_frequency_factor = 4.0;
     config.rope_original_context = 8192;
+    config.rope_yarn_beta_fast = 32.0;
+    config.rope_yarn_beta_slow = 1.0;
     return config;
 }
 
@@ -79,6 +81,9 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.rope_scaling.high_frequency_factor = given.rope_high_frequency_factor;
     c.rope_scaling.original_context =
         to_size(given.rope_original_context, "config->rope_original_context");
+    c.rope_scaling.beta_fast = given.rope_yarn_beta_fast;
+    c.rope_scaling.beta_slow = given.rope_yarn_beta_slow;
+    c.rope_scaling.attention_factor = given.rope_yarn_attention_factor;
     return c;
 }
 
@@ -112,6 +117,9 @@ rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) 
     out.rope_low_frequency_factor = c.rope_scaling.low_frequency_factor;
     out.rope_high_frequency_factor = c.rope_scaling.high_frequency_factor;
     out.rope_original_context = c.rope_scaling.original_context;
+    out.rope_yarn_beta_fast = c.rope_scaling.beta_fast;
+    out.rope_yarn_beta_slow = c.rope_scaling.beta_slow;
+    out.rope_yarn_attention_factor = c.rope_scaling.attention_factor;
     out.attention_logit_softcap = c.attention_logit_softcap;
     out.final_logit_softcap = c.final_logit_softcap;
     return out;

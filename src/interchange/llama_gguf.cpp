@@ -182,9 +182,34 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
         if (scaling == "linear") {
             c.rope_scaling.kind = RopeScalingKind::Linear;
             c.rope_scaling.factor = get_real(file, arch + ".rope.scaling.factor");
+        } else if (scaling == "yarn") {
+            // llama.cpp's YaRN keys; its magnitude is yarn_attn_factor·(0.1·ln(factor) + 1).
+            const std::string prefix = arch + ".rope.scaling.";
+            RopeScaling& yarn = c.rope_scaling;
+            yarn.kind = RopeScalingKind::Yarn;
+            yarn.factor = get_real(file, prefix + "factor");
+            yarn.original_context = get_size(file, prefix + "original_context_length");
+            if (file.contains(prefix + "yarn_beta_fast"))
+                yarn.beta_fast = get_real(file, prefix + "yarn_beta_fast");
+            if (file.contains(prefix + "yarn_beta_slow"))
+                yarn.beta_slow = get_real(file, prefix + "yarn_beta_slow");
+            if (file.contains(prefix + "yarn_ext_factor") &&
+                get_real(file, prefix + "yarn_ext_factor") != 1.0) {
+                fail(file, prefix + "yarn_ext_factor " +
+                               std::to_string(get_real(file, prefix + "yarn_ext_factor")) +
+                               " is not supported (YaRN's ramp at full strength, 1, only)");
+            }
+            if (file.contains(prefix + "yarn_log_multiplier"))
+                fail(file, prefix + "yarn_log_multiplier (DeepSeek's mscale) is not supported");
+            if (file.contains(prefix + "yarn_attn_factor")) {
+                const double given = get_real(file, prefix + "yarn_attn_factor");
+                yarn.attention_factor =
+                    given * (yarn.factor > 1.0 ? 0.1 * std::log(yarn.factor) + 1.0 : 1.0);
+            }
         } else if (scaling != "none") {
             fail(file, scaling_key + " '" + gguf_printable(scaling) +
-                           "' is not supported (none, linear, or Llama 3's rope_freqs.weight)");
+                           "' is not supported (none, linear, yarn, or Llama 3's "
+                           "rope_freqs.weight)");
         }
     }
     const GgufTensorInfo& embedding = file.tensor("token_embd.weight");

@@ -323,11 +323,13 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
     // The distinct RoPE frequency sets (Gemma 3: a dense and a windowed one), so a forward
     // computes each table once for all its blocks.
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-        const std::vector<double>& frequencies = blocks_[i]->attention().rotary_frequencies();
+        const GroupedQueryAttention& layer = blocks_[i]->attention();
         std::size_t set = 0;
-        while (set < rope_set_representative_.size() &&
-               blocks_[rope_set_representative_[set]]->attention().rotary_frequencies() !=
-                   frequencies) {
+        while (set < rope_set_representative_.size()) {
+            const GroupedQueryAttention& other = blocks_[rope_set_representative_[set]]->attention();
+            if (other.rotary_frequencies() == layer.rotary_frequencies() &&
+                other.rotary_magnitude() == layer.rotary_magnitude())
+                break;
             ++set;
         }
         if (set == rope_set_representative_.size())

@@ -157,6 +157,7 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& s
     const std::size_t query_width = shape.query_head_count * d;
     const std::size_t kv_width = shape.key_value_head_count * d;
     frequencies_ = riftco_transformer::rotary_frequencies(d, shape.rope_theta, shape.rope_scaling);
+    magnitude_ = riftco_transformer::rotary_magnitude(shape.rope_scaling);
     if (shape.attention_scale != 0.0F) {
         // The kernels compute 1/√d·q·k; queries multiplied by scale·√d give scale·q·k.
         query_multiplier_ = static_cast<float>(static_cast<double>(shape.attention_scale) *
@@ -185,7 +186,7 @@ void GroupedQueryAttention::set_kind(AttentionKind kind) {
 
 RotaryTables GroupedQueryAttention::rotary_tables_for(std::span<const std::size_t> positions,
                                                       ExecutionBackend backend) const {
-    return rotary_tables(positions, frequencies_, backend);
+    return rotary_tables(positions, frequencies_, backend, magnitude_);
 }
 
 Variable GroupedQueryAttention::forward(const Variable& x) const {

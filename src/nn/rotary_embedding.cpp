@@ -1,5 +1,6 @@
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -42,6 +43,8 @@ const char* rope_scaling_name(RopeScalingKind kind) {
             return "llama3";
         case RopeScalingKind::FrequencyFactors:
             return "frequency_factors";
+        case RopeScalingKind::Yarn:
+            return "yarn";
     }
     throw std::invalid_argument("rope_scaling: unknown kind value " +
                                 std::to_string(static_cast<std::uint32_t>(kind)));
@@ -60,8 +63,27 @@ void require_rope_scaling(const char* operation, std::size_t head_width,
         }
     };
     (void)rope_scaling_name(scaling.kind);
-    if (scaling.kind == RopeScalingKind::Linear || scaling.kind == RopeScalingKind::Llama3)
+    if (scaling.kind == RopeScalingKind::Linear || scaling.kind == RopeScalingKind::Llama3 ||
+        scaling.kind == RopeScalingKind::Yarn)
         positive("factor", scaling.factor);
+    if (scaling.kind == RopeScalingKind::Yarn) {
+        positive("beta_slow", scaling.beta_slow);
+        positive("beta_fast", scaling.beta_fast);
+        if (scaling.beta_fast <= scaling.beta_slow) {
+            std::ostringstream what;
+            what << "beta_fast " << scaling.beta_fast << " must be greater than beta_slow "
+                 << scaling.beta_slow;
+            fail(what.str());
+        }
+        if (!std::isfinite(scaling.attention_factor) || scaling.attention_factor < 0.0) {
+            std::ostringstream what;
+            what << "attention_factor must be finite and >= 0 (0: 0.1·ln(factor) + 1; got "
+                 << scaling.attention_factor << ")";
+            fail(what.str());
+        }
+        if (scaling.original_context == 0)
+            fail("original_context must be positive (got 0)");
+    }
     if (scaling.kind == RopeScalingKind::Llama3) {
         positive("low_frequency_factor", scaling.low_frequency_factor);
         positive("high_frequency_factor", scaling.high_frequency_factor);
@@ -97,6 +119,21 @@ std::vector<double> rotary_frequencies(std::size_t head_width, double theta,
             std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_width));
     }
     constexpr double two_pi = 6.283185307179586476925286766559;
+    // YaRN's ramp bounds: the dimension at which a frequency turns `rotations` times over the
+    // original context, floored (fast) and ceiled (slow), clamped to [0, d − 1].
+    double ramp_low = 0.0;
+    double ramp_high = 0.0;
+    if (scaling.kind == RopeScalingKind::Yarn) {
+        const double width = static_cast<double>(head_width);
+        const double context = static_cast<double>(scaling.original_context);
+        const auto correction_dimension = [&](double rotations) {
+            return width * std::log(context / (rotations * two_pi)) / (2.0 * std::log(theta));
+        };
+        ramp_low = std::max(std::floor(correction_dimension(scaling.beta_fast)), 0.0);
+        ramp_high = std::min(std::ceil(correction_dimension(scaling.beta_slow)), width - 1.0);
+        if (ramp_high == ramp_low)
+            ramp_high += 0.001;  // no division by zero
+    }
     for (std::size_t i = 0; i < half; ++i) {
         switch (scaling.kind) {
             case RopeScalingKind::None:
@@ -121,25 +158,45 @@ std::vector<double> rotary_frequencies(std::size_t head_width, double theta,
             case RopeScalingKind::FrequencyFactors:
                 frequency[i] /= static_cast<double>(scaling.frequency_factors[i]);
                 break;
+            case RopeScalingKind::Yarn: {
+                const double ramp = std::clamp(
+                    (static_cast<double>(i) - ramp_low) / (ramp_high - ramp_low), 0.0, 1.0);
+                frequency[i] = frequency[i] / scaling.factor * ramp + frequency[i] * (1.0 - ramp);
+                break;
+            }
         }
     }
     return frequency;
 }
 
+double rotary_magnitude(const RopeScaling& scaling) {
+    if (scaling.kind != RopeScalingKind::Yarn)
+        return 1.0;
+    if (scaling.attention_factor != 0.0)
+        return scaling.attention_factor;
+    return scaling.factor <= 1.0 ? 1.0 : 0.1 * std::log(scaling.factor) + 1.0;
+}
+
 RotaryTables rotary_tables(std::span<const std::size_t> positions,
-                           std::span<const double> frequency, ExecutionBackend backend) {
+                           std::span<const double> frequency, ExecutionBackend backend,
+                           double magnitude) {
     if (positions.empty())
         throw std::invalid_argument("rotary_tables: no positions given");
     if (frequency.empty())
         throw std::invalid_argument("rotary_tables: no frequencies given");
+    if (!std::isfinite(magnitude) || !(magnitude > 0.0)) {
+        std::ostringstream message;
+        message << "rotary_tables: magnitude must be finite and > 0 (got " << magnitude << ")";
+        throw std::invalid_argument(message.str());
+    }
     const std::size_t half = frequency.size();
     std::vector<float> cosine(positions.size() * half);
     std::vector<float> sine(positions.size() * half);
     for (std::size_t row = 0; row < positions.size(); ++row) {
         for (std::size_t i = 0; i < half; ++i) {
             const double angle = static_cast<double>(positions[row]) * frequency[i];
-            cosine[row * half + i] = static_cast<float>(std::cos(angle));
-            sine[row * half + i] = static_cast<float>(std::sin(angle));
+            cosine[row * half + i] = static_cast<float>(magnitude * std::cos(angle));
+            sine[row * half + i] = static_cast<float>(magnitude * std::sin(angle));
         }
     }
     const Shape shape{positions.size(), half};

@@ -25,8 +25,10 @@ static void config_init_sets_the_defaults_and_layout(void) {
     memset(&config, 0xAB, sizeof config);
     EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
     EXPECT_EQ_U64(config.struct_size, sizeof config);
-    /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the soft caps in 2.11 */
-    EXPECT_EQ_U64(sizeof config, 192);
+    /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the caps and YaRN in 2.11 */
+    EXPECT_EQ_U64(sizeof config, 216);
+    EXPECT(config.rope_yarn_beta_fast == 32.0 && config.rope_yarn_beta_slow == 1.0 &&
+           config.rope_yarn_attention_factor == 0.0);
     EXPECT(config.attention_logit_softcap == 0.0f && config.final_logit_softcap == 0.0f);
     EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA);
     EXPECT_EQ_U64(config.head_width, 0);
@@ -195,6 +197,25 @@ static void every_config_rule_is_enforced_before_anything_is_created(void) {
     config = tiny_llama_config();
     config.sliding_window_period = 2;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "sliding_window_period");
+    config = tiny_llama_config();
+    config.rope_scaling = RT_ROPE_SCALING_YARN;
+    config.rope_scaling_factor = 4.0;
+    config.rope_yarn_beta_fast = 0.5; /* not above beta_slow 1 */
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "beta_fast");
+    config.rope_yarn_beta_fast = 32.0;
+    config.rope_yarn_attention_factor = -1.0;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "attention_factor");
+    config.rope_yarn_attention_factor = 0.0;
+    {
+        rt_llama_mistral_model* yarn = NULL;
+        EXPECT_OK(rt_llama_mistral_model_create(&config, &yarn));
+        rt_llama_mistral_config read;
+        read.struct_size = sizeof read;
+        EXPECT_OK(rt_llama_mistral_model_config(yarn, &read));
+        EXPECT(read.rope_scaling == RT_ROPE_SCALING_YARN && read.rope_scaling_factor == 4.0 &&
+               read.rope_yarn_beta_fast == 32.0 && read.rope_yarn_beta_slow == 1.0);
+        rt_llama_mistral_model_release(yarn);
+    }
     config = tiny_llama_config();
     config.attention_logit_softcap = -1.0f;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "attention_logit_softcap");

@@ -31,7 +31,7 @@ inline LlamaMistralConfig dimensions() {
     return c;
 }
 
-// Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2; Qwen 3 and Gemma 3 with a
+// Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2 with YaRN; Qwen 3 and Gemma 3 with a
 // head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE base,
 // one dense with linear scaling) and an attention scale; Gemma 2 with four blocks alternating
 // windowed and dense, an attention scale and both soft caps small enough to bite; Phi-3 with a
@@ -46,7 +46,13 @@ inline std::vector<LlamaMistralConfig> family_configs() {
     LlamaMistralConfig mistral = dimensions();
     mistral.sliding_window = 3;
     configs.push_back(architecture_preset(LlamaMistralArchitecture::Mistral, mistral));
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, dimensions()));
+    // Qwen 2 with YaRN over an original context of half C (ramp inside the head width).
+    LlamaMistralConfig qwen2 = dimensions();
+    qwen2.rope_scaling.kind = RopeScalingKind::Yarn;
+    qwen2.rope_scaling.factor = 4.0;
+    qwen2.rope_scaling.original_context = 12;
+    qwen2.rope_scaling.beta_fast = 8.0;
+    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, qwen2));
     LlamaMistralConfig qwen3 = dimensions();
     qwen3.head_width = 6;
     qwen3.tie_embeddings = true;

@@ -99,6 +99,8 @@ class GroupedQueryAttention final : public Module {
     [[nodiscard]] const std::vector<double>& rotary_frequencies() const noexcept {
         return frequencies_;
     }
+    // The factor of its cos/sin tables (YaRN's attention factor; 1 otherwise).
+    [[nodiscard]] double rotary_magnitude() const noexcept { return magnitude_; }
     [[nodiscard]] AttentionKind kind() const noexcept { return kind_; }
     void set_kind(AttentionKind kind);
 
@@ -113,6 +115,7 @@ class GroupedQueryAttention final : public Module {
     GroupedQueryAttentionShape shape_;
     AttentionKind kind_;
     std::vector<double> frequencies_;
+    double magnitude_ = 1.0;
     float query_multiplier_ = 1.0F;  // scale·√d; 1 without a configured scale
     Linear* query_;
     Linear* key_;

@@ -160,6 +160,10 @@ class LlamaMistralConfigStruct(Structure):
         # 2.11: Gemma 2's soft caps
         ("attention_logit_softcap", c_float),
         ("final_logit_softcap", c_float),
+        # 2.11: YaRN
+        ("rope_yarn_beta_fast", c_double),
+        ("rope_yarn_beta_slow", c_double),
+        ("rope_yarn_attention_factor", c_double),
     ]
 
 

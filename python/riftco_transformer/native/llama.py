@@ -30,7 +30,7 @@ ARCHITECTURE_VALUES = {
 ARCHITECTURE_NAMES = {value: name for name, value in ARCHITECTURE_VALUES.items()}
 GATED_ACTIVATION_VALUES = {"silu": 0, "gelu_tanh": 1}
 GATED_ACTIVATION_NAMES = {value: name for name, value in GATED_ACTIVATION_VALUES.items()}
-ROPE_SCALING_VALUES = {"none": 0, "linear": 1, "llama3": 2, "frequency_factors": 3}
+ROPE_SCALING_VALUES = {"none": 0, "linear": 1, "llama3": 2, "frequency_factors": 3, "yarn": 4}
 ROPE_SCALING_NAMES = {value: name for name, value in ROPE_SCALING_VALUES.items()}
 
 # The family choices (C ABI 2.10), each defaulting to Llama's: the 0/1 flags and the reals.
@@ -51,6 +51,9 @@ _CHOICE_REALS = (
     "rope_high_frequency_factor",
     "attention_logit_softcap",
     "final_logit_softcap",
+    "rope_yarn_beta_fast",
+    "rope_yarn_beta_slow",
+    "rope_yarn_attention_factor",
 )
 # The soft caps (C ABI 2.11): a preset sets them only where they are 0 (not given).
 _PRESET_CAPS = ("attention_logit_softcap", "final_logit_softcap")
@@ -111,6 +114,11 @@ class LlamaMistralConfig:
     # Gemma 2 (C ABI 2.11): scores / logits z become c·tanh(z/c); 0: none.
     attention_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
+    # YaRN (rope_scaling "yarn", C ABI 2.11; with rope_scaling_factor and rope_original_context):
+    # the ramp's rotation bounds and the cos/sin factor (0: 0.1·ln(factor) + 1).
+    rope_yarn_beta_fast: float = 32.0
+    rope_yarn_beta_slow: float = 1.0
+    rope_yarn_attention_factor: float = 0.0
 
     @classmethod
     def preset(cls, architecture: str, **fields) -> LlamaMistralConfig:
