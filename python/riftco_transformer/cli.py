@@ -778,6 +778,22 @@ def _read_artifact(path: Path):
     raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
 
 
+def _rope_scaling_text(config) -> str:
+    """A rotary config's RoPE scaling for `inspect`: the kind and the fields it reads."""
+    text = f"theta={config.rope_theta:g} {config.rope_scaling} factor={config.rope_scaling_factor:g}"
+    if config.rope_scaling == "llama3":
+        text += (f" low={config.rope_low_frequency_factor:g}"
+                 f" high={config.rope_high_frequency_factor:g}"
+                 f" original_context={config.rope_original_context}")
+    elif config.rope_scaling == "yarn":
+        attention = config.rope_yarn_attention_factor
+        text += (f" original_context={config.rope_original_context}"
+                 f" beta_fast={config.rope_yarn_beta_fast:g}"
+                 f" beta_slow={config.rope_yarn_beta_slow:g}"
+                 f" attention_factor={f'{attention:g}' if attention else '0.1*ln(factor)+1'}")
+    return text
+
+
 def command_inspect(arguments) -> int:
     kind, loaded = _read_artifact(arguments.path)
     if kind == "rift":
@@ -799,6 +815,8 @@ def command_inspect(arguments) -> int:
              f"F={config.feed_forward_width} seed={config.random_seed}\n"
              f"  parameters   {bundle.weight_count:,} floats in {len(bundle.parameters)} tensors\n"
              f"  tokenizer    {tokenizer['method']}, {config.vocabulary_size} tokens")
+        if hasattr(config, "rope_scaling") and config.rope_scaling != "none":
+            _say(f"  rope         {_rope_scaling_text(config)}")
         for key, value in sorted(bundle.metadata.items()):
             if not isinstance(value, (dict, list)):
                 _say(f"  metadata.{key} = {value}")

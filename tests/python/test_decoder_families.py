@@ -5,9 +5,11 @@ tests/oracle/decoder_families_parity.py; the C++ rules: tests/test_decoder_famil
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -92,7 +94,10 @@ def test_preset_and_config_errors_name_the_argument():
         with pytest.raises(ValueError, match=name):
             LlamaMistralConfig(**DIMENSIONS, **{name: float("inf")})
     with pytest.raises(ValueError, match="rope_scaling"):
-        LlamaMistralConfig(**DIMENSIONS, rope_scaling="yarn")
+        LlamaMistralConfig(**DIMENSIONS, rope_scaling="longrope")
+    for name in ("rope_yarn_beta_fast", "rope_yarn_beta_slow", "rope_yarn_attention_factor"):
+        with pytest.raises(ValueError, match=f"{name} must be finite and >= 0"):
+            LlamaMistralConfig(**DIMENSIONS, rope_scaling="yarn", **{name: -1.0})
     with pytest.raises(ValueError, match="feed_forward_activation"):
         LlamaMistralConfig(**DIMENSIONS, feed_forward_activation="relu")
     with pytest.raises(ValueError, match="embedding_scale"):
@@ -340,8 +345,8 @@ def test_a_zero_gguf_dimension_names_its_key(tmp_path, key, fragment):
     (dict(qkv_bias=False), "attn_q.bias"),
     (dict(qkv_bias=True, extra_tensors=[("rope_freqs.weight", (5,))]), "rope_freqs.weight"),
     (dict(qkv_bias=True, extra_tensors=[("rope_factors_long.weight", (3,))]), "LongRoPE"),
-    (dict(qkv_bias=True, extra_metadata=[("qwen2.rope.scaling.type", STR, "yarn")]),
-     "qwen2.rope.scaling.type 'yarn'"),
+    (dict(qkv_bias=True, extra_metadata=[("qwen2.rope.scaling.type", STR, "longrope")]),
+     "qwen2.rope.scaling.type 'longrope'"),
     (dict(qkv_bias=True, value_length=8),
      "qwen2.attention.value_length 8 differs from qwen2.attention.key_length 6"),
 ])
@@ -351,6 +356,111 @@ def test_gguf_rules_name_the_tensor_or_key(tmp_path, arguments, fragment):
     assert "bad.gguf" in load_error(path)
     unknown = family_gguf(tmp_path / "gemma4.gguf", "gemma4")
     assert "general.architecture 'gemma4' is not supported" in load_error(unknown)
+
+
+# ---- YaRN (C ABI 2.11): the config through the ABI, bundles, inspect and GGUF ----------------
+
+YARN = dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_context=16,
+            rope_yarn_beta_fast=8.0, rope_yarn_beta_slow=0.5, rope_yarn_attention_factor=1.25)
+
+
+def test_a_yarn_config_round_trips_through_the_library_and_a_bundle(tmp_path):
+    config = LlamaMistralConfig.preset("qwen2", **DIMENSIONS, **YARN)
+    for field, value in YARN.items():
+        assert getattr(config, field) == value, field
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    tokens = tokenizer.encode("YaRN past the original context of sixteen tokens.")[:30]
+    assert len(tokens) > config.rope_original_context
+    with LlamaMistralTransformer(config) as model:
+        assert model.config == config
+        logits = forward_values(model, tokens)
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+    # The scaling is applied: the same weights without it give other logits.
+    with LlamaMistralTransformer(replace(config, rope_scaling="none")) as plain:
+        assert forward_values(plain, tokens) != logits
+    assert {name: bundle.manifest["config"][name] for name in YARN} == YARN
+    path = bundle.save(tmp_path / "yarn.rift")
+    loaded = ModelBundle.load(path)
+    assert loaded.config == config
+    with loaded.instantiate() as runtime:
+        assert forward_values(runtime.model, tokens) == logits
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+    inspected = subprocess.run([sys.executable, "-m", "riftco_transformer", "inspect", str(path)],
+                               capture_output=True, text=True, env=environment, timeout=120)
+    assert inspected.returncode == 0, inspected.stderr
+    assert ("rope         theta=10000 yarn factor=4 original_context=16 beta_fast=8 "
+            "beta_slow=0.5 attention_factor=1.25") in inspected.stdout
+
+
+def test_yarn_defaults_stay_out_of_the_manifest_and_old_bundles_load(tmp_path):
+    """A manifest records only the YaRN fields off their defaults, so a bundle written before
+    them (none of the three) loads with the defaults: beta_fast 32, beta_slow 1, the computed
+    attention factor (0)."""
+    config = LlamaMistralConfig.preset("qwen2", **DIMENSIONS, rope_scaling="yarn",
+                                       rope_scaling_factor=2.0, rope_original_context=16)
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    with LlamaMistralTransformer(config) as model:
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+    record = bundle.manifest["config"]
+    assert record["rope_scaling"] == "yarn" and record["rope_scaling_factor"] == 2.0
+    assert not {"rope_yarn_beta_fast", "rope_yarn_beta_slow",
+                "rope_yarn_attention_factor"} & set(record)
+    loaded = ModelBundle.load(bundle.save(tmp_path / "defaults.rift"))
+    assert (loaded.config.rope_yarn_beta_fast, loaded.config.rope_yarn_beta_slow,
+            loaded.config.rope_yarn_attention_factor) == (32.0, 1.0, 0.0)
+    assert loaded.config == config
+    with LlamaMistralTransformer(preset("llama")) as model:
+        old = ModelBundle.capture(model, tokenizer, "pretraining")
+    assert not any(name.startswith("rope_yarn") for name in old.manifest["config"])
+    assert ModelBundle.load(old.save(tmp_path / "llama.rift")).config == preset("llama")
+
+
+def yarn_metadata(architecture="qwen2", **keys):
+    """GGUF YaRN metadata under llama.cpp's key names: rope.scaling.<key> for each of
+    ``keys`` (a float unless it is original_context_length)."""
+    metadata = [(f"{architecture}.rope.scaling.type", STR, "yarn")]
+    for key, value in keys.items():
+        metadata.append((f"{architecture}.rope.scaling.{key}",
+                         U32 if key == "original_context_length" else F32, value))
+    return metadata
+
+
+def test_gguf_yarn_loads_with_its_fields(tmp_path):
+    path = family_gguf(tmp_path / "yarn.gguf", "qwen2", qkv_bias=True, extra_metadata=yarn_metadata(
+        factor=4.0, original_context_length=16, yarn_beta_fast=8.0, yarn_beta_slow=0.5,
+        yarn_attn_factor=0.75, yarn_ext_factor=1.0))
+    with LlamaMistralTransformer.from_gguf(path) as model:
+        config = model.config
+    assert (config.rope_scaling, config.rope_scaling_factor, config.rope_original_context) == (
+        "yarn", 4.0, 16)
+    assert (config.rope_yarn_beta_fast, config.rope_yarn_beta_slow) == (8.0, 0.5)
+    # llama.cpp's yarn_attn_factor multiplies its own 0.1·ln(factor) + 1.
+    assert config.rope_yarn_attention_factor == pytest.approx(
+        0.75 * (0.1 * math.log(4.0) + 1.0), rel=1e-6)
+    # Without the optional keys: beta_fast 32, beta_slow 1, the computed attention factor.
+    plain = family_gguf(tmp_path / "plain.gguf", "qwen2", qkv_bias=True,
+                        extra_metadata=yarn_metadata(factor=4.0, original_context_length=16))
+    with LlamaMistralTransformer.from_gguf(plain) as model:
+        config = model.config
+    assert (config.rope_scaling, config.rope_yarn_beta_fast, config.rope_yarn_beta_slow,
+            config.rope_yarn_attention_factor) == ("yarn", 32.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("keys, fragment", [
+    (dict(factor=4.0), "qwen2.rope.scaling.original_context_length"),
+    (dict(original_context_length=16), "qwen2.rope.scaling.factor"),
+    (dict(factor=4.0, original_context_length=16, yarn_ext_factor=0.5),
+     "qwen2.rope.scaling.yarn_ext_factor"),
+    (dict(factor=4.0, original_context_length=16, yarn_log_multiplier=0.1),
+     "qwen2.rope.scaling.yarn_log_multiplier"),
+    (dict(factor=4.0, original_context_length=16, yarn_beta_fast=1.0, yarn_beta_slow=2.0),
+     "beta_fast"),
+])
+def test_gguf_yarn_that_cannot_be_honoured_names_the_key_and_file(tmp_path, keys, fragment):
+    path = family_gguf(tmp_path / "bad-yarn.gguf", "qwen2", qkv_bias=True,
+                       extra_metadata=yarn_metadata(**keys))
+    message = load_error(path)
+    assert fragment in message and "bad-yarn.gguf" in message
 
 
 # ---- post-training with checkpoints, for every family --------------------------------------

@@ -496,7 +496,7 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(rope_scaling={"type": "yarn", "factor": 2.0}), "rope_scaling"),
+    (dict(rope_scaling={"type": "longrope", "factor": 2.0}), "rope_scaling"),
     (dict(head_dim=7), "head_dim"),
     (dict(attention_bias=True), "attention_bias"),
     (dict(mlp_bias=True), "mlp_bias"),
@@ -510,7 +510,37 @@ def test_header_running_past_the_file_is_rejected(tmp_path, recorded_models):
     (dict(rope_theta=True), "rope_theta"),
     (dict(tie_word_embeddings="no"), "tie_word_embeddings"),
     (dict(num_attention_heads=5), "num_attention_heads"),
-    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters"),
+    (dict(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}), "rope_parameters"),
+    (dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}), "rope_parameters"),
+    # YaRN as the decoder cannot honour it: DeepSeek's mscale, an unrounded ramp, values
+    # that are no factor, betas out of order; each names the key and its value.
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "mscale": 0.707}),
+     "config.json rope_scaling: mscale 0.707 is not supported"),
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "mscale_all_dim": 1.0}),
+     "config.json rope_parameters: mscale_all_dim 1.0 is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "truncate": False}),
+     "config.json rope_scaling: truncate False is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "truncate": "yes"}),
+     "config.json rope_scaling: truncate 'yes' is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": -4.0}),
+     "config.json rope_scaling: factor -4.0 is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": "4"}),
+     "config.json rope_scaling: factor '4' is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "attention_factor": -1.0}),
+     "config.json rope_scaling: attention_factor -1.0 is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "beta_fast": True}),
+     "config.json rope_scaling: beta_fast True is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "beta_slow": 10 ** 39}),  # > float32
+     "config.json rope_scaling: beta_slow an integer of 130 bits is not supported"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "beta_fast": 1, "beta_slow": 2}),
+     "config.json rope_scaling: beta_fast 1 must exceed beta_slow 2"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0}),
+     "config.json rope_scaling: original_max_position_embeddings must be a positive integer"),
+    # Phi3Config turns "yarn" into "longrope"; Gemma 3's 4.x "type" alone is ambiguous.
+    (dict(architectures=["Phi3ForCausalLM"], rope_scaling={"type": "yarn", "factor": 4.0}),
+     "reads Phi-3's rope type 'yarn' as LongRoPE"),
+    (dict(architectures=["Gemma3ForCausalLM"], head_dim=4, sliding_window=4,
+          rope_scaling={"type": "yarn", "factor": 4.0}), "type without rope_type"),
     # The other families' keys: soft caps only for Gemma (a Llama model would ignore them).
     (dict(final_logit_softcapping=30.0), "final_logit_softcapping 30.0 is not supported"),
     (dict(architectures=["Qwen3ForCausalLM"], attn_logit_softcapping=50.0),
@@ -604,6 +634,51 @@ GEMMA2_LAYERS = ["sliding_attention", "full_attention"]
      dict(rope_scaling="llama3", rope_scaling_factor=8.0, rope_original_context=64)),
     (dict(rope_scaling={"type": "linear", "factor": 2.0}),
      dict(rope_scaling="linear", rope_scaling_factor=2.0)),
+    # YaRN as Qwen 2.5 and Qwen 3 ship it (4.x's rope_scaling with "type"): betas 32 and 1,
+    # the attention factor computed (0).
+    (dict(architectures=["Qwen2ForCausalLM"], max_position_embeddings=131072,
+          rope_scaling={"type": "yarn", "factor": 4.0,
+                        "original_max_position_embeddings": 32768}),
+     dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_context=32768,
+          rope_yarn_beta_fast=32.0, rope_yarn_beta_slow=1.0, rope_yarn_attention_factor=0.0,
+          maximum_context=131072)),
+    # transformers 5's rope_parameters, every key given (the attention factor as is).
+    (dict(architectures=["Qwen3ForCausalLM"],
+          rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 8.0,
+                           "original_max_position_embeddings": 4, "beta_fast": 16,
+                           "beta_slow": 2.5, "attention_factor": 0.9, "truncate": True}),
+     dict(rope_scaling="yarn", rope_theta=1e6, rope_scaling_factor=8.0,
+          rope_original_context=4, rope_yarn_beta_fast=16.0, rope_yarn_beta_slow=2.5,
+          rope_yarn_attention_factor=0.9)),
+    # factor null: max_position_embeddings / original_max_position_embeddings; null or 0
+    # betas take 32 and 1 (transformers' "or"); mscale null is none.
+    (dict(rope_parameters={"rope_type": "yarn", "factor": None,
+                           "original_max_position_embeddings": 3, "beta_fast": None,
+                           "beta_slow": 0, "mscale": None, "attention_factor": None}),
+     dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_context=3,
+          rope_yarn_beta_fast=32.0, rope_yarn_beta_slow=1.0, rope_yarn_attention_factor=0.0)),
+    # original_max_position_embeddings absent: max_position_embeddings (config.json's, not
+    # the maximum_context a caller may give).
+    (dict(architectures=["MistralForCausalLM"], rope_scaling={"rope_type": "yarn",
+                                                                "factor": 2.0}),
+     dict(rope_scaling="yarn", rope_scaling_factor=2.0, rope_original_context=12)),
+    (dict(architectures=["Gemma2ForCausalLM"], head_dim=4, sliding_window=4,
+          rope_parameters={"rope_type": "yarn", "factor": 2.0,
+                           "original_max_position_embeddings": 6}),
+     dict(rope_scaling="yarn", rope_scaling_factor=2.0, rope_original_context=6)),
+    # Gemma 3: on its dense layers only (the windowed ones keep their own, unscaled base).
+    (dict(architectures=["Gemma3ForCausalLM"], hidden_act=None, sliding_window=4,
+          layer_types=["sliding_attention", "full_attention"],
+          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                           "full_attention": {"rope_type": "yarn", "rope_theta": 1e6,
+                                              "factor": 8.0, "beta_fast": 4.0}}),
+     dict(rope_scaling="yarn", rope_theta=1e6, rope_local_theta=1e4, rope_scaling_factor=8.0,
+          rope_original_context=12, rope_yarn_beta_fast=4.0)),
+    (dict(architectures=["Gemma3ForCausalLM"], hidden_act=None, sliding_window=4,
+          sliding_window_pattern=2, rope_local_base_freq=1e4,
+          rope_scaling={"rope_type": "yarn", "factor": 2.0}),
+     dict(rope_scaling="yarn", rope_theta=500.0, rope_local_theta=1e4, rope_scaling_factor=2.0,
+          rope_original_context=12)),
     # Gemma 3 as transformers 4.x wrote it: rope_local_base_freq, sliding_window_pattern.
     (dict(architectures=["Gemma3ForCausalLM"], hidden_act=None, sliding_window=4,
           sliding_window_pattern=2, rope_theta=1e6, rope_local_base_freq=1e4,
@@ -626,6 +701,25 @@ def test_each_familys_config_maps_onto_the_decoders_choices(tmp_path, changes, e
     for field, value in expected.items():
         assert getattr(config, field) == pytest.approx(value) if isinstance(value, float) \
             else getattr(config, field) == value, field
+
+
+def test_a_yarn_checkpoint_loads_and_scales_its_rope(tmp_path):
+    """Qwen 2.5's long-context form end to end: the loaded model carries YaRN, whose logits
+    differ from the unscaled model's on the same weights past the original context; a
+    maximum_context given by the caller leaves the YaRN factor and original context alone."""
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 3}
+    hand_built_checkpoint(tmp_path / "yarn", rope_scaling=yarn)
+    hand_built_checkpoint(tmp_path / "plain")
+    with load_huggingface(tmp_path / "yarn", maximum_context=24) as loaded:
+        config = loaded.model.config
+        assert (config.rope_scaling, config.rope_scaling_factor, config.rope_original_context,
+                config.maximum_context) == ("yarn", 4.0, 3, 24)
+        with loaded.model(TOKENS) as logits:
+            scaled = logits.tolist()
+    with load_huggingface(tmp_path / "plain") as loaded:
+        with loaded.model(TOKENS) as logits:
+            plain = logits.tolist()
+    assert scaled != plain
 
 
 def test_gemma2_config_defaults_follow_transformers(tmp_path):

@@ -34,6 +34,13 @@ Gemma 2's ``attn_logit_softcapping`` and ``final_logit_softcapping`` (absent: tr
 config sets them (its transformers default is null). ``query_pre_attn_scalar`` s gives the
 attention scale s**-0.5 of both.
 
+RoPE scaling (``rope_parameters``, or 4.x's ``rope_scaling``, by ``rope_type`` or ``type``):
+linear, llama3 and yarn, as transformers 5 computes them. YaRN (Qwen 2.5 and Qwen 3 past
+32K: ``{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}``) takes
+``original_max_position_embeddings`` (default ``max_position_embeddings``), ``factor`` (null:
+their ratio), ``beta_fast``/``beta_slow`` (default 32 and 1) and ``attention_factor`` (as
+given; null: 0.1·ln(factor) + 1); Gemma 3 applies it to its dense layers only.
+
 With ``tie_word_embeddings`` the head is the embedding: ``lm_head.weight`` is then absent, or
 byte for byte the embedding. Rotary ``inv_freq`` buffers are ignored. Like Hugging Face's own
 loader, values are taken as they are (NaN and infinities included).
@@ -48,8 +55,9 @@ still before a model or anything sized by the config exists: ``num_hidden_layers
 layers the tensors hold, no tensor but the expected ones, every expected tensor present with
 exactly the shape the config implies. So a config that claims a million layers or a 2**28
 vocabulary over a small file fails at once, a ValueError naming config.json, the field and
-both values (and the safetensors file). Config keys the decoder cannot honour (YaRN or
-LongRoPE scaling, an odd ``head_dim``, biases the family does not have, another activation,
+both values (and the safetensors file). Config keys the decoder cannot honour (LongRoPE
+scaling, and Phi-3's ``yarn``, which transformers reads as LongRoPE; YaRN's ``mscale``,
+``mscale_all_dim`` or ``truncate`` false; an odd ``head_dim``, biases the family does not have, another activation,
 soft-capping outside Gemma, Qwen's ``use_sliding_window``, a Gemma ``layer_types`` that is not
 a period (Gemma 2: not period 2))
 are a ValueError naming the key; ``tokenizer.json`` is read as
@@ -281,7 +289,7 @@ def _config_from_document(
     tied = document.get("tie_word_embeddings", architecture in _GEMMA)
     if not isinstance(tied, bool):
         _fail(source, f"tie_word_embeddings must be true or false, not {_json_type(tied)}")
-    context = _positive_int(document, "max_position_embeddings", source)
+    context = trained_context = _positive_int(document, "max_position_embeddings", source)
     if maximum_context is not None:
         context = require_int(maximum_context, "maximum_context", 1, UINT64_LIMIT)
     blocks = _positive_int(document, "num_hidden_layers", source)
@@ -307,12 +315,12 @@ def _config_from_document(
         head_width=head_width,
     )
     if architecture == "gemma3":
-        global_rope, local_rope = _gemma_rope(document, source)
+        global_rope, local_rope = _gemma_rope(document, source, trained_context)
         fields.update(global_rope)
         fields["rope_local_theta"] = local_rope["rope_theta"]
         fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source)
     else:
-        fields.update(_rope(document, source))
+        fields.update(_rope(document, source, trained_context, architecture))
     if architecture == "gemma2":
         fields["sliding_window_period"] = _gemma_window_period(document, blocks, window, source,
                                                                period=2)
@@ -421,10 +429,13 @@ def _optional_bool(document: Mapping, key: str, source: str) -> bool | None:
     return value
 
 
-def _rope(document: Mapping, source: str) -> dict:
+def _rope(document: Mapping, source: str, trained_context: int | None = None,
+          architecture: str = "llama") -> dict:
     """The RoPE base and scaling as LlamaMistralConfig fields, from transformers 5's
     ``rope_parameters`` or 4.x's ``rope_theta`` + ``rope_scaling``: rope types default,
-    linear and llama3 (YaRN, LongRoPE and the rest: ValueError naming the key)."""
+    linear, llama3 and yarn (LongRoPE and the rest: ValueError naming the key).
+    ``trained_context`` is config.json's ``max_position_embeddings``, the default of YaRN's
+    ``original_max_position_embeddings`` (transformers' standardize_rope_params)."""
     parameters = document.get("rope_parameters")
     if parameters is not None:
         key, where = "rope_parameters", source + " rope_parameters"
@@ -453,22 +464,93 @@ def _rope(document: Mapping, source: str) -> dict:
             rope_high_frequency_factor=_positive_float(scaling, "high_freq_factor", where, 4.0),
             rope_original_context=_positive_int(scaling, "original_max_position_embeddings",
                                                 where, default=8192))
+    elif kind == "yarn" and architecture == "phi3":
+        # Phi3Config turns "yarn" (and "su") into "longrope", which needs short/long factors.
+        _fail(source, f"{key} {_describe(scaling)} is not supported (transformers reads "
+                      "Phi-3's rope type 'yarn' as LongRoPE)")
+    elif kind == "yarn":
+        fields.update(_yarn(scaling, where, trained_context))
     elif kind != "default":
-        _fail(source, f"{key} {_describe(scaling)} is not supported (rope_type default, linear "
-                      "or llama3)")
+        _fail(source, f"{key} {_describe(scaling)} is not supported (rope_type default, linear, "
+                      "llama3 or yarn)")
     return fields
 
 
-def _gemma_rope(document: Mapping, source: str) -> tuple[dict, dict]:
+def _yarn(scaling: Mapping, where: str, trained_context: int | None) -> dict:
+    """YaRN's fields as transformers' ``_compute_yarn_parameters`` reads them (``where`` is
+    "config.json rope_scaling" or "... rope_parameters"): ``original_max_position_embeddings``
+    (default: ``max_position_embeddings``); ``factor`` (null or absent: max_position_embeddings
+    / original_max_position_embeddings); ``beta_fast``/``beta_slow`` (null or 0: 32 and 1,
+    transformers' ``or``); ``attention_factor`` used as given (null: 0.1·ln(factor) + 1, which
+    the library computes). DeepSeek's ``mscale``/``mscale_all_dim`` and ``truncate`` false
+    (an unrounded ramp) are refused: the decoder implements truncate=True only."""
+    for name in ("mscale", "mscale_all_dim"):
+        if scaling.get(name) is not None:
+            _fail(where, f"{name} {_describe(scaling[name])} is not supported (DeepSeek's YaRN "
+                         "attention factor; only attention_factor or none)")
+    truncate = scaling.get("truncate")
+    if truncate is not None and truncate is not True:
+        _fail(where, f"truncate {_describe(truncate)} is not supported (only true: the ramp "
+                     "between the floored and ceiled correction dimensions)")
+    original = _positive_int(scaling, "original_max_position_embeddings", where,
+                             default=trained_context)
+    if original is None:
+        _fail(where, "original_max_position_embeddings is missing (and so is "
+                     "max_position_embeddings)")
+    factor = scaling.get("factor")
+    if factor is None:
+        if trained_context is None:
+            _fail(where, "factor is missing (and so is max_position_embeddings)")
+        factor = trained_context / original
+    else:
+        factor = _yarn_real(scaling, "factor", where, None)
+
+    betas = {name: _yarn_real(scaling, name, where, default)
+             for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0))}
+    if not betas["beta_fast"] > betas["beta_slow"]:
+        _fail(where, f"beta_fast {_describe(scaling.get('beta_fast'))} must exceed beta_slow "
+                     f"{_describe(scaling.get('beta_slow'))} (defaults 32 and 1)")
+    attention = scaling.get("attention_factor")
+    return dict(rope_scaling="yarn", rope_scaling_factor=factor, rope_original_context=original,
+                rope_yarn_beta_fast=betas["beta_fast"], rope_yarn_beta_slow=betas["beta_slow"],
+                rope_yarn_attention_factor=0.0 if attention is None
+                else _yarn_real(scaling, "attention_factor", where, None))
+
+
+def _yarn_real(scaling: Mapping, name: str, where: str, default: float | None) -> float:
+    """``scaling[name]`` as a positive finite float below float32's largest; with a
+    ``default``, null and 0 take it (transformers' ``scaling.get(name) or default``)."""
+    value = scaling.get(name)
+    if default is not None and (value is None or (value == 0 and not isinstance(value, bool))):
+        return default
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value <= _FLOAT32_MAX):  # NaN and the infinities fail too
+        _fail(where, f"{name} {_describe(value)} is not supported (a positive number, at most "
+                     "float32's largest)")
+    return float(value)
+
+
+def _gemma_rope(document: Mapping, source: str,
+                trained_context: int) -> tuple[dict, dict]:
     """Gemma 3's RoPE of its dense layers (base and scaling) and of its windowed layers
     (``rope_local_base_freq``, unscaled): transformers 5's ``rope_parameters`` per layer type,
-    or 4.x's ``rope_theta``, ``rope_scaling`` and ``rope_local_base_freq``."""
+    or 4.x's ``rope_theta``, ``rope_scaling`` and ``rope_local_base_freq``. A 4.x
+    ``rope_scaling`` naming its kind by ``type`` alone is refused: transformers 5 merges it
+    into a full_attention entry whose ``rope_type`` stays "default" (no scaling), 4.x scaled."""
     parameters = document.get("rope_parameters")
     if isinstance(parameters, dict) and "full_attention" in parameters:
-        full = _rope({"rope_parameters": parameters["full_attention"]}, source)
+        full = _rope({"rope_parameters": parameters["full_attention"]}, source,
+                     trained_context, "gemma3")
         local = _rope({"rope_parameters": parameters.get("sliding_attention", {})}, source)
     else:
-        full = _rope({**document, "rope_theta": document.get("rope_theta", 1e6)}, source)
+        scaling = document.get("rope_scaling")
+        if (isinstance(scaling, dict) and "rope_type" not in scaling
+                and scaling.get("type", "default") != "default"):
+            _fail(source, f"rope_scaling {_describe(scaling)} is not supported (Gemma 3's kind "
+                          "as type without rope_type: transformers 5 ignores it, 4.x applied "
+                          "it)")
+        full = _rope({**document, "rope_theta": document.get("rope_theta", 1e6)}, source,
+                     trained_context, "gemma3")
         local = {"rope_theta": _positive_float(document, "rope_local_base_freq", source, 1e4)}
     if set(local) != {"rope_theta"}:
         _fail(source, "rope_parameters.sliding_attention: only rope_type 'default' is supported")
