@@ -57,7 +57,10 @@ extern "C" {
  *   rt_llama_mistral_config's attention_logit_softcap and final_logit_softcap, appended after
  *   its 184-byte 2.10 layout; GGUF loading of gemma2;
  * - YaRN RoPE scaling (RT_ROPE_SCALING_YARN, rope_yarn_beta_fast, rope_yarn_beta_slow,
- *   rope_yarn_attention_factor after the soft caps; GGUF rope.scaling.type "yarn").
+ *   rope_yarn_attention_factor after the soft caps; GGUF rope.scaling.type "yarn");
+ * - rope_frequency_factors / rope_frequency_factor_count: RT_ROPE_SCALING_FREQUENCY_FACTORS
+ *   can be given (a fine-tuned Llama 3 GGUF model re-created from its factors) and is read
+ *   back with its factors.
  * 2.10 adds, without renumbering a value or moving a field of 2.9:
  * - the rotary families Qwen 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2), Qwen 3, Gemma 3 (text)
  *   and Phi-3, and rt_llama_mistral_config's family choices, appended after its first
@@ -813,9 +816,9 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_ROPE_SCALING_NONE 0
 #define RT_ROPE_SCALING_LINEAR 1 /* frequencies divided by rope_scaling_factor */
 #define RT_ROPE_SCALING_LLAMA3 2 /* Llama 3.1's piecewise rule */
-#define RT_ROPE_SCALING_FREQUENCY_FACTORS               \
-    3 /* per-frequency divisors read from a GGUF file's \
-         rope_freqs.weight; reported, never accepted */
+#define RT_ROPE_SCALING_FREQUENCY_FACTORS                     \
+    3 /* per-frequency divisors (a GGUF file's rope_freqs.weight); \
+         given with rope_frequency_factors from 2.11 */
 #define RT_ROPE_SCALING_YARN 4 /* 2.11: YaRN (nn/rotary_embedding.hpp), Qwen 2.5/3 long context */
 typedef struct rt_llama_mistral_model rt_llama_mistral_model;
 typedef struct rt_llama_mistral_config {
@@ -856,6 +859,11 @@ typedef struct rt_llama_mistral_config {
     double rope_yarn_beta_fast;       /* init 32; > beta_slow */
     double rope_yarn_beta_slow;       /* init 1; > 0 */
     double rope_yarn_attention_factor; /* cos/sin factor m, 0 = 0.1*ln(factor) + 1 (init) */
+    /* 2.11: RT_ROPE_SCALING_FREQUENCY_FACTORS' head_width/2 divisors (GGUF's rope_freqs.weight):
+     * read by create when that kind is given (NULL and 0 otherwise, init); written by
+     * rt_llama_mistral_model_config pointing into the model, valid until it is released. */
+    const float* rope_frequency_factors;
+    uint64_t rope_frequency_factor_count;
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,

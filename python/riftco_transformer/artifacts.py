@@ -198,10 +198,15 @@ def model_record(model) -> tuple[str, dict]:
         # The first bundles' fields, and each family choice that is not Llama's default: a
         # Llama/Mistral bundle's manifest (and artifact id) is what it was before them.
         config = model.config
-        return LLAMA_ARCHITECTURE, {
+        recorded = {
             name: getattr(config, name) for name in LLAMA_CONFIG_FIELDS
             if name in LLAMA_REQUIRED_CONFIG_FIELDS
             or getattr(config, name) != _LLAMA_CHOICE_DEFAULTS[name]
+        }
+        # JSON's form: rope_frequency_factors is a tuple in the config, a list in a file.
+        return LLAMA_ARCHITECTURE, {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in recorded.items()
         }
     if isinstance(model, DecoderOnlyTransformer):
         return ARCHITECTURE, config_record(model.config)
@@ -805,9 +810,11 @@ def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
         raise ValueError(f"{where}: config: model_width {d}, query_head_count {hq}, "
                          f"key_value_head_count {hkv} and head_width {parsed.head_width} do not "
                          f"fit (D % Hq without a head width, Hq % Hkv, an even head width)")
-    if parsed.rope_scaling == "frequency_factors":
-        raise ValueError(f"{where}: config.rope_scaling 'frequency_factors' (a GGUF file's "
-                         f"rope_freqs.weight) cannot be stored in a bundle")
+    if parsed.rope_scaling == "frequency_factors" and (
+            len(parsed.rope_frequency_factors) != parsed.resolved_head_width // 2):
+        raise ValueError(f"{where}: config.rope_frequency_factors has "
+                         f"{len(parsed.rope_frequency_factors)} values; head width "
+                         f"{parsed.resolved_head_width} needs {parsed.resolved_head_width // 2}")
     return parsed
 
 

@@ -31,6 +31,7 @@ leaves the caller's objects as they were.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import math
 import re
@@ -375,17 +376,21 @@ class TrainingCheckpoint:
         """ValueError unless ``model`` has this checkpoint's structure: decoder class, config
         (the init seed may differ), parameter table, quantization, LoRA config."""
         recorded = self._manifest["model"]
-        architecture, _ = model_record(model)
+        architecture, current = model_record(model)
         if architecture != recorded["architecture"]:
             raise ValueError(f"the model is a {architecture} decoder, the checkpoint's a "
                              f"{recorded['architecture']}")
         config = recorded["config"]
-        for name, value in config.items():
-            if name != "random_seed" and getattr(model.config, name) != value:
-                raise ValueError(
-                    f"model config {name} = {getattr(model.config, name)!r}, the checkpoint has "
-                    f"{value!r}"
-                )
+        # Both records in JSON's form; a field either leaves out is at its default (a choice
+        # the model makes that the checkpoint does not record is a difference too).
+        defaults = {field.name: field.default for field in dataclasses.fields(model.config)}
+        for name in sorted((set(config) | set(current)) - {"random_seed"}):
+            default = defaults.get(name)
+            default = list(default) if isinstance(default, tuple) else default
+            value = config.get(name, default)
+            actual = current.get(name, default)
+            if actual != value:
+                raise ValueError(f"model config {name} = {actual!r}, the checkpoint has {value!r}")
         with model.parameters() as base:
             if _table(base) != recorded["parameters"]:
                 raise ValueError("the model's parameter names or shapes differ from the checkpoint's")

@@ -162,7 +162,9 @@ static_assert(same_value(RT_ROPE_SCALING_NONE, RopeScalingKind::None) &&
               same_value(RT_ROPE_SCALING_LLAMA3, RopeScalingKind::Llama3) &&
               same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors) &&
               same_value(RT_ROPE_SCALING_YARN, RopeScalingKind::Yarn) && RT_ROPE_SCALING_YARN == 4);
-static_assert(sizeof(rt_llama_mistral_config) == 216);
+static_assert(sizeof(rt_llama_mistral_config) == 232);
+static_assert(offsetof(rt_llama_mistral_config, rope_frequency_factors) == 216 &&
+              offsetof(rt_llama_mistral_config, rope_frequency_factor_count) == 224);
 static_assert(offsetof(rt_llama_mistral_config, attention_logit_softcap) == 184 &&
               offsetof(rt_llama_mistral_config, final_logit_softcap) == 188 &&
               offsetof(rt_llama_mistral_config, rope_yarn_beta_fast) == 192 &&

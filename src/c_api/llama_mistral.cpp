@@ -69,11 +69,24 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.rope_local_theta = given.rope_local_theta;
     c.attention_logit_softcap = given.attention_logit_softcap;
     c.final_logit_softcap = given.final_logit_softcap;
-    // The factors themselves have no field: that kind is reported for GGUF files, not given.
+    // The factors (2.11): read when that kind is given; a count without factors, or factors
+    // of another kind, is a caller's mistake named here (their values and count are the
+    // engine's rules).
     if (given.rope_scaling == RT_ROPE_SCALING_FREQUENCY_FACTORS) {
+        if (given.rope_frequency_factors == nullptr) {
+            throw std::invalid_argument(
+                "config->rope_frequency_factors: RT_ROPE_SCALING_FREQUENCY_FACTORS needs the "
+                "head_width/2 factors (got NULL; a client before 2.11 cannot give this kind)");
+        }
+        const std::size_t count =
+            to_size(given.rope_frequency_factor_count, "config->rope_frequency_factor_count");
+        c.rope_scaling.frequency_factors.assign(given.rope_frequency_factors,
+                                                given.rope_frequency_factors + count);
+    } else if (given.rope_frequency_factors != nullptr || given.rope_frequency_factor_count != 0) {
         throw std::invalid_argument(
-            "config->rope_scaling: RT_ROPE_SCALING_FREQUENCY_FACTORS is reported for GGUF files "
-            "(rope_freqs.weight) and cannot be given");
+            "config->rope_frequency_factors: given with rope_scaling " +
+            std::to_string(given.rope_scaling) +
+            " (only RT_ROPE_SCALING_FREQUENCY_FACTORS reads them; NULL and 0 otherwise)");
     }
     c.rope_scaling.kind = static_cast<RopeScalingKind>(given.rope_scaling);
     c.rope_scaling.factor = given.rope_scaling_factor;
@@ -120,6 +133,11 @@ rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) 
     out.rope_yarn_beta_fast = c.rope_scaling.beta_fast;
     out.rope_yarn_beta_slow = c.rope_scaling.beta_slow;
     out.rope_yarn_attention_factor = c.rope_scaling.attention_factor;
+    // Into the model's own config: valid while the model lives.
+    if (!c.rope_scaling.frequency_factors.empty()) {
+        out.rope_frequency_factors = c.rope_scaling.frequency_factors.data();
+        out.rope_frequency_factor_count = c.rope_scaling.frequency_factors.size();
+    }
     out.attention_logit_softcap = c.attention_logit_softcap;
     out.final_logit_softcap = c.final_logit_softcap;
     return out;
@@ -189,8 +207,10 @@ rt_status rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
         std::mt19937 generator(given.random_seed);
         const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
         auto state = std::make_shared<ModelState>();
-        state->model = std::make_unique<LlamaMistralTransformer>(engine, generator);
-        state->llama_config = to_abi(engine, given.random_seed);
+        auto model = std::make_unique<LlamaMistralTransformer>(engine, generator);
+        // The model's config, not `engine`: the frequency factors must outlive this call.
+        state->llama_config = to_abi(model->config(), given.random_seed);
+        state->model = std::move(model);
         *out = new rt_llama_mistral_model{std::move(state)};
     });
 }

@@ -26,7 +26,8 @@ static void config_init_sets_the_defaults_and_layout(void) {
     EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
     EXPECT_EQ_U64(config.struct_size, sizeof config);
     /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the caps and YaRN in 2.11 */
-    EXPECT_EQ_U64(sizeof config, 216);
+    EXPECT_EQ_U64(sizeof config, 232);
+    EXPECT(config.rope_frequency_factors == NULL && config.rope_frequency_factor_count == 0);
     EXPECT(config.rope_yarn_beta_fast == 32.0 && config.rope_yarn_beta_slow == 1.0 &&
            config.rope_yarn_attention_factor == 0.0);
     EXPECT(config.attention_logit_softcap == 0.0f && config.final_logit_softcap == 0.0f);
@@ -188,8 +189,30 @@ static void every_config_rule_is_enforced_before_anything_is_created(void) {
     config.feed_forward_activation = 9;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "feed_forward_activation");
     config = tiny_llama_config();
-    config.rope_scaling = RT_ROPE_SCALING_FREQUENCY_FACTORS;
-    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_scaling");
+    config.rope_scaling = RT_ROPE_SCALING_FREQUENCY_FACTORS; /* without its factors */
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_frequency_factors");
+    {
+        /* 2.11: the factors given (head width 16/4 = 4: two of them) and read back. */
+        const float factors[3] = {1.0f, 8.0f, 2.0f};
+        config.rope_frequency_factors = factors;
+        config.rope_frequency_factor_count = 3; /* not d/2 = 2 */
+        EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "frequency_factors");
+        config.rope_frequency_factor_count = 2;
+        rt_llama_mistral_model* model = NULL;
+        EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
+        rt_llama_mistral_config read;
+        read.struct_size = sizeof read;
+        EXPECT_OK(rt_llama_mistral_model_config(model, &read));
+        EXPECT(read.rope_scaling == RT_ROPE_SCALING_FREQUENCY_FACTORS);
+        EXPECT_EQ_U64(read.rope_frequency_factor_count, 2);
+        EXPECT(read.rope_frequency_factors != NULL && read.rope_frequency_factors != factors);
+        EXPECT(read.rope_frequency_factors[0] == 1.0f && read.rope_frequency_factors[1] == 8.0f);
+        rt_llama_mistral_model_release(model);
+        config.rope_scaling = RT_ROPE_SCALING_NONE; /* factors with another kind */
+        EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_frequency_factors");
+        config.rope_frequency_factors = NULL;
+        EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_frequency_factors");
+    }
     config = tiny_llama_config();
     config.rope_scaling = RT_ROPE_SCALING_LLAMA3;
     config.rope_high_frequency_factor = 0.5;

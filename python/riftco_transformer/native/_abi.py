@@ -164,6 +164,9 @@ class LlamaMistralConfigStruct(Structure):
         ("rope_yarn_beta_fast", c_double),
         ("rope_yarn_beta_slow", c_double),
         ("rope_yarn_attention_factor", c_double),
+        # 2.11: the frequency factors (rope_scaling "frequency_factors")
+        ("rope_frequency_factors", POINTER(c_float)),
+        ("rope_frequency_factor_count", c_uint64),
     ]
 
 

@@ -119,6 +119,9 @@ class LlamaMistralConfig:
     rope_yarn_beta_fast: float = 32.0
     rope_yarn_beta_slow: float = 1.0
     rope_yarn_attention_factor: float = 0.0
+    # rope_scaling "frequency_factors" (a GGUF file's rope_freqs.weight, Llama 3): the d/2
+    # divisors, float32 values; empty for every other kind (C ABI 2.11).
+    rope_frequency_factors: tuple[float, ...] = ()
 
     @classmethod
     def preset(cls, architecture: str, **fields) -> LlamaMistralConfig:
@@ -189,6 +192,25 @@ class LlamaMistralConfig:
             self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES
         )
         require_choice(self.rope_scaling, "rope_scaling", ROPE_SCALING_VALUES)
+        factors = self.rope_frequency_factors
+        if isinstance(factors, (str, bytes)) or not isinstance(factors, (tuple, list)):
+            raise TypeError(
+                f"rope_frequency_factors must be a sequence of floats, not {type(factors).__name__}"
+            )
+        rounded = []
+        for index, factor in enumerate(factors):
+            value = require_real(factor, f"rope_frequency_factors[{index}]")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(
+                    f"rope_frequency_factors[{index}] must be finite and > 0 (got {factor!r})"
+                )
+            rounded.append(ctypes.c_float(value).value)  # the float32 the library keeps
+        object.__setattr__(self, "rope_frequency_factors", tuple(rounded))
+        if bool(rounded) != (self.rope_scaling == "frequency_factors"):
+            raise ValueError(
+                "rope_frequency_factors are given exactly with rope_scaling 'frequency_factors' "
+                f"(rope_scaling {self.rope_scaling!r}, {len(rounded)} factors)"
+            )
 
     @property
     def resolved_head_width(self) -> int:
@@ -217,6 +239,13 @@ class LlamaMistralConfig:
         native.sliding_window_period = self.sliding_window_period
         native.rope_scaling = ROPE_SCALING_VALUES[self.rope_scaling]
         native.rope_original_context = self.rope_original_context
+        if self.rope_frequency_factors:
+            factors = (ctypes.c_float * len(self.rope_frequency_factors))(
+                *self.rope_frequency_factors
+            )
+            native._factors = factors  # kept alive with the struct
+            native.rope_frequency_factors = ctypes.cast(factors, ctypes.POINTER(ctypes.c_float))
+            native.rope_frequency_factor_count = len(factors)
         return native
 
     @classmethod
@@ -236,6 +265,9 @@ class LlamaMistralConfig:
             sliding_window_period=native.sliding_window_period,
             rope_scaling=ROPE_SCALING_NAMES[native.rope_scaling],
             rope_original_context=native.rope_original_context,
+            rope_frequency_factors=tuple(
+                native.rope_frequency_factors[i] for i in range(native.rope_frequency_factor_count)
+            ),
         )
 
 
