@@ -780,7 +780,8 @@ def _read_artifact(path: Path):
 
 def _rope_scaling_text(config) -> str:
     """A rotary config's RoPE scaling for `inspect`: the kind and the fields it reads."""
-    text = f"theta={config.rope_theta:g} {config.rope_scaling} factor={config.rope_scaling_factor:g}"
+    text = (f"theta={config.rope_theta:g} {config.rope_scaling} "
+            f"factor={config.rope_scaling_factor:g}")
     if config.rope_scaling == "llama3":
         text += (f" low={config.rope_low_frequency_factor:g}"
                  f" high={config.rope_high_frequency_factor:g}"

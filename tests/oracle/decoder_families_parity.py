@@ -8,24 +8,29 @@ norms, post-block norms, GeGLU, embedding and attention scales, five windowed la
 their own RoPE base, then a dense one with linear RoPE scaling), Gemma 2 (Gemma 3's layout
 without QK-norm, windowed and dense layers alternating, attention-logit and final-logit
 soft-capping set low enough to bind; gemma2_27b_layout: 46 blocks with query_pre_attn_scalar
-D/Hq != head_dim, the scale GGUF readers give the 27B) and Phi-3 (fused qkv and gate_up
-projections, a sliding window). Its weights are written to a GGUF file with the `gguf`
-package under llama.cpp's tensor names and conventions (Llama's permuted q/k rows, Gemma's
-norm weights stored as 1 + w, Phi-3's fused tensors, Llama 3's rope_freqs.weight), and our
-importer's model (riftco_llama_gguf_run) must give transformers' logits at every position of
+D/Hq != head_dim, the scale GGUF readers give the 27B), Phi-3 (fused qkv and gate_up
+projections, a sliding window), and YaRN (issue 29) on Qwen 2 (Qwen 2.5's keys, factor 4 over
+an original context of 32) and on Llama (every key given: factor 3 over 64, betas 8 and 0.5,
+attention factor 1.3), both original contexts below the prompts' 80 tokens. Its weights are
+written to a GGUF file with the `gguf` package under llama.cpp's tensor names and conventions
+(Llama's permuted q/k rows, Gemma's norm weights stored as 1 + w, Phi-3's fused tensors,
+Llama 3's rope_freqs.weight, YaRN's rope.scaling keys), and our importer's model
+(riftco_llama_gguf_run) must give transformers' logits at every position of
 two prompts of 80 tokens (past every window) within 1e-3 absolute, with flash attention, with
 materialized attention, and through a paged decode session token by token.
 
 When llama.cpp's Python binding is importable ($RIFTCO_TRANSFORMER_LLAMA_CPP_PYTHON, a venv
 with llama-cpp-python built from PyPI's sdist), llama.cpp's logits on the same files (float32
-KV cache) must agree with ours within 1e-3 too, for Llama 3, Qwen 2, Qwen 3 and Phi-3 without a
-window (phi3_dense); where llama.cpp is no float32 oracle (LLAMA_CPP_NOT_AN_ORACLE: windows it
-ignores, Gemma's fp16 GELU table) its figure is printed, not asserted.
+KV cache) must agree with ours within 1e-3 too, for Llama 3, Qwen 2, Qwen 3, Phi-3 without a
+window (phi3_dense) and Qwen 2 with YaRN; where llama.cpp is no float32 oracle
+(LLAMA_CPP_NOT_AN_ORACLE: windows it ignores, Gemma's fp16 GELU table, YaRN keys it does not
+read) its figure is printed, not asserted.
 
 The same models are also saved by transformers' own ``save_pretrained`` as Hugging Face
 directories (F32; Llama 3 sharded, Qwen 3 in BF16, Phi-3 in F16, each against transformers on
-the rounded weights) with a byte-level tokenizer.json, and loaded by our Python package's
-``load_pretrained``: logits within 1e-3 with the loader's attention and with flash.
+the rounded weights; qwen2_yarn's config.json rewritten as Qwen 2.5 ships it, 4.x's
+``rope_scaling`` with ``type``) with a byte-level tokenizer.json, and loaded by our Python
+package's ``load_pretrained``: logits within 1e-3 with the loader's attention and with flash.
 
 Exit 77 (skipped), saying why, without transformers + torch + gguf + numpy
 ($RIFTCO_TRANSFORMER_HF_PYTHON, the cached venv .ci/run makes).
@@ -133,7 +138,23 @@ def families():
                                               final_logit_softcapping=GEMMA2_CAPS[1],
                                               rope_parameters={"rope_type": "default",
                                                                "rope_theta": 10000.0})),
+        # YaRN, its original context (32, 64) below the 80-token prompts. Qwen 2.5's form
+        # (its HF directory's config.json rewritten as 4.x's rope_scaling with "type"), the
+        # betas and attention factor computed: the ramp spans dimensions 0 to 1 of 8.
+        "qwen2_yarn": (tf.Qwen2Config, tf.Qwen2ForCausalLM, "qwen2",
+                       base_dimensions(rope_parameters=dict(QWEN2_YARN))),
+        # Every YaRN key given (Llama's permuted q/k rows in GGUF): the ramp spans
+        # dimensions 0 to 4 of 8, and attention_factor replaces 0.1·ln(3) + 1.
+        "llama_yarn": (tf.LlamaConfig, tf.LlamaForCausalLM, "llama",
+                       base_dimensions(rope_parameters={
+                           "rope_type": "yarn", "rope_theta": 500.0, "factor": 3.0,
+                           "original_max_position_embeddings": 64, "beta_fast": 8.0,
+                           "beta_slow": 0.5, "attention_factor": 1.3})),
     }
+
+
+QWEN2_YARN = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+              "original_max_position_embeddings": 32}
 
 
 # Where llama.cpp (0.3.36's) is no float32 oracle, said once, and its figure only reported:
@@ -149,6 +170,12 @@ LLAMA_CPP_NOT_AN_ORACLE = {
     # Measured: 5.5e-3 and 9.0e-3 (7.3e-3 and 1.2e-2 alone), the same table's error over 46
     # blocks; transformers agrees with us to 2e-5.
     "gemma2_27b_layout": "ggml's fp16 GELU table, as for gemma3, over 46 blocks",
+    # Measured: 1.85 and 2.37 (logits up to 4.4). llama.cpp reads rope.scaling.yarn_beta_fast
+    # and _slow and yarn_attn_factor only for grok and mistral3 (llama-cpp-python passes betas
+    # 32 and 1 in any case), and with YaRN on it replaces the attention factor by 0.1·ln(f) + 1
+    # (llama-context.cpp, after llama.cpp PR 17945): on this file it agrees to 3e-6 with
+    # ours on the same file without the three keys. qwen2_yarn (their defaults) is asserted.
+    "llama_yarn": "llama.cpp ignores the GGUF's YaRN betas and attention factor",
 }
 
 
@@ -256,6 +283,21 @@ def write_gguf(path, name, config, model):
         writer.add_sliding_window(config.sliding_window)
     else:
         writer.add_rope_freq_base(rope["rope_theta"])
+    if rope.get("rope_type") == "yarn":
+        # llama.cpp's keys, as convert_hf_to_gguf writes them, except yarn_attn_factor: our
+        # reader takes it as ggml's rope kernel does (the magnitude is yarn_attn_factor times
+        # 0.1·ln(factor) + 1), so transformers' attention_factor a is written as a over that
+        # (the converter of llama-cpp-python 0.3.36 writes a itself).
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        if "beta_fast" in rope:
+            writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        if "beta_slow" in rope:
+            writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        if rope.get("attention_factor") is not None:
+            writer.add_rope_scaling_yarn_attn_factor(
+                rope["attention_factor"] / (0.1 * math.log(rope["factor"]) + 1.0))
     if architecture == "gemma2":
         writer.add_sliding_window(config.sliding_window)
         writer.add_attn_logit_softcapping(config.attn_logit_softcapping)
@@ -287,7 +329,7 @@ def write_gguf(path, name, config, model):
             put(blk + "attn_q.weight", q)
             put(blk + "attn_k.weight", k)
             put(blk + "attn_v.weight", state[hf + "self_attn.v_proj.weight"])
-            if name == "qwen2":
+            if architecture == "qwen2":
                 for short, long in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj")):
                     put(blk + f"attn_{short}.bias", state[hf + f"self_attn.{long}.bias"])
         put(blk + "attn_output.weight", state[hf + "self_attn.o_proj.weight"])
@@ -329,6 +371,18 @@ def write_hf_directory(directory, name, model, dtype=None, shards=False):
     saved = model if dtype is None else copy.deepcopy(model).to(dtype)
     saved.save_pretrained(directory, safe_serialization=True,
                           max_shard_size="40KB" if shards else "5GB")
+    if name == "qwen2_yarn":  # as Qwen 2.5's config.json ships it (transformers 4.x's keys)
+        path = os.path.join(directory, "config.json")
+        with open(path, encoding="utf-8") as stream:
+            config = json.load(stream)
+        parameters = config.pop("rope_parameters")
+        assert {key: parameters.get(key) for key in QWEN2_YARN} == QWEN2_YARN, parameters
+        config["rope_theta"] = parameters["rope_theta"]
+        config["rope_scaling"] = {"type": "yarn", "factor": parameters["factor"],
+                                  "original_max_position_embeddings":
+                                      parameters["original_max_position_embeddings"]}
+        with open(path, "w", encoding="utf-8") as stream:
+            json.dump(config, stream, indent=2)
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocabulary = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
     tokenizer = Tokenizer(models.BPE(vocab=vocabulary, merges=[]))

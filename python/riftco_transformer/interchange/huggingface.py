@@ -57,12 +57,11 @@ exactly the shape the config implies. So a config that claims a million layers o
 vocabulary over a small file fails at once, a ValueError naming config.json, the field and
 both values (and the safetensors file). Config keys the decoder cannot honour (LongRoPE
 scaling, and Phi-3's ``yarn``, which transformers reads as LongRoPE; YaRN's ``mscale``,
-``mscale_all_dim`` or ``truncate`` false; an odd ``head_dim``, biases the family does not have, another activation,
-soft-capping outside Gemma, Qwen's ``use_sliding_window``, a Gemma ``layer_types`` that is not
-a period (Gemma 2: not period 2))
-are a ValueError naming the key; ``tokenizer.json`` is read as
-:meth:`PretrainedTokenizer.from_tokenizer_json` says (every defect a ValueError naming the file
-and the JSON path).
+``mscale_all_dim`` or ``truncate`` false; an odd ``head_dim``, biases the family does not
+have, another activation, soft-capping outside Gemma, Qwen's ``use_sliding_window``, a Gemma
+``layer_types`` that is not a period (Gemma 2: not period 2)) are a ValueError naming the
+key; ``tokenizer.json`` is read as :meth:`PretrainedTokenizer.from_tokenizer_json` says
+(every defect a ValueError naming the file and the JSON path).
 Nothing is returned half-loaded: on any error the model and tokenizer are closed.
 """
 
