@@ -432,7 +432,6 @@ TEST(FlashGroupedWindowedAttention, WindowedGroupedFlashKeepsNoQuadraticBuffer) 
     EXPECT_LT(peak_extra, std::size_t{1} << 20U) << peak_extra;
 }
 
-
 // Gemma 2's attention-logit soft cap: scores c·tanh(s/c) in the forward, the cap's derivative in
 // the VJP, on every GQA ratio and window, against the double reference; a cap of 1 with scores
 // of several units makes the cap far from the identity.
@@ -495,17 +494,19 @@ TEST(FlashGroupedWindowedAttention, SoftCapRulesNameTheArgumentAndTheValue) {
     const Problem p{1, 2, 1, 5, 4, 0};
     const Inputs in = make_inputs(p, 81);
     const Tensor q(p.query_shape(), in.q), k(p.key_shape(), in.k), v(p.key_shape(), in.v);
-    for (const float bad : {-1.0F, std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN()}) {
+    for (const float bad :
+         {-1.0F, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
         EXPECT_TRUE(testing::throws<std::invalid_argument>(
             [&] { (void)tensor_ops::flash_attention(q, k, v, {.softcap = bad}); },
             "flash_attention: options.softcap must be finite and >= 0"));
         EXPECT_TRUE(testing::throws<std::invalid_argument>(
-            [&] { (void)soft_capped_causal_attention(Variable(k), Variable(k), Variable(v), 0, bad);
+            [&] {
+                (void)soft_capped_causal_attention(Variable(k), Variable(k), Variable(v), 0, bad);
             },
             "soft_capped_causal_attention: cap must be finite and > 0"));
     }
-    tensor_ops::FlashAttentionResult forward = tensor_ops::flash_attention(q, k, v, {.softcap = 2.0F});
+    tensor_ops::FlashAttentionResult forward =
+        tensor_ops::flash_attention(q, k, v, {.softcap = 2.0F});
     forward.options.softcap = -2.0F;
     EXPECT_TRUE(testing::throws<std::invalid_argument>(
         [&] {
@@ -524,8 +525,8 @@ TEST(FlashGroupedWindowedAttention, SoftCapRulesNameTheArgumentAndTheValue) {
 
 // tanh and soft_cap against std::tanh, and their VJPs against finite differences.
 TEST(SoftCap, TanhAndSoftCapMatchStdTanhAndTheirGradientsFiniteDifferences) {
-    const std::vector<float> x = {-30.0F, -2.0F, -0.5F, 0.0F, 0.25F, 1.5F, 40.0F,
-                                  std::numeric_limits<float>::infinity()};
+    const std::vector<float> x = {-30.0F, -2.0F, -0.5F, 0.0F,
+                                  0.25F,  1.5F,  40.0F, std::numeric_limits<float>::infinity()};
     const std::vector<float> t = tensor_ops::tanh(Tensor({x.size()}, x)).to_host();
     const std::vector<float> capped = tensor_ops::soft_cap(Tensor({x.size()}, x), 3.0F).to_host();
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -547,9 +548,9 @@ TEST(SoftCap, TanhAndSoftCapMatchStdTanhAndTheirGradientsFiniteDifferences) {
                 (use_cap ? tensor_ops::soft_cap(in, 1.7F) : tensor_ops::tanh(in)).to_host(),
                 weights);
         };
-        EXPECT_TRUE(testing::all_close(
-            input.gradient(), testing::finite_difference_gradient(objective, values, 1e-2), 2e-3,
-            0.0));
+        EXPECT_TRUE(testing::all_close(input.gradient(),
+                                       testing::finite_difference_gradient(objective, values, 1e-2),
+                                       2e-3, 0.0));
     }
 }
 

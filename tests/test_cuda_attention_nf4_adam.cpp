@@ -53,8 +53,7 @@ class CudaAttentionNf4Adam : public ::testing::Test {
 
 // ---- NF4 -------------------------------------------------------------------------------------
 
-void expect_nf4_parity(const Nf4Options& options, std::size_t out, std::size_t in,
-                       unsigned seed) {
+void expect_nf4_parity(const Nf4Options& options, std::size_t out, std::size_t in, unsigned seed) {
     const std::vector<float> w = uniform_values(out * in, -1.5F, 1.5F, seed);
     const QuantizedWeight reference = QuantizedWeight::quantize(Tensor({out, in}, w, cpu), options);
     const PackedNf4Payload payload = reference.copy_payload_to_host();
@@ -132,7 +131,8 @@ struct PagedCase {
 
 Tensor pool_on(ExecutionBackend backend, unsigned seed) {
     const Shape shape = {pages, kv_heads, page_size, head_width};
-    return Tensor(shape, uniform_values(pages * kv_heads * page_size * head_width, -1.0F, 1.0F, seed),
+    return Tensor(shape,
+                  uniform_values(pages * kv_heads * page_size * head_width, -1.0F, 1.0F, seed),
                   backend);
 }
 
@@ -143,20 +143,21 @@ TEST_F(CudaAttentionNf4Adam, PagedDecodeWithGroupedHeadsAndAWindowMatchesTheCpu)
     const std::vector<float> q =
         uniform_values(requests.size() * query_heads * head_width, -1.0F, 1.0F, 7);
     for (const std::size_t window : {std::size_t{0}, std::size_t{5}, std::size_t{100}}) {
-      for (const float softcap : {0.0F, 0.5F}) {  // Gemma 2's soft cap bites at 0.5
-        tensor_ops::PagedAttentionOptions options;
-        options.window = window;
-        options.softcap = softcap;
-        const Tensor device = tensor_ops::paged_decode_attention(
-            Tensor(query_shape, q, cuda), pool_on(cuda, 8), pool_on(cuda, 9), requests, 0.0F,
-            options);
-        const Tensor reference = tensor_ops::paged_decode_attention(
-            Tensor(query_shape, q, cpu), pool_on(cpu, 8), pool_on(cpu, 9), requests, 0.0F,
-            options);
-        EXPECT_EQ(device.shape(), reference.shape());
-        EXPECT_TRUE(matches_reference(device.to_host(), reference.to_host(), attention_tolerance))
-            << "window " << window << " cap " << softcap;
-      }
+        for (const float softcap : {0.0F, 0.5F}) {  // Gemma 2's soft cap bites at 0.5
+            tensor_ops::PagedAttentionOptions options;
+            options.window = window;
+            options.softcap = softcap;
+            const Tensor device =
+                tensor_ops::paged_decode_attention(Tensor(query_shape, q, cuda), pool_on(cuda, 8),
+                                                   pool_on(cuda, 9), requests, 0.0F, options);
+            const Tensor reference =
+                tensor_ops::paged_decode_attention(Tensor(query_shape, q, cpu), pool_on(cpu, 8),
+                                                   pool_on(cpu, 9), requests, 0.0F, options);
+            EXPECT_EQ(device.shape(), reference.shape());
+            EXPECT_TRUE(
+                matches_reference(device.to_host(), reference.to_host(), attention_tolerance))
+                << "window " << window << " cap " << softcap;
+        }
     }
 }
 
@@ -179,9 +180,9 @@ TEST_F(CudaAttentionNf4Adam, PagedWriteIsExactAndUnobservedByACopy) {
     const std::vector<float> device_values = values.to_host();
     const std::vector<float> reference_keys = cpu_keys.to_host();
     const std::vector<float> reference_values = cpu_values.to_host();
-    EXPECT_EQ(std::memcmp(device_keys.data(), reference_keys.data(),
-                          device_keys.size() * sizeof(float)),
-              0);
+    EXPECT_EQ(
+        std::memcmp(device_keys.data(), reference_keys.data(), device_keys.size() * sizeof(float)),
+        0);
     EXPECT_EQ(std::memcmp(device_values.data(), reference_values.data(),
                           device_values.size() * sizeof(float)),
               0);
@@ -196,24 +197,25 @@ TEST_F(CudaAttentionNf4Adam, ANanScoreIsRaisedAtTheSyncPointLikeTheCpu) {
     const PagedCase paged;
     const auto requests = paged.requests();
     const Shape query_shape = {requests.size(), query_heads, 1, head_width};
-    std::vector<float> q = uniform_values(requests.size() * query_heads * head_width, -1.0F, 1.0F, 14);
+    std::vector<float> q =
+        uniform_values(requests.size() * query_heads * head_width, -1.0F, 1.0F, 14);
     q[(1 * query_heads + 5) * head_width + 3] = std::numeric_limits<float>::quiet_NaN();
     tensor_ops::PagedAttentionOptions options;
     options.window = 4;
     std::string reference;
     try {
-        static_cast<void>(tensor_ops::paged_decode_attention(
-            Tensor(query_shape, q, cpu), pool_on(cpu, 8), pool_on(cpu, 9), requests, 0.0F,
-            options));
+        static_cast<void>(tensor_ops::paged_decode_attention(Tensor(query_shape, q, cpu),
+                                                             pool_on(cpu, 8), pool_on(cpu, 9),
+                                                             requests, 0.0F, options));
     } catch (const std::domain_error& error) {
         reference = error.what();
     }
     ASSERT_FALSE(reference.empty());
     std::string device;
     try {
-        const Tensor context = tensor_ops::paged_decode_attention(
-            Tensor(query_shape, q, cuda), pool_on(cuda, 8), pool_on(cuda, 9), requests, 0.0F,
-            options);
+        const Tensor context =
+            tensor_ops::paged_decode_attention(Tensor(query_shape, q, cuda), pool_on(cuda, 8),
+                                               pool_on(cuda, 9), requests, 0.0F, options);
         static_cast<void>(context.to_host());
     } catch (const std::domain_error& error) {
         device = error.what();
@@ -245,10 +247,10 @@ void set_gradients(const ParameterList& parameters, unsigned step, float amplitu
     unsigned seed = 100 * (step + 1);
     for (const NamedParameter& entry : parameters) {
         Variable parameter = entry.parameter;  // a handle: the gradient lands on the parameter
-        parameter.set_gradient(Tensor(parameter.shape(),
-                                      uniform_values(parameter.value().numel(), -amplitude,
-                                                     amplitude, seed++),
-                                      parameter.backend()));
+        parameter.set_gradient(
+            Tensor(parameter.shape(),
+                   uniform_values(parameter.value().numel(), -amplitude, amplitude, seed++),
+                   parameter.backend()));
     }
 }
 
@@ -299,8 +301,8 @@ TEST_F(CudaAttentionNf4Adam, ClippedDecayedAdamMatchesTheCpuInBothMomentLayouts)
                         norm_tolerance * reference.steps[i].clip_scale);
             EXPECT_EQ(device.steps[i].step, reference.steps[i].step);
         }
-        EXPECT_TRUE(matches_product(device.values, reference.values, adam_tolerance,
-                                    adam_tolerance));
+        EXPECT_TRUE(
+            matches_product(device.values, reference.values, adam_tolerance, adam_tolerance));
         EXPECT_TRUE(matches_product(device.state.first_moments, reference.state.first_moments,
                                     adam_tolerance, adam_tolerance));
         EXPECT_TRUE(matches_product(device.state.second_moments, reference.state.second_moments,

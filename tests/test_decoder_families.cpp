@@ -76,7 +76,8 @@ TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
     LlamaMistralConfig given_caps = base;
     given_caps.attention_logit_softcap = 20.0F;
     given_caps.final_logit_softcap = 7.5F;
-    const LlamaMistralConfig kept = architecture_preset(LlamaMistralArchitecture::Gemma2, given_caps);
+    const LlamaMistralConfig kept =
+        architecture_preset(LlamaMistralArchitecture::Gemma2, given_caps);
     EXPECT_EQ(kept.attention_logit_softcap, 20.0F);
     EXPECT_EQ(kept.final_logit_softcap, 7.5F);
     EXPECT_FALSE(kept.sliding_window_period != 0) << "no window, no period";
@@ -271,8 +272,9 @@ TEST(DecoderFamilies, YarnFollowsItsFormulaWorkedByHand) {
     yarn.kind = RopeScalingKind::Yarn;
     yarn.factor = 4.0;
     yarn.original_context = 64;
-    const std::vector<double> expected = {1.0,     0.23717082451262847, 0.05,    0.007905694150420948,
-                                          0.0025,  0.0007905694150420947, 0.00025, 7.905694150420948e-05};
+    const std::vector<double> expected = {
+        1.0,    0.23717082451262847,   0.05,    0.007905694150420948,
+        0.0025, 0.0007905694150420947, 0.00025, 7.905694150420948e-05};
     const std::vector<double> actual = rotary_frequencies(16, 10000.0, yarn);
     ASSERT_EQ(actual.size(), expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i)
@@ -304,12 +306,12 @@ TEST(DecoderFamilies, YarnFollowsItsFormulaWorkedByHand) {
         "t: rope_scaling.beta_fast 1 must be greater than beta_slow 1"));
     yarn.beta_fast = 32.0;
     yarn.attention_factor = -1.0;
-    EXPECT_TRUE(testing::throws<std::invalid_argument>(
-        [&] { require_rope_scaling("t", 16, yarn); }, "rope_scaling.attention_factor"));
+    EXPECT_TRUE(testing::throws<std::invalid_argument>([&] { require_rope_scaling("t", 16, yarn); },
+                                                       "rope_scaling.attention_factor"));
     yarn.attention_factor = 0.0;
     yarn.original_context = 0;
-    EXPECT_TRUE(testing::throws<std::invalid_argument>(
-        [&] { require_rope_scaling("t", 16, yarn); }, "rope_scaling.original_context"));
+    EXPECT_TRUE(testing::throws<std::invalid_argument>([&] { require_rope_scaling("t", 16, yarn); },
+                                                       "rope_scaling.original_context"));
     EXPECT_STREQ(rope_scaling_name(RopeScalingKind::Yarn), "yarn");
 }
 
@@ -379,10 +381,10 @@ TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
         LlamaMistralTransformer model(final_capped, generator);
         perturb(model, 42);
         DecodeSession session(model, KeyValueCacheKind::Contiguous);
-        const std::vector<float> decoded =
-            session.prefill(tokens, PrefillLogits::All).to_host();
+        const std::vector<float> decoded = session.prefill(tokens, PrefillLogits::All).to_host();
         for (std::size_t i = 0; i < plain.size(); ++i)
-            EXPECT_NEAR(decoded[i], 0.5 * std::tanh(static_cast<double>(plain[i]) / 0.5), 2e-5) << i;
+            EXPECT_NEAR(decoded[i], 0.5 * std::tanh(static_cast<double>(plain[i]) / 0.5), 2e-5)
+                << i;
     }
     LlamaMistralConfig attention_capped = plain_config;
     attention_capped.attention_logit_softcap = 0.05F;

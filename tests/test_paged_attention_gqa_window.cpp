@@ -153,40 +153,41 @@ TEST(PagedAttentionGqaWindow, BothKernelsMatchTheOracleForEveryGroupAndWindow) {
         const auto values = pools.values.to_host();
         for (const std::size_t window :
              {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{12}}) {
-          for (const float cap : {0.0F, 0.8F}) {
-            const PagedAttentionOptions options{.window = window, .softcap = cap};
-            const Tensor context = tensor_ops::paged_decode_attention(
-                query, pools.keys, pools.values, requests, 0.0F, options);
-            ASSERT_EQ(context.shape(), (Shape{3, query_heads, 1, width}));
-            const auto fast = context.to_host();
-            std::vector<float> reference(fast.size());
-            detail::paged_attention_reference(geometry, queries.data(), keys.data(), values.data(),
-                                              requests, 1.0F / std::sqrt(float{width}),
-                                              reference.data(), options);
-            for (std::size_t r = 0; r < 3; ++r) {
-                const std::vector<double> expected =
-                    oracle(row_of(queries, r), batch.sequences[r], kv_heads, requests[r].length,
-                           window, cap);
-                for (std::size_t i = 0; i < expected.size(); ++i) {
-                    const std::size_t at = r * query_heads * width + i;
-                    EXPECT_NEAR(fast[at], expected[i], 2e-6) << "fast, Hkv " << kv_heads << ", W "
-                                                             << window << ", cap " << cap
-                                                             << ", request " << r;
-                    EXPECT_NEAR(reference[at], expected[i], 1e-6)
-                        << "reference, Hkv " << kv_heads << ", W " << window << ", cap " << cap
-                        << ", request " << r;
+            for (const float cap : {0.0F, 0.8F}) {
+                const PagedAttentionOptions options{.window = window, .softcap = cap};
+                const Tensor context = tensor_ops::paged_decode_attention(
+                    query, pools.keys, pools.values, requests, 0.0F, options);
+                ASSERT_EQ(context.shape(), (Shape{3, query_heads, 1, width}));
+                const auto fast = context.to_host();
+                std::vector<float> reference(fast.size());
+                detail::paged_attention_reference(
+                    geometry, queries.data(), keys.data(), values.data(), requests,
+                    1.0F / std::sqrt(float{width}), reference.data(), options);
+                for (std::size_t r = 0; r < 3; ++r) {
+                    const std::vector<double> expected =
+                        oracle(row_of(queries, r), batch.sequences[r], kv_heads, requests[r].length,
+                               window, cap);
+                    for (std::size_t i = 0; i < expected.size(); ++i) {
+                        const std::size_t at = r * query_heads * width + i;
+                        EXPECT_NEAR(fast[at], expected[i], 2e-6)
+                            << "fast, Hkv " << kv_heads << ", W " << window << ", cap " << cap
+                            << ", request " << r;
+                        EXPECT_NEAR(reference[at], expected[i], 1e-6)
+                            << "reference, Hkv " << kv_heads << ", W " << window << ", cap " << cap
+                            << ", request " << r;
+                    }
+                }
+                if (cap != 0.0F && window != 1) {
+                    // The cap bites (one visible position has probability 1 either way).
+                    const std::vector<double> uncapped =
+                        oracle(row_of(queries, 0), batch.sequences[0], kv_heads, requests[0].length,
+                               window);
+                    double largest = 0.0;
+                    for (std::size_t i = 0; i < uncapped.size(); ++i)
+                        largest = std::max(largest, std::abs(uncapped[i] - fast[i]));
+                    EXPECT_GT(largest, 1e-2) << "Hkv " << kv_heads << ", W " << window;
                 }
             }
-            if (cap != 0.0F && window != 1) {
-                // The cap bites (one visible position has probability 1 either way).
-                const std::vector<double> uncapped = oracle(
-                    row_of(queries, 0), batch.sequences[0], kv_heads, requests[0].length, window);
-                double largest = 0.0;
-                for (std::size_t i = 0; i < uncapped.size(); ++i)
-                    largest = std::max(largest, std::abs(uncapped[i] - fast[i]));
-                EXPECT_GT(largest, 1e-2) << "Hkv " << kv_heads << ", W " << window;
-            }
-          }
         }
     }
 }
@@ -256,7 +257,8 @@ TEST(PagedAttentionGqaWindow, SharedHeadsEqualTheSameHeadsStoredRepeatedBitForBi
     EXPECT_EQ(repeated.keys.shape(), (Shape{scrambled_pages, query_heads, page_size, width}));
     const std::vector<PagedAttentionRequest> requests = {
         {batch.tables[0], 9}, {batch.tables[1], 5}, {batch.tables[2], 1}};
-    const Tensor query({3, query_heads, 1, width}, testing::normal_values(3 * query_heads * width, 6));
+    const Tensor query({3, query_heads, 1, width},
+                       testing::normal_values(3 * query_heads * width, 6));
     for (const std::size_t window : {std::size_t{0}, std::size_t{2}}) {
         const PagedAttentionOptions options{.window = window};
         EXPECT_TRUE(testing::bit_identical(

@@ -141,7 +141,8 @@ static_assert(sizeof(rt_adam_state) == 40 && offsetof(rt_adam_state, step_count)
 // Llama/Mistral (2.8): architecture values and the config layout.
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, LlamaMistralArchitecture::Llama) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA == 0);
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL, LlamaMistralArchitecture::Mistral) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL,
+                         LlamaMistralArchitecture::Mistral) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL == 1);
 // 2.10: the other families and the choices appended after the first published 96 bytes.
 static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, LlamaMistralArchitecture::Qwen2) &&

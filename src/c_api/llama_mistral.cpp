@@ -161,11 +161,10 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
     return guarded(__func__, [&] {
         require_pointer(config, "config");
         if (config->struct_size < family_config_size) {
-            throw std::invalid_argument("config->struct_size " +
-                                        std::to_string(config->struct_size) +
-                                        " is below the 2.10 size " +
-                                        std::to_string(family_config_size) +
-                                        " that holds the family choices");
+            throw std::invalid_argument(
+                "config->struct_size " + std::to_string(config->struct_size) +
+                " is below the 2.10 size " + std::to_string(family_config_size) +
+                " that holds the family choices");
         }
         // A 2.10 client's struct ends before the soft caps: read and write only its prefix.
         rt_llama_mistral_config full =

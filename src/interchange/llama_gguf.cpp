@@ -258,8 +258,8 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
                 continue;
             const double cap = get_real(file, cap_keys[i]);
             if (!std::isfinite(cap) || cap < 0.0 || cap > std::numeric_limits<float>::max()) {
-                fail(file, cap_keys[i] + " must be finite and >= 0 (got " + std::to_string(cap) +
-                               ")");
+                fail(file,
+                     cap_keys[i] + " must be finite and >= 0 (got " + std::to_string(cap) + ")");
             }
             file_caps[i] = static_cast<float>(cap);
         }

@@ -326,7 +326,8 @@ LlamaMistralTransformer::LlamaMistralTransformer(const LlamaMistralConfig& confi
         const GroupedQueryAttention& layer = blocks_[i]->attention();
         std::size_t set = 0;
         while (set < rope_set_representative_.size()) {
-            const GroupedQueryAttention& other = blocks_[rope_set_representative_[set]]->attention();
+            const GroupedQueryAttention& other =
+                blocks_[rope_set_representative_[set]]->attention();
             if (other.rotary_frequencies() == layer.rotary_frequencies() &&
                 other.rotary_magnitude() == layer.rotary_magnitude())
                 break;
@@ -394,8 +395,8 @@ Variable LlamaMistralTransformer::forward_checked(const IndexTensor& tokens) con
                            });
     }
     // [B,T,D] -> [B,T,V], soft-capped when the family caps its logits (Gemma 2)
-    const Variable logits =
-        language_model_logits(final_norm_->forward(hidden), language_model_head_, *token_embedding_);
+    const Variable logits = language_model_logits(final_norm_->forward(hidden),
+                                                  language_model_head_, *token_embedding_);
     return config_.final_logit_softcap != 0.0F ? soft_cap(logits, config_.final_logit_softcap)
                                                : logits;
 }
@@ -420,9 +421,9 @@ Tensor LlamaMistralTransformer::forward_incremental(
         }
     }
     hidden = select_rows(hidden, output_rows);
-    const Tensor logits = language_model_logits(final_norm_->forward(hidden), language_model_head_,
-                                                *token_embedding_)
-                              .value();
+    const Tensor logits =
+        language_model_logits(final_norm_->forward(hidden), language_model_head_, *token_embedding_)
+            .value();
     return config_.final_logit_softcap != 0.0F
                ? tensor_ops::soft_cap(logits, config_.final_logit_softcap)
                : logits;

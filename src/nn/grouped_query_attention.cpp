@@ -97,8 +97,8 @@ Variable sliding_window_causal_attention(const Variable& query, const Variable& 
     const Shape& q = query.shape();
     const Variable scores = matmul(query, key, false, true);  // [B,H,T,T]
     const Variable masked =
-        scores + broadcast_to(window_mask(time, window, query.value().backend()),
-                              {q[0], q[1], time, time});
+        scores +
+        broadcast_to(window_mask(time, window, query.value().backend()), {q[0], q[1], time, time});
     return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
 }
 
@@ -117,8 +117,8 @@ Variable soft_capped_causal_attention(const Variable& query, const Variable& key
     const std::size_t time = q[2];
     Variable scores = soft_cap(matmul(query, key, false, true) * scale, cap);  // [B,H,T,T]
     if (window != 0 && window < time) {
-        scores = scores +
-                 broadcast_to(window_mask(time, window, query.value().backend()), {q[0], q[1], time, time});
+        scores = scores + broadcast_to(window_mask(time, window, query.value().backend()),
+                                       {q[0], q[1], time, time});
     }
     return matmul(causal_softmax(scores, 1.0F), value);
 }
@@ -239,33 +239,30 @@ Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& t
         split_heads(key_->forward(x), shape_.key_value_head_count, key_norm_, &tables, 1.0F);
     const Variable value =
         split_heads(value_->forward(x), shape_.key_value_head_count, nullptr, nullptr, 1.0F);
-    const Variable context =
-        kind_ == AttentionKind::Flash
-            ? flash_attention(query, key, value,
-                              {.window = shape_.sliding_window.value_or(0),
-                               .softcap = shape_.attention_softcap})
-            : materialized_grouped_attention(query, key, value, shape_, time);
+    const Variable context = kind_ == AttentionKind::Flash
+                                 ? flash_attention(query, key, value,
+                                                   {.window = shape_.sliding_window.value_or(0),
+                                                    .softcap = shape_.attention_softcap})
+                                 : materialized_grouped_attention(query, key, value, shape_, time);
     // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,Hq·d]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, query_width}));
 }
 
-Variable GroupedQueryAttention::forward_incremental(const Variable& x,
-                                                    const RotaryTables& tables,
+Variable GroupedQueryAttention::forward_incremental(const Variable& x, const RotaryTables& tables,
                                                     std::size_t layer,
                                                     IncrementalAttentionCache& cache) const {
     constexpr const char* op = "GroupedQueryAttention::forward_incremental";
     if (!x.defined() || x.shape().size() != 2 || x.shape()[1] != shape_.width ||
         tables.cosine.shape().empty() || tables.cosine.shape()[0] != x.shape()[0]) {
-        throw std::invalid_argument(
-            std::string(op) + ": x must be [R," + std::to_string(shape_.width) +
-            "] with R rows of RoPE tables (got " +
-            (x.defined() ? shape_to_string(x.shape()) : "empty") + ", tables " +
-            shape_to_string(tables.cosine.shape()) + ")");
+        throw std::invalid_argument(std::string(op) + ": x must be [R," +
+                                    std::to_string(shape_.width) +
+                                    "] with R rows of RoPE tables (got " +
+                                    (x.defined() ? shape_to_string(x.shape()) : "empty") +
+                                    ", tables " + shape_to_string(tables.cosine.shape()) + ")");
     }
     const std::size_t rows = x.shape()[0];
     // Decoding records no graph: q, k and v in one pass where the layers allow it.
-    const std::optional<std::vector<Variable>> fused =
-        fused_projections(x, {query_, key_, value_});
+    const std::optional<std::vector<Variable>> fused = fused_projections(x, {query_, key_, value_});
     const Variable query =
         split_heads(fused ? (*fused)[0] : query_->forward(x), shape_.query_head_count, query_norm_,
                     &tables, query_multiplier_);

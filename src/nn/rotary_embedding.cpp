@@ -14,7 +14,8 @@ namespace riftco_transformer {
 
 void require_rotary_arguments(const char* operation, std::size_t head_width, double theta) {
     if (head_width == 0 || head_width % 2 != 0) {
-        throw std::invalid_argument(std::string(operation) + ": RoPE needs an even head width (got " +
+        throw std::invalid_argument(std::string(operation) +
+                                    ": RoPE needs an even head width (got " +
                                     std::to_string(head_width) + ")");
     }
     if (!std::isfinite(theta) || theta <= 0.0) {
@@ -230,8 +231,8 @@ Variable apply_rotary_embedding(const Variable& x, const RotaryTables& tables) {
     const std::size_t half = shape[3] / 2;
     const Shape half_shape{shape[0], shape[1], shape[2], half};
     // Tables as rank 4 so broadcast_to only repeats: [1,1,T,d/2] or [R,1,1,d/2].
-    const Shape table_view = sequence_form ? Shape{1, 1, table_shape[0], half}
-                                           : Shape{table_shape[0], 1, 1, half};
+    const Shape table_view =
+        sequence_form ? Shape{1, 1, table_shape[0], half} : Shape{table_shape[0], 1, 1, half};
     const auto expand = [&](const Tensor& table) {
         return broadcast_to(reshape(Variable(table, false), table_view), half_shape);
     };

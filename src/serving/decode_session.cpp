@@ -90,11 +90,10 @@ class BatchStepCache final : public IncrementalAttentionCache {
             const auto heads_first = [](const Tensor& rows) {
                 return tensor_ops::permute(rows, {2, 1, 0, 3});
             };
-            const Tensor context =
-                tensor_ops::flash_attention(heads_first(query), heads_first(key),
-                                            heads_first(value),
-                                            {.window = options.window, .softcap = options.softcap})
-                    .context;
+            const Tensor context = tensor_ops::flash_attention(
+                                       heads_first(query), heads_first(key), heads_first(value),
+                                       {.window = options.window, .softcap = options.softcap})
+                                       .context;
             return tensor_ops::permute(context, {2, 1, 0, 3});
         }
         const tensor_ops::PagedAttentionOptions paged{.window = options.window,
@@ -271,8 +270,7 @@ void DecodeSession::reset() noexcept {
 
 Tensor DecodeSession::decode_token(std::uint32_t token) {
     const DecodeWork work{this, {&token, 1}};
-    return tensor_ops::reshape(decode_batch({&work, 1}),
-                               {1, 1, model_->vocabulary_size()});
+    return tensor_ops::reshape(decode_batch({&work, 1}), {1, 1, model_->vocabulary_size()});
 }
 
 Tensor DecodeSession::prefill(std::span<const std::uint32_t> tokens, PrefillLogits logits) {

@@ -1371,8 +1371,7 @@ static void transformer_config_init_rejects_a_struct_size_below_the_minimum(void
     rt_transformer_config config;
     memset(&config, SENTINEL_BYTE, sizeof config);
     /* The first published layout (64 bytes, through layer_norm_epsilon) is the minimum. */
-    EXPECT_STATUS(rt_transformer_config_init(&config, 64u - 1u),
-                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_transformer_config_init(&config, 64u - 1u), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_STATUS(rt_transformer_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
     EXPECT(all_bytes_are(&config, sizeof config, SENTINEL_BYTE));
     EXPECT_STATUS(rt_transformer_config_init(NULL, sizeof config), RT_STATUS_INVALID_ARGUMENT);

@@ -158,12 +158,12 @@ static void a_2_10_sized_config_gets_the_choices_without_the_caps(void) {
 
 /* create with `config` fails with `status`, its message naming `fragment`, and leaves the
  * output pointer untouched. */
-#define EXPECT_CREATE_REJECTED(config, status, fragment)                                  \
-    do {                                                                                  \
-        rt_llama_mistral_model* untouched = (rt_llama_mistral_model*)0x1;                 \
-        EXPECT_STATUS(rt_llama_mistral_model_create(&(config), &untouched), (status));    \
-        EXPECT_LAST_ERROR_MENTIONS(fragment);                                             \
-        EXPECT(untouched == (rt_llama_mistral_model*)0x1);                                \
+#define EXPECT_CREATE_REJECTED(config, status, fragment)                               \
+    do {                                                                               \
+        rt_llama_mistral_model* untouched = (rt_llama_mistral_model*)0x1;              \
+        EXPECT_STATUS(rt_llama_mistral_model_create(&(config), &untouched), (status)); \
+        EXPECT_LAST_ERROR_MENTIONS(fragment);                                          \
+        EXPECT(untouched == (rt_llama_mistral_model*)0x1);                             \
     } while (0)
 
 static void every_config_rule_is_enforced_before_anything_is_created(void) {
@@ -413,8 +413,8 @@ static void tokenizers_from_arrays_encode_decode_and_export(void) {
     uint32_t next_extra = 0x100;
     offsets[0] = 0;
     for (uint32_t byte = 0; byte < 256; ++byte) {
-        const int printable = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) ||
-                              (byte >= 0xAE);
+        const int printable =
+            (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE);
         length += append_utf8(bytes + length, printable ? byte : next_extra++);
         offsets[byte + 1] = length;
     }
@@ -457,8 +457,8 @@ static void tokenizers_from_arrays_encode_decode_and_export(void) {
     EXPECT_EQ_U64(required, 2);
     EXPECT_EQ_U64(ids[0], 256);
     EXPECT_EQ_U64(ids[1], 257);
-    EXPECT_OK(rt_pretrained_tokenizer_encode(tokenizer, text, 9, RT_SPECIAL_TOKENS_AS_TEXT, ids,
-                                             16, &required));
+    EXPECT_OK(rt_pretrained_tokenizer_encode(tokenizer, text, 9, RT_SPECIAL_TOKENS_AS_TEXT, ids, 16,
+                                             &required));
     EXPECT(required > 2); /* the control token's text is tokenized as plain text */
     /* A capacity below the count: out of range, nothing written. */
     ids[0] = 999;
@@ -527,8 +527,8 @@ static void gguf_functions_name_a_missing_file(void) {
                   RT_STATUS_RUNTIME_ERROR);
     int32_t present = -1;
     uint64_t required = 0;
-    EXPECT_STATUS(rt_gguf_metadata_string("/nonexistent/model.gguf", "general.name", &present,
-                                          NULL, 0, &required),
+    EXPECT_STATUS(rt_gguf_metadata_string("/nonexistent/model.gguf", "general.name", &present, NULL,
+                                          0, &required),
                   RT_STATUS_RUNTIME_ERROR);
     EXPECT_STATUS(rt_llama_mistral_model_load_gguf(NULL, 0, &model), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("path");

@@ -31,9 +31,9 @@ inline LlamaMistralConfig dimensions() {
     return c;
 }
 
-// Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2 with YaRN; Qwen 3 and Gemma 3 with a
-// head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE base,
-// one dense with linear scaling) and an attention scale; Gemma 2 with four blocks alternating
+// Llama with Llama 3's scaling; Mistral with a window of 3; Qwen 2 with YaRN; Qwen 3 and Gemma 3
+// with a head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE
+// base, one dense with linear scaling) and an attention scale; Gemma 2 with four blocks alternating
 // windowed and dense, an attention scale and both soft caps small enough to bite; Phi-3 with a
 // window of 4.
 inline std::vector<LlamaMistralConfig> family_configs() {

@@ -66,8 +66,8 @@ enum class LlamaMistralArchitecture : std::uint32_t {
     Phi3 = 6,
 };
 
-// "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" (GGUF's general.architecture values);
-// unknown value: std::invalid_argument.
+// "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" (GGUF's general.architecture
+// values); unknown value: std::invalid_argument.
 [[nodiscard]] std::string_view llama_mistral_architecture_name(LlamaMistralArchitecture value);
 
 struct LlamaMistralConfig {
@@ -122,8 +122,8 @@ struct LlamaMistralConfig {
 // std::invalid_argument for an unknown architecture or activation, a zero dimension,
 // D % Hq != 0 without head_width, Hq % Hkv != 0, an odd head width, eps or θ (or a local θ
 // that is set) not finite or not > 0, sliding_window == 0, a window period without a window,
-// embedding or attention scale or a soft cap not finite or < 0, rope_scaling's rules, ids or positions that
-// do not fit uint32; std::overflow_error when the parameters need more than
+// embedding or attention scale or a soft cap not finite or < 0, rope_scaling's rules, ids or
+// positions that do not fit uint32; std::overflow_error when the parameters need more than
 // max_transformer_parameter_bytes (the message names the field).
 void validate_llama_mistral_config(const LlamaMistralConfig& config);
 
@@ -169,10 +169,9 @@ class LlamaMistralTransformer final : public CausalLanguageModel {
     // holding each layer's rotated keys and values (Hkv heads, and the sliding window when
     // set); returns the detached logits [n, V] of output_rows. The rules of
     // DecoderOnlyTransformer::forward_incremental.
-    [[nodiscard]] Tensor forward_incremental(std::span<const std::uint32_t> tokens,
-                                             std::span<const std::size_t> positions,
-                                             IncrementalAttentionCache& cache,
-                                             std::span<const std::size_t> output_rows) const override;
+    [[nodiscard]] Tensor forward_incremental(
+        std::span<const std::uint32_t> tokens, std::span<const std::size_t> positions,
+        IncrementalAttentionCache& cache, std::span<const std::size_t> output_rows) const override;
     // N layers of Hkv key/value heads of D/Hq (the Hq/Hkv query heads of a group share one
     // stored row), capacity C.
     [[nodiscard]] IncrementalCacheShape incremental_cache_shape() const noexcept override;

@@ -69,12 +69,11 @@ Variable tanh(const Variable& x) {
     require_defined(x, "tanh", "x");
     Tensor out = ops::tanh(x.value());
     const Tensor saved = out;  // d x = G ⊙ (1 − y²)
-    return make_result("tanh", std::move(out), {&x},
-                       [saved](const Tensor& g, std::span<const bool>) {
-                           const Tensor slope =
-                               ops::add_scalar(ops::negate(ops::multiply(saved, saved)), 1.0F);
-                           return std::vector<Tensor>{ops::multiply(g, slope)};
-                       });
+    return make_result(
+        "tanh", std::move(out), {&x}, [saved](const Tensor& g, std::span<const bool>) {
+            const Tensor slope = ops::add_scalar(ops::negate(ops::multiply(saved, saved)), 1.0F);
+            return std::vector<Tensor>{ops::multiply(g, slope)};
+        });
 }
 
 Variable soft_cap(const Variable& x, float cap) {

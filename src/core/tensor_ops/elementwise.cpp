@@ -73,10 +73,9 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cosine, const Tensor& sin
         detail::input_adapter(op, {{"x", &x}, {"cosine", &cosine}, {"sine", &sine}});
     const Shape& shape = x.shape();
     const Shape& table = cosine.shape();
-    const bool fits = shape.size() >= 2 && table_axis + 1 < shape.size() &&
-                      shape.back() % 2 == 0 && shape.back() > 0 && table.size() == 2 &&
-                      sine.shape() == table && table[0] == shape[table_axis] &&
-                      table[1] * 2 == shape.back();
+    const bool fits = shape.size() >= 2 && table_axis + 1 < shape.size() && shape.back() % 2 == 0 &&
+                      shape.back() > 0 && table.size() == 2 && sine.shape() == table &&
+                      table[0] == shape[table_axis] && table[1] * 2 == shape.back();
     if (!fits) {
         throw std::invalid_argument(
             std::string(op) + ": x " + shape_to_string(shape) + " with table axis " +

@@ -55,8 +55,10 @@ struct FlashAttentionGradients {
 
 // The VJP from the forward's outputs (its window included) and the upstream gradient of the
 // context; recomputes the probabilities tile by tile. dK and dV have K's shape.
-[[nodiscard]] FlashAttentionGradients flash_attention_backward(
-    const Tensor& query, const Tensor& key, const Tensor& value, const FlashAttentionResult& forward,
-    const Tensor& upstream);
+[[nodiscard]] FlashAttentionGradients flash_attention_backward(const Tensor& query,
+                                                               const Tensor& key,
+                                                               const Tensor& value,
+                                                               const FlashAttentionResult& forward,
+                                                               const Tensor& upstream);
 
 }  // namespace riftco_transformer::tensor_ops

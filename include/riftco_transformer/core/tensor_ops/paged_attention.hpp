@@ -12,7 +12,8 @@
 // Request r sees its logical positions t in [first_r, length_r), first_r = max(0, length_r − W)
 // for a sliding window W > 0 (options.window; 0: every position); position t lives in
 // physical page page_table_r[t / S] at offset t % S. For each query head:
-//   s_t = scale·q·k_t (c·tanh(s_t/c) under a soft cap c),  p = softmax(s) over the visible positions,  context = Σ_t p_t·v_t
+//   s_t = scale·q·k_t (c·tanh(s_t/c) under a soft cap c),  p = softmax(s) over the visible
+//   positions,  context = Σ_t p_t·v_t
 // The arithmetic of one request does not depend on S or on which pages hold its positions,
 // so a paged and a contiguous (one page of S = C) cache give bit-identical results.
 //

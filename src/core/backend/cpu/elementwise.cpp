@@ -7,8 +7,8 @@
 
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
-#include "core/backend/cpu/vector_math.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/vector_math.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
@@ -269,16 +269,16 @@ void CpuRotary::rotate(const Tensor& x, const Tensor& cosine, const Tensor& sine
     const float* s = cpu_data(sine);
     float* y = cpu_output(out);
     // Rows of d values, grouped for the workers by whole (outer, row) runs.
-    parallel_for(outer * rows, items_per_thread_for(inner * d), [&](std::size_t begin,
-                                                                     std::size_t end) {
-        for (std::size_t run = begin; run < end; ++run) {
-            const std::size_t row = run % rows;
-            for (std::size_t j = 0; j < inner; ++j) {
-                const std::size_t offset = (run * inner + j) * d;
-                rotate_row(v + offset, c + row * half, s + row * half, half, y + offset);
+    parallel_for(
+        outer * rows, items_per_thread_for(inner * d), [&](std::size_t begin, std::size_t end) {
+            for (std::size_t run = begin; run < end; ++run) {
+                const std::size_t row = run % rows;
+                for (std::size_t j = 0; j < inner; ++j) {
+                    const std::size_t offset = (run * inner + j) * d;
+                    rotate_row(v + offset, c + row * half, s + row * half, half, y + offset);
+                }
             }
-        }
-    });
+        });
 }
 
 }  // namespace riftco_transformer::detail

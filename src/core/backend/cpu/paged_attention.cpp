@@ -248,8 +248,8 @@ void paged_attention_fast(const PagedAttentionGeometry& g, const float* query,
                          const std::size_t r = pair / query_heads;
                          const std::size_t h = pair % query_heads;
                          const std::size_t row = (r * query_heads + h) * g.head_width;
-                         fast_pair(g, query + row, key_pool, value_pool, requests[r], r, h,
-                                   options, scale, scores.data(), context + row);
+                         fast_pair(g, query + row, key_pool, value_pool, requests[r], r, h, options,
+                                   scale, scores.data(), context + row);
                      }
                  });
 }

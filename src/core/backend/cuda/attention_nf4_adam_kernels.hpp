@@ -34,8 +34,8 @@ struct Nf4DeviceWeight {
 void nf4_forward(const Nf4DeviceWeight& weight, const float* x, std::size_t rows, float* y,
                  cudaStream_t stream);
 // g [rows, out] -> dx [rows, in] = g·deq(W)
-void nf4_input_backward(const Nf4DeviceWeight& weight, const float* g, std::size_t rows,
-                        float* dx, cudaStream_t stream);
+void nf4_input_backward(const Nf4DeviceWeight& weight, const float* g, std::size_t rows, float* dx,
+                        cudaStream_t stream);
 
 // ---- paged_attention.cu ----------------------------------------------------------------------
 // Pools [pages, kv_heads, page_size, head_width]; query/context [requests, query_heads, 1, d].

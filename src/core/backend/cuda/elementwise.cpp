@@ -68,8 +68,8 @@ DerivativeKernel kernel_for(UnaryDerivative derivative) {
 
 // The CPU reference's message (cpu/elementwise.cpp): "<operation>: <argument> element <i> is
 // <value> (<requirement>)".
-std::exception_ptr domain_error_at(const char* operation, const char* argument,
-                                   std::size_t index, float value, const char* requirement) {
+std::exception_ptr domain_error_at(const char* operation, const char* argument, std::size_t index,
+                                   float value, const char* requirement) {
     std::ostringstream message;
     message << operation << ": " << argument << " element " << index << " is " << value << " ("
             << requirement << ")";

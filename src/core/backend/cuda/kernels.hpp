@@ -59,17 +59,16 @@ void strided_copy(const float* src, const AxisWalk& walk, std::size_t count, flo
                   cudaStream_t stream);
 // src viewed as [outer, from_extent, inner], dst as [outer, to_extent, inner]:
 // dst[o, to_start + l, i] = src[o, from_start + l, i] for l < length.
-void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start,
-                      float* dst, std::size_t to_extent, std::size_t to_start, std::size_t length,
+void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start, float* dst,
+                      std::size_t to_extent, std::size_t to_start, std::size_t length,
                       std::size_t outer, std::size_t inner, cudaStream_t stream);
 // src [rows, width] -> dst [rows, total_width] at columns [column_offset, column_offset+width).
 void copy_columns(const float* src, std::size_t rows, std::size_t width, float* dst,
                   std::size_t total_width, std::size_t column_offset, cudaStream_t stream);
 // out[o] = Σ_r x[base(o) + reduced(r)] in double, r in row-major order: `kept` walks out's
 // elements through x's strides, `reduced` walks the summed axes of x.
-void sum_walk(const float* x, const AxisWalk& kept, std::size_t out_count,
-              const AxisWalk& reduced, std::size_t reduced_count, float* out,
-              cudaStream_t stream);
+void sum_walk(const float* x, const AxisWalk& kept, std::size_t out_count, const AxisWalk& reduced,
+              std::size_t reduced_count, float* out, cudaStream_t stream);
 
 // ---- reduction.cu ----------------------------------------------------------------------------
 // Elements per partial sum of sum_all (the CPU reference's block too).

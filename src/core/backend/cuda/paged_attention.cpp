@@ -55,8 +55,8 @@ class CudaPagedAttention final : public PagedAttentionCapability {
     explicit CudaPagedAttention(const Runtime& runtime) : runtime_(runtime) {}
 
     void decode_attention(const Tensor& query, const Tensor& key_pool, const Tensor& value_pool,
-                          std::span<const tensor_ops::PagedAttentionRequest> requests,
-                          float scale, const tensor_ops::PagedAttentionOptions& options,
+                          std::span<const tensor_ops::PagedAttentionRequest> requests, float scale,
+                          const tensor_ops::PagedAttentionOptions& options,
                           Tensor& context) const override {
         const Shape& pool = key_pool.shape();
         const std::size_t query_heads = query.shape()[1];
@@ -134,9 +134,8 @@ class CudaPagedAttention final : public PagedAttentionCapability {
         // Copy-on-write first: a copy of a pool never observes the write.
         float* keys = unique_pool(key_pool, stream);
         float* values = unique_pool(value_pool, stream);
-        paged_write(geometry, static_cast<const std::uint32_t*>(device_slots->data()),
-                    slots.size(), device_input(key, stream), device_input(value, stream), keys,
-                    values, stream);
+        paged_write(geometry, static_cast<const std::uint32_t*>(device_slots->data()), slots.size(),
+                    device_input(key, stream), device_input(value, stream), keys, values, stream);
     }
 
   private:

@@ -39,7 +39,8 @@ __global__ void paged_decode_kernel(PagedGeometry g, unsigned heads_per_block, c
     const std::uint64_t d = g.head_width;
     const std::uint64_t r = blockIdx.x;
     const std::uint64_t pool_head = blockIdx.y;
-    const std::uint64_t first_head_in_group = static_cast<std::uint64_t>(blockIdx.z) * heads_per_block;
+    const std::uint64_t first_head_in_group =
+        static_cast<std::uint64_t>(blockIdx.z) * heads_per_block;
     const unsigned heads = static_cast<unsigned>(
         g.group_size - first_head_in_group < heads_per_block ? g.group_size - first_head_in_group
                                                              : heads_per_block);
@@ -72,9 +73,8 @@ __global__ void paged_decode_kernel(PagedGeometry g, unsigned heads_per_block, c
     const std::uint64_t first = requests[3 * r + 2];
     const std::uint64_t page_stride = g.kv_heads * g.page_size * d;
     for (std::uint64_t t = first + warp; t < length; t += attention_warps) {
-        const std::uint64_t row =
-            static_cast<std::uint64_t>(table[t / g.page_size]) * page_stride +
-            (pool_head * g.page_size + t % g.page_size) * d;
+        const std::uint64_t row = static_cast<std::uint64_t>(table[t / g.page_size]) * page_stride +
+                                  (pool_head * g.page_size + t % g.page_size) * d;
         const float* k = key_pool + row;
         const float* v = value_pool + row;
         for (unsigned h = 0; h < heads; ++h) {
@@ -145,7 +145,9 @@ __global__ void paged_write_kernel(PagedGeometry g, const std::uint32_t* slots, 
         const std::uint64_t i = e % d;
         const std::uint64_t target =
             ((static_cast<std::uint64_t>(slots[2 * r]) * g.kv_heads + h) * g.page_size +
-             slots[2 * r + 1]) * d + i;
+             slots[2 * r + 1]) *
+                d +
+            i;
         key_pool[target] = key[e];
         value_pool[target] = value[e];
     }

@@ -286,9 +286,9 @@ class PjrtAttention final : public AttentionCapability {
                         s.binary("or", bad, s.reduce("or", bad_score, g.scores(), {3, 4}, "i1"),
                                  g.items(), "i1");
                     // The cap (Gemma 2) after the NaN/+inf check, which it would hide.
-                    const std::string masked = s.select(visible, capped(s, g, scores),
-                                                        s.splat(negative_infinity, g.scores()),
-                                                        g.scores());
+                    const std::string masked =
+                        s.select(visible, capped(s, g, scores),
+                                 s.splat(negative_infinity, g.scores()), g.scores());
                     const std::string tile_max = s.reduce("maximum", masked, g.scores(), {4});
                     const std::string new_max = s.binary("maximum", m, tile_max, g.rows());
                     // Nothing visible yet (new max −inf): subtract 0 so every term is e^{−inf}.
@@ -416,10 +416,9 @@ class PjrtAttention final : public AttentionCapability {
                     // Under a soft cap: S = c·tanh(raw/c), and dS carries 1 − tanh².
                     const std::string cap_tanh = g.softcap != 0.0F ? capped_tanh(s, g, raw) : "";
                     const std::string scores_tile =
-                        g.softcap != 0.0F
-                            ? s.binary("multiply", cap_tanh, s.splat(g.softcap, g.scores()),
-                                       g.scores())
-                            : raw;
+                        g.softcap != 0.0F ? s.binary("multiply", cap_tanh,
+                                                     s.splat(g.softcap, g.scores()), g.scores())
+                                          : raw;
                     const std::string masked =
                         s.select(visible_mask(s, g, start), scores_tile,
                                  s.splat(negative_infinity, g.scores()), g.scores());

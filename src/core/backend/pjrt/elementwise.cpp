@@ -124,8 +124,8 @@ const char* derivative_name(UnaryDerivative derivative) {
     return "unknown";
 }
 
-std::exception_ptr domain_error_at(const char* operation, const char* argument,
-                                   std::size_t index, float value, const char* requirement) {
+std::exception_ptr domain_error_at(const char* operation, const char* argument, std::size_t index,
+                                   float value, const char* requirement) {
     std::ostringstream message;
     message << operation << ": " << argument << " element " << index << " is " << value << " ("
             << requirement << ")";
@@ -135,7 +135,8 @@ std::exception_ptr domain_error_at(const char* operation, const char* argument,
 // tanh-GELU's z = 2·√(2/π)·(x + 0.044715·x³).
 std::string gelu_tanh_argument(Flat& f, const std::string& x) {
     const std::string cube = f.binary("multiply", f.binary("multiply", x, x), x);
-    const std::string inner = f.binary("add", x, f.binary("multiply", f.constant(gelu_tanh_cubic), cube));
+    const std::string inner =
+        f.binary("add", x, f.binary("multiply", f.constant(gelu_tanh_cubic), cube));
     return f.binary("multiply", f.constant(2.0F * gelu_tanh_scale), inner);
 }
 
@@ -211,7 +212,8 @@ class PjrtElementwise final : public ElementwiseCapability {
                     break;
                 case UnaryOperation::Gelu: {
                     // 0.5·x·erfc(−x/√2) = 0.5·x·(1 + erf(x/√2)); −0 where the tail is 0.
-                    const std::string scaled = f.binary("multiply", v, f.constant(inverse_sqrt_two));
+                    const std::string scaled =
+                        f.binary("multiply", v, f.constant(inverse_sqrt_two));
                     const std::string tail = f.binary("add", f.constant(1.0F), f.erf(scaled));
                     const std::string value =
                         f.binary("multiply", f.binary("multiply", f.constant(0.5F), v), tail);
@@ -241,10 +243,10 @@ class PjrtElementwise final : public ElementwiseCapability {
             std::vector<std::pair<std::string, std::string>> results = {{y, f.type()}};
             if (checked) {
                 // log: !(x > 0); sqrt: !(x >= 0) — NaN fails both.
-                const std::string good = f.compare(
-                    operation == UnaryOperation::Log ? "GT" : "GE", v, f.constant(0.0F));
-                const std::string bad = program.let("stablehlo.not " + good + " : " +
-                                                    tensor_type({count}, "i1"));
+                const std::string good =
+                    f.compare(operation == UnaryOperation::Log ? "GT" : "GE", v, f.constant(0.0F));
+                const std::string bad =
+                    program.let("stablehlo.not " + good + " : " + tensor_type({count}, "i1"));
                 const std::size_t shape[] = {count};
                 results.emplace_back(first_violation_flag(program, bad, shape),
                                      tensor_type({1}, "i32"));
@@ -298,8 +300,8 @@ class PjrtElementwise final : public ElementwiseCapability {
     void unary_backward(UnaryDerivative derivative, const Tensor& x, const Tensor& upstream,
                         Tensor& out) const override {
         const std::size_t count = out.numel();
-        const std::string key = std::string("unary_backward/") + derivative_name(derivative) +
-                                "/" + std::to_string(count);
+        const std::string key = std::string("unary_backward/") + derivative_name(derivative) + "/" +
+                                std::to_string(count);
         auto text = [&] {
             ProgramText program;
             Flat f(program, count);
@@ -311,16 +313,15 @@ class PjrtElementwise final : public ElementwiseCapability {
                     // 0.5·erfc(−x/√2) + x·φ(x), the second term 0 where φ underflows.
                     const std::string scaled =
                         f.binary("multiply", v, f.constant(inverse_sqrt_two));
-                    const std::string cdf = f.binary(
-                        "multiply", f.constant(0.5F),
-                        f.binary("add", f.constant(1.0F), f.erf(scaled)));
+                    const std::string cdf =
+                        f.binary("multiply", f.constant(0.5F),
+                                 f.binary("add", f.constant(1.0F), f.erf(scaled)));
                     const std::string square = f.binary("multiply", v, v);
                     const std::string density = f.binary(
                         "multiply", f.constant(inverse_sqrt_two_pi),
-                        f.unary("exponential",
-                                f.binary("multiply", f.constant(-0.5F), square)));
-                    const std::string term = f.unless_zero(density, f.constant(0.0F),
-                                                           f.binary("multiply", v, density));
+                        f.unary("exponential", f.binary("multiply", f.constant(-0.5F), square)));
+                    const std::string term =
+                        f.unless_zero(density, f.constant(0.0F), f.binary("multiply", v, density));
                     y = f.binary("multiply", g, f.binary("add", cdf, term));
                     break;
                 }
@@ -328,11 +329,11 @@ class PjrtElementwise final : public ElementwiseCapability {
                     const std::string z = gelu_tanh_argument(f, v);
                     const std::string s = f.sigmoid(z);
                     const std::string one_minus = f.sigmoid(f.unary("negate", z));
-                    const std::string slope = f.binary(
-                        "multiply", f.constant(gelu_tanh_scale),
-                        f.binary("add", f.constant(1.0F),
-                                 f.binary("multiply", f.constant(3.0F * gelu_tanh_cubic),
-                                          f.binary("multiply", v, v))));
+                    const std::string slope =
+                        f.binary("multiply", f.constant(gelu_tanh_scale),
+                                 f.binary("add", f.constant(1.0F),
+                                          f.binary("multiply", f.constant(3.0F * gelu_tanh_cubic),
+                                                   f.binary("multiply", v, v))));
                     // s + 2·x·s·(1 − s)·slope, just s where σ saturates.
                     const std::string tail = f.binary(
                         "multiply",
@@ -341,10 +342,10 @@ class PjrtElementwise final : public ElementwiseCapability {
                                  one_minus),
                         slope);
                     const std::string full = f.binary("add", s, tail);
-                    const std::string saturated = program.let(
-                        "stablehlo.or " + f.compare("EQ", s, f.constant(0.0F)) + ", " +
-                        f.compare("EQ", one_minus, f.constant(0.0F)) + " : " +
-                        tensor_type({count}, "i1"));
+                    const std::string saturated =
+                        program.let("stablehlo.or " + f.compare("EQ", s, f.constant(0.0F)) + ", " +
+                                    f.compare("EQ", one_minus, f.constant(0.0F)) + " : " +
+                                    tensor_type({count}, "i1"));
                     y = f.binary("multiply", g, f.select(saturated, s, full));
                     break;
                 }
@@ -360,8 +361,7 @@ class PjrtElementwise final : public ElementwiseCapability {
                     const std::string one_minus = f.binary("subtract", f.constant(1.0F), s);
                     const std::string saturated = program.let(
                         "stablehlo.or " + f.compare("EQ", one_minus, f.constant(0.0F)) + ", " +
-                        f.compare("EQ", s, f.constant(0.0F)) + " : " +
-                        tensor_type({count}, "i1"));
+                        f.compare("EQ", s, f.constant(0.0F)) + " : " + tensor_type({count}, "i1"));
                     const std::string tail =
                         f.select(saturated, f.constant(0.0F), f.binary("multiply", v, one_minus));
                     y = f.binary("multiply", f.binary("multiply", g, s),
