@@ -780,6 +780,9 @@ def _read_artifact(path: Path):
 
 def _rope_scaling_text(config) -> str:
     """A rotary config's RoPE scaling for `inspect`: the kind and the fields it reads."""
+    if config.rope_scaling == "frequency_factors":  # a GGUF file's rope_freqs.weight
+        factors = ", ".join(f"{factor:g}" for factor in config.rope_frequency_factors)
+        return f"theta={config.rope_theta:g} frequency_factors=[{factors}]"
     text = (f"theta={config.rope_theta:g} {config.rope_scaling} "
             f"factor={config.rope_scaling_factor:g}")
     if config.rope_scaling == "llama3":

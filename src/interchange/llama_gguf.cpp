@@ -183,7 +183,9 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
             c.rope_scaling.kind = RopeScalingKind::Linear;
             c.rope_scaling.factor = get_real(file, arch + ".rope.scaling.factor");
         } else if (scaling == "yarn") {
-            // llama.cpp's YaRN keys; its magnitude is yarn_attn_factor·(0.1·ln(factor) + 1).
+            // llama.cpp's YaRN keys. yarn_attn_factor is the Hugging Face attention_factor m
+            // itself (convert_hf_to_gguf writes it unchanged), otherwise 0.1·ln(factor) + 1;
+            // rope.scaling.attn_factor multiplies either (llama.cpp's extra factor).
             const std::string prefix = arch + ".rope.scaling.";
             RopeScaling& yarn = c.rope_scaling;
             yarn.kind = RopeScalingKind::Yarn;
@@ -201,10 +203,18 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
             }
             if (file.contains(prefix + "yarn_log_multiplier"))
                 fail(file, prefix + "yarn_log_multiplier (DeepSeek's mscale) is not supported");
-            if (file.contains(prefix + "yarn_attn_factor")) {
-                const double given = get_real(file, prefix + "yarn_attn_factor");
-                yarn.attention_factor =
-                    given * (yarn.factor > 1.0 ? 0.1 * std::log(yarn.factor) + 1.0 : 1.0);
+            if (file.contains(prefix + "yarn_attn_factor"))
+                yarn.attention_factor = get_real(file, prefix + "yarn_attn_factor");
+            if (file.contains(prefix + "attn_factor")) {
+                const double extra = get_real(file, prefix + "attn_factor");
+                if (!std::isfinite(extra) || !(extra > 0.0)) {
+                    fail(file, prefix + "attn_factor must be finite and > 0 (got " +
+                                   std::to_string(extra) + ")");
+                }
+                yarn.attention_factor = (yarn.attention_factor != 0.0
+                                             ? yarn.attention_factor
+                                             : rotary_magnitude(yarn)) *
+                                        extra;
             }
         } else if (scaling != "none") {
             fail(file, scaling_key + " '" + gguf_printable(scaling) +

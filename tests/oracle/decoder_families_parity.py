@@ -284,10 +284,8 @@ def write_gguf(path, name, config, model):
     else:
         writer.add_rope_freq_base(rope["rope_theta"])
     if rope.get("rope_type") == "yarn":
-        # llama.cpp's keys, as convert_hf_to_gguf writes them, except yarn_attn_factor: our
-        # reader takes it as ggml's rope kernel does (the magnitude is yarn_attn_factor times
-        # 0.1·ln(factor) + 1), so transformers' attention_factor a is written as a over that
-        # (the converter of llama-cpp-python 0.3.36 writes a itself).
+        # llama.cpp's keys, as convert_hf_to_gguf writes them: transformers' attention_factor
+        # a goes unchanged into yarn_attn_factor, which our reader takes as the magnitude.
         writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         writer.add_rope_scaling_factor(rope["factor"])
         writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
@@ -296,8 +294,7 @@ def write_gguf(path, name, config, model):
         if "beta_slow" in rope:
             writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
         if rope.get("attention_factor") is not None:
-            writer.add_rope_scaling_yarn_attn_factor(
-                rope["attention_factor"] / (0.1 * math.log(rope["factor"]) + 1.0))
+            writer.add_rope_scaling_yarn_attn_factor(rope["attention_factor"])
     if architecture == "gemma2":
         writer.add_sliding_window(config.sliding_window)
         writer.add_attn_logit_softcapping(config.attn_logit_softcapping)

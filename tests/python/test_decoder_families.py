@@ -434,9 +434,20 @@ def test_gguf_yarn_loads_with_its_fields(tmp_path):
     assert (config.rope_scaling, config.rope_scaling_factor, config.rope_original_context) == (
         "yarn", 4.0, 16)
     assert (config.rope_yarn_beta_fast, config.rope_yarn_beta_slow) == (8.0, 0.5)
-    # llama.cpp's yarn_attn_factor multiplies its own 0.1·ln(factor) + 1.
-    assert config.rope_yarn_attention_factor == pytest.approx(
-        0.75 * (0.1 * math.log(4.0) + 1.0), rel=1e-6)
+    # yarn_attn_factor is transformers' attention_factor as convert_hf_to_gguf writes it.
+    assert config.rope_yarn_attention_factor == 0.75
+    # rope.scaling.attn_factor multiplies it, or the computed 0.1·ln(factor) + 1 without it.
+    extra = family_gguf(tmp_path / "extra.gguf", "qwen2", qkv_bias=True,
+                        extra_metadata=yarn_metadata(factor=4.0, original_context_length=16,
+                                                     yarn_attn_factor=0.75, attn_factor=2.0))
+    with LlamaMistralTransformer.from_gguf(extra) as model:
+        assert model.config.rope_yarn_attention_factor == 1.5
+    computed = family_gguf(tmp_path / "computed.gguf", "qwen2", qkv_bias=True,
+                           extra_metadata=yarn_metadata(factor=4.0, original_context_length=16,
+                                                        attn_factor=2.0))
+    with LlamaMistralTransformer.from_gguf(computed) as model:
+        assert model.config.rope_yarn_attention_factor == pytest.approx(
+            2.0 * (0.1 * math.log(4.0) + 1.0), rel=1e-12)
     # Without the optional keys: beta_fast 32, beta_slow 1, the computed attention factor.
     plain = family_gguf(tmp_path / "plain.gguf", "qwen2", qkv_bias=True,
                         extra_metadata=yarn_metadata(factor=4.0, original_context_length=16))

@@ -3,8 +3,10 @@ loaded from one keeps them through the library, a bundle and a training checkpoi
 fine-tuned Llama 3 reopens with the same logits; the config rules name the field."""
 from __future__ import annotations
 
+import os
 import random
 import struct
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -90,6 +92,12 @@ def test_a_gguf_models_frequency_factors_survive_a_bundle(tmp_path):
         assert runtime.model.config == config
         runtime.model.set_full_sequence_attention("flash")  # as a GGUF file loads
         assert logits_of(runtime.model, TOKENS) == logits
+    inspected = subprocess.run(
+        [sys.executable, "-m", "riftco_transformer", "inspect", str(tmp_path / "llama3.rift")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPOSITORY / "python")})
+    assert inspected.returncode == 0, inspected.stderr
+    assert "rope         theta=500000 frequency_factors=[1, 1, 2.75, 8]" in inspected.stdout
     # The factors matter: the same weights with the factors set to 1 give other logits.
     with LlamaMistralTransformer.from_gguf(
             str(llama3_gguf(tmp_path / "plain.gguf", factors=(1.0,) * 4))) as plain:
