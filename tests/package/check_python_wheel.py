@@ -134,6 +134,11 @@ def main() -> int:
     if expected_directory not in Path(serving).resolve().parents:
         sys.exit(f"riftco_transformer.serving came from {serving}, not the installed wheel")
     print("riftco_transformer.serving: ok")
+    # PEP 561: the installed package says it carries its type annotations.
+    typed = Path(serving).resolve().parent.parent / "py.typed"
+    if not typed.is_file():
+        sys.exit(f"the installed package has no py.typed marker (looked for {typed})")
+    print("py.typed: ok")
     snippet = source / "examples" / "python" / "tensor_snippet.py"
     output = run([str(venv_python(fresh)), str(snippet)], "the tensor snippet", cwd=outside,
                  env=environment).stdout.splitlines()
