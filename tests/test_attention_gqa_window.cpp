@@ -515,12 +515,25 @@ TEST(FlashGroupedWindowedAttention, SoftCapRulesNameTheArgumentAndTheValue) {
         },
         "flash_attention_backward: forward.options.softcap must be finite and >= 0 (0: no soft "
         "cap; got -2)"));
+    // Row 1 of head 0 against key 0 scores +inf (q = +inf, k = 1): an overflow the cap must not
+    // hide. A raw −inf is capped to −c like any other visible score.
     std::vector<float> poisoned = in.q;
-    poisoned[4] = std::numeric_limits<float>::infinity();  // row 1's scores: ±inf and NaN
-    EXPECT_THROW((void)tensor_ops::flash_attention(Tensor(p.query_shape(), poisoned), k, v,
-                                                   {.softcap = 2.0F})
-                     .context.to_host(),
-                 std::domain_error);
+    poisoned[4] = std::numeric_limits<float>::infinity();
+    std::vector<float> keys = in.k;
+    keys[0] = keys[4] = 1.0F;  // keys 0 and 1 (the ones row 1 sees) start with 1
+    keys[1] = keys[2] = keys[3] = 0.0F;
+    EXPECT_THROW(
+        (void)tensor_ops::flash_attention(Tensor(p.query_shape(), poisoned),
+                                          Tensor(p.key_shape(), keys), v, {.softcap = 2.0F})
+            .context.to_host(),
+        std::domain_error);
+    poisoned[4] = -std::numeric_limits<float>::infinity();  // scores −inf at keys 0 and 1
+    const std::vector<float> capped =
+        tensor_ops::flash_attention(Tensor(p.query_shape(), poisoned), Tensor(p.key_shape(), keys),
+                                    v, {.softcap = 2.0F})
+            .context.to_host();
+    for (const float value : capped)
+        EXPECT_TRUE(std::isfinite(value));
 }
 
 // tanh and soft_cap against std::tanh, and their VJPs against finite differences.

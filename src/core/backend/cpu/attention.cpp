@@ -98,8 +98,9 @@ bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size
             continue;
         float* slope = derivative != nullptr ? derivative + r * cols : nullptr;
         for (std::size_t c = 0; c < cols; ++c) {
-            if (row[c] == negative_infinity)
-                continue;
+            const std::size_t key = k0 + c;
+            if (key > query || (window != 0 && key + window <= query))
+                continue;  // masked (a visible −inf score is capped to −c, as elsewhere)
             const float t = std::tanh(row[c] * inverse_cap);
             row[c] = softcap * t;
             if (slope != nullptr)
