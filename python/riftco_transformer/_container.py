@@ -71,7 +71,8 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
 
 
 def reject_constant(constant: str) -> object:
-    """``json.loads``'s ``parse_constant`` for strict readers (:class:`NonStandardConstantError`)."""
+    """``json.loads``'s ``parse_constant`` for strict readers
+    (:class:`NonStandardConstantError`)."""
     raise NonStandardConstantError(constant)
 
 

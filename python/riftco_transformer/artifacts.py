@@ -8,13 +8,13 @@ A bundle is a deterministic stored ZIP (:mod:`._container`) of exactly two membe
   holds the :class:`LlamaMistralConfig` fields and ``tokenizer`` a pretrained tokenizer's
   exact vocabulary, ``{"method": "pretrained", "model", "pretokenizer", "tokens", "merges",
   "token_types", "scores", "bos_id", "eos_id", "unknown_id", "ignore_merges",
-  "add_dummy_prefix", "chat_template"}``), ``stage``, ``parent_artifact_id`` (64 hex digits or null, for
-  lineage), ``config`` (the eight :class:`TransformerConfig` fields), ``tokenizer`` (the exact
-  state: ``{"method": "byte", "byte_vocabulary": [...]}`` or ``{"method": "bpe",
-  "merge_rules": [[left, right, result], ...]}``), ``parameters`` (``[{name, shape, offset,
-  count}]``, offsets contiguous from 0 in float units, in the model's canonical order),
-  ``weights`` (``{file, dtype: "float32", byte_order: "little", count, sha256}``), free
-  ``metadata`` (a JSON object) and ``artifact_id``;
+  "add_dummy_prefix", "chat_template"}``), ``stage``, ``parent_artifact_id`` (64 hex digits
+  or null, for lineage), ``config`` (the eight :class:`TransformerConfig` fields),
+  ``tokenizer`` (the exact state: ``{"method": "byte", "byte_vocabulary": [...]}`` or
+  ``{"method": "bpe", "merge_rules": [[left, right, result], ...]}``), ``parameters``
+  (``[{name, shape, offset, count}]``, offsets contiguous from 0 in float units, in the
+  model's canonical order), ``weights`` (``{file, dtype: "float32", byte_order: "little",
+  count, sha256}``), free ``metadata`` (a JSON object) and ``artifact_id``;
 - ``weights.f32le``: every parameter value, little-endian float32, finite.
 
 ``artifact_id`` is the SHA-256 of the canonical manifest without the ``artifact_id`` key, so it
@@ -393,11 +393,10 @@ class ModelBundle:
         tokenizer_state = tokenizer_record(tokenizer, chat_template)
         offset = 0
         table = []
-        for name, shape in zip(names, shapes):
+        for name, shape in zip(names, shapes, strict=True):
             count = math.prod(shape)
             table.append({"name": name, "shape": list(shape), "offset": offset, "count": count})
             offset += count
-        config = model.config
         manifest = {
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_FORMAT_VERSION,
@@ -476,7 +475,10 @@ class ModelBundle:
     def _write(self, stream) -> None:
         write_stored_zip(
             stream,
-            [(MANIFEST_NAME, self._manifest_bytes), (WEIGHTS_NAME, little_endian_bytes(self._weights))],
+            [
+                (MANIFEST_NAME, self._manifest_bytes),
+                (WEIGHTS_NAME, little_endian_bytes(self._weights)),
+            ],
         )
 
     def save(self, path) -> Path:
@@ -499,7 +501,7 @@ class ModelBundle:
         try:
             model = build_model(self._config, attention, activation_checkpointing)
             with model.parameters() as parameter_list:
-                actual = list(zip(parameter_list.names, parameter_list.shapes))
+                actual = list(zip(parameter_list.names, parameter_list.shapes, strict=True))
                 expected = [(spec.name, spec.shape) for spec in self._parameters]
                 if actual != expected:
                     raise ValueError("the bundle's parameter table does not match the model")
@@ -601,7 +603,9 @@ def _require_stage(stage: object) -> None:
 
 def _require_parent(parent: object) -> None:
     if parent is not None and (not isinstance(parent, str) or not _HEX_ID.match(parent)):
-        raise ValueError(f"parent_artifact_id must be 64 lowercase hex digits or None, got {parent!r}")
+        raise ValueError(
+            f"parent_artifact_id must be 64 lowercase hex digits or None, got {parent!r}"
+        )
 
 
 def _require_metadata(metadata: object) -> dict:
@@ -654,7 +658,8 @@ def _validate_manifest(manifest: object, where: str) -> None:
         )
     if manifest["architecture"] not in ARCHITECTURES:
         raise ValueError(
-            f"{where}: architecture {manifest['architecture']!r} is not one of {list(ARCHITECTURES)}"
+            f"{where}: architecture {manifest['architecture']!r} is not one of "
+            f"{list(ARCHITECTURES)}"
         )
     try:
         _require_stage(manifest["stage"])
@@ -696,7 +701,9 @@ def _validate_config(config: object, where: str) -> TransformerConfig:
         if config[name] < 1 or config[name] >= 1 << 32:
             raise ValueError(f"{where}: config.{name} must be in [1, 2**32), got {config[name]}")
     if not 0 <= config["random_seed"] < UINT32_LIMIT:
-        raise ValueError(f"{where}: config.random_seed must be a uint32, got {config['random_seed']}")
+        raise ValueError(
+            f"{where}: config.random_seed must be a uint32, got {config['random_seed']}"
+        )
     epsilon = finite_number(config["layer_norm_epsilon"])
     if epsilon is None or epsilon <= 0 or epsilon > 3.4e38 or array("f", [epsilon])[0] <= 0:
         raise ValueError(f"{where}: config.layer_norm_epsilon must be a positive float32, got "
@@ -776,9 +783,10 @@ def _validate_tokenizer(state: object, where: str) -> int:
 def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
     if (not isinstance(config, dict) or not set(LLAMA_REQUIRED_CONFIG_FIELDS) <= set(config)
             or not set(config) <= set(LLAMA_CONFIG_FIELDS)):
+        optional = [name for name in LLAMA_CONFIG_FIELDS
+                    if name not in LLAMA_REQUIRED_CONFIG_FIELDS]
         raise ValueError(f"{where}: config must be an object with "
-                         f"{list(LLAMA_REQUIRED_CONFIG_FIELDS)} and optionally "
-                         f"{[name for name in LLAMA_CONFIG_FIELDS if name not in LLAMA_REQUIRED_CONFIG_FIELDS]}")
+                         f"{list(LLAMA_REQUIRED_CONFIG_FIELDS)} and optionally {optional}")
     for name in ("vocabulary_size", "maximum_context", "model_width", "query_head_count",
                  "key_value_head_count", "block_count", "feed_forward_width"):
         if not _is_int(config[name]) or not 1 <= config[name] < 1 << 32:
@@ -864,11 +872,13 @@ def _validate_parameters(table: object, config, where: str) -> int:
     if not isinstance(table, list) or len(table) != len(expected):
         raise ValueError(f"{where}: parameters must list the model's {len(expected)} parameters")
     offset = 0
-    for index, (entry, (name, shape)) in enumerate(zip(table, expected)):
+    for index, (entry, (name, shape)) in enumerate(zip(table, expected, strict=True)):
         if not isinstance(entry, dict) or set(entry) != {"name", "shape", "offset", "count"}:
             raise ValueError(f"{where}: parameters[{index}] must have name, shape, offset, count")
         if entry["name"] != name:
-            raise ValueError(f"{where}: parameters[{index}] is {entry['name']!r}, expected {name!r}")
+            raise ValueError(
+                f"{where}: parameters[{index}] is {entry['name']!r}, expected {name!r}"
+            )
         if entry["shape"] != list(shape):
             raise ValueError(
                 f"{where}: parameters[{index}] ({name}) has shape {entry['shape']!r}, expected "
@@ -887,7 +897,8 @@ def _validate_weights_entry(entry: object, total: int, where: str) -> None:
     keys = {"file", "dtype", "byte_order", "count", "sha256"}
     if not isinstance(entry, dict) or set(entry) != keys:
         raise ValueError(f"{where}: weights must have exactly {sorted(keys)}")
-    if entry["file"] != WEIGHTS_NAME or entry["dtype"] != "float32" or entry["byte_order"] != "little":
+    if (entry["file"] != WEIGHTS_NAME or entry["dtype"] != "float32"
+            or entry["byte_order"] != "little"):
         raise ValueError(f"{where}: weights must be {WEIGHTS_NAME}, float32, little-endian")
     if entry["count"] != total or not _is_int(entry["count"]):
         raise ValueError(f"{where}: weights.count {entry['count']!r} != parameter total {total}")

@@ -12,8 +12,8 @@ where the fingerprint is a SHA-256 over a domain tag, the source type and sampli
 batch and context sizes, the sequence count and every sequence (its length, then the SHA-256
 of its tokens as little-endian uint32, then that of its target mask if any). A
 :class:`TokenFile` stores its tokens' SHA-256, so a memory-mapped corpus is never read
-whole to fingerprint it. Restoring checks the type, the fingerprint and the generator state before it
-changes anything, so an exact-resume checkpoint can never continue on other data.
+whole to fingerprint it. Restoring checks the type, the fingerprint and the generator state
+before it changes anything, so an exact-resume checkpoint can never continue on other data.
 
 Large corpora live in a :class:`TokenFile`: tokenized once, written to disk, memory-mapped,
 so training reads only the pages its windows touch.
@@ -129,9 +129,11 @@ class WindowBatchSource:
         rows = [_as_token_row(sequence, index) for index, sequence in enumerate(sequences)]
         mask_rows = None if masks is None else [bytes(mask) for mask in masks]
         if mask_rows is not None:
-            for index, (row, mask) in enumerate(zip(rows, mask_rows)):
+            for index, (row, mask) in enumerate(zip(rows, mask_rows, strict=True)):
                 if len(mask) != len(row):
-                    raise ValueError(f"masks[{index}] has {len(mask)} entries for {len(row)} tokens")
+                    raise ValueError(
+                        f"masks[{index}] has {len(mask)} entries for {len(row)} tokens"
+                    )
         starts = None
         if mask_rows is not None:
             starts = [_marked_starts(mask, self.context_size) for mask in mask_rows]
@@ -146,14 +148,15 @@ class WindowBatchSource:
             )
         self._sequences = [rows[index] for index in usable]
         self._digests = (
-            None if sequence_digests is None else [bytes(sequence_digests[index]) for index in usable]
+            None if sequence_digests is None
+            else [bytes(sequence_digests[index]) for index in usable]
         )
         self._masks = None if mask_rows is None else [mask_rows[index] for index in usable]
         self._starts = None if starts is None else [starts[index] for index in usable]
         self.dropped_sequence_count = len(rows) - len(usable)
         self._first_window = []
         total = 0
-        for index, row in enumerate(self._sequences):
+        for index in range(len(self._sequences)):
             self._first_window.append(total)
             total += self._window_count(index)
         self.window_count = total
@@ -197,7 +200,9 @@ class WindowBatchSource:
             if self._masks is not None:
                 masks.append(self._masks[sequence][start + 1 : start + context + 1])
         self.batches_emitted += 1
-        return TrainingBatch(tuple(inputs), tuple(targets), None if self._masks is None else tuple(masks))
+        return TrainingBatch(
+            tuple(inputs), tuple(targets), None if self._masks is None else tuple(masks)
+        )
 
     __next__ = next
 
@@ -212,7 +217,9 @@ class WindowBatchSource:
         if self._fingerprint is None:
             digest = hashlib.sha256(_FINGERPRINT_TAG)
             digest.update(self.source_type.encode() + b"\0" + self.sampling.encode() + b"\0")
-            digest.update(struct.pack("<QQQ", self.batch_size, self.context_size, len(self._sequences)))
+            digest.update(
+                struct.pack("<QQQ", self.batch_size, self.context_size, len(self._sequences))
+            )
             for index, row in enumerate(self._sequences):
                 digest.update(struct.pack("<Q", len(row)))
                 digest.update(
@@ -243,7 +250,10 @@ class WindowBatchSource:
     def check_state(self, state: object) -> tuple[tuple, int]:
         """Validate ``state`` against this source without changing it; returns what
         :meth:`restore_state` applies."""
-        if not isinstance(state, dict) or set(state) != {"type", "fingerprint", "batches_emitted", "rng"}:
+        if (
+            not isinstance(state, dict)
+            or set(state) != {"type", "fingerprint", "batches_emitted", "rng"}
+        ):
             raise ValueError("batch source state must have type, fingerprint, batches_emitted, rng")
         if state["type"] != self.source_type:
             raise ValueError(
@@ -265,7 +275,10 @@ class WindowBatchSource:
             rng["version"] != 3
             or not isinstance(internal, list)
             or len(internal) != 625
-            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32 for v in internal[:624])
+            or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32
+                for v in internal[:624]
+            )
             or not isinstance(internal[624], int)
             or not 0 <= internal[624] <= 624
             or not (rng["gauss_next"] is None or isinstance(rng["gauss_next"], float))
@@ -363,8 +376,9 @@ _TOKEN_HEADER = struct.Struct("<8sQ32s")  # magic, token count, SHA-256 of the t
 
 class TokenFile:
     """A tokenized corpus on disk: a 48-byte header (``RIFTTOK1``, uint64 count, the SHA-256
-    of the token bytes), then the ids as little-endian uint32. :meth:`open` memory-maps it; ``tokens`` is a read-only
-    ``memoryview`` of format ``'I'`` that windows slice without reading the rest."""
+    of the token bytes), then the ids as little-endian uint32. :meth:`open` memory-maps it;
+    ``tokens`` is a read-only ``memoryview`` of format ``'I'`` that windows slice without
+    reading the rest."""
 
     def __init__(self, path: Path, handle, mapping, tokens: memoryview, sha256: bytes) -> None:
         self.path = path

@@ -113,7 +113,10 @@ def _float32(value: float) -> float:
 
 
 def _table(parameter_list) -> list:
-    return [{"name": n, "shape": list(s)} for n, s in zip(parameter_list.names, parameter_list.shapes)]
+    return [
+        {"name": n, "shape": list(s)}
+        for n, s in zip(parameter_list.names, parameter_list.shapes, strict=True)
+    ]
 
 
 def _optimizer_scope(model: Model, optimizer: Adam) -> str:
@@ -176,11 +179,18 @@ def capture_training_checkpoint(
     architecture, config = model_record(model)  # TypeError for anything but the two decoders
     if not isinstance(optimizer, Adam):
         raise TypeError(f"optimizer must be an Adam, not {type(optimizer).__name__}")
-    if source is not None and not (hasattr(source, "capture_state") and hasattr(source, "check_state")):
-        raise TypeError("source must be a checkpointable batch source (capture_state/restore_state)")
+    if source is not None and not (
+        hasattr(source, "capture_state") and hasattr(source, "check_state")
+    ):
+        raise TypeError(
+            "source must be a checkpointable batch source (capture_state/restore_state)"
+        )
     scope = _optimizer_scope(model, optimizer)
     quantized = model.quantized_linear_weights
-    if quantized and (not isinstance(nf4, dict) or set(nf4) != {"block_size", "double_quantization", "scale_block_size"}):
+    if quantized and (
+        not isinstance(nf4, dict)
+        or set(nf4) != {"block_size", "double_quantization", "scale_block_size"}
+    ):
         raise ValueError("a quantized model needs nf4={'block_size', 'double_quantization', "
                          "'scale_block_size'} to be resumable")
     state = optimizer.state()  # native: rejects pending gradients
@@ -192,12 +202,20 @@ def capture_training_checkpoint(
     if model.lora_attached:
         with model.adapter_parameters() as adapter:
             adapter_table = _table(adapter)
-        members.append((ADAPTER_VALUES, little_endian_bytes(state.values), "float32", len(state.values)))
+        members.append(
+            (ADAPTER_VALUES, little_endian_bytes(state.values), "float32", len(state.values))
+        )
     if quantized:
         packed = model.packed_quantized_state()
         members.insert(1, (PACKED_NF4, packed, "bytes", len(packed)))
-    members.append((FIRST_MOMENTS, little_endian_bytes(state.first_moments), "float32", len(state.first_moments)))
-    members.append((SECOND_MOMENTS, little_endian_bytes(state.second_moments), "float32", len(state.second_moments)))
+    members.append(
+        (FIRST_MOMENTS, little_endian_bytes(state.first_moments), "float32",
+         len(state.first_moments))
+    )
+    members.append(
+        (SECOND_MOMENTS, little_endian_bytes(state.second_moments), "float32",
+         len(state.second_moments))
+    )
     options = optimizer.options
     manifest = {
         "format": CHECKPOINT_FORMAT,
@@ -232,10 +250,18 @@ def capture_training_checkpoint(
         "batch_source": None if source is None else source.capture_state(),
         "trainer": None if trainer is None else trainer.capture_state(),
         "members": [
-            {"name": name, "dtype": dtype, "count": count, "bytes": len(data), "sha256": sha256_hex(data)}
+            {
+                "name": name,
+                "dtype": dtype,
+                "count": count,
+                "bytes": len(data),
+                "sha256": sha256_hex(data),
+            }
             for name, data, dtype, count in members
         ],
-        "metadata": {} if metadata is None else strict_json(canonical_json(dict(metadata)), "metadata"),
+        "metadata": (
+            {} if metadata is None else strict_json(canonical_json(dict(metadata)), "metadata")
+        ),
     }
     manifest["checkpoint_id"] = sha256_hex(canonical_json(manifest))
     manifest_bytes = canonical_json(manifest)
@@ -305,7 +331,10 @@ class TrainingCheckpoint:
         write_stored_zip(
             stream,
             [(MANIFEST_NAME, self._manifest_bytes)]
-            + [(entry["name"], self._members[entry["name"]]) for entry in self._manifest["members"]],
+            + [
+                (entry["name"], self._members[entry["name"]])
+                for entry in self._manifest["members"]
+            ],
         )
 
     def save(self, path) -> Path:
@@ -347,11 +376,16 @@ class TrainingCheckpoint:
         state = self._manifest["tokenizer"]
         return None if state is None else tokenizer_from_record(state)
 
-    def adam_options(self, state_storage: str | None = None, page_size: int | None = None) -> AdamOptions:
+    def adam_options(
+        self, state_storage: str | None = None, page_size: int | None = None
+    ) -> AdamOptions:
         """The recorded options (storage kind and page size may be overridden: the math is
         the same)."""
         recorded = self._manifest["optimizer"]["options"]
-        values = {name: math.inf if recorded[name] == "inf" else recorded[name] for name in _OPTION_FIELDS}
+        values = {
+            name: math.inf if recorded[name] == "inf" else recorded[name]
+            for name in _OPTION_FIELDS
+        }
         return AdamOptions(
             **values,
             state_storage=recorded["state_storage"] if state_storage is None else state_storage,
@@ -360,7 +394,9 @@ class TrainingCheckpoint:
 
     def _adam_state(self) -> AdamState:
         optimizer = self._manifest["optimizer"]
-        values = self._float_member(ADAPTER_VALUES if optimizer["scope"] == "adapter" else MODEL_VALUES)
+        values = self._float_member(
+            ADAPTER_VALUES if optimizer["scope"] == "adapter" else MODEL_VALUES
+        )
         return AdamState(
             optimizer["step_count"],
             optimizer["beta1_power"],
@@ -393,7 +429,9 @@ class TrainingCheckpoint:
                 raise ValueError(f"model config {name} = {actual!r}, the checkpoint has {value!r}")
         with model.parameters() as base:
             if _table(base) != recorded["parameters"]:
-                raise ValueError("the model's parameter names or shapes differ from the checkpoint's")
+                raise ValueError(
+                    "the model's parameter names or shapes differ from the checkpoint's"
+                )
         if model.quantized_linear_weights != recorded["quantized"]:
             raise ValueError(
                 f"the checkpoint's model is {'' if recorded['quantized'] else 'not '}quantized; "
@@ -448,7 +486,9 @@ class TrainingCheckpoint:
             if recorded["quantized"]:
                 settings = recorded["nf4"]
                 model.quantize_nf4(
-                    settings["block_size"], settings["double_quantization"], settings["scale_block_size"]
+                    settings["block_size"],
+                    settings["double_quantization"],
+                    settings["scale_block_size"],
                 )
                 model.load_packed_quantized_state(self._members[PACKED_NF4])
             with model.parameters() as base:
@@ -458,11 +498,16 @@ class TrainingCheckpoint:
             if recorded["lora"] is not None:
                 lora = recorded["lora"]
                 model.attach_lora(
-                    LoraConfig(lora["rank"], lora["alpha"], tuple(lora["targets"]), lora["random_seed"])
+                    LoraConfig(
+                        lora["rank"], lora["alpha"], tuple(lora["targets"]), lora["random_seed"]
+                    )
                 )
             if model.backend != backend:
                 model.to(backend)
-            trainable = model.adapter_parameters() if recorded["lora"] is not None else model.parameters()
+            trainable = (
+                model.adapter_parameters() if recorded["lora"] is not None
+                else model.parameters()
+            )
             with trainable:
                 optimizer = Adam(trainable, self.adam_options(state_storage))
             optimizer.load_state(self._adam_state())
@@ -498,7 +543,10 @@ class TrainingCheckpoint:
                 if little_endian_bytes(base.flat_values()) != self._members[MODEL_VALUES]:
                     raise ValueError("the model's frozen base differs from the checkpoint's; "
                                      "use TrainingCheckpoint.resume()")
-            if recorded["model"]["quantized"] and model.packed_quantized_state() != self._members[PACKED_NF4]:
+            if (
+                recorded["model"]["quantized"]
+                and model.packed_quantized_state() != self._members[PACKED_NF4]
+            ):
                 raise ValueError("the model's packed NF4 weights differ from the checkpoint's; "
                                  "use TrainingCheckpoint.resume()")
         previous_source = None if source is None else source.capture_state()
@@ -581,13 +629,19 @@ def _validate_manifest(manifest, where: str) -> None:
         )
     if manifest["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{where}: format is {manifest['format']!r}, not {CHECKPOINT_FORMAT!r}")
-    if not _is_int(manifest["format_version"]) or manifest["format_version"] != CHECKPOINT_FORMAT_VERSION:
+    if (
+        not _is_int(manifest["format_version"])
+        or manifest["format_version"] != CHECKPOINT_FORMAT_VERSION
+    ):
         raise ValueError(f"{where}: format_version {manifest['format_version']!r} is not supported")
     if manifest["boundary"] != BOUNDARY:
         raise ValueError(f"{where}: boundary must be {BOUNDARY!r}")
     if not _is_int(manifest["global_step"]) or manifest["global_step"] < 0:
         raise ValueError(f"{where}: global_step must be an int >= 0")
-    if not isinstance(manifest["checkpoint_id"], str) or not _HEX_ID.match(manifest["checkpoint_id"]):
+    if (
+        not isinstance(manifest["checkpoint_id"], str)
+        or not _HEX_ID.match(manifest["checkpoint_id"])
+    ):
         raise ValueError(f"{where}: checkpoint_id must be 64 lowercase hex digits")
     if not isinstance(manifest["metadata"], dict):
         raise ValueError(f"{where}: metadata must be an object")
@@ -630,7 +684,9 @@ def _validate_manifest(manifest, where: str) -> None:
             or not _is_int(lora["random_seed"])
         ):
             raise ValueError(f"{where}: model.lora must record rank, alpha, targets, random_seed")
-        adapter_total = _validate_table(model["adapter_parameters"], where, "model.adapter_parameters")
+        adapter_total = _validate_table(
+            model["adapter_parameters"], where, "model.adapter_parameters"
+        )
     elif model["adapter_parameters"] is not None:
         raise ValueError(f"{where}: model.adapter_parameters must be null without LoRA")
     if manifest["tokenizer"] is not None:
@@ -643,8 +699,13 @@ def _validate_manifest(manifest, where: str) -> None:
         raise ValueError(f"{where}: optimizer must have exactly {sorted(optimizer_keys)}")
     if optimizer["type"] != "adam":
         raise ValueError(f"{where}: optimizer.type must be 'adam'")
-    if optimizer["scope"] not in ("model", "adapter") or (optimizer["scope"] == "adapter") != (lora is not None):
-        raise ValueError(f"{where}: optimizer.scope must be 'adapter' exactly when LoRA is recorded")
+    if (
+        optimizer["scope"] not in ("model", "adapter")
+        or (optimizer["scope"] == "adapter") != (lora is not None)
+    ):
+        raise ValueError(
+            f"{where}: optimizer.scope must be 'adapter' exactly when LoRA is recorded"
+        )
     options = optimizer["options"]
     option_keys = set(_OPTION_FIELDS) | {"state_storage", "page_size"}
     if not isinstance(options, dict) or set(options) != option_keys:
@@ -656,7 +717,8 @@ def _validate_manifest(manifest, where: str) -> None:
             if value is None:
                 raise ValueError(f"{name} must be a finite number or 'inf'")
             restored[name] = value
-        AdamOptions(**restored, state_storage=options["state_storage"], page_size=options["page_size"])
+        AdamOptions(**restored, state_storage=options["state_storage"],
+                    page_size=options["page_size"])
     except (TypeError, ValueError, OverflowError) as error:
         raise ValueError(f"{where}: optimizer.options: {error}") from None
     step = optimizer["step_count"]
@@ -674,7 +736,8 @@ def _validate_manifest(manifest, where: str) -> None:
             raise ValueError(f"{where}: optimizer.{name} {power!r} is not beta^step ({expected!r})")
     source = manifest["batch_source"]
     if source is not None and (
-        not isinstance(source, dict) or set(source) != {"type", "fingerprint", "batches_emitted", "rng"}
+        not isinstance(source, dict)
+        or set(source) != {"type", "fingerprint", "batches_emitted", "rng"}
     ):
         raise ValueError(f"{where}: batch_source must have type, fingerprint, batches_emitted, rng")
     trainer = manifest["trainer"]
@@ -691,10 +754,13 @@ def _validate_manifest(manifest, where: str) -> None:
         expected_members.append((PACKED_NF4, "bytes", None))
     if lora is not None:
         expected_members.append((ADAPTER_VALUES, "float32", adapter_total))
-    expected_members += [(FIRST_MOMENTS, "float32", trained_total), (SECOND_MOMENTS, "float32", trained_total)]
+    expected_members += [
+        (FIRST_MOMENTS, "float32", trained_total),
+        (SECOND_MOMENTS, "float32", trained_total),
+    ]
     if not isinstance(members, list) or len(members) != len(expected_members):
         raise ValueError(f"{where}: members must list {[m[0] for m in expected_members]}")
-    for entry, (name, dtype, count) in zip(members, expected_members):
+    for entry, (name, dtype, count) in zip(members, expected_members, strict=True):
         if (
             not isinstance(entry, dict)
             or set(entry) != {"name", "dtype", "count", "bytes", "sha256"}

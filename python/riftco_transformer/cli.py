@@ -179,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     base.add_argument("--base", type=Path, help="the parent .rift bundle")
     base.add_argument("--model", type=Path,
                       help="a pretrained checkpoint (a GGUF file or Hugging Face directory of "
-                      "a rotary family, or a bundle): trained in its own chat template; the output bundle reopens with "
-                      "riftco chat --model")
+                      "a rotary family, or a bundle): trained in its own chat template; "
+                      "the output bundle reopens with riftco chat --model")
     post.add_argument("--instructions", type=Path, required=True, help="training JSONL")
     held_out = post.add_mutually_exclusive_group()
     held_out.add_argument("--validation-instructions", type=Path, default=None,
@@ -680,7 +680,9 @@ def command_generate(arguments) -> int:
         if not arguments.chat:
             sys.stdout.write(prompt)
         result = loaded.generator.generate(
-            prompt, config, on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush())
+            prompt,
+            config,
+            on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush()),
         )
         sys.stdout.write("\n")
     sys.stderr.write(f"generate: {len(result.generated_token_ids)} tokens, finish reason "
@@ -841,7 +843,8 @@ def command_inspect(arguments) -> int:
              f"  optimizer     adam scope={optimizer['scope']} {optimizer['options']}\n"
              f"  batch source  {None if source is None else source['type']} "
              f"(batches emitted: {None if source is None else source['batches_emitted']})\n"
-             f"  members       " + ", ".join(f"{m['name']} ({m['bytes']:,} B)" for m in manifest["members"]))
+             f"  members       "
+             + ", ".join(f"{m['name']} ({m['bytes']:,} B)" for m in manifest["members"]))
         return 0
     tensors, metadata = loaded
     _say(f"safetensors {arguments.path}: {len(tensors)} F32 tensors, "
@@ -881,7 +884,8 @@ def demo_data_path(name: str) -> Path:
         "corpus": [package / "demo_data" / "alice_in_wonderland.txt",
                    package.parent.parent / "data" / "corpus" / "alice_in_wonderland.txt"],
         "instructions": [package / "demo_data" / "tiny_instructions.jsonl",
-                         package.parent.parent / "data" / "instructions" / "tiny_instructions.jsonl"],
+                         package.parent.parent / "data" / "instructions"
+                         / "tiny_instructions.jsonl"],
     }[name]
     for candidate in candidates:
         if candidate.is_file():
@@ -957,7 +961,8 @@ def command_demo(arguments) -> int:
         template = PlainChatTemplate()
         generator = TextGenerator(runtime.model, runtime.tokenizer)
         for example in (train_examples[0], held_out[0]):
-            question = example.prompt if hasattr(example, "prompt") else example.messages[-2].content
+            question = (example.prompt if hasattr(example, "prompt")
+                        else example.messages[-2].content)
             result = generator.generate(
                 template.render([{"role": "user", "content": question}]),
                 # The demo's answers are one line: stop at its end, or at the next turn.
@@ -1003,7 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, TypeError, OSError, RiftcoTransformerError) as error:
         message = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in message:
+        if (isinstance(error, OSError) and error.filename is not None
+                and str(error.filename) not in message):
             message = f"{error.filename}: {message}"
         sys.stderr.write(f"{prog}: error: {message}\n")
     return EXIT_USAGE

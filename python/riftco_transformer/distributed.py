@@ -15,8 +15,9 @@ the model::
 :class:`~riftco_transformer.training.CausalLanguageModelTrainer` does all of this when given
 ``data_parallel=``. Collectives have a deadline (``timeout`` seconds): when a rank died,
 stopped or runs a different program, a rank whose collective passes its deadline prints which
-one and exits (status 3), and ``mpirun`` ends the others: nothing hangs. :func:`compiled_in` says whether this library links MPI; without it
-:class:`ProcessGroup` raises, and ``ProcessGroup.single()`` (a world of one) works anywhere.
+one and exits (status 3), and ``mpirun`` ends the others: nothing hangs. :func:`compiled_in`
+says whether this library links MPI; without it :class:`ProcessGroup` raises, and
+``ProcessGroup.single()`` (a world of one) works anywhere.
 """
 
 from __future__ import annotations

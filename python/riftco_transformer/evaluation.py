@@ -72,7 +72,8 @@ def evaluate_sequences(
     ValueError.
     """
     maximum = model.config.maximum_context
-    context = maximum if context_size is None else require_int(context_size, "context_size", 1, 1 << 63)
+    context = (maximum if context_size is None
+               else require_int(context_size, "context_size", 1, 1 << 63))
     if context > maximum:
         raise ValueError(f"context_size {context} exceeds the model's maximum_context {maximum}")
     batch_size = require_int(batch_size, "batch_size", 1, 1 << 63)
@@ -134,7 +135,9 @@ def evaluate_sequences(
     )
 
 
-def evaluate_text(model, tokenizer, text, context_size=None, batch_size: int = 8) -> CausalEvaluation:
+def evaluate_text(
+    model, tokenizer, text, context_size=None, batch_size: int = 8
+) -> CausalEvaluation:
     """:func:`evaluate_sequences` of one text (str or bytes), encoded with ``tokenizer``."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     return evaluate_sequences(model, [tokenizer.encode_to_array(data)], context_size, batch_size)

@@ -475,7 +475,7 @@ def split_examples(
         if record in seen:
             continue
         seen.add(record)
-        digest = hashlib.sha256(f"{seed}\0{record}".encode("utf-8")).digest()
+        digest = hashlib.sha256(f"{seed}\0{record}".encode()).digest()
         position = int.from_bytes(digest[:8], "big") / 2**64
         name = ("test" if position < test_fraction
                 else "validation" if position < test_fraction + validation_fraction

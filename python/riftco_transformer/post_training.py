@@ -226,7 +226,9 @@ def post_train(
     model, tokenizer = runtime.model, runtime.tokenizer
     optimizer = None
     try:
-        sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
+        sequences, masks = encode_examples(
+            tokenizer, examples, formatter, config.response_only_loss
+        )
         _require_long_enough(sequences, config.context_size)
         validation = None
         if validation_examples:
@@ -368,8 +370,9 @@ def fine_tune_pretrained(
     model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
     result with :meth:`~.pretrained.PretrainedModel.save`.
     """
-    from .instructions import ChatTemplateFormatter
     import time as _time
+
+    from .instructions import ChatTemplateFormatter
 
     config = PostTrainingConfig() if config is None else config
     if not isinstance(config, PostTrainingConfig):

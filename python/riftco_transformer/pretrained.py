@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 
+from .native._validation import UINT64_LIMIT, require_int
 from .native.llama import LlamaMistralTransformer
 from .native.pretrained_tokenizer import PretrainedTokenizer, gguf_metadata_string
-from .native._validation import UINT64_LIMIT, require_int
 from .serving.chat import ChatMessage, PlainChatTemplate, encode_chat
 from .serving.chat_templates import PretrainedChatTemplate
 from .serving.generation import GenerationResult, TextGenerator

@@ -321,7 +321,7 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
 
     # Grid, ticks and tick labels.
     lines.append('<g class="axis-x">')
-    for value, label in zip(x_ticks, x_labels):
+    for value, label in zip(x_ticks, x_labels, strict=True):
         x = _coordinate(x_pixel(value))
         lines.append(
             f'<line x1="{x}" y1="{_MARGIN_TOP}" x2="{x}" y2="{plot_bottom}" '
@@ -342,7 +342,7 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     )
     lines.append("</g>")
     lines.append('<g class="axis-y">')
-    for value, label in zip(y_ticks, y_labels):
+    for value, label in zip(y_ticks, y_labels, strict=True):
         y = _coordinate(y_pixel(value))
         lines.append(
             f'<line x1="{_MARGIN_LEFT}" y1="{y}" x2="{plot_right}" y2="{y}" '

@@ -8,7 +8,6 @@
 """
 
 from .bundles import export_bundle_safetensors, import_bundle_safetensors
-
 from .safetensors import (
     SAFETENSORS_MAXIMUM_HEADER_BYTES,
     SAFETENSORS_MAXIMUM_TENSORS,

@@ -107,7 +107,9 @@ def import_bundle_safetensors(path) -> ModelBundle:
             metadata["riftco.parent_artifact_id"].encode(), f"{source}: riftco.parent_artifact_id"
         ),
         "config": config_record,
-        "tokenizer": strict_json(metadata["riftco.tokenizer"].encode(), f"{source}: riftco.tokenizer"),
+        "tokenizer": strict_json(
+            metadata["riftco.tokenizer"].encode(), f"{source}: riftco.tokenizer"
+        ),
         "parameters": _table(expected),
         "weights": {
             "file": "weights.f32le",
@@ -122,7 +124,10 @@ def import_bundle_safetensors(path) -> ModelBundle:
     buffer = io.BytesIO()
     write_stored_zip(
         buffer,
-        [("manifest.json", canonical_json(manifest)), ("weights.f32le", little_endian_bytes(weights))],
+        [
+            ("manifest.json", canonical_json(manifest)),
+            ("weights.f32le", little_endian_bytes(weights)),
+        ],
     )
     # Full validation, the recomputed artifact_id included.
     return ModelBundle.from_bytes(buffer.getvalue(), source)

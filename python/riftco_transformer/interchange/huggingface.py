@@ -76,17 +76,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .._container import strict_json
+from ..native._validation import UINT64_LIMIT, require_int
 from ..native.llama import LlamaMistralConfig, LlamaMistralTransformer
 from ..native.parameters import BYTE_DTYPES
 from ..native.pretrained_tokenizer import PretrainedTokenizer
-from ..native._validation import UINT64_LIMIT, require_int
 from ..serving.chat_templates import PretrainedChatTemplate
 from .safetensors import (
-    METADATA_KEY,
-    SAFETENSORS_MAXIMUM_HEADER_BYTES,
     _ENTRY_KEYS,
     _INTEGER_LIMIT,
     _LENGTH_BYTES,
+    METADATA_KEY,
+    SAFETENSORS_MAXIMUM_HEADER_BYTES,
     _bounded_product,
     _check_tiling,
     _describe,
@@ -742,7 +742,7 @@ def _require_shape(span: TensorSpan, dimensions: tuple[_Dimension, ...],
         return
     if len(span.shape) == len(expected):
         detail = ", ".join(f"{dimension.field} {dimension.size} vs the tensor's {size}"
-                           for dimension, size in zip(dimensions, span.shape)
+                           for dimension, size in zip(dimensions, span.shape, strict=True)
                            if dimension.size != size)
     else:
         detail = (f"[{', '.join(dimension.field for dimension in dimensions)}], "
@@ -850,7 +850,7 @@ def _plan(names, shapes, tensors: dict[str, TensorSpan],
     for layer in range(config.block_count):
         predicted.update({f"blocks.{layer}.{name}": [d.size for d in dimensions]
                           for name, dimensions in block.items()})
-    if predicted != {name: list(shape) for name, shape in zip(names, shapes)}:
+    if predicted != {name: list(shape) for name, shape in zip(names, shapes, strict=True)}:
         raise ValueError(f"the {config.architecture} model's parameters are not the ones its "
                          "config predicts (a defect of this importer)")
     fused = _phi3_rows(config) if config.architecture == "phi3" else {}

@@ -57,7 +57,6 @@ from .huggingface import (
     _mapped,
     _positive_float,
     _positive_int,
-    _read_json_object,
     _require_layer_count,
     _require_shape,
     _require_tied_head,
@@ -267,7 +266,9 @@ def _load_weights(model: DecoderOnlyTransformer, recipes: dict[str, _Part],
                     count = 1
                     for dimension in shapes[index]:
                         count *= dimension
-                    parameters.load_from_bytes(index, "F32", recipes[names[index]].read(None, count))
+                    parameters.load_from_bytes(
+                        index, "F32", recipes[names[index]].read(None, count)
+                    )
                 continue
             with _mapped(path) as view:
                 for index in indices:

@@ -477,7 +477,7 @@ def _reader_entry(name: str, entry: object, source: str) -> tuple[tuple[int, ...
             f"{tensor}: data_offsets must be an array of two integers, not "
             f"{_describe(offsets) if isinstance(offsets, list) else _json_type(offsets)}",
         )
-    for position, offset in zip(("begin", "end"), offsets):
+    for position, offset in zip(("begin", "end"), offsets, strict=True):
         if not _is_json_integer(offset):
             _fail(
                 source,

@@ -298,7 +298,9 @@ class LlamaMistralTransformer(CausalLanguageModel):
         native = library()
         llama = ctypes.c_void_p()
         check_status(
-            native.rt_llama_mistral_model_create(ctypes.byref(config._native()), ctypes.byref(llama))
+            native.rt_llama_mistral_model_create(
+                ctypes.byref(config._native()), ctypes.byref(llama)
+            )
         )
         self._adopt_llama(llama, config)
         try:

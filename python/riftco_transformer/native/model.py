@@ -11,9 +11,11 @@ from ._abi import (
     ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK,
     ATTENTION_FLASH,
     ATTENTION_MATERIALIZED,
+    STATUS_RUNTIME_ERROR,
+    LoraConfigStruct,
+    QuantizedMemoryStatsStruct,
     TransformerConfigStruct,
 )
-from ._abi import STATUS_RUNTIME_ERROR, LoraConfigStruct, QuantizedMemoryStatsStruct
 from ._buffers import byte_input, read_sized, token_ids
 from ._errors import check_status
 from ._handle import NativeHandle

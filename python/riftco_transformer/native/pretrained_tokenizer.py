@@ -341,7 +341,8 @@ class PretrainedTokenizer(NativeHandle):
             raise ValueError(f"model must be one of {', '.join(MODEL_VALUES)} (got {model!r})")
         if pretokenizer not in PRETOKENIZER_VALUES:
             raise ValueError(
-                f"pretokenizer must be one of {', '.join(PRETOKENIZER_VALUES)} (got {pretokenizer!r})"
+                f"pretokenizer must be one of {', '.join(PRETOKENIZER_VALUES)} "
+                f"(got {pretokenizer!r})"
             )
         token_blob, token_offsets = _packed(tokens, "tokens")
         merge_blob, merge_offsets = _packed(merges, "merges")
@@ -369,7 +370,8 @@ class PretrainedTokenizer(NativeHandle):
         native.merge_bytes = merge_blob
         native.merge_offsets = _array_pointer(merge_offsets, ctypes.c_uint64)
         for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("unknown_id", unknown_id)):
-            setattr(native, name, -1 if value is None else require_int(value, name, 0, UINT32_LIMIT))
+            setattr(native, name,
+                    -1 if value is None else require_int(value, name, 0, UINT32_LIMIT))
         native.ignore_merges = 1 if ignore_merges else 0
         native.add_dummy_prefix = 1 if add_dummy_prefix else 0
         pointer = ctypes.c_void_p()

@@ -10,6 +10,7 @@ feeds it projected inputs from a source span. ``model.forward(tokens, options)``
 See ``include/riftco_transformer/programmed/program_augmented_model.hpp`` for the topology.
 """
 
+from ._lowering import NeuralLoweringConfig
 from ._model import (
     ProgramAugmentedForwardOptions,
     ProgramAugmentedModel,
@@ -21,7 +22,6 @@ from ._model import (
     RepresentationTrace,
 )
 from ._multilinear_map import MultilinearMap
-from ._lowering import NeuralLoweringConfig
 
 __all__ = [
     "MultilinearMap",

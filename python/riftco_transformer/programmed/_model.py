@@ -181,7 +181,7 @@ class ProgramAugmentedForwardOptions:
         keep = []
         if self.steering:
             edits = (ProgramSteeringStruct * len(self.steering))()
-            for edit, source in zip(edits, self.steering):
+            for edit, source in zip(edits, self.steering, strict=True):
                 edit.input_index = source.input_index
                 edit.position = source.position
                 scales = (ctypes.c_float * len(source.scales))(*source.scales)
@@ -240,9 +240,15 @@ def _read_trace(pointer: int) -> RepresentationTrace:
     check_status(native.rt_representation_trace_count(pointer, ctypes.byref(count)))
     representations = []
     for index in range(count.value):
-        name = read_sized(partial(native.rt_representation_trace_name, pointer, index), ctypes.c_char)
-        shape = read_sized(partial(native.rt_representation_trace_shape, pointer, index), ctypes.c_uint64)
-        values = read_sized(partial(native.rt_representation_trace_copy_f32, pointer, index), ctypes.c_float)
+        name = read_sized(
+            partial(native.rt_representation_trace_name, pointer, index), ctypes.c_char
+        )
+        shape = read_sized(
+            partial(native.rt_representation_trace_shape, pointer, index), ctypes.c_uint64
+        )
+        values = read_sized(
+            partial(native.rt_representation_trace_copy_f32, pointer, index), ctypes.c_float
+        )
         representations.append(
             Representation(name.raw[:-1].decode("utf-8"), tuple(shape), tuple(values))
         )
@@ -264,7 +270,9 @@ class ProgramAugmentedModel(NativeHandle):
                 f"config must be a ProgramAugmentedModelConfig, not {type(config).__name__}"
             )
         if program is not None and not isinstance(program, ProgramBranch):
-            raise TypeError(f"program must be a ProgramBranch or None, not {type(program).__name__}")
+            raise TypeError(
+                f"program must be a ProgramBranch or None, not {type(program).__name__}"
+            )
         native_config = config._native()
         pointer = ctypes.c_void_p()
         if program is None:
@@ -283,7 +291,7 @@ class ProgramAugmentedModel(NativeHandle):
             branch.target_offset = program.target_offset
             branch.output_length = program.output_length
             layouts = (ProgramInputLayoutStruct * len(program.inputs))()
-            for native_layout, layout in zip(layouts, program.inputs):
+            for native_layout, layout in zip(layouts, program.inputs, strict=True):
                 native_layout.source = SOURCES[layout.source]
                 native_layout.position = layout.position
                 native_layout.projection_group = layout.projection_group

@@ -307,7 +307,7 @@ def chat_prompt(
             content[tail_end:]))
 
     turns = tuple(ChatMessage(message.role, defused(message.content, edge))
-                  for message, edge in zip(turns, edges))
+                  for message, edge in zip(turns, edges, strict=True))
     rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
     ids: list[int] = []
 

@@ -2,11 +2,12 @@
 Gemma and Phi-3.
 
 A pretrained checkpoint carries its chat template as Jinja text (GGUF
-``tokenizer.chat_template``, Hugging Face ``tokenizer_config.json``). :class:`PretrainedChatTemplate`
-recognises the family from that text and renders conversations with our own renderer for
-it; when ``jinja2`` happens to be importable it renders the template text itself instead (in
-a sandbox), so model-specific details (default system prompts, whitespace) come out exactly as
-the authors wrote them. The package never depends on jinja2.
+``tokenizer.chat_template``, Hugging Face ``tokenizer_config.json``).
+:class:`PretrainedChatTemplate` recognises the family from that text and renders
+conversations with our own renderer for it; when ``jinja2`` happens to be importable it
+renders the template text itself instead (in a sandbox), so model-specific details (default
+system prompts, whitespace) come out exactly as the authors wrote them. The package never
+depends on jinja2.
 
 Both satisfy serving's ``ChatTemplate`` protocol: ``render(messages, add_generation_prompt)``
 and ``stop_sequences``.

@@ -364,7 +364,8 @@ class FullForwardEngine(_EngineBase):
             logits = self._batched_last_logits(windows)
         else:
             logits = [self._batched_last_logits([window])[0] for window in windows]
-        for (stream, _), window in zip(rows, windows):  # commit only after every forward
+        # Commit only after every forward.
+        for (stream, _), window in zip(rows, windows, strict=True):
             stream.tokens = window
         return logits
 

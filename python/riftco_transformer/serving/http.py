@@ -22,11 +22,12 @@ positive integer or the body is shorter; 413 above ``maximum_request_bytes``) an
 strict JSON object (400); requiring JSON also keeps cross-site form posts out (a browser
 must preflight a JSON request, and the server grants no CORS). A server bound to loopback
 answers 421 to a ``Host`` header naming anything else (DNS rebinding). Every error body is
-``{"error": {message, type, param, code}}``, as OpenAI's are. Every response carries ``Cache-Control: no-store``, a CSP,
-``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy:
-no-referrer`` and ``Connection: close``. A client that disconnects while its request is
-generating (streamed or not) cancels the request, which frees its KV pages. There is no
-authentication and no TLS: expose the server beyond loopback only on a trusted network.
+``{"error": {message, type, param, code}}``, as OpenAI's are. Every response carries
+``Cache-Control: no-store``, a CSP, ``X-Content-Type-Options: nosniff``,
+``X-Frame-Options: DENY``, ``Referrer-Policy: no-referrer`` and ``Connection: close``. A
+client that disconnects while its request is generating (streamed or not) cancels the
+request, which frees its KV pages. There is no authentication and no TLS: expose the server
+beyond loopback only on a trusted network.
 
 Limits against slow or abusive clients: at most ``max_connections`` connections are served
 at once; one more is answered at once by a single background thread (no handler thread per
@@ -597,7 +598,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(data.decode("utf-8"), parse_constant=reject_constant,
                               object_pairs_hook=unique_keys)
         except (UnicodeDecodeError, ValueError) as error:
-            raise ApiError(400, f"the body is not valid JSON: {error}", code="invalid_json")
+            raise ApiError(400, f"the body is not valid JSON: {error}",
+                           code="invalid_json") from None
         except RecursionError:
             raise ApiError(400, "the body's JSON nests arrays or objects deeper than this "
                                 "server parses", code="invalid_json") from None

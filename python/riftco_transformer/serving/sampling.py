@@ -197,7 +197,7 @@ class TemperatureSampler:
             ranked, weights = _nucleus(ranked, weights, self.top_p)
         threshold = self._random.random() * sum(weights)  # summed in the order accumulated below
         cumulative = 0.0
-        for token, weight in zip(ranked, weights):
+        for token, weight in zip(ranked, weights, strict=True):
             cumulative += weight
             if cumulative > threshold:
                 return token

@@ -394,7 +394,7 @@ class Scheduler:
                 else:
                     self._counts["prefill_row"] += 1
                     self._counts["prefill_token"] += len(chunk)
-        for (request, chunk), (logits, error) in zip(rows, outcomes):
+        for (request, chunk), (logits, error) in zip(rows, outcomes, strict=True):
             if error is not None:
                 self._fail(request, error)
                 continue
