@@ -96,15 +96,25 @@ bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size
         }
         if (softcap == 0.0F)
             continue;
-        float* slope = derivative != nullptr ? derivative + r * cols : nullptr;
-        for (std::size_t c = 0; c < cols; ++c) {
-            const std::size_t key = k0 + c;
-            if (key > query || (window != 0 && key + window <= query))
-                continue;  // masked (a visible −inf score is capped to −c, as elsewhere)
-            const float t = std::tanh(row[c] * inverse_cap);
-            row[c] = softcap * t;
-            if (slope != nullptr)
+        // Every entry's tanh (both loops vectorise), kept where the key is visible: masked
+        // entries stay −inf, a visible −inf is capped to −c as on every backend.
+        const std::size_t first = window == 0 || window > query ? 0 : query + 1 - window;
+        if (derivative == nullptr) {
+            for (std::size_t c = 0; c < cols; ++c) {
+                const std::size_t key = k0 + c;
+                const bool visible = (key <= query) & (key >= first);
+                const float t = fast_tanh(row[c] * inverse_cap);
+                row[c] = visible ? softcap * t : negative_infinity;
+            }
+        } else {
+            float* slope = derivative + r * cols;
+            for (std::size_t c = 0; c < cols; ++c) {
+                const std::size_t key = k0 + c;
+                const bool visible = (key <= query) & (key >= first);
+                const float t = fast_tanh(row[c] * inverse_cap);
+                row[c] = visible ? softcap * t : negative_infinity;
                 slope[c] = 1.0F - t * t;
+            }
         }
     }
     return bad;

@@ -181,7 +181,7 @@ void CpuElementwise::unary(UnaryOperation operation, const Tensor& x, Tensor& ou
                 break;
             case UnaryOperation::Tanh:
                 for (std::size_t i = begin; i < end; ++i)
-                    y[i] = std::tanh(v[i]);
+                    y[i] = fast_tanh(v[i]);
                 break;
         }
     });

@@ -195,7 +195,7 @@ void fast_pair(const PagedAttentionGeometry& g, const float* q, const float* key
         const float cap = options.softcap;
         const float inverse_cap = 1.0F / cap;
         for (std::size_t i = 0; i < visible; ++i) {
-            scores[i] = cap * std::tanh(scores[i] * inverse_cap);
+            scores[i] = cap * fast_tanh(scores[i] * inverse_cap);
         }
     }
     const float maximum = row_max(scores, visible);

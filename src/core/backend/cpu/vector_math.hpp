@@ -5,6 +5,8 @@
 //              below (so exp(-inf) = 0), +inf above
 //   fast_erfc  relative error < 2.5e-7 for all finite x (the Chebyshev fit's 1.2e-7 plus the
 //              float rounding of exp and of the result); absolute error < 2.6e-7
+//   fast_tanh  relative error < 2e-7 for all finite x (1.8e-7 worst, near |x| = 0.55);
+//              ±1 at ±inf, NaN stays NaN
 
 #include <bit>
 #include <cmath>
@@ -100,6 +102,25 @@ constexpr float overflowing = 89.0F;       // > ln(FLT_MAX): clamping here still
     const auto low = static_cast<float>(bounded - static_cast<double>(high));
     const auto positive = static_cast<float>(t * static_cast<double>(fast_exp_sum(high, low)));
     return x < 0.0F ? 2.0F - positive : positive;
+}
+
+// tanh(x): the odd Taylor series through x^15 below |x| = 0.55 (truncation < 5e-8 relative
+// there, no cancellation), 1 − 2/(e^{2|x|} + 1) with the sign of x above (e^{2|x|} >= 3, so
+// the subtraction loses under 2 bits; +inf past the exp range gives exactly 1). Both are
+// computed and one is selected, so loops over it vectorise.
+[[nodiscard]] inline float fast_tanh(float x) {
+    const float a = std::fabs(x);
+    const float z = x * x;
+    float series = -929569.0F / 638512875.0F;  // x^15
+    series = series * z + 21844.0F / 6081075.0F;
+    series = series * z - 1382.0F / 155925.0F;
+    series = series * z + 62.0F / 2835.0F;
+    series = series * z - 17.0F / 315.0F;
+    series = series * z + 2.0F / 15.0F;
+    series = series * z - 1.0F / 3.0F;
+    const float small = x + x * (z * series);
+    const float large = std::copysign(1.0F - 2.0F / (fast_exp(2.0F * a) + 1.0F), x);
+    return a < 0.55F ? small : large;
 }
 
 // Standard normal density φ(x) = e^{−x²/2}/√(2π).
