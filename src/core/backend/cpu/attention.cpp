@@ -81,24 +81,26 @@ std::size_t first_key_tile(std::size_t q0, std::size_t window) {
 bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size_t q0,
                     std::size_t k0, float scale, std::size_t window, float softcap = 0.0F,
                     float* derivative = nullptr) {
-    bool bad = false;
+    int bad = 0;
     const float inverse_cap = softcap != 0.0F ? 1.0F / softcap : 0.0F;
+    constexpr float positive_infinity = std::numeric_limits<float>::infinity();
     for (std::size_t r = 0; r < rows; ++r) {
         float* row = scores + r * cols;
         const std::size_t query = q0 + r;
+        // Key `key` is visible when first <= key <= query (the window's first key, or 0). The
+        // loops are branch-free (bitwise tests, selects) so that they vectorise.
+        const std::size_t first = window == 0 || window > query ? 0 : query + 1 - window;
         for (std::size_t c = 0; c < cols; ++c) {
             const float value = row[c] * scale;
             const std::size_t key = k0 + c;
-            const bool visible = key <= query && (window == 0 || key + window > query);
-            bad = bad ||
-                  (visible && (value != value || value == std::numeric_limits<float>::infinity()));
+            const bool visible = (key <= query) & (key >= first);
+            bad |= static_cast<int>(visible & ((value != value) | (value == positive_infinity)));
             row[c] = visible ? value : negative_infinity;
         }
         if (softcap == 0.0F)
             continue;
-        // Every entry's tanh (both loops vectorise), kept where the key is visible: masked
-        // entries stay −inf, a visible −inf is capped to −c as on every backend.
-        const std::size_t first = window == 0 || window > query ? 0 : query + 1 - window;
+        // Every entry's tanh, kept where the key is visible: masked entries stay −inf, a
+        // visible −inf is capped to −c as on every backend.
         if (derivative == nullptr) {
             for (std::size_t c = 0; c < cols; ++c) {
                 const std::size_t key = k0 + c;
@@ -117,7 +119,7 @@ bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size
             }
         }
     }
-    return bad;
+    return bad != 0;
 }
 
 [[noreturn]] void throw_bad_scores(std::size_t item, bool no_finite) {
