@@ -37,14 +37,24 @@ struct Workload {
 
 Workload workload(const std::string& name) {
     if (name == "tiny") {
-        return {{.vocabulary_size = 27, .maximum_context = 16, .model_width = 32,
-                 .head_count = 4, .block_count = 2, .feed_forward_width = 64},
-                4, 16};
+        return {{.vocabulary_size = 27,
+                 .maximum_context = 16,
+                 .model_width = 32,
+                 .head_count = 4,
+                 .block_count = 2,
+                 .feed_forward_width = 64},
+                4,
+                16};
     }
     if (name == "small") {
-        return {{.vocabulary_size = 512, .maximum_context = 128, .model_width = 128,
-                 .head_count = 4, .block_count = 4, .feed_forward_width = 512},
-                8, 128};
+        return {{.vocabulary_size = 512,
+                 .maximum_context = 128,
+                 .model_width = 128,
+                 .head_count = 4,
+                 .block_count = 4,
+                 .feed_forward_width = 512},
+                8,
+                128};
     }
     throw std::invalid_argument("--model must be tiny or small (got '" + name + "')");
 }
@@ -128,39 +138,44 @@ int main(int argc, char** argv) {
         const Timing on_device = run(device, w, steps, [&] { before = runtime->statistics(); });
         const auto after = runtime->statistics();
         const double n = steps - 1;  // the steps after the first
-        std::printf("model %s (B=%zu T=%zu D=%zu N=%zu), %d steps, %zu CPU threads; PJRT platform "
-                    "'%s', API 0.%d\n",
-                    model_name.c_str(), w.batch, w.context, w.dimensions.model_width,
-                    w.dimensions.block_count, steps, cpu_thread_count(),
-                    runtime->platform_name().c_str(), runtime->api_minor());
+        std::printf(
+            "model %s (B=%zu T=%zu D=%zu N=%zu), %d steps, %zu CPU threads; PJRT platform "
+            "'%s', API 0.%d\n",
+            model_name.c_str(), w.batch, w.context, w.dimensions.model_width,
+            w.dimensions.block_count, steps, cpu_thread_count(), runtime->platform_name().c_str(),
+            runtime->api_minor());
         std::printf("cpu : first step %.3f s, then %.2f ms/step (last loss %.4f)\n",
                     cpu.first_seconds, 1e3 * cpu.step_seconds, cpu.last_loss);
-        std::printf("%-4s: first step %.3f s, then %.2f ms/step (last loss %.4f); %.2fx the CPU "
-                    "step time\n",
-                    std::string(execution_backend_name(device)).c_str(), on_device.first_seconds,
-                    1e3 * on_device.step_seconds, on_device.last_loss,
-                    on_device.step_seconds / cpu.step_seconds);
-        std::printf("first step: %llu programs compiled in %.3f s, %.0f bytes to device (the "
-                    "model's initial values and the batch)\n",
-                    static_cast<unsigned long long>(before.compiles - start.compiles),
-                    before.compile_seconds - start.compile_seconds,
-                    static_cast<double>(before.bytes_to_device - start.bytes_to_device));
-        std::printf("each later step: %llu programs compiled, %.0f program runs (%.1f ms inside "
-                    "Execute), cache hit rate %.1f%%\n",
-                    static_cast<unsigned long long>(after.compiles - before.compiles),
-                    static_cast<double>(after.executions - before.executions) / n,
-                    1e3 * (after.execute_seconds - before.execute_seconds) / n,
-                    100.0 * static_cast<double>(after.cache_hits - before.cache_hits) /
-                        static_cast<double>(after.cache_hits - before.cache_hits + after.compiles -
-                                            before.compiles));
-        std::printf("each later step: %.0f bytes to device in %.1f uploads (%.2f ms), %.0f bytes to host "
-                    "in %.1f downloads (%.2f ms incl. waiting for the device)\n",
-                    static_cast<double>(after.bytes_to_device - before.bytes_to_device) / n,
-                    static_cast<double>(after.uploads - before.uploads) / n,
-                    1e3 * (after.upload_seconds - before.upload_seconds) / n,
-                    static_cast<double>(after.bytes_to_host - before.bytes_to_host) / n,
-                    static_cast<double>(after.downloads - before.downloads) / n,
-                    1e3 * (after.download_seconds - before.download_seconds) / n);
+        std::printf(
+            "%-4s: first step %.3f s, then %.2f ms/step (last loss %.4f); %.2fx the CPU "
+            "step time\n",
+            std::string(execution_backend_name(device)).c_str(), on_device.first_seconds,
+            1e3 * on_device.step_seconds, on_device.last_loss,
+            on_device.step_seconds / cpu.step_seconds);
+        std::printf(
+            "first step: %llu programs compiled in %.3f s, %.0f bytes to device (the "
+            "model's initial values and the batch)\n",
+            static_cast<unsigned long long>(before.compiles - start.compiles),
+            before.compile_seconds - start.compile_seconds,
+            static_cast<double>(before.bytes_to_device - start.bytes_to_device));
+        std::printf(
+            "each later step: %llu programs compiled, %.0f program runs (%.1f ms inside "
+            "Execute), cache hit rate %.1f%%\n",
+            static_cast<unsigned long long>(after.compiles - before.compiles),
+            static_cast<double>(after.executions - before.executions) / n,
+            1e3 * (after.execute_seconds - before.execute_seconds) / n,
+            100.0 * static_cast<double>(after.cache_hits - before.cache_hits) /
+                static_cast<double>(after.cache_hits - before.cache_hits + after.compiles -
+                                    before.compiles));
+        std::printf(
+            "each later step: %.0f bytes to device in %.1f uploads (%.2f ms), %.0f bytes to host "
+            "in %.1f downloads (%.2f ms incl. waiting for the device)\n",
+            static_cast<double>(after.bytes_to_device - before.bytes_to_device) / n,
+            static_cast<double>(after.uploads - before.uploads) / n,
+            1e3 * (after.upload_seconds - before.upload_seconds) / n,
+            static_cast<double>(after.bytes_to_host - before.bytes_to_host) / n,
+            static_cast<double>(after.downloads - before.downloads) / n,
+            1e3 * (after.download_seconds - before.download_seconds) / n);
     } catch (const std::exception& error) {
         std::fprintf(stderr, "error: %s\n", error.what());
         return 1;

@@ -3,11 +3,11 @@
 
 #include <cmath>
 
-#include "support/attention_reference.hpp"
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "riftco_transformer/nn/attention.hpp"
+#include "support/attention_reference.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer {

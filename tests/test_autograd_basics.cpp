@@ -35,7 +35,8 @@ TEST(AutogradBasics, MlpGradientsMatchFiniteDifferences) {
     const auto loss_with = [&](int which) {
         return [&, which](const std::vector<float>& values) {
             const auto as = [&](int index, const std::vector<float>& original, Shape shape) {
-                return Variable(Tensor(std::move(shape), index == which ? values : original), false);
+                return Variable(Tensor(std::move(shape), index == which ? values : original),
+                                false);
             };
             return static_cast<double>(mlp_loss(as(0, x_values, {4, 3}), as(1, w1_values, {3, 5}),
                                                 as(2, b1_values, {5}), as(3, w2_values, {5, 6}),
@@ -44,10 +45,17 @@ TEST(AutogradBasics, MlpGradientsMatchFiniteDifferences) {
                                            .item());
         };
     };
-    EXPECT_TRUE(testing::all_close(x.gradient(), testing::finite_difference_gradient(loss_with(0), x_values, 1e-3), 2e-3, 0));
-    EXPECT_TRUE(testing::all_close(w1.gradient(), testing::finite_difference_gradient(loss_with(1), w1_values, 1e-3), 2e-3, 0));
-    EXPECT_TRUE(testing::all_close(b1.gradient(), testing::finite_difference_gradient(loss_with(2), b1_values, 1e-3), 2e-3, 0));
-    EXPECT_TRUE(testing::all_close(w2.gradient(), testing::finite_difference_gradient(loss_with(3), w2_values, 1e-3), 2e-3, 0));
+    EXPECT_TRUE(testing::all_close(
+        x.gradient(), testing::finite_difference_gradient(loss_with(0), x_values, 1e-3), 2e-3, 0));
+    EXPECT_TRUE(testing::all_close(
+        w1.gradient(), testing::finite_difference_gradient(loss_with(1), w1_values, 1e-3), 2e-3,
+        0));
+    EXPECT_TRUE(testing::all_close(
+        b1.gradient(), testing::finite_difference_gradient(loss_with(2), b1_values, 1e-3), 2e-3,
+        0));
+    EXPECT_TRUE(testing::all_close(
+        w2.gradient(), testing::finite_difference_gradient(loss_with(3), w2_values, 1e-3), 2e-3,
+        0));
 }
 
 TEST(AutogradBasics, SuccessfulBackwardConsumesTheGraph) {
@@ -101,11 +109,13 @@ TEST(AutogradBasics, FrozenWeightGetsNoGradientProduct) {
 TEST(AutogradBasics, DeepChainDoesNotOverflowTheStack) {
     Variable x(Tensor({1}, {1.0F}));
     Variable y = x;
-    for (int i = 0; i < 10000; ++i) y = y * 1.0F + 0.0F;
+    for (int i = 0; i < 10000; ++i)
+        y = y * 1.0F + 0.0F;
     sum(y).backward();
     EXPECT_TRUE(testing::all_close(x.gradient(), {1.0}));
     Variable z = x;
-    for (int i = 0; i < 100000; ++i) z = -z;
+    for (int i = 0; i < 100000; ++i)
+        z = -z;
     z = Variable();  // freeing a 100,000-node chain must not recurse
 }
 

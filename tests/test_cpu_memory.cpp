@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "riftco_transformer/core/memory.hpp"
 #include "core/backend/cpu/host_block_cache.hpp"
+#include "riftco_transformer/core/memory.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
 #include "support/test_support.hpp"
 

@@ -197,8 +197,7 @@ TEST_F(CudaBackend, MixedBackendsAreRejectedLikeEveryAdapter) {
     const Tensor on_device({2}, std::vector<float>{1.0F, 2.0F}, cuda);
     const Tensor on_host({2}, std::vector<float>{1.0F, 2.0F}, cpu);
     EXPECT_THROW(static_cast<void>(tensor_ops::add(on_device, on_host)), std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(tensor_ops::divide(on_host, on_device)),
-                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(tensor_ops::divide(on_host, on_device)), std::invalid_argument);
     const Tensor square_device({2, 2}, 1.0F, cuda);
     const Tensor square_host({2, 2}, 1.0F, cpu);
     EXPECT_THROW(static_cast<void>(tensor_ops::matmul(square_device, square_host)),
@@ -211,8 +210,8 @@ TEST_F(CudaBackend, DivideByZeroIsRaisedAtTheSyncPointWithTheCpuMessage) {
     const std::vector<float> numerator = {1.0F, 2.0F, 3.0F, 4.0F};
     const std::vector<float> denominator = {1.0F, 0.0F, 2.0F, -0.0F};
     const std::string expected = message_of<std::domain_error>([&] {
-        static_cast<void>(tensor_ops::divide(Tensor({4}, numerator, cpu),
-                                             Tensor({4}, denominator, cpu)));
+        static_cast<void>(
+            tensor_ops::divide(Tensor({4}, numerator, cpu), Tensor({4}, denominator, cpu)));
     });
     ASSERT_FALSE(expected.empty());
     Tensor quotient;
@@ -247,8 +246,7 @@ TEST_F(CudaBackend, OnlyTheFirstDeferredErrorIsRaised) {
     });
     static_cast<void>(tensor_ops::divide(negative, zero));  // first
     static_cast<void>(tensor_ops::log(negative));           // second, dropped
-    EXPECT_EQ(message_of<std::domain_error>([&] { static_cast<void>(zero.to_host()); }),
-              expected);
+    EXPECT_EQ(message_of<std::domain_error>([&] { static_cast<void>(zero.to_host()); }), expected);
     EXPECT_NO_THROW(static_cast<void>(zero.to_host()));
 }
 
@@ -275,17 +273,19 @@ std::vector<float> elementwise_inputs() {
 TEST_F(CudaBackend, UnaryOperationsMatchTheCpuReference) {
     const std::vector<float> values = elementwise_inputs();
     using Unary = Tensor (*)(const Tensor&);
-    const std::pair<const char*, Unary> operations[] = {
-        {"negate", tensor_ops::negate}, {"exp", tensor_ops::exp},
-        {"erf", tensor_ops::erf},       {"gelu", tensor_ops::gelu},
-        {"gelu_tanh", tensor_ops::gelu_tanh}, {"relu", tensor_ops::relu},
-        {"silu", tensor_ops::silu}};
+    const std::pair<const char*, Unary> operations[] = {{"negate", tensor_ops::negate},
+                                                        {"exp", tensor_ops::exp},
+                                                        {"erf", tensor_ops::erf},
+                                                        {"gelu", tensor_ops::gelu},
+                                                        {"gelu_tanh", tensor_ops::gelu_tanh},
+                                                        {"relu", tensor_ops::relu},
+                                                        {"silu", tensor_ops::silu}};
     const Tensor on_cpu({64, 64}, values, cpu);
     const Tensor on_device({64, 64}, values, cuda);
     for (const auto& [name, operation] : operations) {
         SCOPED_TRACE(name);
-        EXPECT_TRUE(matches_reference(operation(on_device).to_host(),
-                                      operation(on_cpu).to_host(), nn_tolerance));
+        EXPECT_TRUE(matches_reference(operation(on_device).to_host(), operation(on_cpu).to_host(),
+                                      nn_tolerance));
     }
     // Log and sqrt on their domain.
     std::vector<float> positive = uniform_values(4096, 1e-3F, 50.0F, 4);

@@ -66,8 +66,11 @@ TEST_F(CudaLayoutMatmul, PermuteAndTransposeMoveDataExactly) {
 }
 
 TEST_F(CudaLayoutMatmul, BroadcastAndItsAdjointMatchTheReference) {
-    const std::vector<std::pair<Shape, Shape>> cases = {
-        {{5}, {4, 3, 5}}, {{3, 1}, {2, 3, 7}}, {{1, 1}, {6, 4}}, {{}, {3, 2}}, {{4, 1, 6}, {4, 5, 6}}};
+    const std::vector<std::pair<Shape, Shape>> cases = {{{5}, {4, 3, 5}},
+                                                        {{3, 1}, {2, 3, 7}},
+                                                        {{1, 1}, {6, 4}},
+                                                        {{}, {3, 2}},
+                                                        {{4, 1, 6}, {4, 5, 6}}};
     unsigned seed = 10;
     for (const auto& [small, large] : cases) {
         const auto [s_cpu, s] = pair_of(small, seed++);
@@ -76,9 +79,8 @@ TEST_F(CudaLayoutMatmul, BroadcastAndItsAdjointMatchTheReference) {
         const auto [l_cpu, l] = pair_of(large, seed++);
         const Tensor reduced = tensor_ops::sum_to_shape(l, small);
         EXPECT_EQ(reduced.shape(), small);
-        EXPECT_TRUE(matches_reference(reduced.to_host(),
-                                      tensor_ops::sum_to_shape(l_cpu, small).to_host(),
-                                      nn_tolerance));
+        EXPECT_TRUE(matches_reference(
+            reduced.to_host(), tensor_ops::sum_to_shape(l_cpu, small).to_host(), nn_tolerance));
     }
 }
 
@@ -106,15 +108,14 @@ TEST_F(CudaLayoutMatmul, SumsAndMeansMatchTheReference) {
     const auto [x_cpu, x] = pair_of({7, 300, 11}, 30);
     EXPECT_TRUE(matches_reference(tensor_ops::sum(x).to_host(), tensor_ops::sum(x_cpu).to_host(),
                                   nn_tolerance));
-    EXPECT_TRUE(matches_reference(tensor_ops::mean(x).to_host(),
-                                  tensor_ops::mean(x_cpu).to_host(), nn_tolerance));
+    EXPECT_TRUE(matches_reference(tensor_ops::mean(x).to_host(), tensor_ops::mean(x_cpu).to_host(),
+                                  nn_tolerance));
     for (std::size_t axis = 0; axis < 3; ++axis) {
         SCOPED_TRACE(axis);
         EXPECT_TRUE(matches_reference(tensor_ops::sum(x, axis).to_host(),
                                       tensor_ops::sum(x_cpu, axis).to_host(), nn_tolerance));
         EXPECT_TRUE(matches_reference(tensor_ops::mean(x, axis, true).to_host(),
-                                      tensor_ops::mean(x_cpu, axis, true).to_host(),
-                                      nn_tolerance));
+                                      tensor_ops::mean(x_cpu, axis, true).to_host(), nn_tolerance));
     }
     // A long sum over several partial blocks.
     const auto [long_cpu, long_device] = pair_of({1000003}, 31);
@@ -126,15 +127,14 @@ TEST_F(CudaLayoutMatmul, MatmulMatchesTheReferenceAtEveryTransposeAndBatch) {
     for (const std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
         for (const bool transpose_left : {false, true}) {
             for (const bool transpose_right : {false, true}) {
-                SCOPED_TRACE(::testing::Message() << "batch " << batch << ", transpose_left "
-                                                  << transpose_left << ", transpose_right "
-                                                  << transpose_right);
+                SCOPED_TRACE(::testing::Message()
+                             << "batch " << batch << ", transpose_left " << transpose_left
+                             << ", transpose_right " << transpose_right);
                 const std::size_t m = 33;
                 const std::size_t n = 65;
                 const std::size_t k = 129;
                 const Shape left_shape = transpose_left ? Shape{batch, k, m} : Shape{batch, m, k};
-                const Shape right_shape =
-                    transpose_right ? Shape{batch, n, k} : Shape{batch, k, n};
+                const Shape right_shape = transpose_right ? Shape{batch, n, k} : Shape{batch, k, n};
                 const auto [l_cpu, l] = pair_of(left_shape, 40);
                 const auto [r_cpu, r] = pair_of(right_shape, 41);
                 const Tensor product = tensor_ops::matmul(l, r, transpose_left, transpose_right);

@@ -73,8 +73,8 @@ TEST(DataParallel, ReductionOfOneRankKeepsTheGradientForAnyBucketSize) {
         parallel.synchronize_parameters(parameters);
         EXPECT_EQ(parallel.reduce_gradients(parameters, 16.0), 16.0);
         for (std::size_t i = 0; i < parameters.size(); ++i) {
-            EXPECT_TRUE(testing::bit_identical(parameters[i].parameter.gradient().to_host(),
-                                               before[i]))
+            EXPECT_TRUE(
+                testing::bit_identical(parameters[i].parameter.gradient().to_host(), before[i]))
                 << parameters[i].name << " bucket " << bucket;
         }
         EXPECT_GT(parallel.communicated_bytes(), 0U);

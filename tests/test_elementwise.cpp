@@ -391,9 +391,9 @@ TEST(GeluTanhBackward, MatchesTheAnalyticDerivativeAndItsLimits) {
     std::vector<float> x = testing::pseudo_random(1001, -6.0F, 6.0F, 18U);
     x.insert(x.end(), {0.0F, 1.0F, -1.0F, 10.0F, -10.0F});
     const std::vector<float> upstream = testing::pseudo_random(x.size(), -2.0F, 2.0F, 19U);
-    EXPECT_TRUE(testing::all_close(
-        ops::gelu_tanh_backward(vector_of(x), vector_of(upstream)),
-        hadamard(upstream, map_double(x, gelu_tanh_derivative_reference))));
+    EXPECT_TRUE(
+        testing::all_close(ops::gelu_tanh_backward(vector_of(x), vector_of(upstream)),
+                           hadamard(upstream, map_double(x, gelu_tanh_derivative_reference))));
     const std::vector<float> limits =
         ops::gelu_tanh_backward(vector_of({-infinity, infinity, -1e20F, 1e20F}),
                                 vector_of({3.0F, 3.0F, 3.0F, 3.0F}))

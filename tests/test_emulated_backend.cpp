@@ -41,8 +41,7 @@ Tensor right_on(ExecutionBackend backend) {
 
 // True only in a cuda build where a device is visible (see the file comment).
 bool cuda_device_visible() {
-    const bool visible =
-        execution_backend_available(ExecutionBackend::Cuda);
+    const bool visible = execution_backend_available(ExecutionBackend::Cuda);
     if (visible) {
         std::cout << "[   NOTE   ] a CUDA device is visible: cuda is checked as available and "
                      "the tpu stub stands in for an unavailable backend\n";

@@ -6,12 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
-#include <span>
-#include <algorithm>
-#include <random>
 #include <tuple>
 #include <vector>
 
@@ -189,8 +189,7 @@ TEST(Gemv, ProjectManyEqualsEachMatmulAndNamesABadWeight) {
     }
     EXPECT_THROW((void)tensor_ops::project_many(x, std::span<const Tensor>()),
                  std::invalid_argument);
-    EXPECT_THROW((void)tensor_ops::project_many(Tensor({2, 3, k}), weights),
-                 std::invalid_argument);
+    EXPECT_THROW((void)tensor_ops::project_many(Tensor({2, 3, k}), weights), std::invalid_argument);
 }
 
 TEST(Gemv, FewDozenRowProductsTakeTheFlippedPathAndMatchTheOracle) {

@@ -59,7 +59,6 @@ std::vector<double> gather_oracle(const std::vector<float>& table,
     return out;
 }
 
-
 // table [4,3] = rows (0,1,2), (10,11,12), (20,21,22), (30,31,32).
 Tensor small_table() {
     return Tensor(

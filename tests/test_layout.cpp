@@ -392,8 +392,10 @@ TEST(SumToShape, IsTheAdjointOfBroadcastTo) {
         SCOPED_TRACE(shape_to_string(small) + " -> " + shape_to_string(large));
         const std::vector<float> x = testing::pseudo_random(element_count(small), -1, 1, ++seed);
         const std::vector<float> y = testing::pseudo_random(element_count(large), -1, 1, ++seed);
-        const double left = testing::inner_product(broadcast_to(tensor_of(small, x), large).to_host(), y);
-        const double right = testing::inner_product(x, sum_to_shape(tensor_of(large, y), small).to_host());
+        const double left =
+            testing::inner_product(broadcast_to(tensor_of(small, x), large).to_host(), y);
+        const double right =
+            testing::inner_product(x, sum_to_shape(tensor_of(large, y), small).to_host());
         EXPECT_NEAR(left, right, 1e-5 * (1.0 + std::fabs(left)));
     }
 }

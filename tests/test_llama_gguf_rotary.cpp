@@ -64,9 +64,8 @@ TEST(LlamaGgufRotary, InterleavedRotationOfStoredRowsEqualsSplitHalfRotationOfOr
         std::vector<double> interleaved = project(stored, x);
         for (std::size_t h = 0; h < heads; ++h) {
             for (std::size_t i = 0; i < head_width / 2; ++i) {
-                const double angle =
-                    static_cast<double>(position) *
-                    std::pow(theta, -2.0 * static_cast<double>(i) / head_width);
+                const double angle = static_cast<double>(position) *
+                                     std::pow(theta, -2.0 * static_cast<double>(i) / head_width);
                 const double c = static_cast<float>(std::cos(angle));
                 const double s = static_cast<float>(std::sin(angle));
                 double& a = interleaved[h * head_width + 2 * i];

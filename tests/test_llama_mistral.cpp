@@ -73,8 +73,8 @@ std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<dou
 void rotate(double* head, std::size_t d, std::size_t p, double theta) {
     for (std::size_t i = 0; i < d / 2; ++i) {
         const double angle =
-            static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i) /
-                                                         static_cast<double>(d));
+            static_cast<double>(p) *
+            std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
         const double c = static_cast<double>(static_cast<float>(std::cos(angle)));
         const double s = static_cast<double>(static_cast<float>(std::sin(angle)));
         const double a = head[i];
@@ -151,8 +151,8 @@ std::vector<std::vector<double>> reference_logits(const LlamaMistralConfig& c, c
         c.tie_embeddings ? w.at("token_embedding.weight") : w.at("language_model_head.weight");
     std::vector<std::vector<double>> logits(T);
     for (std::size_t t = 0; t < T; ++t)
-        logits[t] = project(head_weight, rms_norm(h[t], w.at("final_norm.scale"), eps),
-                            c.vocabulary_size);
+        logits[t] =
+            project(head_weight, rms_norm(h[t], w.at("final_norm.scale"), eps), c.vocabulary_size);
     return logits;
 }
 
@@ -708,8 +708,7 @@ TEST(LlamaMistral, IncrementalForwardEqualsTheFullForwardAtEveryPosition) {
     const std::vector<std::size_t> positions = {0, 1, 2, 3};
     const std::vector<std::size_t> all_rows = {0, 1, 2, 3};
     const auto prefill =
-        model.forward_incremental(std::span(tokens).first(4), positions, cache, all_rows)
-            .to_host();
+        model.forward_incremental(std::span(tokens).first(4), positions, cache, all_rows).to_host();
     std::vector<float> incremental = prefill;
     for (std::size_t t = 4; t < 7; ++t) {
         cache.set_positions({t});

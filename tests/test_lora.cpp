@@ -67,8 +67,8 @@ TEST(LoraConfig, TargetsAreNamedByProjectionPath) {
         const auto target = static_cast<LoraTarget>(i);
         EXPECT_EQ(lora_target_from_name(lora_target_name(target)), target);
     }
-    const std::string message =
-        testing::message_of<std::invalid_argument>([] { (void)lora_target_from_name("attention.qkv"); });
+    const std::string message = testing::message_of<std::invalid_argument>(
+        [] { (void)lora_target_from_name("attention.qkv"); });
     EXPECT_NE(message.find("'attention.qkv'"), std::string::npos) << message;
     EXPECT_NE(message.find("attention.query"), std::string::npos) << message;
     EXPECT_THROW((void)lora_target_name(static_cast<LoraTarget>(10)), std::invalid_argument);

@@ -69,7 +69,6 @@ std::vector<std::uint32_t> pseudo_random_targets(std::size_t count, std::uint32_
     return targets;
 }
 
-
 // Runs cross_entropy expecting `Error`, then checks the logits were left untouched.
 template <typename Error>
 ::testing::AssertionResult rejects_without_changing_inputs(
@@ -415,9 +414,10 @@ TEST(CrossEntropyMasked, RejectsBadMasksNamingTheArgumentAndChangesNothing) {
     EXPECT_NE(message_of({1, 1}).find("2 mask flags given for 3 positions"), std::string::npos);
     EXPECT_NE(message_of({1, 2, 0}).find("mask[1] = 2 must be 0 or 1"), std::string::npos);
     EXPECT_NE(message_of({0, 0, 0}).find("selects no position"), std::string::npos);
-    EXPECT_THROW(static_cast<void>(tensor_ops::cross_entropy_masked(
-                     logits, std::vector<std::uint32_t>{0, 4, 1}, std::vector<std::uint8_t>{1, 1, 1})),
-                 std::out_of_range);
+    EXPECT_THROW(
+        static_cast<void>(tensor_ops::cross_entropy_masked(
+            logits, std::vector<std::uint32_t>{0, 4, 1}, std::vector<std::uint8_t>{1, 1, 1})),
+        std::out_of_range);
     EXPECT_TRUE(bit_identical(logits.to_host(), values));
 }
 

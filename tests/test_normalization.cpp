@@ -161,7 +161,6 @@ RmsNormGradientOracle rms_norm_backward_oracle(const std::vector<float>& x,
     return oracle;
 }
 
-
 constexpr double default_epsilon = static_cast<double>(tensor_ops::default_normalization_epsilon);
 
 }  // namespace
@@ -397,10 +396,11 @@ TEST(LayerNormBackward, MatchesFiniteDifferencesForInputScaleAndBias) {
     const std::vector<float> w = pseudo_random(48, -1.0F, 1.0F, 204U);
     const auto objective = [&](const std::vector<float>& xs, const std::vector<float>& gammas,
                                const std::vector<float>& betas) {
-        return testing::inner_product(tensor_ops::layer_norm(Tensor(shape, xs), Tensor({width}, gammas),
-                                                   Tensor({width}, betas))
-                                .output.to_host(),
-                            w);
+        return testing::inner_product(
+            tensor_ops::layer_norm(Tensor(shape, xs), Tensor({width}, gammas),
+                                   Tensor({width}, betas))
+                .output.to_host(),
+            w);
     };
     const tensor_ops::LayerNormResult forward =
         tensor_ops::layer_norm(Tensor(shape, x), Tensor({width}, scale), Tensor({width}, bias));

@@ -146,7 +146,8 @@ TEST(PagedAttention, BatchedRequestsEqualSeparateCalls) {
     const std::size_t page_size = 8;
     const Sequence s1{13, testing::normal_values(13 * heads * width, 7),
                       testing::normal_values(13 * heads * width, 8)};
-    const Sequence s2{3, testing::normal_values(3 * heads * width, 9), testing::normal_values(3 * heads * width, 10)};
+    const Sequence s2{3, testing::normal_values(3 * heads * width, 9),
+                      testing::normal_values(3 * heads * width, 10)};
     const std::vector<std::vector<std::uint32_t>> tables = {{4, 1}, {2}};
     const Pools pools = pools_holding({&s1, &s2}, tables, 5, heads, page_size, width);
     const std::vector<float> queries = testing::normal_values(3 * heads * width, 11);
@@ -174,7 +175,8 @@ TEST(PagedAttention, LongSequencesStayAccurateAndThreadCountFree) {
     const std::size_t length = 700;
     const std::size_t h = 8;
     const std::size_t d = 64;
-    Sequence s{length, testing::normal_values(length * h * d, 12), testing::normal_values(length * h * d, 13)};
+    Sequence s{length, testing::normal_values(length * h * d, 12),
+               testing::normal_values(length * h * d, 13)};
     std::vector<std::uint32_t> table;
     for (std::uint32_t p = 0; p < 44; ++p) {
         table.push_back((p * 7) % 44);
@@ -198,7 +200,8 @@ TEST(PagedAttention, LongSequencesStayAccurateAndThreadCountFree) {
 }
 
 TEST(PagedAttention, NonFiniteScoresAreDomainErrors) {
-    Sequence s{2, testing::normal_values(2 * heads * width, 15), testing::normal_values(2 * heads * width, 16)};
+    Sequence s{2, testing::normal_values(2 * heads * width, 15),
+               testing::normal_values(2 * heads * width, 16)};
     s.keys[heads * width + 3] = INFINITY;  // position 1, head 0
     const std::vector<std::uint32_t> table = {0};
     const Pools pools = pools_holding({&s}, {table}, 1, heads, 4, width);

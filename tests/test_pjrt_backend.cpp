@@ -137,8 +137,7 @@ TEST_F(PjrtBackend, MixedBackendsAreRejected) {
     const Tensor on_device({3}, std::vector<float>{1, 2, 3}, device);
     const Tensor on_cpu({3}, std::vector<float>{1, 2, 3}, ExecutionBackend::Cpu);
     EXPECT_THROW(static_cast<void>(tensor_ops::add(on_device, on_cpu)), std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(tensor_ops::multiply(on_cpu, on_device)),
-                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(tensor_ops::multiply(on_cpu, on_device)), std::invalid_argument);
 }
 
 // ---- elementwise parity ---------------------------------------------------------------------
@@ -178,26 +177,29 @@ TEST_F(PjrtBackend, UnaryOperationsMatchTheReference) {
     const std::vector<float> values = elementwise_inputs();
     std::vector<float> positive = uniform_values(500, 1e-6F, 50.0F, 8);
     positive.push_back(std::numeric_limits<float>::infinity());
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::negate(x); }, "negate",
-                        values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::exp(x); }, "exp", values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::log(x); }, "log",
-                        positive);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::sqrt(x); }, "sqrt",
-                        positive);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::erf(x); }, "erf", values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::gelu(x); }, "gelu",
-                        values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::gelu_tanh(x); },
-                        "gelu_tanh", values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::relu(x); }, "relu",
-                        values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::silu(x); }, "silu",
-                        values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::scale(x, -0.37F); },
-                        "scale", values);
-    expect_unary_parity(device, [](const Tensor& x) { return tensor_ops::add_scalar(x, 2.5F); },
-                        "add_scalar", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::negate(x); }, "negate", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::exp(x); }, "exp", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::log(x); }, "log", positive);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::sqrt(x); }, "sqrt", positive);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::erf(x); }, "erf", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::gelu(x); }, "gelu", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::gelu_tanh(x); }, "gelu_tanh", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::relu(x); }, "relu", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::silu(x); }, "silu", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::scale(x, -0.37F); }, "scale", values);
+    expect_unary_parity(
+        device, [](const Tensor& x) { return tensor_ops::add_scalar(x, 2.5F); }, "add_scalar",
+        values);
 }
 
 TEST_F(PjrtBackend, DerivativesMatchTheReference) {

@@ -97,7 +97,8 @@ TEST_F(PjrtLoader, IncompatibleVersionsAndShortTablesAreRefused) {
                 ::testing::ExitedWithCode(1), "incompatible PJRT version: .* API 0\\.10 .*x >= 90");
     EXPECT_EXIT(ask(ExecutionBackend::Pjrt,
                     {{"RIFTCO_TRANSFORMER_PJRT_PLUGIN", fake}, {"RIFTCO_FAKE_PJRT_MODE", "table"}}),
-                ::testing::ExitedWithCode(1), "incompatible PJRT version: .*200-byte function table");
+                ::testing::ExitedWithCode(1),
+                "incompatible PJRT version: .*200-byte function table");
 }
 
 TEST_F(PjrtLoader, AClientWithoutDevicesIsNoDevice) {
@@ -152,8 +153,8 @@ TEST_F(PjrtLoader, RealLibtpuWithoutATpuSaysSoCleanly) {
     EXPECT_EXIT(
         {
             alarm(120);
-            ask(ExecutionBackend::Tpu, {{"RIFTCO_TRANSFORMER_TPU_LIBRARY", libtpu},
-                                        {"TPU_SKIP_MDS_QUERY", "1"}});
+            ask(ExecutionBackend::Tpu,
+                {{"RIFTCO_TRANSFORMER_TPU_LIBRARY", libtpu}, {"TPU_SKIP_MDS_QUERY", "1"}});
         },
         ::testing::ExitedWithCode(1),
         "reason: the TPU runtime library found no device: PJRT client creation failed: .*");

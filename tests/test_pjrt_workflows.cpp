@@ -50,14 +50,13 @@ Batch batch_for_step(int step) {
 
 // Loss per step of `steps` Adam steps of the reference tiny model built with `seed`, on
 // `backend`, with `attention`.
-std::vector<float> pretraining_curve(ExecutionBackend backend, AttentionKind attention,
-                                     int steps) {
+std::vector<float> pretraining_curve(ExecutionBackend backend, AttentionKind attention, int steps) {
     const ScopedExecutionBackend on(backend);
     std::mt19937 generator(11);
     DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F, attention);
-    Adam adam(model.parameters(), AdamOptions{.learning_rate = 3e-3,
-                                              .maximum_gradient_norm = 1.0,
-                                              .weight_decay = 0.01});
+    Adam adam(
+        model.parameters(),
+        AdamOptions{.learning_rate = 3e-3, .maximum_gradient_norm = 1.0, .weight_decay = 0.01});
     std::vector<float> losses;
     for (int step = 0; step < steps; ++step) {
         const Batch batch = batch_for_step(step);
@@ -82,13 +81,13 @@ void expect_curves_agree(const std::vector<float>& device, const std::vector<flo
 TEST_F(PjrtWorkflows, TinyPretrainingFollowsTheCpuLossCurveForTwentySteps) {
     const std::vector<float> cpu =
         pretraining_curve(ExecutionBackend::Cpu, AttentionKind::Materialized, 20);
-    const std::vector<float> on_device =
-        pretraining_curve(device, AttentionKind::Materialized, 20);
+    const std::vector<float> on_device = pretraining_curve(device, AttentionKind::Materialized, 20);
     expect_curves_agree(on_device, cpu);
 }
 
 TEST_F(PjrtWorkflows, FlashAttentionTrainingFollowsTheCpuLossCurve) {
-    const std::vector<float> cpu = pretraining_curve(ExecutionBackend::Cpu, AttentionKind::Flash, 8);
+    const std::vector<float> cpu =
+        pretraining_curve(ExecutionBackend::Cpu, AttentionKind::Flash, 8);
     const std::vector<float> on_device = pretraining_curve(device, AttentionKind::Flash, 8);
     expect_curves_agree(on_device, cpu);
 }

@@ -186,7 +186,10 @@ TEST(Pretokenizer, Qwen2IsLlama3WithSingleDigits) {
     EXPECT_EQ(split(PretokenizerKind::Qwen2, "I'LL go"), (Pieces{"I", "'LL", " go"}));
     EXPECT_EQ(split(PretokenizerKind::Qwen2, "$hello"), (Pieces{"$hello"}));
     EXPECT_EQ(split(PretokenizerKind::Qwen2, "x!!\n\ny"), (Pieces{"x", "!!\n\n", "y"}));
-    EXPECT_EQ(split(PretokenizerKind::Qwen2, "\xC2\xBD" "7"), (Pieces{"\xC2\xBD", "7"}));
+    EXPECT_EQ(split(PretokenizerKind::Qwen2,
+                    "\xC2\xBD"
+                    "7"),
+              (Pieces{"\xC2\xBD", "7"}));
 }
 
 TEST(Pretokenizer, PiecesConcatenateToTheTextOnLongRuns) {

@@ -319,8 +319,8 @@ TEST(NeuralLowering, ConfigurationRejections) {
     const MultilinearMap binary = dyadic_map(2, {3, 2}, 1);
     const auto rejects = [](const MultilinearMap& map, NeuralLoweringConfig config,
                             const std::string& fragment) {
-        const std::string message =
-            testing::message_of<std::invalid_argument>([&] { LoweredMultilinearMap(map, config, cpu); });
+        const std::string message = testing::message_of<std::invalid_argument>(
+            [&] { LoweredMultilinearMap(map, config, cpu); });
         EXPECT_NE(message.find(fragment), std::string::npos) << message;
     };
     rejects(binary, {.strategy = LoweringStrategy::Linear}, "cannot lower a map of arity 2");

@@ -39,7 +39,6 @@ QuantizedWeight quantize_values(std::size_t out, std::size_t in, const std::vect
     return QuantizedWeight::quantize(Tensor({out, in}, values), options);
 }
 
-
 // ---- byte counts ---------------------------------------------------------------------------
 
 struct ByteCountCase {
@@ -527,11 +526,11 @@ TEST(QuantizedWeightFromPacked, RejectsAnUnavailableBackend) {
         // A cuda build with a visible device: the payload lands there, and the unavailable
         // contract is checked on the Metal stub (never available in the shipped library).
         std::cout << "[   NOTE   ] a CUDA device is visible: cuda is checked as available here\n";
-        EXPECT_EQ(QuantizedWeight::from_packed_nf4(legacy_payload(), ExecutionBackend::Cuda)
-                      .backend(),
-                  ExecutionBackend::Cuda);
-        EXPECT_THROW(static_cast<void>(QuantizedWeight::from_packed_nf4(
-                         legacy_payload(), ExecutionBackend::Metal)),
+        EXPECT_EQ(
+            QuantizedWeight::from_packed_nf4(legacy_payload(), ExecutionBackend::Cuda).backend(),
+            ExecutionBackend::Cuda);
+        EXPECT_THROW(static_cast<void>(QuantizedWeight::from_packed_nf4(legacy_payload(),
+                                                                        ExecutionBackend::Metal)),
                      std::runtime_error);
         return;
     }

@@ -69,9 +69,9 @@ TEST(RotaryEmbedding, TheFusedPassEqualsTheRecordedGraphBitForBitInBothForms) {
                 for (std::size_t t = 0; t < time; ++t)
                     for (std::size_t i = 0; i < d / 2; ++i) {
                         const std::size_t row = ((b * heads + h) * time + t) * d;
-                        const double angle = static_cast<double>(positions[t]) *
-                                             std::pow(500.0, -2.0 * static_cast<double>(i) /
-                                                                 static_cast<double>(d));
+                        const double angle =
+                            static_cast<double>(positions[t]) *
+                            std::pow(500.0, -2.0 * static_cast<double>(i) / static_cast<double>(d));
                         const double first = values[row + i];
                         const double second = values[row + i + d / 2];
                         EXPECT_NEAR(got[row + i],

@@ -117,7 +117,6 @@ std::vector<float> to_float(const std::vector<double>& values) {
     return result;
 }
 
-
 bool is_positive_zero(float value) {
     return value == 0.0F && !std::signbit(value);
 }
@@ -347,7 +346,8 @@ TEST(SoftmaxBackward, MatchesFiniteDifferencesOfWeightedSumOnEveryAxis) {
     const std::vector<float> w = pseudo_random(24, -1.0F, 1.0F, 12U);
     for (std::size_t axis = 0; axis < 3; ++axis) {
         const auto objective = [&](const std::vector<float>& input) {
-            return testing::inner_product(tensor_ops::softmax(Tensor(shape, input), axis).to_host(), w);
+            return testing::inner_product(tensor_ops::softmax(Tensor(shape, input), axis).to_host(),
+                                          w);
         };
         const Tensor p = tensor_ops::softmax(Tensor(shape, x), axis);
         const Tensor dx = tensor_ops::softmax_backward(p, Tensor(shape, w), axis);
@@ -607,8 +607,8 @@ TEST(CausalSoftmaxBackward, MatchesFiniteDifferencesIncludingScale) {
     const std::vector<float> w = pseudo_random(32, -1.0F, 1.0F, 82U);
     for (const float scale : {0.5F, 1.0F, 2.5F}) {
         const auto objective = [&](const std::vector<float>& input) {
-            return testing::inner_product(tensor_ops::causal_softmax(Tensor(shape, input), scale).to_host(),
-                                w);
+            return testing::inner_product(
+                tensor_ops::causal_softmax(Tensor(shape, input), scale).to_host(), w);
         };
         const Tensor p = tensor_ops::causal_softmax(Tensor(shape, scores), scale);
         const Tensor dx = tensor_ops::causal_softmax_backward(p, Tensor(shape, w), scale);

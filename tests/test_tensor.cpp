@@ -22,8 +22,7 @@ namespace {
 // True only in a cuda build where a device is visible: there the CUDA assertions below check
 // the available behaviour; everywhere else CUDA is the unavailable stub they always tested.
 bool cuda_device_visible() {
-    const bool visible =
-        execution_backend_available(ExecutionBackend::Cuda);
+    const bool visible = execution_backend_available(ExecutionBackend::Cuda);
     if (visible) {
         std::cout << "[   NOTE   ] a CUDA device is visible: cuda is checked as available here\n";
     }

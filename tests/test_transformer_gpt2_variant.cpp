@@ -37,11 +37,12 @@ DecoderOptions gpt2_options() {
     return options;
 }
 
-std::unique_ptr<DecoderOnlyTransformer> make(const DecoderOptions& options, std::uint32_t seed,
-                                             AttentionKind attention = AttentionKind::Materialized) {
+std::unique_ptr<DecoderOnlyTransformer> make(
+    const DecoderOptions& options, std::uint32_t seed,
+    AttentionKind attention = AttentionKind::Materialized) {
     std::mt19937 generator(seed);
-    return std::make_unique<DecoderOnlyTransformer>(
-        small(), generator, 1e-5F, attention, ActivationCheckpointing::Disabled, options);
+    return std::make_unique<DecoderOnlyTransformer>(small(), generator, 1e-5F, attention,
+                                                    ActivationCheckpointing::Disabled, options);
 }
 
 // ---- a double-precision GPT-2 forward over one sequence, from the parameter values
@@ -50,9 +51,7 @@ using Matrix = std::vector<double>;  // row-major
 
 struct Weights {
     std::map<std::string, std::vector<double>> values;
-    const std::vector<double>& operator[](const std::string& name) const {
-        return values.at(name);
-    }
+    const std::vector<double>& operator[](const std::string& name) const { return values.at(name); }
 };
 
 Weights weights_of(const DecoderOnlyTransformer& model) {
@@ -121,14 +120,14 @@ Matrix reference_logits(const Weights& w, const std::vector<std::uint32_t>& toke
     }
     for (std::size_t block = 0; block < d.block_count; ++block) {
         const std::string p = "blocks." + std::to_string(block) + ".";
-        const Matrix a = layer_norm(h, T, D, w[p + "attention_norm.scale"],
-                                    w[p + "attention_norm.bias"]);
-        const Matrix q = affine(a, T, D, w[p + "attention.query.weight"],
-                                w[p + "attention.query.bias"], D);
+        const Matrix a =
+            layer_norm(h, T, D, w[p + "attention_norm.scale"], w[p + "attention_norm.bias"]);
+        const Matrix q =
+            affine(a, T, D, w[p + "attention.query.weight"], w[p + "attention.query.bias"], D);
         const Matrix k =
             affine(a, T, D, w[p + "attention.key.weight"], w[p + "attention.key.bias"], D);
-        const Matrix v = affine(a, T, D, w[p + "attention.value.weight"],
-                                w[p + "attention.value.bias"], D);
+        const Matrix v =
+            affine(a, T, D, w[p + "attention.value.weight"], w[p + "attention.value.bias"], D);
         Matrix mixed(T * D, 0.0);
         for (std::size_t head = 0; head < H; ++head) {
             for (std::size_t t = 0; t < T; ++t) {
@@ -156,8 +155,8 @@ Matrix reference_logits(const Weights& w, const std::vector<std::uint32_t>& toke
                                        w[p + "attention.output.bias"], D);
         for (std::size_t i = 0; i < h.size(); ++i)
             h[i] += attended[i];
-        const Matrix n = layer_norm(h, T, D, w[p + "feed_forward_norm.scale"],
-                                    w[p + "feed_forward_norm.bias"]);
+        const Matrix n =
+            layer_norm(h, T, D, w[p + "feed_forward_norm.scale"], w[p + "feed_forward_norm.bias"]);
         Matrix hidden = affine(n, T, D, w[p + "feed_forward.expand.weight"],
                                w[p + "feed_forward.expand.bias"], F);
         for (double& value : hidden)
@@ -197,8 +196,8 @@ TEST(DecoderGpt2Variant, ForwardMatchesTheDoubleReference) {
         const std::vector<std::uint32_t> tokens = {3, 1, 12, 7, 0, 7, 9, 2};
         const std::vector<float> logits =
             model->forward(tokens, {1, tokens.size()}).value().to_host();
-        EXPECT_TRUE(testing::all_close(logits, reference_logits(weights_of(*model), tokens),
-                                       1e-5, 1e-4));
+        EXPECT_TRUE(
+            testing::all_close(logits, reference_logits(weights_of(*model), tokens), 1e-5, 1e-4));
     }
 }
 
@@ -297,8 +296,7 @@ TEST(DecoderGpt2Variant, AnUnknownActivationIsRejectedBeforeAnyDraw) {
     options.feed_forward_activation = static_cast<Activation>(7);
     std::mt19937 generator(4);
     try {
-        const DecoderOnlyTransformer model(small(), generator, 1e-5F,
-                                           AttentionKind::Materialized,
+        const DecoderOnlyTransformer model(small(), generator, 1e-5F, AttentionKind::Materialized,
                                            ActivationCheckpointing::Disabled, options);
         ADD_FAILURE() << "an unknown activation was accepted";
     } catch (const std::invalid_argument& error) {

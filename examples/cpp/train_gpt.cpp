@@ -154,8 +154,8 @@ const std::vector<Flag>& flags() {
                      return;
                  }
              }
-             throw std::invalid_argument(
-                 "--backend must be cpu, metal, cuda, tpu or pjrt (got '" + v + "')");
+             throw std::invalid_argument("--backend must be cpu, metal, cuda, tpu or pjrt (got '" +
+                                         v + "')");
          }},
         {"--activation-checkpointing", "disabled|block",
          "block: recompute each block during backward instead of keeping its activations",
@@ -478,12 +478,12 @@ int main(int argc, char** argv) {
         }
         const CpuMemoryStatistics memory = cpu_memory_statistics();
         out << "peak tensor memory while training: " << std::setprecision(1)
-                  << static_cast<double>(memory.peak_live_bytes) / 1048576.0 << " MiB (block cache "
-                  << static_cast<double>(memory.cached_bytes) / 1048576.0 << " MiB)\n";
+            << static_cast<double>(memory.peak_live_bytes) / 1048576.0 << " MiB (block cache "
+            << static_cast<double>(memory.cached_bytes) / 1048576.0 << " MiB)\n";
         const double held_out_loss = evaluate(model, held_out, o.context, o.batch);
         const double baseline = unigram_baseline(train, held_out, dims.vocabulary_size);
         out << std::setprecision(4) << "held-out loss " << held_out_loss
-                  << " nats/token; unigram baseline " << baseline << " nats/token\n\n";
+            << " nats/token; unigram baseline " << baseline << " nats/token\n\n";
         std::mt19937_64 sampler(o.seed + 2);
         const std::vector<std::uint32_t> prompt =
             tokenizer->encode_bytes(text_bytes(std::string("Alice ")));

@@ -68,8 +68,7 @@ rt_status rt_process_group_rank(const rt_process_group* group, int32_t* out) {
 }
 
 rt_status rt_process_group_world_size(const rt_process_group* group, int32_t* out) {
-    return guarded(__func__,
-                   [&] { set_output(out, group_of(group).group->world_size(), "out"); });
+    return guarded(__func__, [&] { set_output(out, group_of(group).group->world_size(), "out"); });
 }
 
 rt_status rt_process_group_barrier(rt_process_group* group) {
@@ -86,8 +85,8 @@ rt_status rt_process_group_allreduce_sum_f64(rt_process_group* group, double* va
     });
 }
 
-rt_status rt_process_group_broadcast_bytes(rt_process_group* group, uint8_t* bytes,
-                                           uint64_t count, int32_t root) {
+rt_status rt_process_group_broadcast_bytes(rt_process_group* group, uint8_t* bytes, uint64_t count,
+                                           int32_t root) {
     return guarded(__func__, [&] {
         rt_process_group& native = group_of(group);
         if (count > 0)

@@ -34,8 +34,8 @@ constexpr rt_pretrained_vocabulary default_vocabulary() {
 std::vector<std::string> unpack_strings(const uint8_t* bytes, const uint64_t* offsets,
                                         uint64_t count, const char* name) {
     const std::string argument = std::string("vocabulary->") + name;
-    const auto offset_list = input_array(offsets, count == 0 ? 0 : count + 1,
-                                         (argument + "_offsets").c_str());
+    const auto offset_list =
+        input_array(offsets, count == 0 ? 0 : count + 1, (argument + "_offsets").c_str());
     std::vector<std::string> strings;
     if (count == 0)
         return strings;
@@ -99,20 +99,22 @@ rt_status rt_pretrained_tokenizer_create(const rt_pretrained_vocabulary* vocabul
             throw std::invalid_argument("vocabulary->model: unknown value " +
                                         std::to_string(given.model));
         }
-        if (given.pretokenizer < RT_PRETOKENIZER_GPT2 || given.pretokenizer > RT_PRETOKENIZER_QWEN2) {
+        if (given.pretokenizer < RT_PRETOKENIZER_GPT2 ||
+            given.pretokenizer > RT_PRETOKENIZER_QWEN2) {
             throw std::invalid_argument("vocabulary->pretokenizer: unknown value " +
                                         std::to_string(given.pretokenizer));
         }
         if (given.ignore_merges > 1 || given.add_dummy_prefix > 1)
-            throw std::invalid_argument("vocabulary->ignore_merges and add_dummy_prefix are 0 or 1");
+            throw std::invalid_argument(
+                "vocabulary->ignore_merges and add_dummy_prefix are 0 or 1");
         PretrainedVocabulary engine;
         engine.model = static_cast<PretrainedModelKind>(given.model);
         engine.pretokenizer = static_cast<PretokenizerKind>(given.pretokenizer);
         engine.tokens =
             unpack_strings(given.token_bytes, given.token_offsets, given.token_count, "token");
         if (given.token_types != nullptr) {
-            for (const int32_t value : input_array(given.token_types, given.token_count,
-                                                   "vocabulary->token_types")) {
+            for (const int32_t value :
+                 input_array(given.token_types, given.token_count, "vocabulary->token_types")) {
                 engine.token_types.push_back(token_type_from_value(value));
             }
         }
@@ -165,14 +167,14 @@ rt_status rt_pretrained_tokenizer_special_ids(const rt_pretrained_tokenizer* tok
     });
 }
 
-rt_status rt_pretrained_tokenizer_encode(const rt_pretrained_tokenizer* tokenizer,
-                                         const char* text, uint64_t length, int32_t special,
-                                         uint32_t* out, uint64_t capacity, uint64_t* required) {
+rt_status rt_pretrained_tokenizer_encode(const rt_pretrained_tokenizer* tokenizer, const char* text,
+                                         uint64_t length, int32_t special, uint32_t* out,
+                                         uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         const PretrainedTokenizer& native = tokenizer_of(tokenizer);
         const auto bytes = input_array(text, length, "text");
-        const std::vector<TokenId> ids = native.encode(
-            std::string_view(bytes.data(), bytes.size()), special_from_value(special));
+        const std::vector<TokenId> ids = native.encode(std::string_view(bytes.data(), bytes.size()),
+                                                       special_from_value(special));
         write_output(std::span<const uint32_t>(ids), out, capacity, required);
     });
 }
@@ -187,17 +189,15 @@ rt_status rt_pretrained_tokenizer_decode(const rt_pretrained_tokenizer* tokenize
     });
 }
 
-rt_status rt_pretrained_tokenizer_token_bytes(const rt_pretrained_tokenizer* tokenizer,
-                                              uint32_t id, uint8_t* out, uint64_t capacity,
-                                              uint64_t* required) {
+rt_status rt_pretrained_tokenizer_token_bytes(const rt_pretrained_tokenizer* tokenizer, uint32_t id,
+                                              uint8_t* out, uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         write_bytes(tokenizer_of(tokenizer).token_bytes(id), out, capacity, required);
     });
 }
 
-rt_status rt_pretrained_tokenizer_token_text(const rt_pretrained_tokenizer* tokenizer,
-                                             uint32_t id, uint8_t* out, uint64_t capacity,
-                                             uint64_t* required) {
+rt_status rt_pretrained_tokenizer_token_text(const rt_pretrained_tokenizer* tokenizer, uint32_t id,
+                                             uint8_t* out, uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         write_bytes(tokenizer_of(tokenizer).token_text(id), out, capacity, required);
     });
@@ -238,27 +238,28 @@ rt_status rt_pretrained_tokenizer_export(const rt_pretrained_tokenizer* tokenize
             bytes.append(text);
         };
         switch (part) {
-        case RT_PRETRAINED_PART_TOKENS:
-            for (const std::string& token : vocabulary.tokens)
-                put_string(token);
-            break;
-        case RT_PRETRAINED_PART_MERGES:
-            for (const auto& [left, right] : vocabulary.merges)
-                put_string(left + " " + right);
-            break;
-        case RT_PRETRAINED_PART_TOKEN_TYPES:
-            for (std::size_t i = 0; i < vocabulary.tokens.size(); ++i) {
-                const TokenType type =
-                    vocabulary.token_types.empty() ? TokenType::Normal : vocabulary.token_types[i];
-                put_u32(static_cast<std::uint32_t>(type));
-            }
-            break;
-        case RT_PRETRAINED_PART_SCORES:
-            for (const float score : vocabulary.scores)
-                put_u32(std::bit_cast<std::uint32_t>(score));
-            break;
-        default:
-            throw std::invalid_argument("part: unknown value " + std::to_string(part));
+            case RT_PRETRAINED_PART_TOKENS:
+                for (const std::string& token : vocabulary.tokens)
+                    put_string(token);
+                break;
+            case RT_PRETRAINED_PART_MERGES:
+                for (const auto& [left, right] : vocabulary.merges)
+                    put_string(left + " " + right);
+                break;
+            case RT_PRETRAINED_PART_TOKEN_TYPES:
+                for (std::size_t i = 0; i < vocabulary.tokens.size(); ++i) {
+                    const TokenType type = vocabulary.token_types.empty()
+                                               ? TokenType::Normal
+                                               : vocabulary.token_types[i];
+                    put_u32(static_cast<std::uint32_t>(type));
+                }
+                break;
+            case RT_PRETRAINED_PART_SCORES:
+                for (const float score : vocabulary.scores)
+                    put_u32(std::bit_cast<std::uint32_t>(score));
+                break;
+            default:
+                throw std::invalid_argument("part: unknown value " + std::to_string(part));
         }
         write_bytes(bytes, out, capacity, required);
     });
@@ -274,8 +275,8 @@ rt_status rt_pretrained_tokenizer_find_token(const rt_pretrained_tokenizer* toke
     });
 }
 
-rt_status rt_gguf_metadata_string(const char* path, const char* key, int32_t* present,
-                                  uint8_t* out, uint64_t capacity, uint64_t* required) {
+rt_status rt_gguf_metadata_string(const char* path, const char* key, int32_t* present, uint8_t* out,
+                                  uint64_t capacity, uint64_t* required) {
     return guarded(__func__, [&] {
         require_pointer(path, "path");
         require_pointer(key, "key");

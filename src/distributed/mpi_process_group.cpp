@@ -143,7 +143,9 @@ class Watchdog {
 class MpiProcessGroup final : public ProcessGroup {
   public:
     explicit MpiProcessGroup(std::chrono::milliseconds timeout)
-        : timeout_(timeout), rank_(world_rank()), size_(world_size_of()),
+        : timeout_(timeout),
+          rank_(world_rank()),
+          size_(world_size_of()),
           watchdog_(timeout, rank_, size_) {}
 
     [[nodiscard]] int rank() const noexcept override { return rank_; }
@@ -202,8 +204,7 @@ class MpiProcessGroup final : public ProcessGroup {
         if (code != MPI_SUCCESS) {
             runtime().broken = true;
             throw DistributedError(std::string(operation) + " on rank " + std::to_string(rank_) +
-                                   " of " + std::to_string(size_) + " failed: " +
-                                   error_text(code));
+                                   " of " + std::to_string(size_) + " failed: " + error_text(code));
         }
     }
 
@@ -219,8 +220,8 @@ class MpiProcessGroup final : public ProcessGroup {
         for (std::size_t at = 0; at < count; at += piece) {
             const std::size_t n = std::min(piece, count - at);
             run("broadcast", [&] {
-                return MPI_Bcast(static_cast<char*>(data) + at * element, static_cast<int>(n),
-                                 type, root, MPI_COMM_WORLD);
+                return MPI_Bcast(static_cast<char*>(data) + at * element, static_cast<int>(n), type,
+                                 root, MPI_COMM_WORLD);
             });
         }
     }

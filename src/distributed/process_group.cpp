@@ -177,9 +177,10 @@ void DataParallel::synchronize_parameters(const ParameterList& parameters) {
 
 double DataParallel::reduce_gradients(const ParameterList& parameters, double local_weight) {
     if (!std::isfinite(local_weight) || local_weight < 0.0) {
-        throw std::invalid_argument("DataParallel::reduce_gradients: local_weight must be "
-                                    "finite and >= 0, got " +
-                                    std::to_string(local_weight));
+        throw std::invalid_argument(
+            "DataParallel::reduce_gradients: local_weight must be "
+            "finite and >= 0, got " +
+            std::to_string(local_weight));
     }
     const Stopwatch watch(seconds_);
     double total = local_weight;
@@ -227,8 +228,8 @@ double DataParallel::reduce_gradients(const ParameterList& parameters, double lo
             return;
         reduce(std::span<float>(bucket.data(), filled));
         for (const Member& member : members)
-            write_back(member.index, std::span<const float>(bucket.data() + member.offset,
-                                                            member.count));
+            write_back(member.index,
+                       std::span<const float>(bucket.data() + member.offset, member.count));
         members.clear();
         filled = 0;
     };
@@ -259,10 +260,9 @@ double DataParallel::reduce_gradients(const ParameterList& parameters, double lo
 std::pair<std::size_t, std::size_t> DataParallel::shard(std::size_t global_rows) const {
     const auto world = static_cast<std::size_t>(group_.world_size());
     if (global_rows == 0 || global_rows % world != 0) {
-        throw std::invalid_argument("data parallel: the global batch of " +
-                                    std::to_string(global_rows) +
-                                    " rows is not a positive multiple of the world size " +
-                                    std::to_string(world));
+        throw std::invalid_argument(
+            "data parallel: the global batch of " + std::to_string(global_rows) +
+            " rows is not a positive multiple of the world size " + std::to_string(world));
     }
     const std::size_t rows = global_rows / world;
     const auto rank = static_cast<std::size_t>(group_.rank());

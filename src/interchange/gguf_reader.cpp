@@ -136,8 +136,8 @@ std::size_t read_at(int descriptor, std::uint8_t* out, std::size_t count, std::u
                     const std::string& source) {
     std::size_t done = 0;
     while (done < count) {
-        const ::ssize_t got = ::pread(descriptor, out + done, count - done,
-                                      static_cast<::off_t>(offset + done));
+        const ::ssize_t got =
+            ::pread(descriptor, out + done, count - done, static_cast<::off_t>(offset + done));
         if (got < 0) {
             if (errno == EINTR)
                 continue;
@@ -221,8 +221,7 @@ class Cursor {
         if (end <= available_)
             return;
         constexpr std::size_t first_read = std::size_t{1} << 20U;
-        const std::size_t target =
-            std::min(size_, std::max({end, 2 * available_, first_read}));
+        const std::size_t target = std::min(size_, std::max({end, 2 * available_, first_read}));
         buffer_.resize(target);
         const std::size_t got = read_at(descriptor_, buffer_.data() + available_,
                                         target - available_, available_, source_);
@@ -972,10 +971,10 @@ void GgufFile::read_data(std::uint64_t offset, std::span<std::uint8_t> out) cons
     const std::uint64_t begin = data_offset_ + offset;
     const std::size_t got = read_at(descriptor_, out.data(), out.size(), begin, source_);
     if (got != out.size()) {
-        throw GgufFormatError("gguf: " + source_ + ": the file shrank while it was being read: it was " +
-                              std::to_string(size_) + " bytes, and a read of bytes [" +
-                              std::to_string(begin) + ", " + std::to_string(begin + out.size()) +
-                              ") ended at byte " + std::to_string(begin + got));
+        throw GgufFormatError(
+            "gguf: " + source_ + ": the file shrank while it was being read: it was " +
+            std::to_string(size_) + " bytes, and a read of bytes [" + std::to_string(begin) + ", " +
+            std::to_string(begin + out.size()) + ") ended at byte " + std::to_string(begin + got));
     }
 }
 

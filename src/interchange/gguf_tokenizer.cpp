@@ -23,10 +23,10 @@ PretrainedVocabulary vocabulary_from_gguf(const GgufFile& file) {
             vocabulary.token_types.push_back(token_type_from_value(value));
     }
     if (vocabulary.model == PretrainedModelKind::ByteLevelBpe) {
-        vocabulary.pretokenizer =
-            pretokenizer_kind_from_gguf(file.contains("tokenizer.ggml.pre")
-                                            ? std::string_view(file.get_string("tokenizer.ggml.pre"))
-                                            : std::string_view("gpt-2"));
+        vocabulary.pretokenizer = pretokenizer_kind_from_gguf(
+            file.contains("tokenizer.ggml.pre")
+                ? std::string_view(file.get_string("tokenizer.ggml.pre"))
+                : std::string_view("gpt-2"));
         vocabulary.merges = parse_merges(file.get_string_array("tokenizer.ggml.merges"));
         // llama.cpp's llama-bpe family (Llama 3) emits a pre-token that is a whole token as it
         // is, like tokenizer.json's "ignore_merges".

@@ -211,9 +211,8 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
                     fail(file, prefix + "attn_factor must be finite and > 0 (got " +
                                    std::to_string(extra) + ")");
                 }
-                yarn.attention_factor = (yarn.attention_factor != 0.0
-                                             ? yarn.attention_factor
-                                             : rotary_magnitude(yarn)) *
+                yarn.attention_factor = (yarn.attention_factor != 0.0 ? yarn.attention_factor
+                                                                      : rotary_magnitude(yarn)) *
                                         extra;
             }
         } else if (scaling != "none") {

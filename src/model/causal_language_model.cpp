@@ -102,8 +102,8 @@ void CausalLanguageModel::require_incremental_rows(const char* operation,
     const std::size_t rows = tokens.size();
     if (rows == 0 || positions.size() != rows || output_rows.empty()) {
         std::ostringstream message;
-        message << operation << ": " << rows << " tokens, " << positions.size()
-                << " positions and " << output_rows.size()
+        message << operation << ": " << rows << " tokens, " << positions.size() << " positions and "
+                << output_rows.size()
                 << " output rows given (one position per token, at least one of each)";
         throw std::invalid_argument(message.str());
     }
@@ -132,7 +132,7 @@ void CausalLanguageModel::require_incremental_rows(const char* operation,
 }
 
 Variable CausalLanguageModel::language_model_logits(const Variable& normalized, const Linear* head,
-                                                   const Embedding& token_embedding) {
+                                                    const Embedding& token_embedding) {
     if (head != nullptr)
         return head->forward(normalized);
     return linear(normalized, token_embedding.weight(), Variable());
@@ -214,23 +214,22 @@ Variable CausalLanguageModel::run_block(
         const std::uint64_t version = structure_version();
         const AdaptationLifecycle* adaptation = &adaptation_;
         const char* model = model_name();
-        return checkpoint(hidden, dependencies,
-                          [forward, version, adaptation, index, model](const Variable& input) {
-                              if (adaptation->structure_version() != version) {
-                                  throw std::logic_error(
-                                      std::string(model) + ": block " + std::to_string(index) +
-                                      " cannot be replayed: LoRA or NF4 changed the model's "
-                                      "structure after the forward pass");
-                              }
-                              return forward(input);
-                          });
+        return checkpoint(
+            hidden, dependencies,
+            [forward, version, adaptation, index, model](const Variable& input) {
+                if (adaptation->structure_version() != version) {
+                    throw std::logic_error(std::string(model) + ": block " + std::to_string(index) +
+                                           " cannot be replayed: LoRA or NF4 changed the model's "
+                                           "structure after the forward pass");
+                }
+                return forward(input);
+            });
     } catch (const std::domain_error& error) {
         // A kernel of the block met NaN/inf (the softmax of non-finite attention scores): the
         // cause is the activations, not an argument of the op that noticed.
-        throw std::domain_error(std::string(model_name()) +
-                                "::forward: non-finite activations in block " +
-                                std::to_string(index) +
-                                " (weights too large or not finite?): " + error.what());
+        throw std::domain_error(
+            std::string(model_name()) + "::forward: non-finite activations in block " +
+            std::to_string(index) + " (weights too large or not finite?): " + error.what());
     }
 }
 

@@ -134,9 +134,8 @@ TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937&
     feed_forward_norm_ = &register_module(
         "feed_forward_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
     feed_forward_ = &register_module(
-        "feed_forward",
-        std::make_unique<FeedForward>(d.model_width, d.feed_forward_width, generator,
-                                      feed_forward_activation));
+        "feed_forward", std::make_unique<FeedForward>(d.model_width, d.feed_forward_width,
+                                                      generator, feed_forward_activation));
 }
 
 Variable TransformerBlock::forward(const Variable& x) const {
@@ -171,9 +170,8 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
                          std::make_unique<Embedding>(d.maximum_context, d.model_width, generator));
     auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
     for (std::size_t i = 0; i < d.block_count; ++i) {
-        blocks_.push_back(&blocks.append(
-            std::make_unique<TransformerBlock>(d, generator, layer_norm_epsilon, attention,
-                                               options.feed_forward_activation)));
+        blocks_.push_back(&blocks.append(std::make_unique<TransformerBlock>(
+            d, generator, layer_norm_epsilon, attention, options.feed_forward_activation)));
     }
     final_norm_ = &register_module("final_norm",
                                    std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
@@ -199,7 +197,6 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
     }
     set_projections(std::move(projections));
 }
-
 
 void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
     require_attention_kind("DecoderOnlyTransformer", kind);

@@ -259,8 +259,8 @@ SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& genera
         &register_module("down", std::make_unique<Linear>(hidden_width, width, generator, false));
 }
 
-std::optional<std::vector<Variable>> fused_projections(const Variable& x,
-                                                      std::initializer_list<const Linear*> layers) {
+std::optional<std::vector<Variable>> fused_projections(
+    const Variable& x, std::initializer_list<const Linear*> layers) {
     if (!gradient_recording_disabled() || !x.defined() || x.shape().empty()) {
         return std::nullopt;
     }

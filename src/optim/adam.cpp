@@ -13,10 +13,10 @@
 #include <unordered_set>
 #include <utility>
 
-#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/adam_backend.hpp"
 #include "optim/moment_layout.hpp"
 #include "optim/number_text.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer {

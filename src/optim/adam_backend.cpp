@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/number_text.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer::detail {

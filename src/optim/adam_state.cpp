@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/number_text.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 
 namespace riftco_transformer {

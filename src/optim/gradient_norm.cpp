@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "optim/adam_backend.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 
 namespace riftco_transformer {

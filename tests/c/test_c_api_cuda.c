@@ -5,8 +5,8 @@
  * run) or the "not compiled" reason otherwise, and every request refused with
  * RT_STATUS_BACKEND_UNAVAILABLE naming the backend and the reason, leaving what exists usable.
  * With a device visible it reports itself skipped (the C++ suites hold the device parity)
- * unless the build's RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON asks for the device, where it checks that the
- * backend is available with an empty reason.
+ * unless the build's RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON asks for the device, where it checks
+ * that the backend is available with an empty reason.
  */
 #include <string.h>
 
@@ -30,8 +30,8 @@ static void without_a_device_cuda_is_unavailable_with_its_reason(void) {
     if (cuda_available()) {
         char reason[64];
         uint64_t required = 0;
-        EXPECT_OK(rt_backend_unavailability_reason(RT_BACKEND_CUDA, reason, sizeof reason,
-                                                   &required));
+        EXPECT_OK(
+            rt_backend_unavailability_reason(RT_BACKEND_CUDA, reason, sizeof reason, &required));
         EXPECT_STREQ(reason, "");
         printf("skipped: a CUDA device is visible here\n");
         return;

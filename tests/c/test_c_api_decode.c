@@ -129,17 +129,21 @@ static void argument_rules_change_nothing(void) {
     EXPECT(options.kind == RT_KV_CACHE_PAGED && options.block_size == 16 && options.reserved == 0);
     rt_decode_session* out = untouched;
     options.kind = 7;
-    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("options->kind 7");
     options.kind = RT_KV_CACHE_PAGED;
     options.reserved = 1;
-    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
     options.reserved = 0;
     options.block_size = 0;
-    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
     options.block_size = 4;
     options.struct_size = 8;
-    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_decode_session_create(model, &options, &out),
+                  RT_STATUS_INVALID_ARGUMENT);
     EXPECT(out == untouched);
     EXPECT_STATUS(rt_model_decode_session_create(model, NULL, NULL), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_OK(rt_model_decode_session_create(model, NULL, &out)); /* defaults */
@@ -267,10 +271,9 @@ static void sessions_pin_their_model(void) {
 }
 
 static void rows_argmax(void) {
-    const float values[4 * 3] = {1.0f, 3.0f, 3.0f,  /* a tie: the lowest index */
-                                 NAN,  -1.0f, -2.0f, /* NaN never wins */
-                                 -INFINITY, -INFINITY, -INFINITY,
-                                 0.0f, INFINITY, 5.0f};
+    const float values[4 * 3] = {1.0f,      3.0f,      3.0f,  /* a tie: the lowest index */
+                                 NAN,       -1.0f,     -2.0f, /* NaN never wins */
+                                 -INFINITY, -INFINITY, -INFINITY, 0.0f, INFINITY, 5.0f};
     uint32_t argmax[4] = {9, 9, 9, 9};
     uint8_t finite[4] = {9, 9, 9, 9};
     EXPECT_OK(rt_f32_rows_argmax(values, 4, 3, argmax, finite));

@@ -43,8 +43,7 @@ static void a_world_of_one(void) {
     EXPECT_STATUS(rt_process_group_allreduce_sum_f64(group, NULL, 2), RT_STATUS_INVALID_ARGUMENT);
     uint8_t bytes[3] = {1, 2, 3};
     EXPECT_OK(rt_process_group_broadcast_bytes(group, bytes, 3, 0));
-    EXPECT_STATUS(rt_process_group_broadcast_bytes(group, bytes, 3, 1),
-                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_process_group_broadcast_bytes(group, bytes, 3, 1), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("root 1 is not a rank of a world of 1");
     uint64_t gathered[2] = {0, 0};
     uint64_t required = 0;

@@ -42,11 +42,12 @@ int main() {
     const auto group = create_process_group();  // initialises MPI
     const int rank = group->rank();
     if (rank == 0) {
-        std::printf("allreduce (float32 sum) over %d ranks: ours (MPI_Allreduce + watchdog) vs "
-                    "plain MPI_Allreduce\n",
-                    group->world_size());
-        std::printf("%12s %12s %12s %10s %10s %7s\n", "bytes", "ours us", "plain us",
-                    "ours GB/s", "plain GB/s", "ratio");
+        std::printf(
+            "allreduce (float32 sum) over %d ranks: ours (MPI_Allreduce + watchdog) vs "
+            "plain MPI_Allreduce\n",
+            group->world_size());
+        std::printf("%12s %12s %12s %10s %10s %7s\n", "bytes", "ours us", "plain us", "ours GB/s",
+                    "plain GB/s", "ratio");
     }
     for (std::size_t bytes = 4096; bytes <= (std::size_t{64} << 20); bytes *= 4) {
         std::vector<float> values(bytes / sizeof(float), 1.0F);
@@ -56,8 +57,8 @@ int main() {
                           MPI_SUM, MPI_COMM_WORLD);
         });
         if (rank == 0) {
-            std::printf("%12zu %12.1f %12.1f %10.2f %10.2f %7.2f\n", bytes, ours * 1e6,
-                        plain * 1e6, static_cast<double>(bytes) / ours / 1e9,
+            std::printf("%12zu %12.1f %12.1f %10.2f %10.2f %7.2f\n", bytes, ours * 1e6, plain * 1e6,
+                        static_cast<double>(bytes) / ours / 1e9,
                         static_cast<double>(bytes) / plain / 1e9, ours / plain);
         }
     }

@@ -67,7 +67,7 @@ int parity(ProcessGroup& group) {
     DecoderOnlyTransformer model(d, generator);
     std::mt19937 twin_generator(7);
     DecoderOnlyTransformer twin(d, twin_generator);  // one process, whole batch
-    DataParallel parallel(group, 1024);  // small buckets: many collectives per step
+    DataParallel parallel(group, 1024);              // small buckets: many collectives per step
     parallel.synchronize_parameters(model.parameters());
     expect(DataParallel::parameter_hash(model.parameters()) ==
                DataParallel::parameter_hash(twin.parameters()),
@@ -89,8 +89,8 @@ int parity(ProcessGroup& group) {
                                                       inputs.begin() + end * time);
         const std::vector<std::uint32_t> local_targets(targets.begin() + begin * time,
                                                        targets.begin() + end * time);
-        Variable loss = cross_entropy(model.forward(local_inputs, {end - begin, time}),
-                                      local_targets);
+        Variable loss =
+            cross_entropy(model.forward(local_inputs, {end - begin, time}), local_targets);
         double global_loss = loss.value().item() * static_cast<double>(local_targets.size());
         loss.backward();
         parallel.reduce_gradients(model.parameters(), static_cast<double>(local_targets.size()));
@@ -112,8 +112,8 @@ int parity(ProcessGroup& group) {
             double noise = 0.0;
             for (const float g : named.parameter.gradient().to_host())
                 noise = std::max(noise, std::fabs(double{g}));
-            expect(noise < 1e-6, rank, named.name + " gradient " + std::to_string(noise) +
-                                           " is not rounding noise");
+            expect(noise < 1e-6, rank,
+                   named.name + " gradient " + std::to_string(noise) + " is not rounding noise");
         }
         static_cast<void>(twin_adam.step());
 
@@ -137,12 +137,13 @@ int parity(ProcessGroup& group) {
             std::printf("  %s: %.3g\n", ours[i].name.c_str(), difference);
         worst = std::max(worst, difference);
     }
-    expect(worst <= 1e-6, rank, "parameters vs one process: worst relative " +
-                                    std::to_string(worst));
-    std::printf("rank %d: parity worst relative parameter difference %.3g, %llu bytes in %.3f s "
-                "of collectives\n",
-                rank, worst, static_cast<unsigned long long>(parallel.communicated_bytes()),
-                parallel.communication_seconds());
+    expect(worst <= 1e-6, rank,
+           "parameters vs one process: worst relative " + std::to_string(worst));
+    std::printf(
+        "rank %d: parity worst relative parameter difference %.3g, %llu bytes in %.3f s "
+        "of collectives\n",
+        rank, worst, static_cast<unsigned long long>(parallel.communicated_bytes()),
+        parallel.communication_seconds());
     return failures == 0 ? 0 : 1;
 }
 

@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
         const std::size_t V = model->config().vocabulary_size;
         if (command == "logits" && args.size() == 4) {
             const std::vector<std::uint32_t> ids = parse_ids(args[3]);
-            const std::vector<float> logits = model->forward(ids, {1, ids.size()}).value().to_host();
+            const std::vector<float> logits =
+                model->forward(ids, {1, ids.size()}).value().to_host();
             std::ofstream out(args[2], std::ios::binary);
             out.write(reinterpret_cast<const char*>(logits.data()),
                       static_cast<std::streamsize>(logits.size() * sizeof(float)));

@@ -25,7 +25,9 @@ typedef struct {
 
 static int error_object;
 
-static void error_destroy(void* args) { (void)args; }
+static void error_destroy(void* args) {
+    (void)args;
+}
 
 typedef struct {
     size_t struct_size;
@@ -113,10 +115,10 @@ __attribute__((visibility("default"))) const FakeApi* GetPjrtApi(void) {
     }
     api.functions[0] = (void*)error_destroy;
     api.functions[1] = (void*)error_message;
-    api.functions[3] = (void*)succeed;          /* PJRT_Plugin_Initialize */
-    api.functions[10] = (void*)client_create;   /* PJRT_Client_Create */
-    api.functions[12] = (void*)platform_name;   /* PJRT_Client_PlatformName */
-    api.functions[16] = (void*)no_devices;      /* PJRT_Client_AddressableDevices */
+    api.functions[3] = (void*)succeed;        /* PJRT_Plugin_Initialize */
+    api.functions[10] = (void*)client_create; /* PJRT_Client_Create */
+    api.functions[12] = (void*)platform_name; /* PJRT_Client_PlatformName */
+    api.functions[16] = (void*)no_devices;    /* PJRT_Client_AddressableDevices */
     if (strcmp(mode, "major") == 0) {
         api.major_version = 1;
     } else if (strcmp(mode, "minor") == 0) {

@@ -226,16 +226,14 @@ void check_metadata(const rt::GgufFile& file) {
                 if (array.element_type() == rt::GgufValueType::String) {
                     (void)file.get_string_array(key).size();
                 } else {
-                    expect_throw<rt::GgufFormatError>(
-                        [&] { (void)file.get_string_array(key); },
-                        key + " get_string_array of another array");
+                    expect_throw<rt::GgufFormatError>([&] { (void)file.get_string_array(key); },
+                                                      key + " get_string_array of another array");
                 }
                 if (array.element_type() == rt::GgufValueType::Float32) {
                     (void)file.get_float32_array(key).size();
                 } else {
-                    expect_throw<rt::GgufFormatError>(
-                        [&] { (void)file.get_float32_array(key); },
-                        key + " get_float32_array of another array");
+                    expect_throw<rt::GgufFormatError>([&] { (void)file.get_float32_array(key); },
+                                                      key + " get_float32_array of another array");
                 }
                 break;
             }
@@ -305,8 +303,7 @@ std::uint64_t check_tensors(const rt::GgufFile& file) {
         rt::dequantize_gguf_blocks(tensor.type, bytes, blocks);
         if (values.size() != tensor.element_count ||
             std::memcmp(values.data(), blocks.data(), values.size() * sizeof(float)) != 0) {
-            oracle("tensor '" + tensor.name +
-                   "': dequantize and dequantize_gguf_blocks disagree");
+            oracle("tensor '" + tensor.name + "': dequantize and dequantize_gguf_blocks disagree");
         }
         dequantized += values.size();
     }
@@ -327,8 +324,7 @@ std::string byte_symbol_utf8(std::uint8_t byte) {
     return text;
 }
 
-bool has_type(const rt::PretrainedTokenizer& tokenizer, std::string_view text,
-              rt::TokenType type) {
+bool has_type(const rt::PretrainedTokenizer& tokenizer, std::string_view text, rt::TokenType type) {
     const std::optional<rt::TokenId> id = tokenizer.find_token(text);
     return id && tokenizer.token_type(*id) == type;
 }
@@ -377,14 +373,19 @@ void check_tokenizer(const rt::PretrainedTokenizer& tokenizer,
     const auto past_end = static_cast<rt::TokenId>(size);
     expect_throw<std::out_of_range>([&] { (void)tokenizer.token_text(past_end); },
                                     "token_text past the vocabulary");
-    expect_throw<std::out_of_range>([&] { (void)tokenizer.decode({&past_end, 1}); },
-                                    "decode of an id past the vocabulary");
+    expect_throw<std::out_of_range>(
+        [&] {
+            (void)tokenizer.decode({&past_end, 1});
+        },
+        "decode of an id past the vocabulary");
 
     std::vector<std::string> texts = {
         "",
         "Hello, world! It's 42 o'clock.\n\tTabs  and   spaces   \r\n",
         "the quick brown fox; I'll've 1234567 don't",
-        "Grüße aus Köln — ½ ٣ Привет, мир! 世界你好 こんにちは 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 🙂👍🏽 e\xCC\x81",
+        "Grüße aus Köln — ½ ٣ Привет, мир! 世界你好 こんにちは 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 "
+        "🙂👍🏽 "
+        "e\xCC\x81",
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<s></s><unk><|endoftext|>",
         "<0x41><0xFF>▁the ▁▁x Ġthe Ċ <|tool|><|user|>[INST] <<SYS>>",
         std::string("nul\0byte\x7F\x01", sizeof("nul\0byte\x7F\x01") - 1),
@@ -441,7 +442,8 @@ void check_tokenizer(const rt::PretrainedTokenizer& tokenizer,
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     std::optional<rt::GgufFile> file;
     try {
-        file.emplace(rt::GgufFile::from_bytes(std::vector<std::uint8_t>(data, data + size), "fuzz"));
+        file.emplace(
+            rt::GgufFile::from_bytes(std::vector<std::uint8_t>(data, data + size), "fuzz"));
     } catch (const rt::GgufFormatError& error) {
         if (verbose()) {
             std::fprintf(stderr, "gguf-fuzz: rejected: %s\n", error.what());

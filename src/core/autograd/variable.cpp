@@ -260,8 +260,10 @@ LeafView leaf_view(const Variable& variable, std::string_view operation) {
 void mark_leaf_updated(const Variable& leaf) {
     detail::Node& node = *detail::require_defined(leaf, "mark_leaf_updated", "leaf");
     if (!node.leaf) {
-        throw std::logic_error("mark_leaf_updated: the variable is not a leaf (it is the result "
-                               "of '" + std::string(node.operation) + "')");
+        throw std::logic_error(
+            "mark_leaf_updated: the variable is not a leaf (it is the result "
+            "of '" +
+            std::string(node.operation) + "')");
     }
     detail::mark_leaf_value_replaced(node);
 }

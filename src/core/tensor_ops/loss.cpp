@@ -147,8 +147,7 @@ CrossEntropyResult cross_entropy_masked(const Tensor& logits,
     detail::LossWindow window;
     window.selected = &uploaded_mask;
     window.selected_count = selected;
-    return fused_cross_entropy(op, logits, upload_targets(op, logits, targets, vocabulary),
-                               window);
+    return fused_cross_entropy(op, logits, upload_targets(op, logits, targets, vocabulary), window);
 }
 
 }  // namespace riftco_transformer::tensor_ops

@@ -104,15 +104,13 @@ std::vector<Tensor> project_many(const Tensor& x, std::span<const Tensor> weight
     for (std::size_t i = 0; i < weights.size(); ++i) {
         const Tensor& w = weights[i];
         // The checks cost no allocation on the decode path; a failure builds the name.
-        if (w.is_singular() || w.backend() != x.backend() || w.rank() != 2 ||
-            w.shape()[1] != k) {
+        if (w.is_singular() || w.backend() != x.backend() || w.rank() != 2 || w.shape()[1] != k) {
             const std::string name = "weights[" + std::to_string(i) + "]";
             // A singular or foreign weight: the shared rule names it.
             static_cast<void>(detail::input_adapter(many, {{"x", &x}, {name, &w}}));
-            throw std::invalid_argument(std::string(many) + ": " + name + " must be [N," +
-                                        std::to_string(k) + "] for x " +
-                                        shape_to_string(x.shape()) + " (got " +
-                                        shape_to_string(w.shape()) + ")");
+            throw std::invalid_argument(
+                std::string(many) + ": " + name + " must be [N," + std::to_string(k) + "] for x " +
+                shape_to_string(x.shape()) + " (got " + shape_to_string(w.shape()) + ")");
         }
         inputs[i] = &w;
         outs.push_back(detail::allocate_uninitialized({x.shape()[0], w.shape()[0]}, x.backend()));

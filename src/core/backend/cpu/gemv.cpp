@@ -366,7 +366,8 @@ void gemv_rows_many(std::span<const GemmArguments> problems, GemvKernel kernel) 
     };
 
     // Threads as parallel_for would pick them: about 2^15 floats of B per thread at least.
-    const std::size_t unit_floats = std::max<std::size_t>(1, b_floats / std::max<std::size_t>(1, units));
+    const std::size_t unit_floats =
+        std::max<std::size_t>(1, b_floats / std::max<std::size_t>(1, units));
     const std::size_t minimum_units =
         std::max<std::size_t>(1, (std::size_t{1} << 15U) / unit_floats);
     const std::size_t threads =

@@ -164,7 +164,9 @@ class HostBlockCache {
         free_.release_all([](void* block) { std::free(block); });
     }
 
-    [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+    [[nodiscard]] std::size_t limit() const noexcept {
+        return limit_;
+    }
 
     CpuMemoryStatistics statistics() {
         CpuMemoryStatistics result;
@@ -238,8 +240,7 @@ constexpr bool small_cache_allowed = true;
 
 // Intentionally leaked, like cache().
 SmallBlockCache& small_cache() {
-    static auto* instance =
-        new SmallBlockCache(small_cache_allowed && cache().limit() != 0);
+    static auto* instance = new SmallBlockCache(small_cache_allowed && cache().limit() != 0);
     return *instance;
 }
 
@@ -296,7 +297,9 @@ CpuMemoryStatistics cpu_memory_statistics() {
     return statistics;
 }
 
-void reset_cpu_peak_memory() { detail::peak_live_bytes.store(detail::live_bytes.load()); }
+void reset_cpu_peak_memory() {
+    detail::peak_live_bytes.store(detail::live_bytes.load());
+}
 
 void release_cpu_memory_cache() {
     detail::cache().release_all();

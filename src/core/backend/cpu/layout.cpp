@@ -6,8 +6,8 @@
 #include "core/backend/cpu/axis_sum.hpp"
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
-#include "core/backend/cpu/strided.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/strided.hpp"
 #include "core/tensor/shape.hpp"
 
 namespace riftco_transformer::detail {
@@ -155,17 +155,19 @@ struct AxisBlocks {
 
 AxisBlocks blocks_around(const Shape& shape, std::size_t axis) {
     AxisBlocks blocks;
-    for (std::size_t d = 0; d < axis; ++d) blocks.outer *= shape[d];
-    for (std::size_t d = axis + 1; d < shape.size(); ++d) blocks.inner *= shape[d];
+    for (std::size_t d = 0; d < axis; ++d)
+        blocks.outer *= shape[d];
+    for (std::size_t d = axis + 1; d < shape.size(); ++d)
+        blocks.inner *= shape[d];
     return blocks;
 }
 
 // Copies `length` rows of `inner` floats per outer block between a tensor whose axis has
 // `from_extent` entries (reading from row `from_start`) and one with `to_extent` (writing at
 // row `to_start`).
-void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start,
-                      float* dst, std::size_t to_extent, std::size_t to_start,
-                      std::size_t length, AxisBlocks blocks) {
+void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start, float* dst,
+                      std::size_t to_extent, std::size_t to_start, std::size_t length,
+                      AxisBlocks blocks) {
     const std::size_t run = length * blocks.inner;
     parallel_for(blocks.outer, items_per_thread_for(run), [&](std::size_t begin, std::size_t end) {
         for (std::size_t o = begin; o < end; ++o) {

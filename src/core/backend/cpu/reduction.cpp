@@ -7,8 +7,8 @@
 #include "core/backend/cpu/axis_sum.hpp"
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
-#include "core/backend/cpu/vector_math.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
+#include "core/backend/cpu/vector_math.hpp"
 
 namespace riftco_transformer::detail {
 namespace {

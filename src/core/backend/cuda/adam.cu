@@ -47,8 +47,8 @@ __device__ inline std::size_t record_of(const Record* records, std::size_t count
 }
 
 // The tensor of partial p: the largest t with partial_base(t) <= p.
-__device__ inline std::size_t tensor_of_partial(const AdamTensorRecord* tensors,
-                                                std::size_t count, std::uint64_t partial) {
+__device__ inline std::size_t tensor_of_partial(const AdamTensorRecord* tensors, std::size_t count,
+                                                std::uint64_t partial) {
     std::size_t low = 0;
     std::size_t high = count;
     while (high - low > 1) {
@@ -140,8 +140,8 @@ __global__ void partials_kernel(const AdamTensorRecord* tensors, std::size_t ten
 
 // One block: thread k merges a contiguous run of partials in order, then the runs merge in a
 // fixed tree (left run first), then thread 0 finishes the norm and the clip factor.
-__global__ void merge_kernel(const double* partials, std::size_t partial_count,
-                             double maximum_norm, AdamDeviceResult* result) {
+__global__ void merge_kernel(const double* partials, std::size_t partial_count, double maximum_norm,
+                             AdamDeviceResult* result) {
     __shared__ double scales[threads_per_block];
     __shared__ double squares[threads_per_block];
     const std::size_t per_thread = (partial_count + threads_per_block - 1) / threads_per_block;
@@ -182,7 +182,7 @@ struct Candidate {
 };
 
 __device__ inline Candidate candidate(const AdamDeviceScalars& k, double clip, float value,
-                                     float gradient, float first_moment, float second_moment) {
+                                      float gradient, float first_moment, float second_moment) {
     const double g = __dmul_rn(clip, static_cast<double>(gradient));
     const double m = __dadd_rn(__dmul_rn(k.beta1, static_cast<double>(first_moment)),
                                __dmul_rn(k.one_minus_beta1, g));
@@ -249,8 +249,8 @@ void adam_statistics(const AdamTensorRecord* tensors, std::size_t tensor_count,
     }
     const auto blocks =
         static_cast<unsigned int>(partial_count < max_blocks ? partial_count : max_blocks);
-    partials_kernel<<<blocks, threads_per_block, 0, stream>>>(tensors, tensor_count,
-                                                               partial_count, partials, result);
+    partials_kernel<<<blocks, threads_per_block, 0, stream>>>(tensors, tensor_count, partial_count,
+                                                              partials, result);
     check_launch("adam partials_kernel");
     merge_kernel<<<1, threads_per_block, 0, stream>>>(partials, partial_count, maximum_norm,
                                                       result);

@@ -38,12 +38,12 @@ void CudaStorage::read(std::size_t offset, void* destination, std::size_t count)
         return;
     }
     const cudaStream_t stream = current_stream();
-    const auto* source = static_cast<const unsigned char*>(static_cast<const void*>(
-                             floats_on(stream))) +
-                         offset * sizeof(float);
-    check(cudaMemcpyAsync(destination, source, count * sizeof(float), cudaMemcpyDeviceToHost,
-                          stream),
-          "cudaMemcpyAsync (device to host)");
+    const auto* source =
+        static_cast<const unsigned char*>(static_cast<const void*>(floats_on(stream))) +
+        offset * sizeof(float);
+    check(
+        cudaMemcpyAsync(destination, source, count * sizeof(float), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (device to host copy)");
 }
 
@@ -54,9 +54,9 @@ void CudaStorage::write(std::size_t offset, const void* source, std::size_t coun
     const cudaStream_t stream = current_stream();
     auto* destination =
         static_cast<unsigned char*>(static_cast<void*>(floats_on(stream))) + offset * sizeof(float);
-    check(cudaMemcpyAsync(destination, source, count * sizeof(float), cudaMemcpyHostToDevice,
-                          stream),
-          "cudaMemcpyAsync (host to device)");
+    check(
+        cudaMemcpyAsync(destination, source, count * sizeof(float), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (host to device)");
     // The source is pageable host memory the caller may free on return: wait for the copy.
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (host to device copy)");
 }

@@ -23,8 +23,7 @@ AxisWalk make_walk(std::span<const std::size_t> extents, std::span<const std::si
         if (extents[d] == 1) {
             continue;
         }
-        if (!merged_extents.empty() &&
-            merged_strides.back() == strides[d] * extents[d]) {
+        if (!merged_extents.empty() && merged_strides.back() == strides[d] * extents[d]) {
             merged_extents.back() *= extents[d];
             merged_strides.back() = strides[d];
             continue;
@@ -90,10 +89,10 @@ class CudaLayout final : public LayoutCapability {
 
     void broadcast_to(const Tensor& x, Tensor& out) const override {
         const cudaStream_t stream = current_stream();
-        strided_copy(device_input(x, stream),
-                     make_walk(out.shape(), broadcast_strides(x.shape(), out.shape()),
-                               "broadcast_to"),
-                     out.numel(), device_output(out, stream), stream);
+        strided_copy(
+            device_input(x, stream),
+            make_walk(out.shape(), broadcast_strides(x.shape(), out.shape()), "broadcast_to"),
+            out.numel(), device_output(out, stream), stream);
     }
 
     void sum_to_shape(const Tensor& x, Tensor& out) const override {
@@ -132,8 +131,8 @@ class CudaLayout final : public LayoutCapability {
         std::size_t column = 0;
         for (const Tensor& input : inputs) {
             const std::size_t width = input.shape().back();
-            copy_columns(device_input(input, stream), rows, width, destination, total_width,
-                         column, stream);
+            copy_columns(device_input(input, stream), rows, width, destination, total_width, column,
+                         stream);
             column += width;
         }
     }

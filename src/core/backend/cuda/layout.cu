@@ -28,8 +28,8 @@ __global__ void strided_copy_kernel(const float* src, AxisWalk walk, std::size_t
 // src [outer, from_extent, inner] -> dst [outer, to_extent, inner], `length` rows of the axis
 __global__ void copy_axis_window_kernel(const float* src, std::size_t from_extent,
                                         std::size_t from_start, float* dst, std::size_t to_extent,
-                                        std::size_t to_start, std::size_t length,
-                                        std::size_t inner, std::size_t count) {
+                                        std::size_t to_start, std::size_t length, std::size_t inner,
+                                        std::size_t count) {
     for (std::size_t i = first_index(); i < count; i += grid_stride()) {
         const std::size_t within = i % inner;
         const std::size_t row = (i / inner) % length;
@@ -70,13 +70,12 @@ void strided_copy(const float* src, const AxisWalk& walk, std::size_t count, flo
     if (count == 0) {
         return;
     }
-    strided_copy_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(src, walk, count,
-                                                                             dst);
+    strided_copy_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(src, walk, count, dst);
     check_launch("strided copy");
 }
 
-void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start,
-                      float* dst, std::size_t to_extent, std::size_t to_start, std::size_t length,
+void copy_axis_window(const float* src, std::size_t from_extent, std::size_t from_start, float* dst,
+                      std::size_t to_extent, std::size_t to_start, std::size_t length,
                       std::size_t outer, std::size_t inner, cudaStream_t stream) {
     const std::size_t count = outer * length * inner;
     if (count == 0) {
@@ -98,9 +97,8 @@ void copy_columns(const float* src, std::size_t rows, std::size_t width, float* 
     check_launch("column copy");
 }
 
-void sum_walk(const float* x, const AxisWalk& kept, std::size_t out_count,
-              const AxisWalk& reduced, std::size_t reduced_count, float* out,
-              cudaStream_t stream) {
+void sum_walk(const float* x, const AxisWalk& kept, std::size_t out_count, const AxisWalk& reduced,
+              std::size_t reduced_count, float* out, cudaStream_t stream) {
     if (out_count == 0) {
         return;
     }

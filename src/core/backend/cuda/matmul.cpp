@@ -54,10 +54,10 @@ class CudaMatmul final : public MatmulCapability {
         const float zero = 0.0F;
         const cublasStatus_t status = cublasGemmStridedBatchedEx(
             handle, transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N,
-            transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N, blas_m, blas_n, blas_k, &one, b,
-            CUDA_R_32F, right_leading, static_cast<long long>(right_rows * right_columns), a,
-            CUDA_R_32F, left_leading, static_cast<long long>(left_rows * left_columns), &zero, c,
-            CUDA_R_32F, blas_m, static_cast<long long>(m * n), batch_count,
+            transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N, blas_m, blas_n, blas_k, &one, b, CUDA_R_32F,
+            right_leading, static_cast<long long>(right_rows * right_columns), a, CUDA_R_32F,
+            left_leading, static_cast<long long>(left_rows * left_columns), &zero, c, CUDA_R_32F,
+            blas_m, static_cast<long long>(m * n), batch_count,
             runtime_.tf32_matmul() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
             CUBLAS_GEMM_DEFAULT);
         if (status != CUBLAS_STATUS_SUCCESS) {

@@ -35,8 +35,8 @@ void download_array(const DeviceBuffer& buffer, std::vector<Value>& values, cuda
     values.resize(buffer.bytes() / sizeof(Value));
     if (!values.empty()) {
         buffer.use_on(stream);
-        check(cudaMemcpyAsync(values.data(), buffer.data(), buffer.bytes(),
-                              cudaMemcpyDeviceToHost, stream),
+        check(cudaMemcpyAsync(values.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost,
+                              stream),
               "cudaMemcpyAsync (NF4 payload to host)");
     }
 }

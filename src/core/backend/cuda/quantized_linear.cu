@@ -53,8 +53,7 @@ __device__ inline void load_codebook(const Nf4DeviceWeight& w, float* codebook) 
     __syncthreads();
 }
 
-__global__ void nf4_forward_kernel(Nf4DeviceWeight w, const float* x, std::size_t rows,
-                                   float* y) {
+__global__ void nf4_forward_kernel(Nf4DeviceWeight w, const float* x, std::size_t rows, float* y) {
     __shared__ float codebook[16];
     load_codebook(w, codebook);
     const unsigned lane = threadIdx.x % 32;
@@ -65,8 +64,8 @@ __global__ void nf4_forward_kernel(Nf4DeviceWeight w, const float* x, std::size_
     const std::uint64_t in = w.in_features;
     for (std::size_t first = static_cast<std::size_t>(blockIdx.y) * row_tile; first < rows;
          first += static_cast<std::size_t>(gridDim.y) * row_tile) {
-        const unsigned count = rows - first < row_tile ? static_cast<unsigned>(rows - first)
-                                                       : row_tile;
+        const unsigned count =
+            rows - first < row_tile ? static_cast<unsigned>(rows - first) : row_tile;
         float sum[row_tile] = {};
         for (std::uint64_t i = lane; i < in; i += 32) {
             const float weight = decoded_weight(w, codebook, o * in + i);
@@ -103,8 +102,8 @@ __global__ void nf4_input_backward_kernel(Nf4DeviceWeight w, const float* g, std
     const std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * 32 + lane;
     for (std::size_t first = static_cast<std::size_t>(blockIdx.y) * row_tile; first < rows;
          first += static_cast<std::size_t>(gridDim.y) * row_tile) {
-        const unsigned count = rows - first < row_tile ? static_cast<unsigned>(rows - first)
-                                                       : row_tile;
+        const unsigned count =
+            rows - first < row_tile ? static_cast<unsigned>(rows - first) : row_tile;
         float sum[row_tile] = {};
         if (c < in) {
             for (std::uint64_t o = warp; o < out; o += warps) {
@@ -154,8 +153,8 @@ void nf4_forward(const Nf4DeviceWeight& weight, const float* x, std::size_t rows
     check_launch("nf4_forward_kernel");
 }
 
-void nf4_input_backward(const Nf4DeviceWeight& weight, const float* g, std::size_t rows,
-                        float* dx, cudaStream_t stream) {
+void nf4_input_backward(const Nf4DeviceWeight& weight, const float* g, std::size_t rows, float* dx,
+                        cudaStream_t stream) {
     if (rows == 0 || weight.in_features == 0) {
         return;
     }

@@ -308,8 +308,8 @@ cublasContext* Runtime::blas_handle() const {
         check_blas(cublasCreate(&handle), "cublasCreate");
         // Pedantic float32 keeps the CPU parity (docs/ARCHITECTURE.md, 'Numeric parity');
         // TF32 only when asked for.
-        check_blas(cublasSetMathMode(handle, tf32_matmul_ ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                          : CUBLAS_PEDANTIC_MATH),
+        check_blas(cublasSetMathMode(
+                       handle, tf32_matmul_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
                    "cublasSetMathMode");
         check_blas(cublasSetStream(handle, resources.stream), "cublasSetStream");
         resources.blas = handle;

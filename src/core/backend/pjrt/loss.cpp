@@ -261,13 +261,12 @@ class PjrtLoss final : public LossCapability {
         const std::size_t vocabulary_axis[] = {1};
         const std::size_t position_axis[] = {0};
         const std::string zeros = program.constant(0.0F, matrix);
-        const std::string target_logit = reduce(program, select(onehot, z, zeros, matrix), matrix,
-                                                vocabulary_axis, false);
+        const std::string target_logit =
+            reduce(program, select(onehot, z, zeros, matrix), matrix, vocabulary_axis, false);
         const std::string maximum = reduce(program, z, matrix, vocabulary_axis, true);
         const std::string exponentials =
             unary("exponential", binary("subtract", z, by_row(maximum), matrix), matrix);
-        const std::string sum =
-            reduce(program, exponentials, matrix, vocabulary_axis, false);
+        const std::string sum = reduce(program, exponentials, matrix, vocabulary_axis, false);
 
         // term_r/N, with the division ahead of the subtraction when m − z_y overflows.
         const std::string count = scalar_over(count_parameter, column);
@@ -284,9 +283,9 @@ class PjrtLoss final : public LossCapability {
             term = select(counted, term, program.constant(0.0F, column), column);
         }
         const Dimensions none;
-        const std::string mean = program.let(
-            "stablehlo.reshape " + reduce(program, term, column, position_axis, false) +
-            " : (tensor<f32>) -> tensor<1xf32>");
+        const std::string mean =
+            program.let("stablehlo.reshape " + reduce(program, term, column, position_axis, false) +
+                        " : (tensor<f32>) -> tensor<1xf32>");
 
         // (softmax − onehot)/N on the counted window rows, exactly 0 elsewhere.
         const std::string inverse_count = scalar_over(inverse_count_parameter, column);

@@ -101,8 +101,7 @@ BufferPointer buffer_of(const Tensor& tensor) {
 }
 
 BufferPointer buffer_of(const IndexTensor& indices) {
-    return static_cast<const PjrtStorage&>(TensorAccess::storage(indices))
-        .buffer(ElementType::U32);
+    return static_cast<const PjrtStorage&>(TensorAccess::storage(indices)).buffer(ElementType::U32);
 }
 
 void give(const Context& context, Tensor& out, BufferPointer buffer) {
@@ -177,19 +176,19 @@ std::string first_violation_flag(ProgramText& program, const std::string& bad,
                                                        std::vector<std::size_t>{count});
     const std::string reversed = program.let("stablehlo.subtract " + limit + ", " + numbered +
                                              " : " + tensor_type({count}, "i32"));
-    const std::string scored = program.let("stablehlo.select " + flat_bad + ", " + reversed +
-                                           ", " + none + " : " + tensor_type({count}, "i1") +
-                                           ", " + tensor_type({count}, "i32"));
+    const std::string scored =
+        program.let("stablehlo.select " + flat_bad + ", " + reversed + ", " + none + " : " +
+                    tensor_type({count}, "i1") + ", " + tensor_type({count}, "i32"));
     const std::string zero = program.integer_constant(0, std::vector<std::size_t>{});
-    const std::string best = program.let("stablehlo.reduce(" + scored + " init: " + zero +
-                                         ") applies stablehlo.maximum across dimensions = [0] : (" +
-                                         tensor_type({count}, "i32") +
-                                         ", tensor<i32>) -> tensor<i32>");
+    const std::string best =
+        program.let("stablehlo.reduce(" + scored + " init: " + zero +
+                    ") applies stablehlo.maximum across dimensions = [0] : (" +
+                    tensor_type({count}, "i32") + ", tensor<i32>) -> tensor<i32>");
     // flag = best == 0 ? 0 : count + 1 − best  (= 1 + first position)
-    const std::string total = program.integer_constant(static_cast<std::int64_t>(count) + 1,
-                                                       std::vector<std::size_t>{});
-    const std::string position = program.let("stablehlo.subtract " + total + ", " + best +
-                                             " : tensor<i32>");
+    const std::string total =
+        program.integer_constant(static_cast<std::int64_t>(count) + 1, std::vector<std::size_t>{});
+    const std::string position =
+        program.let("stablehlo.subtract " + total + ", " + best + " : tensor<i32>");
     const std::string is_clear = program.let("stablehlo.compare EQ, " + best + ", " + zero +
                                              ", SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>");
     const std::string flag = program.let("stablehlo.select " + is_clear + ", " + zero + ", " +
@@ -201,8 +200,7 @@ std::string reduce(ProgramText& program, const std::string& value,
                    std::span<const std::size_t> shape, std::span<const std::size_t> axes,
                    bool maximum) {
     Steps steps(program);
-    return steps.reduce(maximum ? "maximum" : "add", value,
-                        Steps::Dims(shape.begin(), shape.end()),
+    return steps.reduce(maximum ? "maximum" : "add", value, Steps::Dims(shape.begin(), shape.end()),
                         Steps::Dims(axes.begin(), axes.end()));
 }
 
@@ -232,13 +230,11 @@ class PjrtStorageCapability final : public StorageCapability {
                 program.let("stablehlo.reshape " + scalar + " : (tensor<1xf32>) -> tensor<f32>");
             const std::string filled =
                 program.broadcast_scalar(value_scalar, std::vector<std::size_t>{count});
-            const std::pair<std::string, std::string> results[] = {
-                {filled, tensor_type({count})}};
+            const std::pair<std::string, std::string> results[] = {{filled, tensor_type({count})}};
             return program.finish(results);
         };
-        static_cast<PjrtStorage&>(storage).set_buffer(
-            run(context_, key, text, {scalar_buffer(context_, value)},
-                {{ElementType::F32, count}})[0]);
+        static_cast<PjrtStorage&>(storage).set_buffer(run(
+            context_, key, text, {scalar_buffer(context_, value)}, {{ElementType::F32, count}})[0]);
     }
     void write_range(Tensor& tensor, std::size_t offset,
                      std::span<const float> values) const override {
@@ -258,8 +254,7 @@ class PjrtStorageCapability final : public StorageCapability {
         const auto& cpu_source = static_cast<const CpuStorage&>(source);
         return std::make_shared<PjrtStorage>(
             context_, source.element_count(),
-            context_.runtime->upload(ElementType::F32, cpu_source.data(),
-                                     source.element_count()));
+            context_.runtime->upload(ElementType::F32, cpu_source.data(), source.element_count()));
     }
 
   private:
@@ -365,14 +360,14 @@ class PjrtAdapter final : public BackendAdapter {
         Runtime* runtime = Runtime::load(candidates.front(), context_.backend, failure);
         if (runtime == nullptr) {
             const char* what = context_.backend == ExecutionBackend::Tpu ? "the TPU runtime library"
-                                                                          : "the PJRT plugin";
+                                                                         : "the PJRT plugin";
             switch (failure.kind) {
                 case LoadFailure::Kind::LoadFailed:
                     reason_ = std::string(what) + " failed to load: " + failure.message;
                     break;
                 case LoadFailure::Kind::IncompatibleVersion:
-                    reason_ = std::string(what) + " has an incompatible PJRT version: " +
-                              failure.message;
+                    reason_ =
+                        std::string(what) + " has an incompatible PJRT version: " + failure.message;
                     break;
                 case LoadFailure::Kind::NoDevice:
                     reason_ = std::string(what) + " found no device: " + failure.message;

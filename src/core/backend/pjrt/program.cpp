@@ -119,8 +119,8 @@ std::string ProgramText::constant(float value, std::initializer_list<std::size_t
 
 std::string ProgramText::integer_constant(std::int64_t value, std::span<const std::size_t> shape,
                                           std::string_view element) {
-    return let("stablehlo.constant dense<" + std::to_string(value) + "> : " +
-               tensor_type(shape, element));
+    return let("stablehlo.constant dense<" + std::to_string(value) +
+               "> : " + tensor_type(shape, element));
 }
 
 std::string ProgramText::broadcast_scalar(const std::string& value,
@@ -164,23 +164,23 @@ std::string Steps::unary(std::string_view op, const std::string& a, const Dims& 
     return p_.let("stablehlo." + std::string(op) + " " + a + " : " + tensor_type(shape, element));
 }
 
-std::string Steps::compare(std::string_view direction, const std::string& a,
-                           const std::string& b, const Dims& shape, std::string_view element) {
+std::string Steps::compare(std::string_view direction, const std::string& a, const std::string& b,
+                           const Dims& shape, std::string_view element) {
     const char* kind = element == "f32" ? "FLOAT" : "SIGNED";
     return p_.let("stablehlo.compare " + std::string(direction) + ", " + a + ", " + b + ", " +
                   kind + " : (" + tensor_type(shape, element) + ", " + tensor_type(shape, element) +
                   ") -> " + tensor_type(shape, "i1"));
 }
 
-std::string Steps::select(const std::string& predicate, const std::string& a,
-                          const std::string& b, const Dims& shape, std::string_view element) {
+std::string Steps::select(const std::string& predicate, const std::string& a, const std::string& b,
+                          const Dims& shape, std::string_view element) {
     return p_.let("stablehlo.select " + predicate + ", " + a + ", " + b + " : " +
                   tensor_type(shape, "i1") + ", " + tensor_type(shape, element));
 }
 
 std::string Steps::splat(std::string_view literal, const Dims& shape, std::string_view element) {
-    return p_.let("stablehlo.constant dense<" + std::string(literal) + "> : " +
-                  tensor_type(shape, element));
+    return p_.let("stablehlo.constant dense<" + std::string(literal) +
+                  "> : " + tensor_type(shape, element));
 }
 
 std::string Steps::broadcast(const std::string& x, const Dims& from, const Dims& to,
@@ -202,8 +202,7 @@ std::string Steps::iota(std::size_t dimension, const Dims& shape, std::string_vi
 }
 
 std::string Steps::reduce_from(std::string_view op, const std::string& x, const Dims& shape,
-                               const Dims& axes, std::string_view init,
-                               std::string_view element) {
+                               const Dims& axes, std::string_view init, std::string_view element) {
     Dims kept;
     for (std::size_t axis = 0; axis < shape.size(); ++axis) {
         if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
@@ -236,12 +235,11 @@ std::string Steps::reduce(std::string_view op, const std::string& x, const Dims&
 std::string Steps::dot(const std::string& a, const Dims& a_shape, const std::string& b,
                        const Dims& b_shape, const Dims& a_batch, const Dims& b_batch,
                        const Dims& a_contract, const Dims& b_contract, const Dims& result) {
-    return p_.let("stablehlo.dot_general " + a + ", " + b + ", batching_dims = " +
-                  integer_list(a_batch) + " x " + integer_list(b_batch) +
-                  ", contracting_dims = " + integer_list(a_contract) + " x " +
-                  integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" +
-                  tensor_type(a_shape) + ", " + tensor_type(b_shape) + ") -> " +
-                  tensor_type(result));
+    return p_.let(
+        "stablehlo.dot_general " + a + ", " + b + ", batching_dims = " + integer_list(a_batch) +
+        " x " + integer_list(b_batch) + ", contracting_dims = " + integer_list(a_contract) + " x " +
+        integer_list(b_contract) + ", precision = [HIGHEST, HIGHEST] : (" + tensor_type(a_shape) +
+        ", " + tensor_type(b_shape) + ") -> " + tensor_type(result));
 }
 
 }  // namespace riftco_transformer::detail::pjrt

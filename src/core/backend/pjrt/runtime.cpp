@@ -62,8 +62,8 @@ std::string Runtime::message_of(Error* error) const {
     auto args = make_args<ErrorMessageArgs>();
     args.error = error;
     using Function = void (*)(ErrorMessageArgs*);
-    reinterpret_cast<Function>(
-        api_->functions[static_cast<std::size_t>(ApiSlot::ErrorMessage)])(&args);
+    reinterpret_cast<Function>(api_->functions[static_cast<std::size_t>(ApiSlot::ErrorMessage)])(
+        &args);
     return std::string(args.message, args.message_size);
 }
 
@@ -71,8 +71,8 @@ void Runtime::destroy_error(Error* error) const noexcept {
     auto args = make_args<ErrorDestroyArgs>();
     args.error = error;
     using Function = void (*)(ErrorDestroyArgs*);
-    reinterpret_cast<Function>(
-        api_->functions[static_cast<std::size_t>(ApiSlot::ErrorDestroy)])(&args);
+    reinterpret_cast<Function>(api_->functions[static_cast<std::size_t>(ApiSlot::ErrorDestroy)])(
+        &args);
 }
 
 void Runtime::check(Error* error, std::string_view what) const {
@@ -121,7 +121,8 @@ Runtime* Runtime::load(const std::string& library_path, ExecutionBackend backend
     }
     const ApiHead* api = get_api();
     if (api == nullptr) {
-        failure = {LoadFailure::Kind::LoadFailed, "'" + library_path + "': GetPjrtApi returned null"};
+        failure = {LoadFailure::Kind::LoadFailed,
+                   "'" + library_path + "': GetPjrtApi returned null"};
         dlclose(library);
         return nullptr;
     }
@@ -132,8 +133,8 @@ Runtime* Runtime::load(const std::string& library_path, ExecutionBackend backend
         std::ostringstream message;
         message << "'" << library_path << "' implements PJRT C API " << major << "." << minor
                 << " with a " << api->struct_size << "-byte function table; this build needs "
-                << supported_major << ".x with x >= " << minimum_minor << " and at least "
-                << needed << " bytes";
+                << supported_major << ".x with x >= " << minimum_minor << " and at least " << needed
+                << " bytes";
         failure = {LoadFailure::Kind::IncompatibleVersion, message.str()};
         // The library stays mapped: unloading a runtime that may have started threads in its
         // initialisers is not safe.
@@ -175,9 +176,9 @@ Runtime* Runtime::load(const std::string& library_path, ExecutionBackend backend
         runtime->check(runtime->call(ApiSlot::ClientAddressableDevices, &devices),
                        "device discovery");
         if (devices.num_addressable_devices == 0) {
-            failure = {LoadFailure::Kind::NoDevice,
-                       "the " + runtime->platform_name_ + " PJRT client of '" + library_path +
-                           "' has no addressable device"};
+            failure = {LoadFailure::Kind::NoDevice, "the " + runtime->platform_name_ +
+                                                        " PJRT client of '" + library_path +
+                                                        "' has no addressable device"};
             return nullptr;  // the client stays: destroying it at this point gains nothing
         }
         runtime->device_ = devices.addressable_devices[0];
@@ -189,8 +190,7 @@ Runtime* Runtime::load(const std::string& library_path, ExecutionBackend backend
     return runtime;
 }
 
-BufferPointer Runtime::upload(ElementType type, const void* data,
-                              std::size_t element_count) const {
+BufferPointer Runtime::upload(ElementType type, const void* data, std::size_t element_count) const {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
     const Stopwatch stopwatch(statistics_.upload_seconds);
     auto args = make_args<ClientBufferFromHostBufferArgs>();
