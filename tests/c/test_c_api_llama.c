@@ -20,6 +20,21 @@ static rt_llama_mistral_config tiny_llama_config(void) {
     return config;
 }
 
+/* The config a model created from `config` reads back (full size); the model is released, so
+ * the pointer fields of the result must not be followed. */
+static rt_llama_mistral_config created_config(const rt_llama_mistral_config* config) {
+    rt_llama_mistral_model* model = NULL;
+    rt_llama_mistral_config read;
+    memset(&read, 0, sizeof read);
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_llama_mistral_model_create(config, &model));
+    if (model != NULL) {
+        EXPECT_OK(rt_llama_mistral_model_config(model, &read));
+        rt_llama_mistral_model_release(model);
+    }
+    return read;
+}
+
 static void config_init_sets_the_defaults_and_layout(void) {
     rt_llama_mistral_config config;
     memset(&config, 0xAB, sizeof config);
@@ -120,12 +135,8 @@ static void presets_set_each_familys_choices(void) {
     EXPECT(config.feed_forward_activation == RT_GATED_ACTIVATION_GELU_TANH);
     EXPECT_EQ_U64(config.sliding_window_period, 2);
     EXPECT(config.attention_logit_softcap == 50.0f && config.final_logit_softcap == 12.5f);
-    EXPECT_OK(rt_llama_mistral_model_create(&config, &model));
-    rt_llama_mistral_config read;
-    read.struct_size = sizeof read;
-    EXPECT_OK(rt_llama_mistral_model_config(model, &read));
+    const rt_llama_mistral_config read = created_config(&config);
     EXPECT(read.attention_logit_softcap == 50.0f && read.final_logit_softcap == 12.5f);
-    rt_llama_mistral_model_release(model);
 }
 
 /* A 2.10 client declares 184 bytes: the preset writes only those (every choice but the caps),
@@ -230,14 +241,9 @@ static void every_config_rule_is_enforced_before_anything_is_created(void) {
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "attention_factor");
     config.rope_yarn_attention_factor = 0.0;
     {
-        rt_llama_mistral_model* yarn = NULL;
-        EXPECT_OK(rt_llama_mistral_model_create(&config, &yarn));
-        rt_llama_mistral_config read;
-        read.struct_size = sizeof read;
-        EXPECT_OK(rt_llama_mistral_model_config(yarn, &read));
+        const rt_llama_mistral_config read = created_config(&config);
         EXPECT(read.rope_scaling == RT_ROPE_SCALING_YARN && read.rope_scaling_factor == 4.0 &&
                read.rope_yarn_beta_fast == 32.0 && read.rope_yarn_beta_slow == 1.0);
-        rt_llama_mistral_model_release(yarn);
     }
     config = tiny_llama_config();
     config.attention_logit_softcap = -1.0f;

@@ -213,20 +213,20 @@ std::string tile_scores(AttentionSteps& s, const Geometry& g, const std::string&
     return s.binary("multiply", products, s.splat(scale, g.scores()), g.scores());
 }
 
-// tanh(S/c) of raw scores S under the soft cap c (g.softcap > 0).
-std::string capped_tanh(AttentionSteps& s, const Geometry& g, const std::string& scores) {
-    return s.unary("tanh",
-                   s.binary("multiply", scores, s.splat(1.0F / g.softcap, g.scores()), g.scores()),
-                   g.scores());
-}
-
-// c·tanh(S/c) (the soft cap), or S unchanged without one.
-std::string capped(AttentionSteps& s, const Geometry& g, const std::string& scores) {
+// c·tanh(S/c) of raw scores S under the soft cap c, or S unchanged without one. With a cap and
+// `tanh_of`, tanh(S/c) is left there too (the backward's 1 − tanh² needs it).
+std::string capped(AttentionSteps& s, const Geometry& g, const std::string& scores,
+                   std::string* tanh_of = nullptr) {
     if (g.softcap == 0.0F) {
         return scores;
     }
-    return s.binary("multiply", capped_tanh(s, g, scores), s.splat(g.softcap, g.scores()),
-                    g.scores());
+    const std::string t = s.unary(
+        "tanh", s.binary("multiply", scores, s.splat(1.0F / g.softcap, g.scores()), g.scores()),
+        g.scores());
+    if (tanh_of != nullptr) {
+        *tanh_of = t;
+    }
+    return s.binary("multiply", t, s.splat(g.softcap, g.scores()), g.scores());
 }
 
 std::exception_ptr bad_scores(std::size_t item, bool no_finite) {
@@ -412,13 +412,10 @@ class PjrtAttention final : public AttentionCapability {
                         "multiply", counter, s.splat(std::to_string(g.tile), {}, "i32"), {}, "i32");
                     const std::string key_tile = s.key_tile(k, g.padded_key(), start, g.tile);
                     const std::string value_tile = s.key_tile(v, g.padded_key(), start, g.tile);
-                    const std::string raw = tile_scores(s, g, q, key_tile, scale);
                     // Under a soft cap: S = c·tanh(raw/c), and dS carries 1 − tanh².
-                    const std::string cap_tanh = g.softcap != 0.0F ? capped_tanh(s, g, raw) : "";
+                    std::string cap_tanh;
                     const std::string scores_tile =
-                        g.softcap != 0.0F ? s.binary("multiply", cap_tanh,
-                                                     s.splat(g.softcap, g.scores()), g.scores())
-                                          : raw;
+                        capped(s, g, tile_scores(s, g, q, key_tile, scale), &cap_tanh);
                     const std::string masked =
                         s.select(visible_mask(s, g, start), scores_tile,
                                  s.splat(negative_infinity, g.scores()), g.scores());
