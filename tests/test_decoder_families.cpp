@@ -291,6 +291,12 @@ TEST(DecoderFamilies, YarnFollowsItsFormulaWorkedByHand) {
         EXPECT_FLOAT_EQ(cosine[8 + i], static_cast<float>(m * std::cos(5.0 * expected[i])));
         EXPECT_FLOAT_EQ(sine[8 + i], static_cast<float>(m * std::sin(5.0 * expected[i])));
     }
+    // A magnitude that is not finite and > 0 is refused, naming it.
+    for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
+        EXPECT_TRUE(testing::throws<std::invalid_argument>(
+            [&] { (void)rotary_tables(positions, actual, ExecutionBackend::Cpu, bad); },
+            "rotary_tables: magnitude must be finite and > 0"));
+    }
     yarn.attention_factor = 1.5;
     EXPECT_EQ(rotary_magnitude(yarn), 1.5);
     yarn.factor = 0.5;  // a factor <= 1 has no magnitude of its own

@@ -466,6 +466,8 @@ def test_gguf_yarn_loads_with_its_fields(tmp_path):
      "qwen2.rope.scaling.yarn_log_multiplier"),
     (dict(factor=4.0, original_context_length=16, yarn_beta_fast=1.0, yarn_beta_slow=2.0),
      "beta_fast"),
+    (dict(factor=4.0, original_context_length=16, attn_factor=-1.0),
+     "qwen2.rope.scaling.attn_factor must be finite and > 0"),
 ])
 def test_gguf_yarn_that_cannot_be_honoured_names_the_key_and_file(tmp_path, keys, fragment):
     path = family_gguf(tmp_path / "bad-yarn.gguf", "qwen2", qkv_bias=True,
