@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
 #include "support/decoder_families.hpp"
@@ -41,17 +41,16 @@ bool has(const std::vector<std::string>& list, const std::string& name) {
 }
 
 TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
-    const LlamaMistralConfig base = dimensions();
-    const LlamaMistralConfig llama = architecture_preset(LlamaMistralArchitecture::Llama, base);
+    const DecoderConfig base = dimensions();
+    const DecoderConfig llama = architecture_preset(DecoderArchitecture::Llama, base);
     EXPECT_FALSE(llama.query_key_value_bias || llama.query_key_norm || llama.norm_weight_offset ||
                  llama.post_block_norms);
     EXPECT_EQ(llama.feed_forward_activation, GatedActivation::Silu);
-    EXPECT_TRUE(architecture_preset(LlamaMistralArchitecture::Qwen2, base).query_key_value_bias);
-    EXPECT_TRUE(architecture_preset(LlamaMistralArchitecture::Qwen3, base).query_key_norm);
-    LlamaMistralConfig windowed = base;
+    EXPECT_TRUE(architecture_preset(DecoderArchitecture::Qwen2, base).query_key_value_bias);
+    EXPECT_TRUE(architecture_preset(DecoderArchitecture::Qwen3, base).query_key_norm);
+    DecoderConfig windowed = base;
     windowed.sliding_window = 4;
-    const LlamaMistralConfig gemma =
-        architecture_preset(LlamaMistralArchitecture::Gemma3, windowed);
+    const DecoderConfig gemma = architecture_preset(DecoderArchitecture::Gemma3, windowed);
     EXPECT_TRUE(gemma.query_key_norm && gemma.norm_weight_offset && gemma.post_block_norms);
     EXPECT_EQ(gemma.feed_forward_activation, GatedActivation::GeluTanh);
     EXPECT_EQ(gemma.embedding_scale, static_cast<float>(std::sqrt(16.0)));
@@ -62,8 +61,7 @@ TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
         EXPECT_EQ(gemma.layer_window(layer).has_value(), layer % 6 != 5) << layer;
     // Gemma 2: Gemma 3's choices without QK-norm, every other layer windowed (layer 0 first),
     // one RoPE base, and both soft caps (50 and 30) unless given.
-    const LlamaMistralConfig gemma2 =
-        architecture_preset(LlamaMistralArchitecture::Gemma2, windowed);
+    const DecoderConfig gemma2 = architecture_preset(DecoderArchitecture::Gemma2, windowed);
     EXPECT_TRUE(gemma2.norm_weight_offset && gemma2.post_block_norms && !gemma2.query_key_norm);
     EXPECT_EQ(gemma2.feed_forward_activation, GatedActivation::GeluTanh);
     EXPECT_EQ(gemma2.embedding_scale, static_cast<float>(std::sqrt(16.0)));
@@ -73,31 +71,59 @@ TEST(DecoderFamilies, PresetsSetEachFamilysChoices) {
     EXPECT_EQ(gemma2.final_logit_softcap, 30.0F);
     for (std::size_t layer = 0; layer < 6; ++layer)
         EXPECT_EQ(gemma2.layer_window(layer).has_value(), layer % 2 == 0) << layer;
-    LlamaMistralConfig given_caps = base;
+    DecoderConfig given_caps = base;
     given_caps.attention_logit_softcap = 20.0F;
     given_caps.final_logit_softcap = 7.5F;
-    const LlamaMistralConfig kept =
-        architecture_preset(LlamaMistralArchitecture::Gemma2, given_caps);
+    const DecoderConfig kept = architecture_preset(DecoderArchitecture::Gemma2, given_caps);
     EXPECT_EQ(kept.attention_logit_softcap, 20.0F);
     EXPECT_EQ(kept.final_logit_softcap, 7.5F);
     EXPECT_FALSE(kept.sliding_window_period != 0) << "no window, no period";
-    EXPECT_EQ(llama_mistral_architecture_name(LlamaMistralArchitecture::Gemma2), "gemma2");
+    EXPECT_EQ(decoder_architecture_name(DecoderArchitecture::Gemma2), "gemma2");
     // No other family caps anything.
     EXPECT_EQ(gemma.attention_logit_softcap, 0.0F);
     EXPECT_EQ(gemma.final_logit_softcap, 0.0F);
-    EXPECT_THROW((void)architecture_preset(static_cast<LlamaMistralArchitecture>(7), base),
+    // GPT-2: learned positions, LayerNorm, the plain tanh-GELU feed-forward, a bias on every
+    // projection; nothing of the rotary families.
+    const DecoderConfig gpt2 = architecture_preset(DecoderArchitecture::Gpt2, base);
+    EXPECT_EQ(gpt2.positions, PositionEncoding::Learned);
+    EXPECT_EQ(gpt2.norm, NormKind::Layer);
+    EXPECT_EQ(gpt2.feed_forward, FeedForwardKind::Plain);
+    EXPECT_EQ(gpt2.plain_activation, Activation::GeluTanh);
+    EXPECT_TRUE(gpt2.query_key_value_bias && gpt2.output_bias && gpt2.feed_forward_bias &&
+                gpt2.head_bias);
+    EXPECT_FALSE(gpt2.query_key_norm || gpt2.norm_weight_offset || gpt2.post_block_norms);
+    EXPECT_EQ(gpt2.embedding_scale, 0.0F);
+    EXPECT_EQ(decoder_architecture_name(DecoderArchitecture::Gpt2), "gpt2");
+    // Every other family keeps Llama's RoPE, RMSNorm and gated feed-forward.
+    for (const DecoderConfig& c : {llama, gemma, gemma2}) {
+        EXPECT_EQ(c.positions, PositionEncoding::Rotary);
+        EXPECT_EQ(c.norm, NormKind::Rms);
+        EXPECT_EQ(c.feed_forward, FeedForwardKind::Gated);
+        EXPECT_FALSE(c.output_bias || c.feed_forward_bias || c.head_bias);
+    }
+    EXPECT_THROW((void)architecture_preset(static_cast<DecoderArchitecture>(8), base),
                  std::invalid_argument);
 }
 
 TEST(DecoderFamilies, ParameterListsNameEveryChoice) {
-    for (const LlamaMistralConfig& config : family_configs()) {
+    for (const DecoderConfig& config : family_configs()) {
         std::mt19937 generator(1);
-        const LlamaMistralTransformer model(config, generator);
+        const Decoder model(config, generator);
         const std::vector<std::string> list = names(model);
         const std::string a = "blocks.0.attention.";
         EXPECT_EQ(has(list, a + "query.bias"), config.query_key_value_bias) << name_of(config);
         EXPECT_EQ(has(list, a + "value.bias"), config.query_key_value_bias) << name_of(config);
-        EXPECT_FALSE(has(list, a + "output.bias")) << name_of(config);
+        EXPECT_EQ(has(list, a + "output.bias"), config.output_bias) << name_of(config);
+        const bool learned = config.positions == PositionEncoding::Learned;
+        const bool plain = config.feed_forward == FeedForwardKind::Plain;
+        EXPECT_EQ(has(list, "position_embedding.weight"), learned) << name_of(config);
+        EXPECT_EQ(has(list, "blocks.0.attention_norm.bias"), config.norm == NormKind::Layer)
+            << name_of(config);
+        EXPECT_EQ(has(list, "blocks.0.feed_forward.expand.bias"), plain && config.feed_forward_bias)
+            << name_of(config);
+        EXPECT_EQ(has(list, "blocks.0.feed_forward.gate.weight"), !plain) << name_of(config);
+        EXPECT_EQ(has(list, "language_model_head.bias"), config.head_bias && !config.tie_embeddings)
+            << name_of(config);
         EXPECT_EQ(has(list, a + "query_norm.scale"), config.query_key_norm) << name_of(config);
         EXPECT_EQ(has(list, "blocks.0.post_feed_forward_norm.scale"), config.post_block_norms)
             << name_of(config);
@@ -123,26 +149,53 @@ TEST(DecoderFamilies, ParameterListsNameEveryChoice) {
 }
 
 TEST(DecoderFamilies, ConfigRulesNameTheFieldBeforeAnyDraw) {
-    const auto rejected = [](LlamaMistralConfig config, const std::string& field) {
+    const auto rejected = [](DecoderConfig config, const std::string& field) {
         std::mt19937 generator(1);
         const std::mt19937 before = generator;
         try {
-            LlamaMistralTransformer model(config, generator);
+            Decoder model(config, generator);
             ADD_FAILURE() << "accepted a config with a bad " << field;
         } catch (const std::invalid_argument& error) {
             EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
         }
         EXPECT_TRUE(generator == before) << field << ": a draw happened before the rule";
     };
-    LlamaMistralConfig c = dimensions();
+    DecoderConfig c = dimensions();
     c.head_width = 5;
     rejected(c, "even head width");
+    c.positions = PositionEncoding::Learned;  // without RoPE an odd head width is fine
+    {
+        std::mt19937 generator(1);
+        EXPECT_NO_THROW(Decoder(c, generator));
+    }
+    c.rope_scaling.kind = RopeScalingKind::Linear;
+    c.rope_scaling.factor = 2.0;
+    rejected(c, "rope_scaling linear needs rotary positions");
+    c.rope_scaling = RopeScaling{};
+    c.rope_local_theta = 100.0;
+    rejected(c, "rope_local_theta needs rotary positions");
+    c = dimensions();
+    c.norm = NormKind::Layer;
+    c.norm_weight_offset = true;
+    rejected(c, "norm_weight_offset");
+    c = dimensions();
+    c.positions = static_cast<PositionEncoding>(2);
+    rejected(c, "unknown positions value 2");
+    c = dimensions();
+    c.norm = static_cast<NormKind>(5);
+    rejected(c, "unknown norm value 5");
+    c = dimensions();
+    c.feed_forward = static_cast<FeedForwardKind>(9);
+    rejected(c, "unknown feed_forward value 9");
+    c = dimensions();
+    c.plain_activation = static_cast<Activation>(3);
+    rejected(c, "unknown plain_activation value 3");
     c = dimensions();
     c.model_width = 18;  // not a multiple of Hq = 4 ...
     rejected(c, "multiple of query_head_count");
     c.head_width = 4;  // ... which a given head width allows
     std::mt19937 generator(1);
-    EXPECT_NO_THROW(LlamaMistralTransformer(c, generator));
+    EXPECT_NO_THROW(Decoder(c, generator));
     c = dimensions();
     c.sliding_window_period = 6;
     rejected(c, "sliding_window_period 6 needs a sliding_window");
@@ -175,7 +228,7 @@ TEST(DecoderFamilies, ConfigRulesNameTheFieldBeforeAnyDraw) {
     c = dimensions();
     c.rope_scaling.kind = RopeScalingKind::FrequencyFactors;
     c.rope_scaling.frequency_factors = {1.0F, 2.0F};  // d/2 = 2 ...
-    EXPECT_NO_THROW(LlamaMistralTransformer(c, generator));
+    EXPECT_NO_THROW(Decoder(c, generator));
     c.rope_scaling.frequency_factors = {1.0F, 2.0F, 3.0F};  // ... not 3
     rejected(c, "frequency_factors");
     c.rope_scaling.frequency_factors = {1.0F, -2.0F};
@@ -325,15 +378,15 @@ TEST(DecoderFamilies, YarnFollowsItsFormulaWorkedByHand) {
 // scores of a model whose query weights are multiplied by s·√d (no QK-norm, no bias).
 TEST(DecoderFamilies, AttentionScaleEqualsQueriesScaledInTheirWeights) {
     for (const AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
-        LlamaMistralConfig scaled_config = dimensions();
+        DecoderConfig scaled_config = dimensions();
         scaled_config.head_width = 6;
         scaled_config.attention_scale = 0.3F;
-        LlamaMistralConfig plain_config = scaled_config;
+        DecoderConfig plain_config = scaled_config;
         plain_config.attention_scale = 0.0F;
         std::mt19937 first(21);
         std::mt19937 second(21);
-        LlamaMistralTransformer scaled(scaled_config, first, kind);
-        LlamaMistralTransformer plain(plain_config, second, kind);
+        Decoder scaled(scaled_config, first, kind);
+        Decoder plain(plain_config, second, kind);
         const float multiplier = static_cast<float>(0.3 * std::sqrt(6.0));
         for (const NamedParameter& named : plain.parameters()) {
             if (named.name.find("attention.query.weight") == std::string::npos)
@@ -360,17 +413,17 @@ TEST(DecoderFamilies, AttentionScaleEqualsQueriesScaledInTheirWeights) {
 // the attention cap changes the logits (it is not the identity at a small c) and a cap far
 // above every score leaves them within rounding.
 TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
-    LlamaMistralConfig plain_config = dimensions();
+    DecoderConfig plain_config = dimensions();
     plain_config.block_count = 2;
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
-    const auto logits_of = [&](const LlamaMistralConfig& config, AttentionKind kind) {
+    const auto logits_of = [&](const DecoderConfig& config, AttentionKind kind) {
         std::mt19937 generator(41);
-        LlamaMistralTransformer model(config, generator, kind);
+        Decoder model(config, generator, kind);
         perturb(model, 42);
         return model.forward(tokens, {1, 8}).value().to_host();
     };
     const std::vector<float> plain = logits_of(plain_config, AttentionKind::Flash);
-    LlamaMistralConfig final_capped = plain_config;
+    DecoderConfig final_capped = plain_config;
     final_capped.final_logit_softcap = 0.5F;
     for (const AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
         const std::vector<float> capped = logits_of(final_capped, kind);
@@ -384,7 +437,7 @@ TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
     }
     {
         std::mt19937 generator(41);
-        LlamaMistralTransformer model(final_capped, generator);
+        Decoder model(final_capped, generator);
         perturb(model, 42);
         DecodeSession session(model, KeyValueCacheKind::Contiguous);
         const std::vector<float> decoded = session.prefill(tokens, PrefillLogits::All).to_host();
@@ -392,7 +445,7 @@ TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
             EXPECT_NEAR(decoded[i], 0.5 * std::tanh(static_cast<double>(plain[i]) / 0.5), 2e-5)
                 << i;
     }
-    LlamaMistralConfig attention_capped = plain_config;
+    DecoderConfig attention_capped = plain_config;
     attention_capped.attention_logit_softcap = 0.05F;
     const std::vector<float> tight = logits_of(attention_capped, AttentionKind::Flash);
     attention_capped.attention_logit_softcap = 1e6F;
@@ -406,10 +459,10 @@ TEST(DecoderFamilies, SoftCapsFollowTheirDefinition) {
 }
 
 TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {
-    for (LlamaMistralConfig config : family_configs()) {
+    for (DecoderConfig config : family_configs()) {
         config.maximum_context = 8;
         std::mt19937 generator(6);
-        LlamaMistralTransformer model(config, generator);
+        Decoder model(config, generator);
         perturb(model, 11);
         const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
         const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2, 6, 5};
@@ -428,10 +481,10 @@ TEST(DecoderFamilies, GradientsMatchFiniteDifferences) {
 }
 
 TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
-    for (const LlamaMistralConfig& config : family_configs()) {
+    for (const DecoderConfig& config : family_configs()) {
         const auto run = [&](AttentionKind kind, ActivationCheckpointing checkpointing) {
             std::mt19937 generator(4);
-            LlamaMistralTransformer model(config, generator, kind, checkpointing);
+            Decoder model(config, generator, kind, checkpointing);
             perturb(model, 5);
             const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3,
                                                        5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
@@ -464,11 +517,11 @@ TEST(DecoderFamilies, FlashEqualsMaterializedAndCheckpointingKeepsGradients) {
 }
 
 TEST(DecoderFamilies, DecodeSessionsEqualTheFullForwardThroughAndPastTheWindows) {
-    for (const LlamaMistralConfig& config : family_configs()) {
+    for (const DecoderConfig& config : family_configs()) {
         for (const KeyValueCacheKind kind :
              {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
             std::mt19937 generator(8);
-            LlamaMistralTransformer model(config, generator);
+            Decoder model(config, generator);
             perturb(model, 9);
             const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
             const std::vector<float> full =
@@ -492,9 +545,9 @@ TEST(DecoderFamilies, DecodeSessionsEqualTheFullForwardThroughAndPastTheWindows)
 }
 
 TEST(DecoderFamilies, QloraOnEveryProjectionRunsForEveryPreset) {
-    for (const LlamaMistralConfig& config : family_configs()) {
+    for (const DecoderConfig& config : family_configs()) {
         std::mt19937 generator(12);
-        LlamaMistralTransformer model(config, generator);
+        Decoder model(config, generator);
         perturb(model, 13);
         const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9};
         const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2};
@@ -512,13 +565,21 @@ TEST(DecoderFamilies, QloraOnEveryProjectionRunsForEveryPreset) {
         LoraConfig lora;
         lora.rank = 2;
         lora.targets = 0;
+        const bool plain = config.feed_forward == FeedForwardKind::Plain;
+        const std::vector<LoraTarget> feed_forward =
+            plain ? std::vector<LoraTarget>{LoraTarget::FeedForwardExpand,
+                                            LoraTarget::FeedForwardProject}
+                  : std::vector<LoraTarget>{LoraTarget::FeedForwardGate, LoraTarget::FeedForwardUp,
+                                            LoraTarget::FeedForwardDown};
         for (LoraTarget target :
-             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
-              LoraTarget::FeedForwardGate, LoraTarget::FeedForwardUp, LoraTarget::FeedForwardDown})
+             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output})
+            lora.targets |= lora_target_bit(target);
+        for (LoraTarget target : feed_forward)
             lora.targets |= lora_target_bit(target);
         model.attach_lora(lora);
         const ParameterList adapters = model.lora_parameters();
-        EXPECT_EQ(adapters.size(), 2 * 7 * config.block_count) << name_of(config);
+        EXPECT_EQ(adapters.size(), 2 * (4 + feed_forward.size()) * config.block_count)
+            << name_of(config);
         // B starts at zero: the adapted model gives the packed model's logits.
         const Variable logits = model.forward(tokens, {1, 6});
         const std::vector<float> adapted = logits.value().to_host();

@@ -1,4 +1,4 @@
-// LlamaMistralTransformer: structure and names, config rules, forward against an independent
+// Decoder: structure and names, config rules, forward against an independent
 // double-precision reference (RoPE split-half, GQA with Hq != Hkv, Mistral's sliding window
 // shorter than the context, tied embeddings), flash vs materialized, causality, gradients by
 // finite differences, checkpointing, LoRA/NF4 on every projection, the incremental forward.
@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
 
 namespace riftco_transformer {
 namespace {
 
-LlamaMistralConfig tiny_config() {
-    LlamaMistralConfig c;
+DecoderConfig tiny_config() {
+    DecoderConfig c;
     c.vocabulary_size = 13;
     c.maximum_context = 9;
     c.model_width = 16;
@@ -85,7 +85,7 @@ void rotate(double* head, std::size_t d, std::size_t p, double theta) {
 }
 
 // logits [T][V] of one sequence, all in double, from the model's own parameter values.
-std::vector<std::vector<double>> reference_logits(const LlamaMistralConfig& c, const Values& w,
+std::vector<std::vector<double>> reference_logits(const DecoderConfig& c, const Values& w,
                                                   const std::vector<std::uint32_t>& tokens) {
     const std::size_t T = tokens.size();
     const std::size_t D = c.model_width;
@@ -171,10 +171,9 @@ void perturb_parameters(Module& model, unsigned seed) {
     }
 }
 
-void expect_matches_reference(const LlamaMistralConfig& config, AttentionKind kind,
-                              double tolerance) {
+void expect_matches_reference(const DecoderConfig& config, AttentionKind kind, double tolerance) {
     std::mt19937 generator(5);
-    LlamaMistralTransformer model(config, generator, kind);
+    Decoder model(config, generator, kind);
     perturb_parameters(model, 17);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
     const std::size_t T = 7;
@@ -199,7 +198,7 @@ void expect_matches_reference(const LlamaMistralConfig& config, AttentionKind ki
 
 TEST(LlamaMistral, ParameterNamesFollowTheContractOrder) {
     std::mt19937 generator(1);
-    const LlamaMistralTransformer model(tiny_config(), generator);
+    const Decoder model(tiny_config(), generator);
     std::vector<std::string> names;
     for (const auto& named : model.parameters())
         names.push_back(named.name);
@@ -223,10 +222,10 @@ TEST(LlamaMistral, ParameterNamesFollowTheContractOrder) {
 }
 
 TEST(LlamaMistral, TiedEmbeddingsHaveNoHeadParameter) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.tie_embeddings = true;
     std::mt19937 generator(1);
-    const LlamaMistralTransformer model(config, generator);
+    const Decoder model(config, generator);
     EXPECT_EQ(model.parameters().back().name, "final_norm.scale");
     EXPECT_EQ(model.projections().size(), 14U);  // 7 per block, no head
 }
@@ -235,10 +234,10 @@ TEST(LlamaMistral, TiedEmbeddingsHaveNoHeadParameter) {
 // same parameter names, shapes and order), the head starts as a bit copy of the table, so the
 // logits are unchanged, and from then on the two are independent; NF4 and LoRA reach the head.
 TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.tie_embeddings = true;
     std::mt19937 generator(21);
-    LlamaMistralTransformer model(config, generator);
+    Decoder model(config, generator);
     perturb_parameters(model, 22);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9};
     const std::vector<float> before = model.forward(tokens, {1, 6}).value().to_host();
@@ -250,10 +249,10 @@ TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
     EXPECT_FALSE(model.embeddings_tied());
     EXPECT_GT(model.structure_version(), version);
     EXPECT_TRUE(old_session.stale());
-    LlamaMistralConfig untied = config;
+    DecoderConfig untied = config;
     untied.tie_embeddings = false;
     std::mt19937 other(21);
-    const LlamaMistralTransformer reference(untied, other);
+    const Decoder reference(untied, other);
     {  // the lists hold the dense weights, which quantize_nf4 below must own alone
         const ParameterList got = model.parameters();
         const ParameterList want = reference.parameters();
@@ -283,7 +282,7 @@ TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
         ADD_FAILURE() << "untied twice";
     } catch (const std::invalid_argument& error) {
         EXPECT_NE(std::string(error.what())
-                      .find("LlamaMistralTransformer::untie_embeddings: "
+                      .find("Decoder::untie_embeddings: "
                             "the model's embeddings are not tied"),
                   std::string::npos)
             << error.what();
@@ -299,7 +298,7 @@ TEST(LlamaMistral, UntieEmbeddingsMakesAnUntiedModelWithTheSameLogits) {
 // one GEMV pass; the logits must be the graph's, bit for bit.
 TEST(LlamaMistral, TheForwardWithoutAGraphEqualsTheRecordedForwardBitForBit) {
     std::mt19937 generator(31);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     perturb_parameters(model, 32);
     for (const std::size_t time : {std::size_t{3}, std::size_t{7}}) {
         std::vector<std::uint32_t> tokens(time);
@@ -317,9 +316,9 @@ TEST(LlamaMistral, TheForwardWithoutAGraphEqualsTheRecordedForwardBitForBit) {
 }
 
 TEST(LlamaMistral, UntieEmbeddingsIsRefusedWithAdaptersOrPackedWeights) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.tie_embeddings = true;
-    const auto expect_refused = [](LlamaMistralTransformer& model, const std::string& fragment) {
+    const auto expect_refused = [](Decoder& model, const std::string& fragment) {
         const std::size_t count = model.parameters().size();
         const std::uint64_t version = model.structure_version();
         try {
@@ -334,16 +333,16 @@ TEST(LlamaMistral, UntieEmbeddingsIsRefusedWithAdaptersOrPackedWeights) {
         EXPECT_EQ(model.projections().size(), 14U);
     };
     std::mt19937 generator(23);
-    LlamaMistralTransformer adapted(config, generator);
+    Decoder adapted(config, generator);
     adapted.attach_lora(LoraConfig{});
     expect_refused(adapted, "untie before attach_lora");
-    LlamaMistralTransformer packed(config, generator);
+    Decoder packed(config, generator);
     Nf4Options options;
     options.block_size = 32;
     packed.quantize_nf4(options);
     expect_refused(packed, "untie before quantize_nf4");
     // After a merge the model is dense again and may be untied.
-    LlamaMistralTransformer merged(config, generator);
+    Decoder merged(config, generator);
     merged.attach_lora(LoraConfig{});
     merged.merge_lora();
     merged.untie_embeddings();
@@ -351,10 +350,10 @@ TEST(LlamaMistral, UntieEmbeddingsIsRefusedWithAdaptersOrPackedWeights) {
 }
 
 TEST(LlamaMistral, ConfigRulesAreCheckedBeforeAnyDraw) {
-    const auto expect_rejected = [](LlamaMistralConfig config, const std::string& fragment) {
+    const auto expect_rejected = [](DecoderConfig config, const std::string& fragment) {
         std::mt19937 generator(3);
         try {
-            const LlamaMistralTransformer model(config, generator);
+            const Decoder model(config, generator);
             ADD_FAILURE() << "accepted a config that should fail with: " << fragment;
         } catch (const std::invalid_argument& error) {
             EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
@@ -362,7 +361,7 @@ TEST(LlamaMistral, ConfigRulesAreCheckedBeforeAnyDraw) {
         std::mt19937 untouched(3);
         EXPECT_EQ(generator(), untouched());
     };
-    LlamaMistralConfig c = tiny_config();
+    DecoderConfig c = tiny_config();
     c.model_width = 0;
     expect_rejected(c, "every dimension must be positive");
     c = tiny_config();
@@ -387,13 +386,13 @@ TEST(LlamaMistral, ConfigRulesAreCheckedBeforeAnyDraw) {
     c.sliding_window = 0;
     expect_rejected(c, "sliding_window");
     c = tiny_config();
-    c.architecture = static_cast<LlamaMistralArchitecture>(7);
-    expect_rejected(c, "unknown architecture value 7");
+    c.architecture = static_cast<DecoderArchitecture>(8);
+    expect_rejected(c, "unknown architecture value 8");
 
     c = tiny_config();
     c.block_count = std::size_t{1} << 40;
     std::mt19937 generator(3);
-    EXPECT_THROW(LlamaMistralTransformer(c, generator), std::overflow_error);
+    EXPECT_THROW(Decoder(c, generator), std::overflow_error);
 }
 
 TEST(LlamaMistral, ForwardMatchesDoubleReferenceWithGroupedQueryAttention) {
@@ -405,33 +404,33 @@ TEST(LlamaMistral, FlashForwardMatchesDoubleReference) {
 }
 
 TEST(LlamaMistral, TiedEmbeddingsMatchDoubleReference) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.tie_embeddings = true;
     config.key_value_head_count = 1;  // multi-query attention
     expect_matches_reference(config, AttentionKind::Materialized, 2e-4);
 }
 
 TEST(LlamaMistral, MistralSlidingWindowShorterThanTheContextMatchesReference) {
-    LlamaMistralConfig config = tiny_config();
-    config.architecture = LlamaMistralArchitecture::Mistral;
+    DecoderConfig config = tiny_config();
+    config.architecture = DecoderArchitecture::Mistral;
     config.sliding_window = 3;  // C = 9, T = 7
     expect_matches_reference(config, AttentionKind::Materialized, 2e-4);
 }
 
 TEST(LlamaMistral, MistralSlidingWindowWithFlashMatchesReference) {
-    LlamaMistralConfig config = tiny_config();
-    config.architecture = LlamaMistralArchitecture::Mistral;
+    DecoderConfig config = tiny_config();
+    config.architecture = DecoderArchitecture::Mistral;
     config.sliding_window = 3;  // C = 9, T = 7
     expect_matches_reference(config, AttentionKind::Flash, 2e-4);
 }
 
 TEST(LlamaMistral, SlidingWindowChangesTheLogitsOnlyPastTheWindow) {
-    LlamaMistralConfig windowed = tiny_config();
+    DecoderConfig windowed = tiny_config();
     windowed.sliding_window = 3;
     std::mt19937 first_generator(8);
     std::mt19937 second_generator(8);
-    const LlamaMistralTransformer dense(tiny_config(), first_generator);
-    const LlamaMistralTransformer sliding(windowed, second_generator);
+    const Decoder dense(tiny_config(), first_generator);
+    const Decoder sliding(windowed, second_generator);
     const std::vector<std::uint32_t> tokens = {2, 7, 1, 8, 2, 8, 1};
     const auto a = dense.forward(tokens, {1, 7}).value().to_host();
     const auto b = sliding.forward(tokens, {1, 7}).value().to_host();
@@ -450,14 +449,14 @@ TEST(LlamaMistral, FlashWithAWindowShorterThanTheSequenceEqualsMaterialized) {
     // The flash kernel applies the window itself (K/V heads unrepeated); the materialized
     // path repeats K/V and masks [T,T] scores. Contract tolerances: 3e-5 forward, 5e-5 on
     // gradients (docs/ARCHITECTURE.md, 'Numeric parity').
-    LlamaMistralConfig config = tiny_config();
-    config.architecture = LlamaMistralArchitecture::Mistral;
+    DecoderConfig config = tiny_config();
+    config.architecture = DecoderArchitecture::Mistral;
     config.sliding_window = 3;  // C = 9, T = 7
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
     const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9};
     const auto run = [&](AttentionKind kind) {
         std::mt19937 generator(12);
-        LlamaMistralTransformer model(config, generator, kind);
+        Decoder model(config, generator, kind);
         perturb_parameters(model, 23);
         const Variable logits = model.forward(tokens, {2, 7});
         Variable loss = cross_entropy(reshape(logits, {14, 13}), targets);
@@ -484,7 +483,7 @@ TEST(LlamaMistral, FlashWithAWindowShorterThanTheSequenceEqualsMaterialized) {
 
 TEST(LlamaMistral, CausalityIsBitExact) {
     std::mt19937 generator(4);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     for (AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
         model.set_attention(kind);
         const std::vector<std::uint32_t> a = {1, 2, 3, 4, 5, 6};
@@ -498,7 +497,7 @@ TEST(LlamaMistral, CausalityIsBitExact) {
 
 TEST(LlamaMistral, ForwardErrorsNameTheArgument) {
     std::mt19937 generator(4);
-    const LlamaMistralTransformer model(tiny_config(), generator);
+    const Decoder model(tiny_config(), generator);
     const std::vector<std::uint32_t> too_long(10, 1);
     EXPECT_THROW((void)model.forward(too_long, {1, 10}), std::invalid_argument);
     const std::vector<std::uint32_t> bad_id = {1, 13};
@@ -513,11 +512,11 @@ TEST(LlamaMistral, ForwardErrorsNameTheArgument) {
 }
 
 TEST(LlamaMistral, GradientsMatchFiniteDifferences) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.tie_embeddings = true;
     config.sliding_window = 4;
     std::mt19937 generator(6);
-    LlamaMistralTransformer model(config, generator);
+    Decoder model(config, generator);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9};
     const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2};
     const auto loss_value = [&]() {
@@ -553,8 +552,7 @@ TEST(LlamaMistral, GradientsMatchFiniteDifferences) {
 TEST(LlamaMistral, BlockCheckpointingGivesTheSameGradients) {
     const auto gradients = [](ActivationCheckpointing checkpointing) {
         std::mt19937 generator(9);
-        LlamaMistralTransformer model(tiny_config(), generator, AttentionKind::Flash,
-                                      checkpointing);
+        Decoder model(tiny_config(), generator, AttentionKind::Flash, checkpointing);
         const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
         const std::vector<std::uint32_t> targets = {1, 4, 1, 5, 9, 2, 6, 5};
         Variable loss = cross_entropy(reshape(model.forward(tokens, {2, 4}), {8, 13}), targets);
@@ -575,7 +573,7 @@ TEST(LlamaMistral, BlockCheckpointingGivesTheSameGradients) {
 
 TEST(LlamaMistral, LoraTargetsEveryProjectionByName) {
     std::mt19937 generator(10);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     LoraConfig lora;
     lora.rank = 2;
     lora.targets = lora_target_bit(LoraTarget::Query) | lora_target_bit(LoraTarget::Key) |
@@ -598,7 +596,7 @@ TEST(LlamaMistral, LoraTargetsEveryProjectionByName) {
 
 TEST(LlamaMistral, FeedForwardExpandIsNotATargetOfThisModel) {
     std::mt19937 generator(10);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     LoraConfig lora;
     lora.targets = lora_target_bit(LoraTarget::FeedForwardExpand);
     EXPECT_THROW(model.attach_lora(lora), std::invalid_argument);
@@ -607,7 +605,7 @@ TEST(LlamaMistral, FeedForwardExpandIsNotATargetOfThisModel) {
 
 TEST(LlamaMistral, Nf4PacksEveryProjectionAndRunsTheDequantizedWeights) {
     std::mt19937 generator(12);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     Nf4Options options;
     options.block_size = 32;
     model.quantize_nf4(options);
@@ -699,7 +697,7 @@ class ReferenceCache final : public IncrementalAttentionCache {
 
 TEST(LlamaMistral, IncrementalForwardEqualsTheFullForwardAtEveryPosition) {
     std::mt19937 generator(13);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     perturb_parameters(model, 3);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2};
     const auto full = model.forward(tokens, {1, 7}).value().to_host();
@@ -743,7 +741,7 @@ TEST(LlamaMistral, RotaryTablesFollowTheFormula) {
 
 TEST(LlamaMistral, DecodeSessionsEqualTheFullForwardWithinTolerance) {
     std::mt19937 generator(14);
-    LlamaMistralTransformer model(tiny_config(), generator);
+    Decoder model(tiny_config(), generator);
     perturb_parameters(model, 5);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5};
     const auto full = model.forward(tokens, {1, 9}).value().to_host();
@@ -767,9 +765,9 @@ TEST(LlamaMistral, DecodeSessionsEqualTheFullForwardWithinTolerance) {
 
 TEST(LlamaMistral, BatchedDecodeOverASharedPoolMatchesSingleSessions) {
     std::mt19937 generator(15);
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.key_value_head_count = 1;
-    LlamaMistralTransformer model(config, generator);
+    Decoder model(config, generator);
     perturb_parameters(model, 6);
     auto pool = make_key_value_cache_pool(model, 2, 0);
     auto second_pool = make_key_value_cache_pool(model, 2, 0);
@@ -789,9 +787,9 @@ TEST(LlamaMistral, BatchedDecodeOverASharedPoolMatchesSingleSessions) {
 }
 
 // Mistral with GQA (Hq = 4, Hkv = 2) and a window of 3 shorter than the context of 9.
-LlamaMistralConfig windowed_config() {
-    LlamaMistralConfig config = tiny_config();
-    config.architecture = LlamaMistralArchitecture::Mistral;
+DecoderConfig windowed_config() {
+    DecoderConfig config = tiny_config();
+    config.architecture = DecoderArchitecture::Mistral;
     config.sliding_window = 3;
     return config;
 }
@@ -807,7 +805,7 @@ void expect_rows_near(const std::vector<float>& actual, const std::vector<float>
 
 TEST(LlamaMistral, WindowedDecodeEqualsTheFullForwardThroughAndPastTheWindow) {
     std::mt19937 generator(16);
-    LlamaMistralTransformer model(windowed_config(), generator);
+    Decoder model(windowed_config(), generator);
     perturb_parameters(model, 7);
     const std::vector<std::uint32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6, 5};
     // The oracle: the materialized full forward, masked to the window.
@@ -837,7 +835,7 @@ TEST(LlamaMistral, WindowedDecodeEqualsTheFullForwardThroughAndPastTheWindow) {
 
 TEST(LlamaMistral, WindowedBatchedDecodeOverASharedPoolEqualsTheFullForward) {
     std::mt19937 generator(17);
-    LlamaMistralTransformer model(windowed_config(), generator);
+    Decoder model(windowed_config(), generator);
     perturb_parameters(model, 8);
     const std::size_t V = 13;
     const std::vector<std::vector<std::uint32_t>> sequences = {
@@ -885,10 +883,10 @@ TEST(LlamaMistral, WindowedBatchedDecodeOverASharedPoolEqualsTheFullForward) {
 }
 
 TEST(LlamaMistral, KeyValuePoolStoresTheKeyValueHeadsOnly) {
-    LlamaMistralConfig config = tiny_config();
+    DecoderConfig config = tiny_config();
     config.key_value_head_count = 1;  // Hq = 4 query heads share one key/value head
     std::mt19937 generator(18);
-    const LlamaMistralTransformer model(config, generator);
+    const Decoder model(config, generator);
     const KeyValueCacheDimensions dimensions = key_value_cache_dimensions(model);
     EXPECT_EQ(dimensions.head_count, 1U);
     EXPECT_EQ(dimensions.head_width, 4U);  // D / Hq

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "riftco_transformer/core/backend.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "support/decoder_families.hpp"
 #include "support/model_support.hpp"
 #include "support/pjrt_support.hpp"
@@ -24,7 +24,7 @@ class PjrtDecoderFamilies : public ::testing::Test {
 };
 
 TEST_F(PjrtDecoderFamilies, EveryPresetGivesTheCpuLogitsGradientsAndDecoding) {
-    for (const LlamaMistralConfig& config : testing::family_configs()) {
+    for (const DecoderConfig& config : testing::family_configs()) {
         for (const AttentionKind attention : {AttentionKind::Materialized, AttentionKind::Flash}) {
             SCOPED_TRACE(testing::name_of(config) +
                          (attention == AttentionKind::Flash ? " flash" : " materialized"));

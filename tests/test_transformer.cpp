@@ -32,6 +32,56 @@ std::string construction_overflow_message(const TransformerDimensions& dimension
 
 }  // namespace
 
+// The GPT decoder is the one Decoder with the gpt2 preset: a Decoder built from
+// gpt_decoder_config with the same seed has the same parameters (names, order, values) and gives
+// bit-identical logits, in the forward, with flash attention and in decoding; tying and the
+// activation follow the options.
+TEST(Transformer, IsTheOneDecoderWithTheGpt2Preset) {
+    for (const bool tie : {false, true}) {
+        DecoderOptions options;
+        options.tie_embeddings = tie;
+        options.feed_forward_activation = tie ? Activation::Relu : Activation::Gelu;
+        const TransformerDimensions dimensions = testing::reference_tiny();
+        const DecoderConfig config = gpt_decoder_config(dimensions, 1e-5F, options);
+        EXPECT_EQ(config.architecture, DecoderArchitecture::Gpt2);
+        EXPECT_EQ(config.positions, PositionEncoding::Learned);
+        EXPECT_EQ(config.norm, NormKind::Layer);
+        EXPECT_EQ(config.feed_forward, FeedForwardKind::Plain);
+        EXPECT_EQ(config.plain_activation, options.feed_forward_activation);
+        EXPECT_EQ(config.key_value_head_count, dimensions.head_count);
+        EXPECT_EQ(config.tie_embeddings, tie);
+        std::mt19937 first(21);
+        std::mt19937 second(21);
+        DecoderOnlyTransformer gpt(dimensions, first, 1e-5F, AttentionKind::Materialized,
+                                   ActivationCheckpointing::Disabled, options);
+        Decoder general(config, second);
+        EXPECT_EQ(first(), second()) << "the same draws";
+        EXPECT_STREQ(gpt.model_name(), "DecoderOnlyTransformer");
+        EXPECT_STREQ(general.model_name(), "Decoder");
+        const ParameterList a = gpt.parameters();
+        const ParameterList b = general.parameters();
+        ASSERT_EQ(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(a[i].name, b[i].name);
+            EXPECT_EQ(a[i].parameter.value().to_host(), b[i].parameter.value().to_host())
+                << a[i].name;
+        }
+        const std::vector<std::uint32_t> tokens = {1, 5, 9, 2, 26, 0, 7, 7, 3, 3, 14, 8};
+        for (const AttentionKind kind : {AttentionKind::Materialized, AttentionKind::Flash}) {
+            gpt.set_attention(kind);
+            general.set_attention(kind);
+            EXPECT_EQ(gpt.forward(tokens, {2, 6}).value().to_host(),
+                      general.forward(tokens, {2, 6}).value().to_host());
+        }
+        EXPECT_EQ(gpt.options().tie_embeddings, tie);
+        if (tie) {
+            gpt.untie_embeddings();
+            EXPECT_FALSE(gpt.options().tie_embeddings);
+            EXPECT_EQ(gpt.parameters().back().name, "language_model_head.bias");
+        }
+    }
+}
+
 TEST(Transformer, ReferenceTinyModelHas19419ParametersInTheContractOrder) {
     std::mt19937 generator(7);
     const DecoderOnlyTransformer model(testing::reference_tiny(), generator);

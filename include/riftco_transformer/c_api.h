@@ -52,6 +52,11 @@ extern "C" {
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
  * its own; minors only add.
+ * 2.12 adds, without renumbering a value or moving a field of 2.11:
+ * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
+ *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
+ *   feed_forward_bias and head_bias, appended after its 232-byte 2.11 layout; an rt_model made
+ *   by rt_model_create is that decoder too (rt_model_decoder_config reads its general config).
  * 2.11 adds, without renumbering a value or moving a field of 2.10:
  * - the rotary family Gemma 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, the value 2.10 kept) and
  *   rt_llama_mistral_config's attention_logit_softcap and final_logit_softcap, appended after
@@ -79,8 +84,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 11
-#define RT_ABI_VERSION 0x0002000bu
+#define RT_ABI_VERSION_MINOR 12
+#define RT_ABI_VERSION 0x0002000cu
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -787,7 +792,7 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
                                                           uint64_t count);
 
 /* ---- Llama / Mistral decoders (2.8) and GGUF checkpoints --------------------------------
- * A Llama/Mistral model (docs/ARCHITECTURE.md, 'The rotary decoder'): token embedding, pre-norm
+ * A Llama/Mistral model (docs/ARCHITECTURE.md, 'The decoder'): token embedding, pre-norm
  * blocks of grouped-query attention with split-half RoPE and a SwiGLU feed-forward, RMSNorm, a
  * bias-free head or tied embeddings; Mistral's sliding window may be shorter than the context
  * (flash, materialized and cached decoding all apply it; a decode pool holds the Hkv key/value
@@ -809,6 +814,14 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2 4
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 5
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 6
+#define RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2 7 /* 2.12 */
+/* rt_llama_mistral_config.positions, .norm, .feed_forward (2.12) */
+#define RT_POSITIONS_ROTARY 0 /* RoPE inside attention */
+#define RT_POSITIONS_LEARNED 1 /* a learned [C,D] table added to the token embedding (GPT-2) */
+#define RT_NORM_RMS 0
+#define RT_NORM_LAYER 1 /* LayerNorm with scale and bias (GPT-2) */
+#define RT_FEED_FORWARD_GATED 0 /* gate/up/down with feed_forward_activation */
+#define RT_FEED_FORWARD_PLAIN 1 /* expand/project with plain_activation (GPT-2) */
 /* rt_llama_mistral_config.feed_forward_activation (2.10) */
 #define RT_GATED_ACTIVATION_SILU 0      /* SwiGLU */
 #define RT_GATED_ACTIVATION_GELU_TANH 1 /* GeGLU (Gemma) */
@@ -864,6 +877,15 @@ typedef struct rt_llama_mistral_config {
      * rt_llama_mistral_model_config pointing into the model, valid until it is released. */
     const float* rope_frequency_factors;
     uint64_t rope_frequency_factor_count;
+    /* 2.12: the GPT-2 choices; every init value is Llama's. */
+    int32_t positions;          /* RT_POSITIONS_*, init ROTARY */
+    int32_t norm;               /* RT_NORM_*, init RMS */
+    int32_t feed_forward;       /* RT_FEED_FORWARD_GATED/PLAIN, init GATED */
+    int32_t plain_activation;   /* RT_FEED_FORWARD_ACTIVATION_* of the plain one, init GELU */
+    uint32_t output_bias;       /* 0/1: a bias on the attention output projection */
+    uint32_t feed_forward_bias; /* 0/1: biases on every feed-forward projection */
+    uint32_t head_bias;         /* 0/1: a bias on the untied head (not read while tied) */
+    uint32_t reserved;          /* must be 0 */
 } rt_llama_mistral_config;
 
 RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* config,
@@ -874,13 +896,16 @@ RT_API rt_status RT_CALL rt_llama_mistral_config_init(rt_llama_mistral_config* c
  * and 30 unless set; Gemma 3: QK-norm, (1 + w) norms, post-block
  * norms, GeGLU, embedding scale sqrt(D), window period 6 (with a sliding_window) and local RoPE
  * base 10000 unless set;
- * Llama, Mistral, Phi-3: none). The struct must declare at least the 2.10 size (184 bytes; a
- * 2.10-sized struct gets every choice but the soft caps); an unknown
- * architecture: RT_STATUS_INVALID_ARGUMENT, *config unchanged. */
+ * Llama, Mistral, Phi-3: none; GPT-2 (2.12): learned positions, LayerNorm, the plain
+ * feed-forward with tanh-GELU, biases on q/k/v, output, feed-forward and head). The struct must
+ * declare at least the 2.10 size (184 bytes; a 2.10-sized struct gets every choice but the soft
+ * caps), and the 2.12 size (264 bytes) for GPT-2; an unknown architecture, or GPT-2 in a smaller
+ * struct: RT_STATUS_INVALID_ARGUMENT, *config unchanged. */
 RT_API rt_status RT_CALL rt_llama_mistral_config_preset(rt_llama_mistral_config* config,
                                                         int32_t architecture);
-/* A new model on CPU with random weights (draws: embedding; per block q, k, v, o, gate, up,
- * down; head), materialized attention, checkpointing disabled. */
+/* A new model on CPU with random weights (draws: embedding; the position table with learned
+ * positions; per block q, k, v, o, then gate, up, down (gated) or expand, project (plain);
+ * head), materialized attention, checkpointing disabled. */
 RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
                                                        rt_llama_mistral_model** out);
 /* A model read from a GGUF file (general.architecture llama, mistral, qwen2, qwen3, gemma3 or
@@ -908,8 +933,14 @@ RT_API rt_status RT_CALL rt_llama_mistral_model_parameters(rt_llama_mistral_mode
 /* An rt_model handle sharing this model's state (release both, in any order). */
 RT_API rt_status RT_CALL rt_llama_mistral_model_as_model(rt_llama_mistral_model* model,
                                                          rt_model** out);
-/* 1 when the rt_model handle holds a Llama/Mistral decoder, 0 for the GPT decoder. */
+/* 1 when the rt_model handle was made as a Llama/Mistral decoder (rt_llama_mistral_model_*),
+ * 0 when by rt_model_create (both are the one decoder). */
 RT_API rt_status RT_CALL rt_model_is_llama_mistral(const rt_model* model, int32_t* out);
+/* 2.12: the general configuration of any rt_model's decoder, the GPT decoder of rt_model_create
+ * included (its architecture GPT2; random_seed as created); rope_frequency_factors point into the
+ * model. A program-augmented model: RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_model_decoder_config(const rt_model* model,
+                                                 rt_llama_mistral_config* out);
 
 /* ---- Tokenizers of pretrained models ------------------------------------------------------
  * Byte-level BPE in the GPT-2 style (merges by rank inside regex pre-tokens: the GPT-2,

@@ -105,7 +105,7 @@ class PretrainingConfig:
     optimizer_state: str = "contiguous"
     optimizer_page_size: int = 4096
     tokenizer_training_bytes: int = 16 << 20
-    # "gpt2" (docs/ARCHITECTURE.md, 'The GPT decoder'), or a rotary family preset ("llama",
+    # "gpt2" (docs/ARCHITECTURE.md, 'The decoder'), or a rotary family preset ("llama",
     # "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3") with the same width, heads,
     # blocks and feed-forward width (Mistral, Gemma 2, Gemma 3 and Phi-3 with a window of half
     # the context).

@@ -7,7 +7,7 @@
 #include "riftco_transformer/c_api.h"
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/optim/adam_options.hpp"
@@ -139,22 +139,21 @@ static_assert(sizeof(rt_adam_state) == 40 && offsetof(rt_adam_state, step_count)
               offsetof(rt_adam_state, value_count) == 32);
 
 // Llama/Mistral (2.8): architecture values and the config layout.
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, LlamaMistralArchitecture::Llama) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, DecoderArchitecture::Llama) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA == 0);
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL,
-                         LlamaMistralArchitecture::Mistral) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL, DecoderArchitecture::Mistral) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_MISTRAL == 1);
 // 2.10: the other families and the choices appended after the first published 96 bytes.
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, LlamaMistralArchitecture::Qwen2) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, DecoderArchitecture::Qwen2) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2 == 2);
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3, LlamaMistralArchitecture::Qwen3) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3, DecoderArchitecture::Qwen3) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN3 == 3);
 // 2.11: Gemma 2 and the soft caps after the 2.10 layout.
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, LlamaMistralArchitecture::Gemma2) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, DecoderArchitecture::Gemma2) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2 == 4);
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3, LlamaMistralArchitecture::Gemma3) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3, DecoderArchitecture::Gemma3) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA3 == 5);
-static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3, LlamaMistralArchitecture::Phi3) &&
+static_assert(same_value(RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3, DecoderArchitecture::Phi3) &&
               RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 == 6);
 static_assert(same_value(RT_GATED_ACTIVATION_SILU, GatedActivation::Silu) &&
               same_value(RT_GATED_ACTIVATION_GELU_TANH, GatedActivation::GeluTanh));
@@ -163,7 +162,15 @@ static_assert(same_value(RT_ROPE_SCALING_NONE, RopeScalingKind::None) &&
               same_value(RT_ROPE_SCALING_LLAMA3, RopeScalingKind::Llama3) &&
               same_value(RT_ROPE_SCALING_FREQUENCY_FACTORS, RopeScalingKind::FrequencyFactors) &&
               same_value(RT_ROPE_SCALING_YARN, RopeScalingKind::Yarn) && RT_ROPE_SCALING_YARN == 4);
-static_assert(sizeof(rt_llama_mistral_config) == 232);
+static_assert(sizeof(rt_llama_mistral_config) == 264);
+static_assert(offsetof(rt_llama_mistral_config, positions) == 232 &&
+              offsetof(rt_llama_mistral_config, norm) == 236 &&
+              offsetof(rt_llama_mistral_config, feed_forward) == 240 &&
+              offsetof(rt_llama_mistral_config, plain_activation) == 244 &&
+              offsetof(rt_llama_mistral_config, output_bias) == 248 &&
+              offsetof(rt_llama_mistral_config, feed_forward_bias) == 252 &&
+              offsetof(rt_llama_mistral_config, head_bias) == 256 &&
+              offsetof(rt_llama_mistral_config, reserved) == 260);
 static_assert(offsetof(rt_llama_mistral_config, rope_frequency_factors) == 216 &&
               offsetof(rt_llama_mistral_config, rope_frequency_factor_count) == 224);
 static_assert(offsetof(rt_llama_mistral_config, attention_logit_softcap) == 184 &&

@@ -22,7 +22,7 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/parameter.hpp"
 #include "riftco_transformer/optim/adam.hpp"

@@ -21,6 +21,9 @@ namespace {
 constexpr std::size_t first_config_size = 96;
 // The size of 2.10, the first with the family choices (2.11 appends the soft caps).
 constexpr std::size_t family_config_size = 184;
+// The size of 2.12, the first with the GPT-2 choices.
+constexpr std::size_t gpt2_config_size = 264;
+static_assert(sizeof(rt_llama_mistral_config) == gpt2_config_size);
 
 constexpr rt_llama_mistral_config default_config() {
     rt_llama_mistral_config config{};
@@ -37,13 +40,17 @@ constexpr rt_llama_mistral_config default_config() {
     config.rope_original_context = 8192;
     config.rope_yarn_beta_fast = 32.0;
     config.rope_yarn_beta_slow = 1.0;
+    config.positions = RT_POSITIONS_ROTARY;
+    config.norm = RT_NORM_RMS;
+    config.feed_forward = RT_FEED_FORWARD_GATED;
+    config.plain_activation = RT_FEED_FORWARD_ACTIVATION_GELU;
     return config;
 }
 
-LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
-    LlamaMistralConfig c;
-    // Enum values are checked where the config is validated (validate_llama_mistral_config).
-    c.architecture = static_cast<LlamaMistralArchitecture>(given.architecture);
+DecoderConfig to_engine(const rt_llama_mistral_config& given) {
+    DecoderConfig c;
+    // Enum values are checked where the config is validated (validate_decoder_config).
+    c.architecture = static_cast<DecoderArchitecture>(given.architecture);
     c.vocabulary_size = to_size(given.vocabulary_size, "config->vocabulary_size");
     c.maximum_context = to_size(given.maximum_context, "config->maximum_context");
     c.model_width = to_size(given.model_width, "config->model_width");
@@ -97,10 +104,22 @@ LlamaMistralConfig to_engine(const rt_llama_mistral_config& given) {
     c.rope_scaling.beta_fast = given.rope_yarn_beta_fast;
     c.rope_scaling.beta_slow = given.rope_yarn_beta_slow;
     c.rope_scaling.attention_factor = given.rope_yarn_attention_factor;
+    // 2.12 (values checked by validate_decoder_config, as above).
+    c.positions = static_cast<PositionEncoding>(given.positions);
+    c.norm = static_cast<NormKind>(given.norm);
+    c.feed_forward = static_cast<FeedForwardKind>(given.feed_forward);
+    c.plain_activation = static_cast<Activation>(given.plain_activation);
+    c.output_bias = flag_from_value(given.output_bias, "config->output_bias");
+    c.feed_forward_bias = flag_from_value(given.feed_forward_bias, "config->feed_forward_bias");
+    c.head_bias = flag_from_value(given.head_bias, "config->head_bias");
+    if (given.reserved != 0) {
+        throw std::invalid_argument("config->reserved must be 0 (got " +
+                                    std::to_string(given.reserved) + ")");
+    }
     return c;
 }
 
-rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) {
+rt_llama_mistral_config to_abi(const DecoderConfig& c, std::uint32_t seed) {
     rt_llama_mistral_config out = default_config();
     out.architecture = static_cast<int32_t>(c.architecture);
     out.random_seed = seed;
@@ -140,6 +159,13 @@ rt_llama_mistral_config to_abi(const LlamaMistralConfig& c, std::uint32_t seed) 
     }
     out.attention_logit_softcap = c.attention_logit_softcap;
     out.final_logit_softcap = c.final_logit_softcap;
+    out.positions = static_cast<int32_t>(c.positions);
+    out.norm = static_cast<int32_t>(c.norm);
+    out.feed_forward = static_cast<int32_t>(c.feed_forward);
+    out.plain_activation = static_cast<int32_t>(c.plain_activation);
+    out.output_bias = c.output_bias ? 1U : 0U;
+    out.feed_forward_bias = c.feed_forward_bias ? 1U : 0U;
+    out.head_bias = c.head_bias ? 1U : 0U;
     return out;
 }
 
@@ -166,12 +192,19 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
                 " is below the 2.10 size " + std::to_string(family_config_size) +
                 " that holds the family choices");
         }
+        if (architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2 &&
+            config->struct_size < gpt2_config_size) {
+            throw std::invalid_argument(
+                "architecture " + std::to_string(architecture) + " (gpt2): config->struct_size " +
+                std::to_string(config->struct_size) + " is below the 2.12 size " +
+                std::to_string(gpt2_config_size) + " that holds its choices");
+        }
         // A 2.10 client's struct ends before the soft caps: read and write only its prefix.
         rt_llama_mistral_config full =
             read_struct(config, family_config_size, default_config(), "config");
         // Dimensions as given (not validated here: rt_llama_mistral_model_create does that);
         // an unknown architecture is architecture_preset's std::invalid_argument.
-        LlamaMistralConfig dimensions;
+        DecoderConfig dimensions;
         dimensions.model_width = static_cast<std::size_t>(config->model_width);
         if (config->sliding_window != 0)
             dimensions.sliding_window = static_cast<std::size_t>(config->sliding_window);
@@ -179,8 +212,8 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
         dimensions.rope_local_theta = config->rope_local_theta;
         dimensions.attention_logit_softcap = full.attention_logit_softcap;
         dimensions.final_logit_softcap = full.final_logit_softcap;
-        const LlamaMistralConfig preset =
-            architecture_preset(static_cast<LlamaMistralArchitecture>(architecture), dimensions);
+        const DecoderConfig preset =
+            architecture_preset(static_cast<DecoderArchitecture>(architecture), dimensions);
         full.architecture = architecture;
         full.query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
         full.query_key_norm = preset.query_key_norm ? 1U : 0U;
@@ -192,6 +225,13 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
         full.rope_local_theta = preset.rope_local_theta;
         full.attention_logit_softcap = preset.attention_logit_softcap;
         full.final_logit_softcap = preset.final_logit_softcap;
+        full.positions = static_cast<int32_t>(preset.positions);
+        full.norm = static_cast<int32_t>(preset.norm);
+        full.feed_forward = static_cast<int32_t>(preset.feed_forward);
+        full.plain_activation = static_cast<int32_t>(preset.plain_activation);
+        full.output_bias = preset.output_bias ? 1U : 0U;
+        full.feed_forward_bias = preset.feed_forward_bias ? 1U : 0U;
+        full.head_bias = preset.head_bias ? 1U : 0U;
         write_struct(config, full, family_config_size, "config");
     });
 }
@@ -202,11 +242,11 @@ rt_status rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
         const rt_llama_mistral_config given =
             read_struct(config, first_config_size, default_config(), "config");
         require_pointer(out, "out");
-        const LlamaMistralConfig engine = to_engine(given);
+        const DecoderConfig engine = to_engine(given);
         std::mt19937 generator(given.random_seed);
         const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
         auto state = std::make_shared<ModelState>();
-        auto model = std::make_unique<LlamaMistralTransformer>(engine, generator);
+        auto model = std::make_unique<Decoder>(engine, generator);
         // The model's config, not `engine`: the frequency factors must outlive this call.
         state->llama_config = to_abi(model->config(), given.random_seed);
         state->model = std::move(model);
@@ -293,6 +333,19 @@ rt_status rt_model_is_llama_mistral(const rt_model* model, int32_t* out) {
     return guarded(__func__, [&] {
         const ModelState& state = *require_handle(model, "model").state;
         set_output(out, state.llama_config.struct_size != 0 ? 1 : 0, "out");
+    });
+}
+
+rt_status rt_model_decoder_config(const rt_model* model, rt_llama_mistral_config* out) {
+    return guarded(__func__, [&] {
+        const ModelState& state = *require_handle(model, "model").state;
+        const auto* decoder = dynamic_cast<const Decoder*>(state.model.get());
+        if (decoder == nullptr)
+            throw std::invalid_argument("model: not a decoder (a program-augmented model)");
+        const std::uint32_t seed = state.llama_config.struct_size != 0
+                                       ? state.llama_config.random_seed
+                                       : state.config.random_seed;
+        write_struct(out, to_abi(decoder->config(), seed), first_config_size, "out");
     });
 }
 

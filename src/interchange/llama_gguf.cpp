@@ -31,32 +31,30 @@ double get_real(const GgufFile& file, const std::string& key) {
 }
 
 // The families this loader reads, by their general.architecture value.
-constexpr LlamaMistralArchitecture supported_architectures[] = {
-    LlamaMistralArchitecture::Llama,  LlamaMistralArchitecture::Mistral,
-    LlamaMistralArchitecture::Qwen2,  LlamaMistralArchitecture::Qwen3,
-    LlamaMistralArchitecture::Gemma2, LlamaMistralArchitecture::Gemma3,
-    LlamaMistralArchitecture::Phi3,
+constexpr DecoderArchitecture supported_architectures[] = {
+    DecoderArchitecture::Llama, DecoderArchitecture::Mistral, DecoderArchitecture::Qwen2,
+    DecoderArchitecture::Qwen3, DecoderArchitecture::Gemma2,  DecoderArchitecture::Gemma3,
+    DecoderArchitecture::Phi3,
 };
 
-LlamaMistralArchitecture architecture_of(const GgufFile& file) {
+DecoderArchitecture architecture_of(const GgufFile& file) {
     const std::string& architecture = file.get_string("general.architecture");
-    for (const LlamaMistralArchitecture candidate : supported_architectures) {
-        if (architecture == llama_mistral_architecture_name(candidate))
+    for (const DecoderArchitecture candidate : supported_architectures) {
+        if (architecture == decoder_architecture_name(candidate))
             return candidate;
     }
     std::string known;
-    for (const LlamaMistralArchitecture candidate : supported_architectures)
-        known +=
-            (known.empty() ? "" : ", ") + std::string(llama_mistral_architecture_name(candidate));
+    for (const DecoderArchitecture candidate : supported_architectures)
+        known += (known.empty() ? "" : ", ") + std::string(decoder_architecture_name(candidate));
     fail(file, "general.architecture '" + gguf_printable(architecture) + "' is not supported (" +
                    known + ")");
 }
 
 // llama.cpp's converter permutes the q/k rows of these families for the interleaved RoPE;
 // the others (Qwen, Gemma, Phi-3) are stored for the split-half ("NeoX") form as they are.
-bool rotary_rows_permuted(LlamaMistralArchitecture architecture) {
-    return architecture == LlamaMistralArchitecture::Llama ||
-           architecture == LlamaMistralArchitecture::Mistral;
+bool rotary_rows_permuted(DecoderArchitecture architecture) {
+    return architecture == DecoderArchitecture::Llama ||
+           architecture == DecoderArchitecture::Mistral;
 }
 
 // The tensor `name`, required to have GGUF dims {columns, rows} and a type dequantize handles.
@@ -122,10 +120,10 @@ std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::siz
     return original;
 }
 
-LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOptions& options) {
-    const LlamaMistralArchitecture architecture = architecture_of(file);
-    const std::string arch(llama_mistral_architecture_name(architecture));
-    LlamaMistralConfig c;
+DecoderConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOptions& options) {
+    const DecoderArchitecture architecture = architecture_of(file);
+    const std::string arch(decoder_architecture_name(architecture));
+    DecoderConfig c;
     c.model_width = get_size(file, arch + ".embedding_length");
     c.block_count = get_size(file, arch + ".block_count");
     c.feed_forward_width = get_size(file, arch + ".feed_forward_length");
@@ -259,7 +257,7 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
     // Gemma 2's soft caps as the file gives them (0 turns one off); absent, the preset's 50
     // and 30, the values llama.cpp assumes too.
     std::optional<float> file_caps[2];
-    if (architecture == LlamaMistralArchitecture::Gemma2) {
+    if (architecture == DecoderArchitecture::Gemma2) {
         const std::string cap_keys[2] = {arch + ".attn_logit_softcapping",
                                          arch + ".final_logit_softcapping"};
         for (std::size_t i = 0; i < 2; ++i) {
@@ -274,7 +272,7 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
         }
     }
     c = architecture_preset(architecture, c);
-    if (architecture == LlamaMistralArchitecture::Gemma2) {
+    if (architecture == DecoderArchitecture::Gemma2) {
         c.norm_weight_offset = false;
         c.attention_logit_softcap = file_caps[0].value_or(c.attention_logit_softcap);
         c.final_logit_softcap = file_caps[1].value_or(c.final_logit_softcap);
@@ -285,7 +283,7 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
                 1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
         }
     }
-    if (architecture == LlamaMistralArchitecture::Gemma3) {
+    if (architecture == DecoderArchitecture::Gemma3) {
         c.norm_weight_offset = false;
         // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 3 but the
         // 27B (62 blocks), whose scalar is D/Hq, the rule llama.cpp applies too.
@@ -295,23 +293,23 @@ LlamaMistralConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufO
         }
     }
     try {
-        validate_llama_mistral_config(c);
+        validate_decoder_config(c);
     } catch (const std::invalid_argument& error) {
         fail(file, std::string("the metadata describe no valid model: ") + error.what());
     }
     return c;
 }
 
-std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& file,
-                                                              const LlamaGgufOptions& options) {
-    const LlamaMistralConfig c = llama_config_from_gguf(file, options);
+std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
+                                              const LlamaGgufOptions& options) {
+    const DecoderConfig c = llama_config_from_gguf(file, options);
     const std::size_t D = c.model_width;
     const std::size_t d = c.resolved_head_width();
     const std::size_t query_width = c.query_head_count * d;
     const std::size_t kv_width = c.key_value_head_count * d;
     const std::size_t F = c.feed_forward_width;
     const bool permuted = rotary_rows_permuted(c.architecture);
-    const bool phi3 = c.architecture == LlamaMistralArchitecture::Phi3;
+    const bool phi3 = c.architecture == DecoderArchitecture::Phi3;
     // Every source tensor is checked (presence, dims, type) before the model is built, in
     // the model's parameter order; values are then dequantized one tensor at a time, so
     // the peak memory is the model plus one tensor.
@@ -388,13 +386,13 @@ std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(const GgufFile& fi
     for (const GgufTensorInfo& tensor : file.tensors()) {
         if (std::find(known.begin(), known.end(), &tensor) == known.end()) {
             fail(file, "tensor '" + gguf_printable(tensor.name) + "' is not part of a " +
-                           std::string(llama_mistral_architecture_name(c.architecture)) +
-                           " model of " + std::to_string(c.block_count) + " blocks");
+                           std::string(decoder_architecture_name(c.architecture)) + " model of " +
+                           std::to_string(c.block_count) + " blocks");
         }
     }
 
     std::mt19937 generator(5489);  // the draws are overwritten below
-    auto model = std::make_unique<LlamaMistralTransformer>(c, generator, options.attention);
+    auto model = std::make_unique<Decoder>(c, generator, options.attention);
     const ParameterList parameters = model->parameters();
     if (parameters.size() != sources.size())
         throw std::logic_error("load_llama_from_gguf: parameter count differs from the mapping");

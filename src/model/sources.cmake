@@ -1,4 +1,4 @@
 list(APPEND RIFTCO_TRANSFORMER_SOURCES
     src/model/causal_language_model.cpp
     src/model/transformer.cpp
-    src/model/llama_mistral.cpp)
+    src/model/decoder.cpp)

@@ -123,31 +123,22 @@ void validate(const TransformerDimensions& d, float epsilon, const DecoderOption
 
 }  // namespace
 
-TransformerBlock::TransformerBlock(const TransformerDimensions& d, std::mt19937& generator,
-                                   float layer_norm_epsilon, AttentionKind attention,
-                                   Activation feed_forward_activation) {
-    attention_norm_ = &register_module(
-        "attention_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    attention_ = &register_module(
-        "attention",
-        std::make_unique<CausalSelfAttention>(d.model_width, d.head_count, generator, attention));
-    feed_forward_norm_ = &register_module(
-        "feed_forward_norm", std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    feed_forward_ = &register_module(
-        "feed_forward", std::make_unique<FeedForward>(d.model_width, d.feed_forward_width,
-                                                      generator, feed_forward_activation));
-}
-
-Variable TransformerBlock::forward(const Variable& x) const {
-    const Variable attended = x + attention_->forward(attention_norm_->forward(x));
-    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
-}
-
-Variable TransformerBlock::forward_incremental(const Variable& x, std::size_t layer,
-                                               IncrementalAttentionCache& cache) const {
-    const Variable attended =
-        x + attention_->forward_incremental(attention_norm_->forward(x), layer, cache);
-    return attended + feed_forward_->forward(feed_forward_norm_->forward(attended));
+DecoderConfig gpt_decoder_config(const TransformerDimensions& dimensions, float layer_norm_epsilon,
+                                 const DecoderOptions& options) {
+    validate(dimensions, layer_norm_epsilon, options);
+    DecoderConfig c;
+    c.vocabulary_size = dimensions.vocabulary_size;
+    c.maximum_context = dimensions.maximum_context;
+    c.model_width = dimensions.model_width;
+    c.query_head_count = dimensions.head_count;
+    c.key_value_head_count = dimensions.head_count;
+    c.block_count = dimensions.block_count;
+    c.feed_forward_width = dimensions.feed_forward_width;
+    c.rms_norm_epsilon = layer_norm_epsilon;
+    c.tie_embeddings = options.tie_embeddings;
+    c = architecture_preset(DecoderArchitecture::Gpt2, c);
+    c.plain_activation = options.feed_forward_activation;
+    return c;
 }
 
 DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dimensions,
@@ -155,122 +146,8 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
                                                AttentionKind attention,
                                                ActivationCheckpointing checkpointing,
                                                const DecoderOptions& options)
-    : CausalLanguageModel("DecoderOnlyTransformer", checkpointing),
-      dimensions_(dimensions),
-      options_(options),
-      attention_(attention) {
-    validate(dimensions, layer_norm_epsilon, options);
-    require_attention_kind("DecoderOnlyTransformer", attention);
-    const TransformerDimensions& d = dimensions;
-    token_embedding_ =
-        &register_module("token_embedding",
-                         std::make_unique<Embedding>(d.vocabulary_size, d.model_width, generator));
-    position_embedding_ =
-        &register_module("position_embedding",
-                         std::make_unique<Embedding>(d.maximum_context, d.model_width, generator));
-    auto& blocks = register_module("blocks", std::make_unique<ModuleList>());
-    for (std::size_t i = 0; i < d.block_count; ++i) {
-        blocks_.push_back(&blocks.append(std::make_unique<TransformerBlock>(
-            d, generator, layer_norm_epsilon, attention, options.feed_forward_activation)));
-    }
-    final_norm_ = &register_module("final_norm",
-                                   std::make_unique<LayerNorm>(d.model_width, layer_norm_epsilon));
-    if (!options.tie_embeddings) {
-        language_model_head_ =
-            &register_module("language_model_head",
-                             std::make_unique<Linear>(d.model_width, d.vocabulary_size, generator));
-    }
-    std::vector<AdaptableProjection> projections;
-    for (std::size_t i = 0; i < d.block_count; ++i) {
-        for (LoraTarget target :
-             {LoraTarget::Query, LoraTarget::Key, LoraTarget::Value, LoraTarget::Output,
-              LoraTarget::FeedForwardExpand, LoraTarget::FeedForwardProject}) {
-            std::string path =
-                "blocks." + std::to_string(i) + "." + std::string(lora_target_name(target));
-            auto* layer = dynamic_cast<Linear*>(find_module(path));
-            projections.push_back({target, std::move(path), layer});
-        }
-    }
-    if (language_model_head_ != nullptr) {
-        projections.push_back(
-            {LoraTarget::LanguageModelHead, "language_model_head", language_model_head_});
-    }
-    set_projections(std::move(projections));
-}
-
-void DecoderOnlyTransformer::set_attention(AttentionKind kind) {
-    require_attention_kind("DecoderOnlyTransformer", kind);
-    for (TransformerBlock* block : blocks_)
-        block->set_attention(kind);
-    attention_ = kind;
-}
-
-Variable DecoderOnlyTransformer::forward_checked(const IndexTensor& tokens) const {
-    const Shape& shape = tokens.shape();
-    const std::size_t time = shape[1];
-    // [B,T] -> [B,T,D]: token rows gathered on the backend; positions 0..T-1 restart in every
-    // batch row, so their embeddings are the first T rows of the table, broadcast over B.
-    const Variable tokens_embedded = token_embedding_->forward(tokens);
-    Variable hidden =
-        tokens_embedded +
-        broadcast_to(slice(position_embedding_->weight(), 0, 0, time), tokens_embedded.shape());
-    for (std::size_t index = 0; index < blocks_.size(); ++index) {
-        const TransformerBlock* block = blocks_[index];
-        hidden = run_block(*block, index, hidden,
-                           [block](const Variable& input) { return block->forward(input); });
-    }
-    // [B,T,D] -> [B,T,V]
-    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
-                                 *token_embedding_);
-}
-
-AdaptableProjection DecoderOnlyTransformer::attach_untied_head() {
-    // The constructor registers the head (weight, then a zero bias) last, so appending it
-    // here gives the parameter order of a model built untied.
-    // Everything that can throw happens before the head is registered.
-    AdaptableProjection projection{LoraTarget::LanguageModelHead, "language_model_head", nullptr};
-    const Tensor& table = token_embedding_->weight().value();
-    auto head = std::make_unique<Linear>(
-        table, Tensor::zeros({dimensions_.vocabulary_size}, table.backend()));
-    language_model_head_ = &register_module("language_model_head", std::move(head));
-    projection.linear = language_model_head_;
-    options_.tie_embeddings = false;
-    return projection;
-}
-
-IncrementalCacheShape DecoderOnlyTransformer::incremental_cache_shape() const noexcept {
-    const TransformerDimensions& d = dimensions_;
-    return {d.block_count, d.head_count, d.model_width / d.head_count, d.maximum_context};
-}
-
-Tensor DecoderOnlyTransformer::forward_incremental(std::span<const std::uint32_t> tokens,
-                                                   std::span<const std::size_t> positions,
-                                                   IncrementalAttentionCache& cache,
-                                                   std::span<const std::size_t> output_rows) const {
-    require_incremental_rows("DecoderOnlyTransformer::forward_incremental", tokens, positions,
-                             output_rows);
-    constexpr const char* op = "DecoderOnlyTransformer::forward_incremental";
-    const std::size_t rows = tokens.size();
-    const NoGradientGuard no_graph;
-    const ExecutionBackend device = backend();
-    const std::vector<std::uint32_t> position_ids(positions.begin(), positions.end());
-    const IndexTensor token_ids({rows}, tokens, device);
-    const IndexTensor position_rows({rows}, position_ids, device);
-    // h0 = E_tok[id] + E_pos[position], [R, D]
-    Variable hidden =
-        token_embedding_->forward(token_ids) + position_embedding_->forward(position_rows);
-    for (std::size_t index = 0; index < blocks_.size(); ++index) {
-        try {
-            hidden = blocks_[index]->forward_incremental(hidden, index, cache);
-        } catch (const std::domain_error& error) {
-            throw std::domain_error(std::string(op) + ": non-finite activations in block " +
-                                    std::to_string(index) + ": " + error.what());
-        }
-    }
-    hidden = select_rows(hidden, output_rows);
-    return language_model_logits(final_norm_->forward(hidden), language_model_head_,
-                                 *token_embedding_)
-        .value();
-}
+    : Decoder("DecoderOnlyTransformer", gpt_decoder_config(dimensions, layer_norm_epsilon, options),
+              generator, attention, checkpointing),
+      dimensions_(dimensions) {}
 
 }  // namespace riftco_transformer

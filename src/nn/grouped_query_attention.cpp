@@ -34,8 +34,10 @@ void validate(const GroupedQueryAttentionShape& s) {
         fail("width must be a multiple of query_head_count when head_width is not given");
     if (s.query_head_count % s.key_value_head_count != 0)
         fail("query_head_count must be a multiple of key_value_head_count");
-    require_rotary_arguments("GroupedQueryAttention", head_width_of(s), s.rope_theta);
-    require_rope_scaling("GroupedQueryAttention", head_width_of(s), s.rope_scaling);
+    if (s.rotary) {
+        require_rotary_arguments("GroupedQueryAttention", head_width_of(s), s.rope_theta);
+        require_rope_scaling("GroupedQueryAttention", head_width_of(s), s.rope_scaling);
+    }
     if (s.sliding_window && *s.sliding_window == 0)
         fail("sliding_window must be positive when set (got 0)");
     if (!std::isfinite(s.attention_scale) || s.attention_scale < 0.0F) {
@@ -156,8 +158,11 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& s
     const std::size_t d = head_width();
     const std::size_t query_width = shape.query_head_count * d;
     const std::size_t kv_width = shape.key_value_head_count * d;
-    frequencies_ = riftco_transformer::rotary_frequencies(d, shape.rope_theta, shape.rope_scaling);
-    magnitude_ = riftco_transformer::rotary_magnitude(shape.rope_scaling);
+    if (shape.rotary) {
+        frequencies_ =
+            riftco_transformer::rotary_frequencies(d, shape.rope_theta, shape.rope_scaling);
+        magnitude_ = riftco_transformer::rotary_magnitude(shape.rope_scaling);
+    }
     if (shape.attention_scale != 0.0F) {
         // The kernels compute 1/√d·q·k; queries multiplied by scale·√d give scale·q·k.
         query_multiplier_ = static_cast<float>(static_cast<double>(shape.attention_scale) *
@@ -167,8 +172,8 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionShape& s
     query_ = &register_module("query", std::make_unique<Linear>(D, query_width, generator, bias));
     key_ = &register_module("key", std::make_unique<Linear>(D, kv_width, generator, bias));
     value_ = &register_module("value", std::make_unique<Linear>(D, kv_width, generator, bias));
-    output_ =
-        &register_module("output", std::make_unique<Linear>(query_width, D, generator, false));
+    output_ = &register_module(
+        "output", std::make_unique<Linear>(query_width, D, generator, shape.output_bias));
     if (shape.query_key_norm) {
         query_norm_ = &register_module(
             "query_norm",
@@ -186,6 +191,8 @@ void GroupedQueryAttention::set_kind(AttentionKind kind) {
 
 RotaryTables GroupedQueryAttention::rotary_tables_for(std::span<const std::size_t> positions,
                                                       ExecutionBackend backend) const {
+    if (!shape_.rotary)
+        throw std::logic_error("GroupedQueryAttention: this attention has no RoPE tables");
     return rotary_tables(positions, frequencies_, backend, magnitude_);
 }
 
@@ -195,6 +202,8 @@ Variable GroupedQueryAttention::forward(const Variable& x) const {
                                     std::to_string(shape_.width) + "] (got " +
                                     (x.defined() ? shape_to_string(x.shape()) : "empty") + ")");
     }
+    if (!shape_.rotary)
+        return forward(x, RotaryTables{});
     std::vector<std::size_t> positions(x.shape()[1]);
     std::iota(positions.begin(), positions.end(), std::size_t{0});
     return forward(x, rotary_tables_for(positions, x.value().backend()));
@@ -218,9 +227,8 @@ Variable GroupedQueryAttention::split_heads(const Variable& projected, std::size
         if (norm != nullptr)
             split = norm->forward(split);
     }
-    if (tables == nullptr)
-        return split;
-    split = apply_rotary_embedding(split, *tables);
+    if (tables != nullptr)
+        split = apply_rotary_embedding(split, *tables);
     return multiplier != 1.0F ? split * multiplier : split;
 }
 
@@ -233,10 +241,11 @@ Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& t
     const std::size_t batch = x.shape()[0];
     const std::size_t time = x.shape()[1];
     const std::size_t query_width = shape_.query_head_count * head_width();
+    const RotaryTables* rope = shape_.rotary ? &tables : nullptr;
     const Variable query = split_heads(query_->forward(x), shape_.query_head_count, query_norm_,
-                                       &tables, query_multiplier_);
+                                       rope, query_multiplier_);
     const Variable key =
-        split_heads(key_->forward(x), shape_.key_value_head_count, key_norm_, &tables, 1.0F);
+        split_heads(key_->forward(x), shape_.key_value_head_count, key_norm_, rope, 1.0F);
     const Variable value =
         split_heads(value_->forward(x), shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Variable context = kind_ == AttentionKind::Flash
@@ -253,7 +262,8 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x, const Rot
                                                     IncrementalAttentionCache& cache) const {
     constexpr const char* op = "GroupedQueryAttention::forward_incremental";
     if (!x.defined() || x.shape().size() != 2 || x.shape()[1] != shape_.width ||
-        tables.cosine.shape().empty() || tables.cosine.shape()[0] != x.shape()[0]) {
+        (shape_.rotary &&
+         (tables.cosine.shape().empty() || tables.cosine.shape()[0] != x.shape()[0]))) {
         throw std::invalid_argument(std::string(op) + ": x must be [R," +
                                     std::to_string(shape_.width) +
                                     "] with R rows of RoPE tables (got " +
@@ -261,13 +271,14 @@ Variable GroupedQueryAttention::forward_incremental(const Variable& x, const Rot
                                     ", tables " + shape_to_string(tables.cosine.shape()) + ")");
     }
     const std::size_t rows = x.shape()[0];
+    const RotaryTables* rope = shape_.rotary ? &tables : nullptr;
     // Decoding records no graph: q, k and v in one pass where the layers allow it.
     const std::optional<std::vector<Variable>> fused = fused_projections(x, {query_, key_, value_});
     const Variable query =
         split_heads(fused ? (*fused)[0] : query_->forward(x), shape_.query_head_count, query_norm_,
-                    &tables, query_multiplier_);
+                    rope, query_multiplier_);
     const Variable key = split_heads(fused ? (*fused)[1] : key_->forward(x),
-                                     shape_.key_value_head_count, key_norm_, &tables, 1.0F);
+                                     shape_.key_value_head_count, key_norm_, rope, 1.0F);
     const Variable value = split_heads(fused ? (*fused)[2] : value_->forward(x),
                                        shape_.key_value_head_count, nullptr, nullptr, 1.0F);
     const Tensor context = cache.append_and_attend(

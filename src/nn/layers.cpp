@@ -220,16 +220,17 @@ Variable RMSNorm::forward(const Variable& x) const {
 }
 
 FeedForward::FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
-                         Activation activation)
+                         Activation activation, bool bias)
     : activation_(activation) {
     if (activation != Activation::Gelu && activation != Activation::Relu &&
         activation != Activation::GeluTanh) {
         throw std::invalid_argument("FeedForward: unknown activation value " +
                                     std::to_string(static_cast<std::uint32_t>(activation)));
     }
-    expand_ = &register_module("expand", std::make_unique<Linear>(width, hidden_width, generator));
+    expand_ =
+        &register_module("expand", std::make_unique<Linear>(width, hidden_width, generator, bias));
     project_ =
-        &register_module("project", std::make_unique<Linear>(hidden_width, width, generator));
+        &register_module("project", std::make_unique<Linear>(hidden_width, width, generator, bias));
 }
 
 Variable FeedForward::forward(const Variable& x) const {
@@ -246,17 +247,17 @@ Variable FeedForward::forward(const Variable& x) const {
 }
 
 SwiGLU::SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
-               GatedActivation activation)
+               GatedActivation activation, bool bias)
     : activation_(activation) {
     if (activation != GatedActivation::Silu && activation != GatedActivation::GeluTanh) {
         throw std::invalid_argument("SwiGLU: unknown gated activation value " +
                                     std::to_string(static_cast<std::uint32_t>(activation)));
     }
     gate_ =
-        &register_module("gate", std::make_unique<Linear>(width, hidden_width, generator, false));
-    up_ = &register_module("up", std::make_unique<Linear>(width, hidden_width, generator, false));
+        &register_module("gate", std::make_unique<Linear>(width, hidden_width, generator, bias));
+    up_ = &register_module("up", std::make_unique<Linear>(width, hidden_width, generator, bias));
     down_ =
-        &register_module("down", std::make_unique<Linear>(hidden_width, width, generator, false));
+        &register_module("down", std::make_unique<Linear>(hidden_width, width, generator, bias));
 }
 
 std::optional<std::vector<Variable>> fused_projections(

@@ -184,8 +184,8 @@ static void abi_version_is_the_header_version(void) {
 
 static void abi_version_is_major_shifted_over_minor(void) {
     EXPECT_EQ_U64(RT_ABI_VERSION_MAJOR, 2u);
-    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 11u);
-    EXPECT_EQ_U64(RT_ABI_VERSION, 0x0002000Bu);
+    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 12u);
+    EXPECT_EQ_U64(RT_ABI_VERSION, 0x0002000Cu);
     EXPECT_EQ_U64(RT_ABI_VERSION,
                   ((uint32_t)RT_ABI_VERSION_MAJOR << 16) | (uint32_t)RT_ABI_VERSION_MINOR);
     EXPECT_EQ_U64(rt_abi_version() >> 16, RT_ABI_VERSION_MAJOR);
@@ -1808,7 +1808,7 @@ static void model_to_is_rejected_while_an_optimizer_lives_and_changes_nothing(vo
 
 static void parameter_list_has_the_canonical_names_and_shapes(void) {
     /* The decoder's parameter names, order and [out, in] shapes, for one block
-     * (docs/ARCHITECTURE.md, 'The GPT decoder'). */
+     * (docs/ARCHITECTURE.md, 'The decoder'). */
     static const struct {
         const char* name;
         uint64_t rank;

@@ -40,8 +40,14 @@ static void config_init_sets_the_defaults_and_layout(void) {
     memset(&config, 0xAB, sizeof config);
     EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
     EXPECT_EQ_U64(config.struct_size, sizeof config);
-    /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the caps and YaRN in 2.11 */
-    EXPECT_EQ_U64(sizeof config, 232);
+    /* 96 bytes in 2.8, the family choices appended in 2.10 (184), the caps and YaRN in 2.11,
+     * the GPT-2 choices in 2.12 */
+    EXPECT_EQ_U64(sizeof config, 264);
+    EXPECT(config.positions == RT_POSITIONS_ROTARY && config.norm == RT_NORM_RMS &&
+           config.feed_forward == RT_FEED_FORWARD_GATED &&
+           config.plain_activation == RT_FEED_FORWARD_ACTIVATION_GELU);
+    EXPECT(config.output_bias == 0 && config.feed_forward_bias == 0 && config.head_bias == 0 &&
+           config.reserved == 0);
     EXPECT(config.rope_frequency_factors == NULL && config.rope_frequency_factor_count == 0);
     EXPECT(config.rope_yarn_beta_fast == 32.0 && config.rope_yarn_beta_slow == 1.0 &&
            config.rope_yarn_attention_factor == 0.0);
@@ -119,7 +125,7 @@ static void presets_set_each_familys_choices(void) {
     EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2));
     EXPECT(config.query_key_value_bias == 1 && config.query_key_norm == 0);
     const rt_llama_mistral_config before = config;
-    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 7), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&config, 8), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("architecture");
     EXPECT(memcmp(&before, &config, sizeof config) == 0); /* unchanged */
     EXPECT_STATUS(rt_llama_mistral_config_preset(NULL, RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2),
@@ -167,6 +173,102 @@ static void a_2_10_sized_config_gets_the_choices_without_the_caps(void) {
     EXPECT_LAST_ERROR_MENTIONS("184");
 }
 
+/* GPT-2 is a preset of the one decoder: the general config with the gpt2 preset builds, from the
+ * same seed, the model rt_model_create builds (same parameter names, same values, bit-identical
+ * logits), rt_model_decoder_config reads an rt_model_create model back as that config, and a
+ * struct too small for the choices cannot take the preset. */
+static void gpt2_is_a_preset_of_the_one_decoder(void) {
+    rt_llama_mistral_config config;
+    EXPECT_OK(rt_llama_mistral_config_init(&config, sizeof config));
+    config.vocabulary_size = TINY_VOCABULARY;
+    config.maximum_context = TINY_CONTEXT;
+    config.model_width = 12; /* head width 3: odd is fine without RoPE */
+    config.query_head_count = 4;
+    config.key_value_head_count = 4;
+    config.block_count = 2;
+    config.feed_forward_width = 20;
+    config.random_seed = 7;
+    EXPECT_OK(rt_llama_mistral_config_preset(&config, RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2));
+    EXPECT(config.architecture == RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2);
+    EXPECT(config.positions == RT_POSITIONS_LEARNED && config.norm == RT_NORM_LAYER &&
+           config.feed_forward == RT_FEED_FORWARD_PLAIN &&
+           config.plain_activation == RT_FEED_FORWARD_ACTIVATION_GELU_TANH);
+    EXPECT(config.query_key_value_bias == 1 && config.output_bias == 1 &&
+           config.feed_forward_bias == 1 && config.head_bias == 1);
+    EXPECT(config.query_key_norm == 0 && config.norm_weight_offset == 0 &&
+           config.post_block_norms == 0 && config.embedding_scale == 0.0f);
+    rt_llama_mistral_model* general = NULL;
+    EXPECT_OK(rt_llama_mistral_model_create(&config, &general));
+    rt_model* from_general = NULL;
+    EXPECT_OK(rt_llama_mistral_model_as_model(general, &from_general));
+    rt_llama_mistral_model_release(general);
+
+    rt_transformer_config gpt = tiny_config();
+    gpt.model_width = 12;
+    gpt.head_count = 4;
+    gpt.block_count = 2;
+    gpt.feed_forward_width = 20;
+    gpt.random_seed = 7;
+    gpt.feed_forward_activation = RT_FEED_FORWARD_ACTIVATION_GELU_TANH;
+    rt_model* from_gpt = NULL;
+    EXPECT_OK(rt_model_create(&gpt, &from_gpt));
+
+    rt_parameter_list* a = parameters_of(from_general);
+    rt_parameter_list* b = parameters_of(from_gpt);
+    uint64_t count_a = 0;
+    uint64_t count_b = 0;
+    EXPECT_OK(rt_parameter_list_count(a, &count_a));
+    EXPECT_OK(rt_parameter_list_count(b, &count_b));
+    EXPECT_EQ_U64(count_a, count_b);
+    EXPECT_EQ_U64(count_a, 2 + 2 * 16 + 4); /* embeddings, 16 per block, final norm and head */
+    for (uint64_t i = 0; i < count_a && i < count_b; ++i) {
+        char name_a[96];
+        char name_b[96];
+        uint64_t required = 0;
+        EXPECT_OK(rt_parameter_list_name(a, i, name_a, sizeof name_a, &required));
+        EXPECT_OK(rt_parameter_list_name(b, i, name_b, sizeof name_b, &required));
+        EXPECT(strcmp(name_a, name_b) == 0);
+    }
+    EXPECT_EQ_U64(total_numel(a), total_numel(b));
+    float* values_a = copy_parameter_values(a);
+    float* values_b = copy_parameter_values(b);
+    EXPECT(memcmp(values_a, values_b, total_numel(a) * sizeof(float)) == 0);
+    free(values_a);
+    free(values_b);
+    rt_parameter_list_release(a);
+    rt_parameter_list_release(b);
+    const uint32_t row[TINY_CONTEXT] = {1, 5, 9, 2, 15, 0, 7, 7};
+    float* logits_a = tiny_logits(from_general, row);
+    float* logits_b = tiny_logits(from_gpt, row);
+    EXPECT(memcmp(logits_a, logits_b, sizeof(float) * TINY_CONTEXT * TINY_VOCABULARY) == 0);
+    free(logits_a);
+    free(logits_b);
+
+    /* The GPT decoder reads back as the general config it is. */
+    rt_llama_mistral_config read;
+    memset(&read, 0, sizeof read);
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_model_decoder_config(from_gpt, &read));
+    EXPECT(memcmp(&read, &config, sizeof read) == 0);
+    int32_t is_llama = -1;
+    EXPECT_OK(rt_model_is_llama_mistral(from_gpt, &is_llama));
+    EXPECT(is_llama == 0);
+    EXPECT_OK(rt_model_decoder_config(from_general, &read));
+    EXPECT(memcmp(&read, &config, sizeof read) == 0);
+    EXPECT_STATUS(rt_model_decoder_config(NULL, &read), RT_STATUS_INVALID_ARGUMENT);
+    rt_model_release(from_general);
+    rt_model_release(from_gpt);
+
+    /* A 2.11-sized struct cannot hold the GPT-2 choices: refused, nothing written. */
+    rt_llama_mistral_config small = tiny_llama_config();
+    small.struct_size = 232;
+    const rt_llama_mistral_config before = small;
+    EXPECT_STATUS(rt_llama_mistral_config_preset(&small, RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("264");
+    EXPECT(memcmp(&before, &small, sizeof small) == 0);
+}
+
 /* create with `config` fails with `status`, its message naming `fragment`, and leaves the
  * output pointer untouched. */
 #define EXPECT_CREATE_REJECTED(config, status, fragment)                               \
@@ -179,8 +281,35 @@ static void a_2_10_sized_config_gets_the_choices_without_the_caps(void) {
 
 static void every_config_rule_is_enforced_before_anything_is_created(void) {
     rt_llama_mistral_config config = tiny_llama_config();
-    config.architecture = 7;
+    config.architecture = 8;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "architecture");
+    /* 2.12: the GPT-2 choices' values and their combinations */
+    config = tiny_llama_config();
+    config.positions = 2;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "positions");
+    config = tiny_llama_config();
+    config.norm = 2;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "norm");
+    config = tiny_llama_config();
+    config.feed_forward = -1;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "feed_forward");
+    config = tiny_llama_config();
+    config.plain_activation = 3;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "plain_activation");
+    config = tiny_llama_config();
+    config.head_bias = 2;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "head_bias");
+    config = tiny_llama_config();
+    config.reserved = 1;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "reserved");
+    config = tiny_llama_config();
+    config.positions = RT_POSITIONS_LEARNED;
+    config.rope_scaling = RT_ROPE_SCALING_LINEAR;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "rope_scaling");
+    config = tiny_llama_config();
+    config.norm = RT_NORM_LAYER;
+    config.norm_weight_offset = 1;
+    EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "norm_weight_offset");
     config = tiny_llama_config();
     config.key_value_head_count = 3;
     EXPECT_CREATE_REJECTED(config, RT_STATUS_INVALID_ARGUMENT, "key_value_head_count");
@@ -546,6 +675,7 @@ int main(void) {
     RUN_TEST(presets_set_each_familys_choices);
     RUN_TEST(a_2_10_sized_config_gets_the_choices_without_the_caps);
     RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
+    RUN_TEST(gpt2_is_a_preset_of_the_one_decoder);
     RUN_TEST(the_model_view_serves_every_rt_model_function);
     RUN_TEST(untie_embeddings_appends_a_head_with_the_same_logits);
     RUN_TEST(tokenizers_from_arrays_encode_decode_and_export);

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
         const GgufFile file = GgufFile::open(args[0]);
         const std::string& command = args[1];
         if (command == "config") {
-            const LlamaMistralConfig c = llama_config_from_gguf(file, options);
+            const DecoderConfig c = llama_config_from_gguf(file, options);
             std::cout << "vocabulary_size " << c.vocabulary_size << "\nmodel_width "
                       << c.model_width << "\nquery_head_count " << c.query_head_count
                       << "\nkey_value_head_count " << c.key_value_head_count << "\nblock_count "

@@ -1,5 +1,5 @@
 #pragma once
-// The rotary decoder's families as test configurations, shared by the CPU suite
+// The decoder's families as test configurations, shared by the CPU suite
 // (test_decoder_families.cpp) and the second-backend suites: every family with the choices that
 // make it differ from Llama switched on, small enough for finite differences.
 
@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
 #include "support/test_support.hpp"
 
 namespace riftco_transformer::testing {
 
 // V=17, C=24, D=16, Hq=4, Hkv=2, N=2, F=20, θ=500.
-inline LlamaMistralConfig dimensions() {
-    LlamaMistralConfig c;
+inline DecoderConfig dimensions() {
+    DecoderConfig c;
     c.vocabulary_size = 17;
     c.maximum_context = 24;
     c.model_width = 16;
@@ -35,29 +35,30 @@ inline LlamaMistralConfig dimensions() {
 // with a head width that is not D/Hq; Gemma 3 with six blocks (five windowed with their own RoPE
 // base, one dense with linear scaling) and an attention scale; Gemma 2 with four blocks alternating
 // windowed and dense, an attention scale and both soft caps small enough to bite; Phi-3 with a
-// window of 4.
-inline std::vector<LlamaMistralConfig> family_configs() {
-    std::vector<LlamaMistralConfig> configs;
-    LlamaMistralConfig llama3 = dimensions();
+// window of 4; GPT-2 (learned positions, LayerNorm, the plain biased feed-forward) with
+// Hkv = Hq and an untied, biased head.
+inline std::vector<DecoderConfig> family_configs() {
+    std::vector<DecoderConfig> configs;
+    DecoderConfig llama3 = dimensions();
     llama3.rope_scaling.kind = RopeScalingKind::Llama3;
     llama3.rope_scaling.factor = 8.0;
     llama3.rope_scaling.original_context = 12;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Llama, llama3));
-    LlamaMistralConfig mistral = dimensions();
+    configs.push_back(architecture_preset(DecoderArchitecture::Llama, llama3));
+    DecoderConfig mistral = dimensions();
     mistral.sliding_window = 3;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Mistral, mistral));
+    configs.push_back(architecture_preset(DecoderArchitecture::Mistral, mistral));
     // Qwen 2 with YaRN over an original context of half C (ramp inside the head width).
-    LlamaMistralConfig qwen2 = dimensions();
+    DecoderConfig qwen2 = dimensions();
     qwen2.rope_scaling.kind = RopeScalingKind::Yarn;
     qwen2.rope_scaling.factor = 4.0;
     qwen2.rope_scaling.original_context = 12;
     qwen2.rope_scaling.beta_fast = 8.0;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen2, qwen2));
-    LlamaMistralConfig qwen3 = dimensions();
+    configs.push_back(architecture_preset(DecoderArchitecture::Qwen2, qwen2));
+    DecoderConfig qwen3 = dimensions();
     qwen3.head_width = 6;
     qwen3.tie_embeddings = true;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Qwen3, qwen3));
-    LlamaMistralConfig gemma3 = dimensions();
+    configs.push_back(architecture_preset(DecoderArchitecture::Qwen3, qwen3));
+    DecoderConfig gemma3 = dimensions();
     gemma3.block_count = 6;
     gemma3.head_width = 6;
     gemma3.sliding_window = 3;
@@ -65,8 +66,8 @@ inline std::vector<LlamaMistralConfig> family_configs() {
     gemma3.tie_embeddings = true;
     gemma3.rope_scaling.kind = RopeScalingKind::Linear;
     gemma3.rope_scaling.factor = 4.0;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma3, gemma3));
-    LlamaMistralConfig gemma2 = dimensions();
+    configs.push_back(architecture_preset(DecoderArchitecture::Gemma3, gemma3));
+    DecoderConfig gemma2 = dimensions();
     gemma2.block_count = 4;
     gemma2.head_width = 6;
     gemma2.sliding_window = 3;
@@ -75,15 +76,18 @@ inline std::vector<LlamaMistralConfig> family_configs() {
     // Caps small enough to bite on these scores and logits.
     gemma2.attention_logit_softcap = 0.7F;
     gemma2.final_logit_softcap = 1.5F;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Gemma2, gemma2));
-    LlamaMistralConfig phi3 = dimensions();
+    configs.push_back(architecture_preset(DecoderArchitecture::Gemma2, gemma2));
+    DecoderConfig phi3 = dimensions();
     phi3.sliding_window = 4;
-    configs.push_back(architecture_preset(LlamaMistralArchitecture::Phi3, phi3));
+    configs.push_back(architecture_preset(DecoderArchitecture::Phi3, phi3));
+    DecoderConfig gpt2 = dimensions();
+    gpt2.key_value_head_count = gpt2.query_head_count;
+    configs.push_back(architecture_preset(DecoderArchitecture::Gpt2, gpt2));
     return configs;
 }
 
-inline std::string name_of(const LlamaMistralConfig& c) {
-    return std::string(llama_mistral_architecture_name(c.architecture));
+inline std::string name_of(const DecoderConfig& c) {
+    return std::string(decoder_architecture_name(c.architecture));
 }
 
 // Every parameter moved off its initial value (norms off the identity, biases off zero), so no
@@ -103,10 +107,10 @@ inline void perturb(const Module& model, unsigned seed) {
 // The values a second backend must reproduce for `config` (seed 31, perturbed): the logits of
 // two rows of 10 tokens, then every parameter's gradient of their loss in parameter order, then
 // a paged decode session's logits of a 12-token prefill, computed on `backend`.
-inline std::vector<float> run_family(const LlamaMistralConfig& config, ExecutionBackend backend,
+inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBackend backend,
                                      AttentionKind attention) {
     std::mt19937 generator(31);
-    LlamaMistralTransformer model(config, generator, attention);
+    Decoder model(config, generator, attention);
     perturb(model, 32);
     if (backend != ExecutionBackend::Cpu)
         model.to(backend);

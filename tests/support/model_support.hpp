@@ -14,7 +14,7 @@
 
 namespace riftco_transformer::testing {
 
-// The reference tiny model (docs/ARCHITECTURE.md, 'The GPT decoder'): V=27, C=16, D=32, H=4, N=2,
+// The reference tiny model (docs/ARCHITECTURE.md, 'The decoder'): V=27, C=16, D=32, H=4, N=2,
 // F=64 (19,419 parameters).
 inline TransformerDimensions reference_tiny() {
     return {.vocabulary_size = 27,

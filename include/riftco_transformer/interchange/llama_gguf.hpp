@@ -1,5 +1,5 @@
 #pragma once
-// Rotary-family checkpoints from GGUF files (llama.cpp's format) into LlamaMistralTransformer:
+// Rotary-family checkpoints from GGUF files (llama.cpp's format) into Decoder:
 // general.architecture llama, mistral, qwen2, qwen3, gemma3 or phi3, each read with its
 // family's preset (architecture_preset) and the file's values:
 //   ARCH.attention.key_length (head width, = value_length), qwen2's blk.i.attn_{q,k,v}.bias,
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "riftco_transformer/interchange/gguf.hpp"
-#include "riftco_transformer/model/llama_mistral.hpp"
+#include "riftco_transformer/model/decoder.hpp"
 
 namespace riftco_transformer {
 
@@ -49,13 +49,13 @@ struct LlamaGgufOptions {
 // The config the file describes. Missing or ill-typed metadata, an unsupported architecture or
 // RoPE scaling, or a rotary dimension that disagrees with the head width: GgufFormatError
 // naming the key; the config's own rules: std::invalid_argument.
-[[nodiscard]] LlamaMistralConfig llama_config_from_gguf(const GgufFile& file,
-                                                        const LlamaGgufOptions& options = {});
+[[nodiscard]] DecoderConfig llama_config_from_gguf(const GgufFile& file,
+                                                   const LlamaGgufOptions& options = {});
 
 // The model with every weight dequantized to float32 from the file. A tensor missing, of the
 // wrong shape, or of a type dequantize does not support: GgufFormatError naming the tensor.
-[[nodiscard]] std::unique_ptr<LlamaMistralTransformer> load_llama_from_gguf(
-    const GgufFile& file, const LlamaGgufOptions& options = {});
+[[nodiscard]] std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
+                                                            const LlamaGgufOptions& options = {});
 
 // Undoes the converter's RoPE row permutation of a [heads·d, in] weight (row-major), in
 // place semantics returned as a new vector. rows % heads or (rows/heads) odd:

@@ -49,7 +49,7 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     }
     // An unknown value: std::invalid_argument naming `model_name()`.
     void set_activation_checkpointing(ActivationCheckpointing checkpointing);
-    // "DecoderOnlyTransformer", "LlamaMistralTransformer": the prefix of its messages.
+    // "DecoderOnlyTransformer", "Decoder": the prefix of its messages.
     [[nodiscard]] virtual const char* model_name() const noexcept = 0;
 
     // The backend of the weights.

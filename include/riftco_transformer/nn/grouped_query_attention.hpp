@@ -1,6 +1,6 @@
 #pragma once
 // Grouped-query attention with RoPE, the attention of Llama and Mistral
-// (docs/ARCHITECTURE.md, 'The rotary decoder').
+// (docs/ARCHITECTURE.md, 'The decoder').
 //
 // Hq query heads share Hkv key/value heads (Hq % Hkv == 0, r = Hq/Hkv): query head h reads
 // key/value head ⌊h/r⌋. Keys are rotated (RoPE, split-half) at their absolute positions before
@@ -65,11 +65,15 @@ struct GroupedQueryAttentionShape {
     RopeScaling rope_scaling;
     // Attention-logit soft cap c (Gemma 2: 50): scores c·tanh(s/c); 0: none; finite, >= 0.
     float attention_softcap = 0.0F;
+    // false: no RoPE (positions enter elsewhere, GPT-2's learned table): queries and keys are
+    // used as projected, the head width may be odd, and θ and rope_scaling are not read.
+    bool rotary = true;
+    bool output_bias = false;  // a bias on the output projection (GPT-2)
 };
 
 // Projections "query" (D -> Hq·d), "key" and "value" (D -> Hkv·d), "output" (Hq·d -> D),
-// drawn in that order, bias-free unless query_key_value_bias (zero biases on q, k, v); then
-// "query_norm" and "key_norm" with QK-norm.
+// drawn in that order, bias-free unless query_key_value_bias (zero biases on q, k, v) and
+// output_bias (on output); then "query_norm" and "key_norm" with QK-norm.
 class GroupedQueryAttention final : public Module {
   public:
     // Any rule above broken, or an odd head width: std::invalid_argument.
@@ -78,7 +82,7 @@ class GroupedQueryAttention final : public Module {
     // x [B,T,D] -> [B,T,D], positions 0..T-1.
     [[nodiscard]] Variable forward(const Variable& x) const;
     // The same with the RoPE tables of positions 0..T-1 given (rotary_tables): a model computes
-    // them once per forward for all its blocks.
+    // them once per forward for all its blocks. Without RoPE the tables are not read (empty).
     [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;
     // The incremental form: x [R,D], row r at the position of tables' row r; `cache` stores
     // this layer's rotated keys and values with Hkv heads as they are (queries [R,Hq,1,d], keys
@@ -87,7 +91,8 @@ class GroupedQueryAttention final : public Module {
     [[nodiscard]] Variable forward_incremental(const Variable& x, const RotaryTables& tables,
                                                std::size_t layer,
                                                IncrementalAttentionCache& cache) const;
-    // The RoPE tables of `positions` for this layer's head width and θ, on `backend`.
+    // The RoPE tables of `positions` for this layer's head width and θ, on `backend`; without
+    // RoPE: std::logic_error.
     [[nodiscard]] RotaryTables rotary_tables_for(std::span<const std::size_t> positions,
                                                  ExecutionBackend backend) const;
 
@@ -106,8 +111,8 @@ class GroupedQueryAttention final : public Module {
 
   private:
     // A projection [B,T,heads·d] (sequence) or [R,heads·d] (rows) split into heads,
-    // [B,heads,T,d] or [R,heads,1,d], normed over d by `norm` when given; then, when `tables`
-    // is given, rotated and multiplied by `multiplier` when it is not 1 (values: neither).
+    // [B,heads,T,d] or [R,heads,1,d], normed over d by `norm` when given, rotated when `tables`
+    // is given, and multiplied by `multiplier` when it is not 1 (values: neither).
     [[nodiscard]] Variable split_heads(const Variable& projected, std::size_t heads,
                                        const RMSNorm* norm, const RotaryTables* tables,
                                        float multiplier) const;

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <random>
-#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -143,11 +143,12 @@ class RMSNorm final : public Module {
 // The feed-forward activation: exact-erf GELU, ReLU, or GELU in GPT-2's tanh form.
 enum class Activation : std::uint32_t { Gelu = 0, Relu = 1, GeluTanh = 2 };
 
-// expand (D -> F), activation, project (F -> D); no norm, no residual.
+// expand (D -> F), activation, project (F -> D); no norm, no residual. Both projections carry
+// a (zero-initialised) bias unless `bias` is false.
 class FeedForward final : public Module {
   public:
     FeedForward(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
-                Activation activation = Activation::Gelu);
+                Activation activation = Activation::Gelu, bool bias = true);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
   private:
@@ -160,12 +161,13 @@ class FeedForward final : public Module {
 // tanh form (GeGLU: Gemma). Stable ABI values (C ABI 2.10).
 enum class GatedActivation : std::uint32_t { Silu = 0, GeluTanh = 1 };
 
-// down(act(gate(x)) ⊙ up(x)); gate and up D -> F, down F -> D, all without bias; act is SiLU
-// (SwiGLU) or tanh-GELU (GeGLU). An unknown activation: std::invalid_argument.
+// down(act(gate(x)) ⊙ up(x)); gate and up D -> F, down F -> D, without bias unless `bias` (then
+// each carries a zero-initialised one); act is SiLU (SwiGLU) or tanh-GELU (GeGLU). An unknown
+// activation: std::invalid_argument.
 class SwiGLU final : public Module {
   public:
     SwiGLU(std::size_t width, std::size_t hidden_width, std::mt19937& generator,
-           GatedActivation activation = GatedActivation::Silu);
+           GatedActivation activation = GatedActivation::Silu, bool bias = false);
     [[nodiscard]] Variable forward(const Variable& x) const;
 
   private:

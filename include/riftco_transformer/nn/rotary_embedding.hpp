@@ -1,6 +1,6 @@
 #pragma once
 // Rotary position embedding (RoPE), split-half ("rotate_half") form
-// (docs/ARCHITECTURE.md, 'The rotary decoder').
+// (docs/ARCHITECTURE.md, 'The decoder').
 //
 // For a head vector x of even width d and position p, with i < d/2:
 //   angle_i = p · θ^(−2i/d)                       computed in double, cos/sin rounded to float

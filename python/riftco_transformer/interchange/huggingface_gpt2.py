@@ -2,7 +2,7 @@
 
 The directory layout is that of :mod:`.huggingface` (``config.json``, ``model.safetensors``
 or a sharded index, ``tokenizer.json``, optional ``tokenizer_config.json``). GPT-2 is the
-GPT decoder of docs/ARCHITECTURE.md, 'The GPT decoder', with three differences, each carried by a
+GPT decoder of docs/ARCHITECTURE.md, 'The decoder', with three differences, each carried by a
 :class:`TransformerConfig` field:
 
 * the FFN's GELU is the tanh approximation (``activation_function`` ``gelu_new``,

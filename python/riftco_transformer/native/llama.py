@@ -71,7 +71,7 @@ _DIMENSION_FIELDS = (
 
 @dataclass(frozen=True)
 class LlamaMistralConfig:
-    """The shape of a Llama/Mistral decoder (docs/ARCHITECTURE.md, 'The rotary decoder').
+    """The shape of a Llama/Mistral decoder (docs/ARCHITECTURE.md, 'The decoder').
 
     ``vocabulary_size`` V, ``maximum_context`` C, ``model_width`` D, ``query_head_count`` Hq,
     ``key_value_head_count`` Hkv (grouped-query attention: Hq % Hkv == 0), ``block_count`` N
