@@ -153,37 +153,50 @@ def decoder_parameter_shapes(config: TransformerConfig) -> list[tuple[str, tuple
 
 
 def llama_parameter_shapes(config: LlamaMistralConfig) -> list[tuple[str, tuple[int, ...]]]:
-    """The Llama/Mistral decoder's parameters, in canonical order, with their shapes."""
+    """The general decoder's parameters (every family, the GPT-2 preset's choices included),
+    in canonical order, with their shapes."""
     v, d, f = config.vocabulary_size, config.model_width, config.feed_forward_width
     head = config.resolved_head_width
     q = config.query_head_count * head
     kv = config.key_value_head_count * head
+    # A norm's parameters: RMSNorm's scale, LayerNorm's scale and bias (the QK-norms are RMS).
+    norm_parts = ("scale", "bias") if config.norm == "layer" else ("scale",)
+
+    def norm(name: str) -> list[tuple[str, tuple[int, ...]]]:
+        return [(f"{name}.{part}", (d,)) for part in norm_parts]
+
+    def linear(name: str, rows: int, columns: int, bias: bool) -> list[tuple[str, tuple[int, ...]]]:
+        return [(name + ".weight", (rows, columns))] + ([(name + ".bias", (rows,))] if bias else [])
+
     shapes = [("token_embedding.weight", (v, d))]
+    if config.positions == "learned":
+        shapes.append(("position_embedding.weight", (config.maximum_context, d)))
     for block in range(config.block_count):
         prefix = f"blocks.{block}."
         attention = prefix + "attention."
-        shapes.append((prefix + "attention_norm.scale", (d,)))
+        shapes += norm(prefix + "attention_norm")
         for name, rows in (("query", q), ("key", kv), ("value", kv)):
-            shapes.append((attention + name + ".weight", (rows, d)))
-            if config.query_key_value_bias:
-                shapes.append((attention + name + ".bias", (rows,)))
-        shapes.append((attention + "output.weight", (d, q)))
+            shapes += linear(attention + name, rows, d, config.query_key_value_bias)
+        shapes += linear(attention + "output", d, q, config.output_bias)
         if config.query_key_norm:
             shapes += [(attention + "query_norm.scale", (head,)),
                        (attention + "key_norm.scale", (head,))]
         if config.post_block_norms:
-            shapes.append((prefix + "post_attention_norm.scale", (d,)))
-        shapes += [
-            (prefix + "feed_forward_norm.scale", (d,)),
-            (prefix + "feed_forward.gate.weight", (f, d)),
-            (prefix + "feed_forward.up.weight", (f, d)),
-            (prefix + "feed_forward.down.weight", (d, f)),
-        ]
+            shapes += norm(prefix + "post_attention_norm")
+        shapes += norm(prefix + "feed_forward_norm")
+        bias = config.feed_forward_bias
+        if config.feed_forward == "plain":
+            shapes += (linear(prefix + "feed_forward.expand", f, d, bias)
+                       + linear(prefix + "feed_forward.project", d, f, bias))
+        else:
+            shapes += (linear(prefix + "feed_forward.gate", f, d, bias)
+                       + linear(prefix + "feed_forward.up", f, d, bias)
+                       + linear(prefix + "feed_forward.down", d, f, bias))
         if config.post_block_norms:
-            shapes.append((prefix + "post_feed_forward_norm.scale", (d,)))
-    shapes.append(("final_norm.scale", (d,)))
+            shapes += norm(prefix + "post_feed_forward_norm")
+    shapes += norm("final_norm")
     if not config.tie_embeddings:
-        shapes.append(("language_model_head.weight", (v, d)))
+        shapes += linear("language_model_head", v, d, config.head_bias)
     return shapes
 
 
@@ -814,10 +827,13 @@ def _validate_llama_config(config: object, where: str) -> LlamaMistralConfig:
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: config: {error}") from None
     d, hq, hkv = parsed.model_width, parsed.query_head_count, parsed.key_value_head_count
-    if (not parsed.head_width and d % hq) or hq % hkv or parsed.resolved_head_width % 2:
+    # RoPE rotates pairs: an even head width (learned positions take any).
+    odd_head = parsed.positions == "rotary" and parsed.resolved_head_width % 2
+    if (not parsed.head_width and d % hq) or hq % hkv or odd_head:
         raise ValueError(f"{where}: config: model_width {d}, query_head_count {hq}, "
                          f"key_value_head_count {hkv} and head_width {parsed.head_width} do not "
-                         f"fit (D % Hq without a head width, Hq % Hkv, an even head width)")
+                         f"fit (D % Hq without a head width, Hq % Hkv, an even head width with "
+                         f"rotary positions)")
     if parsed.rope_scaling == "frequency_factors" and (
             len(parsed.rope_frequency_factors) != parsed.resolved_head_width // 2):
         raise ValueError(f"{where}: config.rope_frequency_factors has "

@@ -800,6 +800,24 @@ def _rope_scaling_text(config) -> str:
     return text
 
 
+def _decoder_layout_text(config) -> str:
+    """The general decoder's GPT-2 choices (C ABI 2.12) that are not Llama's; empty if none."""
+    parts = []
+    if config.positions != "rotary":
+        parts.append(f"positions={config.positions}")
+    if config.norm != "rms":
+        parts.append(f"norm={config.norm}")
+    if config.feed_forward != "gated":
+        parts.append(f"feed_forward={config.feed_forward}({config.plain_activation})")
+    biases = [name for name, present in (
+        ("qkv", config.query_key_value_bias), ("output", config.output_bias),
+        ("feed_forward", config.feed_forward_bias),
+        ("head", config.head_bias and not config.tie_embeddings)) if present]
+    if biases and (config.output_bias or config.feed_forward_bias or config.head_bias):
+        parts.append("biases=" + ",".join(biases))
+    return " ".join(parts)
+
+
 def command_inspect(arguments) -> int:
     kind, loaded = _read_artifact(arguments.path)
     if kind == "rift":
@@ -823,6 +841,9 @@ def command_inspect(arguments) -> int:
              f"  tokenizer    {tokenizer['method']}, {config.vocabulary_size} tokens")
         if hasattr(config, "rope_scaling") and config.rope_scaling != "none":
             _say(f"  rope         {_rope_scaling_text(config)}")
+        layout = _decoder_layout_text(config) if hasattr(config, "positions") else ""
+        if layout:
+            _say(f"  layout       {layout}")
         for key, value in sorted(bundle.metadata.items()):
             if not isinstance(value, (dict, list)):
                 _say(f"  metadata.{key} = {value}")

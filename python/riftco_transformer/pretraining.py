@@ -58,7 +58,8 @@ from .training import (
 )
 
 # The architectures a model can be pretrained as: the GPT decoder, or a rotary family's preset.
-ARCHITECTURES = ("gpt2", *ARCHITECTURE_VALUES)
+# "gpt2" is the GPT decoder (DecoderOnlyTransformer), not the general decoder's gpt2 preset.
+ARCHITECTURES = ("gpt2", *(name for name in ARCHITECTURE_VALUES if name != "gpt2"))
 # Families whose structure includes a sliding window: pretrained with half the context.
 _WINDOWED_FAMILIES = ("mistral", "gemma2", "gemma3", "phi3")
 # Families whose checkpoints tie the head to the token embedding.

@@ -41,7 +41,7 @@ def test_backend_constants_match_the_header():
 
 def test_abi_version_matches_the_header_and_the_loaded_library():
     versions = header_defines("RT_ABI_VERSION")
-    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000B
+    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000C
     assert riftco_transformer.ABI_VERSION_MAJOR == versions["_MAJOR"]
     assert riftco_transformer.ABI_VERSION_MINOR == versions["_MINOR"]
     loaded = library().rt_abi_version()
@@ -62,6 +62,16 @@ def test_struct_layouts_have_the_sizes_the_header_implies():
     assert ctypes.sizeof(_abi.AdamOptionsStruct) == 8 + 5 * 4 + 4 + 4 + 4 + 8
     assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8
     assert ctypes.sizeof(_abi.AdamStateStruct) == 8 + 8 + 8 + 8 + 8
+    # rt_llama_mistral_config: 2.10 ends at 184, 2.11 at 232 (after the frequency factors),
+    # 2.12 appends the GPT-2 choices (four int32 enums, three uint32 flags, reserved).
+    llama = _abi.LlamaMistralConfigStruct
+    assert llama.rope_original_context.offset + 8 == 184
+    assert llama.rope_frequency_factor_count.offset == 224
+    assert llama.positions.offset == 232
+    assert [name for name, _ in llama._fields_][-8:] == [
+        "positions", "norm", "feed_forward", "plain_activation", "output_bias",
+        "feed_forward_bias", "head_bias", "reserved"]
+    assert ctypes.sizeof(llama) == 232 + 8 * 4 == 264
 
 
 @pytest.mark.parametrize(

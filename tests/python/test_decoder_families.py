@@ -848,3 +848,212 @@ def test_gemma_tokenizer_json_has_no_dummy_prefix():
         assert llama2.encode("hi") == [263]  # "\u2581hi"
         assert gemma.encode("hi") == [262]  # "hi"
         assert gemma.decode(gemma.encode("hi hi")) == "hi hi"
+
+
+# ---- GPT-2 as a preset of the one decoder (C ABI 2.12) ------------------------------------
+
+GPT2_DIMENSIONS = dict(vocabulary_size=256, maximum_context=32, model_width=12, block_count=2,
+                       feed_forward_width=20)
+GPT2_CHOICES = dict(positions="learned", norm="layer", feed_forward="plain",
+                    plain_activation="gelu_tanh", query_key_value_bias=True, output_bias=True,
+                    feed_forward_bias=True, head_bias=True)
+NEW_FIELDS = ("positions", "norm", "feed_forward", "plain_activation", "output_bias",
+              "feed_forward_bias", "head_bias")
+
+
+def gpt2_preset(seed: int = 11, **fields) -> LlamaMistralConfig:
+    return LlamaMistralConfig.preset("gpt2", query_head_count=4, key_value_head_count=4,
+                                     random_seed=seed, **{**GPT2_DIMENSIONS, **fields})
+
+
+def gpt_decoder_config(seed: int = 11, **fields):
+    from riftco_transformer import TransformerConfig
+
+    return TransformerConfig(head_count=4, random_seed=seed,
+                             **{**GPT2_DIMENSIONS, "feed_forward_activation": "gelu_tanh",
+                                **fields})
+
+
+def test_the_gpt2_preset_sets_its_choices_through_the_library():
+    config = gpt2_preset()
+    assert config.architecture == "gpt2"
+    for field, value in GPT2_CHOICES.items():
+        assert getattr(config, field) == value, field
+    assert not (config.query_key_norm or config.norm_weight_offset or config.post_block_norms)
+    assert config.rope_scaling == "none" and config.sliding_window_period == 0
+    # Llama's choices are the defaults of every new field, and other presets keep them.
+    plain = LlamaMistralConfig(**DIMENSIONS)
+    assert (plain.positions, plain.norm, plain.feed_forward, plain.plain_activation) == (
+        "rotary", "rms", "gated", "gelu")
+    assert not (plain.output_bias or plain.feed_forward_bias or plain.head_bias)
+    for architecture in FAMILIES:
+        family = preset(architecture)
+        assert {name: getattr(family, name) for name in NEW_FIELDS} == {
+            name: getattr(plain, name) for name in NEW_FIELDS}, architecture
+
+
+def test_a_gpt2_preset_decoder_is_the_gpt_decoder_bit_for_bit():
+    from riftco_transformer import DecoderOnlyTransformer
+
+    tokens = [[5, 17, 200, 3, 255, 0, 42, 9], [1, 2, 3, 4, 5, 6, 7, 8]]
+    for seed in (11, 12345):
+        with DecoderOnlyTransformer(gpt_decoder_config(seed)) as gpt, \
+                LlamaMistralTransformer(gpt2_preset(seed)) as general:
+            with gpt.parameters() as left, general.parameters() as right:
+                assert left.names == right.names
+                assert left.shapes == right.shapes
+                assert left.flat_values().tobytes() == right.flat_values().tobytes()
+            assert forward_values(gpt, tokens) == forward_values(general, tokens)
+    # Another seed draws other weights (the comparison above is not vacuous).
+    with LlamaMistralTransformer(gpt2_preset(11)) as first, \
+            LlamaMistralTransformer(gpt2_preset(12)) as second:
+        assert forward_values(first, tokens) != forward_values(second, tokens)
+
+
+def test_a_gpt_decoders_general_config_is_the_gpt2_preset():
+    from riftco_transformer import DecoderOnlyTransformer
+
+    with DecoderOnlyTransformer(gpt_decoder_config(77)) as gpt:
+        general = gpt.decoder_config()
+    assert general == gpt2_preset(77)
+    assert general.architecture == "gpt2" and general.random_seed == 77
+    # The GPT decoder's own choices read back: exact GELU, tied embeddings.
+    with DecoderOnlyTransformer(gpt_decoder_config(
+            3, feed_forward_activation="gelu", tie_embeddings=True)) as tied:
+        general = tied.decoder_config()
+    assert general.plain_activation == "gelu" and general.tie_embeddings
+    assert general.random_seed == 3
+    with DecoderOnlyTransformer(gpt_decoder_config(3, feed_forward_activation="relu")) as relu:
+        assert relu.decoder_config().plain_activation == "relu"
+    # A rotary decoder reads back its own config.
+    config = preset("qwen3")
+    with LlamaMistralTransformer(config) as model:
+        assert model.decoder_config() == config
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("positions", "alibi", ValueError),
+    ("positions", 1, TypeError),
+    ("norm", 3, TypeError),
+    ("norm", "batch", ValueError),
+    ("feed_forward", "moe", ValueError),
+    ("plain_activation", "swish", ValueError),
+    ("plain_activation", None, TypeError),
+    ("output_bias", 1, TypeError),
+    ("feed_forward_bias", "yes", TypeError),
+    ("head_bias", None, TypeError),
+])
+def test_bad_gpt2_choices_are_refused_naming_the_field_and_value(field, value, error):
+    from riftco_transformer import RiftcoTransformerError
+    from riftco_transformer.native._loader import library
+
+    # A native failure leaves its text; any later native call would clear it.
+    with pytest.raises(RiftcoTransformerError):
+        LlamaMistralTransformer(LlamaMistralConfig(**DIMENSIONS, head_width=5))
+    native_text = library().rt_last_error()
+    assert native_text
+    with pytest.raises(error) as caught:
+        LlamaMistralConfig(**DIMENSIONS, **{field: value})
+    assert field in str(caught.value) and repr(value) in str(caught.value)
+    with pytest.raises(error, match=field):
+        LlamaMistralConfig.preset("gpt2", **DIMENSIONS, **{field: value})
+    assert library().rt_last_error() == native_text
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    (dict(positions="learned", rope_scaling="linear", rope_scaling_factor=2.0), "rope_scaling"),
+    (dict(positions="learned", rope_local_theta=10000.0), "rope_local_theta"),
+    (dict(norm="layer", norm_weight_offset=True), "norm_weight_offset"),
+    (dict(positions="rotary", head_width=5), "even head width"),
+])
+def test_the_library_refuses_gpt2_choices_that_cannot_go_together(fields, fragment):
+    from riftco_transformer import RiftcoTransformerError
+
+    with pytest.raises(RiftcoTransformerError, match=fragment):
+        LlamaMistralTransformer(LlamaMistralConfig(**DIMENSIONS, **fields))
+
+
+GPT2_MIXES = {
+    "gpt2": dict(),
+    "gpt2_odd_head_tied": dict(model_width=15, query_head_count=5, key_value_head_count=5,
+                               tie_embeddings=True),
+    "learned_rms_gated": dict(positions="learned", feed_forward_bias=True, head_bias=True),
+    "layer_norm_qwen3": dict(norm="layer", query_key_norm=True, post_block_norms=True,
+                             output_bias=True, head_width=6),
+}
+
+
+def gpt2_mix(name: str) -> LlamaMistralConfig:
+    fields = GPT2_MIXES[name]
+    if name.startswith("gpt2"):
+        return LlamaMistralConfig.preset("gpt2", **{
+            **GPT2_DIMENSIONS, "query_head_count": 4, "key_value_head_count": 4, **fields})
+    return LlamaMistralConfig(**{**DIMENSIONS, **fields})
+
+
+@pytest.mark.parametrize("name", sorted(GPT2_MIXES))
+def test_gpt2_choices_save_as_a_bundle_and_reopen_with_the_same_logits(tmp_path, name):
+    from riftco_transformer.artifacts import llama_parameter_shapes
+
+    config = gpt2_mix(name)
+    tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
+    tokens = tokenizer.encode("GPT-2 is a preset of the one decoder.")[:24]
+    with LlamaMistralTransformer(config) as model:
+        logits = forward_values(model, tokens)
+        with model.parameters() as parameters:
+            table = list(zip(parameters.names, parameters.shapes, strict=True))
+        assert table == llama_parameter_shapes(config)
+        bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+    record = bundle.manifest["config"]
+    for field in NEW_FIELDS:
+        default = getattr(LlamaMistralConfig(**DIMENSIONS), field)
+        assert (field in record) == (getattr(config, field) != default), field
+    path = bundle.save(tmp_path / f"{name}.rift")
+    loaded = ModelBundle.load(path)
+    assert loaded.config == config and loaded.artifact_id == bundle.artifact_id
+    with loaded.instantiate() as runtime:
+        assert isinstance(runtime.model, LlamaMistralTransformer)
+        assert runtime.model.config == config
+        assert forward_values(runtime.model, tokens) == logits
+    if name == "gpt2":
+        environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+        inspected = subprocess.run(
+            [sys.executable, "-m", "riftco_transformer", "inspect", str(path)],
+            capture_output=True, text=True, env=environment, timeout=120)
+        assert inspected.returncode == 0, inspected.stderr
+        assert "gpt2 Hq=4 Hkv=4 d=3" in inspected.stdout
+        assert ("layout       positions=learned norm=layer feed_forward=plain(gelu_tanh) "
+                "biases=qkv,output,feed_forward,head") in inspected.stdout
+
+
+def test_configs_and_bundles_without_the_gpt2_keys_load_with_llamas_choices(tmp_path):
+    from riftco_transformer.artifacts import LLAMA_ARCHITECTURE, validate_model_config
+
+    # A config record as written before 2.12: none of the new keys.
+    with LlamaMistralTransformer(preset("qwen2")) as model:
+        bundle = ModelBundle.capture(model, PretrainedTokenizer.from_vocabulary(byte_alphabet()),
+                                     "pretraining")
+    record = bundle.manifest["config"]
+    assert not set(NEW_FIELDS) & set(record)
+    parsed = validate_model_config(LLAMA_ARCHITECTURE, dict(record), "test")
+    assert parsed == preset("qwen2")
+    assert (parsed.positions, parsed.norm, parsed.feed_forward, parsed.plain_activation) == (
+        "rotary", "rms", "gated", "gelu")
+    loaded = ModelBundle.load(bundle.save(tmp_path / "qwen2.rift"))
+    assert loaded.config == preset("qwen2") and loaded.artifact_id == bundle.artifact_id
+    # A bad value in a record is refused naming the field.
+    with pytest.raises(ValueError, match="norm"):
+        validate_model_config(LLAMA_ARCHITECTURE, {**record, "norm": "batch"}, "test")
+    # An odd head width is refused with rotary positions only.
+    odd = {**record, "model_width": 15, "query_head_count": 5, "key_value_head_count": 5}
+    with pytest.raises(ValueError, match="even head width"):
+        validate_model_config(LLAMA_ARCHITECTURE, odd, "test")
+    assert validate_model_config(LLAMA_ARCHITECTURE, {**odd, "positions": "learned"},
+                                 "test").resolved_head_width == 3
+
+
+def test_pretraining_gpt2_stays_the_gpt_decoder():
+    from riftco_transformer.pretraining import ARCHITECTURES
+
+    assert ARCHITECTURES.count("gpt2") == 1 and ARCHITECTURES[0] == "gpt2"
+    assert set(ARCHITECTURES) == {"gpt2", *FAMILIES}

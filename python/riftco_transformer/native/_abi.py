@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 11
+ABI_VERSION_MINOR = 12
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -167,6 +167,15 @@ class LlamaMistralConfigStruct(Structure):
         # 2.11: the frequency factors (rope_scaling "frequency_factors")
         ("rope_frequency_factors", POINTER(c_float)),
         ("rope_frequency_factor_count", c_uint64),
+        # 2.12: the GPT-2 choices
+        ("positions", c_int32),
+        ("norm", c_int32),
+        ("feed_forward", c_int32),
+        ("plain_activation", c_int32),
+        ("output_bias", c_uint32),
+        ("feed_forward_bias", c_uint32),
+        ("head_bias", c_uint32),
+        ("reserved", c_uint32),
     ]
 
 
@@ -457,6 +466,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     ),
     "rt_model_parameters": (rt_status, [handle, handle_out]),
     "rt_model_is_llama_mistral": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_decoder_config": (rt_status, [handle, POINTER(LlamaMistralConfigStruct)]),
     # Llama / Mistral decoders and GGUF checkpoints.
     "rt_llama_mistral_config_init": (rt_status, [POINTER(LlamaMistralConfigStruct), c_uint64]),
     "rt_llama_mistral_config_preset": (rt_status, [POINTER(LlamaMistralConfigStruct), c_int32]),

@@ -15,6 +15,8 @@ from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
 from .model import (
     ACTIVATION_CHECKPOINTING_VALUES,
     ATTENTION_VALUES,
+    FEED_FORWARD_ACTIVATION_NAMES,
+    FEED_FORWARD_ACTIVATION_VALUES,
     CausalLanguageModel,
 )
 
@@ -26,21 +28,49 @@ ARCHITECTURE_VALUES = {
     "gemma2": 4,
     "gemma3": 5,
     "phi3": 6,
+    "gpt2": 7,
 }
 ARCHITECTURE_NAMES = {value: name for name, value in ARCHITECTURE_VALUES.items()}
 GATED_ACTIVATION_VALUES = {"silu": 0, "gelu_tanh": 1}
 GATED_ACTIVATION_NAMES = {value: name for name, value in GATED_ACTIVATION_VALUES.items()}
 ROPE_SCALING_VALUES = {"none": 0, "linear": 1, "llama3": 2, "frequency_factors": 3, "yarn": 4}
 ROPE_SCALING_NAMES = {value: name for name, value in ROPE_SCALING_VALUES.items()}
+# The GPT-2 choices (C ABI 2.12): RT_POSITIONS_*, RT_NORM_*, RT_FEED_FORWARD_GATED/PLAIN; the
+# plain feed-forward's activation is RT_FEED_FORWARD_ACTIVATION_* (the GPT decoder's values).
+POSITIONS_VALUES = {"rotary": 0, "learned": 1}
+POSITIONS_NAMES = {value: name for name, value in POSITIONS_VALUES.items()}
+NORM_VALUES = {"rms": 0, "layer": 1}
+NORM_NAMES = {value: name for name, value in NORM_VALUES.items()}
+FEED_FORWARD_VALUES = {"gated": 0, "plain": 1}
+FEED_FORWARD_NAMES = {value: name for name, value in FEED_FORWARD_VALUES.items()}
+PLAIN_ACTIVATION_VALUES = FEED_FORWARD_ACTIVATION_VALUES
+PLAIN_ACTIVATION_NAMES = FEED_FORWARD_ACTIVATION_NAMES
 
 # The family choices (C ABI 2.10), each defaulting to Llama's: the 0/1 flags and the reals.
-_CHOICE_FLAGS = ("query_key_value_bias", "query_key_norm", "norm_weight_offset", "post_block_norms")
+_CHOICE_FLAGS = (
+    "query_key_value_bias",
+    "query_key_norm",
+    "norm_weight_offset",
+    "post_block_norms",
+    # 2.12 (GPT-2)
+    "output_bias",
+    "feed_forward_bias",
+    "head_bias",
+)
+# The named choices of 2.12 (GPT-2): field -> (names to ABI values, ABI values to names).
+_GPT2_CHOICES = {
+    "positions": (POSITIONS_VALUES, POSITIONS_NAMES),
+    "norm": (NORM_VALUES, NORM_NAMES),
+    "feed_forward": (FEED_FORWARD_VALUES, FEED_FORWARD_NAMES),
+    "plain_activation": (PLAIN_ACTIVATION_VALUES, PLAIN_ACTIVATION_NAMES),
+}
 # The other fields rt_llama_mistral_config_preset may set.
 _PRESET_FIELDS = (
     "feed_forward_activation",
     "embedding_scale",
     "sliding_window_period",
     "rope_local_theta",
+    *_GPT2_CHOICES,
 )
 _CHOICE_REALS = (
     "embedding_scale",
@@ -54,6 +84,14 @@ _CHOICE_REALS = (
     "rope_yarn_beta_fast",
     "rope_yarn_beta_slow",
     "rope_yarn_attention_factor",
+)
+# The reals the native struct holds as float32.
+_FLOAT32_REALS = (
+    "rms_norm_epsilon",
+    "embedding_scale",
+    "attention_scale",
+    "attention_logit_softcap",
+    "final_logit_softcap",
 )
 # The soft caps (C ABI 2.11): a preset sets them only where they are 0 (not given).
 _PRESET_CAPS = ("attention_logit_softcap", "final_logit_softcap")
@@ -78,8 +116,10 @@ class LlamaMistralConfig:
     and ``feed_forward_width`` F are positive ints. ``rope_theta`` θ and
     ``rms_norm_epsilon`` are positive finite floats; ``sliding_window`` is None (dense) or a
     positive int (Mistral; a window shorter than C is applied); ``tie_embeddings`` reads the
-    head from the token embedding. That D/Hq is even and divides evenly is checked by the
-    library when the model is created.
+    head from the token embedding. That D/Hq is even (with rotary positions) and divides
+    evenly is checked by the library when the model is created. The GPT-2 choices (C ABI 2.12:
+    ``positions``, ``norm``, ``feed_forward``, ``plain_activation`` and the biases) default to
+    Llama's; ``preset("gpt2", ...)`` sets them as GPT-2 has them.
     """
 
     vocabulary_size: int
@@ -122,16 +162,31 @@ class LlamaMistralConfig:
     # rope_scaling "frequency_factors" (a GGUF file's rope_freqs.weight, Llama 3): the d/2
     # divisors, float32 values; empty for every other kind (C ABI 2.11).
     rope_frequency_factors: tuple[float, ...] = ()
+    # GPT-2 (C ABI 2.12): "rotary" (RoPE) or "learned" positions (a [C,D] table added to the
+    # token embedding); "rms" or "layer" norms (LayerNorm: scale and bias); the "gated"
+    # feed-forward (gate/up/down with feed_forward_activation) or the "plain" one
+    # (expand/project with plain_activation: "gelu" exact erf, "gelu_tanh" or "relu"); biases
+    # on the attention output, on every feed-forward projection, and on the untied head
+    # (head_bias is not read while the embeddings are tied).
+    positions: str = "rotary"
+    norm: str = "rms"
+    feed_forward: str = "gated"
+    plain_activation: str = "gelu"
+    output_bias: bool = False
+    feed_forward_bias: bool = False
+    head_bias: bool = False
 
     @classmethod
     def preset(cls, architecture: str, **fields) -> LlamaMistralConfig:
         """The config of ``architecture`` ("llama", "mistral", "qwen2", "qwen3", "gemma2",
-        "gemma3", "phi3") with the dimensions given in ``fields`` and the family's choices set
-        by the library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 2: (1 + w) norms,
+        "gemma3", "phi3", "gpt2") with the dimensions given in ``fields`` and the family's
+        choices set by the library (Qwen 2: q/k/v biases; Qwen 3: QK-norm; Gemma 2: (1 + w) norms,
         post-block norms, GeGLU, embedding scale sqrt(D), window period 2 (with a
         sliding_window), attention and final soft caps 50 and 30 unless given; Gemma 3:
         QK-norm, (1 + w) norms, post-block norms, GeGLU, embedding scale sqrt(D), window
-        period 6 (with a sliding_window) and local RoPE base 10000 unless given)."""
+        period 6 (with a sliding_window) and local RoPE base 10000 unless given; GPT-2:
+        learned positions, LayerNorm, the plain feed-forward with tanh-GELU, biases on q/k/v,
+        the attention output, the feed-forward and the head)."""
         require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
         draft = cls(**{**fields, "architecture": architecture})
         native = draft._native()
@@ -181,8 +236,9 @@ class LlamaMistralConfig:
             require_int(self.rope_original_context, "rope_original_context", 1, UINT64_LIMIT),
         )
         for name in _CHOICE_FLAGS:
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, not {type(getattr(self, name)).__name__}")
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {type(value).__name__} ({value!r})")
         for name in _CHOICE_REALS:
             value = require_real(getattr(self, name), name)
             if not math.isfinite(value) or value < 0:
@@ -192,6 +248,8 @@ class LlamaMistralConfig:
             self.feed_forward_activation, "feed_forward_activation", GATED_ACTIVATION_VALUES
         )
         require_choice(self.rope_scaling, "rope_scaling", ROPE_SCALING_VALUES)
+        for name, (values, _) in _GPT2_CHOICES.items():
+            require_choice(getattr(self, name), name, values)
         factors = self.rope_frequency_factors
         if isinstance(factors, (str, bytes)) or not isinstance(factors, (tuple, list)):
             raise TypeError(
@@ -239,6 +297,8 @@ class LlamaMistralConfig:
         native.sliding_window_period = self.sliding_window_period
         native.rope_scaling = ROPE_SCALING_VALUES[self.rope_scaling]
         native.rope_original_context = self.rope_original_context
+        for name, (values, _) in _GPT2_CHOICES.items():
+            setattr(native, name, values[getattr(self, name)])
         if self.rope_frequency_factors:
             factors = (ctypes.c_float * len(self.rope_frequency_factors))(
                 *self.rope_frequency_factors
@@ -268,6 +328,7 @@ class LlamaMistralConfig:
             rope_frequency_factors=tuple(
                 native.rope_frequency_factors[i] for i in range(native.rope_frequency_factor_count)
             ),
+            **{name: names[getattr(native, name)] for name, (_, names) in _GPT2_CHOICES.items()},
         )
 
 
@@ -355,6 +416,9 @@ class LlamaMistralTransformer(CausalLanguageModel):
         """The model's configuration (from the file for GGUF checkpoints)."""
         with self._native():
             return self._config
+
+    def _given_decoder_reals(self) -> dict[str, float]:
+        return {name: getattr(self._config, name) for name in _FLOAT32_REALS}
 
     def __repr__(self) -> str:
         if self.closed:

@@ -12,6 +12,7 @@ from ._abi import (
     ATTENTION_FLASH,
     ATTENTION_MATERIALIZED,
     STATUS_RUNTIME_ERROR,
+    LlamaMistralConfigStruct,
     LoraConfigStruct,
     QuantizedMemoryStatsStruct,
     TransformerConfigStruct,
@@ -397,6 +398,33 @@ class CausalLanguageModel(NativeHandle):
         with self.parameters() as parameter_list:
             return parameter_list.total_numel
 
+    def decoder_config(self):
+        """The model's general decoder configuration as a :class:`LlamaMistralConfig`
+        (C ABI 2.12, ``rt_model_decoder_config``): both classes are the one decoder, and a
+        :class:`DecoderOnlyTransformer` reads back as the ``"gpt2"`` preset of its dimensions
+        (learned positions, LayerNorm, the plain feed-forward with its activation, the biases;
+        ``random_seed`` as created). A ``LlamaMistralTransformer`` built from it has the same
+        parameters and logits."""
+        from .llama import LlamaMistralConfig  # llama.py imports this module
+
+        struct = LlamaMistralConfigStruct()
+        struct.struct_size = ctypes.sizeof(struct)
+        with self._native() as pointer:
+            check_status(library().rt_model_decoder_config(pointer, ctypes.byref(struct)))
+            config = LlamaMistralConfig._from_native(struct)
+            # The library keeps float32 reals: where the value given at creation rounds to the
+            # one read back, the given value (as LlamaMistralConfig.preset keeps given fields).
+            given = {
+                name: value
+                for name, value in self._given_decoder_reals().items()
+                if ctypes.c_float(value).value == getattr(config, name)
+            }
+            return replace(config, **given)
+
+    def _given_decoder_reals(self) -> dict[str, float]:
+        """The float32 fields of :meth:`decoder_config` as given when the model was made."""
+        return {}
+
 
 class DecoderOnlyTransformer(CausalLanguageModel):
     """A GPT-style decoder-only transformer, created on CPU with weights from the config's seed.
@@ -442,6 +470,9 @@ class DecoderOnlyTransformer(CausalLanguageModel):
         """The configuration the model was created with."""
         with self._native():
             return self._config
+
+    def _given_decoder_reals(self) -> dict[str, float]:
+        return {"rms_norm_epsilon": self._config.layer_norm_epsilon}
 
     def __repr__(self) -> str:
         if self.closed:
