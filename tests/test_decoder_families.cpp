@@ -1,9 +1,10 @@
-// The rotary decoder's family choices (Qwen 2, Qwen 3, Gemma 3, Phi-3 beside Llama/Mistral):
-// presets and parameter lists, the config rules, Gemma's (1 + w) RMSNorm and GeGLU by hand, RoPE
-// scaling against the formulas, and for every preset: gradients by finite differences, flash
-// equal to materialized, decode sessions equal to the full forward through and past the
-// windows, block checkpointing, LoRA on every projection and NF4. Logits against Hugging Face
-// transformers and llama.cpp: tests/oracle/decoder_families_parity.py.
+// The decoder's family choices (Qwen 2, Qwen 3, Gemma 2/3, Phi-3 and GPT-2 beside Llama/Mistral):
+// presets and parameter lists, the architecture table of checkpoint names, the config rules,
+// Gemma's (1 + w) RMSNorm and GeGLU by hand, RoPE scaling against the formulas, and for every
+// preset: gradients by finite differences, flash equal to materialized, decode sessions equal to
+// the full forward through and past the windows, block checkpointing, LoRA on every projection and
+// NF4. Logits against Hugging Face transformers and llama.cpp:
+// tests/oracle/decoder_families_parity.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,10 +12,12 @@
 #include <limits>
 #include <numbers>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
+#include "riftco_transformer/interchange/checkpoint_names.hpp"
 #include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/nn/rotary_embedding.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
@@ -146,6 +149,91 @@ TEST(DecoderFamilies, ParameterListsNameEveryChoice) {
         }
         EXPECT_EQ(model.incremental_cache_shape().head_width, d) << name_of(config);
     }
+}
+
+// The one architecture table names a distinct checkpoint tensor (or fused part) for every
+// parameter of every family, in both formats (GPT-2: Hugging Face only), and refuses names that
+// are not parameters.
+TEST(DecoderFamilies, TheArchitectureTableNamesEveryParameterOnce) {
+    for (const DecoderConfig& config : family_configs()) {
+        std::mt19937 generator(1);
+        const Decoder model(config, generator);
+        for (const CheckpointFormat format :
+             {CheckpointFormat::Gguf, CheckpointFormat::HuggingFace}) {
+            if (format == CheckpointFormat::Gguf &&
+                config.architecture == DecoderArchitecture::Gpt2) {
+                EXPECT_THROW((void)checkpoint_tensor_name(config.architecture, format,
+                                                          "token_embedding.weight"),
+                             std::invalid_argument);
+                continue;
+            }
+            std::set<std::pair<std::string, std::size_t>> seen;
+            for (const NamedParameter& named : model.parameters()) {
+                if (config.architecture == DecoderArchitecture::Gpt2 &&
+                    named.name == "language_model_head.bias") {
+                    // GPT2LMHeadModel's head has no bias: such a checkpoint cannot hold ours.
+                    EXPECT_THROW(
+                        (void)checkpoint_tensor_name(config.architecture, format, named.name),
+                        std::invalid_argument);
+                    continue;
+                }
+                const std::optional<CheckpointTensorName> name =
+                    checkpoint_tensor_name(config.architecture, format, named.name);
+                ASSERT_TRUE(name.has_value()) << name_of(config) << " " << named.name;
+                EXPECT_TRUE(seen.insert({name->name, name->part.value_or(99)}).second)
+                    << name_of(config) << ": " << named.name << " -> " << name->name;
+            }
+        }
+        EXPECT_THROW(
+            (void)checkpoint_tensor_name(config.architecture, CheckpointFormat::HuggingFace,
+                                         "blocks.0.attention.nothing.weight"),
+            std::invalid_argument);
+        EXPECT_THROW((void)checkpoint_tensor_name(config.architecture,
+                                                  CheckpointFormat::HuggingFace, "blocks.x.y"),
+                     std::invalid_argument);
+    }
+    // Worked rows: block indices carried over, fused parts, the second GGUF layout of Phi-3.
+    const auto name = [](DecoderArchitecture a, CheckpointFormat f, const char* parameter,
+                         std::size_t alternative = 0) {
+        return checkpoint_tensor_name(a, f, parameter, alternative);
+    };
+    using A = DecoderArchitecture;
+    using F = CheckpointFormat;
+    EXPECT_EQ(name(A::Llama, F::Gguf, "blocks.12.attention.query.weight")->name,
+              "blk.12.attn_q.weight");
+    EXPECT_EQ(name(A::Qwen2, F::HuggingFace, "blocks.3.attention.key.bias")->name,
+              "model.layers.3.self_attn.k_proj.bias");
+    EXPECT_EQ(name(A::Gemma2, F::HuggingFace, "blocks.1.feed_forward_norm.scale")->name,
+              "model.layers.1.pre_feedforward_layernorm.weight");
+    EXPECT_EQ(name(A::Llama, F::HuggingFace, "blocks.1.feed_forward_norm.scale")->name,
+              "model.layers.1.post_attention_layernorm.weight");
+    EXPECT_EQ(name(A::Gemma3, F::Gguf, "blocks.0.post_feed_forward_norm.scale")->name,
+              "blk.0.post_ffw_norm.weight");
+    const auto phi3_value = name(A::Phi3, F::HuggingFace, "blocks.2.attention.value.weight");
+    EXPECT_EQ(phi3_value->name, "model.layers.2.self_attn.qkv_proj.weight");
+    EXPECT_EQ(phi3_value->part, 2U);
+    EXPECT_EQ(name(A::Phi3, F::Gguf, "blocks.2.attention.value.weight")->name,
+              "blk.2.attn_v.weight");
+    const auto fused_up = name(A::Phi3, F::Gguf, "blocks.2.feed_forward.up.weight", 1);
+    EXPECT_EQ(fused_up->name, "blk.2.ffn_up.weight");
+    EXPECT_EQ(fused_up->part, 1U);
+    EXPECT_FALSE(name(A::Phi3, F::Gguf, "blocks.2.attention_norm.scale", 1).has_value());
+    EXPECT_FALSE(name(A::Llama, F::Gguf, "blocks.2.attention.query.weight", 1).has_value());
+    const auto gpt2_key = name(A::Gpt2, F::HuggingFace, "blocks.4.attention.key.bias");
+    EXPECT_EQ(gpt2_key->name, "h.4.attn.c_attn.bias");
+    EXPECT_EQ(gpt2_key->part, 1U);
+    EXPECT_EQ(name(A::Gpt2, F::HuggingFace, "position_embedding.weight")->name, "wpe.weight");
+    // A Llama has no position table; a block name must carry a canonical index.
+    EXPECT_THROW((void)name(A::Llama, F::HuggingFace, "position_embedding.weight"),
+                 std::invalid_argument);
+    EXPECT_THROW((void)name(A::Llama, F::HuggingFace, "blocks.01.attention_norm.scale"),
+                 std::invalid_argument);
+    EXPECT_THROW((void)name(A::Llama, F::HuggingFace, "attention_norm.scale"),
+                 std::invalid_argument);
+    EXPECT_THROW((void)name(static_cast<A>(8), F::HuggingFace, "final_norm.scale"),
+                 std::invalid_argument);
+    EXPECT_THROW((void)name(A::Llama, static_cast<F>(2), "final_norm.scale"),
+                 std::invalid_argument);
 }
 
 TEST(DecoderFamilies, ConfigRulesNameTheFieldBeforeAnyDraw) {

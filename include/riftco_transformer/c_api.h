@@ -56,7 +56,8 @@ extern "C" {
  * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
  *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
  *   feed_forward_bias and head_bias, appended after its 232-byte 2.11 layout; an rt_model made
- *   by rt_model_create is that decoder too (rt_model_decoder_config reads its general config).
+ *   by rt_model_create is that decoder too (rt_model_decoder_config reads its general config);
+ * - rt_checkpoint_tensor_name: the one architecture table of checkpoint tensor names.
  * 2.11 adds, without renumbering a value or moving a field of 2.10:
  * - the rotary family Gemma 2 (RT_LLAMA_MISTRAL_ARCHITECTURE_GEMMA2, the value 2.10 kept) and
  *   rt_llama_mistral_config's attention_logit_softcap and final_logit_softcap, appended after
@@ -941,6 +942,23 @@ RT_API rt_status RT_CALL rt_model_is_llama_mistral(const rt_model* model, int32_
  * model. A program-augmented model: RT_STATUS_INVALID_ARGUMENT. */
 RT_API rt_status RT_CALL rt_model_decoder_config(const rt_model* model,
                                                  rt_llama_mistral_config* out);
+
+/* 2.12: the one architecture table (interchange/checkpoint_names.hpp). The name of the tensor
+ * that holds our parameter `parameter` (NUL-terminated, e.g. "blocks.3.attention.query.weight")
+ * in `format`'s checkpoints of `architecture` (RT_LLAMA_MISTRAL_ARCHITECTURE_*),
+ * NUL-terminated into out (size-query protocol), and *out_part its index in a fused tensor
+ * (q, k, v or gate, up order; -1: the whole tensor). alternative 0 is the format's usual
+ * layout, 1 a second one it allows (Phi-3 GGUF files with fused attn_qkv / ffn_up): no such
+ * alternative for the parameter is RT_STATUS_OUT_OF_RANGE. An unknown architecture or format,
+ * GPT-2 from GGUF, or a name that is not a parameter of the architecture:
+ * RT_STATUS_INVALID_ARGUMENT. GPT-2's Hugging Face names omit the optional "transformer."
+ * prefix. */
+#define RT_CHECKPOINT_FORMAT_GGUF 0
+#define RT_CHECKPOINT_FORMAT_HUGGING_FACE 1
+RT_API rt_status RT_CALL rt_checkpoint_tensor_name(int32_t architecture, int32_t format,
+                                                   const char* parameter, uint32_t alternative,
+                                                   char* out, uint64_t capacity,
+                                                   uint64_t* required, int32_t* out_part);
 
 /* ---- Tokenizers of pretrained models ------------------------------------------------------
  * Byte-level BPE in the GPT-2 style (merges by rank inside regex pre-tokens: the GPT-2,

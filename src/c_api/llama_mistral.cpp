@@ -6,6 +6,7 @@
 
 #include "c_api/boundary.hpp"
 #include "c_api/handles.hpp"
+#include "riftco_transformer/interchange/checkpoint_names.hpp"
 #include "riftco_transformer/interchange/llama_gguf.hpp"
 
 using namespace riftco_transformer;
@@ -333,6 +334,31 @@ rt_status rt_model_is_llama_mistral(const rt_model* model, int32_t* out) {
     return guarded(__func__, [&] {
         const ModelState& state = *require_handle(model, "model").state;
         set_output(out, state.llama_config.struct_size != 0 ? 1 : 0, "out");
+    });
+}
+
+rt_status rt_checkpoint_tensor_name(int32_t architecture, int32_t format, const char* parameter,
+                                    uint32_t alternative, char* out, uint64_t capacity,
+                                    uint64_t* required, int32_t* out_part) {
+    return guarded(__func__, [&] {
+        require_pointer(parameter, "parameter");
+        require_pointer(out_part, "out_part");
+        if (architecture < 0)
+            throw std::invalid_argument("architecture: unknown value " +
+                                        std::to_string(architecture));
+        if (format != RT_CHECKPOINT_FORMAT_GGUF && format != RT_CHECKPOINT_FORMAT_HUGGING_FACE)
+            throw std::invalid_argument("format: unknown value " + std::to_string(format));
+        const std::optional<CheckpointTensorName> name =
+            checkpoint_tensor_name(static_cast<DecoderArchitecture>(architecture),
+                                   static_cast<CheckpointFormat>(format), parameter, alternative);
+        if (!name) {
+            throw std::out_of_range("alternative " + std::to_string(alternative) + ": " +
+                                    std::string(parameter) + " has no such layout in " +
+                                    (format == RT_CHECKPOINT_FORMAT_GGUF ? "gguf" : "huggingface") +
+                                    " checkpoints");
+        }
+        write_text(name->name, out, capacity, required);
+        *out_part = name->part ? static_cast<int32_t>(*name->part) : -1;
     });
 }
 

@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "riftco_transformer/interchange/checkpoint_names.hpp"
 
 namespace riftco_transformer {
 namespace {
@@ -309,7 +312,6 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
     const std::size_t kv_width = c.key_value_head_count * d;
     const std::size_t F = c.feed_forward_width;
     const bool permuted = rotary_rows_permuted(c.architecture);
-    const bool phi3 = c.architecture == DecoderArchitecture::Phi3;
     // Every source tensor is checked (presence, dims, type) before the model is built, in
     // the model's parameter order; values are then dequantized one tensor at a time, so
     // the peak memory is the model plus one tensor.
@@ -327,57 +329,79 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
                          std::size_t columns, std::size_t rotary_heads = 0) {
         add_rows(std::move(parameter), tensor, rows, columns, 0, rows, rotary_heads);
     };
-    add("token_embedding.weight", "token_embd.weight", c.vocabulary_size, D);
+    // The names are the architecture table's (interchange/checkpoint_names.hpp).
+    const auto tensor_of = [&](const std::string& parameter, std::size_t alternative) {
+        return checkpoint_tensor_name(c.architecture, CheckpointFormat::Gguf, parameter,
+                                      alternative);
+    };
+    const auto add_named = [&](const std::string& parameter, std::size_t rows, std::size_t columns,
+                               std::size_t rotary_heads = 0) {
+        add(parameter, tensor_of(parameter, 0)->name, rows, columns, rotary_heads);
+    };
+    // The parameters `names` as the parts of one fused tensor of `widths` rows each (in the
+    // table's part order) when the file has the table's fused layout; false when it has not.
+    const auto add_fused = [&](const std::vector<std::string>& names,
+                               const std::vector<std::size_t>& widths) {
+        const std::optional<CheckpointTensorName> first = tensor_of(names.front(), 1);
+        if (!first || file.find_tensor(first->name) == nullptr)
+            return false;
+        std::size_t total = 0;
+        for (const std::size_t width : widths)
+            total += width;
+        for (const std::string& name : names) {
+            const CheckpointTensorName part = *tensor_of(name, 1);
+            std::size_t begin = 0;
+            for (std::size_t p = 0; p < *part.part; ++p)
+                begin += widths[p];
+            add_rows(name, part.name, total, D, begin, widths[*part.part], 0);
+        }
+        return true;
+    };
+    add_named("token_embedding.weight", c.vocabulary_size, D);
     for (std::size_t i = 0; i < c.block_count; ++i) {
-        const std::string source = "blk." + std::to_string(i) + ".";
         const std::string target = "blocks." + std::to_string(i) + ".";
-        add(target + "attention_norm.scale", source + "attn_norm.weight", 1, D);
+        add_named(target + "attention_norm.scale", 1, D);
         const std::string attention = target + "attention.";
-        if (phi3 && file.find_tensor(source + "attn_qkv.weight") != nullptr) {
-            // Phi-3's fused projection: rows q (Hq·d), then k, then v (Hkv·d each).
-            const std::string fused = source + "attn_qkv.weight";
-            const std::size_t rows = query_width + 2 * kv_width;
-            add_rows(attention + "query.weight", fused, rows, D, 0, query_width, 0);
-            add_rows(attention + "key.weight", fused, rows, D, query_width, kv_width, 0);
-            add_rows(attention + "value.weight", fused, rows, D, query_width + kv_width, kv_width,
-                     0);
-        } else {
-            add(attention + "query.weight", source + "attn_q.weight", query_width, D,
-                permuted ? c.query_head_count : 0);
+        // Phi-3 files may fuse q, k and v (rows q: Hq·d, then k and v: Hkv·d each).
+        if (!add_fused(
+                {attention + "query.weight", attention + "key.weight", attention + "value.weight"},
+                {query_width, kv_width, kv_width})) {
+            add_named(attention + "query.weight", query_width, D,
+                      permuted ? c.query_head_count : 0);
             if (c.query_key_value_bias)
-                add(attention + "query.bias", source + "attn_q.bias", 1, query_width);
-            add(attention + "key.weight", source + "attn_k.weight", kv_width, D,
-                permuted ? c.key_value_head_count : 0);
+                add_named(attention + "query.bias", 1, query_width);
+            add_named(attention + "key.weight", kv_width, D, permuted ? c.key_value_head_count : 0);
             if (c.query_key_value_bias)
-                add(attention + "key.bias", source + "attn_k.bias", 1, kv_width);
-            add(attention + "value.weight", source + "attn_v.weight", kv_width, D);
+                add_named(attention + "key.bias", 1, kv_width);
+            add_named(attention + "value.weight", kv_width, D);
             if (c.query_key_value_bias)
-                add(attention + "value.bias", source + "attn_v.bias", 1, kv_width);
+                add_named(attention + "value.bias", 1, kv_width);
         }
-        add(attention + "output.weight", source + "attn_output.weight", D, query_width);
+        add_named(attention + "output.weight", D, query_width);
         if (c.query_key_norm) {
-            add(attention + "query_norm.scale", source + "attn_q_norm.weight", 1, d);
-            add(attention + "key_norm.scale", source + "attn_k_norm.weight", 1, d);
+            add_named(attention + "query_norm.scale", 1, d);
+            add_named(attention + "key_norm.scale", 1, d);
         }
         if (c.post_block_norms)
-            add(target + "post_attention_norm.scale", source + "post_attention_norm.weight", 1, D);
-        add(target + "feed_forward_norm.scale", source + "ffn_norm.weight", 1, D);
-        if (phi3 && file.find_tensor(source + "ffn_gate.weight") == nullptr) {
-            // Phi-3's fused gate_up: rows gate (F), then up (F).
-            const std::string fused = source + "ffn_up.weight";
-            add_rows(target + "feed_forward.gate.weight", fused, 2 * F, D, 0, F, 0);
-            add_rows(target + "feed_forward.up.weight", fused, 2 * F, D, F, F, 0);
-        } else {
-            add(target + "feed_forward.gate.weight", source + "ffn_gate.weight", F, D);
-            add(target + "feed_forward.up.weight", source + "ffn_up.weight", F, D);
+            add_named(target + "post_attention_norm.scale", 1, D);
+        add_named(target + "feed_forward_norm.scale", 1, D);
+        // Phi-3 files may fuse gate and up (rows gate: F, then up: F) when there is no
+        // separate gate tensor.
+        const bool separate_gate =
+            file.find_tensor(tensor_of(target + "feed_forward.gate.weight", 0)->name) != nullptr;
+        if (separate_gate ||
+            !add_fused({target + "feed_forward.gate.weight", target + "feed_forward.up.weight"},
+                       {F, F})) {
+            add_named(target + "feed_forward.gate.weight", F, D);
+            add_named(target + "feed_forward.up.weight", F, D);
         }
-        add(target + "feed_forward.down.weight", source + "ffn_down.weight", D, F);
+        add_named(target + "feed_forward.down.weight", D, F);
         if (c.post_block_norms)
-            add(target + "post_feed_forward_norm.scale", source + "post_ffw_norm.weight", 1, D);
+            add_named(target + "post_feed_forward_norm.scale", 1, D);
     }
-    add("final_norm.scale", "output_norm.weight", 1, D);
+    add_named("final_norm.scale", 1, D);
     if (!c.tie_embeddings)
-        add("language_model_head.weight", "output.weight", c.vocabulary_size, D);
+        add_named("language_model_head.weight", c.vocabulary_size, D);
     // Every tensor of the file must be one the architecture reads, as llama.cpp requires: a
     // stray or misnamed tensor means the file is not what its metadata says.
     std::vector<const GgufTensorInfo*> known = used;

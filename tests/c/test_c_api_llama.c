@@ -269,6 +269,64 @@ static void gpt2_is_a_preset_of_the_one_decoder(void) {
     EXPECT(memcmp(&before, &small, sizeof small) == 0);
 }
 
+/* rt_checkpoint_tensor_name: the architecture table through the size-query protocol. */
+static void the_architecture_table_names_checkpoint_tensors(void) {
+    char name[64];
+    uint64_t required = 0;
+    int32_t part = 7;
+    EXPECT_OK(rt_checkpoint_tensor_name(
+        RT_LLAMA_MISTRAL_ARCHITECTURE_QWEN2, RT_CHECKPOINT_FORMAT_HUGGING_FACE,
+        "blocks.5.attention.query.bias", 0, name, sizeof name, &required, &part));
+    EXPECT(strcmp(name, "model.layers.5.self_attn.q_proj.bias") == 0);
+    EXPECT_EQ_U64(required, strlen("model.layers.5.self_attn.q_proj.bias") + 1);
+    EXPECT(part == -1);
+    EXPECT_OK(rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA,
+                                        RT_CHECKPOINT_FORMAT_GGUF, "token_embedding.weight", 0,
+                                        NULL, 0, &required, &part));
+    EXPECT_EQ_U64(required, strlen("token_embd.weight") + 1);
+    EXPECT_OK(rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3,
+                                        RT_CHECKPOINT_FORMAT_GGUF, "blocks.0.attention.key.weight",
+                                        1, name, sizeof name, &required, &part));
+    EXPECT(strcmp(name, "blk.0.attn_qkv.weight") == 0 && part == 1);
+    EXPECT_OK(rt_checkpoint_tensor_name(
+        RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2, RT_CHECKPOINT_FORMAT_HUGGING_FACE,
+        "blocks.1.feed_forward.expand.bias", 0, name, sizeof name, &required, &part));
+    EXPECT(strcmp(name, "h.1.mlp.c_fc.bias") == 0 && part == -1);
+    /* No second layout: out of range; not a parameter, unknown values: invalid argument. */
+    EXPECT_STATUS(rt_checkpoint_tensor_name(
+                      RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, RT_CHECKPOINT_FORMAT_GGUF,
+                      "blocks.0.attention.key.weight", 1, name, sizeof name, &required, &part),
+                  RT_STATUS_OUT_OF_RANGE);
+    EXPECT_STATUS(
+        rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, RT_CHECKPOINT_FORMAT_GGUF,
+                                  "blocks.0.nothing", 0, name, sizeof name, &required, &part),
+        RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("blocks.0.nothing");
+    EXPECT_STATUS(
+        rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2, RT_CHECKPOINT_FORMAT_GGUF,
+                                  "token_embedding.weight", 0, name, sizeof name, &required, &part),
+        RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(
+        rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, 2, "token_embedding.weight",
+                                  0, name, sizeof name, &required, &part),
+        RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("format");
+    EXPECT_STATUS(rt_checkpoint_tensor_name(-1, RT_CHECKPOINT_FORMAT_GGUF, "token_embedding.weight",
+                                            0, name, sizeof name, &required, &part),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_checkpoint_tensor_name(9, RT_CHECKPOINT_FORMAT_GGUF, "token_embedding.weight",
+                                            0, name, sizeof name, &required, &part),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(
+        rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, RT_CHECKPOINT_FORMAT_GGUF,
+                                  NULL, 0, name, sizeof name, &required, &part),
+        RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(
+        rt_checkpoint_tensor_name(RT_LLAMA_MISTRAL_ARCHITECTURE_LLAMA, RT_CHECKPOINT_FORMAT_GGUF,
+                                  "token_embedding.weight", 0, name, 4, &required, &part),
+        RT_STATUS_OUT_OF_RANGE); /* too small */
+}
+
 /* create with `config` fails with `status`, its message naming `fragment`, and leaves the
  * output pointer untouched. */
 #define EXPECT_CREATE_REJECTED(config, status, fragment)                               \
@@ -676,6 +734,7 @@ int main(void) {
     RUN_TEST(a_2_10_sized_config_gets_the_choices_without_the_caps);
     RUN_TEST(every_config_rule_is_enforced_before_anything_is_created);
     RUN_TEST(gpt2_is_a_preset_of_the_one_decoder);
+    RUN_TEST(the_architecture_table_names_checkpoint_tensors);
     RUN_TEST(the_model_view_serves_every_rt_model_function);
     RUN_TEST(untie_embeddings_appends_a_head_with_the_same_logits);
     RUN_TEST(tokenizers_from_arrays_encode_decode_and_export);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every rotary family against implementations nobody here wrote (issue 29's acceptance).
+"""Every family of the decoder against implementations nobody here wrote (issue 29's acceptance).
 
 For each family, a tiny random-weight model is built with Hugging Face `transformers` (eager
 attention, float32, on the CPU): Llama with Llama 3's frequency scaling, Mistral with a sliding
@@ -31,6 +31,9 @@ directories (F32; Llama 3 sharded, Qwen 3 in BF16, Phi-3 in F16, each against tr
 the rounded weights; qwen2_yarn's config.json rewritten as Qwen 2.5 ships it, 4.x's
 ``rope_scaling`` with ``type``) with a byte-level tokenizer.json, and loaded by our Python
 package's ``load_pretrained``: logits within 1e-3 with the loader's attention and with flash.
+
+GPT-2, the learned-position preset, is checked from Hugging Face directories only (float32 and
+bfloat16 save_pretrained output of a tiny GPT2LMHeadModel), against transformers.
 
 Exit 77 (skipped), saying why, without transformers + torch + gguf + numpy
 ($RIFTCO_TRANSFORMER_HF_PYTHON, the cached venv .ci/run makes).
@@ -470,6 +473,48 @@ def compare(label, ours, reference, failures, reason=None):
         failures.append(label)
 
 
+def gpt2_against_transformers(work_dir, prompts, failures):
+    """GPT-2, the learned-position preset of the one decoder: a tiny random GPT2LMHeadModel
+    (tanh GELU, tied head, every bias and norm off its initial value) saved by transformers'
+    own save_pretrained in float32 and in bfloat16, loaded by our ``load_pretrained``: its
+    logits at every position of both prompts within 1e-3 of transformers' with the loader's
+    attention and with flash. (GGUF files of GPT-2 are not read, so llama.cpp is not asked.)"""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    print("gpt2:")
+    config = GPT2Config(vocab_size=VOCABULARY, n_positions=128, n_embd=64, n_layer=3, n_head=4,
+                        n_inner=96, activation_function="gelu_new", resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
+                        bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(200)
+    model = GPT2LMHeadModel(config).eval()
+    generator = torch.Generator().manual_seed(201)
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            shape = parameter.shape
+            if parameter_name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                values = 1.0 + 0.2 * torch.randn(shape, generator=generator)
+            elif parameter.ndim == 1:  # biases
+                values = 0.2 * torch.randn(shape, generator=generator)
+            elif parameter_name.endswith(("wte.weight", "wpe.weight")):
+                values = 0.5 * torch.randn(shape, generator=generator)
+            else:  # Conv1D [in, out]
+                values = torch.randn(shape, generator=generator) / math.sqrt(shape[0])
+            parameter.copy_(values)
+    for dtype in (None, torch.bfloat16):
+        directory = os.path.join(work_dir, "gpt2-hf" if dtype is None else "gpt2-hf-bf16")
+        write_hf_directory(directory, "gpt2", model, dtype=dtype)
+        reference_model = model if dtype is None else model_class_copy(model, dtype)
+        stored = "" if dtype is None else ", bfloat16 weights"
+        for index, prompt in enumerate(prompts):
+            reference = hf_logits(reference_model, prompt)
+            for attention in (None, "flash"):
+                label = f"ours (HF dir{stored}{', flash' if attention else ''}) vs transformers"
+                compare(f"{label}, prompt {index}",
+                        our_hf_logits(directory, prompt, attention), reference, failures)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-tool", required=True)
@@ -489,7 +534,8 @@ def main():
     if llama_python is None:
         print(f"llama.cpp comparison skipped: {llama_reason}")
     failures = []
-    for seed, name in enumerate(args.family or families()):
+    rotary = [name for name in (args.family or families()) if name != "gpt2"]
+    for seed, name in enumerate(rotary):
         print(f"{name}:")
         config, model = build_hf_model(name, 100 + seed)
         path = os.path.join(args.work_dir, f"{name}.gguf")
@@ -528,6 +574,8 @@ def main():
                 compare(f"ours vs llama.cpp, prompt {index}",
                         our_logits(args.run_tool, path, prompt, args.work_dir), logits, failures,
                         LLAMA_CPP_NOT_AN_ORACLE.get(name))
+    if not args.family or "gpt2" in args.family:
+        gpt2_against_transformers(args.work_dir, prompts, failures)
     if failures:
         print(f"{len(failures)} comparison(s) failed: {failures}")
         return 1

@@ -1057,3 +1057,34 @@ def test_pretraining_gpt2_stays_the_gpt_decoder():
 
     assert ARCHITECTURES.count("gpt2") == 1 and ARCHITECTURES[0] == "gpt2"
     assert set(ARCHITECTURES) == {"gpt2", *FAMILIES}
+
+
+# ---- the one architecture table (C ABI 2.12, rt_checkpoint_tensor_name)
+
+
+def test_the_architecture_table_names_checkpoint_tensors_for_both_importers():
+    from riftco_transformer.interchange.huggingface import huggingface_name
+    from riftco_transformer.native.llama import checkpoint_tensor_name
+
+    assert checkpoint_tensor_name("qwen2", "huggingface", "blocks.7.attention.value.bias") == (
+        "model.layers.7.self_attn.v_proj.bias", None)
+    assert checkpoint_tensor_name("phi3", "huggingface", "blocks.1.feed_forward.up.weight") == (
+        "model.layers.1.mlp.gate_up_proj.weight", 1)
+    assert checkpoint_tensor_name("phi3", "gguf", "blocks.1.attention.key.weight", 1) == (
+        "blk.1.attn_qkv.weight", 1)
+    assert checkpoint_tensor_name("llama", "gguf", "blocks.1.attention.key.weight", 1) is None
+    assert checkpoint_tensor_name("gpt2", "huggingface", "blocks.0.attention.value.weight") == (
+        "h.0.attn.c_attn.weight", 2)
+    # The Hugging Face importer's names are the table's.
+    assert huggingface_name("blocks.2.feed_forward_norm.scale", "gemma3") == (
+        "model.layers.2.pre_feedforward_layernorm.weight")
+    with pytest.raises(ValueError, match="blocks.0.attention.nothing"):
+        checkpoint_tensor_name("llama", "huggingface", "blocks.0.attention.nothing")
+    with pytest.raises(ValueError, match="gpt2"):
+        checkpoint_tensor_name("gpt2", "gguf", "token_embedding.weight")
+    with pytest.raises(ValueError, match="checkpoint_format"):
+        checkpoint_tensor_name("llama", "onnx", "token_embedding.weight")
+    with pytest.raises(ValueError, match="architecture"):
+        checkpoint_tensor_name("falcon", "gguf", "token_embedding.weight")
+    with pytest.raises(TypeError, match="parameter"):
+        checkpoint_tensor_name("llama", "gguf", 3)

@@ -77,7 +77,7 @@ from pathlib import Path
 
 from .._container import strict_json
 from ..native._validation import UINT64_LIMIT, require_int
-from ..native.llama import LlamaMistralConfig, LlamaMistralTransformer
+from ..native.llama import LlamaMistralConfig, LlamaMistralTransformer, checkpoint_tensor_name
 from ..native.parameters import BYTE_DTYPES
 from ..native.pretrained_tokenizer import PretrainedTokenizer
 from ..serving.chat_templates import PretrainedChatTemplate
@@ -131,90 +131,37 @@ _DEFAULT_SOFTCAPS = {"gemma2": {"attn_logit_softcapping": 50.0,
 _GEMMA2_DEFAULT_WINDOW = 4096
 _FLOAT32_MAX = 3.4028234663852886e38
 
-_GLOBAL_NAMES = {
-    "token_embedding.weight": "model.embed_tokens.weight",
-    "final_norm.scale": "model.norm.weight",
-    "language_model_head.weight": "lm_head.weight",
-}
-_BLOCK_NAMES = {
-    "attention_norm.scale": "input_layernorm.weight",
-    "attention.query.weight": "self_attn.q_proj.weight",
-    "attention.key.weight": "self_attn.k_proj.weight",
-    "attention.value.weight": "self_attn.v_proj.weight",
-    "attention.output.weight": "self_attn.o_proj.weight",
-    "feed_forward_norm.scale": "post_attention_layernorm.weight",
-    "feed_forward.gate.weight": "mlp.gate_proj.weight",
-    "feed_forward.up.weight": "mlp.up_proj.weight",
-    "feed_forward.down.weight": "mlp.down_proj.weight",
-}
-# Per family, where its names differ from Llama's (our name -> the Hugging Face one).
-_FAMILY_BLOCK_NAMES = {
-    "qwen2": {
-        "attention.query.bias": "self_attn.q_proj.bias",
-        "attention.key.bias": "self_attn.k_proj.bias",
-        "attention.value.bias": "self_attn.v_proj.bias",
-    },
-    "qwen3": {
-        "attention.query_norm.scale": "self_attn.q_norm.weight",
-        "attention.key_norm.scale": "self_attn.k_norm.weight",
-    },
-    "gemma2": {
-        "post_attention_norm.scale": "post_attention_layernorm.weight",
-        "feed_forward_norm.scale": "pre_feedforward_layernorm.weight",
-        "post_feed_forward_norm.scale": "post_feedforward_layernorm.weight",
-    },
-    "gemma3": {
-        "attention.query_norm.scale": "self_attn.q_norm.weight",
-        "attention.key_norm.scale": "self_attn.k_norm.weight",
-        "post_attention_norm.scale": "post_attention_layernorm.weight",
-        "feed_forward_norm.scale": "pre_feedforward_layernorm.weight",
-        "post_feed_forward_norm.scale": "post_feedforward_layernorm.weight",
-    },
-}
-# Phi-3's fused tensors: our parameter -> the Hugging Face tensor it is a row range of.
-_PHI3_FUSED = {
-    "attention.query.weight": "self_attn.qkv_proj.weight",
-    "attention.key.weight": "self_attn.qkv_proj.weight",
-    "attention.value.weight": "self_attn.qkv_proj.weight",
-    "feed_forward.gate.weight": "mlp.gate_up_proj.weight",
-    "feed_forward.up.weight": "mlp.gate_up_proj.weight",
-}
+# Tensor names are the library's one architecture table (rt_checkpoint_tensor_name), shared
+# with the GGUF loader; only the fused tensors' row widths are worked out here.
 
 
-def _phi3_rows(config: LlamaMistralConfig) -> dict[str, tuple[int, int, int]]:
-    """Phi-3: our fused parameter -> (its first row, its rows, the fused tensor's rows):
-    qkv_proj holds q (Hq·d rows), then k and v (Hkv·d each); gate_up_proj gate, then up."""
+def _fused_rows(config: LlamaMistralConfig, name: str, part: int) -> tuple[int, int]:
+    """Our parameter ``name``, part ``part`` of a fused tensor (Phi-3's ``qkv_proj``: q with
+    Hq·d rows, then k and v with Hkv·d each; ``gate_up_proj``: gate, then up, F rows each):
+    its first row and its rows."""
     d = config.resolved_head_width
-    q, kv = config.query_head_count * d, config.key_value_head_count * d
-    f = config.feed_forward_width
-    return {
-        "attention.query.weight": (0, q, q + 2 * kv),
-        "attention.key.weight": (q, kv, q + 2 * kv),
-        "attention.value.weight": (q + kv, kv, q + 2 * kv),
-        "feed_forward.gate.weight": (0, f, 2 * f),
-        "feed_forward.up.weight": (f, f, 2 * f),
-    }
+    if ".attention." in name:
+        widths = (config.query_head_count * d, config.key_value_head_count * d,
+                  config.key_value_head_count * d)
+    else:
+        widths = (config.feed_forward_width, config.feed_forward_width)
+    return sum(widths[:part]), widths[part]
 
 
-_EMBEDDING = _GLOBAL_NAMES["token_embedding.weight"]
-_HEAD = _GLOBAL_NAMES["language_model_head.weight"]
 # RoPE frequency buffers some checkpoints carry; they follow from the config.
 _IGNORED = re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 
 
 def huggingface_name(name: str, architecture: str = "llama") -> str:
     """The Hugging Face tensor name of one of our parameter names in ``architecture``'s
-    checkpoints (Phi-3's fused parameters: the fused tensor's name)."""
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
-    match = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
-    local = match.group(2) if match else None
-    names = {**_BLOCK_NAMES, **_FAMILY_BLOCK_NAMES.get(architecture, {})}
-    if architecture == "phi3" and local in _PHI3_FUSED:
-        return f"model.layers.{match.group(1)}.{_PHI3_FUSED[local]}"
-    if local not in names:
-        raise ValueError(f"parameter {name!r} has no Hugging Face counterpart")
-    return f"model.layers.{match.group(1)}.{names[local]}"
+    checkpoints (Phi-3's fused parameters: the fused tensor's name), from the library's
+    architecture table. ValueError for a name without a Hugging Face counterpart."""
+    return checkpoint_tensor_name(architecture, "huggingface", name)[0]
+
+
+def _embedding_and_head(architecture: str) -> tuple[str, str]:
+    return (huggingface_name("token_embedding.weight", architecture),
+            huggingface_name("language_model_head.weight", architecture))
 
 
 # ---- config.json
@@ -827,8 +774,9 @@ def _check_tensors(config: LlamaMistralConfig, tensors: dict[str, TensorSpan],
     for name, span in tensors.items():
         if name in expected or _IGNORED.fullmatch(name):
             continue
-        if name == _HEAD and tied:
-            _require_tied_head(span, tensors.get(_EMBEDDING))
+        embedding_name, head_name = _embedding_and_head(architecture)
+        if name == head_name and tied:
+            _require_tied_head(span, tensors.get(embedding_name), head_name, embedding_name)
             continue
         _fail(str(span.path), f"unexpected tensor {_describe(name)} (not a parameter of a "
                               f"{'tied ' if tied else ''}{architecture} model)")
@@ -853,13 +801,12 @@ def _plan(names, shapes, tensors: dict[str, TensorSpan],
     if predicted != {name: list(shape) for name, shape in zip(names, shapes, strict=True)}:
         raise ValueError(f"the {config.architecture} model's parameters are not the ones its "
                          "config predicts (a defect of this importer)")
-    fused = _phi3_rows(config) if config.architecture == "phi3" else {}
     plan = []
     for name in names:
-        span = tensors[huggingface_name(name, config.architecture)]
-        local = name.split(".", 2)[-1]
-        if local in fused:  # a row range of a fused tensor: row-major, so one byte range
-            first_row, rows, _ = fused[local]
+        tensor_name, part = checkpoint_tensor_name(config.architecture, "huggingface", name)
+        span = tensors[tensor_name]
+        if part is not None:  # a row range of a fused tensor: row-major, so one byte range
+            first_row, rows = _fused_rows(config, name, part)
             row_bytes = (span.end - span.begin) // span.shape[0]
             begin = span.begin + first_row * row_bytes
             span = TensorSpan(span.path, span.name, span.dtype, (rows, span.shape[1]), begin,
@@ -868,8 +815,10 @@ def _plan(names, shapes, tensors: dict[str, TensorSpan],
     return plan
 
 
-def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None) -> None:
-    """With tied embeddings an ``lm_head.weight`` must repeat the embedding byte for byte."""
+def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None, head_name: str,
+                       embedding_name: str) -> None:
+    """With tied embeddings a head tensor (``head_name``) must repeat the embedding
+    (``embedding_name``) byte for byte."""
     same = (embedding is not None and head.dtype == embedding.dtype
             and head.shape == embedding.shape)
     if same:
@@ -877,7 +826,7 @@ def _require_tied_head(head: TensorSpan, embedding: TensorSpan | None) -> None:
             same = (head_view[head.begin:head.end]
                     == embedding_view[embedding.begin:embedding.end])  # bytewise, no copy
     if not same:
-        _fail(str(head.path), f"tensor {_HEAD!r} differs from {_EMBEDDING!r} but "
+        _fail(str(head.path), f"tensor {head_name!r} differs from {embedding_name!r} but "
                               "tie_word_embeddings is true")
 
 

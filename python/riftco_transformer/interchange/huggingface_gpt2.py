@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..native._validation import UINT64_LIMIT, require_int
+from ..native.llama import checkpoint_tensor_name
 from ..native.model import DecoderOnlyTransformer, TransformerConfig
 from ..native.parameters import BYTE_DTYPES
 from .huggingface import (
@@ -84,11 +85,23 @@ _PREFIX = "transformer."
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 # A layer's tensor (after the optional prefix): its index, and its name within the layer.
 _LAYER = re.compile(r"h\.(0|[1-9][0-9]{0,17})\.(.+)")
-_BLOCK_NAMES = {f"{module}.{kind}" for module in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2",
-                                                  "mlp.c_fc", "mlp.c_proj")
-                for kind in ("weight", "bias")}
-_HEAD = "lm_head.weight"
-_EMBEDDING = "wte.weight"
+# A block's parameters, our names inside the block; the checkpoint's names are the library's
+# architecture table's (rt_checkpoint_tensor_name), shared with every other importer.
+_BLOCK_PARAMETERS = tuple(f"{module}.{kind}" for module, kinds in (
+    ("attention_norm", ("scale", "bias")),
+    ("attention.query", ("weight", "bias")),
+    ("attention.key", ("weight", "bias")),
+    ("attention.value", ("weight", "bias")),
+    ("attention.output", ("weight", "bias")),
+    ("feed_forward_norm", ("scale", "bias")),
+    ("feed_forward.expand", ("weight", "bias")),
+    ("feed_forward.project", ("weight", "bias"))) for kind in kinds)
+
+
+def _name(parameter: str) -> tuple[str, int | None]:
+    """GPT2LMHeadModel's tensor (without the optional prefix) holding our ``parameter``, and
+    its part of ``c_attn`` (q, k, v) where it is one."""
+    return checkpoint_tensor_name("gpt2", "huggingface", parameter)
 
 
 def read_gpt2_config(
@@ -184,8 +197,11 @@ def _recipes(config: TransformerConfig, positions: int, tensors: dict[str, Tenso
             _fail(str(span.path), f"tensor {_describe(name)} appears with and without the "
                                   f"{_PREFIX!r} prefix")
         by_name[short] = span
-    _require_layer_count(by_name, _LAYER, _BLOCK_NAMES, "n_layer", config.block_count,
+    block_names = {_name(f"blocks.0.{local}")[0].split(".", 2)[2] for local in _BLOCK_PARAMETERS}
+    _require_layer_count(by_name, _LAYER, block_names, "n_layer", config.block_count,
                          config_source, weights_source)
+    embedding_name = _name("token_embedding.weight")[0]
+    head_name = _name("language_model_head.weight")[0]
     d = _Dimension(config.model_width, "n_embd")
     f = _Dimension(config.feed_forward_width,
                    "n_inner" if config.feed_forward_width != 4 * d.size else "n_inner (4 * n_embd)")
@@ -204,43 +220,44 @@ def _recipes(config: TransformerConfig, positions: int, tensors: dict[str, Tenso
         return span
 
     recipes: dict[str, _Part] = {
-        "token_embedding.weight": _Part(tensor(_EMBEDDING, v, d), "whole"),
+        "token_embedding.weight": _Part(tensor(embedding_name, v, d), "whole"),
     }
     # The first maximum_context rows of the n_positions-row table.
-    table = tensor("wpe.weight", _Dimension(positions, "n_positions"), d)
+    table = tensor(_name("position_embedding.weight")[0], _Dimension(positions, "n_positions"), d)
     recipes["position_embedding.weight"] = _Part(table, "elements", 0,
                                                   config.maximum_context * d.size)
+    # Each matrix's [in, out] widths (Conv1D stores weights transposed) and its bias's width.
+    widths = {"attention.query": (d, fused), "attention.key": (d, fused),
+              "attention.value": (d, fused), "attention.output": (d, d),
+              "feed_forward.expand": (d, f), "feed_forward.project": (f, d)}
     for block in range(config.block_count):
-        hf, ours = f"h.{block}.", f"blocks.{block}."
-        for norm, target in (("ln_1", "attention_norm"), ("ln_2", "feed_forward_norm")):
-            recipes[f"{ours}{target}.scale"] = _Part(tensor(f"{hf}{norm}.weight", d), "whole")
-            recipes[f"{ours}{target}.bias"] = _Part(tensor(f"{hf}{norm}.bias", d), "whole")
-        attention = tensor(f"{hf}attn.c_attn.weight", d, fused)
-        attention_bias = tensor(f"{hf}attn.c_attn.bias", fused)
-        for index, projection in enumerate(("query", "key", "value")):
-            begin, end = index * d.size, (index + 1) * d.size
-            recipes[f"{ours}attention.{projection}.weight"] = _Part(attention, "columns",
-                                                                    begin, end)
-            recipes[f"{ours}attention.{projection}.bias"] = _Part(attention_bias, "elements",
-                                                                  begin, end)
-        for module, target, width_in, width_out in (
-                ("attn.c_proj", "attention.output", d, d),
-                ("mlp.c_fc", "feed_forward.expand", d, f),
-                ("mlp.c_proj", "feed_forward.project", f, d)):
-            recipes[f"{ours}{target}.weight"] = _Part(
-                tensor(f"{hf}{module}.weight", width_in, width_out), "columns", 0,
-                width_out.size)
-            recipes[f"{ours}{target}.bias"] = _Part(tensor(f"{hf}{module}.bias", width_out),
-                                                    "whole")
-    recipes["final_norm.scale"] = _Part(tensor("ln_f.weight", d), "whole")
-    recipes["final_norm.bias"] = _Part(tensor("ln_f.bias", d), "whole")
+        ours = f"blocks.{block}."
+        for local in _BLOCK_PARAMETERS:
+            module, kind = local.rsplit(".", 1)
+            name, part = _name(ours + local)
+            if module.endswith("_norm"):
+                recipes[ours + local] = _Part(tensor(name, d), "whole")
+                continue
+            width_in, width_out = widths[module]
+            # q, k and v are parts 0, 1, 2 of c_attn: a third of its columns (or elements).
+            begin, end = (0, width_out.size) if part is None else (part * d.size,
+                                                                   (part + 1) * d.size)
+            if kind == "weight":
+                recipes[ours + local] = _Part(tensor(name, width_in, width_out), "columns",
+                                              begin, end)
+            else:
+                span = tensor(name, width_out)
+                recipes[ours + local] = (_Part(span, "whole") if part is None
+                                         else _Part(span, "elements", begin, end))
+    recipes["final_norm.scale"] = _Part(tensor(_name("final_norm.scale")[0], d), "whole")
+    recipes["final_norm.bias"] = _Part(tensor(_name("final_norm.bias")[0], d), "whole")
     if config.tie_embeddings:
-        head = by_name.get(_HEAD)
+        head = by_name.get(head_name)
         if head is not None:
-            _require_tied_head(head, by_name[_EMBEDDING])
-            used.add(_HEAD)
+            _require_tied_head(head, by_name[embedding_name], head_name, embedding_name)
+            used.add(head_name)
     else:
-        recipes["language_model_head.weight"] = _Part(tensor(_HEAD, v, d), "whole")
+        recipes["language_model_head.weight"] = _Part(tensor(head_name, v, d), "whole")
         recipes["language_model_head.bias"] = _Part(None, "zeros")
     for name, span in by_name.items():
         if name not in used and not _IGNORED.fullmatch(name):

@@ -467,6 +467,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_model_parameters": (rt_status, [handle, handle_out]),
     "rt_model_is_llama_mistral": (rt_status, [handle, POINTER(c_int32)]),
     "rt_model_decoder_config": (rt_status, [handle, POINTER(LlamaMistralConfigStruct)]),
+    "rt_checkpoint_tensor_name": (
+        rt_status,
+        [c_int32, c_int32, c_char_p, c_uint32, c_char_p, c_uint64, size_out, POINTER(c_int32)],
+    ),
     # Llama / Mistral decoders and GGUF checkpoints.
     "rt_llama_mistral_config_init": (rt_status, [POINTER(LlamaMistralConfigStruct), c_uint64]),
     "rt_llama_mistral_config_preset": (rt_status, [POINTER(LlamaMistralConfigStruct), c_int32]),

@@ -107,6 +107,45 @@ _DIMENSION_FIELDS = (
 )
 
 
+CHECKPOINT_FORMAT_VALUES = {"gguf": 0, "huggingface": 1}
+
+
+def checkpoint_tensor_name(
+    architecture: str, checkpoint_format: str, parameter: str, alternative: int = 0
+) -> tuple[str, int | None] | None:
+    """Where ``checkpoint_format`` ("gguf", "huggingface") checkpoints of ``architecture`` keep
+    our parameter ``parameter`` ("blocks.3.attention.query.weight"), from the library's one
+    architecture table (``rt_checkpoint_tensor_name``): the tensor's name and, for a fused
+    tensor, our parameter's part in it (q, k, v or gate, up order; None: the whole tensor).
+
+    ``alternative`` 1 asks for a second layout the format allows (Phi-3 GGUF files with fused
+    tensors); None when there is none for that parameter. ValueError (the library's message)
+    for an unknown architecture or format, or a name that is not one of the architecture's
+    parameters in that format.
+    """
+    require_choice(architecture, "architecture", ARCHITECTURE_VALUES)
+    require_choice(checkpoint_format, "checkpoint_format", CHECKPOINT_FORMAT_VALUES)
+    if not isinstance(parameter, str):
+        raise TypeError(f"parameter must be a str, not {type(parameter).__name__}")
+    require_int(alternative, "alternative", 0, UINT32_LIMIT)
+    function = library().rt_checkpoint_tensor_name
+    encoded = parameter.encode("utf-8")
+    required = ctypes.c_uint64()
+    part = ctypes.c_int32()
+    arguments = (ARCHITECTURE_VALUES[architecture], CHECKPOINT_FORMAT_VALUES[checkpoint_format],
+                 encoded, alternative)
+    status = function(*arguments, None, 0, ctypes.byref(required), ctypes.byref(part))
+    if status == 2 and alternative != 0:  # RT_STATUS_OUT_OF_RANGE: no such layout
+        return None
+    if status == 1:  # RT_STATUS_INVALID_ARGUMENT: not a name of this architecture and format
+        raise ValueError(library().rt_last_error().decode("utf-8", errors="replace"))
+    check_status(status)
+    buffer = ctypes.create_string_buffer(required.value)
+    check_status(function(*arguments, buffer, required.value, ctypes.byref(required),
+                          ctypes.byref(part)))
+    return buffer.value.decode("utf-8"), (part.value if part.value >= 0 else None)
+
+
 @dataclass(frozen=True)
 class LlamaMistralConfig:
     """The shape of a Llama/Mistral decoder (docs/ARCHITECTURE.md, 'The decoder').
