@@ -551,8 +551,17 @@ def command_post_train(arguments) -> int:
     return 0
 
 
-_ALL_PROJECTIONS = ("attention.query", "attention.key", "attention.value", "attention.output",
-                    "feed_forward.gate", "feed_forward.up", "feed_forward.down")
+_ATTENTION_PROJECTIONS = ("attention.query", "attention.key", "attention.value",
+                          "attention.output")
+# The feed-forward's projections, by the decoder's feed_forward choice.
+_FEED_FORWARD_PROJECTIONS = {"gated": ("feed_forward.gate", "feed_forward.up",
+                                       "feed_forward.down"),
+                             "plain": ("feed_forward.expand", "feed_forward.project")}
+
+
+def _all_projections(model) -> tuple[str, ...]:
+    """Every block projection of ``model`` (a rotary-path decoder of any preset) by name."""
+    return _ATTENTION_PROJECTIONS + _FEED_FORWARD_PROJECTIONS[model.config.feed_forward]
 
 
 def _source_identity(path: Path) -> str:
@@ -589,10 +598,11 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
         if loaded.architecture == "gpt":
             raise UsageError("--model takes a pretrained (rotary-family) checkpoint; use --base "
                              "for a GPT bundle")
-        # Adapters on every projection of the gated blocks (the GPT default, q and v, leaves
-        # most of a Llama block frozen).
+        # Adapters on every projection of the blocks (the GPT default, q and v, leaves most
+        # of a Llama block frozen).
         config = dataclasses.replace(config, lora=LoraConfig(
-            rank=arguments.lora_rank, alpha=arguments.lora_alpha, targets=_ALL_PROJECTIONS))
+            rank=arguments.lora_rank, alpha=arguments.lora_alpha,
+            targets=_all_projections(loaded.model)))
         reporter = _TrainingReporter(arguments, config.steps,
                                      f"post-train ({config.fine_tuning_method})",
                                      0 if resume is None else resume.global_step,

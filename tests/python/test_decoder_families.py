@@ -496,7 +496,12 @@ def interruption_at(step: int):
 
 
 def family_bundle(architecture: str) -> ModelBundle:
-    config = preset(architecture)
+    """A random-weight bundle of ``architecture``'s preset: a rotary family of FAMILIES, or
+    "gpt2" (the learned-position preset built through the general config, Hkv = Hq)."""
+    if architecture == "gpt2":
+        config = LlamaMistralConfig.preset("gpt2", **{**DIMENSIONS, "key_value_head_count": 4})
+    else:
+        config = preset(architecture)
     tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
     with LlamaMistralTransformer(config) as model:
         return ModelBundle.capture(model, tokenizer, "pretraining")
@@ -504,7 +509,7 @@ def family_bundle(architecture: str) -> ModelBundle:
 
 @pytest.mark.parametrize("architecture, method", [
     ("llama", "full"), ("qwen2", "lora"), ("qwen3", "qlora"), ("gemma2", "lora"),
-    ("gemma3", "qlora"), ("phi3", "lora"),
+    ("gemma3", "qlora"), ("phi3", "lora"), ("gpt2", "qlora"),
 ])
 def test_an_interrupted_post_training_resumes_to_the_same_bundle(tmp_path, architecture, method):
     from riftco_transformer.checkpoints import TrainingCheckpoint
@@ -578,6 +583,32 @@ def test_fine_tuning_a_pretrained_model_resumes_exactly(tmp_path):
     assert tuned_weights(resume_from=checkpoint, base_id="qwen3-base") == expected
     with pytest.raises(ValueError, match="not taken while fine-tuning this model"):
         tuned_weights(resume_from=checkpoint, base_id="another-model")
+
+
+def test_riftco_post_train_model_adapts_every_projection_of_a_plain_feed_forward(tmp_path):
+    """`riftco post-train --model` puts LoRA on every block projection by name, whatever the
+    preset: on a GPT-2-preset bundle (plain feed-forward) that is expand and project, not the
+    gated gate/up/down, and the merged result moves them."""
+    from riftco_transformer.artifacts import ModelBundle as Bundle
+
+    base_path = family_bundle("gpt2").save(tmp_path / "gpt2.rift")
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+    output = tmp_path / "tuned.rift"
+    completed = subprocess.run(
+        [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base_path),
+         "--instructions", str(INSTRUCTIONS), "--method", "lora", "--steps", "4", "--context",
+         "16", "--batch-size", "2", "--learning-rate", "0.05", "--no-progress", "--output",
+         str(output)], env=environment, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    base, tuned = Bundle.load(base_path), Bundle.load(output)
+    assert tuned.config == base.config
+    before, after = base.weights, tuned.weights
+    changed = {spec.name for spec in base.parameters
+               if before[spec.offset:spec.offset + spec.count]
+               != after[spec.offset:spec.offset + spec.count]}
+    for projection in ("attention.query", "attention.output", "feed_forward.expand",
+                       "feed_forward.project"):
+        assert f"blocks.0.{projection}.weight" in changed, (projection, sorted(changed))
 
 
 def test_riftco_post_train_model_checkpoint_survives_sigkill(tmp_path):
