@@ -236,7 +236,7 @@ typedef struct rt_variable rt_variable;
 #define RT_ACTIVATION_CHECKPOINTING_DISABLED 0
 #define RT_ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK 1
 /* rt_transformer_config.feed_forward_activation */
-#define RT_FEED_FORWARD_ACTIVATION_GELU 0      /* exact erf GELU (the GPT decoder's default) */
+#define RT_FEED_FORWARD_ACTIVATION_GELU 0 /* exact erf GELU (the GPT decoder's default) */
 #define RT_FEED_FORWARD_ACTIVATION_RELU 1
 #define RT_FEED_FORWARD_ACTIVATION_GELU_TANH 2 /* GPT-2's tanh approximation */
 
@@ -253,8 +253,8 @@ typedef struct rt_transformer_config {
     /* Appended after the first published layout (64 bytes, still accepted: a shorter
      * struct_size leaves these at their init values). */
     uint32_t feed_forward_activation; /* RT_FEED_FORWARD_ACTIVATION_*, init GELU */
-    uint32_t tie_embeddings; /* 0 (init) or 1: the head reads the token embedding; no head
-                              * parameters, no head bias, no head LoRA target */
+    uint32_t tie_embeddings;          /* 0 (init) or 1: the head reads the token embedding; no head
+                                       * parameters, no head bias, no head LoRA target */
 } rt_transformer_config;
 
 RT_API rt_status RT_CALL rt_transformer_config_init(rt_transformer_config* config,
@@ -548,10 +548,9 @@ RT_API rt_status RT_CALL rt_cross_entropy_time_range(const rt_variable* logits,
  * exactly zero gradient. A count or mask_count mismatch, a flag > 1 or M == 0:
  * RT_STATUS_INVALID_ARGUMENT; a target >= V: RT_STATUS_OUT_OF_RANGE. An additive 2.9
  * function (the workflows issue). */
-RT_API rt_status RT_CALL rt_cross_entropy_masked(const rt_variable* logits,
-                                                 const uint32_t* targets, uint64_t count,
-                                                 const uint8_t* mask, uint64_t mask_count,
-                                                 rt_variable** out);
+RT_API rt_status RT_CALL rt_cross_entropy_masked(const rt_variable* logits, const uint32_t* targets,
+                                                 uint64_t count, const uint8_t* mask,
+                                                 uint64_t mask_count, rt_variable** out);
 
 /* ---- Programmed models (ABI 2.5 family; docs/ARCHITECTURE.md, 'Programmed models') -------
  * Multilinear maps are immutable output-major double tensors T[O, d_1, ..., d_k]; a
@@ -817,10 +816,10 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_PHI3 6
 #define RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2 7 /* 2.12 */
 /* rt_llama_mistral_config.positions, .norm, .feed_forward (2.12) */
-#define RT_POSITIONS_ROTARY 0 /* RoPE inside attention */
+#define RT_POSITIONS_ROTARY 0  /* RoPE inside attention */
 #define RT_POSITIONS_LEARNED 1 /* a learned [C,D] table added to the token embedding (GPT-2) */
 #define RT_NORM_RMS 0
-#define RT_NORM_LAYER 1 /* LayerNorm with scale and bias (GPT-2) */
+#define RT_NORM_LAYER 1         /* LayerNorm with scale and bias (GPT-2) */
 #define RT_FEED_FORWARD_GATED 0 /* gate/up/down with feed_forward_activation */
 #define RT_FEED_FORWARD_PLAIN 1 /* expand/project with plain_activation (GPT-2) */
 /* rt_llama_mistral_config.feed_forward_activation (2.10) */
@@ -830,9 +829,9 @@ RT_API rt_status RT_CALL rt_adam_state_load_from_host_f32(rt_adam* adam, const r
 #define RT_ROPE_SCALING_NONE 0
 #define RT_ROPE_SCALING_LINEAR 1 /* frequencies divided by rope_scaling_factor */
 #define RT_ROPE_SCALING_LLAMA3 2 /* Llama 3.1's piecewise rule */
-#define RT_ROPE_SCALING_FREQUENCY_FACTORS                     \
-    3 /* per-frequency divisors (a GGUF file's rope_freqs.weight); \
-         given with rope_frequency_factors from 2.11 */
+/* per-frequency divisors (a GGUF file's rope_freqs.weight); given with rope_frequency_factors
+ * from 2.11 */
+#define RT_ROPE_SCALING_FREQUENCY_FACTORS 3
 #define RT_ROPE_SCALING_YARN 4 /* 2.11: YaRN (nn/rotary_embedding.hpp), Qwen 2.5/3 long context */
 typedef struct rt_llama_mistral_model rt_llama_mistral_model;
 typedef struct rt_llama_mistral_config {
@@ -870,8 +869,8 @@ typedef struct rt_llama_mistral_config {
     float attention_logit_softcap; /* every attention score (Gemma 2: 50) */
     float final_logit_softcap;     /* the logits (Gemma 2: 30) */
     /* 2.11: YaRN (RT_ROPE_SCALING_YARN, with rope_scaling_factor and rope_original_context). */
-    double rope_yarn_beta_fast;       /* init 32; > beta_slow */
-    double rope_yarn_beta_slow;       /* init 1; > 0 */
+    double rope_yarn_beta_fast;        /* init 32; > beta_slow */
+    double rope_yarn_beta_slow;        /* init 1; > 0 */
     double rope_yarn_attention_factor; /* cos/sin factor m, 0 = 0.1*ln(factor) + 1 (init) */
     /* 2.11: RT_ROPE_SCALING_FREQUENCY_FACTORS' head_width/2 divisors (GGUF's rope_freqs.weight):
      * read by create when that kind is given (NULL and 0 otherwise, init); written by
@@ -957,8 +956,8 @@ RT_API rt_status RT_CALL rt_model_decoder_config(const rt_model* model,
 #define RT_CHECKPOINT_FORMAT_HUGGING_FACE 1
 RT_API rt_status RT_CALL rt_checkpoint_tensor_name(int32_t architecture, int32_t format,
                                                    const char* parameter, uint32_t alternative,
-                                                   char* out, uint64_t capacity,
-                                                   uint64_t* required, int32_t* out_part);
+                                                   char* out, uint64_t capacity, uint64_t* required,
+                                                   int32_t* out_part);
 
 /* ---- Tokenizers of pretrained models ------------------------------------------------------
  * Byte-level BPE in the GPT-2 style (merges by rank inside regex pre-tokens: the GPT-2,
@@ -971,7 +970,7 @@ RT_API rt_status RT_CALL rt_checkpoint_tensor_name(int32_t architecture, int32_t
 #define RT_PRETOKENIZER_GPT2 0
 #define RT_PRETOKENIZER_LLAMA3 1
 #define RT_PRETOKENIZER_SMOLLM 2
-#define RT_PRETOKENIZER_QWEN2 3 /* 2.10: Qwen 2/2.5/3 (Llama 3's pattern, single digits) */
+#define RT_PRETOKENIZER_QWEN2 3     /* 2.10: Qwen 2/2.5/3 (Llama 3's pattern, single digits) */
 #define RT_SPECIAL_TOKENS_PARSE 0   /* control and added tokens in the text become their ids */
 #define RT_SPECIAL_TOKENS_AS_TEXT 1 /* control token text is tokenized as plain text */
 typedef struct rt_pretrained_tokenizer rt_pretrained_tokenizer;
@@ -1004,12 +1003,12 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_create(const rt_pretrained_voca
 RT_API rt_status RT_CALL rt_pretrained_tokenizer_load_gguf(const char* path,
                                                            rt_pretrained_tokenizer** out);
 RT_API void RT_CALL rt_pretrained_tokenizer_release(rt_pretrained_tokenizer* tokenizer);
-RT_API rt_status RT_CALL rt_pretrained_tokenizer_vocabulary_size(
-    const rt_pretrained_tokenizer* tokenizer, uint64_t* out);
+RT_API rt_status RT_CALL
+rt_pretrained_tokenizer_vocabulary_size(const rt_pretrained_tokenizer* tokenizer, uint64_t* out);
 /* bos, eos and unknown ids; -1 when the vocabulary has none. */
-RT_API rt_status RT_CALL rt_pretrained_tokenizer_special_ids(
-    const rt_pretrained_tokenizer* tokenizer, int64_t* out_bos, int64_t* out_eos,
-    int64_t* out_unknown);
+RT_API rt_status RT_CALL
+rt_pretrained_tokenizer_special_ids(const rt_pretrained_tokenizer* tokenizer, int64_t* out_bos,
+                                    int64_t* out_eos, int64_t* out_unknown);
 /* Variable-size outputs (docs/ARCHITECTURE.md, 'The C ABI'): ids of UTF-8 text; bytes of ids; the
  * bytes of one token as it decodes inside a sequence (for streaming); the vocabulary string of one
  * token. */
@@ -1021,12 +1020,12 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_decode(const rt_pretrained_toke
                                                         const uint32_t* ids, uint64_t count,
                                                         uint8_t* out, uint64_t capacity,
                                                         uint64_t* required);
-RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_bytes(
-    const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
-    uint64_t* required);
-RT_API rt_status RT_CALL rt_pretrained_tokenizer_token_text(
-    const rt_pretrained_tokenizer* tokenizer, uint32_t id, uint8_t* out, uint64_t capacity,
-    uint64_t* required);
+RT_API rt_status RT_CALL
+rt_pretrained_tokenizer_token_bytes(const rt_pretrained_tokenizer* tokenizer, uint32_t id,
+                                    uint8_t* out, uint64_t capacity, uint64_t* required);
+RT_API rt_status RT_CALL
+rt_pretrained_tokenizer_token_text(const rt_pretrained_tokenizer* tokenizer, uint32_t id,
+                                   uint8_t* out, uint64_t capacity, uint64_t* required);
 /* What rebuilds an identical tokenizer through rt_pretrained_tokenizer_create (artifacts
  * persist it): the scalar fields, and each array as bytes (the variable-size output protocol).
  * Parts: TOKENS and MERGES are strings, each as a little-endian uint32 byte length then its bytes;
@@ -1062,8 +1061,8 @@ RT_API rt_status RT_CALL rt_pretrained_tokenizer_find_token(
  * *present = 0 when the key is absent (then out is untouched and *required is 0). Another type
  * under the key is RT_STATUS_RUNTIME_ERROR naming it. */
 RT_API rt_status RT_CALL rt_gguf_metadata_string(const char* path, const char* key,
-                                                 int32_t* present, uint8_t* out,
-                                                 uint64_t capacity, uint64_t* required);
+                                                 int32_t* present, uint8_t* out, uint64_t capacity,
+                                                 uint64_t* required);
 
 /* ---- Parameters from checkpoint bytes -----------------------------------------------------
  * Loads parameter `index` of the list from `byte_count` bytes holding its numel values,
@@ -1080,9 +1079,8 @@ RT_API rt_status RT_CALL rt_gguf_metadata_string(const char* path, const char* k
 #define RT_DTYPE_F32 0
 #define RT_DTYPE_F16 1
 #define RT_DTYPE_BF16 2
-RT_API rt_status RT_CALL rt_parameter_list_load_from_bytes(rt_parameter_list* list,
-                                                           uint64_t index, int32_t dtype,
-                                                           const uint8_t* bytes,
+RT_API rt_status RT_CALL rt_parameter_list_load_from_bytes(rt_parameter_list* list, uint64_t index,
+                                                           int32_t dtype, const uint8_t* bytes,
                                                            uint64_t byte_count);
 
 /* ---- Data parallelism over MPI (RIFTCO_TRANSFORMER_ENABLE_MPI=ON builds) -----------------
@@ -1101,44 +1099,41 @@ RT_API rt_status RT_CALL rt_process_group_create(uint64_t timeout_ms, rt_process
 RT_API rt_status RT_CALL rt_process_group_create_single(rt_process_group** out);
 RT_API void RT_CALL rt_process_group_release(rt_process_group* group);
 RT_API rt_status RT_CALL rt_process_group_rank(const rt_process_group* group, int32_t* out);
-RT_API rt_status RT_CALL rt_process_group_world_size(const rt_process_group* group,
-                                                     int32_t* out);
+RT_API rt_status RT_CALL rt_process_group_world_size(const rt_process_group* group, int32_t* out);
 RT_API rt_status RT_CALL rt_process_group_barrier(rt_process_group* group);
 /* In place: the elementwise sum over ranks (count equal on every rank). */
-RT_API rt_status RT_CALL rt_process_group_allreduce_sum_f64(rt_process_group* group,
-                                                           double* values, uint64_t count);
+RT_API rt_status RT_CALL rt_process_group_allreduce_sum_f64(rt_process_group* group, double* values,
+                                                            uint64_t count);
 /* root's bytes into every rank's buffer; root outside [0, world) is INVALID_ARGUMENT. */
-RT_API rt_status RT_CALL rt_process_group_broadcast_bytes(rt_process_group* group,
-                                                         uint8_t* bytes, uint64_t count,
-                                                         int32_t root);
+RT_API rt_status RT_CALL rt_process_group_broadcast_bytes(rt_process_group* group, uint8_t* bytes,
+                                                          uint64_t count, int32_t root);
 /* Every rank's value in rank order, through the (out, capacity, required) protocol. */
 RT_API rt_status RT_CALL rt_process_group_allgather_u64(rt_process_group* group, uint64_t value,
-                                                       uint64_t* out, uint64_t capacity,
-                                                       uint64_t* required);
+                                                        uint64_t* out, uint64_t capacity,
+                                                        uint64_t* required);
 /* Gradient buckets of at most `bucket_bytes` (>= 4; default 16 MiB). */
 RT_API rt_status RT_CALL rt_process_group_set_bucket_bytes(rt_process_group* group,
-                                                          uint64_t bucket_bytes);
+                                                           uint64_t bucket_bytes);
 /* Bytes moved through this group's collectives so far, and the seconds spent in them. */
 RT_API rt_status RT_CALL rt_process_group_communication(const rt_process_group* group,
-                                                       uint64_t* out_bytes,
-                                                       double* out_seconds);
+                                                        uint64_t* out_bytes, double* out_seconds);
 /* Checks that every rank's list has the same names and shapes (else RT_STATUS_RUNTIME_ERROR
  * on every rank, naming the first differing rank), then loads rank 0's values everywhere.
  * Advances the model's parameter epoch on ranks other than 0. */
 RT_API rt_status RT_CALL rt_data_parallel_synchronize_parameters(rt_process_group* group,
-                                                                rt_parameter_list* list);
+                                                                 rt_parameter_list* list);
 /* Replaces every trainable parameter's gradient g_r by sum_r(w_r g_r) / sum_r(w_r), where w_r =
  * local_weight is this rank's share of the global batch (its counted targets): the gradient
  * of the global batch's mean loss on every rank. local_weight finite and >= 0 (else
  * INVALID_ARGUMENT); weights summing to 0 is RT_STATUS_RUNTIME_ERROR. out_total_weight may be
  * NULL. */
 RT_API rt_status RT_CALL rt_data_parallel_reduce_gradients(rt_process_group* group,
-                                                          rt_parameter_list* list,
-                                                          double local_weight,
-                                                          double* out_total_weight);
+                                                           rt_parameter_list* list,
+                                                           double local_weight,
+                                                           double* out_total_weight);
 /* A 64-bit FNV-1a hash of the list's values (replica checks). */
 RT_API rt_status RT_CALL rt_data_parallel_parameter_hash(const rt_parameter_list* list,
-                                                        uint64_t* out);
+                                                         uint64_t* out);
 
 #ifdef __cplusplus
 }

@@ -11,8 +11,7 @@ namespace riftco_transformer::detail {
 
 void flash_attention_reference_forward(const float* query, const float* key, const float* value,
                                        std::size_t items, std::size_t time, std::size_t width,
-                                       float scale, float* context, float* row_max,
-                                       float* row_sum);
+                                       float scale, float* context, float* row_max, float* row_sum);
 
 void flash_attention_reference_backward(const float* query, const float* key, const float* value,
                                         const float* context, const float* row_max,

@@ -28,8 +28,9 @@ inline constexpr const char* no_device_reason = "no CUDA device visible";
     do {                                                                                      \
         if (!::riftco_transformer::execution_backend_available(                               \
                 ::riftco_transformer::ExecutionBackend::Cuda)) {                              \
-            const std::string reason(::riftco_transformer::execution_backend_unavailability_reason( \
-                ::riftco_transformer::ExecutionBackend::Cuda));                               \
+            const std::string reason(                                                         \
+                ::riftco_transformer::execution_backend_unavailability_reason(                \
+                    ::riftco_transformer::ExecutionBackend::Cuda));                           \
             if (RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA) {                                       \
                 FAIL() << "RIFTCO_TRANSFORMER_TEST_REQUIRE_CUDA=ON but CUDA is unavailable: " \
                        << reason;                                                             \
@@ -39,8 +40,7 @@ inline constexpr const char* no_device_reason = "no CUDA device visible";
     } while (false)
 
 // Uniform values in [low, high) from a fixed seed.
-inline std::vector<float> uniform_values(std::size_t count, float low, float high,
-                                         unsigned seed) {
+inline std::vector<float> uniform_values(std::size_t count, float low, float high, unsigned seed) {
     std::mt19937 generator(seed);
     std::uniform_real_distribution<float> distribution(low, high);
     std::vector<float> values(count);
@@ -63,8 +63,8 @@ inline ::testing::AssertionResult matches_reference(const std::vector<float>& de
         const double d = device[i];
         const double r = reference[i];
         if (std::isnan(r) || std::isinf(r) || (r == 0.0 && std::signbit(r))) {
-            const bool same = (std::isnan(r) && std::isnan(d)) ||
-                              (d == r && std::signbit(d) == std::signbit(r));
+            const bool same =
+                (std::isnan(r) && std::isnan(d)) || (d == r && std::signbit(d) == std::signbit(r));
             if (!same) {
                 return ::testing::AssertionFailure()
                        << "element " << i << ": device " << d << ", reference " << r;
@@ -73,9 +73,9 @@ inline ::testing::AssertionResult matches_reference(const std::vector<float>& de
         }
         const double bound = tolerance * std::max({1.0, std::abs(d), std::abs(r)});
         if (!(std::abs(d - r) <= bound)) {
-            return ::testing::AssertionFailure() << "element " << i << ": device " << d
-                                                 << ", reference " << r << " (bound " << bound
-                                                 << ")";
+            return ::testing::AssertionFailure()
+                   << "element " << i << ": device " << d << ", reference " << r << " (bound "
+                   << bound << ")";
         }
     }
     return ::testing::AssertionSuccess();
@@ -83,8 +83,8 @@ inline ::testing::AssertionResult matches_reference(const std::vector<float>& de
 
 // Form A for matmul (docs/ARCHITECTURE.md, 'Numeric parity'): |d − r| <= atol + rtol·max(|d|, |r|).
 inline ::testing::AssertionResult matches_product(const std::vector<float>& device,
-                                                  const std::vector<float>& reference,
-                                                  double atol, double rtol) {
+                                                  const std::vector<float>& reference, double atol,
+                                                  double rtol) {
     if (device.size() != reference.size()) {
         return ::testing::AssertionFailure()
                << "sizes differ: " << device.size() << " vs " << reference.size();
@@ -94,9 +94,9 @@ inline ::testing::AssertionResult matches_product(const std::vector<float>& devi
         const double r = reference[i];
         const double bound = atol + rtol * std::max(std::abs(d), std::abs(r));
         if (!(std::abs(d - r) <= bound)) {
-            return ::testing::AssertionFailure() << "element " << i << ": device " << d
-                                                 << ", reference " << r << " (bound " << bound
-                                                 << ")";
+            return ::testing::AssertionFailure()
+                   << "element " << i << ": device " << d << ", reference " << r << " (bound "
+                   << bound << ")";
         }
     }
     return ::testing::AssertionSuccess();

@@ -36,23 +36,22 @@ inline ExecutionBackend pjrt_test_backend() {
 
 // In a fixture's SetUp: skips (or fails, when the build requires the device) when the
 // identity under test is unavailable.
-#define RIFTCO_REQUIRE_PJRT_DEVICE()                                                          \
-    do {                                                                                      \
-        const auto backend_under_test = ::riftco_transformer::test::pjrt_test_backend();      \
-        if (!::riftco_transformer::execution_backend_available(backend_under_test)) {         \
-            const std::string reason(                                                         \
-                ::riftco_transformer::execution_backend_unavailability_reason(                \
-                    backend_under_test));                                                     \
-            if (RIFTCO_TRANSFORMER_TEST_REQUIRE_TPU) {                                        \
-                FAIL() << "the PJRT device is required but unavailable: " << reason;          \
-            }                                                                                 \
-            GTEST_SKIP() << "PJRT backend unavailable: " << reason;                           \
-        }                                                                                     \
+#define RIFTCO_REQUIRE_PJRT_DEVICE()                                                     \
+    do {                                                                                 \
+        const auto backend_under_test = ::riftco_transformer::test::pjrt_test_backend(); \
+        if (!::riftco_transformer::execution_backend_available(backend_under_test)) {    \
+            const std::string reason(                                                    \
+                ::riftco_transformer::execution_backend_unavailability_reason(           \
+                    backend_under_test));                                                \
+            if (RIFTCO_TRANSFORMER_TEST_REQUIRE_TPU) {                                   \
+                FAIL() << "the PJRT device is required but unavailable: " << reason;     \
+            }                                                                            \
+            GTEST_SKIP() << "PJRT backend unavailable: " << reason;                      \
+        }                                                                                \
     } while (false)
 
 // Uniform values in [low, high) from a fixed seed.
-inline std::vector<float> uniform_values(std::size_t count, float low, float high,
-                                         unsigned seed) {
+inline std::vector<float> uniform_values(std::size_t count, float low, float high, unsigned seed) {
     std::mt19937 generator(seed);
     std::uniform_real_distribution<float> distribution(low, high);
     std::vector<float> values(count);
@@ -83,9 +82,9 @@ inline ::testing::AssertionResult close_to(const std::vector<float>& device,
             continue;
         }
         if (!(std::abs(d - r) <= absolute + relative * std::abs(r))) {
-            return ::testing::AssertionFailure() << "element " << i << ": device " << d
-                                                 << ", reference " << r << " (tolerance "
-                                                 << absolute << " + " << relative << "·|r|)";
+            return ::testing::AssertionFailure()
+                   << "element " << i << ": device " << d << ", reference " << r << " (tolerance "
+                   << absolute << " + " << relative << "·|r|)";
         }
     }
     return ::testing::AssertionSuccess();

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <string_view>
 #include <typeinfo>
-#include <string>
 #include <vector>
 
 #include "riftco_transformer/core/tensor.hpp"
@@ -129,13 +129,13 @@ inline double inner_product(const std::vector<float>& a, const std::vector<float
 
 // Restores the process-wide CPU thread count when a test that changes it ends.
 class ThreadCountGuard {
-public:
+  public:
     ThreadCountGuard() : saved_(cpu_thread_count()) {}
     ~ThreadCountGuard() { set_cpu_thread_count(saved_); }
     ThreadCountGuard(const ThreadCountGuard&) = delete;
     ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
 
-private:
+  private:
     std::size_t saved_;
 };
 
@@ -178,8 +178,7 @@ template <typename Error, typename Action>
 }
 
 // `count` draws of N(0, scale²) from a generator seeded with `seed`.
-inline std::vector<float> normal_values(std::size_t count, std::uint32_t seed,
-                                        float scale = 1.0F) {
+inline std::vector<float> normal_values(std::size_t count, std::uint32_t seed, float scale = 1.0F) {
     std::mt19937 generator(seed);
     std::normal_distribution<float> normal(0.0F, scale);
     std::vector<float> values(count);

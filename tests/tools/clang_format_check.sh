@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# style.clang_format: every tracked C/C++ file matches clang-format's output of .clang-format,
-# except the ones still listed in tests/tools/clang_format_pending.txt (a list that only
-# shrinks: a listed file that has become clean fails too, so it is taken off). Needs git and
-# clang-format 14 (Debian 12's, whose output the tree is kept in); another version or none:
-# skipped (77), saying why.
+# style.clang_format: every tracked C/C++ file matches clang-format's output of .clang-format.
+# Needs git and clang-format 14 (Debian 12's, whose output the tree is kept in); another
+# version or none: skipped (77), saying why.
 set -uo pipefail
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
-pending_list="$source_dir/tests/tools/clang_format_pending.txt"
 if ! command -v clang-format >/dev/null 2>&1; then
     echo "skipped: clang-format is not installed (bash tools/bootstrap.sh --tests installs it)"
     exit 77
@@ -21,26 +18,15 @@ if ! git -C "$source_dir" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     exit 77
 fi
 cd "$source_dir"
-mapfile -t pending < <(grep -v '^#' "$pending_list" | sed '/^$/d')
-declare -A is_pending=()
-for file in "${pending[@]}"; do is_pending["$file"]=1; done
 failures=0
 checked=0
 while IFS= read -r file; do
     checked=$((checked + 1))
-    if clang-format --dry-run --Werror "$file" >/dev/null 2>&1; then
-        if [[ -n "${is_pending[$file]:-}" ]]; then
-            echo "$file is clean now: take it off tests/tools/clang_format_pending.txt"
-            failures=$((failures + 1))
-        fi
-    elif [[ -z "${is_pending[$file]:-}" ]]; then
+    if ! clang-format --dry-run --Werror "$file" >/dev/null 2>&1; then
         echo "$file differs from clang-format's output (clang-format -i $file):"
         clang-format --dry-run "$file" 2>&1 | head -n 20
         failures=$((failures + 1))
     fi
 done < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' '*.cuh')
-for file in "${pending[@]}"; do
-    [[ -e "$file" ]] || { echo "$file is listed as pending but does not exist"; failures=$((failures + 1)); }
-done
-echo "$version: $checked files, ${#pending[@]} still pending, $failures problems"
+echo "$version: $checked files, $failures problems"
 ((failures == 0))

@@ -1,11 +1,11 @@
 #pragma once
-// CPU memory accounting, and the backend's cache of large host blocks. Tensor storage of 256 KiB or more is taken
-// from and returned to this cache, so a training loop that allocates the same activation
-// sizes every step reuses warm, already-faulted memory instead of mapping fresh pages from
-// the kernel each time (for a 32 MiB tensor: thousands of page faults per allocation).
-// The cache holds at most RIFTCO_TRANSFORMER_CPU_CACHE_BYTES (default 512 MiB) of free blocks.
-// Smaller blocks are recycled through free lists of their own (at most 16 MiB, outside these
-// statistics); a limit of 0 turns both off.
+// CPU memory accounting, and the backend's cache of large host blocks. Tensor storage of 256 KiB or
+// more is taken from and returned to this cache, so a training loop that allocates the same
+// activation sizes every step reuses warm, already-faulted memory instead of mapping fresh pages
+// from the kernel each time (for a 32 MiB tensor: thousands of page faults per allocation). The
+// cache holds at most RIFTCO_TRANSFORMER_CPU_CACHE_BYTES (default 512 MiB) of free blocks. Smaller
+// blocks are recycled through free lists of their own (at most 16 MiB, outside these statistics); a
+// limit of 0 turns both off.
 
 #include <cstddef>
 

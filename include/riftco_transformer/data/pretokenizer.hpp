@@ -1,8 +1,8 @@
 #pragma once
 // Regex pre-tokenization of pretrained byte-level BPE models: the text is cut into pre-tokens
 // (their concatenation is the text) and BPE merges never cross a pre-token boundary. The three
-// patterns in use (and Qwen's, below), as Hugging Face `tokenizers` applies them (verified against tokenizers
-// 0.23.3, see tests/python/test_pretrained_tokenizer_oracle.py):
+// patterns in use (and Qwen's, below), as Hugging Face `tokenizers` applies them (verified against
+// tokenizers 0.23.3, see tests/python/test_pretrained_tokenizer_oracle.py):
 //
 //   Gpt2   ByteLevel(use_regex=true):
 //          's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+

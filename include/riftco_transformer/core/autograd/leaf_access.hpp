@@ -14,8 +14,8 @@ namespace riftco_transformer {
 // A window onto the graph node behind a variable handle (valid while any handle of it lives).
 struct LeafView {
     Tensor& value;
-    Tensor& gradient;            // singular until a backward pass reached the leaf
-    bool leaf;                   // false for an operation's result
+    Tensor& gradient;  // singular until a backward pass reached the leaf
+    bool leaf;         // false for an operation's result
     bool requires_gradient;
     std::string_view operation;  // the producing operation of a non-leaf ("" for a leaf)
     const void* identity;        // equal for two handles of one variable

@@ -29,8 +29,7 @@ class CudaStorage final : public Storage {
     void copy_from_host(std::size_t offset, std::span<const float> source) override;
     void copy_indices_to_host(std::size_t offset,
                               std::span<std::uint32_t> destination) const override;
-    void copy_indices_from_host(std::size_t offset,
-                                std::span<const std::uint32_t> source) override;
+    void copy_indices_from_host(std::size_t offset, std::span<const std::uint32_t> source) override;
 
   private:
     void read(std::size_t offset, void* destination, std::size_t count) const;
@@ -43,8 +42,7 @@ class CudaStorage final : public Storage {
 // before any adapter call). Inputs are read-only; an output is a fresh, unshared storage.
 [[nodiscard]] const float* device_input(const Tensor& tensor, cudaStream_t stream);
 [[nodiscard]] float* device_output(Tensor& tensor, cudaStream_t stream);
-[[nodiscard]] const std::uint32_t* device_indices(const IndexTensor& indices,
-                                                  cudaStream_t stream);
+[[nodiscard]] const std::uint32_t* device_indices(const IndexTensor& indices, cudaStream_t stream);
 
 // The host value of element `position` of a tensor of this backend (a host read, used only
 // to word an error at a sync point).

@@ -129,7 +129,7 @@ struct ClientBufferFromHostBufferArgs {
     int host_buffer_semantics;
     Device* device;
     Memory* memory;
-    void* device_layout;         // PJRT_Buffer_MemoryLayout*; null: dense, major-to-minor
+    void* device_layout;           // PJRT_Buffer_MemoryLayout*; null: dense, major-to-minor
     Event* done_with_host_buffer;  // out
     Buffer* buffer;                // out
 };

@@ -31,9 +31,7 @@ struct Context {
 class PjrtStorage final : public Storage {
   public:
     PjrtStorage(const Context& context, std::size_t element_count, BufferPointer buffer)
-        : Storage(context.backend, element_count),
-          context_(context),
-          buffer_(std::move(buffer)) {}
+        : Storage(context.backend, element_count), context_(context), buffer_(std::move(buffer)) {}
 
     // The buffer, made (zero-filled, on the device) when there is none yet.
     [[nodiscard]] BufferPointer buffer(ElementType type) const;
@@ -44,8 +42,7 @@ class PjrtStorage final : public Storage {
     void copy_from_host(std::size_t offset, std::span<const float> source) override;
     void copy_indices_to_host(std::size_t offset,
                               std::span<std::uint32_t> destination) const override;
-    void copy_indices_from_host(std::size_t offset,
-                                std::span<const std::uint32_t> source) override;
+    void copy_indices_from_host(std::size_t offset, std::span<const std::uint32_t> source) override;
 
   private:
     void read(std::size_t offset, void* destination, std::size_t count, ElementType type) const;
