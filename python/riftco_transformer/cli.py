@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -251,8 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="0 picks a free port")
     serve.add_argument("--allow-remote", action="store_true",
                        help="allow a non-loopback --host (no authentication, no TLS)")
-    serve.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    serve.add_argument("--max-new-tokens", type=_positive_int, default=None,
+                       help="the most tokens one request may generate (default: what the "
+                       "model's context leaves after the prompt)")
     serve.add_argument("--kv-cache", choices=("paged", "contiguous"), default="paged")
+    serve.add_argument("--api-key", default=None,
+                       help="require 'Authorization: Bearer KEY' on /v1/* and /metrics "
+                       "(default: $RIFTCO_API_KEY when set, else no key)")
     serve.add_argument("--max-requests", type=_positive_int, default=None,
                        help="exit after this many requests")
     serve.add_argument("--max-connections", type=_positive_int, default=128,
@@ -754,6 +760,7 @@ def command_serve(arguments) -> int:
         host=arguments.host, port=arguments.port, allow_remote=arguments.allow_remote,
         maximum_new_tokens=arguments.max_new_tokens, kv_cache=arguments.kv_cache,
         model_name=source.stem, max_connections=arguments.max_connections,
+        api_key=arguments.api_key or os.environ.get("RIFTCO_API_KEY") or None,
     )
     with _open_model(arguments) as loaded, \
             ModelService(loaded.model, loaded.tokenizer, config,

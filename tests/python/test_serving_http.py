@@ -42,7 +42,6 @@ SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
-    "connection": "close",
 }
 
 
@@ -183,6 +182,7 @@ def test_health_reports_the_model_and_every_response_has_the_security_headers(se
         assert response.status == 200
         for name, value in SECURITY_HEADERS.items():
             assert response.headers[name] == value
+        assert response.headers["connection"] == "keep-alive"  # HTTP/1.1 persistent
         assert "default-src 'none'" in response.headers["content-security-policy"]
         health = response.json()
         assert health["status"] == "ok" and health["model"] == MODEL_NAME
@@ -564,6 +564,7 @@ def test_connections_over_the_cap_get_an_immediate_503_without_a_thread_each():
                 assert response.headers["retry-after"] == "1"
                 for name, value in SECURITY_HEADERS.items():
                     assert response.headers[name] == value
+                assert response.headers["connection"] == "close"
             assert running.server.open_connections == 2
         finally:
             for connection in held + refused:

@@ -2,15 +2,22 @@
 
 Three generation routes share one parsed form, :class:`ApiRequest`:
 
-* ``POST /v1/generate``: ``{prompt, max_new_tokens=32, temperature=0, top_k, top_p, seed=0,
-  stop, repetition_penalty=1, stream=false}``; the response (docs/ARCHITECTURE.md, 'HTTP API')
-  echoes the prompt and lists the token ids.
+* ``POST /v1/generate``: ``{prompt, max_new_tokens=32, temperature=0, top_k, top_p, min_p,
+  seed=0, stop, repetition_penalty=1, presence_penalty=0, frequency_penalty=0,
+  stream=false}``; the response (docs/ARCHITECTURE.md, 'HTTP API') echoes the prompt and
+  lists the token ids.
 * ``POST /v1/completions`` and ``POST /v1/chat/completions``: OpenAI's request and response
-  shapes, with OpenAI's defaults (``temperature`` 1, ``top_p`` 1, ``max_tokens`` 16 for
-  completions and the server's ``maximum_new_tokens`` for chat, a random seed unless one
-  is given). Fields OpenAI defines but this server cannot honour are accepted only at their
-  neutral value (``n`` 1, ``echo`` false, zero penalties...); ``top_k`` and
-  ``repetition_penalty`` are accepted as extensions.
+  shapes, with OpenAI's defaults (``temperature`` 1, ``top_p`` 1, penalties 0, a random seed
+  unless one is given: the same request with the same ``seed`` samples the same text).
+  ``max_tokens`` defaults to what the model's context leaves after the prompt (at most the
+  server's ``maximum_new_tokens`` when it sets one); more than the limit is a 400 naming
+  ``max_tokens``, the value and the limit. Both routes end at the end tokens
+  (``ModelService.end_token_ids``: the tokenizer's end token and the chat template's
+  end-of-turn token) with ``finish_reason`` ``"stop"``, the end token's text left out.
+  ``presence_penalty`` and ``frequency_penalty`` (in [-2, 2]) are OpenAI's; ``top_k``,
+  ``min_p`` (in [0, 1]) and ``repetition_penalty`` are accepted as extensions (the order of
+  the rules: ``serving.sampling``). Fields OpenAI defines but this server cannot honour are
+  accepted only at their neutral value (``n`` 1, ``echo`` false, no ``logprobs``...).
 
 Any other field is a 400, as is a value of the wrong JSON type or outside its domain.
 """
@@ -31,7 +38,6 @@ from .generation import GenerationConfig, GenerationResult
 
 OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop"}
 MAXIMUM_STOP_SEQUENCES = 16
-COMPLETION_DEFAULT_MAX_TOKENS = 16
 
 
 class ApiError(Exception):
@@ -72,6 +78,8 @@ class ApiRequest:
     config: GenerationConfig
     stream: bool
     include_usage: bool = False
+    # The prompt's token ids when parsing counted them (for the max_tokens limit).
+    prompt_ids: tuple[int, ...] | None = None
 
 
 # ---- JSON field rules -------------------------------------------------------------------------
@@ -170,15 +178,31 @@ def _stream_options(body: Mapping, stream: bool) -> bool:
     return _boolean(options, "include_usage", False)
 
 
+def _penalties(body: Mapping) -> dict:
+    """``presence_penalty`` and ``frequency_penalty`` (in [-2, 2], OpenAI's range) and
+    ``min_p`` (in [0, 1]), each a 400 naming the field outside its range."""
+    fields = {}
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = _number(body, name, 0.0)
+        if not -2.0 <= value <= 2.0:
+            raise _bad(name, f"{name} must be between -2 and 2, got {value!r}")
+        fields[name] = value
+    min_p = _number(body, "min_p", None)
+    if min_p is not None and not 0.0 <= min_p <= 1.0:
+        raise _bad("min_p", f"min_p must be between 0 and 1, got {min_p!r}")
+    fields["min_p"] = min_p or None  # 0: no filter
+    return fields
+
+
 def _config(service, *, max_new_tokens, temperature, top_k, top_p, seed, stop,
-            repetition_penalty) -> GenerationConfig:
+            repetition_penalty, **penalties) -> GenerationConfig:
     """The service's GenerationConfig; its ValueError/TypeError become 400 answers."""
     if temperature is not None and not math.isfinite(temperature):
         raise _bad("temperature", f"temperature must be finite, got {temperature!r}")
     try:
         return service.generation_config(
             max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=seed, stop=stop, repetition_penalty=repetition_penalty,
+            seed=seed, stop=stop, repetition_penalty=repetition_penalty, **penalties,
         )
     except (TypeError, ValueError) as error:
         message = str(error)  # the config's messages start with the field they concern
@@ -188,7 +212,8 @@ def _config(service, *, max_new_tokens, temperature, top_k, top_p, seed, stop,
 
 
 _CONFIG_FIELDS = frozenset({"max_new_tokens", "temperature", "top_k", "top_p",
-                            "repetition_penalty", "seed", "stop"})
+                            "repetition_penalty", "seed", "stop", "presence_penalty",
+                            "frequency_penalty", "min_p"})
 
 
 def _random_seed() -> int:
@@ -198,7 +223,8 @@ def _random_seed() -> int:
 # ---- the three routes -------------------------------------------------------------------------
 
 _GENERATE_FIELDS = frozenset({"prompt", "max_new_tokens", "temperature", "top_k", "top_p",
-                              "seed", "stop", "stream", "repetition_penalty"})
+                              "seed", "stop", "stream", "repetition_penalty",
+                              "presence_penalty", "frequency_penalty", "min_p"})
 
 
 def parse_generate(body: Mapping, service) -> ApiRequest:
@@ -214,6 +240,7 @@ def parse_generate(body: Mapping, service) -> ApiRequest:
         seed=_integer(body, "seed", 0),
         stop=_stop(body),
         repetition_penalty=_number(body, "repetition_penalty", 1.0),
+        **_penalties(body),
     )
     return ApiRequest("generate", prompt, config, stream)
 
@@ -221,13 +248,44 @@ def parse_generate(body: Mapping, service) -> ApiRequest:
 _OPENAI_SAMPLING_FIELDS = frozenset({"model", "max_tokens", "temperature", "top_p", "top_k",
                                      "n", "stream", "stream_options", "stop", "seed", "user",
                                      "presence_penalty", "frequency_penalty", "logit_bias",
-                                     "repetition_penalty"})
+                                     "repetition_penalty", "min_p"})
 _COMPLETION_FIELDS = _OPENAI_SAMPLING_FIELDS | {"prompt", "echo", "logprobs", "best_of",
                                                 "suffix"}
 _CHAT_FIELDS = _OPENAI_SAMPLING_FIELDS | {"messages", "max_completion_tokens", "logprobs",
                                           "top_logprobs", "response_format"}
-_NEUTRAL_SAMPLING = {"n": (1, None), "presence_penalty": (0, None),
-                     "frequency_penalty": (0, None), "logit_bias": (None, {})}
+_NEUTRAL_SAMPLING = {"n": (1, None), "logit_bias": (None, {})}
+
+
+def _encode(service, prompt, param: str) -> tuple[int, ...]:
+    try:
+        return tuple(service.encode(prompt))
+    except (TypeError, ValueError) as error:
+        raise ApiError(400, str(error), param=param, code="invalid_value") from None
+
+
+def _max_tokens(service, requested: int | None, prompt_tokens: int, param: str) -> int:
+    """A request's ``max_tokens``: ``requested`` (None: the default) within the limit, which
+    is what the context leaves after the prompt, or the server's ``maximum_new_tokens``
+    when it sets one (a stream then rolls over past the context)."""
+    context = service.maximum_context
+    remaining = context - prompt_tokens
+    cap = service.config.maximum_new_tokens
+    if cap is None:
+        if remaining < 1:
+            raise ApiError(400, f"the prompt has {prompt_tokens} tokens, which leaves no "
+                                f"room in the model's context of {context} tokens",
+                           param=param, code="context_length_exceeded")
+        limit, why = remaining, (f"the model's context holds {context} tokens and the prompt "
+                                 f"takes {prompt_tokens}")
+    else:
+        limit, why = cap, "this server's limit per request"
+    if requested is None:
+        return min(limit, remaining) if remaining > 0 else limit
+    if requested > limit:
+        raise ApiError(400, f"max_tokens is {requested}, but at most {limit} tokens can be "
+                            f"generated for this prompt ({why})",
+                       param="max_tokens", code="invalid_value")
+    return requested
 
 
 def _openai_config(body: Mapping, service, max_tokens: int) -> GenerationConfig:
@@ -236,12 +294,14 @@ def _openai_config(body: Mapping, service, max_tokens: int) -> GenerationConfig:
     if top_p == 1.0:
         top_p = None  # OpenAI's default: no nucleus truncation
     seed = _integer(body, "seed", None)
-    return _config(
+    config = _config(
         service, max_new_tokens=max_tokens, temperature=temperature,
         top_k=_integer(body, "top_k", None, 1), top_p=top_p,
         seed=_random_seed() if seed is None else seed, stop=_stop(body),
         repetition_penalty=_number(body, "repetition_penalty", 1.0),
+        **_penalties(body),
     )
+    return config.replace(end_token_ids=service.end_token_ids)
 
 
 def parse_completion(body: Mapping, service) -> ApiRequest:
@@ -257,9 +317,11 @@ def parse_completion(body: Mapping, service) -> ApiRequest:
     stream = _boolean(body, "stream", False)
     include_usage = _stream_options(body, stream)
     _string(body, "user", required=False)
-    max_tokens = _integer(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
+    requested = _integer(body, "max_tokens", None)
+    prompt_ids = _encode(service, prompt, "prompt")
+    max_tokens = _max_tokens(service, requested, len(prompt_ids), "prompt")
     return ApiRequest("completion", prompt, _openai_config(body, service, max_tokens), stream,
-                      include_usage)
+                      include_usage, prompt_ids)
 
 
 def _message_content(message: Mapping, index: int) -> str:
@@ -310,11 +372,14 @@ def parse_chat(body: Mapping, service) -> ApiRequest:
     stream = _boolean(body, "stream", False)
     include_usage = _stream_options(body, stream)
     _string(body, "user", required=False)
-    max_tokens = _integer(body, "max_completion_tokens", None)
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", service.config.maximum_new_tokens)
+    requested = _integer(body, "max_completion_tokens", None)
+    if requested is None:
+        requested = _integer(body, "max_tokens", None)
+    prompt = _chat_prompt(service, messages)
+    prompt_ids = prompt if isinstance(prompt, tuple) else _encode(service, prompt, "messages")
+    max_tokens = _max_tokens(service, requested, len(prompt_ids), "messages")
     config = service.chat_config(_openai_config(body, service, max_tokens))
-    return ApiRequest("chat", _chat_prompt(service, messages), config, stream, include_usage)
+    return ApiRequest("chat", prompt, config, stream, include_usage, prompt_ids)
 
 
 def _chat_prompt(service, messages: list[dict]) -> str | tuple[int, ...]:

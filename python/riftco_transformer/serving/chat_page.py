@@ -162,9 +162,12 @@ async function send(text) {
   setState("streaming", "generating\\u2026");
   controller = new AbortController();
   try {
+    const headers = { "Content-Type": "application/json" };
+    const key = sessionStorage.getItem("riftco-api-key");
+    if (key) headers.Authorization = "Bearer " + key;
     const response = await fetch("/v1/chat/completions", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers,
       body: JSON.stringify({
         model: MODEL, messages, stream: true,
         max_tokens: Math.max(1, Math.round(numberInput("max-tokens", 64))),
@@ -172,6 +175,10 @@ async function send(text) {
       }),
       signal: controller.signal,
     });
+    if (response.status === 401) {
+      const entered = window.prompt("This server needs its API key:");
+      if (entered) sessionStorage.setItem("riftco-api-key", entered.trim());
+    }
     if (!response.ok) {
       const body = await response.json().catch(() => null);
       throw new Error((body && body.error && body.error.message) || "HTTP " + response.status);

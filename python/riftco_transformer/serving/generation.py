@@ -31,6 +31,8 @@ from .sampling import (
     Greedy,
     Sampler,
     TemperatureSampler,
+    require_min_p,
+    require_occurrence_penalty,
     require_repetition_penalty,
     require_seed,
     require_top_k,
@@ -47,8 +49,11 @@ class GenerationConfig:
     ``max_new_tokens`` (int >= 0) tokens at most. ``temperature`` 0 (the default) is greedy
     decoding, which takes neither ``top_k`` nor ``top_p`` (ValueError); a temperature > 0
     samples (see :class:`~.sampling.TemperatureSampler`) with ``seed``.
-    ``repetition_penalty`` (> 0, 1 = off) applies to both. ``stop`` is a str or a sequence of
-    nonempty str; ``end_token_id`` (None: none) ends generation when sampled.
+    ``repetition_penalty`` (> 0, 1 = off), ``presence_penalty`` and ``frequency_penalty``
+    (in [-2, 2], 0 = off; they count the generated tokens) apply to both; ``min_p`` (in
+    [0, 1], None or 0 = off) only samples (with temperature 0 it is a ValueError, like
+    ``top_k``). ``stop`` is a str or a sequence of nonempty str; ``end_token_id`` (None: none)
+    and every id of ``end_token_ids`` end generation when sampled.
     """
 
     max_new_tokens: int = 32
@@ -59,6 +64,10 @@ class GenerationConfig:
     seed: int = 0
     stop: tuple[str, ...] = ()
     end_token_id: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_p: float | None = None
+    end_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         set_field = _field_setter(self)
@@ -72,26 +81,50 @@ class GenerationConfig:
             set_field("top_k", require_top_k(self.top_k))
         if self.top_p is not None:
             set_field("top_p", require_top_p(self.top_p))
-        if temperature == 0 and (self.top_k is not None or self.top_p is not None):
-            given = "top_k" if self.top_k is not None else "top_p"
+        if self.min_p is not None:
+            set_field("min_p", require_min_p(self.min_p))
+        if temperature == 0 and (self.top_k is not None or self.top_p is not None
+                                 or self.min_p):
+            given = next(name for name in ("top_k", "top_p", "min_p")
+                         if getattr(self, name) is not None)
             raise ValueError(
                 f"temperature 0 is greedy decoding, which takes no {given} (got "
                 f"{given}={getattr(self, given)!r}); set temperature > 0 to sample"
             )
         set_field("repetition_penalty", require_repetition_penalty(self.repetition_penalty))
+        for name in ("presence_penalty", "frequency_penalty"):
+            set_field(name, require_occurrence_penalty(getattr(self, name), name))
         set_field("seed", require_seed(self.seed))
         set_field("stop", require_stop_sequences(self.stop))
         if self.end_token_id is not None:
             set_field("end_token_id", require_int(self.end_token_id, "end_token_id", 0,
                                                   UINT32_LIMIT))
+        if isinstance(self.end_token_ids, (str, bytes)) or not isinstance(
+                self.end_token_ids, Sequence):
+            raise TypeError(f"end_token_ids must be a sequence of ids, not "
+                            f"{type(self.end_token_ids).__name__}")
+        set_field("end_token_ids", tuple(
+            require_int(token, f"end_token_ids[{index}]", 0, UINT32_LIMIT)
+            for index, token in enumerate(self.end_token_ids)))
+
+    @property
+    def ending_ids(self) -> frozenset[int]:
+        """Every id that ends generation (``end_token_id`` and ``end_token_ids``)."""
+        ids = set(self.end_token_ids)
+        if self.end_token_id is not None:
+            ids.add(self.end_token_id)
+        return frozenset(ids)
 
     def make_sampler(self) -> Sampler:
         """A fresh sampler for one request: Greedy at temperature 0, else TemperatureSampler."""
+        penalties = {"repetition_penalty": self.repetition_penalty,
+                     "presence_penalty": self.presence_penalty,
+                     "frequency_penalty": self.frequency_penalty}
         if self.temperature == 0:
-            return Greedy(repetition_penalty=self.repetition_penalty)
+            return Greedy(**penalties)
         return TemperatureSampler(
             self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed,
-            repetition_penalty=self.repetition_penalty,
+            min_p=self.min_p or None, **penalties,
         )
 
     def replace(self, **changes) -> GenerationConfig:
@@ -225,6 +258,7 @@ class GenerationProgress:
                 f"end_token_id {config.end_token_id} is not below the vocabulary size "
                 f"{vocabulary_size}"
             )
+        self._ending_ids = config.ending_ids
         self.prompt_ids = tuple(prompt_ids)
         self.config = config
         self._sampler = sampler
@@ -283,7 +317,12 @@ class GenerationProgress:
             raise RuntimeError("advance() needs a completed feed of an unfinished generation")
         if len(logits) > self._vocabulary_size:  # a padded vocabulary: never its padding
             logits = logits[: self._vocabulary_size]
-        token = self._sampler.sample(logits, self.prompt_ids + tuple(self.generated_ids))
+        context = self.prompt_ids + tuple(self.generated_ids)
+        if self.config.presence_penalty or self.config.frequency_penalty:
+            # only this module's samplers take it (the config's own sampler is one of them)
+            token = self._sampler.sample(logits, context, prompt_length=len(self.prompt_ids))
+        else:
+            token = self._sampler.sample(logits, context)
         if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not (
             0 <= token < self._vocabulary_size
         ):
@@ -291,7 +330,7 @@ class GenerationProgress:
                                f"{self._vocabulary_size}")
         token = int(token)
         self.generated_ids.append(token)
-        if token == self.config.end_token_id:
+        if token in self._ending_ids:
             released = self._text.finish()
             self.finish_reason = "end_token"
         else:

@@ -9,6 +9,8 @@ Routes (anything else is 404; a known path with another method is 405 with ``All
 ``POST /v1/generate``              this server's generation API (``serving._protocol``)
 ``POST /v1/completions``           OpenAI completions
 ``POST /v1/chat/completions``      OpenAI chat completions
+``GET /metrics``                   Prometheus text format (version 0.0.4): requests by
+                                   route and status, token counts, durations, in flight
 =================================  ========================================================
 
 With ``"stream": true`` the generation routes answer with server-sent events: OpenAI's
@@ -24,10 +26,28 @@ must preflight a JSON request, and the server grants no CORS). A server bound to
 answers 421 to a ``Host`` header naming anything else (DNS rebinding). Every error body is
 ``{"error": {message, type, param, code}}``, as OpenAI's are. Every response carries
 ``Cache-Control: no-store``, a CSP, ``X-Content-Type-Options: nosniff``,
-``X-Frame-Options: DENY``, ``Referrer-Policy: no-referrer`` and ``Connection: close``. A
-client that disconnects while its request is generating (streamed or not) cancels the
-request, which frees its KV pages. There is no authentication and no TLS: expose the server
-beyond loopback only on a trusted network.
+``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``. A client that disconnects
+while its request is generating (streamed or not) cancels the request, which frees its KV
+pages.
+
+Connections are HTTP/1.1 persistent: every answer that is not streamed has a
+``Content-Length`` and says ``Connection: keep-alive``, and the connection then waits for
+the next request (the next request must arrive whole within ``request_timeout_seconds`` of
+the previous answer; an idle connection is closed then without an answer). The server closes
+it (``Connection: close``) when the client asks (``Connection: close``, or HTTP/1.0), after
+a streamed answer (server-sent events end when the connection closes), after an error that
+left a request body unread, and after the errors of the request line or headers.
+
+With ``ServingConfig.api_key`` (``riftco serve --api-key``, or ``$RIFTCO_API_KEY``) every
+``/v1/*`` route and ``/metrics`` need ``Authorization: Bearer <key>`` (compared in constant
+time); otherwise the answer is 401 (code ``invalid_api_key``, ``WWW-Authenticate: Bearer``).
+The chat page (``/``, ``/chat``) and ``/health`` stay open: the page asks for the key when
+the server answers 401 and keeps it for the browser tab. There is no TLS: beyond loopback, a
+key travels in clear text unless a TLS proxy stands in front.
+
+Every request is logged as one INFO line on the ``riftco_transformer.serving.http`` logger:
+``METHOD PATH STATUS DURATIONms`` and, for generation, ``prompt_tokens=P
+completion_tokens=C``.
 
 Limits against slow or abusive clients: at most ``max_connections`` connections are served
 at once; one more is answered at once by a single background thread (no handler thread per
@@ -42,6 +62,7 @@ traceback.
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 import logging
@@ -76,6 +97,10 @@ from .errors import (
 )
 from .service import ModelService, ServingConfig, is_loopback_host
 
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 120.0, 300.0)
+
 LOGGER = logging.getLogger(__name__)
 
 JSON_CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -94,6 +119,7 @@ _ROUTES = {
     "/v1/generate": {"POST": "_generate"},
     "/v1/completions": {"POST": "_completions"},
     "/v1/chat/completions": {"POST": "_chat_completions"},
+    "/metrics": {"GET": "_metrics"},
 }
 _MODEL_PREFIX = "/v1/models/"
 
@@ -124,6 +150,12 @@ class _DeadlineReader(io.RawIOBase):
         self._connection = connection
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
+        self.received = 0  # bytes since the last restart
+
+    def restart(self) -> None:
+        """A fresh deadline (for the next request on a persistent connection)."""
+        self._deadline = time.monotonic() + self._timeout
+        self.received = 0
 
     def readable(self) -> bool:
         return True
@@ -134,14 +166,16 @@ class _DeadlineReader(io.RawIOBase):
             raise _RequestTimeout(self._timeout)
         self._connection.settimeout(remaining)
         try:
-            return self._connection.recv_into(buffer)
+            count = self._connection.recv_into(buffer)
+            self.received += count
+            return count
         except TimeoutError:
             raise _RequestTimeout(self._timeout) from None
         finally:
             self._connection.settimeout(self._timeout)
 
 
-def _security_header_items(csp: str) -> tuple[tuple[str, str], ...]:
+def _security_header_items(csp: str, close: bool = True) -> tuple[tuple[str, str], ...]:
     """The headers every response carries (see the module docstring)."""
     return (
         ("Cache-Control", "no-store"),
@@ -150,7 +184,7 @@ def _security_header_items(csp: str) -> tuple[tuple[str, str], ...]:
         ("X-Frame-Options", "DENY"),
         ("Referrer-Policy", "no-referrer"),
         ("Cross-Origin-Resource-Policy", "same-origin"),
-        ("Connection", "close"),
+        ("Connection", "close" if close else "keep-alive"),
     )
 
 
@@ -279,6 +313,77 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class ServerMetrics:
+    """The counters ``/metrics`` exposes (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[tuple[str, str, int], int] = {}  # (route, method, code): count
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self._buckets = [0] * len(DURATION_BUCKETS)
+        self._duration_sum = 0.0
+        self._duration_count = 0
+        self._in_flight = 0
+
+    def started(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def finished(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def record(self, route: str, method: str, code: int, seconds: float,
+               prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        with self._lock:
+            key = (route, method, code)
+            self._requests[key] = self._requests.get(key, 0) + 1
+            self._prompt_tokens += prompt_tokens
+            self._completion_tokens += completion_tokens
+            for index, bound in enumerate(DURATION_BUCKETS):
+                if seconds <= bound:
+                    self._buckets[index] += 1
+            self._duration_sum += seconds
+            self._duration_count += 1
+
+    def exposition(self) -> str:
+        """The Prometheus text exposition format, version 0.0.4."""
+        with self._lock:
+            lines = ["# HELP riftco_http_requests_total HTTP requests answered, by route, "
+                     "method and status code.",
+                     "# TYPE riftco_http_requests_total counter"]
+            for (route, method, code), count in sorted(self._requests.items()):
+                lines.append(f'riftco_http_requests_total{{route="{_label(route)}",'
+                             f'method="{_label(method)}",code="{code}"}} {count}')
+            lines += ["# HELP riftco_prompt_tokens_total Prompt tokens of answered "
+                      "generation requests.",
+                      "# TYPE riftco_prompt_tokens_total counter",
+                      f"riftco_prompt_tokens_total {self._prompt_tokens}",
+                      "# HELP riftco_completion_tokens_total Generated tokens of answered "
+                      "generation requests.",
+                      "# TYPE riftco_completion_tokens_total counter",
+                      f"riftco_completion_tokens_total {self._completion_tokens}",
+                      "# HELP riftco_http_request_duration_seconds Time from a request's "
+                      "headers to the end of its answer.",
+                      "# TYPE riftco_http_request_duration_seconds histogram"]
+            for bound, count in zip(DURATION_BUCKETS, self._buckets, strict=True):
+                lines.append(f'riftco_http_request_duration_seconds_bucket{{le="{bound:g}"}} '
+                             f"{count}")
+            lines += [f'riftco_http_request_duration_seconds_bucket{{le="+Inf"}} '
+                      f"{self._duration_count}",
+                      f"riftco_http_request_duration_seconds_sum {self._duration_sum!r}",
+                      f"riftco_http_request_duration_seconds_count {self._duration_count}",
+                      "# HELP riftco_http_requests_in_flight Requests being answered now.",
+                      "# TYPE riftco_http_requests_in_flight gauge",
+                      f"riftco_http_requests_in_flight {self._in_flight}"]
+        return "\n".join(lines) + "\n"
+
+
 class ServingHTTPServer(ThreadingHTTPServer):
     """A threaded HTTP server for one :class:`ModelService`.
 
@@ -311,6 +416,7 @@ class ServingHTTPServer(ThreadingHTTPServer):
         self._connections_lock = threading.Lock()
         self._refusing = False
         self._refuser = _Refuser()
+        self.metrics = ServerMetrics()
         self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         super().__init__((config.host.strip("[]"), config.port), _Handler)
 
@@ -410,19 +516,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.serving_config.request_timeout_seconds
         super().setup()
         # One deadline for the whole request, not one per read (see _DeadlineReader).
-        per_read, self.rfile = self.rfile, io.BufferedReader(
-            _DeadlineReader(self.connection, self.timeout))
+        self._reader = _DeadlineReader(self.connection, self.timeout)
+        per_read, self.rfile = self.rfile, io.BufferedReader(self._reader)
         per_read.close()
+        self._answered = 0  # requests answered on this connection
         # What an answer needs before the request line is parsed (a 408 for a slow one).
         self.command, self.requestline, self.request_version = None, "", self.protocol_version
         self._body_pending = False  # request bytes were announced but not read
         self._headers_sent = False
+        self._status: int | None = None
 
     def handle(self) -> None:
         try:
             try:
                 super().handle()
             except _RequestTimeout as timeout:  # in the request line or headers
+                if self._answered and not self._reader.received:
+                    return  # an idle persistent connection: closed without an answer
                 LOGGER.info("%s %s", self.address_string(), timeout)
                 self.close_connection = True
                 if not self._headers_sent:
@@ -435,6 +545,38 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base's signature
         LOGGER.info("%s %s", self.address_string(), format % args)
 
+    def log_request(self, code="-", size="-") -> None:
+        """Nothing: :meth:`handle_one_request` logs each request once, when it is answered."""
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._status = code
+        super().send_response(code, message)
+
+    def handle_one_request(self) -> None:
+        if self._answered:
+            self._reader.restart()
+        self._status = None
+        self._usage: tuple[int, int] | None = None
+        self._route = "other"
+        self._started = time.monotonic()
+        try:
+            super().handle_one_request()
+        finally:
+            if self._status is not None:
+                self._answered += 1
+                self._log_request()
+
+    def _log_request(self) -> None:
+        seconds = time.monotonic() - self._started
+        prompt, completion = self._usage or (0, 0)
+        self.server.metrics.record(self._route, self.command or "-", self._status, seconds,
+                                   prompt, completion)
+        tokens = ("" if self._usage is None else
+                  f" prompt_tokens={prompt} completion_tokens={completion}")
+        path = urlsplit(self.path).path if isinstance(getattr(self, "path", None), str) else "-"
+        LOGGER.info("%s %s %s %d %.1fms%s", self.address_string(), self.command or "-", path,
+                    self._status, seconds * 1000, tokens)
+
     # ---- dispatch ----------------------------------------------------------------------------
 
     def do_GET(self) -> None:
@@ -443,7 +585,13 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
 
     def _dispatch(self) -> None:
-        self.close_connection = True
+        self.server.metrics.started()
+        try:
+            self._route_request()
+        finally:
+            self.server.metrics.finished()
+
+    def _route_request(self) -> None:
         self._headers_sent = False
         # Until a route reads it, an announced body is unread (see _linger).
         length = self.headers.get("Content-Length", "0").strip()
@@ -454,8 +602,13 @@ class _Handler(BaseHTTPRequestHandler):
             path = unquote(urlsplit(self.path).path)
             if path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX):
                 methods = {"GET": "_model"}
+                self._route = _MODEL_PREFIX + "{id}"
             else:
                 methods = _ROUTES.get(path)
+                if methods is not None:
+                    self._route = path
+            if path.startswith("/v1/") or path == "/metrics":
+                self._check_api_key()
             if methods is None:
                 raise ApiError(404, f"there is no route {path!r}", code="not_found")
             handler = methods.get(self.command)
@@ -482,6 +635,17 @@ class _Handler(BaseHTTPRequestHandler):
             if self._body_pending:
                 self._linger()
 
+    def _check_api_key(self) -> None:
+        key = self.server.serving_config.api_key
+        if key is None:
+            return
+        scheme, _, given = (self.headers.get("Authorization") or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode("utf-8", "surrogateescape"), key.encode("utf-8")):
+            raise ApiError(401, "a valid API key is required: send the header "
+                                "'Authorization: Bearer <key>'", code="invalid_api_key",
+                           headers=(("WWW-Authenticate", "Bearer"),))
+
     def _check_host(self) -> None:
         hosts = self.headers.get_all("Host") or []
         if len(hosts) > 1:
@@ -505,7 +669,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(code, ApiError(code, text).body())
 
     def _security_headers(self, content_security_policy: str) -> None:
-        for name, value in _security_header_items(content_security_policy):
+        if self._body_pending:  # an unread body: the connection is closed after the answer
+            self.close_connection = True
+        for name, value in _security_header_items(content_security_policy,
+                                                  self.close_connection):
             self.send_header(name, value)
 
     def _send_body(self, status: int, content_type: str, data: bytes, csp: str,
@@ -526,6 +693,7 @@ class _Handler(BaseHTTPRequestHandler):
                         JSON_CONTENT_SECURITY_POLICY, headers)
 
     def _start_events(self) -> None:
+        self.close_connection = True  # the events end when the connection closes
         self.send_response(200)
         self._security_headers(JSON_CONTENT_SECURITY_POLICY)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -612,7 +780,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat_page(self, path: str) -> None:
         nonce = new_nonce()
         service = self.server.service
-        page = render_chat_page(nonce, service.model_name, service.config.maximum_new_tokens)
+        limit = service.config.maximum_new_tokens
+        page = render_chat_page(nonce, service.model_name,
+                                service.maximum_context if limit is None else limit)
         self._send_body(200, "text/html; charset=utf-8", page.encode("utf-8"),
                         content_security_policy(nonce))
 
@@ -627,6 +797,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _model_object(self) -> dict:
         return {"id": self.server.service.model_name, "object": "model",
                 "created": self.server.created, "owned_by": "riftco-transformer"}
+
+    def _metrics(self, path: str) -> None:
+        self._send_body(200, METRICS_CONTENT_TYPE,
+                        self.server.metrics.exposition().encode("utf-8"),
+                        JSON_CONTENT_SECURITY_POLICY)
 
     def _models(self, path: str) -> None:
         self._send_json(200, {"object": "list", "data": [self._model_object()]})
@@ -658,6 +833,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(request, handle)
             else:
                 result = self._await_result(handle)
+                self._usage = (len(result.prompt_token_ids), len(result.generated_token_ids))
                 if request.route == "generate":
                     self._send_json(200, generate_response(service, request, result))
                 else:
@@ -733,6 +909,7 @@ class _Handler(BaseHTTPRequestHandler):
                 elif event.text:
                     self._send_event(openai.chunk(event.text))
             result = handle.result()
+            self._usage = (len(result.prompt_token_ids), len(result.generated_token_ids))
         except _ClientGone:
             handle.cancel()
             raise

@@ -2,7 +2,14 @@
 
 A sampler is any object with ``sample(logits, context_ids=()) -> int``: ``logits`` are the V
 logits of the position being predicted, ``context_ids`` every token id the model has seen so
-far (prompt and generated), which only the repetition penalty reads.
+far (prompt and generated), which only the penalties read. This module's samplers also take
+``prompt_length`` (keyword, default 0): the first ``prompt_length`` context ids are the
+prompt, the rest were generated (what the presence and frequency penalties count).
+
+The order of the rules (the order of llama.cpp's chain for penalties, top-k, top-p and
+min-p; temperature shapes the probabilities that top-p and min-p read, as it always has
+here): penalties (repetition, then frequency and presence), top-k, temperature, top-p,
+min-p, the draw.
 
 * :class:`Greedy`: the argmax; ties go to the lowest id.
 * :class:`TemperatureSampler`: rank ids by (-logit, id); keep the first ``top_k``; weight
@@ -10,9 +17,15 @@ far (prompt and generated), which only the repetition penalty reads.
   whose probability mass ``sum(w) / total`` reaches ``top_p``; draw ``u`` in [0, 1) from the
   sampler's private ``random.Random(seed)`` and return the first kept id whose cumulative
   weight exceeds ``u * sum(kept w)``, or the last kept id when rounding leaves none.
+  With ``min_p`` (after ``top_p``), keep only the ids whose weight is at least ``min_p``
+  times the top id's weight (the weight is proportional to the probability, so this is
+  "probability >= min_p * the top probability").
 * The repetition penalty (CTRL, Keskar et al. 2019) divides the positive logits of ids in
   the context by ``penalty`` and multiplies the others by it, once per distinct id, before
   either rule; ``penalty = 1`` changes nothing.
+* The presence and frequency penalties (OpenAI's definitions), after it:
+  ``l -= presence_penalty * [count > 0] + frequency_penalty * count``, ``count`` being how
+  often the id occurs among the *generated* ids (``context_ids[prompt_length:]``).
 
 Validation names the argument and the value: TypeError for a wrong type (a bool is never a
 number here), ValueError for a value outside its domain.
@@ -66,6 +79,22 @@ def require_repetition_penalty(value: object, name: str = "repetition_penalty") 
     number = require_real(value, name)
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"{name} must be finite and > 0, got {number!r}")
+    return number
+
+
+def require_occurrence_penalty(value: object, name: str) -> float:
+    """A presence or frequency penalty in [-2, 2] (0 = no penalty), as OpenAI allows."""
+    number = require_real(value, name)
+    if not -2.0 <= number <= 2.0:
+        raise ValueError(f"{name} must be in [-2, 2], got {number!r}")
+    return number
+
+
+def require_min_p(value: object, name: str = "min_p") -> float:
+    """A fraction of the top probability in [0, 1] (0 = no filter)."""
+    number = require_real(value, name)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {number!r}")
     return number
 
 
@@ -132,24 +161,64 @@ def apply_repetition_penalty(
     return values
 
 
+def apply_penalties(
+    logits: Sequence[float],
+    context_ids: Sequence[int],
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    prompt_length: int = 0,
+) -> Sequence[float]:
+    """Every penalty, in order: the repetition penalty over ``context_ids``, then
+    ``l -= presence_penalty * [count > 0] + frequency_penalty * count`` with the counts of
+    ``context_ids[prompt_length:]`` (the generated ids). ``logits`` itself when none
+    applies; otherwise a new list."""
+    values = apply_repetition_penalty(logits, context_ids, repetition_penalty)
+    if presence_penalty == 0.0 and frequency_penalty == 0.0:
+        return values
+    values = list(values)
+    counts: dict[int, int] = {}
+    for token in context_ids[prompt_length:]:
+        counts[token] = counts.get(token, 0) + 1
+    for token, count in counts.items():
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise TypeError(f"context ids must be ints, not {type(token).__name__}")
+        if not 0 <= token < len(values):
+            raise ValueError(
+                f"context id {token} is outside the vocabulary of {len(values)} logits"
+            )
+        values[token] -= presence_penalty + frequency_penalty * count
+    return values
+
+
 # ---- the samplers ----------------------------------------------------------------------------
 
 
 class Greedy:
     """The argmax of the (penalised) logits; ties go to the lowest id."""
 
-    def __init__(self, repetition_penalty: float = 1.0) -> None:
+    def __init__(self, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0) -> None:
         self.repetition_penalty = require_repetition_penalty(repetition_penalty)
+        self.presence_penalty = require_occurrence_penalty(presence_penalty,
+                                                           "presence_penalty")
+        self.frequency_penalty = require_occurrence_penalty(frequency_penalty,
+                                                            "frequency_penalty")
 
-    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int:
+    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
+               prompt_length: int = 0) -> int:
         checked = require_logits(logits)
-        if isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0:
+        if isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0 and (
+                self.presence_penalty == 0.0 and self.frequency_penalty == 0.0):
             return checked.argmax  # the library's first maximum (the same rule)
-        values = apply_repetition_penalty(checked, context_ids, self.repetition_penalty)
+        values = apply_penalties(checked, context_ids, self.repetition_penalty,
+                                 self.presence_penalty, self.frequency_penalty, prompt_length)
         return values.index(max(values))  # the first maximum: the lowest id wins a tie
 
     def __repr__(self) -> str:
-        return f"Greedy(repetition_penalty={self.repetition_penalty!r})"
+        return (f"Greedy(repetition_penalty={self.repetition_penalty!r}, "
+                f"presence_penalty={self.presence_penalty!r}, "
+                f"frequency_penalty={self.frequency_penalty!r})")
 
 
 class TemperatureSampler:
@@ -168,17 +237,27 @@ class TemperatureSampler:
         top_p: float | None = None,
         seed: int = 0,
         repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        min_p: float | None = None,
     ) -> None:
         self.temperature = require_temperature(temperature)
         self.top_k = None if top_k is None else require_top_k(top_k)
         self.top_p = None if top_p is None else require_top_p(top_p)
         self.seed = require_seed(seed)
         self.repetition_penalty = require_repetition_penalty(repetition_penalty)
+        self.presence_penalty = require_occurrence_penalty(presence_penalty,
+                                                           "presence_penalty")
+        self.frequency_penalty = require_occurrence_penalty(frequency_penalty,
+                                                            "frequency_penalty")
+        self.min_p = None if min_p is None else require_min_p(min_p)
         self._random = random.Random(self.seed)
 
-    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = ()) -> int:
-        values = apply_repetition_penalty(
-            require_logits(logits), context_ids, self.repetition_penalty
+    def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
+               prompt_length: int = 0) -> int:
+        values = apply_penalties(
+            require_logits(logits), context_ids, self.repetition_penalty,
+            self.presence_penalty, self.frequency_penalty, prompt_length,
         )
         vocabulary = len(values)
         if self.top_k is not None and self.top_k > vocabulary:
@@ -195,6 +274,10 @@ class TemperatureSampler:
         weights = [math.exp((values[token] - highest) / self.temperature) for token in ranked]
         if self.top_p is not None:
             ranked, weights = _nucleus(ranked, weights, self.top_p)
+        if self.min_p:
+            floor = self.min_p * weights[0]  # the top id's weight (it is 1)
+            kept = sum(1 for weight in weights if weight >= floor)  # weights descend
+            ranked, weights = ranked[:kept], weights[:kept]
         threshold = self._random.random() * sum(weights)  # summed in the order accumulated below
         cumulative = 0.0
         for token, weight in zip(ranked, weights, strict=True):
@@ -207,7 +290,9 @@ class TemperatureSampler:
         return (
             f"TemperatureSampler(temperature={self.temperature!r}, top_k={self.top_k!r}, "
             f"top_p={self.top_p!r}, seed={self.seed!r}, "
-            f"repetition_penalty={self.repetition_penalty!r})"
+            f"repetition_penalty={self.repetition_penalty!r}, "
+            f"presence_penalty={self.presence_penalty!r}, "
+            f"frequency_penalty={self.frequency_penalty!r}, min_p={self.min_p!r})"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,10 @@ def is_loopback_host(host: str) -> bool:
 class ServingConfig:
     """How a model is served.
 
-    ``maximum_new_tokens`` caps every request's ``max_new_tokens``; ``maximum_request_bytes``
+    ``maximum_new_tokens`` caps every request's ``max_new_tokens``; None (``riftco serve``'s
+    default) caps it at what the model's context leaves after the prompt (the OpenAI routes'
+    default ``max_tokens``), whereas a number lets a request generate past the context (the
+    stream rolls over); ``maximum_request_bytes``
     caps an HTTP request body. ``kv_cache`` (``"paged"`` or ``"contiguous"``),
     ``kv_cache_block_size`` (tokens per page) and ``kv_cache_block_count`` (pages in the
     shared pool; None: ``max_active_requests`` full contexts, so every admitted request fits
@@ -49,9 +53,11 @@ class ServingConfig:
     (request line, headers and body) from the moment the server takes the connection, and
     the bound on each write of the answer; ``max_connections`` caps the connections the HTTP
     server serves at once (each has a thread; one more is answered 503 and closed).
+    ``api_key`` (None: none) is the key ``/v1/*`` and ``/metrics`` require as
+    ``Authorization: Bearer <key>`` (``serving.http``); it is left out of the repr.
     """
 
-    maximum_new_tokens: int = 256
+    maximum_new_tokens: int | None = 256
     maximum_request_bytes: int = MEBIBYTE
     kv_cache: str = "paged"
     kv_cache_block_size: int = 16
@@ -65,9 +71,11 @@ class ServingConfig:
     prefill_chunk_tokens: int = 64
     request_timeout_seconds: float = 30.0
     max_connections: int = 128
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        require_int(self.maximum_new_tokens, "maximum_new_tokens", 1, UINT32_LIMIT)
+        if self.maximum_new_tokens is not None:
+            require_int(self.maximum_new_tokens, "maximum_new_tokens", 1, UINT32_LIMIT)
         require_int(self.maximum_request_bytes, "maximum_request_bytes", 1, 1 << 40)
         require_choice(self.kv_cache, "kv_cache", KV_CACHE_KINDS)
         require_int(self.kv_cache_block_size, "kv_cache_block_size", 1, UINT32_LIMIT)
@@ -96,6 +104,9 @@ class ServingConfig:
             raise ValueError(f"request_timeout_seconds must be finite and > 0, got "
                              f"{describe_value(timeout)}")
         require_int(self.max_connections, "max_connections", 1, 1 << 20)
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key
+                                         or not self.api_key.isprintable()):
+            raise ValueError("api_key must be a nonempty printable str (or None)")
 
     def pool_block_count(self, maximum_context: int) -> int:
         """The paged pool's size in blocks for a model of ``maximum_context`` tokens."""
@@ -209,6 +220,29 @@ class ModelService:
             "waiting_requests": stats.waiting_count,
         }
 
+    @property
+    def maximum_context(self) -> int:
+        return self._engine.maximum_context
+
+    @property
+    def end_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a reply: the tokenizer's end token (``eos_id``) and the chat
+        template's stop sequences that are single control tokens of the tokenizer (e.g.
+        ``<|im_end|>``), in that order, each once."""
+        ids: list[int] = []
+        eos = getattr(self._tokenizer, "eos_id", None)
+        if isinstance(eos, int) and not isinstance(eos, bool) and eos >= 0:
+            ids.append(eos)
+        listing = getattr(self._tokenizer, "control_tokens", None)
+        if callable(listing):
+            controls = listing()
+            for stop in self._chat_template.stop_sequences:
+                token = controls.get(stop)
+                if isinstance(token, int) and token not in ids:
+                    ids.append(token)
+        sampled = tokenizer_vocabulary_size(self._tokenizer)
+        return tuple(token for token in ids if token < sampled)
+
     def generation_config(
         self,
         max_new_tokens: int = 32,
@@ -218,6 +252,9 @@ class ModelService:
         seed: int = 0,
         stop: str | Sequence[str] = (),
         repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        min_p: float | None = None,
     ) -> GenerationConfig:
         """A GenerationConfig within this service's limits (ValueError/TypeError otherwise:
         e.g. ``max_new_tokens`` above ``maximum_new_tokens``, a negative temperature, or
@@ -225,8 +262,11 @@ class ModelService:
         config = GenerationConfig(
             max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
             repetition_penalty=repetition_penalty, seed=seed, stop=stop,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            min_p=min_p,
         )
-        if config.max_new_tokens > self._config.maximum_new_tokens:
+        if (self._config.maximum_new_tokens is not None
+                and config.max_new_tokens > self._config.maximum_new_tokens):
             raise ValueError(
                 f"max_new_tokens must be at most {self._config.maximum_new_tokens} here, got "
                 f"{config.max_new_tokens}"
@@ -264,7 +304,8 @@ class ModelService:
     def submit(self, prompt, config: GenerationConfig, on_event=None) -> RequestHandle:
         """Queue a generation (see :meth:`Scheduler.submit` for the errors)."""
         self._require_open()
-        if config.max_new_tokens > self._config.maximum_new_tokens:
+        if (self._config.maximum_new_tokens is not None
+                and config.max_new_tokens > self._config.maximum_new_tokens):
             raise ValueError(
                 f"max_new_tokens must be at most {self._config.maximum_new_tokens} here, got "
                 f"{config.max_new_tokens}"
