@@ -43,6 +43,7 @@ tests  openmpi-bin              the mpi preset runs its tests under mpirun
 tests  libopenmpi-dev           the mpi preset links Open MPI
 tests  ccache                   .ci/run compiles through it when present
 tests  clang-format             style.clang_format (the C/C++ formatting check)
+tests  clang-tidy               style.clang_tidy (.clang-tidy over src/; run-clang-tidy)
 tests  libgmock-dev             nothing uses it today (GTest config loads it if present); CI had it
 tests  pkg-config               nothing calls it today; CI had it
 '

@@ -70,6 +70,7 @@ std::span<const Element> input_array(const Element* data, std::uint64_t count,
         throw std::invalid_argument(std::string(argument) + " is NULL but its count is " +
                                     std::to_string(count));
     }
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): Element may be a pointer (an array of them).
     if (count > std::numeric_limits<std::size_t>::max() / sizeof(Element)) {
         throw std::overflow_error(std::string(argument) + " count " + std::to_string(count) +
                                   " exceeds the address space");

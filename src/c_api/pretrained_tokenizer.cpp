@@ -243,8 +243,12 @@ rt_status rt_pretrained_tokenizer_export(const rt_pretrained_tokenizer* tokenize
                     put_string(token);
                 break;
             case RT_PRETRAINED_PART_MERGES:
-                for (const auto& [left, right] : vocabulary.merges)
-                    put_string(left + " " + right);
+                for (const auto& [left, right] : vocabulary.merges) {
+                    std::string merge = left;
+                    merge += ' ';
+                    merge += right;
+                    put_string(merge);
+                }
                 break;
             case RT_PRETRAINED_PART_TOKEN_TYPES:
                 for (std::size_t i = 0; i < vocabulary.tokens.size(); ++i) {

@@ -541,11 +541,17 @@ void PretrainedTables::build_byte_level(const PretrainedVocabulary& vocabulary) 
     for (std::size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {
         const std::string& left = vocabulary.merges[rank].first;
         const std::string& right = vocabulary.merges[rank].second;
+        // "merges[r] = \"left right\"", for a message.
+        const auto named = [&] {
+            std::string pair = left;
+            pair += ' ';
+            pair += right;
+            return indexed("merges", rank) + " = " + quoted(pair);
+        };
         const auto id_of = [&](const std::string& text, std::string_view role) {
             const auto found = id_of_text.find(text);
             if (found == id_of_text.end()) {
-                reject(indexed("merges", rank) + " = " + quoted(left + " " + right) + ": " +
-                       std::string(role) + " " + quoted(text) + " is not a token");
+                reject(named() + ": " + std::string(role) + " " + quoted(text) + " is not a token");
             }
             return found->second;
         };
@@ -556,8 +562,7 @@ void PretrainedTables::build_byte_level(const PretrainedVocabulary& vocabulary) 
             merges.try_insert(detail::pair_key(left_id, right_id),
                               pack_merge(static_cast<std::uint32_t>(rank), result));
         if (!inserted) {
-            reject(indexed("merges", rank) + " = " + quoted(left + " " + right) + " repeats " +
-                   indexed("merges", merge_rank(stored)));
+            reject(named() + " repeats " + indexed("merges", merge_rank(stored)));
         }
     }
     if (ignore_merges) {

@@ -569,7 +569,7 @@ std::string_view gguf_value_type_name(GgufValueType type) noexcept {
     return id < names.size() ? names[id] : "unknown";
 }
 
-std::size_t GgufArray::size() const noexcept {
+std::size_t GgufArray::size() const {
     return std::visit(
         [](const auto& values) -> std::size_t {
             if constexpr (std::is_same_v<std::decay_t<decltype(values)>, std::monostate>) {

@@ -282,8 +282,8 @@ DecoderConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOption
         // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 2 but the
         // 27B (46 blocks), whose scalar is D/Hq, the rule llama.cpp applies too.
         if (c.block_count == 46 && c.query_head_count != 0) {
-            c.attention_scale = static_cast<float>(
-                1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
+            const std::size_t scalar = c.model_width / c.query_head_count;  // D/Hq, whole
+            c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
         }
     }
     if (architecture == DecoderArchitecture::Gemma3) {
@@ -291,8 +291,8 @@ DecoderConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOption
         // GGUF has no query_pre_attn_scalar: it is the head width for every Gemma 3 but the
         // 27B (62 blocks), whose scalar is D/Hq, the rule llama.cpp applies too.
         if (c.block_count == 62 && c.query_head_count != 0) {
-            c.attention_scale = static_cast<float>(
-                1.0 / std::sqrt(static_cast<double>(c.model_width / c.query_head_count)));
+            const std::size_t scalar = c.model_width / c.query_head_count;  // D/Hq, whole
+            c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(scalar)));
         }
     }
     try {

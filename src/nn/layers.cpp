@@ -159,7 +159,7 @@ void Linear::prepare_transfer(ExecutionBackend backend,
                               std::vector<std::function<void()>>& commits) {
     if (is_quantized() && packed_.backend() != backend) {
         QuantizedWeight moved = packed_.to(backend);
-        commits.push_back([this, moved]() mutable { packed_ = std::move(moved); });
+        commits.emplace_back([this, moved]() mutable { packed_ = std::move(moved); });
     }
 }
 

@@ -155,7 +155,7 @@ void LoweredMultilinearMap::prepare_transfer(ExecutionBackend backend,
                                              std::vector<std::function<void()>>& commits) {
     if (!coefficients_.requires_gradient() && coefficients_.backend() != backend) {
         Tensor moved = coefficients_.value().to(backend);
-        commits.push_back(
+        commits.emplace_back(
             [this, moved]() mutable { coefficients_.replace_value(std::move(moved)); });
     }
 }

@@ -97,7 +97,7 @@ void validate(const ProgramBranch& b, const ProgramAugmentedModelConfig& c) {
 
 // numpy.roll along axis 0 of x [B, ...]: row b takes row (b − shift) mod B.
 Variable batch_roll(const Variable& x, std::size_t shift) {
-    const Shape shape = x.shape();
+    const Shape& shape = x.shape();
     const std::size_t batch = shape[0];
     const std::size_t rest = x.value().numel() / batch;
     std::vector<std::uint32_t> rows(batch);

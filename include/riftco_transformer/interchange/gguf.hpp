@@ -88,7 +88,7 @@ struct GgufArray {
     [[nodiscard]] GgufValueType element_type() const noexcept {
         return static_cast<GgufValueType>(elements.index());
     }
-    [[nodiscard]] std::size_t size() const noexcept;
+    [[nodiscard]] std::size_t size() const;
 };
 
 // One metadata value. The alternative's index is the value type's id, so

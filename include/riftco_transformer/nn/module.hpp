@@ -65,6 +65,8 @@ class Module {
     void register_parameter(std::string name, Variable leaf, ParameterScope scope);
     // A child's parameters all take `scope` (an Adapter child's base parameters are adapter
     // parameters of this module).
+    // `name` is moved into adopt; clang-tidy 14 does not see the move in a member template.
+    // NOLINTBEGIN(performance-unnecessary-value-param)
     template <typename Child>
     Child& register_module(std::string name, std::unique_ptr<Child> child,
                            ParameterScope scope = ParameterScope::Base) {
@@ -72,6 +74,7 @@ class Module {
         adopt(std::move(name), std::move(child), scope);
         return reference;
     }
+    // NOLINTEND(performance-unnecessary-value-param)
     // Sets the parameter slot `name` (registered by this module) to `parameter`, or empties it
     // (an empty Variable). std::logic_error for an unknown name.
     void set_parameter_slot(std::string_view name, Variable parameter);

@@ -63,8 +63,8 @@ namespace {
 Variable make_result_from(std::string_view operation, Tensor value,
                           std::span<const Variable* const> inputs, BackwardRule rule) {
     bool any_requires = false;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-        const auto& node = require_defined(*inputs[i], operation, "input");
+    for (const Variable* input : inputs) {
+        const auto& node = require_defined(*input, operation, "input");
         any_requires = any_requires || node->requires_gradient;
     }
     any_requires = any_requires && !recording_disabled;

@@ -67,6 +67,7 @@ Variable concatenate_last_axis(std::span<const Variable> inputs) {
     std::vector<Tensor> values;
     values.reserve(inputs.size());
     std::vector<std::size_t> widths;
+    widths.reserve(inputs.size());
     for (const Variable& input : inputs) {
         require_defined(input, "concatenate_last_axis", "input");
         values.push_back(input.value());

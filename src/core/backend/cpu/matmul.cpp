@@ -71,8 +71,17 @@ void flipped_gemm(const GemmArguments& g) {
 
 void CpuMatmul::batched_matmul(const Tensor& left, const Tensor& right, bool transpose_left,
                                bool transpose_right, Tensor& out) const {
-    const auto [left_rows, left_columns, right_rows, right_columns, m, n, k, batch] =
-        MatmulExtents::of(left, right, transpose_left, out);
+    const MatmulExtents extents = MatmulExtents::of(left, right, transpose_left, out);
+    // Plain copies, not structured bindings, so the lambdas below may capture them (C++20
+    // allows capturing bindings; clang 14, which clang-tidy runs on, does not yet).
+    const std::size_t left_rows = extents.left_rows;
+    const std::size_t left_columns = extents.left_columns;
+    const std::size_t right_rows = extents.right_rows;
+    const std::size_t right_columns = extents.right_columns;
+    const std::size_t m = extents.m;
+    const std::size_t n = extents.n;
+    const std::size_t k = extents.k;
+    const std::size_t batch = extents.batch;
 
     const float* a = cpu_data(left);
     const float* b = cpu_data(right);

@@ -52,13 +52,16 @@ class CudaMatmul final : public MatmulCapability {
         cublasHandle_t handle = runtime_.blas_handle();
         const float one = 1.0F;
         const float zero = 0.0F;
+        // A matrix's element stride in cuBLAS's 64-bit type (tensor sizes fit it).
+        const auto stride = [](std::size_t rows, std::size_t columns) {
+            return static_cast<long long>(rows) * static_cast<long long>(columns);
+        };
         const cublasStatus_t status = cublasGemmStridedBatchedEx(
             handle, transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N,
             transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N, blas_m, blas_n, blas_k, &one, b, CUDA_R_32F,
-            right_leading, static_cast<long long>(right_rows * right_columns), a, CUDA_R_32F,
-            left_leading, static_cast<long long>(left_rows * left_columns), &zero, c, CUDA_R_32F,
-            blas_m, static_cast<long long>(m * n), batch_count,
-            runtime_.tf32_matmul() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+            right_leading, stride(right_rows, right_columns), a, CUDA_R_32F, left_leading,
+            stride(left_rows, left_columns), &zero, c, CUDA_R_32F, blas_m, stride(m, n),
+            batch_count, runtime_.tf32_matmul() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
             CUBLAS_GEMM_DEFAULT);
         if (status != CUBLAS_STATUS_SUCCESS) {
             std::ostringstream message;

@@ -419,6 +419,7 @@ StatisticsNames emit_statistics(ProgramText& program, const std::vector<std::str
 std::string statistics_program(const std::vector<std::size_t>& counts, bool with_squares) {
     ProgramText program;
     std::vector<std::string> tensors;
+    tensors.reserve(counts.size());
     for (const std::size_t n : counts) {
         tensors.push_back(program.parameter(tensor_type({n})));
     }
