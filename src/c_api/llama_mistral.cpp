@@ -120,6 +120,28 @@ DecoderConfig to_engine(const rt_llama_mistral_config& given) {
     return c;
 }
 
+// The choices architecture_preset sets, written into `out` (rt_llama_mistral_config_preset writes
+// exactly these; to_abi these and the rest).
+void put_family_choices(const DecoderConfig& c, rt_llama_mistral_config& out) {
+    out.query_key_value_bias = c.query_key_value_bias ? 1U : 0U;
+    out.query_key_norm = c.query_key_norm ? 1U : 0U;
+    out.norm_weight_offset = c.norm_weight_offset ? 1U : 0U;
+    out.post_block_norms = c.post_block_norms ? 1U : 0U;
+    out.feed_forward_activation = static_cast<int32_t>(c.feed_forward_activation);
+    out.embedding_scale = c.embedding_scale;
+    out.sliding_window_period = c.sliding_window_period;
+    out.rope_local_theta = c.rope_local_theta;
+    out.attention_logit_softcap = c.attention_logit_softcap;
+    out.final_logit_softcap = c.final_logit_softcap;
+    out.positions = static_cast<int32_t>(c.positions);
+    out.norm = static_cast<int32_t>(c.norm);
+    out.feed_forward = static_cast<int32_t>(c.feed_forward);
+    out.plain_activation = static_cast<int32_t>(c.plain_activation);
+    out.output_bias = c.output_bias ? 1U : 0U;
+    out.feed_forward_bias = c.feed_forward_bias ? 1U : 0U;
+    out.head_bias = c.head_bias ? 1U : 0U;
+}
+
 rt_llama_mistral_config to_abi(const DecoderConfig& c, std::uint32_t seed) {
     rt_llama_mistral_config out = default_config();
     out.architecture = static_cast<int32_t>(c.architecture);
@@ -136,16 +158,9 @@ rt_llama_mistral_config to_abi(const DecoderConfig& c, std::uint32_t seed) {
     out.rope_theta = c.rope_theta;
     out.sliding_window = c.sliding_window.value_or(0);
     out.head_width = c.head_width;
-    out.query_key_value_bias = c.query_key_value_bias ? 1U : 0U;
-    out.query_key_norm = c.query_key_norm ? 1U : 0U;
-    out.norm_weight_offset = c.norm_weight_offset ? 1U : 0U;
-    out.post_block_norms = c.post_block_norms ? 1U : 0U;
-    out.feed_forward_activation = static_cast<int32_t>(c.feed_forward_activation);
-    out.embedding_scale = c.embedding_scale;
+    put_family_choices(c, out);
     out.attention_scale = c.attention_scale;
     out.rope_scaling = static_cast<int32_t>(c.rope_scaling.kind);
-    out.sliding_window_period = c.sliding_window_period;
-    out.rope_local_theta = c.rope_local_theta;
     out.rope_scaling_factor = c.rope_scaling.factor;
     out.rope_low_frequency_factor = c.rope_scaling.low_frequency_factor;
     out.rope_high_frequency_factor = c.rope_scaling.high_frequency_factor;
@@ -158,15 +173,6 @@ rt_llama_mistral_config to_abi(const DecoderConfig& c, std::uint32_t seed) {
         out.rope_frequency_factors = c.rope_scaling.frequency_factors.data();
         out.rope_frequency_factor_count = c.rope_scaling.frequency_factors.size();
     }
-    out.attention_logit_softcap = c.attention_logit_softcap;
-    out.final_logit_softcap = c.final_logit_softcap;
-    out.positions = static_cast<int32_t>(c.positions);
-    out.norm = static_cast<int32_t>(c.norm);
-    out.feed_forward = static_cast<int32_t>(c.feed_forward);
-    out.plain_activation = static_cast<int32_t>(c.plain_activation);
-    out.output_bias = c.output_bias ? 1U : 0U;
-    out.feed_forward_bias = c.feed_forward_bias ? 1U : 0U;
-    out.head_bias = c.head_bias ? 1U : 0U;
     return out;
 }
 
@@ -216,23 +222,7 @@ rt_status rt_llama_mistral_config_preset(rt_llama_mistral_config* config, int32_
         const DecoderConfig preset =
             architecture_preset(static_cast<DecoderArchitecture>(architecture), dimensions);
         full.architecture = architecture;
-        full.query_key_value_bias = preset.query_key_value_bias ? 1U : 0U;
-        full.query_key_norm = preset.query_key_norm ? 1U : 0U;
-        full.norm_weight_offset = preset.norm_weight_offset ? 1U : 0U;
-        full.post_block_norms = preset.post_block_norms ? 1U : 0U;
-        full.feed_forward_activation = static_cast<int32_t>(preset.feed_forward_activation);
-        full.embedding_scale = preset.embedding_scale;
-        full.sliding_window_period = preset.sliding_window_period;
-        full.rope_local_theta = preset.rope_local_theta;
-        full.attention_logit_softcap = preset.attention_logit_softcap;
-        full.final_logit_softcap = preset.final_logit_softcap;
-        full.positions = static_cast<int32_t>(preset.positions);
-        full.norm = static_cast<int32_t>(preset.norm);
-        full.feed_forward = static_cast<int32_t>(preset.feed_forward);
-        full.plain_activation = static_cast<int32_t>(preset.plain_activation);
-        full.output_bias = preset.output_bias ? 1U : 0U;
-        full.feed_forward_bias = preset.feed_forward_bias ? 1U : 0U;
-        full.head_bias = preset.head_bias ? 1U : 0U;
+        put_family_choices(preset, full);
         write_struct(config, full, family_config_size, "config");
     });
 }
