@@ -174,7 +174,7 @@ class LlamaMistralConfig:
     sliding_window: int | None = None
     tie_embeddings: bool = False
     random_seed: int = 5489
-    # The family choices (C ABI 2.10; header of model/llama_mistral.hpp). Defaults: Llama's.
+    # The family choices (C ABI 2.10; header of model/decoder.hpp). Defaults: Llama's.
     head_width: int = 0
     query_key_value_bias: bool = False
     query_key_norm: bool = False
