@@ -12,6 +12,7 @@ Installed as a console script by ``pip install .``; from a source checkout,
     riftco generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt "Hi" --chat
     riftco inspect tuned.rift
     riftco convert tuned.rift tuned.safetensors
+    riftco convert tuned.rift tuned.gguf --dtype f16
     riftco demo
 
 Every subcommand's ``--help`` lists its flags with their defaults. Long runs draw a progress
@@ -287,15 +288,22 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    convert = commands.add_parser("convert", help="bundle <-> safetensors F32",
+    convert = commands.add_parser("convert", help="bundle <-> safetensors F32, bundle -> GGUF",
                                   description="Convert a .rift bundle to safetensors F32 (names, "
-                                  "shapes, and the bundle's manifest in __metadata__) or back.")
+                                  "shapes, and the bundle's manifest in __metadata__) or back, "
+                                  "or a rotary-family bundle (Llama, Mistral, Qwen 2/3, Gemma "
+                                  "2/3, Phi-3) to GGUF for llama.cpp, Ollama and LM Studio.")
     convert.add_argument("source", type=Path)
     convert.add_argument("destination", type=Path)
     convert.add_argument("--from", dest="source_format", choices=("rift", "safetensors"),
                          default=None, help="source format (default: from the file's content)")
-    convert.add_argument("--to", dest="destination_format", choices=("rift", "safetensors"),
-                         default=None, help="destination format (default: the other one)")
+    convert.add_argument("--to", dest="destination_format",
+                         choices=CONVERT_DESTINATION_FORMATS, default=None,
+                         help="destination format (default: from the destination's extension, "
+                         ".rift, .safetensors or .gguf)")
+    convert.add_argument("--dtype", choices=("f32", "f16"), default=None,
+                         help="GGUF weight type (default f32; f16 rounds every matrix to "
+                         "nearest even, norms stay f32)")
 
     demo = commands.add_parser("demo", help="the whole journey on bundled data",
                                description="Pretrain on the bundled corpus, post-train on the "
@@ -891,24 +899,55 @@ def command_inspect(arguments) -> int:
     return 0
 
 
+CONVERT_DESTINATION_FORMATS = ("rift", "safetensors", "gguf")
+_CONVERT_EXTENSIONS = {".rift": "rift", ".safetensors": "safetensors", ".gguf": "gguf"}
+
+
+def _convert_destination_format(arguments) -> str:
+    """The destination's format: ``--to``, else its extension; a name whose extension says
+    another format, or none of the three, is a usage error (never a file under a wrong
+    name)."""
+    suffix = arguments.destination.suffix.lower()
+    named = _CONVERT_EXTENSIONS.get(suffix)
+    chosen = arguments.destination_format
+    if chosen is None:
+        if named is None:
+            raise UsageError(f"cannot tell the destination format from the name "
+                             f"{arguments.destination.name!r}: end it in "
+                             f"{', '.join(_CONVERT_EXTENSIONS)} or give --to")
+        return named
+    if named is not None and named != chosen:
+        raise UsageError(f"--to {chosen} would write {chosen} under the {suffix} name "
+                         f"{arguments.destination.name!r}")
+    return chosen
+
+
 def command_convert(arguments) -> int:
     from .artifacts import ModelBundle
-    from .interchange import export_bundle_safetensors, import_bundle_safetensors
+    from .interchange import export_bundle_safetensors, export_gguf, import_bundle_safetensors
 
+    destination_format = _convert_destination_format(arguments)
+    if arguments.dtype is not None and destination_format != "gguf":
+        raise UsageError(f"--dtype is for GGUF destinations (this one is {destination_format})")
     source_format = arguments.source_format
     if source_format is None:  # a bundle is a ZIP; the loader below validates it in full
         with open(arguments.source, "rb") as stream:
-            source_format = "rift" if stream.read(4) == b"PK\x03\x04" else "safetensors"
-    destination_format = arguments.destination_format or (
-        "safetensors" if source_format == "rift" else "rift"
-    )
+            head = stream.read(4)
+        if head == b"GGUF":
+            raise UsageError(f"{arguments.source} is a GGUF file: convert reads .rift bundles "
+                             "and safetensors files (riftco chat/generate --model read GGUF)")
+        source_format = "rift" if head == b"PK\x03\x04" else "safetensors"
     if source_format == destination_format:
-        raise UsageError(f"--from and --to are both {source_format}")
+        raise UsageError(f"the source and the destination are both {source_format}")
     if source_format == "rift":
         bundle = ModelBundle.load(arguments.source)
-        export_bundle_safetensors(bundle, arguments.destination)
     else:
         bundle = import_bundle_safetensors(arguments.source)
+    if destination_format == "gguf":
+        export_gguf(bundle, arguments.destination, dtype=arguments.dtype or "f32")
+    elif destination_format == "safetensors":
+        export_bundle_safetensors(bundle, arguments.destination)
+    else:
         bundle.save(arguments.destination)
     _say(f"convert: {arguments.source} ({source_format}) -> {arguments.destination} "
          f"({destination_format}), artifact {bundle.artifact_id[:16]}")

@@ -5,9 +5,12 @@
   malformed file a ValueError naming what is wrong.
 * :mod:`.bundles`: :func:`export_bundle_safetensors` and :func:`import_bundle_safetensors`,
   a lossless round trip of ``.rift`` bundles through safetensors F32.
+* :mod:`.gguf_export`: :func:`export_gguf`, rotary-family bundles (or loaded pretrained
+  models) as GGUF v3 files for llama.cpp, Ollama and LM Studio (F32 or F16).
 """
 
 from .bundles import export_bundle_safetensors, import_bundle_safetensors
+from .gguf_export import export_gguf
 from .safetensors import (
     SAFETENSORS_MAXIMUM_HEADER_BYTES,
     SAFETENSORS_MAXIMUM_TENSORS,
@@ -24,6 +27,7 @@ __all__ = [
     "SafetensorsTensor",
     "encode_safetensors",
     "export_bundle_safetensors",
+    "export_gguf",
     "import_bundle_safetensors",
     "parse_safetensors",
     "read_safetensors",
