@@ -214,6 +214,26 @@ def test_the_tokenizer_and_chat_template_round_trip(tmp_path, kind):
     assert gguf_metadata_string(path, "general.name") == "model"
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "sentencepiece"])
+def test_a_padded_vocabulary_gets_unused_padding_tokens(tmp_path, kind):
+    tokenizer = (sentencepiece_tokenizer() if kind == "sentencepiece"
+                 else byte_level_tokenizer(pretokenizer="gpt2"))
+    size = tokenizer.vocabulary_size
+    config = LlamaMistralConfig.preset("qwen2", **{**DIMENSIONS, "vocabulary_size": size + 7})
+    bundle = capture(config, tokenizer)
+    tokens = tokenizer.encode("hello the world, hello")
+    path = export_gguf(bundle, tmp_path / "padded.gguf")
+    read, logits = gguf_logits(path, tokens)
+    assert read == gguf_read_back_config(config) and read.vocabulary_size == size + 7
+    assert largest_difference(logits, bundle_logits(bundle, tokens)) <= 1e-5
+    padded = PretrainedTokenizer.from_gguf(path)
+    state, original = padded.state(), tokenizer.state()
+    assert state["tokens"] == original["tokens"] + [f"[PAD{i}]" for i in range(size, size + 7)]
+    assert state["token_types"] == original["token_types"] + [5] * 7  # unused
+    for text in ("hello the world", "[PAD300] hello", f"[PAD{size}]"):
+        assert padded.encode(text) == tokenizer.encode(text)
+
+
 def test_a_loaded_pretrained_model_exports_as_its_bundle_does(tmp_path):
     bundle = capture(preset("qwen2"), chat_template=CHAT_TEMPLATE)
     bundle.save(tmp_path / "model.rift")
@@ -284,8 +304,10 @@ def refused_sources():
         ("gpt decoder", gpt_bundle(), "riftco_decoder_v1"),
         ("gpt2 preset", capture(gpt2), "architecture 'gpt2'"),
         ("our tokenizer", own, "tokenizer is one of our own training"),
-        ("padded vocabulary", capture(replace(preset("qwen2"), vocabulary_size=300)),
-         "256 tokens but the model's vocabulary is 300"),
+        ("padding taken", capture(replace(preset("qwen2"), vocabulary_size=258),
+                                  PretrainedTokenizer.from_vocabulary(byte_alphabet()
+                                                                      + ["[PAD257]"])),
+         "padding token '\\[PAD257\\]'"),
         ("gemma3 local theta", capture(replace(preset("gemma3"), rope_local_theta=5000.0)),
          "rope_local_theta=5000.0"),
         ("attention scale", capture(replace(preset("llama"), attention_scale=0.5)),

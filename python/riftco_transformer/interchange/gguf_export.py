@@ -20,15 +20,16 @@ What is written:
   llama.cpp's permuted q/k rows for Llama/Mistral, Gemma's norm weights as ``1 + w``, and Llama
   3's frequency scaling as ``rope_freqs.weight`` (the divisor of each frequency);
 * the tokenizer (``tokenizer.ggml.*``: model, tokens, token types, merges or scores, special
-  ids, pre-tokenizer) and ``tokenizer.chat_template`` when the model has one.
+  ids, pre-tokenizer) and ``tokenizer.chat_template`` when the model has one; a vocabulary
+  padded past the tokenizer (an imported checkpoint's) gets llama.cpp's converter's unused
+  ``[PAD<id>]`` tokens, as GGUF readers take the vocabulary size from the token list.
 
 Weights are float32 (``dtype="f32"``, exact) or float16 (``dtype="f16"``: every matrix rounded
 to nearest even; 1-D norm and bias tensors stay float32, as llama.cpp keeps them).
 
 What GGUF cannot express is refused before anything is written (ValueError naming it): the
 GPT decoder (``riftco_decoder_v1``), the GPT-2 preset, a tokenizer of our own training (byte
-or BPE: GGUF needs a pretrained vocabulary), a tokenizer smaller than the model's vocabulary,
-and any config field our loader would read back differently (a RoPE base for Gemma 3's local
+or BPE: GGUF needs a pretrained vocabulary), and any config field our loader would read back differently (a RoPE base for Gemma 3's local
 layers or a window period other than the family's, an attention scale the family does not
 derive, ...). Bundles hold merged, dense weights (capture refuses LoRA adapters and packed NF4
 weights), and so does any :class:`PretrainedModel` accepted here. The file is written to a
@@ -64,6 +65,9 @@ _TENSOR_F32, _TENSOR_F16 = 0, 1
 GGUF_DTYPES = {"f32": (_TENSOR_F32, 0), "f16": (_TENSOR_F16, 1)}
 
 _UINT32_MAX = 2**32 - 1
+# Token types (tokenizer.ggml.token_type) and the score llama.cpp's converter gives padding.
+_NORMAL, _UNUSED = 1, 5
+_PADDING_SCORE = -1000.0
 
 # general.architecture of each family: llama.cpp has no "mistral"; its converter writes
 # Mistral as llama (our loader reads both).
@@ -306,11 +310,23 @@ def _tokenizer_metadata(metadata: _Metadata, state: dict, vocabulary_size: int) 
         raise ValueError(f"the tokenizer is one of our own training ({state.get('method')!r}), "
                          "which GGUF cannot hold: GGUF export needs a pretrained tokenizer "
                          "(tokenizer.ggml.* is a GPT-2-style or SentencePiece vocabulary)")
-    tokens = state["tokens"]
-    if len(tokens) != vocabulary_size:
+    tokens = list(state["tokens"])
+    token_types = list(state["token_types"]) or [_NORMAL] * len(tokens)
+    scores = list(state["scores"]) or [0.0] * len(tokens)
+    if len(tokens) > vocabulary_size:
         raise ValueError(f"the tokenizer has {len(tokens)} tokens but the model's vocabulary is "
-                         f"{vocabulary_size} (a padded vocabulary is not supported: GGUF "
-                         "readers take the vocabulary size from the token list)")
+                         f"only {vocabulary_size}")
+    # A padded vocabulary (an imported checkpoint's model rows past its tokenizer): GGUF
+    # readers take the vocabulary size from the token list, so the rows get llama.cpp's
+    # converter's padding tokens, unused, never made from text.
+    padding = [f"[PAD{index}]" for index in range(len(tokens), vocabulary_size)]
+    taken = set(tokens).intersection(padding)
+    if taken:
+        raise ValueError(f"the padding token {sorted(taken)[0]!r} for the vocabulary's unused rows "
+                         "is already a token of the tokenizer")
+    tokens += padding
+    token_types += [_UNUSED] * len(padding)
+    scores += [_PADDING_SCORE] * len(padding)
     byte_level = state["model"] == "byte_level_bpe"
     if byte_level:
         pretokenizer = state["pretokenizer"] or "gpt2"
@@ -325,12 +341,10 @@ def _tokenizer_metadata(metadata: _Metadata, state: dict, vocabulary_size: int) 
     if byte_level:
         metadata.add("tokenizer.ggml.pre", _STRING, _GGUF_PRETOKENIZER[pretokenizer])
     metadata.add_array("tokenizer.ggml.tokens", _STRING, tokens)
-    if state["token_types"]:
-        metadata.add_array("tokenizer.ggml.token_type", _INT32, state["token_types"])
+    metadata.add_array("tokenizer.ggml.token_type", _INT32, token_types)
     if byte_level:
         metadata.add_array("tokenizer.ggml.merges", _STRING, state["merges"])
     else:
-        scores = state["scores"] or [0.0] * len(tokens)
         metadata.add_array("tokenizer.ggml.scores", _FLOAT32, scores)
         metadata.add("tokenizer.ggml.add_space_prefix", _BOOL, bool(state["add_dummy_prefix"]))
     for key, field in (("bos_token_id", "bos_id"), ("eos_token_id", "eos_id"),
