@@ -29,11 +29,12 @@ to nearest even; 1-D norm and bias tensors stay float32, as llama.cpp keeps them
 
 What GGUF cannot express is refused before anything is written (ValueError naming it): the
 GPT decoder (``riftco_decoder_v1``), the GPT-2 preset, a tokenizer of our own training (byte
-or BPE: GGUF needs a pretrained vocabulary), and any config field our loader would read back differently (a RoPE base for Gemma 3's local
-layers or a window period other than the family's, an attention scale the family does not
-derive, ...). Bundles hold merged, dense weights (capture refuses LoRA adapters and packed NF4
-weights), and so does any :class:`PretrainedModel` accepted here. The file is written to a
-temporary name and renamed: a failure leaves no partial file.
+or BPE: GGUF needs a pretrained vocabulary), ``ignore_merges`` other than GGUF readers derive
+from the pre-tokenizer, and any config field our loader would read back differently (a RoPE
+base for Gemma 3's local layers or a window period other than the family's, an attention
+scale the family does not derive, ...). Bundles hold merged, dense weights (capture refuses
+LoRA adapters and packed NF4 weights), and so does any :class:`PretrainedModel` accepted
+here. The file is written to a temporary name and renamed: a failure leaves no partial file.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ _UINT32_MAX = 2**32 - 1
 # Token types (tokenizer.ggml.token_type) and the score llama.cpp's converter gives padding.
 _NORMAL, _UNUSED = 1, 5
 _PADDING_SCORE = -1000.0
+_F16_CHUNK = 1 << 16  # values packed per struct.pack call
 
 # general.architecture of each family: llama.cpp has no "mistral"; its converter writes
 # Mistral as llama (our loader reads both).
@@ -377,8 +379,9 @@ def _permute_rotary_rows(values: array, heads: int, columns: int) -> array:
 
 def _tensor_bytes(values: array, tensor_type: int, name: str) -> bytes:
     if tensor_type == _TENSOR_F16:
-        try:
-            return struct.pack(f"<{len(values)}e", *values)
+        try:  # in chunks: struct.pack takes the values as arguments
+            return b"".join(struct.pack(f"<{len(chunk)}e", *chunk) for chunk in (
+                values[start:start + _F16_CHUNK] for start in range(0, len(values), _F16_CHUNK)))
         except (OverflowError, struct.error):
             largest = max(abs(value) for value in values)
             raise ValueError(f"tensor {name!r} has a value of magnitude {largest:g}, beyond "
