@@ -16,7 +16,8 @@ What is written:
   RMSNorm epsilon, RoPE base and width, head width (``key_length``/``value_length``), the
   sliding window, linear or YaRN scaling (``rope.scaling.*``), Gemma 2's soft caps;
 * the tensors under the library's architecture table's GGUF names
-  (:func:`~riftco_transformer.native.llama.checkpoint_tensor_name`; Phi-3's unfused), with
+  (:func:`~riftco_transformer.native.llama.checkpoint_tensor_name`; Phi-3's fused
+  ``attn_qkv`` and ``ffn_up``, the only ``ffn_up`` llama.cpp's Phi-3 reads), with
   llama.cpp's permuted q/k rows for Llama/Mistral, Gemma's norm weights as ``1 + w``, and Llama
   3's frequency scaling as ``rope_freqs.weight`` (the divisor of each frequency);
 * the tokenizer (``tokenizer.ggml.*``: model, tokens, token types, merges or scores, special
@@ -393,29 +394,53 @@ def _tensor_bytes(values: array, tensor_type: int, name: str) -> bytes:
     return swapped.tobytes()
 
 
-def _tensors(bundle: ModelBundle, config: LlamaMistralConfig, tensor_type: int):
-    """``(gguf name, dims innermost first, type, values)`` of every tensor, in the file's
-    order (a generator: one tensor's values at a time)."""
+def _plan(bundle: ModelBundle, config: LlamaMistralConfig, tensor_type: int):
+    """The file's tensors in order: ``(gguf name, dims innermost first, type, sources)``, each
+    source a bundle parameter (in the fused tensor's part order) or, for rope_freqs.weight,
+    None. Phi-3 is written fused (``attn_qkv``: q, k, v rows; ``ffn_up``: gate, up rows), the
+    table's second layout: llama.cpp's Phi-3 reads only a fused ``ffn_up``, as its converter
+    writes it."""
     architecture = config.architecture
-    permuted = _FILE_ARCHITECTURE[architecture] == "llama"
-    offset_norms = config.norm_weight_offset
-    weights = bundle._weights  # the bundle's flat float32 values, read without a copy
-    factors = _frequency_factors(config)
+    fused = architecture == "phi3"
+    plan, pending = [], {}
     for spec in bundle.parameters:
-        gguf_name, part = checkpoint_tensor_name(architecture, "gguf", spec.name)
-        if part is not None:
-            raise AssertionError(f"{spec.name} maps to a part of the fused {gguf_name}")
-        values = weights[spec.offset:spec.offset + spec.count]
-        if permuted and spec.name.endswith(("attention.query.weight", "attention.key.weight")):
-            heads = (config.query_head_count if spec.name.endswith("query.weight")
-                     else config.key_value_head_count)
-            values = _permute_rotary_rows(values, heads, spec.shape[1])
-        if offset_norms and spec.name.endswith(".scale"):
-            values = array("f", (1.0 + value for value in values))
-        kind = tensor_type if len(spec.shape) == 2 else _TENSOR_F32
-        yield gguf_name, tuple(reversed(spec.shape)), kind, values
-        if spec.name == "token_embedding.weight" and factors:
-            yield "rope_freqs.weight", (len(factors),), _TENSOR_F32, array("f", factors)
+        mapped = checkpoint_tensor_name(architecture, "gguf", spec.name, 1) if fused else None
+        if mapped is None:
+            gguf_name, part = checkpoint_tensor_name(architecture, "gguf", spec.name)
+            if part is not None:
+                raise AssertionError(f"{spec.name} maps to a part of the fused {gguf_name}")
+            kind = tensor_type if len(spec.shape) == 2 else _TENSOR_F32
+            plan.append([gguf_name, tuple(reversed(spec.shape)), kind, [spec]])
+            if spec.name == "token_embedding.weight" and _frequency_factors(config):
+                factors = len(_frequency_factors(config))
+                plan.append(["rope_freqs.weight", (factors,), _TENSOR_F32, [None]])
+            continue
+        gguf_name, part = mapped
+        entry = pending.get(gguf_name)
+        if entry is None:  # placed where its first part is; rows added as parts arrive
+            entry = pending[gguf_name] = [gguf_name, (spec.shape[1], 0), tensor_type, []]
+            plan.append(entry)
+        if part != len(entry[3]):
+            raise AssertionError(f"{spec.name} is part {part} of {gguf_name}, out of order")
+        entry[3].append(spec)
+        entry[1] = (spec.shape[1], entry[1][1] + spec.shape[0])
+    return [tuple(entry) for entry in plan]
+
+
+def _values(bundle: ModelBundle, config: LlamaMistralConfig, spec) -> array:
+    """One parameter's values as the file stores them: q/k rows permuted for Llama/Mistral,
+    Gemma's norms as 1 + w."""
+    if spec is None:
+        return array("f", _frequency_factors(config))
+    values = bundle._weights[spec.offset:spec.offset + spec.count]  # a copy of the slice
+    if (_FILE_ARCHITECTURE[config.architecture] == "llama"
+            and spec.name.endswith(("attention.query.weight", "attention.key.weight"))):
+        heads = (config.query_head_count if spec.name.endswith("query.weight")
+                 else config.key_value_head_count)
+        values = _permute_rotary_rows(values, heads, spec.shape[1])
+    if config.norm_weight_offset and spec.name.endswith(".scale"):
+        values = array("f", (1.0 + value for value in values))
+    return values
 
 
 def _aligned(position: int) -> int:
@@ -483,7 +508,8 @@ def export_gguf(source, path, dtype: str = "f32", name: str | None = None) -> Pa
     # The infos need every tensor's size only: dims and types, computed without the values.
     infos = []
     offset = 0
-    for tensor_name, dims, kind, _ in _tensor_layout(bundle, config, tensor_type):
+    plan = _plan(bundle, config, tensor_type)
+    for tensor_name, dims, kind, _ in plan:
         count = math.prod(dims)
         infos.append(_string(tensor_name) + struct.pack("<I", len(dims))
                      + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", kind, offset))
@@ -497,23 +523,13 @@ def export_gguf(source, path, dtype: str = "f32", name: str | None = None) -> Pa
         padding = _aligned(position) - position
         stream.write(b"\0" * padding)
         written = 0
-        for tensor_name, _, kind, values in _tensors(bundle, config, tensor_type):
-            data = _tensor_bytes(values, kind, tensor_name)
-            stream.write(data)
-            written += len(data)
+        for tensor_name, _, kind, sources in plan:
+            for source in sources:  # a fused tensor's parts are consecutive rows
+                data = _tensor_bytes(_values(bundle, config, source), kind, tensor_name)
+                stream.write(data)
+                written += len(data)
             padding = _aligned(written) - written
             stream.write(b"\0" * padding)
             written += padding
 
     return atomic_write(destination, write)
-
-
-def _tensor_layout(bundle: ModelBundle, config: LlamaMistralConfig, tensor_type: int):
-    """The names, dims and types :func:`_tensors` yields, without touching the values."""
-    factors = _frequency_factors(config)
-    for spec in bundle.parameters:
-        gguf_name, _ = checkpoint_tensor_name(config.architecture, "gguf", spec.name)
-        kind = tensor_type if len(spec.shape) == 2 else _TENSOR_F32
-        yield gguf_name, tuple(reversed(spec.shape)), kind, None
-        if spec.name == "token_embedding.weight" and factors:
-            yield "rope_freqs.weight", (len(factors),), _TENSOR_F32, None
