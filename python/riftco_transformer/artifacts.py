@@ -50,6 +50,7 @@ from .native import (
     TransformerConfig,
 )
 from .native._validation import UINT32_LIMIT
+from .native.pretrained_tokenizer import PRETOKENIZER_VALUES
 
 BUNDLE_FORMAT = "riftco-transformer-model-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -866,7 +867,7 @@ def _validate_pretrained_tokenizer(state: object, where: str) -> int:
     if state["chat_template"] is not None and not isinstance(state["chat_template"], str):
         raise ValueError(f"{where}: tokenizer.chat_template must be null or a string")
     if state["model"] not in ("byte_level_bpe", "sentencepiece_bpe") or (
-            state["pretokenizer"] not in (None, "gpt2", "llama3", "smollm")):
+            state["pretokenizer"] not in (None, *PRETOKENIZER_VALUES)):
         raise ValueError(f"{where}: tokenizer.model/pretokenizer {state['model']!r}/"
                          f"{state['pretokenizer']!r} is not supported")
     try:

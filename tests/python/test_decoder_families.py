@@ -1119,3 +1119,22 @@ def test_the_architecture_table_names_checkpoint_tensors_for_both_importers():
         checkpoint_tensor_name("falcon", "gguf", "token_embedding.weight")
     with pytest.raises(TypeError, match="parameter"):
         checkpoint_tensor_name("llama", "gguf", 3)
+
+
+def test_a_bundle_keeps_every_pretokenizer_the_library_has(tmp_path):
+    """Bundles accept each pre-tokenizer of the library (Qwen 2/3's "qwen2" among them: real
+    Qwen checkpoints use it) and reopen with the same ids."""
+    from riftco_transformer.native.pretrained_tokenizer import PRETOKENIZER_VALUES
+
+    text = "Qwen 2.5: 12345 tokens, ça va? 東京"
+    for pretokenizer in PRETOKENIZER_VALUES:
+        tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet(), pretokenizer=pretokenizer)
+        with LlamaMistralTransformer(preset("qwen2")) as model:
+            bundle = ModelBundle.capture(model, tokenizer, "pretraining")
+        path = bundle.save(tmp_path / f"{pretokenizer}.rift")
+        reopened = ModelBundle.load(path)
+        assert reopened.tokenizer_state["pretokenizer"] == pretokenizer
+        again = PretrainedTokenizer.from_state(reopened.tokenizer_state)
+        assert again.encode(text) == tokenizer.encode(text), pretokenizer
+        again.close()
+        tokenizer.close()
