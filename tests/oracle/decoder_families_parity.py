@@ -32,6 +32,11 @@ the rounded weights; qwen2_yarn's config.json rewritten as Qwen 2.5 ships it, 4.
 ``rope_scaling`` with ``type``) with a byte-level tokenizer.json, and loaded by our Python
 package's ``load_pretrained``: logits within 1e-3 with the loader's attention and with flash.
 
+With llama.cpp's binding, each Hugging Face directory is also written to GGUF by our exporter
+(interchange/gguf_export.py, from the model ``load_pretrained`` gives) and llama.cpp's logits on
+that file must equal transformers' within 1e-3 (where llama.cpp is an oracle; the same reasons
+as above otherwise): an independent reader of what we write.
+
 GPT-2, the learned-position preset, is checked from Hugging Face directories only (float32 and
 bfloat16 save_pretrained output of a tiny GPT2LMHeadModel), against transformers.
 
@@ -391,6 +396,17 @@ def write_hf_directory(directory, name, model, dtype=None, shards=False):
     tokenizer.save(os.path.join(directory, "tokenizer.json"))
 
 
+def export_loaded(directory, path):
+    """The directory loaded by our ``load_pretrained`` and written by our GGUF exporter."""
+    import riftco_transformer as rt
+    from riftco_transformer.interchange.gguf_export import export_gguf
+
+    with rt.load_pretrained(directory) as loaded:
+        # general.name without "phi3": llama.cpp sets token attributes by that name and then
+        # needs Phi-3's real special tokens ("</s>", ...), which this byte vocabulary lacks.
+        export_gguf(loaded, path, name="exported")
+
+
 def our_hf_logits(directory, prompt, attention=None):
     """Logits of our loader's model for the directory (riftco_transformer imported from this
     checkout, the library named by RIFTCO_TRANSFORMER_LIBRARY)."""
@@ -560,6 +576,15 @@ def main():
                 label = f"ours (HF dir{stored}{', flash' if attention else ''}) vs transformers"
                 compare(f"{label}, prompt {index}",
                         our_hf_logits(directory, prompt, attention), reference, failures)
+        if llama_python is not None:
+            # Our GGUF exporter (issue 31): the HF directory as loaded, written to GGUF by
+            # export_gguf and run by llama.cpp, against transformers on the same weights.
+            exported = os.path.join(args.work_dir, f"{name}-exported.gguf")
+            export_loaded(directory, exported)
+            theirs = llama_cpp_logits(llama_python, exported, prompts)
+            for index, (logits, reference) in enumerate(zip(theirs, stored_references)):
+                compare(f"llama.cpp on our export{stored} vs transformers, prompt {index}",
+                        logits, reference, failures, LLAMA_CPP_NOT_AN_ORACLE.get(name))
         for index, (prompt, reference) in enumerate(zip(prompts, references)):
             for attention in ("flash", "materialized"):
                 compare(f"ours ({attention}) vs transformers, prompt {index}",
