@@ -57,6 +57,13 @@ TEST(Transformer, IsTheOneDecoderWithTheGpt2Preset) {
         Decoder general(config, second);
         EXPECT_EQ(first(), second()) << "the same draws";
         EXPECT_STREQ(gpt.model_name(), "DecoderOnlyTransformer");
+        const TransformerDimensions read = gpt.dimensions();  // read from the config
+        EXPECT_EQ(read.vocabulary_size, 27U);
+        EXPECT_EQ(read.maximum_context, 16U);
+        EXPECT_EQ(read.model_width, 32U);
+        EXPECT_EQ(read.head_count, 4U);
+        EXPECT_EQ(read.block_count, 2U);
+        EXPECT_EQ(read.feed_forward_width, 64U);
         EXPECT_STREQ(general.model_name(), "Decoder");
         const ParameterList a = gpt.parameters();
         const ParameterList b = general.parameters();

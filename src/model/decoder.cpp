@@ -356,6 +356,7 @@ Decoder::Decoder(const char* model_name, const DecoderConfig& config, std::mt199
                  AttentionKind attention, ActivationCheckpointing checkpointing)
     : CausalLanguageModel(model_name, checkpointing),
       name_(model_name),
+      incremental_operation_(std::string(model_name) + "::forward_incremental"),
       config_(config),
       attention_(attention) {
     validate_decoder_config(config);
@@ -512,7 +513,7 @@ Tensor Decoder::forward_incremental(std::span<const std::uint32_t> tokens,
                                     std::span<const std::size_t> positions,
                                     IncrementalAttentionCache& cache,
                                     std::span<const std::size_t> output_rows) const {
-    const std::string op = std::string(name_) + "::forward_incremental";
+    const std::string& op = incremental_operation_;
     require_incremental_rows(op.c_str(), tokens, positions, output_rows);
     const std::size_t rows = tokens.size();
     const NoGradientGuard no_graph;

@@ -147,7 +147,6 @@ DecoderOnlyTransformer::DecoderOnlyTransformer(const TransformerDimensions& dime
                                                ActivationCheckpointing checkpointing,
                                                const DecoderOptions& options)
     : Decoder("DecoderOnlyTransformer", gpt_decoder_config(dimensions, layer_norm_epsilon, options),
-              generator, attention, checkpointing),
-      dimensions_(dimensions) {}
+              generator, attention, checkpointing) {}
 
 }  // namespace riftco_transformer

@@ -53,6 +53,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -249,6 +250,7 @@ class Decoder : public CausalLanguageModel {
                                                        ExecutionBackend backend) const;
 
     const char* name_;
+    std::string incremental_operation_;  // "<name>::forward_incremental", for messages
     DecoderConfig config_;
     AttentionKind attention_;
     // Block i reads rope_sets_[rope_set_of_[i]]'s tables: the distinct frequency sets.

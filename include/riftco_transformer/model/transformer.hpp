@@ -75,14 +75,16 @@ class DecoderOnlyTransformer final : public Decoder {
     // language_model_head unless tied; quantize_nf4 packs all 6N projections (block order q,
     // k, v, o, expand, project) and the untied head. Messages name "DecoderOnlyTransformer".
 
-    // As built; the options follow untie_embeddings.
-    [[nodiscard]] const TransformerDimensions& dimensions() const noexcept { return dimensions_; }
+    // Read from the Decoder's config (H is its query head count); the options follow
+    // untie_embeddings.
+    [[nodiscard]] TransformerDimensions dimensions() const noexcept {
+        const DecoderConfig& c = config();
+        return {c.vocabulary_size,  c.maximum_context, c.model_width,
+                c.query_head_count, c.block_count,     c.feed_forward_width};
+    }
     [[nodiscard]] DecoderOptions options() const noexcept {
         return {config().plain_activation, config().tie_embeddings};
     }
-
-  private:
-    TransformerDimensions dimensions_;
 };
 
 }  // namespace riftco_transformer
