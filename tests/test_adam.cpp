@@ -298,6 +298,11 @@ TEST(LearningRateSchedule, RejectsInvalidSchedulesWithInvalidArgument) {
         {Kind::WarmupCosine, 0, 10, -0.1},
         {Kind::WarmupCosine, 0, 10, 1.5},
         {Kind::WarmupCosine, 0, 10, quiet_nan},
+        {Kind::WarmupLinear, 0, 0, 0.0},
+        {Kind::WarmupLinear, 10, 10, 0.0},
+        {Kind::WarmupLinear, 0, 10, -0.1},
+        {Kind::WarmupLinear, 0, 10, 1.5},
+        {Kind::WarmupLinear, 0, 10, quiet_nan},
         {static_cast<Kind>(9), 0, 0, 0.0},
     };
     for (const LearningRateSchedule& schedule : invalid) {
@@ -331,6 +336,22 @@ TEST(LearningRateSchedule, WarmupCosineMatchesHandComputedRates) {
         {5, 0.00231802}, {6, 0.001}, {7, 0.001},      {100, 0.001}};
     for (const auto& [step, rate] : expected) {
         EXPECT_NEAR(scheduled_learning_rate(0.01, schedule, step), rate, 1e-8) << "step " << step;
+    }
+}
+
+TEST(LearningRateSchedule, WarmupLinearMatchesHandComputedRates) {
+    // base 0.01, W = 2, T = 6, f = 0.1:
+    //   t=1: 0.005   t=2: 0.01   (warmup)
+    //   t=3: p = 1/4, factor 0.1 + 0.9·0.75 = 0.775 -> 0.00775
+    //   t=4: p = 1/2, factor 0.1 + 0.9·0.5  = 0.55  -> 0.0055
+    //   t=5: p = 3/4, factor 0.1 + 0.9·0.25 = 0.325 -> 0.00325
+    //   t=6: p = 1,   factor 0.1                   -> 0.001;  t=7, 100: past T -> 0.001
+    const LearningRateSchedule schedule{LearningRateScheduleKind::WarmupLinear, 2, 6, 0.1};
+    const std::vector<std::pair<std::uint64_t, double>> expected = {
+        {1, 0.005}, {2, 0.01}, {3, 0.00775}, {4, 0.0055}, {5, 0.00325}, {6, 0.001},
+        {7, 0.001}, {100, 0.001}};
+    for (const auto& [step, rate] : expected) {
+        EXPECT_NEAR(scheduled_learning_rate(0.01, schedule, step), rate, 1e-15) << "step " << step;
     }
 }
 

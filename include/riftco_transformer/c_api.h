@@ -1,5 +1,5 @@
 /*
- * riftco_transformer stable C ABI, version 2.11 (docs/ARCHITECTURE.md, 'The C ABI').
+ * riftco_transformer stable C ABI, version 2.13 (docs/ARCHITECTURE.md, 'The C ABI').
  *
  * Conventions that hold for every function below:
  * - Only rt_ functions/types and RT_ constants. Fixed-width integers everywhere; backends,
@@ -52,6 +52,12 @@ extern "C" {
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
  * its own; minors only add.
+ * 2.13 adds, without renumbering a value or moving a field of 2.12 (the fine-tuning issue):
+ * - rt_adam_options' weight_decay (AdamW) and learning-rate schedule (schedule, warmup_steps,
+ *   total_steps, minimum_fraction: RT_LEARNING_RATE_SCHEDULE_*), appended after its 48-byte
+ *   2.4 layout; rt_adam_step_stats' learning_rate, appended after its 32-byte layout;
+ * - rt_variable_backward_scaled: backward with a seed other than 1 that can add into the
+ *   pending gradients instead of replacing them (gradient accumulation over micro-batches).
  * 2.12 adds, without renumbering a value or moving a field of 2.11:
  * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
  *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
@@ -85,8 +91,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 12
-#define RT_ABI_VERSION 0x0002000cu
+#define RT_ABI_VERSION_MINOR 13
+#define RT_ABI_VERSION 0x0002000du
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -526,6 +532,14 @@ RT_API rt_status RT_CALL rt_variable_copy_to_host_f32(const rt_variable* variabl
 /* Scalar variables only (implicit seed 1); replaces the gradients of the parameters it
  * reaches. */
 RT_API rt_status RT_CALL rt_variable_backward(rt_variable* variable);
+/* 2.13: rt_variable_backward with the scalar seed `scale` (finite; 1 is rt_variable_backward
+ * bit for bit) and, when accumulate is 1, gradients ADDED to the pending ones of the parameters
+ * it reaches instead of replacing them (accumulate 0: replaced). Gradient accumulation:
+ * backward each micro-batch's mean loss with scale = its share of the counted targets and
+ * accumulate = 1, then one rt_adam_step. A scale that is not finite, or accumulate > 1:
+ * RT_STATUS_INVALID_ARGUMENT; the graph rules are rt_variable_backward's. */
+RT_API rt_status RT_CALL rt_variable_backward_scaled(rt_variable* variable, float scale,
+                                                     uint32_t accumulate);
 /* Mean cross-entropy of logits [..., V] against one target per leading position
  * (count == numel / V, every target < V) -> scalar variable. */
 RT_API rt_status RT_CALL rt_cross_entropy(const rt_variable* logits, const uint32_t* targets,
@@ -727,6 +741,15 @@ typedef struct rt_adam rt_adam;
 #define RT_ADAM_STATE_CONTIGUOUS 0
 #define RT_ADAM_STATE_PAGED 1
 
+/* rt_adam_options.schedule (2.13): the rate of step t (1-based) is learning_rate * factor(t).
+ * CONSTANT: 1 (warmup_steps, total_steps and minimum_fraction must be 0). With W =
+ * warmup_steps, T = total_steps > W and f = minimum_fraction in [0, 1]: t <= W: t / W; t > T:
+ * f; between, WARMUP_COSINE: f + (1 - f) * (1 + cos(pi (t - W) / (T - W))) / 2 and
+ * WARMUP_LINEAR: f + (1 - f) * (1 - (t - W) / (T - W)). */
+#define RT_LEARNING_RATE_SCHEDULE_CONSTANT 0
+#define RT_LEARNING_RATE_SCHEDULE_WARMUP_COSINE 1
+#define RT_LEARNING_RATE_SCHEDULE_WARMUP_LINEAR 2
+
 typedef struct rt_adam_options {
     uint64_t struct_size;        /* >= 32 (the 2.3 prefix ends at reserved) */
     float learning_rate;         /* init 1e-3, finite > 0 */
@@ -739,6 +762,13 @@ typedef struct rt_adam_options {
     int32_t state_storage; /* init RT_ADAM_STATE_CONTIGUOUS */
     uint32_t reserved2;    /* must be 0 */
     uint64_t page_size;    /* elements per moment page, > 0; init 4096 */
+    /* 2.13 (a 48-byte struct leaves these at their init values) */
+    double weight_decay;     /* AdamW's decoupled decay, finite >= 0; init 0 (plain Adam) */
+    int32_t schedule;        /* RT_LEARNING_RATE_SCHEDULE_*; init CONSTANT */
+    uint32_t reserved3;      /* must be 0 */
+    uint64_t warmup_steps;   /* init 0 */
+    uint64_t total_steps;    /* init 0 */
+    double minimum_fraction; /* init 0 */
 } rt_adam_options;
 
 typedef struct rt_adam_step_stats {
@@ -746,6 +776,8 @@ typedef struct rt_adam_step_stats {
     uint64_t step;        /* the step count after this update */
     double gradient_norm; /* global norm before clipping */
     double clip_scale;    /* factor applied to every gradient (1 when not clipped) */
+    /* 2.13 (written when struct_size covers it) */
+    double learning_rate; /* the scheduled rate this step used */
 } rt_adam_step_stats;
 
 typedef struct rt_adam_state {

@@ -81,6 +81,15 @@ SECOND_MOMENTS = "adam-second-moments.f32le"
 OPTIONAL_MEMBERS = (PACKED_NF4, ADAPTER_VALUES, FIRST_MOMENTS, SECOND_MOMENTS)
 _HEX_ID = re.compile(r"[0-9a-f]{64}\Z")
 _OPTION_FIELDS = ("learning_rate", "beta1", "beta2", "epsilon", "maximum_gradient_norm")
+# Recorded only where they differ from the defaults (plain Adam at a constant rate), so a
+# checkpoint without them reads as before: AdamW's decay and the learning-rate schedule.
+_SCHEDULE_DEFAULTS = {"weight_decay": 0.0, "schedule": "constant", "warmup_steps": 0,
+                      "total_steps": 0, "minimum_fraction": 0.0}
+
+
+def _schedule_record(options: AdamOptions) -> dict:
+    return {name: getattr(options, name) for name, default in _SCHEDULE_DEFAULTS.items()
+            if getattr(options, name) != default}
 
 
 @dataclass(frozen=True)
@@ -242,6 +251,7 @@ def capture_training_checkpoint(
                    else "inf" for name in _OPTION_FIELDS},
                 "state_storage": options.state_storage,
                 "page_size": options.page_size,
+                **_schedule_record(options),
             },
             "step_count": state.step_count,
             "beta1_power": state.beta1_power,
@@ -390,7 +400,13 @@ class TrainingCheckpoint:
             **values,
             state_storage=recorded["state_storage"] if state_storage is None else state_storage,
             page_size=recorded["page_size"] if page_size is None else page_size,
+            **{name: recorded[name] for name in _SCHEDULE_DEFAULTS if name in recorded},
         )
+
+    def trainable_values(self) -> array:
+        """The trained parameters' values (the adapters' under LoRA, else the model's), in
+        the optimizer's flat order: what early stopping keeps of a best checkpoint."""
+        return self._adam_state().values
 
     def _adam_state(self) -> AdamState:
         optimizer = self._manifest["optimizer"]
@@ -460,6 +476,12 @@ class TrainingCheckpoint:
             have = "inf" if not math.isfinite(have) else _float32(have)
             if have != want:
                 raise ValueError(f"optimizer {name} is {have!r}, the checkpoint's is {want!r}")
+        want_schedule = {name: recorded["options"].get(name, default)
+                         for name, default in _SCHEDULE_DEFAULTS.items()}
+        have_schedule = {name: getattr(options, name) for name in _SCHEDULE_DEFAULTS}
+        if want_schedule != have_schedule:
+            raise ValueError(f"optimizer weight decay and schedule {have_schedule} differ from "
+                             f"the checkpoint's {want_schedule}")
 
     # ---- resuming ---------------------------------------------------------------------
 
@@ -708,8 +730,10 @@ def _validate_manifest(manifest, where: str) -> None:
         )
     options = optimizer["options"]
     option_keys = set(_OPTION_FIELDS) | {"state_storage", "page_size"}
-    if not isinstance(options, dict) or set(options) != option_keys:
-        raise ValueError(f"{where}: optimizer.options must have exactly {sorted(option_keys)}")
+    if not isinstance(options, dict) or not option_keys <= set(options) <= \
+            option_keys | set(_SCHEDULE_DEFAULTS):
+        raise ValueError(f"{where}: optimizer.options must have exactly {sorted(option_keys)}, "
+                         f"and may have {sorted(_SCHEDULE_DEFAULTS)}")
     try:
         restored = {}
         for name in _OPTION_FIELDS:
@@ -718,7 +742,8 @@ def _validate_manifest(manifest, where: str) -> None:
                 raise ValueError(f"{name} must be a finite number or 'inf'")
             restored[name] = value
         AdamOptions(**restored, state_storage=options["state_storage"],
-                    page_size=options["page_size"])
+                    page_size=options["page_size"],
+                    **{name: options[name] for name in _SCHEDULE_DEFAULTS if name in options})
     except (TypeError, ValueError, OverflowError) as error:
         raise ValueError(f"{where}: optimizer.options: {error}") from None
     step = optimizer["step_count"]

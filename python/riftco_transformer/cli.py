@@ -97,6 +97,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _fraction_or_zero(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _non_negative_int(text)
     if value > 65535:
@@ -193,18 +200,43 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--output", type=Path, required=True, help="the .rift bundle to write")
     post.add_argument("--steps", type=_positive_int, default=20)
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
-    post.add_argument("--context", type=_positive_int, default=16)
-    post.add_argument("--batch-size", type=_positive_int, default=2)
-    post.add_argument("--learning-rate", type=_positive_float, default=1e-3)
-    post.add_argument("--seed", type=_non_negative_int, default=29, help="batch order")
-    post.add_argument("--sampling-strategy", choices=("example_uniform", "window_uniform"),
-                      default="example_uniform")
+    post.add_argument("--context", type=_positive_int, default=None,
+                      help="the longest example row in tokens (default: the model's maximum "
+                      "context); longer examples are handled as --overlong says")
+    post.add_argument("--overlong", choices=("truncate", "drop"), default="truncate",
+                      help="what to do with an example longer than the context (default: "
+                      "truncate); the count is reported")
+    post.add_argument("--batch-size", type=_positive_int, default=2,
+                      help="examples per micro-batch (default: 2)")
+    post.add_argument("--gradient-accumulation", type=_positive_int, default=1,
+                      help="micro-batches per optimizer step (default: 1)")
+    post.add_argument("--learning-rate", type=_positive_float, default=1e-3,
+                      help="peak learning rate (default: 0.001)")
+    post.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"),
+                      default="constant",
+                      help="decay after the warmup (default: constant)")
+    post.add_argument("--warmup-steps", type=_non_negative_int, default=0,
+                      help="linear warmup steps, with --lr-schedule cosine or linear (default: 0)")
+    post.add_argument("--min-lr-fraction", type=_fraction_or_zero, default=0.0,
+                      help="the rate the decay ends at, as a fraction of the peak (default: 0)")
+    post.add_argument("--weight-decay", type=_non_negative_float, default=0.0,
+                      help="AdamW decoupled weight decay (default: 0)")
+    post.add_argument("--seed", type=_non_negative_int, default=29,
+                      help="batch order (default: 29)")
     post.add_argument("--lora-rank", type=_positive_int, default=4)
     post.add_argument("--lora-alpha", type=_positive_float, default=8.0)
     post.add_argument("--nf4-block-size", type=_positive_int, default=64)
-    post.add_argument("--response-only", action="store_true",
-                      help="compute the loss on the assistant's tokens only")
-    post.add_argument("--eval-every", type=_positive_int, default=10)
+    loss = post.add_mutually_exclusive_group()
+    loss.add_argument("--response-only", action="store_true",
+                      help="compute the loss on the assistant's tokens only (the default)")
+    loss.add_argument("--full-sequence-loss", action="store_true",
+                      help="compute the loss on every token of the formatted examples")
+    post.add_argument("--eval-every", type=_positive_int, default=10,
+                      help="steps between validation losses, with held-out examples "
+                      "(default: 10)")
+    post.add_argument("--early-stopping-patience", type=_positive_int, default=None,
+                      help="stop after this many validations without a new best, and keep "
+                      "the best model (needs held-out examples)")
     _add_backend(post)
     _add_runtime_policies(post)
     _add_training_outputs(post)
@@ -524,11 +556,20 @@ def command_post_train(arguments) -> int:
         steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
         evaluation_interval=arguments.eval_every, learning_rate=arguments.learning_rate,
         random_seed=arguments.seed, backend=arguments.backend,
-        fine_tuning_method=arguments.method, sampling_strategy=arguments.sampling_strategy,
+        fine_tuning_method=arguments.method, overlong=arguments.overlong,
         lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha),
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
-        nf4_block_size=arguments.nf4_block_size, response_only_loss=arguments.response_only,
+        nf4_block_size=arguments.nf4_block_size,
+        response_only_loss=not arguments.full_sequence_loss,
+        lr_schedule=arguments.lr_schedule, warmup_steps=arguments.warmup_steps,
+        minimum_learning_rate_fraction=arguments.min_lr_fraction,
+        weight_decay=arguments.weight_decay,
+        gradient_accumulation_steps=arguments.gradient_accumulation,
+        early_stopping_patience=arguments.early_stopping_patience,
     )
+    if config.early_stopping_patience is not None and validation is None:
+        raise UsageError("--early-stopping-patience needs held-out examples "
+                         "(--validation-instructions or --validation-fraction)")
     if arguments.model is not None:
         return _post_train_pretrained(arguments, examples, validation, config)
     base = ModelBundle.load(arguments.base)

@@ -11,23 +11,43 @@ renders), and fine-tunes with Adam:
   ``double_quantization``, ``nf4_scale_block_size``), then LoRA as above; the merge
   dequantizes, so the child bundle is dense float32.
 
-The objective is ``full_sequence_causal_sft`` (every token of the formatted text) or, with
-``response_only_loss=True``, ``response_only_causal_sft``: only the assistant's tokens
-(response text and the newline that ends it) are targets. The child records its parent's
-``artifact_id``. With ``validation_examples``, the base and the tuned model are scored on
-them with the exhaustive evaluator (:mod:`.evaluation`), before and after, and the figures
-go into the result and the child's metadata.
+Data: every example is tokenized whole and is one row of a batch; a batch pads its rows to
+its longest one with an ignore mask (:mod:`.example_batching`). An example longer than the
+context (``context_size``, by default the model's maximum context) is truncated or dropped
+(``overlong``), and the counts are reported; no example ever has to be longer than the
+context.
+
+The objective is ``response_only_causal_sft`` by default (``response_only_loss=True``: only the
+assistant's tokens, its content and what ends its turn, are targets) or
+``full_sequence_causal_sft`` (every token of the formatted text). The optimizer is Adam
+(AdamW with ``weight_decay``) at a rate that follows ``lr_schedule`` (``"constant"``, or a
+``warmup_steps`` linear warmup then a ``"cosine"`` or ``"linear"`` decay to
+``minimum_learning_rate_fraction`` of the rate at the last step); a step may accumulate the
+gradients of ``gradient_accumulation_steps`` batches.
+
+With ``validation_examples``:
+- the base and the tuned model are scored on them whole with the exhaustive evaluator
+  (:mod:`.evaluation`), before and after, and the figures go into the result and the child's
+  metadata;
+- the validation loss (and perplexity) is published every ``evaluation_interval`` steps;
+- with ``early_stopping_patience`` p, p validations in a row without a new best end the run,
+  and the trainable values of the best validation are kept: the result is the best model,
+  not the last (and ``<checkpoint>.best.riftckpt`` holds it when checkpointing).
+
+The child records its parent's ``artifact_id``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .artifacts import ModelBundle
-from .batching import SAMPLING_STRATEGIES, WindowBatchSource
 from .evaluation import CausalEvaluation, encode_examples, evaluate_sequences
+from .example_batching import OVERLONG_POLICIES, ExampleBatchSource, example_batches
 from .instructions import PlainChatFormatter, read_instructions_jsonl
 from .native import Adam, AdamOptions, LoraConfig
 from .native._validation import require_int, require_positive_float
@@ -41,6 +61,7 @@ from .training import (
 )
 
 FINE_TUNING_METHODS = ("full", "lora", "qlora")
+LEARNING_RATE_SCHEDULES = ("constant", "cosine", "linear")
 
 
 def _power_of_two(value, name: str) -> int:
@@ -56,7 +77,7 @@ class PostTrainingConfig:
     (docs/ARCHITECTURE.md, 'Training workflows')."""
 
     steps: int = 20
-    context_size: int = 16
+    context_size: int | None = None
     batch_size: int = 2
     evaluation_interval: int = 10
     loss_average_window: int = 10
@@ -64,7 +85,7 @@ class PostTrainingConfig:
     random_seed: int = 29
     backend: str = "auto"
     fine_tuning_method: str = "full"
-    sampling_strategy: str = "example_uniform"
+    overlong: str = "truncate"
     lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
     attention: str = "materialized"
     activation_checkpointing: str = "disabled"
@@ -73,17 +94,45 @@ class PostTrainingConfig:
     double_quantization: bool = True
     optimizer_state: str = "auto"
     optimizer_page_size: int = 4096
-    response_only_loss: bool = False
+    response_only_loss: bool = True
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    minimum_learning_rate_fraction: float = 0.0
+    weight_decay: float = 0.0
+    gradient_accumulation_steps: int = 1
+    early_stopping_patience: int | None = None
+    early_stopping_min_delta: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "context_size", "batch_size", "evaluation_interval",
-                     "loss_average_window", "optimizer_page_size"):
+        for name in ("steps", "batch_size", "evaluation_interval",
+                     "loss_average_window", "optimizer_page_size", "gradient_accumulation_steps"):
             _positive(getattr(self, name), name)
+        if self.context_size is not None:
+            _positive(self.context_size, "context_size")
+        if self.early_stopping_patience is not None:
+            _positive(self.early_stopping_patience, "early_stopping_patience")
+        _one_of(self.overlong, "overlong", OVERLONG_POLICIES)
+        _one_of(self.lr_schedule, "lr_schedule", LEARNING_RATE_SCHEDULES)
+        require_int(self.warmup_steps, "warmup_steps", 0, 1 << 63)
+        if self.lr_schedule == "constant" and self.warmup_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) needs lr_schedule 'cosine' or "
+                             "'linear'")
+        if self.lr_schedule != "constant" and self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps "
+                             f"({self.steps})")
+        for name in ("minimum_learning_rate_fraction", "weight_decay",
+                     "early_stopping_min_delta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.minimum_learning_rate_fraction > 1:
+            raise ValueError("minimum_learning_rate_fraction must lie in [0, 1], got "
+                             f"{self.minimum_learning_rate_fraction!r}")
         require_int(self.random_seed, "random_seed", 0, 1 << 63)
         require_positive_float(self.learning_rate, "learning_rate")
         require_backend_name(self.backend)
         _one_of(self.fine_tuning_method, "fine_tuning_method", FINE_TUNING_METHODS)
-        _one_of(self.sampling_strategy, "sampling_strategy", SAMPLING_STRATEGIES)
         if not isinstance(self.lora, LoraConfig):
             raise TypeError(f"lora must be a LoraConfig, not {type(self.lora).__name__}")
         _one_of(self.attention, "attention", ("materialized", "flash"))
@@ -105,6 +154,18 @@ class PostTrainingConfig:
     def objective(self) -> str:
         return "response_only_causal_sft" if self.response_only_loss else "full_sequence_causal_sft"
 
+    def adam_options(self) -> AdamOptions:
+        """The optimizer this configuration trains with (schedule and decay included)."""
+        schedule = {}
+        if self.lr_schedule != "constant":
+            schedule = {"schedule": self.lr_schedule, "warmup_steps": self.warmup_steps,
+                        "total_steps": self.steps,
+                        "minimum_fraction": float(self.minimum_learning_rate_fraction)}
+        return AdamOptions(learning_rate=self.learning_rate,
+                           state_storage=self.resolved_optimizer_state,
+                           page_size=self.optimizer_page_size,
+                           weight_decay=float(self.weight_decay), **schedule)
+
 
 @dataclass(frozen=True)
 class PostTrainingResult:
@@ -115,16 +176,30 @@ class PostTrainingResult:
     fine_tuning_method: str
     base_validation: CausalEvaluation | None = None
     tuned_validation: CausalEvaluation | None = None
+    data: dict | None = None
+    best_step: int | None = None
+    stopped_early: bool = False
 
 
-def _require_long_enough(sequences, context_size: int) -> None:
-    """Every example must give at least one window of context_size + 1 tokens."""
-    short = [index for index, row in enumerate(sequences) if len(row) <= context_size]
-    if short:
-        raise ValueError(
-            f"{len(short)} examples encode to <= context_size = {context_size} tokens "
-            f"(indices {short[:8]}{'...' if len(short) > 8 else ''}); lower context_size"
-        )
+def _example_source(sequences, masks, config: PostTrainingConfig,
+                    context: int) -> ExampleBatchSource:
+    return ExampleBatchSource(sequences, config.batch_size, context, config.random_seed, masks,
+                              config.overlong)
+
+
+def _data_report(source: ExampleBatchSource) -> dict:
+    """What the data handling did, for results, metadata and the CLI."""
+    return {"example_count": source.example_count, "used_example_count": source.sequence_count,
+            "truncated_count": source.truncated_count, "dropped_count": source.dropped_count,
+            "unusable_count": source.unusable_count, "context_size": source.context_size,
+            "overlong": source.overlong, "target_token_count": source.target_token_count}
+
+
+def best_checkpoint_path(checkpoint_path) -> Path:
+    """Where early stopping keeps the best validation's checkpoint: ``x.riftckpt`` ->
+    ``x.best.riftckpt``."""
+    path = Path(checkpoint_path)
+    return path.with_name(f"{path.stem}.best{path.suffix}")
 
 
 def _trainable_with_optimizer(model, config: PostTrainingConfig) -> Adam:
@@ -135,29 +210,41 @@ def _trainable_with_optimizer(model, config: PostTrainingConfig) -> Adam:
     else:
         trainable = model.parameters()
     with trainable:
-        return Adam(trainable, AdamOptions(
-            learning_rate=config.learning_rate,
-            state_storage=config.resolved_optimizer_state,
-            page_size=config.optimizer_page_size,
-        ))
+        return Adam(trainable, config.adam_options())
+
+
+@dataclass
+class _RunOutcome:
+    metrics: tuple
+    best_step: int | None
+    best_values: object
+    stopped_early: bool
+
+
+def _trainable(model):
+    return model.adapter_parameters() if model.lora_attached else model.parameters()
 
 
 def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostTrainingConfig,
                       tokenizer, metric_sink, on_step, checkpoint_path, checkpoint_interval,
-                      nf4: dict | None, metadata: dict) -> tuple:
+                      nf4: dict | None, metadata: dict, validation_batches=(),
+                      resumed: bool = False) -> _RunOutcome:
     """Runs the steps left to ``config.steps`` (all of them, or what a restored checkpoint
     left), writing an exact-resume checkpoint to ``checkpoint_path`` every
-    ``checkpoint_interval`` steps and at the end; returns the metrics."""
+    ``checkpoint_interval`` steps and at the end. Under early stopping it keeps the trainable
+    values of the best validation (and its checkpoint); returns what happened."""
     model, optimizer = trainer.model, trainer.optimizer
     remaining = config.steps - optimizer.step_count
     if remaining < 0:
         raise ValueError(f"the checkpoint is at step {optimizer.step_count}, past steps = "
                          f"{config.steps}")
+    keep_best = bool(validation_batches) and config.early_stopping_patience is not None
+    best_values = None
 
-    def save_checkpoint() -> None:
+    def save_checkpoint(path) -> None:
         from .checkpoints import save_training_checkpoint
 
-        save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source, trainer,
+        save_training_checkpoint(path, model, optimizer, tokenizer, source, trainer,
                                  nf4=nf4, metadata=metadata)
 
     def step_hook(metric: TrainingMetric) -> None:
@@ -165,7 +252,30 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
             on_step(metric)
         if checkpoint_path is not None and checkpoint_interval and \
                 metric.step % checkpoint_interval == 0:
-            save_checkpoint()
+            save_checkpoint(checkpoint_path)
+
+    def on_best(metric: TrainingMetric) -> None:
+        nonlocal best_values
+        if not keep_best:
+            return
+        with _trainable(model) as parameters:
+            best_values = parameters.flat_values()
+        if checkpoint_path is not None:
+            save_checkpoint(best_checkpoint_path(checkpoint_path))
+
+    if keep_best and resumed and trainer.best_validation_step is not None:
+        # The best so far was kept before the interruption: its values are in its checkpoint.
+        from .checkpoints import TrainingCheckpoint
+
+        if checkpoint_path is None:
+            raise ValueError("resuming a run with early stopping needs checkpoint_path (its best "
+                             "checkpoint holds the best values so far)")
+        best = TrainingCheckpoint.load(best_checkpoint_path(checkpoint_path))
+        if best.global_step != trainer.best_validation_step:
+            raise ValueError(f"{best_checkpoint_path(checkpoint_path)} is at step "
+                             f"{best.global_step}, the run's best validation at step "
+                             f"{trainer.best_validation_step}")
+        best_values = best.trainable_values()
 
     metrics = ()
     # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there.
@@ -174,14 +284,28 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
             metrics = trainer.run(
                 source,
                 TrainingLoopConfig(remaining, config.evaluation_interval,
-                                   config.loss_average_window),
-                (), metric_sink, step_hook, stop_requested=interrupt.stop_requested,
+                                   config.loss_average_window, config.gradient_accumulation_steps,
+                                   config.early_stopping_patience,
+                                   float(config.early_stopping_min_delta)),
+                validation_batches, metric_sink, step_hook,
+                evaluate_first=not resumed, stop_requested=interrupt.stop_requested,
+                on_best=on_best,
             )
         if checkpoint_path is not None:
-            save_checkpoint()
+            save_checkpoint(checkpoint_path)
     if interrupt.requested:
         raise TrainingInterrupted(optimizer.step_count, checkpoint_path)
-    return metrics
+    stopped_early = bool(getattr(trainer, "stopped_early", False))
+    return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
+                       best_values, stopped_early)
+
+
+def _keep_best(model, outcome: _RunOutcome, final_step: int) -> None:
+    """After the optimizer closed: put the best validation's trainable values back when the
+    last step is not the best one."""
+    if outcome.best_values is not None and outcome.best_step != final_step:
+        with _trainable(model) as parameters:
+            parameters.load_flat_values(outcome.best_values)
 
 
 def post_train_jsonl(base: ModelBundle, path, config: PostTrainingConfig | None = None,
@@ -215,11 +339,13 @@ def post_train(
         raise TypeError(f"base must be a ModelBundle, not {type(base).__name__}")
     if not examples:
         raise ValueError("examples is empty")
-    if config.context_size > base.config.maximum_context:
+    maximum = base.config.maximum_context
+    if config.context_size is not None and config.context_size > maximum:
         raise ValueError(
             f"context_size {config.context_size} exceeds the base model's maximum_context "
-            f"{base.config.maximum_context}"
+            f"{maximum}"
         )
+    context = maximum if config.context_size is None else config.context_size
     formatter = PlainChatFormatter() if formatter is None else formatter
     backend = resolve_backend(config.backend)
     runtime = base.instantiate(backend, config.attention, config.activation_checkpointing)
@@ -229,13 +355,16 @@ def post_train(
         sequences, masks = encode_examples(
             tokenizer, examples, formatter, config.response_only_loss
         )
-        _require_long_enough(sequences, config.context_size)
-        validation = None
+        source = _example_source(sequences, masks, config, context)
+        validation = validation_batches = None
         if validation_examples:
             validation = encode_examples(tokenizer, validation_examples, formatter,
                                          config.response_only_loss)
+            validation_batches = example_batches(validation[0], config.batch_size, context,
+                                                 validation[1], config.overlong)
+        # Scored whole (up to the model's context), not in windows of the training context.
         base_validation = (
-            evaluate_sequences(model, validation[0], config.context_size, 8, validation[1])
+            evaluate_sequences(model, validation[0], None, 8, validation[1])
             if validation else None
         )
         method = config.fine_tuning_method
@@ -274,16 +403,17 @@ def post_train(
             }
         if checkpoint is None:
             optimizer = _trainable_with_optimizer(model, config)
-        source = WindowBatchSource(sequences, config.batch_size, config.context_size,
-                                   config.random_seed, config.sampling_strategy, masks)
         trainer = CausalLanguageModelTrainer(model, optimizer)
         if checkpoint is not None:
             checkpoint.restore_source(source)
             checkpoint.restore_trainer(trainer)
-        metrics = _train_to_the_end(
+        outcome = _train_to_the_end(
             trainer, source, config, tokenizer, metric_sink, on_step, checkpoint_path,
             checkpoint_interval, nf4, {"stage": "post_training",
-                                      "base_artifact_id": base.artifact_id})
+                                      "base_artifact_id": base.artifact_id},
+            validation_batches or (), resumed=checkpoint is not None)
+        metrics = outcome.metrics
+        final_step = optimizer.step_count
         optimizer_report = {
             "state_storage": optimizer.state_storage,
             "page_size": optimizer.state_page_size,
@@ -291,16 +421,22 @@ def post_train(
             "payload_bytes": optimizer.state_payload_bytes,
         }
         optimizer.close()
+        _keep_best(model, outcome, final_step)
         if method in ("lora", "qlora"):
             model.merge_lora()
         tuned_validation = (
-            evaluate_sequences(model, validation[0], config.context_size, 8, validation[1])
+            evaluate_sequences(model, validation[0], None, 8, validation[1])
             if validation else None
         )
+        data = _data_report(source)
         metadata = {
             "objective": config.objective,
             "response_only_loss": config.response_only_loss,
             "example_count": len(sequences),
+            "data": data,
+            "steps_run": final_step,
+            "stopped_early": outcome.stopped_early,
+            "best_step": outcome.best_step,
             "formatter": type(formatter).__name__,
             "config": {**dataclasses.asdict(config), "lora": dataclasses.asdict(config.lora)},
             "backend": backend,
@@ -331,7 +467,7 @@ def post_train(
         runtime.close()
     return PostTrainingResult(
         bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,
-        base_validation, tuned_validation,
+        base_validation, tuned_validation, data, outcome.best_step, outcome.stopped_early,
     )
 
 
@@ -347,6 +483,9 @@ class PretrainedFineTuningResult:
     base_validation: CausalEvaluation | None
     tuned_validation: CausalEvaluation | None
     step_seconds: tuple[float, ...]
+    data: dict | None = None
+    best_step: int | None = None
+    stopped_early: bool = False
 
 
 def fine_tune_pretrained(
@@ -383,17 +522,20 @@ def fine_tune_pretrained(
     pretrained.reset_generator()  # its KV-cache pool pins the parameters
     if model.lora_attached or model.quantized_linear_weights:
         raise ValueError("the model already has adapters or packed weights")
-    if config.context_size > model.maximum_context:
+    if config.context_size is not None and config.context_size > model.maximum_context:
         raise ValueError(f"context_size {config.context_size} exceeds the model's maximum_context "
                          f"{model.maximum_context}")
+    context = model.maximum_context if config.context_size is None else config.context_size
     formatter = ChatTemplateFormatter(pretrained.chat_template)
     sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
-    _require_long_enough(sequences, config.context_size)
+    source = _example_source(sequences, masks, config, context)
     validation = (encode_examples(tokenizer, validation_examples, formatter,
                                   config.response_only_loss) if validation_examples else None)
+    validation_batches = (example_batches(validation[0], config.batch_size, context,
+                                          validation[1], config.overlong) if validation else ())
     model.set_full_sequence_attention(config.attention)
     model.set_activation_checkpointing(config.activation_checkpointing)
-    base_validation = (evaluate_sequences(model, validation[0], config.context_size, 8,
+    base_validation = (evaluate_sequences(model, validation[0], None, 8,
                                           validation[1]) if validation else None)
     method = config.fine_tuning_method
     if method == "qlora":
@@ -413,8 +555,6 @@ def fine_tune_pretrained(
             on_step(metric)
 
     try:
-        source = WindowBatchSource(sequences, config.batch_size, config.context_size,
-                                   config.random_seed, config.sampling_strategy, masks)
         trainer = CausalLanguageModelTrainer(model, optimizer)
         if resume_from is not None:
             from .checkpoints import TrainingCheckpoint
@@ -427,15 +567,20 @@ def fine_tune_pretrained(
                                  f"{base_id!r})")
             checkpoint.restore(model, optimizer, source, trainer)
         last[0] = _time.perf_counter()
-        metrics = _train_to_the_end(trainer, source, config, tokenizer, metric_sink, step_hook,
+        outcome = _train_to_the_end(trainer, source, config, tokenizer, metric_sink, step_hook,
                                     checkpoint_path, checkpoint_interval, nf4,
-                                    {"stage": "post_training", "base_id": base_id})
+                                    {"stage": "post_training", "base_id": base_id},
+                                    validation_batches, resumed=resume_from is not None)
+        final_step = optimizer.step_count
     finally:
         optimizer.close()
+    _keep_best(model, outcome, final_step)
     if method in ("lora", "qlora"):
         model.merge_lora()
     pretrained.reset_generator()
-    tuned_validation = (evaluate_sequences(model, validation[0], config.context_size, 8,
+    tuned_validation = (evaluate_sequences(model, validation[0], None, 8,
                                            validation[1]) if validation else None)
-    return PretrainedFineTuningResult(tuple(metrics), len(sequences), config.objective, method,
-                                      base_validation, tuned_validation, tuple(step_seconds))
+    return PretrainedFineTuningResult(outcome.metrics, len(sequences), config.objective, method,
+                                      base_validation, tuned_validation, tuple(step_seconds),
+                                      _data_report(source), outcome.best_step,
+                                      outcome.stopped_early)

@@ -2,10 +2,15 @@
 
 One step: draw a batch, run a fresh forward (a new single-use graph), take the mean
 cross-entropy, read its value (the loss of the pre-update parameters), backward, one Adam
-step (global-norm clipping, then the update), then publish a :class:`TrainingMetric` to the
-sink. With validation batches, the model is evaluated once before training and then every
-``evaluation_interval`` steps and at the final step (mean of the per-batch mean losses, no
-backward).
+step (global-norm clipping, then the update at the step's scheduled learning rate), then
+publish a :class:`TrainingMetric` to the sink. With ``gradient_accumulation_steps`` k > 1 a
+step draws k micro-batches and backwards each one's mean loss scaled by its share of the
+step's counted targets, adding into the gradients, so the one update equals a step on the k
+micro-batches together. With validation batches, the model is evaluated once before training
+and then every ``evaluation_interval`` steps and at the final step (the mean loss over the
+counted targets, no backward). With ``early_stopping_patience`` p, a validation that does not
+beat the best one so far by more than ``early_stopping_min_delta`` counts against the run,
+and p of them in a row end it; ``on_best`` hears every new best, so the caller can keep it.
 
 The loop is resumable: :meth:`CausalLanguageModelTrainer.run` continues from the
 optimizer's step count, and the rolling loss average is part of the trainer's state
@@ -80,10 +85,22 @@ class TrainingLoopConfig:
     steps: int
     evaluation_interval: int = 10
     loss_average_window: int = 10
+    gradient_accumulation_steps: int = 1
+    early_stopping_patience: int | None = None
+    early_stopping_min_delta: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "evaluation_interval", "loss_average_window"):
+        for name in ("steps", "evaluation_interval", "loss_average_window",
+                     "gradient_accumulation_steps"):
             object.__setattr__(self, name, require_int(getattr(self, name), name, 1, 1 << 63))
+        if self.early_stopping_patience is not None:
+            object.__setattr__(self, "early_stopping_patience", require_int(
+                self.early_stopping_patience, "early_stopping_patience", 1, 1 << 63))
+        delta = self.early_stopping_min_delta
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or \
+                not math.isfinite(delta) or delta < 0:
+            raise ValueError(f"early_stopping_min_delta must be a finite number >= 0, got "
+                             f"{delta!r}")
 
 
 @dataclass(frozen=True)
@@ -93,8 +110,8 @@ class TrainingMetric:
     ``phase`` is ``"train"`` or ``"validation"``; ``step`` the optimizer step it belongs to
     (1-based for training; validation before any update is step 0 or the resumed step);
     ``perplexity = exp(loss)`` (inf on overflow). Training metrics also carry the rolling
-    ``loss_average``, the pre-clip global ``gradient_norm``, the ``clip_scale``, and the
-    throughput of that step.
+    ``loss_average``, the pre-clip global ``gradient_norm``, the ``clip_scale``, the
+    throughput of that step and the ``learning_rate`` its update used.
     """
 
     phase: str
@@ -106,6 +123,7 @@ class TrainingMetric:
     clip_scale: float | None = None
     tokens_per_second: float | None = None
     elapsed_seconds: float | None = None
+    learning_rate: float | None = None
 
 
 def perplexity(loss: float) -> float:
@@ -125,16 +143,27 @@ def batch_loss(model, batch: TrainingBatch):
     return cross_entropy_masked(logits, batch.targets, batch.target_mask)
 
 
+def counted_targets(batch: TrainingBatch) -> int:
+    """The targets that count toward ``batch``'s mean loss."""
+    if batch.target_mask is None:
+        return batch.token_count
+    return sum(sum(row) for row in batch.target_mask)
+
+
 def evaluate_batches(model, batches: Sequence[TrainingBatch]) -> float:
-    """The mean of the per-batch mean losses (no backward)."""
+    """The mean loss over every counted target of ``batches`` (no backward): each batch's
+    mean weighted by its counted targets (for batches of equal size without masks, the mean
+    of the per-batch means)."""
     if not batches:
         raise ValueError("evaluate_batches needs at least one batch")
+    weights = [counted_targets(batch) for batch in batches]
+    equal = all(weight == weights[0] for weight in weights)
     total = 0.0
-    for batch in batches:
+    for batch, weight in zip(batches, weights, strict=True):
         loss = batch_loss(model, batch)
-        total += loss.item()
+        total += loss.item() * (1 if equal else weight)
         loss.close()
-    return total / len(batches)
+    return total / (len(batches) if equal else sum(weights))
 
 
 class CausalLanguageModelTrainer:
@@ -153,6 +182,10 @@ class CausalLanguageModelTrainer:
         self.model = model
         self.optimizer = optimizer
         self._recent_losses: deque[float] = deque()
+        # Early stopping's record: the best validation so far and the evaluations since.
+        self.best_validation_loss: float | None = None
+        self.best_validation_step: int | None = None
+        self.evaluations_without_improvement = 0
         # Data parallelism (riftco_transformer.distributed.DataParallel): every rank trains on
         # its shard of each global batch, gradients are averaged before the step, and the
         # replicas start from rank 0's values.
@@ -170,26 +203,72 @@ class CausalLanguageModelTrainer:
                     data_parallel.synchronize_parameters(adapter)
 
     def capture_state(self) -> dict:
-        """The loop's own state (the rolling window's losses), for checkpoints."""
-        return {"recent_losses": list(self._recent_losses)}
+        """The loop's own state (the rolling window's losses, and early stopping's record
+        once a validation ran), for checkpoints."""
+        state: dict = {"recent_losses": list(self._recent_losses)}
+        if self.best_validation_loss is not None:
+            state["best_validation"] = {
+                "loss": self.best_validation_loss, "step": self.best_validation_step,
+                "evaluations_without_improvement": self.evaluations_without_improvement}
+        return state
 
     def restore_state(self, state: dict) -> None:
         losses = state.get("recent_losses") if isinstance(state, dict) else None
         if not isinstance(losses, list) or not all(isinstance(v, float) for v in losses):
             raise ValueError("trainer state must have recent_losses, a list of floats")
+        best = state.get("best_validation")
+        if best is not None and not (
+                isinstance(best, dict)
+                and set(best) == {"loss", "step", "evaluations_without_improvement"}
+                and isinstance(best["loss"], float) and math.isfinite(best["loss"])
+                and isinstance(best["step"], int) and not isinstance(best["step"], bool)
+                and best["step"] >= 0
+                and isinstance(best["evaluations_without_improvement"], int)
+                and best["evaluations_without_improvement"] >= 0):
+            raise ValueError("trainer state's best_validation must have a finite loss, a step "
+                             "and evaluations_without_improvement")
         self._recent_losses = deque(losses)
+        if best is None:
+            self.best_validation_loss = self.best_validation_step = None
+            self.evaluations_without_improvement = 0
+        else:
+            self.best_validation_loss = best["loss"]
+            self.best_validation_step = best["step"]
+            self.evaluations_without_improvement = best["evaluations_without_improvement"]
 
-    def train_step(self, batch: TrainingBatch, window: int = 10) -> TrainingMetric:
+    def train_step(self, batch: TrainingBatch | Sequence[TrainingBatch],
+                   window: int = 10) -> TrainingMetric:
         """One step on ``batch`` (the global batch under data parallelism: this rank trains on
-        its shard, and the loss reported is the global batch's); returns its metric."""
+        its shard, and the loss reported is the global batch's); returns its metric.
+
+        A sequence of batches is one step of gradient accumulation over them: each one's mean
+        loss is backwarded with the scale (its counted targets) / (all their counted targets)
+        into the same gradients, so the update and the reported loss are those of the mean
+        over every counted target of the step."""
         started = time.perf_counter()
-        if self.data_parallel is None:
-            loss = batch_loss(self.model, batch)
+        micro = (batch,) if isinstance(batch, TrainingBatch) else tuple(batch)
+        if not micro or not all(isinstance(b, TrainingBatch) for b in micro):
+            raise TypeError("batch must be a TrainingBatch or a nonempty sequence of them")
+        if len(micro) > 1 and self.data_parallel is not None:
+            raise ValueError("gradient accumulation is not available with data parallelism")
+        if self.data_parallel is not None:
+            value = self._data_parallel_backward(micro[0])
+        elif len(micro) == 1:
+            loss = batch_loss(self.model, micro[0])
             value = loss.item()
             loss.backward()
             loss.close()
         else:
-            value = self._data_parallel_backward(batch)
+            weights = [counted_targets(b) for b in micro]
+            total = sum(weights)
+            value = 0.0
+            for index, (piece, weight) in enumerate(zip(micro, weights, strict=True)):
+                if weight == 0:
+                    continue  # nothing counts: no contribution (and no empty mean)
+                loss = batch_loss(self.model, piece)
+                value += loss.item() * weight / total
+                loss.backward_scaled(weight / total, accumulate=index > 0)
+                loss.close()
         stats = self.optimizer.step()
         elapsed = time.perf_counter() - started
         self._recent_losses.append(value)
@@ -203,8 +282,10 @@ class CausalLanguageModelTrainer:
             loss_average=sum(self._recent_losses) / len(self._recent_losses),
             gradient_norm=stats.gradient_norm,
             clip_scale=stats.clip_scale,
-            tokens_per_second=batch.token_count / elapsed if elapsed > 0 else None,
+            tokens_per_second=(sum(b.token_count for b in micro) / elapsed
+                               if elapsed > 0 else None),
             elapsed_seconds=elapsed,
+            learning_rate=stats.learning_rate,
         )
 
     def _data_parallel_backward(self, batch: TrainingBatch) -> float:
@@ -242,14 +323,17 @@ class CausalLanguageModelTrainer:
         on_step: Callable[[TrainingMetric], None] | None = None,
         evaluate_first: bool = True,
         stop_requested: Callable[[], bool] | None = None,
+        on_best: Callable[[TrainingMetric], None] | None = None,
     ) -> tuple[TrainingMetric, ...]:
         """Run ``config.steps`` steps from ``source``; returns every metric published.
 
-        ``on_step(metric)`` runs after each training step (progress bars, periodic
-        checkpoints). ``evaluate_first`` evaluates before the first step (skip it when
+        ``on_step(metric)`` runs after each training step and its validation, if any
+        (progress bars, periodic checkpoints). ``evaluate_first`` evaluates before the first step (skip it when
         resuming, where the uninterrupted run already published that evaluation).
         ``stop_requested()``, checked after each step and its evaluation, ends the run early
         when true (a :class:`DeferredInterrupt`); ``optimizer.step_count`` says where.
+        ``on_best(metric)`` runs after each validation that is a new best (the first one
+        included); :attr:`stopped_early` says whether early stopping ended the run.
         """
         if not isinstance(config, TrainingLoopConfig):
             raise TypeError(f"config must be a TrainingLoopConfig, not {type(config).__name__}")
@@ -267,21 +351,39 @@ class CausalLanguageModelTrainer:
 
         def validate(step: int) -> None:
             value = evaluate_batches(self.model, validation_batches)
-            publish(TrainingMetric("validation", step, value, perplexity(value)))
+            metric = TrainingMetric("validation", step, value, perplexity(value))
+            publish(metric)
+            best = self.best_validation_loss
+            if best is None or value < best - config.early_stopping_min_delta:
+                self.best_validation_loss, self.best_validation_step = value, step
+                self.evaluations_without_improvement = 0
+                if on_best is not None:
+                    on_best(metric)
+            else:
+                self.evaluations_without_improvement += 1
 
+        self.stopped_early = False
+        patience = config.early_stopping_patience
         first_step = self.optimizer.step_count
         final_step = first_step + config.steps
         if validation_batches and evaluate_first:
             validate(first_step)
         for _ in range(config.steps):
-            metric = self.train_step(source.next(), config.loss_average_window)
+            batch = (source.next() if config.gradient_accumulation_steps == 1 else
+                     [source.next() for _ in range(config.gradient_accumulation_steps)])
+            metric = self.train_step(batch, config.loss_average_window)
             publish(metric)
-            if on_step is not None:
-                on_step(metric)
             if validation_batches and (
                 metric.step % config.evaluation_interval == 0 or metric.step == final_step
             ):
                 validate(metric.step)
+            # After the step's validation: a checkpoint written here records it.
+            if on_step is not None:
+                on_step(metric)
+            if validation_batches and patience is not None and \
+                    self.evaluations_without_improvement >= patience:
+                self.stopped_early = True
+                break
             if stop_requested is not None and stop_requested():
                 break
         return tuple(metrics)

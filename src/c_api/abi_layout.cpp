@@ -128,13 +128,27 @@ static_assert(sizeof(rt_transformer_config) == 72 &&
               offsetof(rt_transformer_config, feed_forward_width) == 48 &&
               offsetof(rt_transformer_config, random_seed) == 56 &&
               offsetof(rt_transformer_config, layer_norm_epsilon) == 60);
-static_assert(sizeof(rt_adam_options) == 48 && offsetof(rt_adam_options, learning_rate) == 8 &&
+static_assert(sizeof(rt_adam_options) == 88 && offsetof(rt_adam_options, learning_rate) == 8 &&
               offsetof(rt_adam_options, maximum_gradient_norm) == 24 &&
               offsetof(rt_adam_options, reserved) == 28 &&
               offsetof(rt_adam_options, state_storage) == 32 &&
-              offsetof(rt_adam_options, page_size) == 40);
-static_assert(sizeof(rt_adam_step_stats) == 32 && offsetof(rt_adam_step_stats, step) == 8 &&
-              offsetof(rt_adam_step_stats, clip_scale) == 24);
+              offsetof(rt_adam_options, page_size) == 40 &&
+              // 2.13: weight decay and the schedule after the 48-byte 2.4 layout
+              offsetof(rt_adam_options, weight_decay) == 48 &&
+              offsetof(rt_adam_options, schedule) == 56 &&
+              offsetof(rt_adam_options, reserved3) == 60 &&
+              offsetof(rt_adam_options, warmup_steps) == 64 &&
+              offsetof(rt_adam_options, total_steps) == 72 &&
+              offsetof(rt_adam_options, minimum_fraction) == 80);
+static_assert(same_value(RT_LEARNING_RATE_SCHEDULE_CONSTANT, LearningRateScheduleKind::Constant) &&
+              same_value(RT_LEARNING_RATE_SCHEDULE_WARMUP_COSINE,
+                         LearningRateScheduleKind::WarmupCosine) &&
+              same_value(RT_LEARNING_RATE_SCHEDULE_WARMUP_LINEAR,
+                         LearningRateScheduleKind::WarmupLinear));
+// 2.13 appends the step's learning rate after the 32-byte layout.
+static_assert(sizeof(rt_adam_step_stats) == 40 && offsetof(rt_adam_step_stats, step) == 8 &&
+              offsetof(rt_adam_step_stats, clip_scale) == 24 &&
+              offsetof(rt_adam_step_stats, learning_rate) == 32);
 static_assert(sizeof(rt_adam_state) == 40 && offsetof(rt_adam_state, step_count) == 8 &&
               offsetof(rt_adam_state, value_count) == 32);
 

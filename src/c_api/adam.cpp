@@ -17,6 +17,9 @@ namespace {
 // layout fields, so an older client's 32-byte struct still creates an optimizer.
 constexpr std::size_t adam_options_minimum_size = offsetof(rt_adam_options, state_storage);
 static_assert(adam_options_minimum_size == 32);
+// 2.13 appended the step's learning rate to the step statistics: a 32-byte struct still works
+// (layouts: c_api/abi_layout.cpp).
+constexpr std::size_t adam_step_stats_minimum_size = offsetof(rt_adam_step_stats, learning_rate);
 
 constexpr rt_adam_options default_adam_options() {
     rt_adam_options options{};
@@ -28,12 +31,20 @@ constexpr rt_adam_options default_adam_options() {
     options.maximum_gradient_norm = 1.0F;
     options.state_storage = RT_ADAM_STATE_CONTIGUOUS;
     options.page_size = 4096;
+    options.schedule = RT_LEARNING_RATE_SCHEDULE_CONSTANT;
     return options;
 }
 
 AdamOptions native_options(const rt_adam_options& given) {
-    if (given.reserved != 0 || given.reserved2 != 0) {
-        throw std::invalid_argument("options->reserved and options->reserved2 must be 0");
+    if (given.reserved != 0 || given.reserved2 != 0 || given.reserved3 != 0) {
+        throw std::invalid_argument(
+            "options->reserved, options->reserved2 and options->reserved3 must be 0");
+    }
+    if (given.schedule != RT_LEARNING_RATE_SCHEDULE_CONSTANT &&
+        given.schedule != RT_LEARNING_RATE_SCHEDULE_WARMUP_COSINE &&
+        given.schedule != RT_LEARNING_RATE_SCHEDULE_WARMUP_LINEAR) {
+        throw std::invalid_argument("options->schedule: unknown value " +
+                                    std::to_string(given.schedule));
     }
     if (given.state_storage != RT_ADAM_STATE_CONTIGUOUS &&
         given.state_storage != RT_ADAM_STATE_PAGED) {
@@ -48,6 +59,11 @@ AdamOptions native_options(const rt_adam_options& given) {
     options.maximum_gradient_norm = given.maximum_gradient_norm;
     options.state_storage = static_cast<AdamStateStorage>(given.state_storage);
     options.page_size = to_size(given.page_size, "options->page_size");
+    options.weight_decay = given.weight_decay;
+    options.schedule.kind = static_cast<LearningRateScheduleKind>(given.schedule);
+    options.schedule.warmup_steps = given.warmup_steps;
+    options.schedule.total_steps = given.total_steps;
+    options.schedule.minimum_fraction = given.minimum_fraction;
     validate_adam_options(options);
     return options;
 }
@@ -131,7 +147,7 @@ rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {
     return guarded(__func__, [&] {
         rt_adam& native = require_handle(adam, "adam");
         if (stats != nullptr) {
-            require_struct_size(stats->struct_size, sizeof(rt_adam_step_stats), "stats");
+            require_struct_size(stats->struct_size, adam_step_stats_minimum_size, "stats");
         }
         native.pin.state().require_no_session();
         const AdamStepStats result = native.adam.step();
@@ -142,7 +158,8 @@ rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {
             written.step = result.step;
             written.gradient_norm = result.gradient_norm;
             written.clip_scale = result.clip_scale;
-            write_struct(stats, written, sizeof(rt_adam_step_stats), "stats");
+            written.learning_rate = result.learning_rate;
+            write_struct(stats, written, adam_step_stats_minimum_size, "stats");
         }
     });
 }

@@ -2,6 +2,9 @@
 // consumes itself on backward; the model's parameter epoch turns a graph built before an
 // optimizer step or a parameter load into an explicit error.
 
+#include <cmath>
+#include <string>
+
 #include "c_api/boundary.hpp"
 #include "c_api/handles.hpp"
 #include "riftco_transformer/core/autograd/operations.hpp"
@@ -21,6 +24,38 @@ rt_variable* loss_handle(const rt_variable& logits, Variable loss) {
     auto* result = new rt_variable(logits.pin.shared_state(), std::move(loss));
     result->epoch = logits.epoch;
     return result;
+}
+
+// rt_variable_backward's graph checks, then the pass (seed `scale`, replacing or adding).
+void run_backward(rt_variable* variable, float scale, bool accumulate) {
+    rt_variable& native = require_handle(variable, "variable");
+    const ModelState& state = native.pin.state();
+    if (native.backward_consumed) {
+        throw std::logic_error(
+            "an earlier rt_variable_backward consumed this graph (graphs are single-use); "
+            "build a new graph with rt_model_forward");
+    }
+    if (native.epoch != state.parameter_epoch) {
+        throw std::logic_error(
+            "the graph was built at parameter epoch " + std::to_string(native.epoch) +
+            " but the model is at epoch " + std::to_string(state.parameter_epoch) +
+            " (an Adam step or a parameter load replaced the parameters it read); build "
+            "a new graph");
+    }
+    const BackwardOptions options{.accumulate = accumulate};
+    if (scale == 1.0F) {
+        native.variable.backward(options);
+    } else {
+        const Tensor& value = native.variable.value();
+        if (value.numel() != 1) {
+            throw std::invalid_argument("rt_variable_backward_scaled: the variable must be a "
+                                        "scalar, not " +
+                                        std::to_string(value.numel()) + " elements");
+        }
+        Tensor seed = Tensor::full(value.shape(), scale, value.backend());
+        native.variable.backward(seed, options);
+    }
+    native.backward_consumed = true;
 }
 
 }  // namespace
@@ -68,23 +103,16 @@ rt_status rt_variable_copy_to_host_f32(const rt_variable* variable, float* out, 
 }
 
 rt_status rt_variable_backward(rt_variable* variable) {
+    return guarded(__func__, [&] { run_backward(variable, 1.0F, false); });
+}
+
+rt_status rt_variable_backward_scaled(rt_variable* variable, float scale, uint32_t accumulate) {
     return guarded(__func__, [&] {
-        rt_variable& native = require_handle(variable, "variable");
-        const ModelState& state = native.pin.state();
-        if (native.backward_consumed) {
-            throw std::logic_error(
-                "an earlier rt_variable_backward consumed this graph (graphs are single-use); "
-                "build a new graph with rt_model_forward");
+        if (!std::isfinite(scale)) {
+            throw std::invalid_argument("scale must be finite, got " + std::to_string(scale));
         }
-        if (native.epoch != state.parameter_epoch) {
-            throw std::logic_error(
-                "the graph was built at parameter epoch " + std::to_string(native.epoch) +
-                " but the model is at epoch " + std::to_string(state.parameter_epoch) +
-                " (an Adam step or a parameter load replaced the parameters it read); build "
-                "a new graph");
-        }
-        native.variable.backward();
-        native.backward_consumed = true;
+        const bool add = flag_from_value(accumulate, "accumulate");
+        run_backward(variable, scale, add);
     });
 }
 

@@ -19,10 +19,12 @@ void validate_learning_rate_schedule(const LearningRateSchedule& schedule) {
                     "total_steps or minimum_fraction (got " +
                     std::to_string(schedule.warmup_steps) + ", " +
                     std::to_string(schedule.total_steps) + ", " +
-                    detail::number_text(schedule.minimum_fraction) + "); use WarmupCosine");
+                    detail::number_text(schedule.minimum_fraction) +
+                    "); use WarmupCosine or WarmupLinear");
             }
             return;
         case LearningRateScheduleKind::WarmupCosine:
+        case LearningRateScheduleKind::WarmupLinear:
             if (schedule.total_steps <= schedule.warmup_steps) {
                 throw std::invalid_argument(
                     "learning-rate schedule: total_steps (" + std::to_string(schedule.total_steps) +
@@ -60,6 +62,9 @@ double scheduled_learning_rate(double base_learning_rate, const LearningRateSche
         return base_learning_rate * floor;
     }
     const double progress = (t - warmup) / (total - warmup);
+    if (schedule.kind == LearningRateScheduleKind::WarmupLinear) {
+        return base_learning_rate * (floor + (1.0 - floor) * (1.0 - progress));
+    }
     const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
     return base_learning_rate * (floor + (1.0 - floor) * cosine);
 }

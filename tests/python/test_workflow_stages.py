@@ -244,7 +244,8 @@ def test_pretrain_file_rejects_non_utf8_and_the_same_file_twice(tmp_path):
 
 @pytest.fixture(scope="module")
 def base_bundle():
-    return pretrain_text(CORPUS[:40000], PretrainingConfig(steps=20, context_size=32,
+    # A context that holds every tiny instruction example whole (the longest is 157 chars).
+    return pretrain_text(CORPUS[:40000], PretrainingConfig(steps=20, context_size=128,
                                                             model_width=32, feed_forward_width=64,
                                                             backend="cpu")).bundle
 
@@ -252,7 +253,7 @@ def base_bundle():
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
 def test_post_training_lowers_the_held_out_loss_and_records_lineage(base_bundle, method):
     examples = read_instructions_jsonl(INSTRUCTIONS)
-    config = PostTrainingConfig(steps=40, context_size=16, batch_size=4, backend="cpu",
+    config = PostTrainingConfig(steps=40, batch_size=4, backend="cpu",
                                 fine_tuning_method=method,
                                 learning_rate=3e-3 if method == "full" else 2e-2)
     result = post_train(base_bundle, examples[:30], config, validation_examples=examples[30:])
@@ -272,7 +273,7 @@ def test_post_training_lowers_the_held_out_loss_and_records_lineage(base_bundle,
 
 def test_an_interrupted_qlora_post_training_resumes_to_the_same_bundle(base_bundle, tmp_path):
     examples = read_instructions_jsonl(INSTRUCTIONS)[:30]
-    config = PostTrainingConfig(steps=10, context_size=16, batch_size=4, backend="cpu",
+    config = PostTrainingConfig(steps=10, batch_size=4, backend="cpu",
                                 fine_tuning_method="qlora", learning_rate=2e-2,
                                 response_only_loss=True)
     expected = post_train(base_bundle, examples, config).bundle
@@ -291,7 +292,7 @@ def test_an_interrupted_qlora_post_training_resumes_to_the_same_bundle(base_bund
     resumed = post_train(base_bundle, examples, config, resume_from=path)
     assert resumed.bundle.weights == expected.weights
     other_base = pretrain_text(CORPUS[:30000], PretrainingConfig(
-        steps=2, context_size=32, model_width=32, feed_forward_width=64, backend="cpu")).bundle
+        steps=2, context_size=128, model_width=32, feed_forward_width=64, backend="cpu")).bundle
     with pytest.raises(ValueError, match="not taken while post-training this base"):
         post_train(other_base, examples, config, resume_from=path)
 
@@ -314,7 +315,7 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_that_resumes_exactly(
         return hook
 
     examples = read_instructions_jsonl(INSTRUCTIONS)[:30]
-    config = PostTrainingConfig(steps=10, context_size=16, batch_size=4, backend="cpu",
+    config = PostTrainingConfig(steps=10, batch_size=4, backend="cpu",
                                 fine_tuning_method="qlora", learning_rate=2e-2)
     expected = post_train(base_bundle, examples, config).bundle
     path = tmp_path / "post.riftckpt"
@@ -344,7 +345,7 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_that_resumes_exactly(
 
 def test_response_only_loss_trains_on_assistant_tokens(base_bundle):
     examples = read_instructions_jsonl(INSTRUCTIONS)
-    config = PostTrainingConfig(steps=30, context_size=16, batch_size=4, backend="cpu",
+    config = PostTrainingConfig(steps=30, batch_size=4, backend="cpu",
                                 learning_rate=3e-3, response_only_loss=True)
     result = post_train(base_bundle, examples[:30], config, validation_examples=examples[30:])
     assert result.objective == "response_only_causal_sft"
@@ -354,16 +355,32 @@ def test_response_only_loss_trains_on_assistant_tokens(base_bundle):
 
 def test_post_training_errors(base_bundle, tmp_path):
     with pytest.raises(ValueError, match="exceeds the base model's maximum_context"):
-        post_train(base_bundle, [InstructionExample("a", "b")], PostTrainingConfig(context_size=64))
-    with pytest.raises(ValueError, match="encode to <= context_size"):
-        post_train(base_bundle, [InstructionExample("a", "b")], PostTrainingConfig(context_size=32))
+        post_train(base_bundle, [InstructionExample("a", "b")],
+                   PostTrainingConfig(context_size=256))
+    # Truncated to 3 tokens, the example keeps none of its response: nothing to learn.
+    with pytest.raises(ValueError, match="none of the 1 examples has a target to learn"):
+        post_train(base_bundle, [InstructionExample("a", "b")], PostTrainingConfig(context_size=2))
+    with pytest.raises(ValueError, match="1 dropped as longer than context_size"):
+        post_train(base_bundle, [InstructionExample("a", "b")],
+                   PostTrainingConfig(context_size=2, overlong="drop"))
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "response": "b"}\n\n{"prompt": 1}\n')
     with pytest.raises(ValueError, match="bad.jsonl:3"):
         post_train_jsonl(base_bundle, tmp_path / "bad.jsonl")
-    for field, value in (("fine_tuning_method", "dpo"), ("nf4_block_size", 48),
-                         ("sampling_strategy", "x"), ("optimizer_state", "y")):
-        with pytest.raises(ValueError):
+    for field, value, message in (
+            ("fine_tuning_method", "dpo", "fine_tuning_method"),
+            ("nf4_block_size", 48, "nf4_block_size"),
+            ("overlong", "x", "overlong"), ("optimizer_state", "y", "optimizer_state"),
+            ("lr_schedule", "step", "lr_schedule"),
+            ("warmup_steps", 5, "needs lr_schedule"),
+            ("gradient_accumulation_steps", 0, "gradient_accumulation_steps"),
+            ("early_stopping_patience", 0, "early_stopping_patience"),
+            ("minimum_learning_rate_fraction", 1.5, "minimum_learning_rate_fraction"),
+            ("weight_decay", -0.1, "weight_decay"),
+            ("context_size", 0, "context_size")):
+        with pytest.raises(ValueError, match=message):
             PostTrainingConfig(**{field: value})
+    with pytest.raises(ValueError, match="warmup_steps .* must be below steps"):
+        PostTrainingConfig(steps=5, lr_schedule="cosine", warmup_steps=5)
 
 
 # ---- safetensors interchange -------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 12
+ABI_VERSION_MINOR = 13
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -64,6 +64,9 @@ ACTIVATION_CHECKPOINTING_DISABLED = 0
 ACTIVATION_CHECKPOINTING_TRANSFORMER_BLOCK = 1
 ADAM_STATE_CONTIGUOUS = 0
 ADAM_STATE_PAGED = 1
+LEARNING_RATE_SCHEDULE_CONSTANT = 0
+LEARNING_RATE_SCHEDULE_WARMUP_COSINE = 1
+LEARNING_RATE_SCHEDULE_WARMUP_LINEAR = 2
 
 # ---- LoRA target mask bits (uint64).
 LORA_TARGET_QUERY = 1 << 0
@@ -227,6 +230,13 @@ class AdamOptionsStruct(Structure):
         ("state_storage", c_int32),
         ("reserved2", c_uint32),
         ("page_size", c_uint64),
+        # 2.13: AdamW's weight decay and the learning-rate schedule
+        ("weight_decay", c_double),
+        ("schedule", c_int32),
+        ("reserved3", c_uint32),
+        ("warmup_steps", c_uint64),
+        ("total_steps", c_uint64),
+        ("minimum_fraction", c_double),
     ]
 
 
@@ -236,6 +246,7 @@ class AdamStepStatsStruct(Structure):
         ("step", c_uint64),
         ("gradient_norm", c_double),
         ("clip_scale", c_double),
+        ("learning_rate", c_double),  # 2.13
     ]
 
 
@@ -607,6 +618,7 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_variable_numel": (rt_status, [handle, size_out]),
     "rt_variable_copy_to_host_f32": (rt_status, [handle, POINTER(c_float), c_uint64, size_out]),
     "rt_variable_backward": (rt_status, [handle]),
+    "rt_variable_backward_scaled": (rt_status, [handle, c_float, c_uint32]),
     "rt_cross_entropy": (rt_status, [handle, POINTER(c_uint32), c_uint64, handle_out]),
     "rt_cross_entropy_time_range": (
         rt_status,

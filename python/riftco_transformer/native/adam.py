@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from array import array
 from dataclasses import dataclass
 
 from ._abi import (
     ADAM_STATE_CONTIGUOUS,
     ADAM_STATE_PAGED,
+    LEARNING_RATE_SCHEDULE_CONSTANT,
+    LEARNING_RATE_SCHEDULE_WARMUP_COSINE,
+    LEARNING_RATE_SCHEDULE_WARMUP_LINEAR,
     AdamOptionsStruct,
     AdamStateStruct,
     AdamStepStatsStruct,
@@ -30,11 +34,14 @@ from .parameters import ParameterList
 
 STATE_STORAGE_VALUES = {"contiguous": ADAM_STATE_CONTIGUOUS, "paged": ADAM_STATE_PAGED}
 STATE_STORAGE_NAMES = {value: name for name, value in STATE_STORAGE_VALUES.items()}
+SCHEDULE_VALUES = {"constant": LEARNING_RATE_SCHEDULE_CONSTANT,
+                   "cosine": LEARNING_RATE_SCHEDULE_WARMUP_COSINE,
+                   "linear": LEARNING_RATE_SCHEDULE_WARMUP_LINEAR}
 
 
 @dataclass(frozen=True)
 class AdamOptions:
-    """Adam's hyper-parameters (standard bias-corrected Adam, no weight decay).
+    """Adam's hyper-parameters (standard bias-corrected Adam; AdamW with ``weight_decay``).
 
     Each step first scales all gradients by ``clip_scale = min(1, maximum_gradient_norm /
     global_norm)`` (``inf`` disables clipping), then updates
@@ -42,7 +49,14 @@ class AdamOptions:
     ``p -= learning_rate * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + epsilon)``.
 
     ``state_storage`` keeps each parameter's moments ``"contiguous"`` or in ``"paged"`` chunks
-    of ``page_size`` scalars (same math). Out-of-domain values raise TypeError/ValueError here.
+    of ``page_size`` scalars (same math). ``weight_decay`` λ >= 0 makes it AdamW
+    (``p *= 1 - lr_t λ`` before the update; 0 is plain Adam). ``schedule`` scales the rate of
+    step t (1-based): ``"constant"``, or, with ``W = warmup_steps``, ``T = total_steps > W``
+    and ``f = minimum_fraction`` in [0, 1], a linear warmup ``t / W`` for ``t <= W`` and then
+    ``"cosine"`` (``f + (1 - f)(1 + cos(π (t - W) / (T - W))) / 2``) or ``"linear"``
+    (``f + (1 - f)(1 - (t - W) / (T - W))``) decay to ``f``, which holds after T. The schedule
+    is computed by the library (C ABI 2.13). Out-of-domain values raise TypeError/ValueError
+    here.
     """
 
     learning_rate: float = 1e-3
@@ -52,6 +66,11 @@ class AdamOptions:
     maximum_gradient_norm: float = 1.0
     state_storage: str = "contiguous"
     page_size: int = 4096
+    weight_decay: float = 0.0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 0
+    minimum_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         validated = {
@@ -65,6 +84,25 @@ class AdamOptions:
             "page_size": require_int(self.page_size, "page_size", 1, UINT64_LIMIT),
         }
         require_choice(self.state_storage, "state_storage", STATE_STORAGE_VALUES)
+        validated["weight_decay"] = require_real(self.weight_decay, "weight_decay")
+        if not (math.isfinite(validated["weight_decay"]) and validated["weight_decay"] >= 0):
+            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay!r}")
+        require_choice(self.schedule, "schedule", SCHEDULE_VALUES)
+        validated["warmup_steps"] = require_int(self.warmup_steps, "warmup_steps", 0, UINT64_LIMIT)
+        validated["total_steps"] = require_int(self.total_steps, "total_steps", 0, UINT64_LIMIT)
+        validated["minimum_fraction"] = require_real(self.minimum_fraction, "minimum_fraction")
+        if self.schedule == "constant":
+            for name in ("warmup_steps", "total_steps", "minimum_fraction"):
+                if validated[name] != 0:
+                    raise ValueError(f"{name} must be 0 with schedule 'constant' (it would be "
+                                     f"ignored), got {validated[name]!r}")
+        else:
+            if validated["total_steps"] <= validated["warmup_steps"]:
+                raise ValueError(f"total_steps ({validated['total_steps']}) must exceed "
+                                 f"warmup_steps ({validated['warmup_steps']})")
+            if not 0.0 <= validated["minimum_fraction"] <= 1.0:
+                raise ValueError(f"minimum_fraction must lie in [0, 1], got "
+                                 f"{self.minimum_fraction!r}")
         for name, value in validated.items():
             object.__setattr__(self, name, value)
 
@@ -75,12 +113,13 @@ class AdamStepStats:
 
     ``step`` is the step count after the update, ``gradient_norm`` the global L2 norm of the
     gradients before clipping, ``clip_scale`` the factor applied to every gradient (1 when
-    not clipped).
+    not clipped), ``learning_rate`` the scheduled rate the update used.
     """
 
     step: int
     gradient_norm: float
     clip_scale: float
+    learning_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +162,11 @@ def _native_options(options: AdamOptions) -> AdamOptionsStruct:
     native_options.maximum_gradient_norm = options.maximum_gradient_norm
     native_options.state_storage = STATE_STORAGE_VALUES[options.state_storage]
     native_options.page_size = options.page_size
+    native_options.weight_decay = options.weight_decay
+    native_options.schedule = SCHEDULE_VALUES[options.schedule]
+    native_options.warmup_steps = options.warmup_steps
+    native_options.total_steps = options.total_steps
+    native_options.minimum_fraction = options.minimum_fraction
     return native_options
 
 
@@ -234,7 +278,8 @@ class Adam(NativeHandle):
         stats = AdamStepStatsStruct(struct_size=ctypes.sizeof(AdamStepStatsStruct))
         with self._native() as pointer:
             check_status(library().rt_adam_step(pointer, ctypes.byref(stats)))
-        return AdamStepStats(stats.step, stats.gradient_norm, stats.clip_scale)
+        return AdamStepStats(stats.step, stats.gradient_norm, stats.clip_scale,
+                             stats.learning_rate)
 
     def zero_gradients(self) -> None:
         """Clear the pending gradients of every parameter."""

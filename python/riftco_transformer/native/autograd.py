@@ -15,6 +15,7 @@ runtime_error), and an Adam step or a parameter load makes every older graph fai
 from __future__ import annotations
 
 import ctypes
+import math
 from functools import partial
 
 from ._buffers import byte_input, read_sized, token_ids
@@ -22,7 +23,7 @@ from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
 from ._readout import Float32Readout
-from ._validation import UINT64_LIMIT, require_int
+from ._validation import UINT64_LIMIT, require_int, require_real
 from .backends import BACKEND_NAMES
 
 
@@ -76,6 +77,19 @@ class Variable(Float32Readout, NativeHandle):
         """
         with self._native() as pointer:
             check_status(library().rt_variable_backward(pointer))
+
+    def backward_scaled(self, scale: float, accumulate: bool = False) -> None:
+        """Backward with the seed ``scale`` instead of 1; with ``accumulate`` the gradients are
+        ADDED to the pending ones (gradient accumulation over micro-batches: backward each
+        micro-batch's mean loss scaled by its share of the batch's counted targets, then one
+        optimizer step). Consumes the graph. C ABI 2.13."""
+        value = require_real(scale, "scale")
+        if not math.isfinite(value):
+            raise ValueError(f"scale must be finite, got {scale!r}")
+        if not isinstance(accumulate, bool):
+            raise TypeError(f"accumulate must be a bool, not {type(accumulate).__name__}")
+        with self._native() as pointer:
+            check_status(library().rt_variable_backward_scaled(pointer, value, int(accumulate)))
 
     def __repr__(self) -> str:
         if self.closed:
