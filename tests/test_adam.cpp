@@ -348,8 +348,8 @@ TEST(LearningRateSchedule, WarmupLinearMatchesHandComputedRates) {
     //   t=6: p = 1,   factor 0.1                   -> 0.001;  t=7, 100: past T -> 0.001
     const LearningRateSchedule schedule{LearningRateScheduleKind::WarmupLinear, 2, 6, 0.1};
     const std::vector<std::pair<std::uint64_t, double>> expected = {
-        {1, 0.005}, {2, 0.01}, {3, 0.00775}, {4, 0.0055}, {5, 0.00325}, {6, 0.001},
-        {7, 0.001}, {100, 0.001}};
+        {1, 0.005},   {2, 0.01},  {3, 0.00775}, {4, 0.0055},
+        {5, 0.00325}, {6, 0.001}, {7, 0.001},   {100, 0.001}};
     for (const auto& [step, rate] : expected) {
         EXPECT_NEAR(scheduled_learning_rate(0.01, schedule, step), rate, 1e-15) << "step " << step;
     }

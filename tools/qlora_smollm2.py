@@ -48,7 +48,8 @@ def main() -> int:
                         default=REPOSITORY / "data/instructions/tiny_instructions.jsonl")
     parser.add_argument("--steps", type=int, default=36)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--context", type=int, default=32)
+    parser.add_argument("--context", type=int, default=None,
+                        help="longest example row (default: the loaded context, 256)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--save", type=Path, default=None, help="save the tuned model here")
     arguments = parser.parse_args()
@@ -81,7 +82,8 @@ def main() -> int:
     print(f"held-out response loss: {before:.4f} -> {after:.4f} ({after - before:+.4f}) over "
           f"{result.tuned_validation.target_token_count} target tokens")
     print(f"step time: median {statistics.median(steps):.3f} s, mean {statistics.mean(steps):.3f} s "
-          f"(batch {arguments.batch_size} x {arguments.context} tokens, {len(steps)} steps)")
+          f"(batch {arguments.batch_size} whole examples of <= {result.data['context_size']} "
+          f"positions, {len(steps)} steps)")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")
     prompt = splits.validation[0].prompt if hasattr(splits.validation[0], "prompt") else None
     if prompt:

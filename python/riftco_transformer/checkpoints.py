@@ -463,25 +463,30 @@ class TrainingCheckpoint:
 
     def check_optimizer(self, model: Model, optimizer: Adam) -> None:
         """ValueError unless ``optimizer`` owns the checkpoint's scope of ``model`` with the
-        same learning rate, betas, epsilon and clipping (storage kind and page size may
-        differ)."""
+        same options (:meth:`check_adam_options`)."""
         recorded = self._manifest["optimizer"]
         if _optimizer_scope(model, optimizer) != recorded["scope"]:
             raise ValueError(f"the optimizer's scope differs from the checkpoint's "
                              f"({recorded['scope']!r})")
-        options = optimizer.options
+        self.check_adam_options(optimizer.options)
+
+    def check_adam_options(self, options: AdamOptions) -> None:
+        """ValueError naming the first option that differs from the checkpoint's: learning
+        rate, betas, epsilon, clipping, weight decay or schedule (storage kind and page size
+        may differ: the math is the same)."""
+        recorded = self._manifest["optimizer"]
         for name in _OPTION_FIELDS:
             want = recorded["options"][name]
             have = getattr(options, name)
             have = "inf" if not math.isfinite(have) else _float32(have)
             if have != want:
                 raise ValueError(f"optimizer {name} is {have!r}, the checkpoint's is {want!r}")
-        want_schedule = {name: recorded["options"].get(name, default)
-                         for name, default in _SCHEDULE_DEFAULTS.items()}
-        have_schedule = {name: getattr(options, name) for name in _SCHEDULE_DEFAULTS}
-        if want_schedule != have_schedule:
-            raise ValueError(f"optimizer weight decay and schedule {have_schedule} differ from "
-                             f"the checkpoint's {want_schedule}")
+        for name, default in _SCHEDULE_DEFAULTS.items():
+            want = recorded["options"].get(name, default)
+            have = getattr(options, name)
+            if have != want:
+                label = "schedule" if name == "schedule" else f"{name} (learning-rate schedule)"
+                raise ValueError(f"optimizer {label} is {have!r}, the checkpoint's is {want!r}")
 
     # ---- resuming ---------------------------------------------------------------------
 

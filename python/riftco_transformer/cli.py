@@ -597,6 +597,7 @@ def command_post_train(arguments) -> int:
               if trained else "")
     _say(f"post-train: {config.fine_tuning_method}, {result.example_count} examples, "
          f"{len(trained)} steps in {elapsed:.1f} s{losses} ({result.objective})")
+    _report_data_and_stopping(result)
     if result.base_validation is not None:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
@@ -604,6 +605,22 @@ def command_post_train(arguments) -> int:
     _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, parent "
          f"{base.artifact_id[:16]})")
     return 0
+
+
+def _report_data_and_stopping(result) -> None:
+    """What the data handling did to the examples, and whether early stopping ended the run."""
+    data = result.data
+    if data is not None:
+        _say(f"post-train: data: {data['used_example_count']} of {data['example_count']} examples "
+             f"trained whole, one per row of at most {data['context_size'] + 1} tokens; "
+             f"{data['truncated_count']} truncated to the context, {data['dropped_count']} "
+             f"dropped as too long, {data['unusable_count']} left with no target; "
+             f"{data['target_token_count']} target tokens per epoch")
+    if result.stopped_early:
+        _say(f"post-train: stopped early (no better validation loss in the patience window); "
+             f"kept the best model, from step {result.best_step}")
+    elif result.best_step is not None:
+        _say(f"post-train: kept the best validation's model, from step {result.best_step}")
 
 
 _ATTENTION_PROJECTIONS = ("attention.query", "attention.key", "attention.value",
@@ -674,7 +691,9 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
             reporter.finish()
         elapsed = time.perf_counter() - started
         metadata = {"source": str(arguments.model), "fine_tuning_method": config.fine_tuning_method,
-                    "objective": config.objective, "example_count": result.example_count}
+                    "objective": config.objective, "example_count": result.example_count,
+                    "data": result.data, "stopped_early": result.stopped_early,
+                    "best_step": result.best_step}
         if result.base_validation is not None:
             metadata["validation"] = {"base_loss": result.base_validation.loss,
                                       "tuned_loss": result.tuned_validation.loss}
@@ -684,6 +703,7 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
               if trained else "")
     _say(f"post-train: {config.fine_tuning_method} of {arguments.model.name}, "
          f"{result.example_count} examples, {len(trained)} steps in {elapsed:.1f} s{losses}")
+    _report_data_and_stopping(result)
     if result.base_validation is not None:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
@@ -1014,7 +1034,7 @@ def demo_data_path(name: str) -> Path:
 
 def command_demo(arguments) -> int:
     from .evaluation import evaluate_instruction_examples
-    from .instructions import PlainChatFormatter, read_instructions_jsonl
+    from .instructions import read_instructions_jsonl
     from .post_training import PostTrainingConfig, post_train
     from .pretraining import PretrainingConfig, pretrain_file
     from .serving import GenerationConfig, PlainChatTemplate, TextGenerator
@@ -1044,34 +1064,35 @@ def command_demo(arguments) -> int:
          f"in {time.perf_counter() - phase:.1f} s; wrote {base_path}")
 
     phase = time.perf_counter()
-    # Windows as long as the shortest formatted example allows (each must be longer than the
-    # window), so training sees whole questions as generation will.
-    with pretrained.bundle.tokenizer() as tokenizer:
-        formatter = PlainChatFormatter()
-        shortest = min(len(tokenizer.encode_to_array(formatter.format(example).encode()))
-                       for example in examples)
-    context = max(1, min(config.context_size, shortest - 1))
+    # Whole examples, one per row: the context is the model's (64 tokens), longer ones are
+    # truncated; a short warmup and a cosine decay keep the small model from over-fitting.
     _say(f"demo: 2/4 post-training (full, response-only loss) on {len(train_examples)} "
-         f"instruction examples, {arguments.post_train_steps} steps, windows of {context} tokens")
+         f"instruction examples, {arguments.post_train_steps} steps, whole examples")
     tuned = post_train(
         pretrained.bundle, train_examples,
-        PostTrainingConfig(steps=arguments.post_train_steps, context_size=context, batch_size=8,
-                           learning_rate=3e-3, backend=arguments.backend,
-                           response_only_loss=True),
+        PostTrainingConfig(steps=arguments.post_train_steps, batch_size=8, learning_rate=1e-3,
+                           backend=arguments.backend, response_only_loss=True,
+                           lr_schedule="cosine",
+                           warmup_steps=min(5, arguments.post_train_steps - 1),
+                           minimum_learning_rate_fraction=0.1, evaluation_interval=10,
+                           early_stopping_patience=3),
         validation_examples=held_out,
     )
     tuned_path = output / "post_trained.rift"
     tuned.bundle.save(tuned_path)
-    _say(f"demo:   training loss {tuned.metrics[0].loss:.3f} -> {tuned.metrics[-1].loss:.3f} in "
-         f"{time.perf_counter() - phase:.1f} s; wrote {tuned_path} (parent "
+    trained = [metric for metric in tuned.metrics if metric.phase == "train"]
+    stopping = (f"; stopped early after step {trained[-1].step}, kept step {tuned.best_step}"
+                if tuned.stopped_early else f"; kept step {tuned.best_step}")
+    _say(f"demo:   training loss {trained[0].loss:.3f} -> {trained[-1].loss:.3f} in "
+         f"{time.perf_counter() - phase:.1f} s{stopping}; wrote {tuned_path} (parent "
          f"{tuned.bundle.parent_artifact_id[:12]})")
 
     _say(f"demo: 3/4 evaluating on {len(held_out)} held-out examples (responses only)")
     with pretrained.bundle.instantiate() as base_runtime, tuned.bundle.instantiate() as runtime:
         base_score = evaluate_instruction_examples(base_runtime.model, base_runtime.tokenizer,
-                                                   held_out, context, 8, response_only=True)
+                                                   held_out, None, 8, response_only=True)
         tuned_score = evaluate_instruction_examples(runtime.model, runtime.tokenizer, held_out,
-                                                    context, 8, response_only=True)
+                                                    None, 8, response_only=True)
         _say(f"demo:   response loss {base_score.loss:.3f} (pretrained) -> {tuned_score.loss:.3f} "
              f"(post-trained), delta {tuned_score.loss - base_score.loss:+.3f} over "
              f"{tuned_score.target_token_count} tokens")

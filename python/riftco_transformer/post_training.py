@@ -383,6 +383,8 @@ def post_train(
             if checkpoint.metadata.get("base_artifact_id") != base.artifact_id:
                 raise ValueError("the checkpoint was not taken while post-training this base "
                                  f"bundle ({base.artifact_id[:16]})")
+            # The optimizer is re-created from the checkpoint's options: they must be this run's.
+            checkpoint.check_adam_options(config.adam_options())
             resumed = checkpoint.resume(backend, config.attention,
                                         config.activation_checkpointing,
                                         config.resolved_optimizer_state)

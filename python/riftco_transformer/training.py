@@ -328,8 +328,9 @@ class CausalLanguageModelTrainer:
         """Run ``config.steps`` steps from ``source``; returns every metric published.
 
         ``on_step(metric)`` runs after each training step and its validation, if any
-        (progress bars, periodic checkpoints). ``evaluate_first`` evaluates before the first step (skip it when
-        resuming, where the uninterrupted run already published that evaluation).
+        (progress bars, periodic checkpoints). ``evaluate_first`` evaluates before the first
+        step (skip it when resuming, where the uninterrupted run already published that
+        evaluation).
         ``stop_requested()``, checked after each step and its evaluation, ends the run early
         when true (a :class:`DeferredInterrupt`); ``optimizer.step_count`` says where.
         ``on_best(metric)`` runs after each validation that is a new best (the first one

@@ -48,9 +48,10 @@ void run_backward(rt_variable* variable, float scale, bool accumulate) {
     } else {
         const Tensor& value = native.variable.value();
         if (value.numel() != 1) {
-            throw std::invalid_argument("rt_variable_backward_scaled: the variable must be a "
-                                        "scalar, not " +
-                                        std::to_string(value.numel()) + " elements");
+            throw std::invalid_argument(
+                "rt_variable_backward_scaled: the variable must be a "
+                "scalar, not " +
+                std::to_string(value.numel()) + " elements");
         }
         Tensor seed = Tensor::full(value.shape(), scale, value.backend());
         native.variable.backward(seed, options);

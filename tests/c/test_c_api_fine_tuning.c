@@ -111,9 +111,15 @@ static void bad_schedules_create_nothing(void) {
         rt_adam_options options;
         EXPECT_OK(rt_adam_options_init(&options, sizeof options));
         switch (which) {
-            case 0: options.schedule = 7; break;
-            case 1: options.reserved3 = 1; break;
-            case 2: options.warmup_steps = 3; break; /* constant with a warmup */
+            case 0:
+                options.schedule = 7;
+                break;
+            case 1:
+                options.reserved3 = 1;
+                break;
+            case 2:
+                options.warmup_steps = 3;
+                break; /* constant with a warmup */
             case 3:
                 options.schedule = RT_LEARNING_RATE_SCHEDULE_WARMUP_COSINE;
                 options.warmup_steps = 5;
@@ -124,7 +130,9 @@ static void bad_schedules_create_nothing(void) {
                 options.total_steps = 5;
                 options.minimum_fraction = 1.5;
                 break;
-            default: options.weight_decay = -1.0; break;
+            default:
+                options.weight_decay = -1.0;
+                break;
         }
         rt_adam* adam = NULL;
         EXPECT_STATUS(rt_adam_create(list, &options, &adam), RT_STATUS_INVALID_ARGUMENT);

@@ -41,7 +41,7 @@ def test_backend_constants_match_the_header():
 
 def test_abi_version_matches_the_header_and_the_loaded_library():
     versions = header_defines("RT_ABI_VERSION")
-    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000C
+    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000D
     assert riftco_transformer.ABI_VERSION_MAJOR == versions["_MAJOR"]
     assert riftco_transformer.ABI_VERSION_MINOR == versions["_MINOR"]
     loaded = library().rt_abi_version()
@@ -59,8 +59,14 @@ def test_struct_layouts_have_the_sizes_the_header_implies():
     assert ctypes.sizeof(_abi.TokenizerOptions) == 8 + 4 + 4 + 8 + 8
     assert ctypes.sizeof(_abi.BpeMergeRule) == 3 * 4
     assert ctypes.sizeof(_abi.TransformerConfigStruct) == 8 + 6 * 8 + 4 + 4 + 4 + 4
-    assert ctypes.sizeof(_abi.AdamOptionsStruct) == 8 + 5 * 4 + 4 + 4 + 4 + 8
-    assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8
+    # rt_adam_options: 2.4 ends at 48; 2.13 appends weight_decay, schedule, reserved3,
+    # warmup_steps, total_steps, minimum_fraction.
+    assert ctypes.sizeof(_abi.AdamOptionsStruct) == 8 + 5 * 4 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8
+    assert _abi.AdamOptionsStruct.weight_decay.offset == 48
+    assert _abi.AdamOptionsStruct.minimum_fraction.offset == 80
+    # rt_adam_step_stats: 2.13 appends the step's learning rate after 32 bytes.
+    assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8 + 8
+    assert _abi.AdamStepStatsStruct.learning_rate.offset == 32
     assert ctypes.sizeof(_abi.AdamStateStruct) == 8 + 8 + 8 + 8 + 8
     # rt_llama_mistral_config: 2.10 ends at 184, 2.11 at 232 (after the frequency factors),
     # 2.12 appends the GPT-2 choices (four int32 enums, three uint32 flags, reserved).

@@ -38,8 +38,9 @@ def journey(tmp_path_factory):
     corpus = directory / "corpus.txt"
     corpus.write_text(CORPUS.read_text()[:40000])
     base = directory / "base.rift"
+    # A context that holds every tiny instruction example whole, for post-train.
     pretrained = riftco("pretrain", "--file", corpus, "--output", base, "--steps", 30,
-                        "--context", 32, "--model-width", 32, "--feed-forward-width", 64,
+                        "--context", 128, "--model-width", 32, "--feed-forward-width", 64,
                         "--eval-every", 10, "--backend", "cpu", "--checkpoint",
                         directory / "run.riftckpt", "--checkpoint-every", 10)
     tuned = directory / "tuned.rift"
@@ -86,7 +87,7 @@ def test_inspect_a_checkpoint_and_resume_it(journey):
     assert "global_step   30" in riftco("inspect", directory / "run.riftckpt").stdout
     # Resuming the finished run at the same step count reproduces the same bundle.
     again = directory / "again.rift"
-    riftco("pretrain", "--file", corpus, "--output", again, "--steps", 30, "--context", 32,
+    riftco("pretrain", "--file", corpus, "--output", again, "--steps", 30, "--context", 128,
            "--model-width", 32, "--feed-forward-width", 64, "--eval-every", 10, "--backend",
            "cpu", "--resume", directory / "run.riftckpt")
     from riftco_transformer.artifacts import ModelBundle
@@ -202,6 +203,36 @@ def test_post_train_can_hold_out_a_fraction_of_its_instructions(journey, tmp_pat
                        "--backend", "cpu")
     assert "held-out examples (validation fraction 0.2)" in completed.stdout
     assert "held-out loss" in completed.stdout
+
+
+def test_post_train_schedules_accumulates_reports_its_data_and_stops_early(journey, tmp_path):
+    _, _, base, _, _, _ = journey
+    output = tmp_path / "t.rift"
+    completed = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
+                       output, "--steps", 6, "--validation-fraction", 0.2, "--method", "lora",
+                       "--learning-rate", 5.0, "--lr-schedule", "cosine", "--warmup-steps", 2,
+                       "--gradient-accumulation", 2, "--eval-every", 1,
+                       "--early-stopping-patience", 2, "--backend", "cpu")
+    # Data: whole examples (the one longer than the context truncated, and counted).
+    assert "38 of 38 examples trained whole" in completed.stdout
+    assert "1 truncated to the context" in completed.stdout
+    records = [json.loads(line) for line in
+               (tmp_path / "t.rift.metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["phase"] == "train"]
+    # base 5, W = 2: the warmup's rates, read back from the library.
+    assert [r["learning_rate"] for r in train[:2]] == pytest.approx([2.5, 5.0], rel=1e-6)
+    # A rate of 5 wrecks the adapters: validation never beats step 0, so two validations
+    # without a new best stop the run, and the bundle keeps the best (the base) model.
+    assert len(train) == 2 and "stopped early" in completed.stdout
+    from riftco_transformer.artifacts import ModelBundle
+
+    assert ModelBundle.load(output).weights == ModelBundle.load(base).weights
+    refused = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
+                     output, "--early-stopping-patience", 2, check=False)
+    assert refused.returncode == 2 and "needs held-out examples" in refused.stderr
+    refused = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
+                     output, "--warmup-steps", 2, check=False)
+    assert refused.returncode == 2 and "needs lr_schedule" in refused.stderr
 
 
 def test_a_resumed_run_continues_the_metrics_file_exactly(tmp_path):

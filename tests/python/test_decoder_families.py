@@ -495,13 +495,16 @@ def interruption_at(step: int):
     return Interrupted, interrupt
 
 
-def family_bundle(architecture: str) -> ModelBundle:
+def family_bundle(architecture: str, maximum_context: int = 256) -> ModelBundle:
     """A random-weight bundle of ``architecture``'s preset: a rotary family of FAMILIES, or
-    "gpt2" (the learned-position preset built through the general config, Hkv = Hq)."""
+    "gpt2" (the learned-position preset built through the general config, Hkv = Hq). Its
+    context holds every tiny instruction example whole (byte tokens: at most 157, or a little
+    more in a family's chat template)."""
     if architecture == "gpt2":
         config = LlamaMistralConfig.preset("gpt2", **{**DIMENSIONS, "key_value_head_count": 4})
     else:
         config = preset(architecture)
+    config = replace(config, maximum_context=maximum_context)
     tokenizer = PretrainedTokenizer.from_vocabulary(byte_alphabet())
     with LlamaMistralTransformer(config) as model:
         return ModelBundle.capture(model, tokenizer, "pretraining")
@@ -518,7 +521,7 @@ def test_an_interrupted_post_training_resumes_to_the_same_bundle(tmp_path, archi
 
     base = family_bundle(architecture)
     examples = read_instructions_jsonl(INSTRUCTIONS)[:20]
-    config = PostTrainingConfig(steps=6, context_size=16, batch_size=2, backend="cpu",
+    config = PostTrainingConfig(steps=6, batch_size=2, backend="cpu",
                                 fine_tuning_method=method, learning_rate=1e-2,
                                 response_only_loss=True)
     expected = post_train(base, examples, config).bundle
@@ -564,7 +567,7 @@ def test_fine_tuning_a_pretrained_model_resumes_exactly(tmp_path):
 
     path = family_bundle("qwen3").save(tmp_path / "qwen3.rift")
     examples = read_instructions_jsonl(INSTRUCTIONS)[:20]
-    config = PostTrainingConfig(steps=6, context_size=16, batch_size=2, backend="cpu",
+    config = PostTrainingConfig(steps=6, batch_size=2, backend="cpu",
                                 fine_tuning_method="qlora", learning_rate=1e-2,
                                 response_only_loss=True)
 
@@ -596,8 +599,8 @@ def test_riftco_post_train_model_adapts_every_projection_of_a_plain_feed_forward
     output = tmp_path / "tuned.rift"
     completed = subprocess.run(
         [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base_path),
-         "--instructions", str(INSTRUCTIONS), "--method", "lora", "--steps", "4", "--context",
-         "16", "--batch-size", "2", "--learning-rate", "0.05", "--no-progress", "--output",
+         "--instructions", str(INSTRUCTIONS), "--method", "lora", "--steps", "4",
+         "--batch-size", "2", "--learning-rate", "0.05", "--no-progress", "--output",
          str(output)], env=environment, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr
     base, tuned = Bundle.load(base_path), Bundle.load(output)
@@ -625,7 +628,7 @@ def test_riftco_post_train_model_checkpoint_survives_sigkill(tmp_path):
     def command(output, *extra):
         return [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base),
                 "--instructions", str(INSTRUCTIONS), "--method", "qlora", "--steps", "60",
-                "--context", "16", "--batch-size", "2", "--learning-rate", "0.01",
+                "--batch-size", "2", "--learning-rate", "0.01",
                 "--response-only", "--no-progress", "--output", str(output), *extra]
 
     subprocess.run(command(tmp_path / "whole.rift"), env=environment, check=True,
@@ -667,7 +670,7 @@ def test_riftco_post_train_sigint_then_sigkill_resumes_to_the_same_curve_and_bun
     def command(output, metrics, *extra):
         return [sys.executable, "-m", "riftco_transformer", "post-train", "--model", str(base),
                 "--instructions", str(INSTRUCTIONS), "--method", "qlora", "--steps", str(steps),
-                "--context", "16", "--batch-size", "2", "--learning-rate", "0.01",
+                "--batch-size", "2", "--learning-rate", "0.01",
                 "--response-only", "--no-progress", "--output", str(output),
                 "--metrics", str(metrics), *extra]
 

@@ -101,7 +101,7 @@ def test_qlora_lowers_held_out_loss_and_the_bundle_reopens(tmp_path):
         read_instructions_jsonl(REPOSITORY / "data/instructions/tiny_instructions.jsonl"), 0.2,
         seed=1)
     config = PostTrainingConfig(
-        steps=24, context_size=32, batch_size=4, evaluation_interval=12, learning_rate=1e-3,
+        steps=24, batch_size=4, evaluation_interval=12, learning_rate=1e-3,
         backend="cpu", fine_tuning_method="qlora", attention="flash",
         lora=rt.LoraConfig(rank=8, alpha=16.0, targets=(
             "attention.query", "attention.key", "attention.value", "attention.output",
