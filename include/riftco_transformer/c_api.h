@@ -57,7 +57,8 @@ extern "C" {
  *   total_steps, minimum_fraction: RT_LEARNING_RATE_SCHEDULE_*), appended after its 48-byte
  *   2.4 layout; rt_adam_step_stats' learning_rate, appended after its 32-byte layout;
  * - rt_variable_backward_scaled: backward with a seed other than 1 that can add into the
- *   pending gradients instead of replacing them (gradient accumulation over micro-batches).
+ *   pending gradients instead of replacing them (gradient accumulation over micro-batches);
+ * - rt_model_forward_packed: packed rows, attention within document boundaries (CPU).
  * 2.12 adds, without renumbering a value or moving a field of 2.11:
  * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
  *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
@@ -287,6 +288,17 @@ RT_API rt_status RT_CALL rt_model_get_activation_checkpointing(const rt_model* m
  * (else RT_STATUS_OUT_OF_RANGE). */
 RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t count,
                                           uint64_t batch, uint64_t time, rt_variable** out);
+/* 2.13: packed rows (several documents, e.g. fine-tuning examples, one after another in a
+ * row). positions [batch, time] (count of them, as tokens) holds each token's position inside
+ * its document: every row starts at 0 and each next position is 0 (a new document) or the
+ * previous + 1. Positions (RoPE or the learned table) restart in every document and attention
+ * never crosses a boundary, in both attention kinds, so each document gets the logits it gets
+ * alone (up to rounding). rt_model_forward's rules; a position breaking the rule above:
+ * RT_STATUS_INVALID_ARGUMENT naming the row and token; a backend without packed attention
+ * (every one but the CPU, for now): RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_model_forward_packed(rt_model* model, const uint32_t* tokens,
+                                                 const uint32_t* positions, uint64_t count,
+                                                 uint64_t batch, uint64_t time, rt_variable** out);
 /* The model's base parameters in their canonical order. While LoRA adapters are attached they
  * are frozen (an Adam over them is RT_STATUS_INVALID_ARGUMENT); packed NF4 projection weights
  * are not parameters and are not listed. */

@@ -246,6 +246,21 @@ rt_status rt_model_forward(rt_model* model, const uint32_t* tokens, uint64_t cou
     });
 }
 
+rt_status rt_model_forward_packed(rt_model* model, const uint32_t* tokens,
+                                  const uint32_t* positions, uint64_t count, uint64_t batch,
+                                  uint64_t time, rt_variable** out) {
+    return guarded(__func__, [&] {
+        const rt_model& native = require_handle(model, "model");
+        const auto ids = input_array(tokens, count, "tokens");
+        const auto packed = input_array(positions, count, "positions");
+        const Shape shape{to_size(batch, "batch"), to_size(time, "time")};
+        require_pointer(out, "out");
+        // The model checks the shape, the ids and the packing rules.
+        Variable logits = native.state->model->forward(ids, shape, packed);
+        *out = new rt_variable(native.state, std::move(logits));
+    });
+}
+
 rt_status rt_model_parameters(rt_model* model, rt_parameter_list** out) {
     return guarded(__func__, [&] {
         const rt_model& native = require_handle(model, "model");

@@ -49,9 +49,11 @@ void require_token_shape(const std::string& operation, const Shape& shape) {
 
 }  // namespace
 
-Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens,
-                                      const Shape& shape) const {
-    const std::string operation = std::string(model_name()) + "::forward";
+namespace {
+
+// forward's argument rules for host ids; returns them uploaded.
+IndexTensor checked_upload(const CausalLanguageModel& model, const std::string& operation,
+                           std::span<const std::uint32_t> tokens, const Shape& shape) {
     require_token_shape(operation, shape);
     const std::size_t batch = shape[0];
     const std::size_t time = shape[1];
@@ -61,20 +63,39 @@ Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens,
                 << shape_to_string(shape);
         throw std::invalid_argument(message.str());
     }
-    if (time > maximum_context()) {
+    if (time > model.maximum_context()) {
         std::ostringstream message;
         message << operation << ": sequence length " << time << " exceeds the maximum context "
-                << maximum_context();
+                << model.maximum_context();
         throw std::invalid_argument(message.str());
     }
-    IndexTensor uploaded(shape, tokens, backend());
-    if (uploaded.max_id() >= vocabulary_size()) {
-        const auto bad = std::find_if(tokens.begin(), tokens.end(),
-                                      [&](std::uint32_t id) { return id >= vocabulary_size(); });
+    IndexTensor uploaded(shape, tokens, model.backend());
+    if (uploaded.max_id() >= model.vocabulary_size()) {
+        const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint32_t id) {
+            return id >= model.vocabulary_size();
+        });
         throw_token_out_of_range(operation, *bad, static_cast<std::size_t>(bad - tokens.begin()),
-                                 vocabulary_size());
+                                 model.vocabulary_size());
     }
-    return forward_checked(uploaded);
+    return uploaded;
+}
+
+}  // namespace
+
+Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens,
+                                      const Shape& shape) const {
+    const std::string operation = std::string(model_name()) + "::forward";
+    return forward_checked(checked_upload(*this, operation, tokens, shape), nullptr);
+}
+
+Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens, const Shape& shape,
+                                      std::span<const std::uint32_t> positions) const {
+    const std::string operation = std::string(model_name()) + "::forward";
+    require_token_shape(operation, shape);
+    // Every argument is checked before anything is uploaded.
+    const auto documents = tensor_ops::packed_documents(operation, positions, shape[0], shape[1]);
+    tensor_ops::require_packed_attention(operation, backend());
+    return forward_checked(checked_upload(*this, operation, tokens, shape), documents);
 }
 
 Variable CausalLanguageModel::forward(const IndexTensor& tokens) const {
@@ -92,7 +113,7 @@ Variable CausalLanguageModel::forward(const IndexTensor& tokens) const {
         throw_token_out_of_range(operation, tokens.max_id(), tokens.max_id_position(),
                                  vocabulary_size());
     }
-    return forward_checked(tokens);
+    return forward_checked(tokens, nullptr);
 }
 
 void CausalLanguageModel::require_incremental_rows(const char* operation,

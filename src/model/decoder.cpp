@@ -323,8 +323,11 @@ DecoderBlock::DecoderBlock(const DecoderConfig& c, std::size_t layer, std::mt199
     }
 }
 
-Variable DecoderBlock::forward(const Variable& x, const RotaryTables& tables) const {
-    return finish(x, attention_->forward(normalize(layer_norm_, attention_norm_, x), tables));
+Variable DecoderBlock::forward(
+    const Variable& x, const RotaryTables& tables,
+    const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const {
+    return finish(
+        x, attention_->forward(normalize(layer_norm_, attention_norm_, x), tables, documents));
 }
 
 Variable DecoderBlock::forward_incremental(const Variable& x, const RotaryTables& tables,
@@ -436,8 +439,8 @@ Variable Decoder::embed(const IndexTensor& ids, const IndexTensor* positions) co
         embedded = embedded * config_.embedding_scale;
     if (position_embedding_ == nullptr)
         return embedded;
-    if (positions != nullptr)
-        return embedded + position_embedding_->forward(*positions);  // [R,D] + [R,D]
+    if (positions != nullptr)  // [R,D] + [R,D], or packed rows [B,T,D] + [B,T,D]
+        return embedded + position_embedding_->forward(*positions);
     // [B,T,D]: positions 0..T-1 restart in every batch row, so their embeddings are the first T
     // rows of the table, broadcast over B.
     const std::size_t time = ids.shape()[1];
@@ -488,17 +491,33 @@ IncrementalCacheShape Decoder::incremental_cache_shape() const noexcept {
     return {c.block_count, c.key_value_head_count, c.resolved_head_width(), c.maximum_context};
 }
 
-Variable Decoder::forward_checked(const IndexTensor& tokens) const {
-    Variable hidden = embed(tokens, nullptr);  // [B,T,D]
-    // The RoPE tables (positions 0..T-1), computed once per frequency set for every block.
-    std::vector<std::size_t> positions(tokens.shape()[1]);
-    std::iota(positions.begin(), positions.end(), std::size_t{0});
+Variable Decoder::forward_checked(
+    const IndexTensor& tokens,
+    const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const {
+    Variable hidden;  // [B,T,D]
+    std::vector<std::size_t> positions;
+    if (documents == nullptr) {
+        hidden = embed(tokens, nullptr);
+        // The RoPE tables (positions 0..T-1), computed once per frequency set for every block.
+        positions.resize(tokens.shape()[1]);
+        std::iota(positions.begin(), positions.end(), std::size_t{0});
+    } else {
+        // Packed rows: every token at its position inside its document ([B,T] learned-position
+        // ids; B·T RoPE table rows).
+        if (position_embedding_ != nullptr) {
+            const IndexTensor position_ids(tokens.shape(), documents->positions, backend());
+            hidden = embed(tokens, &position_ids);
+        } else {
+            hidden = embed(tokens, nullptr);
+        }
+        positions.assign(documents->positions.begin(), documents->positions.end());
+    }
     const std::vector<RotaryTables> tables = tables_for(positions, backend());
     for (std::size_t index = 0; index < blocks_.size(); ++index) {
         const DecoderBlock* block = blocks_[index];
         hidden = run_block(*block, index, hidden,
-                           [block, layer_tables = tables[index]](const Variable& input) {
-                               return block->forward(input, layer_tables);
+                           [block, layer_tables = tables[index], documents](const Variable& input) {
+                               return block->forward(input, layer_tables, documents);
                            });
     }
     // [B,T,D] -> [B,T,V], soft-capped when the family caps its logits (Gemma 2)

@@ -1,5 +1,6 @@
 #include "riftco_transformer/nn/grouped_query_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -67,6 +68,35 @@ Variable window_mask(std::size_t time, std::size_t window, ExecutionBackend back
     return Variable(Tensor({1, 1, time, time}, mask, backend), false);
 }
 
+// Packed rows: additive mask [B,1,T,T] with −inf on the keys before query t's document (t −
+// its position) and, with a window W > 0, on keys older than t − W + 1; the causal softmax
+// masks the future.
+Variable document_mask(const tensor_ops::PackedDocuments& documents, std::size_t window,
+                       ExecutionBackend backend) {
+    const std::size_t batch = documents.batch;
+    const std::size_t time = documents.time;
+    std::vector<float> mask(batch * time * time, 0.0F);
+    for (std::size_t b = 0; b < batch; ++b) {
+        for (std::size_t t = 0; t < time; ++t) {
+            const std::size_t document_first = t - documents.positions[b * time + t];
+            const std::size_t window_first = window == 0 || t < window ? 0 : t + 1 - window;
+            const std::size_t first = std::max(document_first, window_first);
+            float* row = mask.data() + (b * time + t) * time;
+            std::fill_n(row, first, -std::numeric_limits<float>::infinity());
+        }
+    }
+    return Variable(Tensor({batch, 1, time, time}, mask, backend), false);
+}
+
+// Materialized causal attention with an additive mask ([B or 1,1,T,T]) on the scaled scores.
+Variable masked_causal_attention(const Variable& query, const Variable& key, const Variable& value,
+                                 const Variable& mask, float scale) {
+    const Shape& q = query.shape();
+    const Variable scores = matmul(query, key, false, true);  // [B,H,T,T]
+    const Variable masked = scores + broadcast_to(mask, {q[0], q[1], q[2], q[2]});
+    return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
+}
+
 }  // namespace
 
 Variable repeat_key_value_heads(const Variable& x, std::size_t repeats) {
@@ -95,17 +125,29 @@ Variable sliding_window_causal_attention(const Variable& query, const Variable& 
         throw std::logic_error("sliding_window_causal_attention: an input is an empty Variable");
     const float scale = tensor_ops::attention_scale("sliding_window_causal_attention",
                                                     query.value(), key.value(), value.value());
-    const std::size_t time = query.shape()[2];
-    const Shape& q = query.shape();
-    const Variable scores = matmul(query, key, false, true);  // [B,H,T,T]
-    const Variable masked =
-        scores +
-        broadcast_to(window_mask(time, window, query.value().backend()), {q[0], q[1], time, time});
-    return matmul(causal_softmax(masked, scale), value);  // [B,H,T,T] x [B,H,T,d]
+    return masked_causal_attention(
+        query, key, value, window_mask(query.shape()[2], window, query.value().backend()), scale);
 }
+
+namespace {
+
+// soft_capped_causal_attention with packed documents (null: one document per row).
+Variable soft_capped_attention(const Variable& query, const Variable& key, const Variable& value,
+                               std::size_t window, float cap,
+                               const tensor_ops::PackedDocuments* documents);
+
+}  // namespace
 
 Variable soft_capped_causal_attention(const Variable& query, const Variable& key,
                                       const Variable& value, std::size_t window, float cap) {
+    return soft_capped_attention(query, key, value, window, cap, nullptr);
+}
+
+namespace {
+
+Variable soft_capped_attention(const Variable& query, const Variable& key, const Variable& value,
+                               std::size_t window, float cap,
+                               const tensor_ops::PackedDocuments* documents) {
     if (!query.defined() || !key.defined() || !value.defined())
         throw std::logic_error("soft_capped_causal_attention: an input is an empty Variable");
     const float scale = tensor_ops::attention_scale("soft_capped_causal_attention", query.value(),
@@ -118,27 +160,38 @@ Variable soft_capped_causal_attention(const Variable& query, const Variable& key
     const Shape& q = query.shape();
     const std::size_t time = q[2];
     Variable scores = soft_cap(matmul(query, key, false, true) * scale, cap);  // [B,H,T,T]
-    if (window != 0 && window < time) {
+    if (documents != nullptr) {
+        scores = scores + broadcast_to(document_mask(*documents, window, query.value().backend()),
+                                       {q[0], q[1], time, time});
+    } else if (window != 0 && window < time) {
         scores = scores + broadcast_to(window_mask(time, window, query.value().backend()),
                                        {q[0], q[1], time, time});
     }
     return matmul(causal_softmax(scores, 1.0F), value);
 }
 
-namespace {
-
 // The reference path: K and V [B,Hkv,T,d] repeated to Hq heads (a copy), then materialized
-// causal attention, masked to the window when it is shorter than the sequence.
+// causal attention, masked to the window when it is shorter than the sequence, and to each
+// token's document in packed rows.
 Variable materialized_grouped_attention(const Variable& query, const Variable& key,
                                         const Variable& value,
-                                        const GroupedQueryAttentionShape& shape, std::size_t time) {
+                                        const GroupedQueryAttentionShape& shape, std::size_t time,
+                                        const tensor_ops::PackedDocuments* documents) {
     const std::size_t repeats = shape.query_head_count / shape.key_value_head_count;
     const Variable repeated_key = repeat_key_value_heads(key, repeats);
     const Variable repeated_value = repeat_key_value_heads(value, repeats);
     if (shape.attention_softcap != 0.0F) {
-        return soft_capped_causal_attention(query, repeated_key, repeated_value,
-                                            shape.sliding_window.value_or(0),
-                                            shape.attention_softcap);
+        return soft_capped_attention(query, repeated_key, repeated_value,
+                                     shape.sliding_window.value_or(0), shape.attention_softcap,
+                                     documents);
+    }
+    if (documents != nullptr) {
+        const float scale = tensor_ops::attention_scale(
+            "GroupedQueryAttention", query.value(), repeated_key.value(), repeated_value.value());
+        return masked_causal_attention(
+            query, repeated_key, repeated_value,
+            document_mask(*documents, shape.sliding_window.value_or(0), query.value().backend()),
+            scale);
     }
     if (shape.sliding_window && *shape.sliding_window < time) {
         return sliding_window_causal_attention(query, repeated_key, repeated_value,
@@ -232,7 +285,9 @@ Variable GroupedQueryAttention::split_heads(const Variable& projected, std::size
     return multiplier != 1.0F ? split * multiplier : split;
 }
 
-Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& tables) const {
+Variable GroupedQueryAttention::forward(
+    const Variable& x, const RotaryTables& tables,
+    const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const {
     if (!x.defined() || x.shape().size() != 3 || x.shape()[2] != shape_.width) {
         throw std::invalid_argument("GroupedQueryAttention: x must be [B,T," +
                                     std::to_string(shape_.width) + "] (got " +
@@ -248,11 +303,19 @@ Variable GroupedQueryAttention::forward(const Variable& x, const RotaryTables& t
         split_heads(key_->forward(x), shape_.key_value_head_count, key_norm_, rope, 1.0F);
     const Variable value =
         split_heads(value_->forward(x), shape_.key_value_head_count, nullptr, nullptr, 1.0F);
-    const Variable context = kind_ == AttentionKind::Flash
-                                 ? flash_attention(query, key, value,
-                                                   {.window = shape_.sliding_window.value_or(0),
-                                                    .softcap = shape_.attention_softcap})
-                                 : materialized_grouped_attention(query, key, value, shape_, time);
+    if (documents != nullptr && (documents->batch != batch || documents->time != time)) {
+        throw std::invalid_argument("GroupedQueryAttention: packed documents of " +
+                                    std::to_string(documents->batch) + " rows of " +
+                                    std::to_string(documents->time) + " tokens for x " +
+                                    shape_to_string(x.shape()));
+    }
+    const Variable context =
+        kind_ == AttentionKind::Flash
+            ? flash_attention(query, key, value,
+                              {.window = shape_.sliding_window.value_or(0),
+                               .softcap = shape_.attention_softcap,
+                               .documents = documents})
+            : materialized_grouped_attention(query, key, value, shape_, time, documents.get());
     // [B,Hq,T,d] -> [B,T,Hq,d] -> [B,T,Hq·d]
     return output_->forward(reshape(permute(context, {0, 2, 1, 3}), {batch, time, query_width}));
 }

@@ -213,26 +213,31 @@ Variable apply_rotary_embedding(const Variable& x, const RotaryTables& tables) {
     const bool ranks_fit = shape.size() == 4 && table_shape.size() == 2 &&
                            tables.sine.shape() == table_shape && shape[3] % 2 == 0 &&
                            table_shape[1] * 2 == shape[3];
-    // [B,H,T,d] with T table rows, or [R,H,1,d] with R table rows.
+    // [B,H,T,d] with T table rows, or [R,H,1,d] with R table rows, or (packed rows, each
+    // batch row at its own positions) [B,H,T,d] with B·T table rows.
     const bool sequence_form = ranks_fit && table_shape[0] == shape[2];
     const bool row_form = ranks_fit && shape[2] == 1 && table_shape[0] == shape[0];
-    if (!sequence_form && !row_form) {
-        throw std::invalid_argument(std::string(op) + ": x " + shape_to_string(shape) +
-                                    " does not fit tables " + shape_to_string(table_shape) +
-                                    " (need x [B,H,T,d] with [T,d/2] or x [R,H,1,d] with [R,d/2])");
+    const bool packed_form =
+        ranks_fit && !sequence_form && !row_form && table_shape[0] == shape[0] * shape[2];
+    if (!sequence_form && !row_form && !packed_form) {
+        throw std::invalid_argument(
+            std::string(op) + ": x " + shape_to_string(shape) + " does not fit tables " +
+            shape_to_string(table_shape) +
+            " (need x [B,H,T,d] with [T,d/2] or [B·T,d/2], or x [R,H,1,d] with [R,d/2])");
     }
     // Nothing to differentiate (decoding, evaluation): one fused pass where the backend has
     // it, with the same values as the graph below.
-    if (gradient_recording_disabled() || !x.requires_gradient()) {
+    if (!packed_form && (gradient_recording_disabled() || !x.requires_gradient())) {
         return Variable(tensor_ops::rotary_embedding(x.value(), tables.cosine, tables.sine,
                                                      sequence_form ? 2 : 0),
                         false);
     }
     const std::size_t half = shape[3] / 2;
     const Shape half_shape{shape[0], shape[1], shape[2], half};
-    // Tables as rank 4 so broadcast_to only repeats: [1,1,T,d/2] or [R,1,1,d/2].
-    const Shape table_view =
-        sequence_form ? Shape{1, 1, table_shape[0], half} : Shape{table_shape[0], 1, 1, half};
+    // Tables as rank 4 so broadcast_to only repeats: [1,1,T,d/2], [R,1,1,d/2] or [B,1,T,d/2].
+    const Shape table_view = sequence_form ? Shape{1, 1, table_shape[0], half}
+                             : row_form    ? Shape{table_shape[0], 1, 1, half}
+                                           : Shape{shape[0], 1, shape[2], half};
     const auto expand = [&](const Tensor& table) {
         return broadcast_to(reshape(Variable(table, false), table_view), half_shape);
     };

@@ -90,10 +90,11 @@ class BatchStepCache final : public IncrementalAttentionCache {
             const auto heads_first = [](const Tensor& rows) {
                 return tensor_ops::permute(rows, {2, 1, 0, 3});
             };
-            const Tensor context = tensor_ops::flash_attention(
-                                       heads_first(query), heads_first(key), heads_first(value),
-                                       {.window = options.window, .softcap = options.softcap})
-                                       .context;
+            const Tensor context =
+                tensor_ops::flash_attention(
+                    heads_first(query), heads_first(key), heads_first(value),
+                    {.window = options.window, .softcap = options.softcap, .documents = nullptr})
+                    .context;
             return tensor_ops::permute(context, {2, 1, 0, 3});
         }
         const tensor_ops::PagedAttentionOptions paged{.window = options.window,

@@ -1,6 +1,7 @@
 /*
  * ABI 2.13 (the fine-tuning issue): rt_adam_options' weight decay and learning-rate schedule,
- * rt_adam_step_stats' learning rate, and rt_variable_backward_scaled. A 2.4-sized (48-byte)
+ * rt_adam_step_stats' learning rate, rt_variable_backward_scaled and rt_model_forward_packed.
+ * A 2.4-sized (48-byte)
  * options struct and a 32-byte step-statistics struct keep working.
  */
 #include <math.h>
@@ -244,6 +245,53 @@ static void scaled_backward_accumulates_micro_batches(void) {
     rt_model_release(whole_model);
 }
 
+/* Packed rows: one row holding documents of 3 and 5 tokens gives each the logits it gets alone
+ * (up to rounding), and bad positions are refused, writing nothing. */
+static void packed_rows_give_each_document_its_own_logits(void) {
+    rt_model* model = create_tiny_model();
+    static const uint32_t row[] = {4, 9, 2, 7, 7, 1, 3, 8};
+    static const uint32_t positions[] = {0, 1, 2, 0, 1, 2, 3, 4};
+    rt_variable* packed = NULL;
+    EXPECT_OK(rt_model_forward_packed(model, row, positions, 8, 1, 8, &packed));
+    uint64_t numel = 0;
+    EXPECT_OK(rt_variable_numel(packed, &numel));
+    const uint64_t vocabulary = numel / 8;
+    float* packed_values = malloc((size_t)numel * sizeof *packed_values);
+    EXPECT_OK(rt_variable_copy_to_host_f32(packed, packed_values, numel, &numel));
+    const uint64_t starts[] = {0, 3};
+    const uint64_t lengths[] = {3, 5};
+    for (int document = 0; document < 2; ++document) {
+        rt_variable* alone = NULL;
+        EXPECT_OK(rt_model_forward(model, row + starts[document], lengths[document], 1,
+                                   lengths[document], &alone));
+        const uint64_t count = lengths[document] * vocabulary;
+        float* alone_values = malloc((size_t)count * sizeof *alone_values);
+        uint64_t required = 0;
+        EXPECT_OK(rt_variable_copy_to_host_f32(alone, alone_values, count, &required));
+        EXPECT_EQ_U64(required, count);
+        for (uint64_t i = 0; i < count; ++i) {
+            const float want = alone_values[i];
+            const float got = packed_values[starts[document] * vocabulary + i];
+            EXPECT(fabsf(got - want) <= 1e-5f + 1e-5f * fabsf(want));
+        }
+        free(alone_values);
+        rt_variable_release(alone);
+    }
+    free(packed_values);
+    rt_variable_release(packed);
+
+    static const uint32_t bad[] = {0, 1, 2, 0, 1, 3, 4, 5}; /* 3 after 1 */
+    rt_variable* refused = NULL;
+    EXPECT_STATUS(rt_model_forward_packed(model, row, bad, 8, 1, 8, &refused),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(refused == NULL);
+    EXPECT(strstr(rt_last_error(), "row 0 at token 5 is 3") != NULL);
+    EXPECT_STATUS(rt_model_forward_packed(model, row, NULL, 8, 1, 8, &refused),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT(refused == NULL);
+    rt_model_release(model);
+}
+
 int main(void) {
     RUN_TEST(options_init_gives_plain_adam_at_a_constant_rate);
     RUN_TEST(the_step_reports_the_scheduled_rate);
@@ -251,5 +299,6 @@ int main(void) {
     RUN_TEST(bad_schedules_create_nothing);
     RUN_TEST(a_2_12_sized_options_struct_trains_like_the_defaults);
     RUN_TEST(scaled_backward_accumulates_micro_batches);
+    RUN_TEST(packed_rows_give_each_document_its_own_logits);
     return finish_tests();
 }

@@ -11,11 +11,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/core/index_tensor.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/model/incremental_decoder.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
@@ -40,6 +42,15 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     // The same from ids already on the model's backend ([B,T]); the vocabulary check reads
     // the maximum recorded at the upload (no device read).
     [[nodiscard]] Variable forward(const IndexTensor& tokens) const;
+    // Packed rows (several documents, e.g. fine-tuning examples, one after another in a row):
+    // token ids [B,T] and positions [B·T], each token's position inside its document (rows
+    // start at 0; each next position is 0, a new document, or the previous + 1). Positions
+    // (RoPE or the learned table) restart in every document and attention never crosses a
+    // boundary, in both attention kinds, so a document's logits are those it gets alone, up to
+    // rounding. forward's rules, plus tensor_ops::packed_documents' (std::invalid_argument
+    // naming the row and token); on a backend without packed attention, std::invalid_argument.
+    [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape,
+                                   std::span<const std::uint32_t> positions) const;
     [[nodiscard]] virtual std::size_t maximum_context() const noexcept = 0;
 
     [[nodiscard]] virtual AttentionKind attention() const noexcept = 0;
@@ -89,8 +100,11 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     }
 
   protected:
-    // The forward pass proper, for ids both forward forms have checked.
-    [[nodiscard]] virtual Variable forward_checked(const IndexTensor& tokens) const = 0;
+    // The forward pass proper, for ids the forward forms have checked; documents: packed rows
+    // (null: every row is one document).
+    [[nodiscard]] virtual Variable forward_checked(
+        const IndexTensor& tokens,
+        const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const = 0;
     // forward_incremental's argument rules (std::invalid_argument: no rows, tokens/positions
     // of different lengths, a position >= C, no output row or one >= R; std::out_of_range: an
     // id >= V), with `operation` naming the caller.

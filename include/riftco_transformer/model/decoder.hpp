@@ -166,8 +166,11 @@ class DecoderBlock final : public Module {
     DecoderBlock(const DecoderConfig& config, std::size_t layer, std::mt19937& generator,
                  AttentionKind attention);
     // x [B,T,D] -> [B,T,D] with the RoPE tables of positions 0..T-1 (computed once per model
-    // forward for every block; empty and not read with learned positions).
-    [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;
+    // forward for every block; empty and not read with learned positions), or, for packed
+    // rows (documents), of every token's position inside its document (B·T rows).
+    [[nodiscard]] Variable forward(
+        const Variable& x, const RotaryTables& tables,
+        const std::shared_ptr<const tensor_ops::PackedDocuments>& documents = nullptr) const;
     // x [R,D], row r at the position of tables' row r -> [R,D] (no graph).
     [[nodiscard]] Variable forward_incremental(const Variable& x, const RotaryTables& tables,
                                                std::size_t layer,
@@ -236,12 +239,15 @@ class Decoder : public CausalLanguageModel {
     // A view's constructor: the same model, messages prefixed with `model_name` (a literal).
     Decoder(const char* model_name, const DecoderConfig& config, std::mt19937& generator,
             AttentionKind attention, ActivationCheckpointing checkpointing);
-    [[nodiscard]] Variable forward_checked(const IndexTensor& tokens) const override;
+    [[nodiscard]] Variable forward_checked(
+        const IndexTensor& tokens,
+        const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const override;
     [[nodiscard]] AdaptableProjection attach_untied_head() override;
 
   private:
     // h0 = s·E_tok[ids] (the embedding scale applied when it is set), plus E_pos[positions]
-    // with learned positions (`positions` [rows] of ids, or null: 0..T-1 in every row).
+    // with learned positions (`positions` of ids shaped like `ids` ([rows], or [B,T] for packed
+    // rows), or null: 0..T-1 in every row).
     [[nodiscard]] Variable embed(const IndexTensor& ids, const IndexTensor* positions) const;
     // The RoPE tables of `positions` for every block: [layer] -> tables, computed once per
     // distinct frequency set (a dense and a windowed set at most); empty tables with learned

@@ -15,12 +15,14 @@
 // and the softmax, in every kind and in the incremental form.
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/core/tensor_ops/attention.hpp"
 #include "riftco_transformer/nn/attention.hpp"
 #include "riftco_transformer/nn/layers.hpp"
 #include "riftco_transformer/nn/module.hpp"
@@ -83,7 +85,11 @@ class GroupedQueryAttention final : public Module {
     [[nodiscard]] Variable forward(const Variable& x) const;
     // The same with the RoPE tables of positions 0..T-1 given (rotary_tables): a model computes
     // them once per forward for all its blocks. Without RoPE the tables are not read (empty).
-    [[nodiscard]] Variable forward(const Variable& x, const RotaryTables& tables) const;
+    // Packed rows (documents): the tables hold B·T rows, token t of row b at row b·T + t (its
+    // position inside its document), and attention stays inside each document, in both kinds.
+    [[nodiscard]] Variable forward(
+        const Variable& x, const RotaryTables& tables,
+        const std::shared_ptr<const tensor_ops::PackedDocuments>& documents = nullptr) const;
     // The incremental form: x [R,D], row r at the position of tables' row r; `cache` stores
     // this layer's rotated keys and values with Hkv heads as they are (queries [R,Hq,1,d], keys
     // and values [R,Hkv,1,d]: no repeated copy), and row r attends within the sliding window

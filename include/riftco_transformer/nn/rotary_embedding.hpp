@@ -108,6 +108,8 @@ void require_rope_scaling(const char* operation, std::size_t head_width,
 
 // x [B,H,T,d] with tables of T rows: every batch row and head uses position row t.
 // x [R,H,1,d] with tables of R rows: row r uses table row r (the decode form).
+// x [B,H,T,d] with tables of B·T rows: batch row b, token t uses table row b·T + t (packed
+// rows, each at its own positions).
 // Any other shape pairing: std::invalid_argument.
 [[nodiscard]] Variable apply_rotary_embedding(const Variable& x, const RotaryTables& tables);
 

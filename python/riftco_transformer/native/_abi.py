@@ -475,6 +475,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         rt_status,
         [handle, POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
     ),
+    "rt_model_forward_packed": (
+        rt_status,
+        [handle, POINTER(c_uint32), POINTER(c_uint32), c_uint64, c_uint64, c_uint64, handle_out],
+    ),
     "rt_model_parameters": (rt_status, [handle, handle_out]),
     "rt_model_is_llama_mistral": (rt_status, [handle, POINTER(c_int32)]),
     "rt_model_decoder_config": (rt_status, [handle, POINTER(LlamaMistralConfigStruct)]),

@@ -191,22 +191,40 @@ class CausalLanguageModel(NativeHandle):
         with self._native() as pointer:
             check_status(library().rt_model_set_activation_checkpointing(pointer, value))
 
-    def __call__(self, tokens) -> Variable:
+    def __call__(self, tokens, positions=None) -> Variable:
         """Logits ``[B, T, V]`` for token ids ``[B, T]`` (a flat row is ``B = 1``).
 
         ``tokens``: one flat row or a rectangular 2-D batch of ints (lists, ``array('I')``
         rows, numpy integer arrays). ``T`` must be in ``[1, maximum_context]`` and every id
         below V (native errors otherwise). Each call builds a fresh single-use graph.
+
+        ``positions`` (packed rows, C ABI 2.13): the same shape as ``tokens``, each token's
+        position inside its document (rows start at 0; each next position is 0, a new
+        document, or the previous + 1). Positions restart in every document and attention
+        never crosses a boundary, so each document gets the logits it gets alone. CPU only
+        for now (a native invalid_argument elsewhere).
         """
         ids = token_ids(tokens, "tokens")
         batch, time = (1, ids.shape[0]) if len(ids.shape) == 1 else ids.shape
         logits = ctypes.c_void_p()
+        if positions is not None:
+            packed = token_ids(positions, "positions")
+            if packed.shape != ids.shape:
+                raise ValueError(f"positions has shape {packed.shape}, tokens {ids.shape}")
         with self._native() as pointer:
-            check_status(
-                library().rt_model_forward(
-                    pointer, ids.values, len(ids.values), batch, time, ctypes.byref(logits)
+            if positions is None:
+                check_status(
+                    library().rt_model_forward(
+                        pointer, ids.values, len(ids.values), batch, time, ctypes.byref(logits)
+                    )
                 )
-            )
+            else:
+                check_status(
+                    library().rt_model_forward_packed(
+                        pointer, ids.values, packed.values, len(ids.values), batch, time,
+                        ctypes.byref(logits)
+                    )
+                )
         return Variable._from_pointer(logits.value, self._lock)
 
     def parameters(self) -> ParameterList:

@@ -33,7 +33,66 @@ float require_attention_inputs(std::string_view op, const Tensor& query, const T
     return 1.0F / std::sqrt(static_cast<float>(q[3]));
 }
 
+// options.documents, when set, fits Q [B,Hq,T,d] and the backend has packed rows (CPU only).
+void require_documents(std::string_view op, const FlashAttentionOptions& options,
+                       const Tensor& query) {
+    if (options.documents == nullptr)
+        return;
+    const PackedDocuments& documents = *options.documents;
+    const Shape& q = query.shape();
+    if (documents.batch != q[0] || documents.time != q[2] ||
+        documents.positions.size() != q[0] * q[2]) {
+        std::ostringstream message;
+        message << op << ": packed documents of " << documents.batch << " rows of "
+                << documents.time << " tokens do not fit query " << shape_to_string(q);
+        throw std::invalid_argument(message.str());
+    }
+    require_packed_attention(op, query.backend());
+}
+
 }  // namespace
+
+void require_packed_attention(std::string_view operation, ExecutionBackend backend) {
+    if (backend != ExecutionBackend::Cpu) {
+        throw std::invalid_argument(std::string(operation) +
+                                    ": packed rows (attention within document boundaries) are "
+                                    "not available on the " +
+                                    std::string(execution_backend_name(backend)) +
+                                    " backend yet; train unpacked (padded) rows there");
+    }
+}
+
+std::shared_ptr<const PackedDocuments> packed_documents(std::string_view operation,
+                                                        std::span<const std::uint32_t> positions,
+                                                        std::size_t batch, std::size_t time) {
+    if (batch == 0 || time == 0 || positions.size() / time != batch ||
+        positions.size() % time != 0) {
+        std::ostringstream message;
+        message << operation << ": " << positions.size() << " positions given for " << batch
+                << " rows of " << time << " tokens";
+        throw std::invalid_argument(message.str());
+    }
+    for (std::size_t b = 0; b < batch; ++b) {
+        const std::uint32_t* row = positions.data() + b * time;
+        for (std::size_t t = 0; t < time; ++t) {
+            const bool starts = row[t] == 0;
+            const bool continues = t > 0 && row[t] == row[t - 1] + 1;
+            if (!starts && !continues) {
+                std::ostringstream message;
+                message << operation << ": positions of row " << b << " at token " << t << " is "
+                        << row[t] << "; each row starts at 0 and every next position is 0 (a "
+                        << "new document) or the previous + 1"
+                        << (t > 0 ? " (" + std::to_string(row[t - 1]) + ")" : std::string());
+                throw std::invalid_argument(message.str());
+            }
+        }
+    }
+    auto documents = std::make_shared<PackedDocuments>();
+    documents->batch = batch;
+    documents->time = time;
+    documents->positions.assign(positions.begin(), positions.end());
+    return documents;
+}
 
 float attention_scale(std::string_view op, const Tensor& query, const Tensor& key,
                       const Tensor& value) {
@@ -65,6 +124,7 @@ FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key, con
         detail::input_adapter(op, {{"query", &query}, {"key", &key}, {"value", &value}});
     const float scale = require_attention_inputs(op, query, key, value, true);
     detail::require_softcap(op, "options.softcap", options.softcap);
+    require_documents(op, options, query);
     const Shape statistics_shape(query.shape().begin(), query.shape().end() - 1);
     FlashAttentionResult result{detail::allocate_uninitialized(query.shape(), query.backend()),
                                 detail::allocate_uninitialized(statistics_shape, query.backend()),
@@ -90,6 +150,7 @@ FlashAttentionGradients flash_attention_backward(const Tensor& query, const Tens
                                                      {"upstream", &upstream}});
     const float scale = require_attention_inputs(op, query, key, value, true);
     detail::require_softcap(op, "forward.options.softcap", forward.options.softcap);
+    require_documents(op, forward.options, query);
     detail::require_same_shape(op, {"query", &query}, {"context", &forward.context});
     detail::require_same_shape(op, {"query", &query}, {"upstream", &upstream});
     const Shape statistics_shape(query.shape().begin(), query.shape().end() - 1);

@@ -8,19 +8,52 @@
 // mask and the softmax; the VJP multiplies by its derivative 1 − tanh²(s/c). A visible score
 // that is NaN or +inf, or a query row without a finite visible score: std::domain_error; a soft
 // cap that is not finite or < 0: std::invalid_argument.
+//
+// Packed rows (supervised fine-tuning packs several examples into one row): with documents, a
+// row of T tokens is a run of documents, and token t's position inside its document is
+// positions[b·T + t]; query t then sees only the keys of its own document, t − positions..t
+// (and the window's bound, when it is tighter). The CPU backend has it; every other backend
+// refuses it (std::invalid_argument naming the backend), never a silent dense fallback.
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
+
+// Document boundaries of a packed [B,T] batch: positions[b·T + t] is token t's position
+// inside its document. Row b's positions start at 0 and each next one is 0 (a new document)
+// or the previous + 1, so t − positions[b·T + t] (the document's first token) never
+// decreases along a row.
+struct PackedDocuments {
+    std::size_t batch = 0;
+    std::size_t time = 0;
+    std::vector<std::uint32_t> positions;  // [B·T], row-major
+};
+
+// The one home of the packing rules: positions.size() == batch·time (batch, time > 0), each
+// row as above. std::invalid_argument naming `operation`, the row and the token otherwise.
+[[nodiscard]] std::shared_ptr<const PackedDocuments> packed_documents(
+    std::string_view operation, std::span<const std::uint32_t> positions, std::size_t batch,
+    std::size_t time);
+
+// std::invalid_argument naming `operation` and the backend unless `backend` attends within
+// document boundaries (the CPU).
+void require_packed_attention(std::string_view operation, ExecutionBackend backend);
 
 struct FlashAttentionOptions {
     // 0: dense causal attention. W > 0: query t sees keys max(0, t−W+1)..t (W >= T is dense).
     std::size_t window = 0;
     // 0: no capping. c > 0: scores c·tanh(s/c) (Gemma 2: 50).
     float softcap = 0.0F;
+    // Packed rows: query t of row b sees only its own document (see above); null: every row
+    // is one document. Its batch and time must be Q's B and T.
+    std::shared_ptr<const PackedDocuments> documents = nullptr;
 };
 
 struct FlashAttentionResult {

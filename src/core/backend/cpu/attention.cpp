@@ -4,9 +4,12 @@
 // (Q [B,Hq,T,d], K, V [B,Hkv,T,d], r = Hq/Hkv) reads key/value head ⌊h/r⌋ in place: with
 // query items ordered (b, h), query item i reads key/value item ⌊i/r⌋.
 //
-// Visible keys of query t: max(0, t−W+1)..t (W = options.window; 0: 0..t). Key tiles entirely
-// outside the visible range of a query tile (after its last query, or before the window of
-// its first) are never touched, so time is O(T·min(T, W+tile)) and scratch is O(tile²).
+// Visible keys of query t: max(0, t−W+1, t−p_t)..t (W = options.window; 0: no window bound;
+// p_t = token t's position inside its document in a packed row, 0.. without documents: the
+// row is one document). Both bounds never decrease along a row, so a query tile's first
+// query has its lowest. Key tiles entirely outside the visible range of a query tile (after
+// its last query, or before the bound of its first) are never touched, so time is
+// O(T·min(T, W+tile)) and scratch is O(tile²).
 //
 // Forward, one work item per (batch, query head); per query tile Q_i [q,d] and visible key
 // tile K_j, V_j [k,d]:
@@ -30,6 +33,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -67,10 +71,19 @@ void tile_gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n,
     gemm(g);
 }
 
-// The first key tile with a key visible from query q0 (window 0: none older is masked).
-std::size_t first_key_tile(std::size_t q0, std::size_t window) {
-    const std::size_t first_key = window == 0 || q0 < window ? 0 : q0 + 1 - window;
-    return first_key / tile * tile;
+// The first key visible from query `query`: the window's bound (window 0: none) or its
+// document's first token (positions: the row's positions inside documents; null: one
+// document), whichever is later.
+std::size_t first_visible_key(std::size_t query, std::size_t window,
+                              const std::uint32_t* positions) {
+    const std::size_t window_first = window == 0 || query < window ? 0 : query + 1 - window;
+    const std::size_t document_first = positions == nullptr ? 0 : query - positions[query];
+    return std::max(window_first, document_first);
+}
+
+// The first key tile with a key visible from query q0.
+std::size_t first_key_tile(std::size_t q0, std::size_t window, const std::uint32_t* positions) {
+    return first_visible_key(q0, window, positions) / tile * tile;
 }
 
 // scores [rows, cols] for queries q0.. and keys k0..: scale, cap (softcap c > 0: c·tanh(s/c)),
@@ -79,17 +92,17 @@ std::size_t first_key_tile(std::size_t q0, std::size_t window) {
 // `derivative`, the cap's derivative 1 − tanh²(s/c) of each entry is written there ([rows,
 // cols]; masked entries too, where it is never used). The cap is chosen once per tile.
 bool scale_and_mask(float* scores, std::size_t rows, std::size_t cols, std::size_t q0,
-                    std::size_t k0, float scale, std::size_t window, float softcap = 0.0F,
-                    float* derivative = nullptr) {
+                    std::size_t k0, float scale, std::size_t window, const std::uint32_t* positions,
+                    float softcap = 0.0F, float* derivative = nullptr) {
     int bad = 0;
     const float inverse_cap = softcap != 0.0F ? 1.0F / softcap : 0.0F;
     constexpr float positive_infinity = std::numeric_limits<float>::infinity();
     for (std::size_t r = 0; r < rows; ++r) {
         float* row = scores + r * cols;
         const std::size_t query = q0 + r;
-        // Key `key` is visible when first <= key <= query (the window's first key, or 0). The
-        // loops are branch-free (bitwise tests, selects) so that they vectorise.
-        const std::size_t first = window == 0 || window > query ? 0 : query + 1 - window;
+        // Key `key` is visible when first <= key <= query (the window's or the document's first
+        // key, or 0). The loops are branch-free (bitwise tests, selects) so that they vectorise.
+        const std::size_t first = first_visible_key(query, window, positions);
         for (std::size_t c = 0; c < cols; ++c) {
             const float value = row[c] * scale;
             const std::size_t key = k0 + c;
@@ -141,7 +154,10 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
     const std::size_t width = query.shape()[3];
     const std::size_t items = query.numel() / (time * width);     // B·Hq
     const std::size_t group = query.shape()[1] / key.shape()[1];  // r = Hq/Hkv
+    const std::size_t heads = query.shape()[1];                   // Hq: item / Hq is the row
     const std::size_t window = options.window;
+    const std::uint32_t* packed =
+        options.documents == nullptr ? nullptr : options.documents->positions.data();
     const float* q_all = cpu_data(query);
     const float* k_all = cpu_data(key);
     const float* v_all = cpu_data(value);
@@ -160,6 +176,8 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
             float* o = o_all + item * time * width;
             float* m = m_all + item * time;
             float* l = l_all + item * time;
+            const std::uint32_t* positions =
+                packed == nullptr ? nullptr : packed + item / heads * time;
             for (std::size_t q0 = 0; q0 < time; q0 += tile) {
                 const std::size_t rows = std::min(tile, time - q0);
                 std::fill_n(m + q0, rows, negative_infinity);
@@ -167,11 +185,12 @@ void CpuAttention::flash_forward(const Tensor& query, const Tensor& key, const T
                 std::fill_n(o + q0 * width, rows * width, 0.0F);
                 // Key tiles entirely after the last query of this tile, or entirely before
                 // the window of its first query, are skipped.
-                for (std::size_t k0 = first_key_tile(q0, window); k0 < q0 + rows; k0 += tile) {
+                for (std::size_t k0 = first_key_tile(q0, window, positions); k0 < q0 + rows;
+                     k0 += tile) {
                     const std::size_t cols = std::min(tile, time - k0);
                     tile_gemm(false, true, rows, cols, width, q + q0 * width, width, k + k0 * width,
                               width, scores.data(), cols);
-                    if (scale_and_mask(scores.data(), rows, cols, q0, k0, scale, window,
+                    if (scale_and_mask(scores.data(), rows, cols, q0, k0, scale, window, positions,
                                        options.softcap)) {
                         nan_or_inf.record(item);
                     }
@@ -227,7 +246,9 @@ struct BackwardTensors {
     std::size_t time;
     std::size_t width;
     std::size_t group;  // r = Hq/Hkv
+    std::size_t heads;  // Hq: query item / Hq is its batch row
     std::size_t window;
+    const std::uint32_t* positions;  // [B·T] positions inside documents; null: unpacked
     float scale;
     float softcap;  // 0: none
     const float* query;
@@ -288,6 +309,8 @@ void query_head_backward(const BackwardTensors& b, std::size_t item, float* dk, 
     const float* m = b.row_max + item * time;
     const float* l = b.row_sum + item * time;
     float* dq = b.query_gradient + offset;
+    const std::uint32_t* positions =
+        b.positions == nullptr ? nullptr : b.positions + item / b.heads * time;
     std::fill_n(dq, time * width, 0.0F);
     std::fill_n(dk, time * width, 0.0F);
     std::fill_n(dv, time * width, 0.0F);
@@ -296,15 +319,15 @@ void query_head_backward(const BackwardTensors& b, std::size_t item, float* dk, 
         row_dot_products[t] = static_cast<float>(row_dot(g + t * width, o + t * width, width));
     for (std::size_t q0 = 0; q0 < time; q0 += tile) {
         const std::size_t rows = std::min(tile, time - q0);
-        for (std::size_t k0 = first_key_tile(q0, b.window); k0 < q0 + rows; k0 += tile) {
+        for (std::size_t k0 = first_key_tile(q0, b.window, positions); k0 < q0 + rows; k0 += tile) {
             const std::size_t cols = std::min(tile, time - k0);
             float* p = scratch.probabilities.data();
             float* product = scratch.product.data();
             tile_gemm(false, true, rows, cols, width, q + q0 * width, width, k + k0 * width, width,
                       p, cols);
             float* slope = b.softcap != 0.0F ? scratch.cap_derivative.data() : nullptr;
-            static_cast<void>(
-                scale_and_mask(p, rows, cols, q0, k0, b.scale, b.window, b.softcap, slope));
+            static_cast<void>(scale_and_mask(p, rows, cols, q0, k0, b.scale, b.window, positions,
+                                             b.softcap, slope));
             for (std::size_t r = 0; r < rows; ++r) {
                 const float row_max_value = m[q0 + r];
                 const float inverse = 1.0F / l[q0 + r];
@@ -379,22 +402,25 @@ void CpuAttention::flash_backward(const Tensor& query, const Tensor& key, const 
                                   Tensor& value_gradient) const {
     const std::size_t time = query.shape()[2];
     const std::size_t width = query.shape()[3];
-    const BackwardTensors b{time,
-                            width,
-                            query.shape()[1] / key.shape()[1],
-                            options.window,
-                            scale,
-                            options.softcap,
-                            cpu_data(query),
-                            cpu_data(key),
-                            cpu_data(value),
-                            cpu_data(context),
-                            cpu_data(row_max),
-                            cpu_data(row_sum),
-                            cpu_data(upstream),
-                            cpu_output(query_gradient),
-                            cpu_output(key_gradient),
-                            cpu_output(value_gradient)};
+    const BackwardTensors b{
+        time,
+        width,
+        query.shape()[1] / key.shape()[1],
+        query.shape()[1],
+        options.window,
+        options.documents == nullptr ? nullptr : options.documents->positions.data(),
+        scale,
+        options.softcap,
+        cpu_data(query),
+        cpu_data(key),
+        cpu_data(value),
+        cpu_data(context),
+        cpu_data(row_max),
+        cpu_data(row_sum),
+        cpu_data(upstream),
+        cpu_output(query_gradient),
+        cpu_output(key_gradient),
+        cpu_output(value_gradient)};
     const std::size_t head_size = time * width;
     const std::size_t query_items = query.numel() / head_size;    // B·Hq
     const std::size_t key_value_items = key.numel() / head_size;  // B·Hkv
