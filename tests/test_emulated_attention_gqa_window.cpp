@@ -77,4 +77,21 @@ TEST(EmulatedGroupedWindowedFlash, ANanScoreIsRaisedAtTheNextSyncPointWithTheCpu
     EXPECT_EQ(at_sync, on_cpu);
 }
 
+// Packed rows (attention within document boundaries) are the CPU's for now: a second backend
+// refuses them by name at the call, never a silent dense fallback.
+TEST(EmulatedAttention, PackedRowsAreRefusedByName) {
+    const Tensor q(Shape{1, 2, 6, 4}, 0.25F, device);
+    tensor_ops::FlashAttentionOptions options;
+    const std::vector<std::uint32_t> positions = {0, 1, 2, 0, 1, 2};
+    options.documents = tensor_ops::packed_documents("test", positions, 1, 6);
+    try {
+        static_cast<void>(tensor_ops::flash_attention(q, q, q, options));
+        FAIL() << "packed rows ran on the emulated device";
+    } catch (const std::invalid_argument& error) {
+        EXPECT_NE(std::string(error.what()).find("not available on the metal backend"),
+                  std::string::npos)
+            << error.what();
+    }
+}
+
 }  // namespace riftco_transformer

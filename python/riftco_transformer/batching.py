@@ -46,12 +46,15 @@ class TrainingBatch:
     """``inputs`` and ``targets``: ``batch_size`` rows of ``context_size`` ids (``array('I')``).
 
     ``target_mask`` is None (every target counts) or one ``bytes`` row per batch row, 1 where
-    the target counts toward the loss (response-only post-training).
+    the target counts toward the loss (response-only post-training). ``positions`` is None
+    (each row is one sequence, at positions 0..) or, for packed rows, one ``array('I')`` per
+    row of each token's position inside its document (:mod:`.example_batching`).
     """
 
     inputs: tuple[array, ...]
     targets: tuple[array, ...]
     target_mask: tuple[bytes, ...] | None = None
+    positions: tuple[array, ...] | None = None
 
     @property
     def batch_size(self) -> int:

@@ -207,7 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="what to do with an example longer than the context (default: "
                       "truncate); the count is reported")
     post.add_argument("--batch-size", type=_positive_int, default=2,
-                      help="examples per micro-batch (default: 2)")
+                      help="rows per micro-batch: examples, or packed rows with --packing "
+                      "(default: 2)")
+    post.add_argument("--packing", action="store_true",
+                      help="pack several examples into each row, each at its own positions and "
+                      "attending only to itself (CPU)")
     post.add_argument("--gradient-accumulation", type=_positive_int, default=1,
                       help="micro-batches per optimizer step (default: 1)")
     post.add_argument("--learning-rate", type=_positive_float, default=1e-3,
@@ -557,6 +561,7 @@ def command_post_train(arguments) -> int:
         evaluation_interval=arguments.eval_every, learning_rate=arguments.learning_rate,
         random_seed=arguments.seed, backend=arguments.backend,
         fine_tuning_method=arguments.method, overlong=arguments.overlong,
+        packing=arguments.packing,
         lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha),
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size,
@@ -612,7 +617,8 @@ def _report_data_and_stopping(result) -> None:
     data = result.data
     if data is not None:
         _say(f"post-train: data: {data['used_example_count']} of {data['example_count']} examples "
-             f"trained whole, one per row of at most {data['context_size'] + 1} tokens; "
+             f"trained whole, {'packed into rows' if data.get('packing') else 'one per row'} "
+             f"of at most {data['context_size'] + 1} tokens; "
              f"{data['truncated_count']} truncated to the context, {data['dropped_count']} "
              f"dropped as too long, {data['unusable_count']} left with no target; "
              f"{data['target_token_count']} target tokens per epoch")

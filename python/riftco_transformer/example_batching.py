@@ -18,6 +18,12 @@ example to be longer than the context, the rule windowed training has.
 - **Order**: epochs. Every epoch visits every usable example once, in an order that
   ``random.Random(random_seed)`` shuffles (``shuffle``); batches take consecutive examples of
   that stream, so a batch may span two epochs, and every batch is full.
+- **Packing** (``packing=True``): a row holds as many consecutive examples of the stream as fit
+  in its ``context_size`` positions (an example that does not fit starts the next row). Each
+  example keeps positions 0, 1, ... of its own, and attention never crosses an example
+  boundary (``positions`` in the batch; the model's packed forward), so an example's logits
+  are those it gets alone; only the last example's padding is left over per row. The CPU
+  backend has packed attention.
 
 The source is checkpointable like the window sources (:mod:`.batching`): its state is
 ``{type, fingerprint, batches_emitted, rng}``. The position is a function of the seed and
@@ -110,6 +116,32 @@ def _padded_batch(rows: Sequence[array], masks: Sequence[bytes | None],
     return TrainingBatch(tuple(inputs), tuple(targets), tuple(target_masks))
 
 
+def _packed_batch(rows: Sequence[Sequence[array]], masks: Sequence[Sequence[bytes | None]],
+                  pad_id: int) -> TrainingBatch:
+    """Rows of several examples each: inputs, targets and flags concatenated, positions
+    restarting at 0 per example; the rows padded to the longest (the padding one more
+    document, at positions 0.., whose targets do not count)."""
+    built = []
+    for examples, example_masks in zip(rows, masks, strict=True):
+        inputs, targets, flags, positions = array("I"), array("I"), bytearray(), array("I")
+        for row, mask in zip(examples, example_masks, strict=True):
+            count = len(row) - 1
+            inputs.extend(row[:-1])
+            targets.extend(row[1:])
+            flags.extend(b"\x01" * count if mask is None else mask[1:])
+            positions.extend(range(count))
+        built.append((inputs, targets, bytes(flags), positions))
+    width = max(len(row[0]) for row in built)
+    inputs, targets, target_masks, positions = [], [], [], []
+    for row_inputs, row_targets, row_flags, row_positions in built:
+        padding = width - len(row_inputs)
+        inputs.append(row_inputs + array("I", [pad_id]) * padding)
+        targets.append(row_targets + array("I", [pad_id]) * padding)
+        target_masks.append(row_flags + bytes(padding))
+        positions.append(row_positions + array("I", range(padding)))
+    return TrainingBatch(tuple(inputs), tuple(targets), tuple(target_masks), tuple(positions))
+
+
 class ExampleBatchSource:
     """Batches of whole examples, one per row, padded to the batch's longest row with an
     ignore mask; see the module docstring.
@@ -124,14 +156,16 @@ class ExampleBatchSource:
 
     def __init__(self, sequences: Sequence, batch_size: int, context_size: int,
                  random_seed: int, masks: Sequence | None = None, overlong: str = "truncate",
-                 pad_id: int = 0, shuffle: bool = True) -> None:
+                 pad_id: int = 0, shuffle: bool = True, packing: bool = False) -> None:
         self.batch_size = _positive(batch_size, "batch_size")
         self.context_size = _positive(context_size, "context_size")
         self.random_seed = _seed(random_seed, "random_seed")
         if overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, got {overlong!r}")
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be a bool, not {type(shuffle).__name__}")
+        for name, flag in (("shuffle", shuffle), ("packing", packing)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+        self.packing = packing
         self.overlong = overlong
         self.pad_id = _seed(pad_id, "pad_id")
         self.shuffle = shuffle
@@ -151,6 +185,7 @@ class ExampleBatchSource:
         self._generator = random.Random(self.random_seed)
         self._order: list[int] = []
         self._cursor = 0
+        self._pending: int | None = None  # packing: the example that did not fit the last row
         self.epoch = 0
         self.batches_emitted = 0
 
@@ -170,6 +205,9 @@ class ExampleBatchSource:
         return sum(len(row) for row in self._rows)
 
     def _next_index(self) -> int:
+        if self._pending is not None:
+            index, self._pending = self._pending, None
+            return index
         if self._cursor == len(self._order):
             self._order = list(range(len(self._rows)))
             if self.shuffle:
@@ -180,12 +218,36 @@ class ExampleBatchSource:
         self._cursor += 1
         return index
 
+    def _next_rows(self) -> list[list[int]]:
+        """The example indices of the next batch's rows (advances the position)."""
+        if not self.packing:
+            return [[self._next_index()] for _ in range(self.batch_size)]
+        rows = []
+        for _ in range(self.batch_size):
+            row: list[int] = []
+            free = self.context_size
+            while True:
+                index = self._next_index()
+                needed = len(self._rows[index]) - 1
+                if row and needed > free:
+                    self._pending = index  # starts the next row
+                    break
+                row.append(index)
+                free -= needed
+                if free == 0:
+                    break
+            rows.append(row)
+        return rows
+
     def next(self) -> TrainingBatch:
         """The next batch (advances the position and ``batches_emitted``)."""
-        chosen = [self._next_index() for _ in range(self.batch_size)]
+        rows = self._next_rows()
         self.batches_emitted += 1
-        return _padded_batch([self._rows[i] for i in chosen], [self._masks[i] for i in chosen],
-                             self.pad_id)
+        if not self.packing:
+            return _padded_batch([self._rows[row[0]] for row in rows],
+                                 [self._masks[row[0]] for row in rows], self.pad_id)
+        return _packed_batch([[self._rows[i] for i in row] for row in rows],
+                             [[self._masks[i] for i in row] for row in rows], self.pad_id)
 
     __next__ = next
 
@@ -200,6 +262,8 @@ class ExampleBatchSource:
         if self._fingerprint is None:
             digest = hashlib.sha256(_FINGERPRINT_TAG)
             digest.update(f"{self.overlong}\0{int(self.shuffle)}\0".encode())
+            if self.packing:  # (absent before packing existed: the same ids for unpacked)
+                digest.update(b"packing\0")
             digest.update(struct.pack("<QQQQ", self.batch_size, self.context_size, self.pad_id,
                                       len(self._rows)))
             for row, mask in zip(self._rows, self._masks, strict=True):
@@ -219,19 +283,16 @@ class ExampleBatchSource:
             "rng": {"version": version, "state": list(internal), "gauss_next": gauss},
         }
 
-    def _replayed(self, emitted: int) -> tuple:
-        """(generator, order, cursor, epoch) after ``emitted`` batches from the start."""
-        generator = random.Random(self.random_seed)
-        consumed = emitted * self.batch_size
-        count = len(self._rows)
-        epochs = -(-consumed // count)  # epochs drawn so far (an epoch is drawn when needed)
-        order: list[int] = []
-        for _ in range(epochs):
-            order = list(range(count))
-            if self.shuffle:
-                generator.shuffle(order)
-        cursor = consumed - (epochs - 1) * count if epochs else 0
-        return generator, order, cursor, epochs
+    def _replayed(self, emitted: int) -> ExampleBatchSource:
+        """A copy of this source's position machinery after ``emitted`` batches from the start
+        (the batches are not built)."""
+        replay = object.__new__(ExampleBatchSource)
+        replay.__dict__.update(self.__dict__)
+        replay._reset()
+        for _ in range(emitted):
+            replay._next_rows()
+        replay.batches_emitted = emitted
+        return replay
 
     def check_state(self, state: object) -> int:
         """Validate ``state`` against this source without changing it; returns the batch
@@ -254,7 +315,7 @@ class ExampleBatchSource:
         rng = state["rng"]
         if not isinstance(rng, dict) or set(rng) != {"version", "state", "gauss_next"}:
             raise ValueError("batch source rng must have version, state, gauss_next")
-        version, internal, gauss = self._replayed(emitted)[0].getstate()
+        version, internal, gauss = self._replayed(emitted)._generator.getstate()
         if (rng["version"] != version or rng["state"] != list(internal)
                 or rng["gauss_next"] != gauss):
             raise ValueError(f"batch source rng state is not this source's after {emitted} "
@@ -266,5 +327,7 @@ class ExampleBatchSource:
         changed) for another source type, other data or a generator state that is not this
         source's."""
         emitted = self.check_state(state)
-        self._generator, self._order, self._cursor, self.epoch = self._replayed(emitted)
-        self.batches_emitted = emitted
+        replay = self._replayed(emitted)
+        self._generator, self._order, self._cursor = (replay._generator, replay._order,
+                                                      replay._cursor)
+        self._pending, self.epoch, self.batches_emitted = replay._pending, replay.epoch, emitted

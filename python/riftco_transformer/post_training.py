@@ -12,10 +12,11 @@ renders), and fine-tunes with Adam:
   dequantizes, so the child bundle is dense float32.
 
 Data: every example is tokenized whole and is one row of a batch; a batch pads its rows to
-its longest one with an ignore mask (:mod:`.example_batching`). An example longer than the
-context (``context_size``, by default the model's maximum context) is truncated or dropped
-(``overlong``), and the counts are reported; no example ever has to be longer than the
-context.
+its longest one with an ignore mask (:mod:`.example_batching`). With ``packing`` (CPU), a row
+holds as many examples as fit, each at its own positions and attending only to itself. An
+example longer than the context (``context_size``, by default the model's maximum context) is
+truncated or dropped (``overlong``), and the counts are reported; no example ever has to be
+longer than the context.
 
 The objective is ``response_only_causal_sft`` by default (``response_only_loss=True``: only the
 assistant's tokens, its content and what ends its turn, are targets) or
@@ -86,6 +87,7 @@ class PostTrainingConfig:
     backend: str = "auto"
     fine_tuning_method: str = "full"
     overlong: str = "truncate"
+    packing: bool = False
     lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
     attention: str = "materialized"
     activation_checkpointing: str = "disabled"
@@ -139,7 +141,7 @@ class PostTrainingConfig:
         _one_of(self.activation_checkpointing, "activation_checkpointing", ("disabled", "block"))
         _power_of_two(self.nf4_block_size, "nf4_block_size")
         _power_of_two(self.nf4_scale_block_size, "nf4_scale_block_size")
-        for name in ("double_quantization", "response_only_loss"):
+        for name in ("double_quantization", "response_only_loss", "packing"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool")
         _one_of(self.optimizer_state, "optimizer_state", ("auto", "contiguous", "paged"))
@@ -184,7 +186,7 @@ class PostTrainingResult:
 def _example_source(sequences, masks, config: PostTrainingConfig,
                     context: int) -> ExampleBatchSource:
     return ExampleBatchSource(sequences, config.batch_size, context, config.random_seed, masks,
-                              config.overlong)
+                              config.overlong, packing=config.packing)
 
 
 def _data_report(source: ExampleBatchSource) -> dict:
@@ -192,7 +194,14 @@ def _data_report(source: ExampleBatchSource) -> dict:
     return {"example_count": source.example_count, "used_example_count": source.sequence_count,
             "truncated_count": source.truncated_count, "dropped_count": source.dropped_count,
             "unusable_count": source.unusable_count, "context_size": source.context_size,
-            "overlong": source.overlong, "target_token_count": source.target_token_count}
+            "overlong": source.overlong, "packing": source.packing,
+            "target_token_count": source.target_token_count}
+
+
+def _require_packing_backend(config: PostTrainingConfig, backend: str) -> None:
+    if config.packing and backend != "cpu":
+        raise ValueError(f"packing needs attention within document boundaries, which the "
+                         f"{backend} backend does not have yet; train unpacked there")
 
 
 def best_checkpoint_path(checkpoint_path) -> Path:
@@ -348,6 +357,7 @@ def post_train(
     context = maximum if config.context_size is None else config.context_size
     formatter = PlainChatFormatter() if formatter is None else formatter
     backend = resolve_backend(config.backend)
+    _require_packing_backend(config, backend)
     runtime = base.instantiate(backend, config.attention, config.activation_checkpointing)
     model, tokenizer = runtime.model, runtime.tokenizer
     optimizer = None
@@ -528,6 +538,7 @@ def fine_tune_pretrained(
         raise ValueError(f"context_size {config.context_size} exceeds the model's maximum_context "
                          f"{model.maximum_context}")
     context = model.maximum_context if config.context_size is None else config.context_size
+    _require_packing_backend(config, model.backend)
     formatter = ChatTemplateFormatter(pretrained.chat_template)
     sequences, masks = encode_examples(tokenizer, examples, formatter, config.response_only_loss)
     source = _example_source(sequences, masks, config, context)

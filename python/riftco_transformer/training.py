@@ -134,8 +134,10 @@ def perplexity(loss: float) -> float:
 
 
 def batch_loss(model, batch: TrainingBatch):
-    """The mean cross-entropy variable of ``batch`` (response-only when it has a mask)."""
-    logits = model(batch.inputs)
+    """The mean cross-entropy variable of ``batch`` (response-only when it has a mask; packed
+    rows when it has positions)."""
+    logits = (model(batch.inputs) if batch.positions is None
+              else model(batch.inputs, positions=batch.positions))
     if batch.target_mask is None:
         return cross_entropy(logits, batch.targets)
     from .native.autograd import cross_entropy_masked
@@ -294,7 +296,8 @@ class CausalLanguageModelTrainer:
         begin, end = self.data_parallel.shard(batch.batch_size)
         mask = batch.target_mask
         local = TrainingBatch(batch.inputs[begin:end], batch.targets[begin:end],
-                              None if mask is None else mask[begin:end])
+                              None if mask is None else mask[begin:end],
+                              None if batch.positions is None else batch.positions[begin:end])
         if mask is None:
             weight = float(local.token_count)
         else:
