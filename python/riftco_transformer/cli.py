@@ -23,6 +23,7 @@ line on stderr, ``riftco <command>: error: ...``, and exit status 2; no tracebac
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -34,11 +35,36 @@ from pathlib import Path
 EXIT_USAGE = 2
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's default in --help, those without a help text of their own included
+    (not for flags that are off by default, options without one, or a help text that already
+    says what its default is)."""
+
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        return (bool(action.option_strings) and not action.required
+                and action.default is not None and action.default is not False
+                and action.default is not argparse.SUPPRESS
+                and "default" not in (action.help or ""))
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").strip()
+        if self._shows_default(action):
+            text = f"{text} (default: %(default)s)".strip()
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) and defaults shown in --help."""
 
     def __init__(self, *arguments, **keywords) -> None:
-        keywords.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        keywords.setdefault("formatter_class", _DefaultsFormatter)
         super().__init__(*arguments, **keywords)
 
     def error(self, message: str) -> None:  # noqa: D102 (argparse's hook)
@@ -128,6 +154,12 @@ def _add_runtime_policies(parser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="riftco", description="Pretrain, fine-tune, evaluate and serve "
                      "decoder-only transformers.")
+    from . import __version__
+    from .native._abi import ABI_VERSION_MAJOR, ABI_VERSION_MINOR
+
+    parser.add_argument("--version", action="version",
+                        version=f"riftco-transformer {__version__} (C ABI "
+                        f"{ABI_VERSION_MAJOR}.{ABI_VERSION_MINOR})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -204,31 +236,35 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the longest example row in tokens (default: the model's maximum "
                       "context); longer examples are handled as --overlong says")
     post.add_argument("--overlong", choices=("truncate", "drop"), default="truncate",
-                      help="what to do with an example longer than the context (default: "
-                      "truncate); the count is reported")
+                      help="what to do with an example longer than the context; the count is "
+                      "reported")
     post.add_argument("--batch-size", type=_positive_int, default=2,
-                      help="rows per micro-batch: examples, or packed rows with --packing "
-                      "(default: 2)")
+                      help="rows per micro-batch: examples, or packed rows with --packing")
     post.add_argument("--packing", action="store_true",
                       help="pack several examples into each row, each at its own positions and "
                       "attending only to itself (CPU)")
     post.add_argument("--gradient-accumulation", type=_positive_int, default=1,
-                      help="micro-batches per optimizer step (default: 1)")
+                      help="micro-batches per optimizer step")
     post.add_argument("--learning-rate", type=_positive_float, default=1e-3,
-                      help="peak learning rate (default: 0.001)")
+                      help="peak learning rate")
     post.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"),
                       default="constant",
-                      help="decay after the warmup (default: constant)")
+                      help="decay after the warmup")
     post.add_argument("--warmup-steps", type=_non_negative_int, default=0,
-                      help="linear warmup steps, with --lr-schedule cosine or linear (default: 0)")
+                      help="linear warmup steps, with --lr-schedule cosine or linear")
     post.add_argument("--min-lr-fraction", type=_fraction_or_zero, default=0.0,
-                      help="the rate the decay ends at, as a fraction of the peak (default: 0)")
+                      help="the rate the decay ends at, as a fraction of the peak")
     post.add_argument("--weight-decay", type=_non_negative_float, default=0.0,
-                      help="AdamW decoupled weight decay (default: 0)")
+                      help="AdamW decoupled weight decay")
     post.add_argument("--seed", type=_non_negative_int, default=29,
-                      help="batch order (default: 29)")
+                      help="batch order")
     post.add_argument("--lora-rank", type=_positive_int, default=4)
     post.add_argument("--lora-alpha", type=_positive_float, default=8.0)
+    post.add_argument("--lora-targets", default=None,
+                      help="'all-linear' (every projection of every block, not the head) or "
+                      "comma-separated projection names, e.g. attention.query,attention.value "
+                      "(default: attention.query,attention.value with --base, all-linear with "
+                      "--model)")
     post.add_argument("--nf4-block-size", type=_positive_int, default=64)
     loss = post.add_mutually_exclusive_group()
     loss.add_argument("--response-only", action="store_true",
@@ -236,8 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     loss.add_argument("--full-sequence-loss", action="store_true",
                       help="compute the loss on every token of the formatted examples")
     post.add_argument("--eval-every", type=_positive_int, default=10,
-                      help="steps between validation losses, with held-out examples "
-                      "(default: 10)")
+                      help="steps between validation losses, with held-out examples")
     post.add_argument("--early-stopping-patience", type=_positive_int, default=None,
                       help="stop after this many validations without a new best, and keep "
                       "the best model (needs held-out examples)")
@@ -556,13 +591,19 @@ def command_post_train(arguments) -> int:
         examples, validation = splits.train, splits.validation
         _say(f"post-train: {len(examples)} training and {len(validation)} held-out examples "
              f"(validation fraction {arguments.validation_fraction})")
+    # --model resolves its targets once loaded; a --base bundle's feed-forward is its config's
+    # (the GPT preset's is plain).
+    base = None if arguments.model is not None else ModelBundle.load(arguments.base)
+    base_targets = None if base is None else _lora_targets(
+        arguments.lora_targets, getattr(base.config, "feed_forward", "plain"))
     config = PostTrainingConfig(
         steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
         evaluation_interval=arguments.eval_every, learning_rate=arguments.learning_rate,
         random_seed=arguments.seed, backend=arguments.backend,
         fine_tuning_method=arguments.method, overlong=arguments.overlong,
         packing=arguments.packing,
-        lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha),
+        lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha,
+                        **({} if base_targets is None else {"targets": base_targets})),
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size,
         response_only_loss=not arguments.full_sequence_loss,
@@ -577,7 +618,6 @@ def command_post_train(arguments) -> int:
                          "(--validation-instructions or --validation-fraction)")
     if arguments.model is not None:
         return _post_train_pretrained(arguments, examples, validation, config)
-    base = ModelBundle.load(arguments.base)
     resume = None
     if arguments.resume is not None:
         from .checkpoints import TrainingCheckpoint
@@ -642,6 +682,23 @@ def _all_projections(model) -> tuple[str, ...]:
     return _ATTENTION_PROJECTIONS + _FEED_FORWARD_PROJECTIONS[model.config.feed_forward]
 
 
+def _lora_targets(text: str | None, feed_forward: str) -> tuple[str, ...] | None:
+    """--lora-targets: None (the command's default), 'all-linear' (every block projection of a
+    decoder with this feed-forward kind; PEFT's name for it), or comma-separated names."""
+    if text is None:
+        return None
+    if text.strip() == "all-linear":
+        return _ATTENTION_PROJECTIONS + _FEED_FORWARD_PROJECTIONS[feed_forward]
+    names = tuple(name.strip() for name in text.split(","))
+    from .native.lora import LORA_TARGETS
+
+    unknown = [name for name in names if name not in LORA_TARGETS]
+    if unknown or not names:
+        raise UsageError(f"--lora-targets: unknown projection {unknown[0] if unknown else text!r}"
+                         f"; use all-linear or names from {', '.join(LORA_TARGETS)}")
+    return names
+
+
 def _source_identity(path: Path) -> str:
     """What identifies a pretrained source for its checkpoints: the SHA-256 of a file (GGUF or
     bundle), or of a directory's files (names and contents, in name order)."""
@@ -678,9 +735,10 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
                              "for a GPT bundle")
         # Adapters on every projection of the blocks (the GPT default, q and v, leaves most
         # of a Llama block frozen).
+        targets = _lora_targets(arguments.lora_targets, loaded.model.config.feed_forward)
         config = dataclasses.replace(config, lora=LoraConfig(
             rank=arguments.lora_rank, alpha=arguments.lora_alpha,
-            targets=_all_projections(loaded.model)))
+            targets=_all_projections(loaded.model) if targets is None else targets))
         reporter = _TrainingReporter(arguments, config.steps,
                                      f"post-train ({config.fine_tuning_method})",
                                      0 if resume is None else resume.global_step,
@@ -1148,8 +1206,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"{prog}: interrupted after step {interrupt.step}; checkpoint "
                              f"{interrupt.checkpoint} saved (continue with --resume "
                              f"{interrupt.checkpoint})\n")
-        else:
-            sys.stderr.write(f"{prog}: interrupted\n")
+            return 128 + interrupt.signal_number  # 130 for SIGINT, 143 for SIGTERM
+        sys.stderr.write(f"{prog}: interrupted\n")
         return 130
     except (ValueError, TypeError, OSError, RiftcoTransformerError) as error:
         message = " ".join(str(error).split()) or type(error).__name__

@@ -303,7 +303,7 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
         if checkpoint_path is not None:
             save_checkpoint(checkpoint_path)
     if interrupt.requested:
-        raise TrainingInterrupted(optimizer.step_count, checkpoint_path)
+        raise TrainingInterrupted(optimizer.step_count, checkpoint_path, interrupt.signal_number)
     stopped_early = bool(getattr(trainer, "stopped_early", False))
     return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
                        best_values, stopped_early)

@@ -568,7 +568,8 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
             if checkpoint_path is not None:
                 save_checkpoint()
         if interrupt.requested:
-            raise TrainingInterrupted(optimizer.step_count, checkpoint_path)
+            raise TrainingInterrupted(optimizer.step_count, checkpoint_path,
+                                      interrupt.signal_number)
         optimizer.close()
         metadata = {
             "objective": "next_token_prediction",

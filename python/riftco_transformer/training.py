@@ -36,42 +36,49 @@ MetricSink = Callable[["TrainingMetric"], None]
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT (Ctrl-C) at a step boundary after writing its checkpoint:
-    ``step`` is the last step done and ``checkpoint`` the file that resumes it."""
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM at a step boundary after writing its
+    checkpoint: ``step`` is the last step done, ``checkpoint`` the file that resumes it and
+    ``signal_number`` the signal that asked for the stop."""
 
-    def __init__(self, step: int, checkpoint) -> None:
+    def __init__(self, step: int, checkpoint, signal_number: int = signal.SIGINT) -> None:
         super().__init__(f"interrupted after step {step}; {checkpoint} resumes the run")
         self.step = step
         self.checkpoint = checkpoint
+        self.signal_number = int(signal_number)
 
 
 class DeferredInterrupt:
-    """While active (``with``), the first SIGINT only sets :attr:`requested`, so a run that
-    writes checkpoints can stop at the next step boundary and save one instead of dying at an
-    arbitrary point; a second SIGINT raises KeyboardInterrupt at once, as usual. It changes
-    nothing off the main thread, when disabled, or when SIGINT already has another handler
-    than Python's default one."""
+    """While active (``with``), the first SIGINT or SIGTERM only sets :attr:`requested` (and
+    :attr:`signal_number`), so a run that writes checkpoints can stop at the next step boundary
+    and save one instead of dying at an arbitrary point; a second one raises KeyboardInterrupt
+    at once, as SIGINT usually does. It changes nothing off the main thread or when disabled,
+    and leaves alone a signal that already has another handler than Python's default one."""
+
+    _SIGNALS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.requested = False
-        self._previous = None
+        self.signal_number: int | None = None
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> DeferredInterrupt:
-        if (self.enabled and threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for number, default in self._SIGNALS:
+                if signal.getsignal(number) is default:
+                    self._previous[number] = signal.signal(number, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        self.signal_number = signum
 
     def __exit__(self, *exception_info) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous = {}
 
     def stop_requested(self) -> bool:
         return self.requested

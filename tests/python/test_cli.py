@@ -212,7 +212,8 @@ def test_post_train_schedules_accumulates_reports_its_data_and_stops_early(journ
                        output, "--steps", 6, "--validation-fraction", 0.2, "--method", "lora",
                        "--learning-rate", 5.0, "--lr-schedule", "cosine", "--warmup-steps", 2,
                        "--gradient-accumulation", 2, "--eval-every", 1,
-                       "--early-stopping-patience", 2, "--backend", "cpu")
+                       "--early-stopping-patience", 2, "--lora-targets", "all-linear",
+                       "--backend", "cpu")
     # Data: whole examples (the one longer than the context truncated, and counted).
     assert "38 of 38 examples trained whole" in completed.stdout
     assert "1 truncated to the context" in completed.stdout
@@ -227,12 +228,28 @@ def test_post_train_schedules_accumulates_reports_its_data_and_stops_early(journ
     from riftco_transformer.artifacts import ModelBundle
 
     assert ModelBundle.load(output).weights == ModelBundle.load(base).weights
+    assert ModelBundle.load(output).metadata["config"]["lora"]["targets"] == [
+        "attention.query", "attention.key", "attention.value", "attention.output",
+        "feed_forward.expand", "feed_forward.project"]
+    refused = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
+                     output, "--lora-targets", "attention.q", check=False)
+    assert refused.returncode == 2 and "unknown projection 'attention.q'" in refused.stderr
     refused = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
                      output, "--early-stopping-patience", 2, check=False)
     assert refused.returncode == 2 and "needs held-out examples" in refused.stderr
     refused = riftco("post-train", "--base", base, "--instructions", INSTRUCTIONS, "--output",
                      output, "--warmup-steps", 2, check=False)
     assert refused.returncode == 2 and "needs lr_schedule" in refused.stderr
+
+
+def test_version_and_every_default_in_help():
+    assert riftco("--version").stdout.startswith("riftco-transformer ")
+    help_text = riftco("post-train", "--help").stdout
+    text = help_text[help_text.index("options:"):]
+    for flag, default in (("--steps", "20"), ("--batch-size", "2"), ("--lr-schedule", "constant"),
+                          ("--lora-rank", "4"), ("--eval-every", "10"), ("--overlong", "truncate")):
+        section = text[text.index(flag + " "):]
+        assert f"(default: {default})" in " ".join(section.split()[:30]), flag
 
 
 def test_a_resumed_run_continues_the_metrics_file_exactly(tmp_path):

@@ -406,3 +406,52 @@ def test_packed_post_training_runs_and_reports_it(base_bundle, instructions):
     result = post_train(base_bundle, instructions[:20], config)
     assert result.data["packing"] is True and result.data["used_example_count"] == 20
     assert all(m.loss > 0 for m in result.metrics)
+
+
+def test_sigterm_checkpoints_at_a_step_boundary_and_the_run_resumes_exactly(base_bundle,
+                                                                           tmp_path):
+    """SIGTERM (what a scheduler or `kill` sends) is handled as Ctrl-C is: the run stops after
+    the step in progress, writes its checkpoint and exits 143; --resume ends with the bundle of
+    the uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPOSITORY
+
+    from riftco_transformer.artifacts import ModelBundle
+
+    base = base_bundle.save(tmp_path / "base.rift")
+    instructions = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY / "python")}
+
+    def command(output, *extra):
+        return [sys.executable, "-m", "riftco_transformer", "post-train", "--base", str(base),
+                "--instructions", str(instructions), "--steps", "200", "--method", "lora",
+                "--learning-rate", "0.01", "--lr-schedule", "cosine", "--warmup-steps", "5",
+                "--no-progress", "--backend", "cpu", "--output", str(output), *extra]
+
+    subprocess.run(command(tmp_path / "whole.rift"), env=environment, check=True,
+                   capture_output=True, timeout=300)
+    checkpoint = tmp_path / "run.riftckpt"
+    metrics = tmp_path / "run.rift.metrics.jsonl"
+    process = subprocess.Popen(command(tmp_path / "run.rift", "--checkpoint", checkpoint,
+                                       "--checkpoint-every", "1000"),
+                               env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 5) and \
+            process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert process.poll() is None, "the run ended before it was interrupted"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert "interrupted after step" in stderr and checkpoint.is_file()
+    assert not (tmp_path / "run.rift").exists()
+    subprocess.run(command(tmp_path / "run.rift", "--resume", checkpoint), env=environment,
+                   check=True, capture_output=True, timeout=300)
+    assert ModelBundle.load(tmp_path / "run.rift").weights == \
+        ModelBundle.load(tmp_path / "whole.rift").weights
