@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -78,8 +79,27 @@ std::string describe(const FlashCase& c) {
            " d=" + std::to_string(c.width) + " W=" + std::to_string(c.window);
 }
 
-void expect_flash_parity(ExecutionBackend device, const FlashCase& c, float softcap = 0.0F) {
-    SCOPED_TRACE(describe(c) + " cap=" + std::to_string(softcap));
+// Packed rows: each row's document lengths (summing to T); empty: unpacked.
+using DocumentLengths = std::vector<std::vector<std::size_t>>;
+
+std::shared_ptr<const tensor_ops::PackedDocuments> packed(const FlashCase& c,
+                                                          const DocumentLengths& documents) {
+    if (documents.empty())
+        return nullptr;
+    std::vector<std::uint32_t> positions;
+    for (const auto& row : documents) {
+        for (const std::size_t length : row) {
+            for (std::size_t p = 0; p < length; ++p)
+                positions.push_back(static_cast<std::uint32_t>(p));
+        }
+    }
+    return tensor_ops::packed_documents("test", positions, c.batch, c.time);
+}
+
+void expect_flash_parity(ExecutionBackend device, const FlashCase& c, float softcap = 0.0F,
+                         const DocumentLengths& documents = {}) {
+    SCOPED_TRACE(describe(c) + " cap=" + std::to_string(softcap) +
+                 (documents.empty() ? "" : " packed"));
     const Shape query_shape = {c.batch, c.query_heads, c.time, c.width};
     const Shape key_shape = {c.batch, c.key_heads, c.time, c.width};
     const std::size_t query_count = c.batch * c.query_heads * c.time * c.width;
@@ -88,7 +108,8 @@ void expect_flash_parity(ExecutionBackend device, const FlashCase& c, float soft
     const std::vector<float> k = uniform_values(key_count, -1.0F, 1.0F, 102);
     const std::vector<float> v = uniform_values(key_count, -1.0F, 1.0F, 103);
     const std::vector<float> g = uniform_values(query_count, -1.0F, 1.0F, 104);
-    const tensor_ops::FlashAttentionOptions options{.window = c.window, .softcap = softcap};
+    const tensor_ops::FlashAttentionOptions options{
+        .window = c.window, .softcap = softcap, .documents = packed(c, documents)};
 
     const Tensor q_cpu(query_shape, q, ExecutionBackend::Cpu);
     const Tensor k_cpu(key_shape, k, ExecutionBackend::Cpu);
@@ -152,6 +173,16 @@ TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceUnderASlidingWindow) {
 TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceUnderASoftCap) {
     expect_flash_parity(device, {1, 4, 2, 100, 8, 17}, 0.5F);
     expect_flash_parity(device, {2, 2, 2, 70, 8, 0}, 50.0F);
+}
+
+// Packed rows: documents that start and end inside key tiles and across them, with grouped
+// heads, a window and a soft cap; the first-key bound is one more program input.
+TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceForPackedRows) {
+    const DocumentLengths documents = {{70, 3, 77}, {40, 110}};
+    expect_flash_parity(device, {2, 4, 2, 150, 8, 0}, 0.0F, documents);
+    expect_flash_parity(device, {2, 4, 2, 150, 8, 17}, 0.0F, documents);
+    expect_flash_parity(device, {2, 2, 2, 150, 8, 0}, 0.5F, documents);
+    expect_flash_parity(device, {1, 2, 1, 9, 4, 0}, 0.0F, {{1, 1, 7}});  // one-token documents
 }
 
 TEST_F(PjrtAttention, FlashAttentionMatchesTheReferenceForOnePosition) {

@@ -58,7 +58,7 @@ extern "C" {
  *   2.4 layout; rt_adam_step_stats' learning_rate, appended after its 32-byte layout;
  * - rt_variable_backward_scaled: backward with a seed other than 1 that can add into the
  *   pending gradients instead of replacing them (gradient accumulation over micro-batches);
- * - rt_model_forward_packed: packed rows, attention within document boundaries (CPU).
+ * - rt_model_forward_packed: packed rows, attention within document boundaries.
  * 2.12 adds, without renumbering a value or moving a field of 2.11:
  * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
  *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
@@ -294,8 +294,9 @@ RT_API rt_status RT_CALL rt_model_forward(rt_model* model, const uint32_t* token
  * previous + 1. Positions (RoPE or the learned table) restart in every document and attention
  * never crosses a boundary, in both attention kinds, so each document gets the logits it gets
  * alone (up to rounding). rt_model_forward's rules; a position breaking the rule above:
- * RT_STATUS_INVALID_ARGUMENT naming the row and token; a backend without packed attention
- * (every one but the CPU, for now): RT_STATUS_INVALID_ARGUMENT. */
+ * RT_STATUS_INVALID_ARGUMENT naming the row and token. Materialized attention runs on every
+ * backend; flash attention needs a kernel with document bounds (the CPU's and PJRT's; CUDA and
+ * Metal: RT_STATUS_INVALID_ARGUMENT naming the backend). */
 RT_API rt_status RT_CALL rt_model_forward_packed(rt_model* model, const uint32_t* tokens,
                                                  const uint32_t* positions, uint64_t count,
                                                  uint64_t batch, uint64_t time, rt_variable** out);

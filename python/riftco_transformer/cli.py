@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="rows per micro-batch: examples, or packed rows with --packing")
     post.add_argument("--packing", action="store_true",
                       help="pack several examples into each row, each at its own positions and "
-                      "attending only to itself (CPU)")
+                      "attending only to itself (with --attention flash: CPU and PJRT)")
     post.add_argument("--gradient-accumulation", type=_positive_int, default=1,
                       help="micro-batches per optimizer step")
     post.add_argument("--learning-rate", type=_positive_float, default=1e-3,

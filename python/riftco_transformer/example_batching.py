@@ -22,8 +22,9 @@ example to be longer than the context, the rule windowed training has.
   in its ``context_size`` positions (an example that does not fit starts the next row). Each
   example keeps positions 0, 1, ... of its own, and attention never crosses an example
   boundary (``positions`` in the batch; the model's packed forward), so an example's logits
-  are those it gets alone; only the last example's padding is left over per row. The CPU
-  backend has packed attention.
+  are those it gets alone; only the last example's padding is left over per row.
+  Materialized attention packs on every backend; flash needs document bounds in the kernel
+  (the CPU's and PJRT's).
 
 The source is checkpointable like the window sources (:mod:`.batching`): its state is
 ``{type, fingerprint, batches_emitted, rng}``. The position is a function of the seed and

@@ -12,8 +12,8 @@ renders), and fine-tunes with Adam:
   dequantizes, so the child bundle is dense float32.
 
 Data: every example is tokenized whole and is one row of a batch; a batch pads its rows to
-its longest one with an ignore mask (:mod:`.example_batching`). With ``packing`` (CPU), a row
-holds as many examples as fit, each at its own positions and attending only to itself. An
+its longest one with an ignore mask (:mod:`.example_batching`). With ``packing``, a row holds
+as many examples as fit, each at its own positions and attending only to itself. An
 example longer than the context (``context_size``, by default the model's maximum context) is
 truncated or dropped (``overlong``), and the counts are reported; no example ever has to be
 longer than the context.
@@ -199,9 +199,12 @@ def _data_report(source: ExampleBatchSource) -> dict:
 
 
 def _require_packing_backend(config: PostTrainingConfig, backend: str) -> None:
-    if config.packing and backend != "cpu":
-        raise ValueError(f"packing needs attention within document boundaries, which the "
-                         f"{backend} backend does not have yet; train unpacked there")
+    """Packed rows with flash attention need a flash kernel that bounds keys by document (the
+    CPU's and PJRT's); materialized attention composes generic operations everywhere."""
+    if config.packing and config.attention == "flash" and backend not in ("cpu", "tpu", "pjrt"):
+        raise ValueError(f"packing with flash attention needs document bounds in the flash "
+                         f"kernel, which the {backend} backend does not have yet; use "
+                         f"attention='materialized' there, or train unpacked")
 
 
 def best_checkpoint_path(checkpoint_path) -> Path:

@@ -94,7 +94,10 @@ Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens, con
     require_token_shape(operation, shape);
     // Every argument is checked before anything is uploaded.
     const auto documents = tensor_ops::packed_documents(operation, positions, shape[0], shape[1]);
-    tensor_ops::require_packed_attention(operation, backend());
+    // Materialized attention composes generic operations; the flash kernel must know the
+    // document bounds (said here, before anything runs, rather than in the first block).
+    if (attention() == AttentionKind::Flash)
+        tensor_ops::require_packed_attention(operation, backend());
     return forward_checked(checked_upload(*this, operation, tokens, shape), documents);
 }
 

@@ -133,4 +133,30 @@ inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBacke
     return out;
 }
 
+// Packed rows on `backend`: two rows of 10 tokens holding documents of 4 + 6 and 3 + 2 + 5
+// tokens; the logits and the parameter gradients of a cross-entropy, flattened.
+inline std::vector<float> run_packed_family(const DecoderConfig& config, ExecutionBackend backend,
+                                            AttentionKind attention) {
+    std::mt19937 generator(31);
+    Decoder model(config, generator, attention);
+    perturb(model, 32);
+    if (backend != ExecutionBackend::Cpu)
+        model.to(backend);
+    const std::vector<std::uint32_t> tokens = pseudo_random_tokens(20, 17, 34);
+    const std::vector<std::uint32_t> positions = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5,
+                                                  0, 1, 2, 0, 1, 0, 1, 2, 3, 4};
+    std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
+    targets.push_back(0);
+    const Variable logits = model.forward(tokens, {2, 10}, positions);
+    EXPECT_EQ(logits.value().backend(), backend);
+    Variable loss = cross_entropy(reshape(logits, {20, 17}), targets);
+    loss.backward();
+    std::vector<float> out = logits.value().to_host();
+    for (const NamedParameter& named : model.parameters()) {
+        const std::vector<float> gradient = named.parameter.gradient().to_host();
+        out.insert(out.end(), gradient.begin(), gradient.end());
+    }
+    return out;
+}
+
 }  // namespace riftco_transformer::testing

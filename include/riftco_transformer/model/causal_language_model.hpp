@@ -48,7 +48,9 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     // (RoPE or the learned table) restart in every document and attention never crosses a
     // boundary, in both attention kinds, so a document's logits are those it gets alone, up to
     // rounding. forward's rules, plus tensor_ops::packed_documents' (std::invalid_argument
-    // naming the row and token); on a backend without packed attention, std::invalid_argument.
+    // naming the row and token). Materialized attention composes generic operations and runs on
+    // every backend; flash needs a kernel with document bounds (tensor_ops::
+    // require_packed_attention: std::invalid_argument naming the backend otherwise).
     [[nodiscard]] Variable forward(std::span<const std::uint32_t> tokens, const Shape& shape,
                                    std::span<const std::uint32_t> positions) const;
     [[nodiscard]] virtual std::size_t maximum_context() const noexcept = 0;

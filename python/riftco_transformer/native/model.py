@@ -201,8 +201,9 @@ class CausalLanguageModel(NativeHandle):
         ``positions`` (packed rows, C ABI 2.13): the same shape as ``tokens``, each token's
         position inside its document (rows start at 0; each next position is 0, a new
         document, or the previous + 1). Positions restart in every document and attention
-        never crosses a boundary, so each document gets the logits it gets alone. CPU only
-        for now (a native invalid_argument elsewhere).
+        never crosses a boundary, so each document gets the logits it gets alone. Flash
+        attention needs document bounds in the backend's kernel (CPU, PJRT; a native
+        invalid_argument on CUDA and Metal); materialized attention packs everywhere.
         """
         ids = token_ids(tokens, "tokens")
         batch, time = (1, ids.shape[0]) if len(ids.shape) == 1 else ids.shape

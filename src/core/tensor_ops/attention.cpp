@@ -53,7 +53,8 @@ void require_documents(std::string_view op, const FlashAttentionOptions& options
 }  // namespace
 
 void require_packed_attention(std::string_view operation, ExecutionBackend backend) {
-    if (backend != ExecutionBackend::Cpu) {
+    if (backend != ExecutionBackend::Cpu && backend != ExecutionBackend::Tpu &&
+        backend != ExecutionBackend::Pjrt) {
         throw std::invalid_argument(std::string(operation) +
                                     ": packed rows (attention within document boundaries) are "
                                     "not available on the " +

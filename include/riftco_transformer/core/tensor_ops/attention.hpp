@@ -12,8 +12,8 @@
 // Packed rows (supervised fine-tuning packs several examples into one row): with documents, a
 // row of T tokens is a run of documents, and token t's position inside its document is
 // positions[b·T + t]; query t then sees only the keys of its own document, t − positions..t
-// (and the window's bound, when it is tighter). The CPU backend has it; every other backend
-// refuses it (std::invalid_argument naming the backend), never a silent dense fallback.
+// (and the window's bound, when it is tighter). The CPU and PJRT kernels have it; CUDA and
+// Metal refuse it (std::invalid_argument naming the backend), never a silent dense fallback.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,8 +42,8 @@ struct PackedDocuments {
     std::string_view operation, std::span<const std::uint32_t> positions, std::size_t batch,
     std::size_t time);
 
-// std::invalid_argument naming `operation` and the backend unless `backend` attends within
-// document boundaries (the CPU).
+// std::invalid_argument naming `operation` and the backend unless `backend`'s flash kernel
+// bounds keys by document (the CPU's and PJRT's).
 void require_packed_attention(std::string_view operation, ExecutionBackend backend);
 
 struct FlashAttentionOptions {

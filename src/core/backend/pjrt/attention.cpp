@@ -20,6 +20,9 @@
 // Under a soft cap c (Gemma 2) S = c·tanh(scale·Q·K_jᵀ/c) in both programs, and dS is
 // multiplied by 1 − tanh²(·).
 //
+// Packed rows (documents): query i of batch row b also needs key j >= first[b, i], its
+// document's first token; the [B·T] first keys are one more input of both programs.
+//
 // Domain check (forward, as the CPU): a visible score that is NaN or +inf, else a query row
 // without a finite visible score, naming the first such (batch·head) item; the program returns
 // the flag and the runtime raises it at the next sync point.
@@ -148,6 +151,7 @@ struct Geometry {
     std::size_t tiles;   // loop steps
     std::size_t window;  // 0: dense causal
     float softcap;       // 0: none
+    bool packed;         // packed rows: a [B,T] first-key input bounds each query's keys
 
     [[nodiscard]] std::size_t padded_time() const { return tile * tiles; }
     [[nodiscard]] Dims query() const { return {batch, key_heads, group, time, width}; }
@@ -166,7 +170,8 @@ struct Geometry {
         return std::string(operation) + "/" + std::to_string(batch) + "x" +
                std::to_string(query_heads) + "x" + std::to_string(key_heads) + "x" +
                std::to_string(time) + "x" + std::to_string(width) + "/w" + std::to_string(window) +
-               "/s" + float_literal(scale) + "/c" + float_literal(softcap);
+               "/s" + float_literal(scale) + "/c" + float_literal(softcap) +
+               (packed ? "/packed" : "");
     }
 };
 
@@ -183,13 +188,37 @@ Geometry geometry_of(const Tensor& query, const Tensor& key,
     g.tiles = (g.time + g.tile - 1) / g.tile;
     g.window = options.window;
     g.softcap = options.softcap;
+    g.packed = options.documents != nullptr;
     return g;
 }
 
+// Packed rows: each query's first visible key, t − its position inside its document, as a
+// [B·T] f32 input on the device (exact: positions are far below 2^24).
+Tensor first_keys_of(const tensor_ops::FlashAttentionOptions& options, ExecutionBackend backend) {
+    const tensor_ops::PackedDocuments& documents = *options.documents;
+    std::vector<float> first(documents.positions.size());
+    for (std::size_t i = 0; i < first.size(); ++i) {
+        const std::size_t t = i % documents.time;
+        first[i] = static_cast<float>(t - documents.positions[i]);
+    }
+    return Tensor({first.size()}, first, backend);
+}
+
+// The program's [B,T] i32 first keys from its [B·T] f32 parameter (declared here, in order).
+std::string first_keys_parameter(ProgramText& program, AttentionSteps& s, const Geometry& g) {
+    const Dims flat = {g.batch * g.time};
+    const Dims rows = {g.batch, g.time};
+    const std::string value = s.reshape(program.parameter(tensor_type(flat)), flat, rows);
+    return program.let("stablehlo.convert " + value + " : (" + tensor_type(rows) + ") -> " +
+                       tensor_type(rows, "i32"));
+}
+
 // The visible mask [B,Hkv,r,T,tile] of the key tile starting at `start` (tensor<i32>): key
-// j visible from query i when j <= i and (window 0 or j + W > i). Padded keys (j >= T) are
-// never visible.
-std::string visible_mask(AttentionSteps& s, const Geometry& g, const std::string& start) {
+// j visible from query i when j <= i and (window 0 or j + W > i), and, in packed rows, j >=
+// first[b, i] (`first_keys` [B,T] i32; empty: unpacked). Padded keys (j >= T) are never
+// visible.
+std::string visible_mask(AttentionSteps& s, const Geometry& g, const std::string& start,
+                         const std::string& first_keys) {
     const Dims plane = {g.time, g.tile};
     const std::string query_index = s.iota(0, plane);
     const std::string key_offset = s.iota(1, plane);
@@ -202,7 +231,13 @@ std::string visible_mask(AttentionSteps& s, const Geometry& g, const std::string
         visible = s.binary("and", visible, s.compare("GT", reach, query_index, plane, "i32"), plane,
                            "i1");
     }
-    return s.broadcast(visible, plane, g.scores(), {3, 4}, "i1");
+    if (first_keys.empty())
+        return s.broadcast(visible, plane, g.scores(), {3, 4}, "i1");
+    const std::string key_b = s.broadcast(key_index, plane, g.scores(), {3, 4}, "i32");
+    const std::string first_b =
+        s.broadcast(first_keys, {g.batch, g.time}, g.scores(), {0, 3}, "i32");
+    return s.binary("and", s.broadcast(visible, plane, g.scores(), {3, 4}, "i1"),
+                    s.compare("GE", key_b, first_b, g.scores(), "i32"), g.scores(), "i1");
 }
 
 // S = scale·Q·K_jᵀ for the key tile (unmasked) [B,Hkv,r,T,tile].
@@ -257,6 +292,7 @@ class PjrtAttention final : public AttentionCapability {
                 s.pad_time(s.reshape(k_flat, {g.key_count()}, g.key()), g.key(), g.padded_time());
             const std::string v =
                 s.pad_time(s.reshape(v_flat, {g.key_count()}, g.key()), g.key(), g.padded_time());
+            const std::string first = g.packed ? first_keys_parameter(program, s, g) : "";
             const std::vector<std::pair<std::string, std::string>> carried = {
                 {s.splat(negative_infinity, g.rows()), tensor_type(g.rows())},
                 {s.splat("0.0", g.rows()), tensor_type(g.rows())},
@@ -274,7 +310,7 @@ class PjrtAttention final : public AttentionCapability {
                     const std::string key_tile = s.key_tile(k, g.padded_key(), start, g.tile);
                     const std::string value_tile = s.key_tile(v, g.padded_key(), start, g.tile);
                     const std::string scores = tile_scores(s, g, q, key_tile, scale);
-                    const std::string visible = visible_mask(s, g, start);
+                    const std::string visible = visible_mask(s, g, start, first);
                     // A visible NaN or +inf score marks its (batch, head) item.
                     const std::string is_nan = s.compare("NE", scores, scores, g.scores());
                     const std::string is_inf =
@@ -345,13 +381,18 @@ class PjrtAttention final : public AttentionCapability {
                 {flag, tensor_type({1}, "i32")}};
             return program.finish(results);
         };
+        std::vector<BufferPointer> inputs = {buffer_of(query), buffer_of(key), buffer_of(value)};
+        Tensor first_keys;
+        if (g.packed) {
+            first_keys = first_keys_of(options, query.backend());
+            inputs.push_back(buffer_of(first_keys));
+        }
         std::vector<BufferPointer> results =
-            run(context_, g.key_text("flash_forward", scale), text,
-                {buffer_of(query), buffer_of(key), buffer_of(value)},
-                {{ElementType::F32, g.query_count()},
-                 {ElementType::F32, g.row_count()},
-                 {ElementType::F32, g.row_count()},
-                 {ElementType::S32, 1}});
+            run(context_, g.key_text("flash_forward", scale), text, inputs,
+                std::vector<Output>{{ElementType::F32, g.query_count()},
+                                    {ElementType::F32, g.row_count()},
+                                    {ElementType::F32, g.row_count()},
+                                    {ElementType::S32, 1}});
         give(context_, context, results[0]);
         give(context_, row_max, results[1]);
         give(context_, row_sum, results[2]);
@@ -390,6 +431,7 @@ class PjrtAttention final : public AttentionCapability {
                 s.reshape(program.parameter(tensor_type(rows_flat)), rows_flat, g.rows());
             const std::string d_o =
                 s.reshape(program.parameter(tensor_type(query_flat)), query_flat, g.query());
+            const std::string first = g.packed ? first_keys_parameter(program, s, g) : "";
             // D = rowsum(dO ⊙ O) [B,Hkv,r,T]; 1/l as the CPU's inverse.
             const std::string row_dots =
                 s.reduce("add", s.binary("multiply", d_o, o, g.query()), g.query(), {4});
@@ -417,7 +459,7 @@ class PjrtAttention final : public AttentionCapability {
                     const std::string scores_tile =
                         capped(s, g, tile_scores(s, g, q, key_tile, scale), &cap_tanh);
                     const std::string masked =
-                        s.select(visible_mask(s, g, start), scores_tile,
+                        s.select(visible_mask(s, g, start, first), scores_tile,
                                  s.splat(negative_infinity, g.scores()), g.scores());
                     // P = e^{S−m}·(1/l)
                     const std::string p =
@@ -461,13 +503,19 @@ class PjrtAttention final : public AttentionCapability {
                 {program.flatten(dv, g.key()), tensor_type(key_flat)}};
             return program.finish(results);
         };
+        std::vector<BufferPointer> inputs = {
+            buffer_of(query),   buffer_of(key),     buffer_of(value),   buffer_of(context),
+            buffer_of(row_max), buffer_of(row_sum), buffer_of(upstream)};
+        Tensor first_keys;
+        if (g.packed) {
+            first_keys = first_keys_of(options, query.backend());
+            inputs.push_back(buffer_of(first_keys));
+        }
         std::vector<BufferPointer> results =
-            run(context_, g.key_text("flash_backward", scale), text,
-                {buffer_of(query), buffer_of(key), buffer_of(value), buffer_of(context),
-                 buffer_of(row_max), buffer_of(row_sum), buffer_of(upstream)},
-                {{ElementType::F32, g.query_count()},
-                 {ElementType::F32, g.key_count()},
-                 {ElementType::F32, g.key_count()}});
+            run(context_, g.key_text("flash_backward", scale), text, inputs,
+                std::vector<Output>{{ElementType::F32, g.query_count()},
+                                    {ElementType::F32, g.key_count()},
+                                    {ElementType::F32, g.key_count()}});
         give(context_, query_gradient, results[0]);
         give(context_, key_gradient, results[1]);
         give(context_, value_gradient, results[2]);
