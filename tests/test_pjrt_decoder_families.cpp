@@ -36,5 +36,21 @@ TEST_F(PjrtDecoderFamilies, EveryPresetGivesTheCpuLogitsGradientsAndDecoding) {
     }
 }
 
+// Packed rows through every preset and both kinds: the flash programs bound each query by its
+// document (one more input), the materialized kind masks with generic operations.
+TEST_F(PjrtDecoderFamilies, PackedRowsGiveTheCpuLogitsAndGradients) {
+    for (const DecoderConfig& config : testing::family_configs()) {
+        for (const AttentionKind attention : {AttentionKind::Materialized, AttentionKind::Flash}) {
+            SCOPED_TRACE(testing::name_of(config) +
+                         (attention == AttentionKind::Flash ? " flash" : " materialized"));
+            const std::vector<float> on_cpu =
+                testing::run_packed_family(config, ExecutionBackend::Cpu, attention);
+            const std::vector<float> on_device =
+                testing::run_packed_family(config, device, attention);
+            EXPECT_TRUE(testing::all_close(on_device, testing::to_double(on_cpu), 1e-4, 1e-4));
+        }
+    }
+}
+
 }  // namespace
 }  // namespace riftco_transformer

@@ -156,12 +156,13 @@ _MARGIN_LEFT = 78
 _MARGIN_RIGHT = 24
 _MARGIN_TOP = 46
 _MARGIN_BOTTOM = 56
-_PLOT_WIDTH = _WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
 _PLOT_HEIGHT = _HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
 _TRAIN_COLOUR = "#1f77b4"
 _VALIDATION_COLOUR = "#d62728"
 _TEXT_COLOUR = "#222222"
 _GRID_COLOUR = "#e3e3e3"
+_RATE_COLOUR = "#2ca02c"
+_MARGIN_RIGHT_WITH_RATE = 78  # room for the learning-rate axis
 _FONT = 'font-family="sans-serif"'
 _TICK_TARGET = 6
 
@@ -274,6 +275,21 @@ def _svg_open(title: str) -> list[str]:
     ]
 
 
+def _rates(metrics: Iterable[object]) -> _Points:
+    """The (step, learning_rate) points of the train phase, sorted by step (metrics without a
+    finite rate are skipped)."""
+    rates: _Points = []
+    for metric in metrics:
+        if getattr(metric, "phase", None) != "train":
+            continue
+        step = _finite_real(getattr(metric, "step", None))
+        rate = _finite_real(getattr(metric, "learning_rate", None))
+        if step is not None and rate is not None:
+            rates.append((step, rate))
+    rates.sort(key=lambda point: point[0])
+    return rates
+
+
 def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     """A self-contained SVG document plotting loss against step.
 
@@ -281,14 +297,19 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     series (``"validation"``) a dashed red line with a marker at every point; a series of
     one point is a single marker. Metrics with another phase, or a missing or non-finite
     step or loss, are skipped. Both axes have round tick values with labels, the titles
-    ``step`` and ``loss (nats/token)``; a legend names the series drawn. Without any point the
+    ``step`` and ``loss (nats/token)``; a legend names the series drawn. When train metrics
+    carry a ``learning_rate``, it is a dotted green line against a right-hand axis from 0
+    (``learning rate``), so a warmup and a decay show beside the loss they shaped. Without any point the
     chart says "no data". ``title`` is escaped for XML. The output has no scripts, styles or
     external references, and coordinates are written with two decimals, so the same input
     always gives the same text.
     """
     if not isinstance(title, str):
         raise TypeError(f"title must be a str, not {type(title).__name__}")
+    metrics = list(metrics)
     train, validation = _series(metrics)
+    rates = _rates(metrics) if train else []
+    plot_width = _WIDTH - _MARGIN_LEFT - (_MARGIN_RIGHT_WITH_RATE if rates else _MARGIN_RIGHT)
     lines = _svg_open(title)
     points = train + validation
     if not points:
@@ -311,13 +332,13 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     y_start, y_end = y_ticks[0], y_ticks[-1]
 
     def x_pixel(step: float) -> float:
-        return _MARGIN_LEFT + (step - x_start) / (x_end - x_start) * _PLOT_WIDTH
+        return _MARGIN_LEFT + (step - x_start) / (x_end - x_start) * plot_width
 
     def y_pixel(loss: float) -> float:
         return _MARGIN_TOP + (y_end - loss) / (y_end - y_start) * _PLOT_HEIGHT
 
     plot_bottom = _MARGIN_TOP + _PLOT_HEIGHT
-    plot_right = _MARGIN_LEFT + _PLOT_WIDTH
+    plot_right = _MARGIN_LEFT + plot_width
 
     # Grid, ticks and tick labels.
     lines.append('<g class="axis-x">')
@@ -336,7 +357,7 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
             f'font-size="12" fill="{_TEXT_COLOUR}">{label}</text>'
         )
     lines.append(
-        f'<text class="axis-title" x="{_MARGIN_LEFT + _PLOT_WIDTH / 2:.2f}" '
+        f'<text class="axis-title" x="{_MARGIN_LEFT + plot_width / 2:.2f}" '
         f'y="{_HEIGHT - 12}" text-anchor="middle" {_FONT} font-size="13" '
         f'fill="{_TEXT_COLOUR}">step</text>'
     )
@@ -364,7 +385,7 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     )
     lines.append("</g>")
     lines.append(
-        f'<rect class="frame" x="{_MARGIN_LEFT}" y="{_MARGIN_TOP}" width="{_PLOT_WIDTH}" '
+        f'<rect class="frame" x="{_MARGIN_LEFT}" y="{_MARGIN_TOP}" width="{plot_width}" '
         f'height="{_PLOT_HEIGHT}" fill="none" stroke="{_TEXT_COLOUR}" stroke-width="1"/>'
     )
 
@@ -406,12 +427,16 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
             )
         lines.append("</g>")
 
+    if rates:
+        lines.extend(_rate_axis_and_series(rates, x_pixel, plot_right))
+
     # The legend, in the plot's top right corner.
     entries = [
         (name, colour, dashed)
         for name, colour, dashed, present in (
             ("train", _TRAIN_COLOUR, False, bool(train)),
             ("validation", _VALIDATION_COLOUR, True, bool(validation)),
+            ("learning rate", _RATE_COLOUR, False, bool(rates)),
         )
         if present
     ]
@@ -443,6 +468,53 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     lines.append("</g>")
     lines.append("</svg>")
     return "\n".join(lines) + "\n"
+
+
+def _rate_axis_and_series(rates: _Points, x_pixel, plot_right: float) -> list[str]:
+    """The right-hand learning-rate axis (0 to a round value above the largest rate) and the
+    rate's dotted line."""
+    top = max(rate for _, rate in rates)
+    ticks, labels = _ticks(0.0, top if top > 0 else 1.0, integer=False)
+    end = ticks[-1]
+
+    def y_pixel(rate: float) -> float:
+        return _MARGIN_TOP + (end - rate) / end * _PLOT_HEIGHT
+
+    lines = ['<g class="axis-rate">']
+    for value, label in zip(ticks, labels, strict=True):
+        y = _coordinate(y_pixel(value))
+        lines.append(
+            f'<line x1="{plot_right}" y1="{y}" x2="{plot_right + 5}" y2="{y}" '
+            f'stroke="{_RATE_COLOUR}" stroke-width="1"/>'
+        )
+        lines.append(
+            f'<text class="tick" x="{plot_right + 8}" y="{y}" dy="4" text-anchor="start" '
+            f'{_FONT} font-size="11" fill="{_RATE_COLOUR}">{label}</text>'
+        )
+    middle = _coordinate(_MARGIN_TOP + _PLOT_HEIGHT / 2)
+    x_title = _coordinate(_WIDTH - 12)
+    lines.append(
+        f'<text class="axis-title" x="{x_title}" y="{middle}" text-anchor="middle" '
+        f'transform="rotate(90 {x_title} {middle})" {_FONT} font-size="13" '
+        f'fill="{_RATE_COLOUR}">learning rate</text>'
+    )
+    lines.append("</g>")
+    drawn: list[str] = []
+    for step, rate in rates:
+        point = f"{_coordinate(x_pixel(step))},{_coordinate(y_pixel(rate))}"
+        if not drawn or drawn[-1] != point:
+            drawn.append(point)
+    lines.append(f'<g class="series-rate" data-points="{len(rates)}">')
+    if len(drawn) > 1:
+        lines.append(
+            f'<polyline points="{" ".join(drawn)}" fill="none" stroke="{_RATE_COLOUR}" '
+            f'stroke-width="1.4" stroke-dasharray="2 2"/>'
+        )
+    else:
+        x, y = drawn[0].split(",")
+        lines.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{_RATE_COLOUR}"/>')
+    lines.append("</g>")
+    return lines
 
 
 def write_loss_curve_svg(

@@ -613,3 +613,29 @@ def test_update_validation():
     assert stream.getvalue() == ""  # nothing was recorded by the failed calls
     bar.update(1, loss=math.inf)
     assert stream.getvalue().endswith("loss inf\n")
+
+
+def test_the_curve_draws_the_learning_rate_on_its_own_axis_when_metrics_carry_it():
+    from riftco_transformer.reporting import loss_curve_svg
+    from riftco_transformer.training import TrainingMetric
+
+    # A warmup then a decay: 0.5e-3, 1e-3, then down to 0.25e-3.
+    rates = [0.5e-3, 1e-3, 0.75e-3, 0.5e-3, 0.25e-3]
+    metrics = [TrainingMetric("train", step, 3.0 - 0.2 * step, 1.0, learning_rate=rate)
+               for step, rate in enumerate(rates, start=1)]
+    metrics.append(TrainingMetric("validation", 5, 2.5, 1.0))
+    svg = loss_curve_svg(metrics)
+    assert 'class="series-rate" data-points="5"' in svg
+    assert ">learning rate</text>" in svg and 'class="axis-rate"' in svg
+    # The rate axis runs from 0 to a round value at or above 1e-3, labelled on the right.
+    assert ">0.0000</text>" in svg and ">0.0010</text>" in svg
+    import re
+
+    (points,) = re.findall(r'<g class="series-rate"[^>]*>\s*<polyline points="([^"]+)"', svg)
+    ys = [float(point.split(",")[1]) for point in points.split()]
+    assert ys[1] == min(ys) and ys[4] == max(ys)  # the peak is highest, the floor lowest
+    assert all(0 <= float(p.split(",")[0]) <= 720 for p in points.split())
+    # Without rates (older metrics files), the chart is what it was.
+    plain = loss_curve_svg([TrainingMetric("train", 1, 3.0, 1.0),
+                            TrainingMetric("train", 2, 2.0, 1.0)])
+    assert "series-rate" not in plain and "learning rate" not in plain
