@@ -300,9 +300,9 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
     ``step`` and ``loss (nats/token)``; a legend names the series drawn. When train metrics
     carry a ``learning_rate``, it is a dotted green line against a right-hand axis from 0
     (``learning rate``), so a warmup and a decay show beside the loss they shaped. Without any
-    point the chart says "no data". ``title`` is escaped for XML. The output has no scripts, styles or
-    external references, and coordinates are written with two decimals, so the same input
-    always gives the same text.
+    point the chart says "no data". ``title`` is escaped for XML. The output has no scripts,
+    styles or external references, and coordinates are written with two decimals, so the same
+    input always gives the same text.
     """
     if not isinstance(title, str):
         raise TypeError(f"title must be a str, not {type(title).__name__}")
