@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="steps between checkpoints (with --checkpoint)")
     pretrain.add_argument("--resume", type=Path, default=None,
                           help="continue the run a .riftckpt recorded (same data and flags)")
+    pretrain.add_argument("--auto-resume", action="store_true",
+                          help="with --checkpoint: resume from it when the file exists (what "
+                          "riftco launch's restarts rely on)")
     pretrain.add_argument("--data-parallel", action="store_true",
                           help="run as one rank of `mpirun -n R riftco pretrain ...`: each rank "
                           "trains on its shard of every global batch (--batch-size windows, a "
@@ -285,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="steps between checkpoints (with --checkpoint)")
     post.add_argument("--resume", type=Path, default=None,
                       help="continue the run a .riftckpt recorded (same base, data and flags)")
+    post.add_argument("--auto-resume", action="store_true",
+                      help="with --checkpoint: resume from it when the file exists (what riftco "
+                      "launch's restarts rely on)")
 
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
@@ -375,6 +381,25 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--dtype", choices=("f32", "f16"), default=None,
                          help="GGUF weight type (default f32; f16 rounds every matrix to "
                          "nearest even, norms stay f32)")
+
+    launch = commands.add_parser(
+        "launch", help="run a command on N ranks under mpirun, restarting on failure",
+        description="Run COMMAND on N ranks (mpirun -n N COMMAND). When a rank dies, every rank "
+        "ends; the launcher says why and restarts them all, up to --max-restarts times. Use "
+        "riftco pretrain/post-train --checkpoint PATH --auto-resume so a restart continues "
+        "from the last checkpoint.")
+    launch.add_argument("-n", "--ranks", type=_positive_int, required=True,
+                        help="number of ranks")
+    launch.add_argument("--max-restarts", type=_non_negative_int, default=0,
+                        help="restarts after a failure")
+    launch.add_argument("--mpirun", default=None,
+                        help="the mpirun to use (default: $MPIEXEC, else mpirun on PATH)")
+    launch.add_argument("--mpirun-arg", action="append", default=[], dest="mpirun_arguments",
+                        metavar="ARGUMENT",
+                        help="an argument for mpirun, before the command (repeatable), e.g. "
+                        "--mpirun-arg=--oversubscribe")
+    launch.add_argument("launched", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="the command and its arguments")
 
     demo = commands.add_parser("demo", help="the whole journey on bundled data",
                                description="Pretrain on the bundled corpus, post-train on the "
@@ -499,9 +524,23 @@ class _TrainingReporter:
             self.curve.write(self.curve_path)
 
 
+def _apply_auto_resume(arguments) -> None:
+    """--auto-resume: --resume the --checkpoint file when it exists (a restarted run)."""
+    if not arguments.auto_resume:
+        return
+    if arguments.checkpoint is None:
+        raise UsageError("--auto-resume needs --checkpoint (the file to resume from)")
+    if arguments.resume is not None:
+        raise UsageError("--auto-resume and --resume exclude each other")
+    if arguments.checkpoint.is_file():
+        arguments.resume = arguments.checkpoint
+        _say(f"riftco {arguments.command}: resuming from {arguments.checkpoint}")
+
+
 def command_pretrain(arguments) -> int:
     from .pretraining import PretrainingConfig, pretrain_file
 
+    _apply_auto_resume(arguments)
     config = PretrainingConfig(
         steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
         validation_fraction=arguments.validation_fraction,
@@ -574,6 +613,7 @@ def command_pretrain(arguments) -> int:
 
 
 def command_post_train(arguments) -> int:
+    _apply_auto_resume(arguments)
     from .artifacts import ModelBundle
     from .instructions import read_instructions_jsonl
     from .native import LoraConfig
@@ -1176,7 +1216,25 @@ def command_demo(arguments) -> int:
     return 0
 
 
+def command_launch(arguments) -> int:
+    from .launch import launch
+
+    command = list(arguments.launched)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("give the command to run after --, e.g. riftco launch -n 2 -- riftco "
+                         "pretrain ... --data-parallel")
+    result = launch(command, arguments.ranks, arguments.max_restarts, arguments.mpirun,
+                    arguments.mpirun_arguments)
+    if result.status == 0 and result.failures:
+        _say(f"riftco launch: finished after {len(result.failures)} restart"
+             f"{'s' if len(result.failures) > 1 else ''}")
+    return result.status
+
+
 COMMANDS = {
+    "launch": command_launch,
     "pretrain": command_pretrain,
     "post-train": command_post_train,
     "evaluate": command_evaluate,

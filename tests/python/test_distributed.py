@@ -298,3 +298,113 @@ def test_a_masked_batch_on_a_world_of_one_equals_the_plain_trainer():
                     loss = trainer.train_step(batch).loss
                     results.append((loss, parameters.flat_values().tobytes()))
     assert results[0] == results[1]
+
+
+# ---- riftco launch ----------------------------------------------------------------------------
+
+
+def test_launch_reads_why_an_attempt_failed_from_mpiruns_report():
+    from riftco_transformer.launch import failure_reason
+
+    killed = ("mpirun noticed that process rank 1 with PID 4242 on node host exited on signal "
+              "9 (Killed).")
+    assert failure_reason(137, killed) == \
+        "rank 1 (PID 4242 on host) was killed by SIGKILL (signal 9)"
+    nonzero = ("mpirun detected that one or more processes exited with non-zero status, thus "
+               "causing\nthe job to be terminated. The first process to do so was:\n\n"
+               "  Process name: [[5123,1],0]\n  Exit code:    3\n")
+    assert failure_reason(3, nonzero) == "rank 0 exited with status 3"
+    assert failure_reason(2, "something else") == "mpirun exited with status 2"
+
+
+def test_launch_argument_rules():
+    from riftco_transformer.launch import launch
+
+    for keywords, error in (({"ranks": 0}, ValueError), ({"ranks": True}, TypeError),
+                            ({"ranks": 2, "max_restarts": -1}, ValueError)):
+        with pytest.raises(error):
+            launch(["true"], **keywords)
+    with pytest.raises(ValueError, match="nonempty"):
+        launch([], 2)
+    completed = subprocess.run([sys.executable, "-m", "riftco_transformer", "launch", "-n", "2"],
+                               capture_output=True, text=True, env=_environment())
+    assert completed.returncode == 2 and "give the command to run after --" in completed.stderr
+
+
+def _find_rank(rank: int, marker: str, deadline: float) -> int:
+    """The PID of the rank `rank` whose command line holds `marker` (Open MPI gives each rank
+    OMPI_COMM_WORLD_RANK)."""
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in command and f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank} running {marker}")
+
+
+def _launch_arguments(output: Path, checkpoint: Path, restarts: int) -> list[str]:
+    return [sys.executable, "-m", "riftco_transformer", "launch", "-n", "2",
+            "--max-restarts", str(restarts), "--mpirun-arg=--oversubscribe", "--",
+            *_pretrain_arguments(output, 12, "--data-parallel", "--checkpoint", str(checkpoint),
+                                 "--checkpoint-every", "2", "--auto-resume",
+                                 "--collective-timeout", "20")]
+
+
+def test_launch_restarts_every_rank_after_a_sigkill_and_ends_with_the_uninterrupted_artifact(
+        tmp_path):
+    """The torchrun behaviour over Open MPI: SIGKILL one rank mid-run; mpirun ends the other,
+    the launcher says why in one line, restarts both ranks, which resume from the last
+    checkpoint (--auto-resume), and the run ends with the bundle of an uninterrupted run."""
+    import signal
+
+    _mpirun()
+    whole = tmp_path / "whole.rift"
+    completed = _run(_launch_arguments(whole, tmp_path / "whole.riftckpt", 0))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    output = tmp_path / "killed.rift"
+    metrics = output.with_name(output.name + ".metrics.jsonl")
+    checkpoint = tmp_path / "killed.riftckpt"
+    process = subprocess.Popen(_launch_arguments(output, checkpoint, 2), env=_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (checkpoint.is_file() and metrics.is_file()
+               and len(metrics.read_text().splitlines()) >= 5):
+        assert process.poll() is None and time.monotonic() < deadline, "no checkpoint yet"
+        time.sleep(0.01)
+    os.kill(_find_rank(1, str(output), deadline), signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 0, stdout + stderr
+    assert "riftco launch: attempt 1 failed: rank 1" in stderr and "SIGKILL" in stderr, stderr
+    assert "restarting all 2 ranks (restart 1 of 2)" in stderr
+    assert f"resuming from {checkpoint}" in stdout
+    assert ModelBundle.load(output).weights == ModelBundle.load(whole).weights
+
+
+def test_launch_without_restarts_ends_every_rank_within_seconds_naming_the_dead_one(tmp_path):
+    import signal
+
+    _mpirun()
+    output = tmp_path / "killed.rift"
+    checkpoint = tmp_path / "killed.riftckpt"
+    metrics = output.with_name(output.name + ".metrics.jsonl")
+    process = subprocess.Popen(_launch_arguments(output, checkpoint, 0), env=_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        assert process.poll() is None and time.monotonic() < deadline, "the run did not start"
+        time.sleep(0.01)
+    os.kill(_find_rank(0, str(output), deadline), signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = process.communicate(timeout=120)
+    assert time.monotonic() - killed < 30
+    assert process.returncode != 0
+    assert "riftco launch: attempt 1 failed: rank 0" in stderr and "SIGKILL" in stderr, stderr
+    assert "no restarts allowed (--max-restarts 0)" in stderr
+    assert not output.exists()
