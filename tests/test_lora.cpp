@@ -140,6 +140,35 @@ TEST(LowRankAdapter, ShapesInitialisationScaleAndDelta) {
                  std::invalid_argument);
 }
 
+// rsLoRA: scale alpha/√rank (rank 4, alpha 3: 1.5, where alpha/rank is 0.75), in the adapter,
+// in lora_scale and through a model's attach; the delta is scale·B·A as before.
+TEST(LowRankAdapter, RankStabilizedScaleIsAlphaOverTheSquareRootOfTheRank) {
+    std::mt19937 generator(3);
+    const LowRankAdapter plain(6, 5, 4, 3.0F, generator, ExecutionBackend::Cpu);
+    const LowRankAdapter stabilized(6, 5, 4, 3.0F, generator, ExecutionBackend::Cpu, true);
+    EXPECT_EQ(plain.scale(), 0.75F);
+    EXPECT_EQ(stabilized.scale(), 1.5F);
+    LoraConfig config;
+    config.rank = 9;
+    config.alpha = 6.0F;
+    EXPECT_FLOAT_EQ(lora_scale(config, "test"), 6.0F / 9.0F);
+    config.rank_stabilized = true;
+    EXPECT_EQ(lora_scale(config, "test"), 2.0F);
+    Variable b = stabilized.b();
+    b.set_value(Tensor({5, 4}, testing::pseudo_random(20, -1, 1, 8)));
+    const std::vector<float> a_host = stabilized.a().value().to_host();
+    const std::vector<float> b_host = b.value().to_host();
+    std::vector<double> expected(5 * 6);
+    for (std::size_t o = 0; o < 5; ++o)
+        for (std::size_t i = 0; i < 6; ++i) {
+            double sum = 0;
+            for (std::size_t r = 0; r < 4; ++r)
+                sum += static_cast<double>(b_host[o * 4 + r]) * a_host[r * 6 + i];
+            expected[o * 6 + i] = 1.5 * sum;
+        }
+    EXPECT_TRUE(testing::all_close(stabilized.weight_delta().to_host(), expected, 1e-6, 1e-6));
+}
+
 TEST(LowRankAdapter, RejectsRanksWidthsAndAlpha) {
     std::mt19937 generator(1);
     const auto make = [&](std::size_t in, std::size_t out, std::size_t rank, float alpha) {

@@ -58,7 +58,8 @@ extern "C" {
  *   2.4 layout; rt_adam_step_stats' learning_rate, appended after its 32-byte layout;
  * - rt_variable_backward_scaled: backward with a seed other than 1 that can add into the
  *   pending gradients instead of replacing them (gradient accumulation over micro-batches);
- * - rt_model_forward_packed: packed rows, attention within document boundaries.
+ * - rt_model_forward_packed: packed rows, attention within document boundaries;
+ * - rt_lora_config's rank_stabilized (rsLoRA), appended after its 40-byte layout.
  * 2.12 adds, without renumbering a value or moving a field of 2.11:
  * - GPT-2 as a preset of the one decoder (RT_LLAMA_MISTRAL_ARCHITECTURE_GPT2) and
  *   rt_llama_mistral_config's positions, norm, feed_forward, plain_activation, output_bias,
@@ -329,6 +330,9 @@ typedef struct rt_lora_config {
     uint32_t random_seed; /* init 5489: the adapters' std::mt19937 */
     uint64_t targets;     /* init RT_LORA_TARGETS_DEFAULT; bits outside 0x3FF are invalid */
     uint64_t reserved;    /* must be 0 */
+    /* 2.13 (a 40-byte struct leaves these at their init values) */
+    uint32_t rank_stabilized; /* 0 (init): scale alpha/rank; 1: alpha/sqrt(rank) (rsLoRA) */
+    uint32_t reserved2;       /* must be 0 */
 } rt_lora_config;
 
 /* Byte accounting of the packed weights, summed over the model (all zero when none is

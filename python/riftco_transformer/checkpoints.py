@@ -147,12 +147,15 @@ def _optimizer_scope(model: Model, optimizer: Adam) -> str:
 def _lora_record(config: LoraConfig | None) -> dict | None:
     if config is None:
         return None
-    return {
+    record = {
         "rank": config.rank,
         "alpha": config.alpha,
         "targets": list(config.targets),
         "random_seed": config.random_seed,
     }
+    if config.rank_stabilized:  # recorded only when set: older checkpoints read the same
+        record["rank_stabilized"] = True
+    return record
 
 
 def save_training_checkpoint(
@@ -526,7 +529,8 @@ class TrainingCheckpoint:
                 lora = recorded["lora"]
                 model.attach_lora(
                     LoraConfig(
-                        lora["rank"], lora["alpha"], tuple(lora["targets"]), lora["random_seed"]
+                        lora["rank"], lora["alpha"], tuple(lora["targets"]), lora["random_seed"],
+                        lora.get("rank_stabilized", False),
                     )
                 )
             if model.backend != backend:
@@ -703,7 +707,9 @@ def _validate_manifest(manifest, where: str) -> None:
     if lora is not None:
         if (
             not isinstance(lora, dict)
-            or set(lora) != {"rank", "alpha", "targets", "random_seed"}
+            or not {"rank", "alpha", "targets", "random_seed"} <= set(lora)
+            <= {"rank", "alpha", "targets", "random_seed", "rank_stabilized"}
+            or lora.get("rank_stabilized", True) is not True
             or not _is_int(lora["rank"])
             or finite_number(lora["alpha"]) is None
             or not isinstance(lora["targets"], list)

@@ -263,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="batch order")
     post.add_argument("--lora-rank", type=_positive_int, default=4)
     post.add_argument("--lora-alpha", type=_positive_float, default=8.0)
+    post.add_argument("--rslora", action="store_true",
+                      help="rank-stabilized LoRA: scale the update by alpha/sqrt(rank) instead of "
+                      "alpha/rank")
     post.add_argument("--lora-targets", default=None,
                       help="'all-linear' (every projection of every block, not the head) or "
                       "comma-separated projection names, e.g. attention.query,attention.value "
@@ -643,6 +646,7 @@ def command_post_train(arguments) -> int:
         fine_tuning_method=arguments.method, overlong=arguments.overlong,
         packing=arguments.packing,
         lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha,
+                        rank_stabilized=arguments.rslora,
                         **({} if base_targets is None else {"targets": base_targets})),
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size,
@@ -778,6 +782,7 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
         targets = _lora_targets(arguments.lora_targets, loaded.model.config.feed_forward)
         config = dataclasses.replace(config, lora=LoraConfig(
             rank=arguments.lora_rank, alpha=arguments.lora_alpha,
+            rank_stabilized=arguments.rslora,
             targets=_all_projections(loaded.model) if targets is None else targets))
         reporter = _TrainingReporter(arguments, config.steps,
                                      f"post-train ({config.fine_tuning_method})",

@@ -17,6 +17,10 @@ using namespace riftco_transformer::c_api;
 
 namespace {
 
+// ABI 2.8 published rt_lora_config up to and including `reserved` (40 bytes); 2.13 appended
+// rank_stabilized.
+constexpr std::size_t lora_config_minimum_size = offsetof(rt_lora_config, rank_stabilized);
+
 constexpr rt_lora_config default_lora_config() {
     rt_lora_config config{};
     config.struct_size = sizeof(rt_lora_config);
@@ -53,7 +57,7 @@ extern "C" {
 
 rt_status rt_lora_config_init(rt_lora_config* config, uint64_t struct_size) {
     return guarded(__func__, [&] {
-        initialise_struct(config, struct_size, sizeof(rt_lora_config), default_lora_config(),
+        initialise_struct(config, struct_size, lora_config_minimum_size, default_lora_config(),
                           "config");
     });
 }
@@ -62,9 +66,9 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
     return guarded(__func__, [&] {
         ModelState& state = state_of(model);
         const rt_lora_config given =
-            read_struct(config, sizeof(rt_lora_config), default_lora_config(), "config");
-        if (given.reserved != 0) {
-            throw std::invalid_argument("config->reserved must be 0");
+            read_struct(config, lora_config_minimum_size, default_lora_config(), "config");
+        if (given.reserved != 0 || given.reserved2 != 0) {
+            throw std::invalid_argument("config->reserved and config->reserved2 must be 0");
         }
         if ((given.targets & ~static_cast<uint64_t>(RT_LORA_TARGETS_KNOWN)) != 0) {
             throw std::invalid_argument("config->targets has bits outside 0x3FF (got " +
@@ -76,6 +80,7 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
         lora.alpha = given.alpha;
         lora.random_seed = given.random_seed;
         lora.targets = given.targets;
+        lora.rank_stabilized = flag_from_value(given.rank_stabilized, "config->rank_stabilized");
         state.model->attach_lora(lora);
     });
 }
@@ -93,7 +98,8 @@ rt_status rt_model_lora_config(const rt_model* model, rt_lora_config* out) {
         value.alpha = lora.alpha;
         value.random_seed = lora.random_seed;
         value.targets = lora.targets;
-        write_struct(out, value, sizeof(rt_lora_config), "out");
+        value.rank_stabilized = lora.rank_stabilized ? 1U : 0U;
+        write_struct(out, value, lora_config_minimum_size, "out");
     });
 }
 

@@ -34,8 +34,10 @@ std::string known_target_list() {
     return list;
 }
 
-// alpha and alpha/rank, both finite and > 0 (the rule LoraConfig and LowRankAdapter share).
-float checked_scale(std::size_t rank, float alpha, std::string_view operation) {
+// alpha and the scale alpha/rank (alpha/√rank when rank_stabilized), both finite and > 0 (the
+// rule LoraConfig and LowRankAdapter share).
+float checked_scale(std::size_t rank, float alpha, std::string_view operation,
+                    bool rank_stabilized) {
     if (rank == 0) {
         throw std::invalid_argument(std::string(operation) + ": rank must be positive (got 0)");
     }
@@ -44,11 +46,15 @@ float checked_scale(std::size_t rank, float alpha, std::string_view operation) {
         message << operation << ": alpha must be finite and > 0 (got " << alpha << ")";
         throw std::invalid_argument(message.str());
     }
-    const float scale = alpha / static_cast<float>(rank);
+    const float scale =
+        rank_stabilized
+            ? static_cast<float>(static_cast<double>(alpha) / std::sqrt(static_cast<double>(rank)))
+            : alpha / static_cast<float>(rank);
     if (!std::isfinite(scale) || !(scale > 0.0F)) {
         std::ostringstream message;
-        message << operation << ": scale alpha/rank = " << alpha << "/" << rank
-                << " must be finite and > 0 in float32 (got " << scale << ")";
+        message << operation << ": scale alpha/" << (rank_stabilized ? "sqrt(rank)" : "rank")
+                << " = " << alpha << "/" << rank << " must be finite and > 0 in float32 (got "
+                << scale << ")";
         throw std::invalid_argument(message.str());
     }
     return scale;
@@ -88,7 +94,7 @@ LoraTarget lora_target_from_name(std::string_view name) {
 }
 
 float lora_scale(const LoraConfig& config, std::string_view operation) {
-    const float scale = checked_scale(config.rank, config.alpha, operation);
+    const float scale = checked_scale(config.rank, config.alpha, operation, config.rank_stabilized);
     if (config.targets == 0) {
         throw std::invalid_argument(std::string(operation) +
                                     ": targets is empty (select at least one projection)");
@@ -102,7 +108,8 @@ float lora_scale(const LoraConfig& config, std::string_view operation) {
 }
 
 LowRankAdapter::LowRankAdapter(std::size_t in_features, std::size_t out_features, std::size_t rank,
-                               float alpha, std::mt19937& generator, ExecutionBackend backend)
+                               float alpha, std::mt19937& generator, ExecutionBackend backend,
+                               bool rank_stabilized)
     : in_features_(in_features), out_features_(out_features), rank_(rank), scale_(0.0F) {
     constexpr std::string_view op = "LowRankAdapter";
     if (in_features == 0 || out_features == 0) {
@@ -110,7 +117,7 @@ LowRankAdapter::LowRankAdapter(std::size_t in_features, std::size_t out_features
                                     std::to_string(in_features) + ", out " +
                                     std::to_string(out_features) + ")");
     }
-    scale_ = checked_scale(rank, alpha, op);
+    scale_ = checked_scale(rank, alpha, op, rank_stabilized);
     if (rank > std::min(in_features, out_features)) {
         throw std::invalid_argument(
             "LowRankAdapter: rank " + std::to_string(rank) +
@@ -196,7 +203,8 @@ void AdaptationLifecycle::attach_lora(Module& model,
         for (const AdaptableProjection* projection : selected) {
             Linear& layer = *projection->linear;
             layer.attach_adapter(LowRankAdapter(layer.in_features(), layer.out_features(),
-                                                config.rank, config.alpha, generator, *backend));
+                                                config.rank, config.alpha, generator, *backend,
+                                                config.rank_stabilized));
             done.push_back(&layer);
             if (attach_failure_after != 0 && done.size() == attach_failure_after) {
                 throw std::runtime_error("attach_lora: injected failure (test hook)");

@@ -292,6 +292,46 @@ static void packed_rows_give_each_document_its_own_logits(void) {
     rt_model_release(model);
 }
 
+/* rsLoRA (2.13): rank_stabilized reads back; a 40-byte (2.8) config still attaches plain LoRA;
+ * a flag other than 0/1 or a nonzero reserved2 attaches nothing. */
+static void lora_config_carries_rank_stabilized(void) {
+    rt_model* model = create_tiny_model();
+    rt_lora_config config;
+    EXPECT_OK(rt_lora_config_init(&config, sizeof config));
+    EXPECT_EQ_U64(sizeof config, 48u);
+    EXPECT_EQ_U64(config.rank_stabilized, 0u);
+    config.rank_stabilized = 2;
+    EXPECT_STATUS(rt_model_attach_lora(model, &config), RT_STATUS_INVALID_ARGUMENT);
+    config.rank_stabilized = 1;
+    config.reserved2 = 1;
+    EXPECT_STATUS(rt_model_attach_lora(model, &config), RT_STATUS_INVALID_ARGUMENT);
+    int32_t attached = 1;
+    EXPECT_OK(rt_model_has_lora(model, &attached));
+    EXPECT(attached == 0);
+    config.reserved2 = 0;
+    EXPECT_OK(rt_model_attach_lora(model, &config));
+    rt_lora_config read;
+    memset(&read, 0, sizeof read);
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_model_lora_config(model, &read));
+    EXPECT_EQ_U64(read.rank_stabilized, 1u);
+    rt_model_release(model);
+
+    rt_model* older = create_tiny_model();
+    struct {
+        rt_lora_config config;
+    } buffer;
+    memset(&buffer, 0xA5, sizeof buffer);
+    EXPECT_OK(rt_lora_config_init(&buffer.config, 40));
+    EXPECT(all_bytes_are((const unsigned char*)&buffer.config + 40, 8, 0xA5));
+    EXPECT_OK(rt_model_attach_lora(older, &buffer.config));
+    memset(&read, 0, sizeof read);
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_model_lora_config(older, &read));
+    EXPECT_EQ_U64(read.rank_stabilized, 0u);
+    rt_model_release(older);
+}
+
 int main(void) {
     RUN_TEST(options_init_gives_plain_adam_at_a_constant_rate);
     RUN_TEST(the_step_reports_the_scheduled_rate);
@@ -300,5 +340,6 @@ int main(void) {
     RUN_TEST(a_2_12_sized_options_struct_trains_like_the_defaults);
     RUN_TEST(scaled_backward_accumulates_micro_batches);
     RUN_TEST(packed_rows_give_each_document_its_own_logits);
+    RUN_TEST(lora_config_carries_rank_stabilized);
     return finish_tests();
 }

@@ -376,3 +376,50 @@ def test_packed_state_round_trips_and_rejects_mismatches():
                 "invalid_argument"
             )
         assert flat_logits(second) == flat_logits(first)
+
+
+def test_rank_stabilized_lora_round_trips_and_scales_by_the_square_root_of_the_rank(tmp_path):
+    """rsLoRA (C ABI 2.13): the config reads back from the library, the training checkpoint
+    records it and resumes it, and the merged update is alpha/√rank·B·A: after one step from
+    the same draws, the rsLoRA model's merged change is √rank times the plain one's (rank 4:
+    twice), since B's first Adam step is the same and A is drawn the same."""
+    from riftco_transformer import Adam, LoraConfig
+    from riftco_transformer.checkpoints import TrainingCheckpoint, save_training_checkpoint
+    from riftco_transformer.native import cross_entropy
+
+    from conftest import TINY_CONFIG
+
+    with pytest.raises(TypeError, match="rank_stabilized"):
+        LoraConfig(rank_stabilized=1)
+    changes = []
+    for stabilized in (False, True):
+        with DecoderOnlyTransformer(TINY_CONFIG) as model:
+            with model.parameters() as parameters:
+                before = list(parameters.flat_values())
+            config = LoraConfig(rank=4, alpha=8.0, rank_stabilized=stabilized)
+            model.attach_lora(config)
+            assert model.lora_config == config
+            with model.adapter_parameters() as adapters, Adam(adapters,
+                                                              learning_rate=1e-2) as optimizer:
+                loss = cross_entropy(model([[1, 2, 3, 4]]), [[2, 3, 4, 5]])
+                loss.backward()
+                loss.close()
+                optimizer.step()
+                if stabilized:
+                    path = tmp_path / "rs.riftckpt"
+                    save_training_checkpoint(path, model, optimizer)
+            model.merge_lora()
+            with model.parameters() as parameters:
+                after = list(parameters.flat_values())
+            changes.append([a - b for a, b in zip(after, before, strict=True)])
+    plain, stabilized_change = changes
+    moved = [i for i, value in enumerate(plain) if abs(value) > 1e-6]
+    assert moved
+    for i in moved:
+        assert stabilized_change[i] == pytest.approx(2.0 * plain[i], rel=1e-3, abs=1e-7)
+    checkpoint = TrainingCheckpoint.load(path)
+    assert checkpoint.manifest["model"]["lora"]["rank_stabilized"] is True
+    resumed = checkpoint.resume("cpu")
+    assert resumed.model.lora_config.rank_stabilized is True
+    resumed.optimizer.close()
+    resumed.model.close()

@@ -2,7 +2,8 @@
 // LoRA (docs/ARCHITECTURE.md, 'LoRA'): low-rank adapters on a frozen base.
 //
 //   y = x·Wᵀ + b + scale·(x·Aᵀ)·Bᵀ,   A [rank, in] ~ Xavier(in, rank),  B [out, rank] = 0,
-//   scale = alpha / rank (in float)
+//   scale = alpha / rank (in float), or alpha / √rank with rank_stabilized (rsLoRA, Kalajdzievski
+//   2023: the update's magnitude no longer shrinks as the rank grows)
 //
 // so a freshly attached adapter leaves every output unchanged. Targets are chosen by
 // projection name; a model lists the projections it has (AdaptableProjection) and the
@@ -68,11 +69,12 @@ struct LoraConfig {
     float alpha = 8.0F;
     std::uint32_t random_seed = 5489;
     LoraTargetMask targets = lora_default_targets;
+    bool rank_stabilized = false;  // rsLoRA: scale = alpha / √rank
 };
 
-// alpha / rank in float, after the config's own rules (std::invalid_argument naming the
-// field): rank 0; alpha not finite or not > 0; a scale that is not finite or not > 0; an empty
-// mask; a bit that names no target.
+// alpha / rank (alpha / √rank when rank_stabilized) in float, after the config's own rules
+// (std::invalid_argument naming the field): rank 0; alpha not finite or not > 0; a scale that is
+// not finite or not > 0; an empty mask; a bit that names no target.
 [[nodiscard]] float lora_scale(const LoraConfig& config, std::string_view operation);
 
 class LowRankAdapter {
@@ -80,8 +82,9 @@ class LowRankAdapter {
     // A [rank, in] ~ Xavier(fan_in = in, fan_out = rank) drawn from `generator`; B [out, rank]
     // zeros; both on `backend`. std::invalid_argument: a zero width, rank 0 or
     // rank > min(in, out), alpha or alpha/rank not finite and > 0.
+    // rank_stabilized: scale alpha/√rank (rsLoRA) instead of alpha/rank.
     LowRankAdapter(std::size_t in_features, std::size_t out_features, std::size_t rank, float alpha,
-                   std::mt19937& generator, ExecutionBackend backend);
+                   std::mt19937& generator, ExecutionBackend backend, bool rank_stabilized = false);
 
     // scale·((x·Aᵀ)·Bᵀ) over the last axis; x's last dimension must be `in`
     // (std::invalid_argument).

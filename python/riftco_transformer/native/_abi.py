@@ -285,6 +285,8 @@ class LoraConfigStruct(Structure):
         ("random_seed", c_uint32),
         ("targets", c_uint64),
         ("reserved", c_uint64),
+        ("rank_stabilized", c_uint32),  # 2.13: rsLoRA
+        ("reserved2", c_uint32),
     ]
 
 

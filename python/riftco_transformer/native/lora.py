@@ -54,7 +54,8 @@ def _float32(value: float) -> float:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """Low-rank adapters ``y += (alpha/rank)·(x·Aᵀ)·Bᵀ`` on the named projections.
+    """Low-rank adapters ``y += (alpha/rank)·(x·Aᵀ)·Bᵀ`` on the named projections
+    (``alpha/√rank`` with ``rank_stabilized``: rsLoRA, C ABI 2.13).
 
     ``rank`` (a positive int; the library checks it against every selected projection),
     ``alpha`` (a finite float > 0, with ``alpha/rank`` finite and > 0 in float32),
@@ -67,17 +68,23 @@ class LoraConfig:
     alpha: float = 8.0
     targets: tuple[str, ...] = ("attention.query", "attention.value")
     random_seed: int = 5489
+    rank_stabilized: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rank_stabilized, bool):
+            raise TypeError(f"rank_stabilized must be a bool, not "
+                            f"{type(self.rank_stabilized).__name__}")
         rank = require_int(self.rank, "rank", 1, UINT64_LIMIT)
         alpha = require_real(self.alpha, "alpha")
         if not math.isfinite(alpha) or alpha <= 0.0:
             raise ValueError(f"alpha must be finite and > 0, got {describe_value(self.alpha)}")
         alpha32 = _float32(alpha) if alpha < 3.4e38 else math.inf
-        scale = _float32(alpha32 / rank) if math.isfinite(alpha32) else math.inf
+        divisor = math.sqrt(rank) if self.rank_stabilized else rank
+        scale = _float32(alpha32 / divisor) if math.isfinite(alpha32) else math.inf
         if not math.isfinite(alpha32) or not math.isfinite(scale) or scale <= 0.0:
+            what = "alpha/sqrt(rank)" if self.rank_stabilized else "alpha/rank"
             raise ValueError(
-                f"alpha/rank = {describe_value(self.alpha)}/{rank} must be finite and > 0 in "
+                f"{what} = {describe_value(self.alpha)}/{rank} must be finite and > 0 in "
                 "float32"
             )
         targets = self.targets
@@ -128,13 +135,15 @@ class LoraConfig:
         native.alpha = self.alpha
         native.random_seed = self.random_seed
         native.targets = self.target_mask
+        native.rank_stabilized = int(self.rank_stabilized)
         return native
 
     @classmethod
     def _from_native(cls, native: LoraConfigStruct) -> LoraConfig:
         targets = tuple(name for bit, name in sorted(_TARGET_NAMES.items()) if native.targets & bit)
         return cls(
-            rank=native.rank, alpha=native.alpha, targets=targets, random_seed=native.random_seed
+            rank=native.rank, alpha=native.alpha, targets=targets, random_seed=native.random_seed,
+            rank_stabilized=bool(native.rank_stabilized),
         )
 
 
