@@ -11,6 +11,7 @@
 
 from .bundles import export_bundle_safetensors, import_bundle_safetensors
 from .gguf_export import export_gguf
+from .huggingface_export import export_huggingface
 from .safetensors import (
     SAFETENSORS_MAXIMUM_HEADER_BYTES,
     SAFETENSORS_MAXIMUM_TENSORS,
@@ -28,6 +29,7 @@ __all__ = [
     "encode_safetensors",
     "export_bundle_safetensors",
     "export_gguf",
+    "export_huggingface",
     "import_bundle_safetensors",
     "parse_safetensors",
     "read_safetensors",
