@@ -345,7 +345,9 @@ def hf_python(module: str) -> str:
     """The oracle venv's interpreter, checked to import ``module`` (skips without it)."""
     python = os.environ.get(HF_PYTHON_VARIABLE)
     if not python:
-        pytest.skip(f"{HF_PYTHON_VARIABLE} is not set (a venv with transformers and torch)")
+        pytest.skip(f"{HF_PYTHON_VARIABLE} is not set (a venv with {module}), and this "
+                    "interpreter has no tokenizers package" if module == "tokenizers" else
+                    f"{HF_PYTHON_VARIABLE} is not set (a venv with {module} and torch)")
     try:
         completed = subprocess.run([python, "-c", f"import {module}"], capture_output=True,
                                    text=True, timeout=300)
