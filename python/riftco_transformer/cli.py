@@ -319,10 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--chat", action="store_true",
                           help="wrap the prompt in the model's chat template (a bundle's: the "
                           "plain one); stop at the end of the assistant's turn")
-    generate.add_argument("--temperature", type=_non_negative_float, default=0.0,
-                          help="0 is greedy decoding")
-    generate.add_argument("--top-k", type=_positive_int, default=None)
-    generate.add_argument("--seed", type=_non_negative_int, default=0)
+    _add_sampling(generate)
     _add_backend(generate)
 
     serve = commands.add_parser("serve", help="serve a bundle over HTTP",
@@ -355,10 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a GGUF file or a .rift bundle")
     chat.add_argument("--system", default=None, help="a system message for the conversation")
     chat.add_argument("--max-new-tokens", type=_positive_int, default=256)
-    chat.add_argument("--temperature", type=_non_negative_float, default=0.0,
-                      help="0 is greedy decoding")
-    chat.add_argument("--top-k", type=_positive_int, default=None)
-    chat.add_argument("--seed", type=_non_negative_int, default=0)
+    _add_sampling(chat)
     chat.add_argument("--maximum-context", type=_positive_int, default=2048,
                       help="longest conversation in tokens (bounds the KV cache)")
 
@@ -867,21 +861,68 @@ def command_generate(arguments) -> int:
             prompt = loaded.encode_chat([{"role": "user", "content": prompt}])
             stop = tuple(loaded.chat_template.stop_sequences)
         config = GenerationConfig(
-            max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
-            top_k=arguments.top_k, seed=arguments.seed, stop=stop,
-            end_token_id=loaded.end_token_id,
+            max_new_tokens=arguments.max_new_tokens, stop=stop,
+            end_token_id=loaded.end_token_id, **_sampling_options(arguments),
         )
         if not arguments.chat:
             sys.stdout.write(prompt)
-        result = loaded.generator.generate(
-            prompt,
-            config,
-            on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush()),
-        )
+        timer = _GenerationTimer()
+        result = loaded.generator.generate(prompt, config, on_token=timer.on_token)
         sys.stdout.write("\n")
-    sys.stderr.write(f"generate: {len(result.generated_token_ids)} tokens, finish reason "
-                     f"{result.finish_reason}\n")
+    sys.stderr.write(f"generate: {timer.summary(result)}\n")
     return 0
+
+
+def _add_sampling(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                        help="0 is greedy decoding")
+    parser.add_argument("--top-k", type=_positive_int, default=None,
+                        help="sample among the k most likely tokens")
+    parser.add_argument("--top-p", type=_fraction_or_zero, default=None,
+                        help="sample among the most likely tokens whose probabilities sum to p")
+    parser.add_argument("--min-p", type=_fraction_or_zero, default=None,
+                        help="drop tokens less likely than min-p times the most likely one")
+    parser.add_argument("--repetition-penalty", type=_positive_float, default=1.0,
+                        help="divide the logits of tokens already seen (1: off)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0)
+
+
+def _sampling_options(arguments) -> dict:
+    return {"temperature": arguments.temperature, "top_k": arguments.top_k,
+            "top_p": arguments.top_p, "min_p": arguments.min_p,
+            "repetition_penalty": arguments.repetition_penalty, "seed": arguments.seed}
+
+
+class _GenerationTimer:
+    """Streams tokens to stdout and times them, as llama.cpp reports: the prompt's processing
+    (up to the first generated token) and the decode of the tokens after it."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.first: float | None = None
+
+    def on_token(self, event) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+
+    def summary(self, result) -> str:
+        ended = time.perf_counter()
+        prompt_count = len(result.prompt_token_ids)
+        generated = len(result.generated_token_ids)
+        parts = []
+        first = self.first if self.first is not None else ended
+        prefill = first - self.started
+        parts.append(f"prompt {prompt_count} tokens in {prefill * 1000:.1f} ms"
+                     + (f" ({prompt_count / prefill:.1f} tokens/s)" if prefill > 0 else ""))
+        decode = ended - first
+        if generated > 1 and decode > 0:
+            parts.append(f"{generated} tokens generated, {generated - 1} after the first in "
+                         f"{decode * 1000:.1f} ms ({(generated - 1) / decode:.1f} tokens/s)")
+        else:
+            parts.append(f"{generated} tokens generated")
+        return "; ".join(parts) + f"; finish reason {result.finish_reason}"
 
 
 def command_chat(arguments) -> int:
@@ -914,18 +955,17 @@ def command_chat(arguments) -> int:
             history.append({"role": "user", "content": text})
             prompt = loaded.encode_chat(history)
             config = GenerationConfig(
-                max_new_tokens=arguments.max_new_tokens, temperature=arguments.temperature,
-                top_k=arguments.top_k, seed=arguments.seed,
+                max_new_tokens=arguments.max_new_tokens,
                 stop=tuple(loaded.chat_template.stop_sequences),
-                end_token_id=loaded.end_token_id,
+                end_token_id=loaded.end_token_id, **_sampling_options(arguments),
             )
             sys.stdout.write("assistant> ")
             sys.stdout.flush()
-            result = loaded.generator.generate(
-                prompt, config,
-                on_token=lambda event: (sys.stdout.write(event.text), sys.stdout.flush()))
+            timer = _GenerationTimer()
+            result = loaded.generator.generate(prompt, config, on_token=timer.on_token)
             sys.stdout.write("\n")
             sys.stdout.flush()
+            sys.stderr.write(f"chat: {timer.summary(result)}\n")
             history.append({"role": "assistant", "content": result.generated_text.strip()})
     return 0
 

@@ -4,6 +4,7 @@ generate, inspect, convert, resume, --help, and bad input (one line, exit status
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -77,9 +78,23 @@ def test_post_train_evaluate_and_generate(journey):
     assert "evaluate: loss" in instructions
     generated = riftco("generate", "--bundle", tuned, "--prompt", "What is 2 + 3?", "--chat",
                        "--max-new-tokens", 12)
-    assert "tokens, finish reason" in generated.stderr
+    assert "finish reason" in generated.stderr and "prompt " in generated.stderr
     plain = riftco("generate", "--bundle", base, "--prompt", "Alice", "--max-new-tokens", 5)
     assert plain.stdout.startswith("Alice")
+    # llama.cpp-style timings: the prompt's tokens and the decode rate after the first token.
+    assert re.search(r"prompt \d+ tokens in [\d.]+ ms \([\d.]+ tokens/s\); 5 tokens "
+                     r"generated, 4 after the first in [\d.]+ ms \([\d.]+ tokens/s\)",
+                     plain.stderr), plain.stderr
+    sampled = riftco("generate", "--bundle", base, "--prompt", "Alice", "--max-new-tokens", 5,
+                     "--temperature", 0.8, "--top-p", 0.9, "--min-p", 0.05, "--top-k", 40,
+                     "--repetition-penalty", 1.1, "--seed", 3)
+    again = riftco("generate", "--bundle", base, "--prompt", "Alice", "--max-new-tokens", 5,
+                   "--temperature", 0.8, "--top-p", 0.9, "--min-p", 0.05, "--top-k", 40,
+                   "--repetition-penalty", 1.1, "--seed", 3)
+    assert sampled.stdout == again.stdout and sampled.stdout.startswith("Alice")
+    refused = riftco("generate", "--bundle", base, "--prompt", "Alice", "--top-p", 1.5,
+                     check=False)
+    assert refused.returncode == 2 and "--top-p" in refused.stderr
 
 
 def test_inspect_a_checkpoint_and_resume_it(journey):
