@@ -362,11 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    convert = commands.add_parser("convert", help="bundle <-> safetensors F32, bundle -> GGUF",
+    convert = commands.add_parser("convert", aliases=["export"],
+                                  help="bundle <-> safetensors F32; bundle -> GGUF or a Hugging "
+                                  "Face directory",
                                   description="Convert a .rift bundle to safetensors F32 (names, "
-                                  "shapes, and the bundle's manifest in __metadata__) or back, "
+                                  "shapes, and the bundle's manifest in __metadata__) or back; "
                                   "or a rotary-family bundle (Llama, Mistral, Qwen 2/3, Gemma "
-                                  "2/3, Phi-3) to GGUF for llama.cpp, Ollama and LM Studio.")
+                                  "2/3, Phi-3) to GGUF for llama.cpp, Ollama and LM Studio, or to "
+                                  "a Hugging Face directory (--to hf) for transformers.")
     convert.add_argument("source", type=Path)
     convert.add_argument("destination", type=Path)
     convert.add_argument("--from", dest="source_format", choices=("rift", "safetensors"),
@@ -374,10 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--to", dest="destination_format",
                          choices=CONVERT_DESTINATION_FORMATS, default=None,
                          help="destination format (default: from the destination's extension, "
-                         ".rift, .safetensors or .gguf)")
-    convert.add_argument("--dtype", choices=("f32", "f16"), default=None,
-                         help="GGUF weight type (default f32; f16 rounds every matrix to "
-                         "nearest even, norms stay f32)")
+                         ".rift, .safetensors or .gguf; a Hugging Face directory needs --to hf)")
+    convert.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
+                         help="weight type of a GGUF file (f32, f16: every matrix rounded to "
+                         "nearest even, norms stay f32) or a Hugging Face directory (f32, f16, "
+                         "bf16); default f32")
 
     launch = commands.add_parser(
         "launch", help="run a command on N ranks under mpirun, restarting on failure",
@@ -1109,7 +1113,7 @@ def command_inspect(arguments) -> int:
     return 0
 
 
-CONVERT_DESTINATION_FORMATS = ("rift", "safetensors", "gguf")
+CONVERT_DESTINATION_FORMATS = ("rift", "safetensors", "gguf", "hf")
 _CONVERT_EXTENSIONS = {".rift": "rift", ".safetensors": "safetensors", ".gguf": "gguf"}
 
 
@@ -1120,6 +1124,11 @@ def _convert_destination_format(arguments) -> str:
     suffix = arguments.destination.suffix.lower()
     named = _CONVERT_EXTENSIONS.get(suffix)
     chosen = arguments.destination_format
+    if chosen == "hf":  # a directory: its name may hold dots, but not a file format's extension
+        if named is not None:
+            raise UsageError(f"--to hf writes a directory, not a {suffix} file "
+                             f"({arguments.destination.name!r})")
+        return chosen
     if chosen is None:
         if named is None:
             raise UsageError(f"cannot tell the destination format from the name "
@@ -1137,8 +1146,11 @@ def command_convert(arguments) -> int:
     from .interchange import export_bundle_safetensors, export_gguf, import_bundle_safetensors
 
     destination_format = _convert_destination_format(arguments)
-    if arguments.dtype is not None and destination_format != "gguf":
-        raise UsageError(f"--dtype is for GGUF destinations (this one is {destination_format})")
+    if arguments.dtype is not None and destination_format not in ("gguf", "hf"):
+        raise UsageError(f"--dtype is for GGUF and Hugging Face destinations (this one is "
+                         f"{destination_format})")
+    if arguments.dtype == "bf16" and destination_format == "gguf":
+        raise UsageError("--dtype bf16 is for Hugging Face directories; GGUF takes f32 or f16")
     source_format = arguments.source_format
     if source_format is None:  # a bundle is a ZIP; the loader below validates it in full
         with open(arguments.source, "rb") as stream:
@@ -1155,6 +1167,10 @@ def command_convert(arguments) -> int:
         bundle = import_bundle_safetensors(arguments.source)
     if destination_format == "gguf":
         export_gguf(bundle, arguments.destination, dtype=arguments.dtype or "f32")
+    elif destination_format == "hf":
+        from .interchange import export_huggingface
+
+        export_huggingface(bundle, arguments.destination, dtype=arguments.dtype or "f32")
     elif destination_format == "safetensors":
         export_bundle_safetensors(bundle, arguments.destination)
     else:
@@ -1288,6 +1304,7 @@ COMMANDS = {
     "chat": command_chat,
     "inspect": command_inspect,
     "convert": command_convert,
+    "export": command_convert,
     "demo": command_demo,
 }
 

@@ -450,3 +450,39 @@ def test_smollm2_export_runs_in_transformers_with_our_logits(smollm2):
     directory, tokens, logits, _, _ = smollm2
     (theirs,) = run_oracle(python, ORACLE, [{"directory": str(directory), "tokens": tokens}])
     print(f"SmolLM2: max |ours - transformers| {close_enough(logits, theirs):.3g}")
+
+
+def test_riftco_export_to_hf_writes_a_directory_that_reloads_and_refuses_a_file_name(tmp_path):
+    """`riftco export --to hf` (convert's alias) writes the directory our importer reloads
+    with the same logits; a file name with a format's extension, or bf16 for GGUF, is a usage
+    error that writes nothing."""
+    import sys
+
+    from conftest import PYTHON_SOURCE
+
+    bundle = variant_bundle("llama")
+    source = bundle.save(tmp_path / "tuned.rift")
+    environment = {**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)}
+
+    def riftco(*arguments):
+        return subprocess.run([sys.executable, "-m", "riftco_transformer", *map(str, arguments)],
+                              capture_output=True, text=True, env=environment, timeout=300)
+
+    done = riftco("export", source, tmp_path / "tuned-hf", "--to", "hf", "--dtype", "bf16")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "tuned-hf" / "config.json").read_text())["torch_dtype"] == \
+        "bfloat16"
+    done = riftco("convert", source, tmp_path / "exact-hf", "--to", "hf")
+    assert done.returncode == 0, done.stderr
+    tokens = [1, 5, 9, 2, 7]
+    with load_huggingface(tmp_path / "exact-hf") as loaded:
+        reloaded = forward_values(loaded.model, tokens)
+    assert max_difference(reloaded,
+                          bundle_logits(bundle, tokens, loader_attention(bundle.config))) == 0.0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for arguments in ((tmp_path / "x.gguf", "--to", "hf"),
+                      (tmp_path / "y.gguf", "--dtype", "bf16"),
+                      (tmp_path / "z.safetensors", "--dtype", "bf16")):
+        done = riftco("export", source, *arguments)
+        assert done.returncode == 2, (arguments, done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
