@@ -356,9 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--maximum-context", type=_positive_int, default=2048,
                       help="longest conversation in tokens (bounds the KV cache)")
 
-    inspect = commands.add_parser("inspect", help="summarise a bundle or checkpoint",
+    inspect = commands.add_parser("inspect", help="summarise a bundle, checkpoint, GGUF file or "
+                                  "Hugging Face directory",
                                   description="Validate a .rift bundle or .riftckpt checkpoint "
-                                  "and print its summary.")
+                                  "and print its summary; or summarise a GGUF file (from its "
+                                  "metadata) or a Hugging Face directory (config and tensor "
+                                  "headers).")
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
@@ -1057,7 +1060,62 @@ def _decoder_layout_text(config) -> str:
     return " ".join(parts)
 
 
+def _inspect_gguf(path: Path) -> None:
+    """A GGUF file's summary from its metadata strings (no tensor is read)."""
+    from .native.pretrained_tokenizer import gguf_metadata_string
+
+    def value(key: str) -> str:
+        found = gguf_metadata_string(path, key)
+        return "(absent)" if found is None else found
+
+    template = gguf_metadata_string(path, "tokenizer.chat_template")
+    _say(f"gguf {path}\n  architecture {value('general.architecture')}\n"
+         f"  name         {value('general.name')}\n"
+         f"  tokenizer    {value('tokenizer.ggml.model')} (pre-tokenizer "
+         f"{value('tokenizer.ggml.pre')})\n"
+         f"  chat         {'a chat template' if template else 'no chat template'}\n"
+         f"  size         {path.stat().st_size:,} bytes\n"
+         f"  (riftco chat/generate --model {path.name} runs it; riftco post-train --model tunes "
+         "it)")
+
+
+def _inspect_huggingface(path: Path) -> None:
+    """A Hugging Face directory's summary: its config as our importer reads it, its tensors
+    (headers only) and its tokenizer files."""
+    from collections import Counter
+
+    from .interchange.huggingface import read_checkpoint_tensors, read_config
+
+    config = read_config(path)
+    tensors = read_checkpoint_tensors(path)
+    dtypes = Counter(span.dtype for span in tensors.values())
+    values = sum(math.prod(span.shape) for span in tensors.values())
+    files = [name for name in ("tokenizer.json", "tokenizer_config.json",
+                               "generation_config.json") if (path / name).is_file()]
+    architecture = getattr(config, "architecture", "gpt2")
+    _say(f"huggingface {path}\n  architecture {architecture}\n"
+         f"  model        V={config.vocabulary_size} C={config.maximum_context} "
+         f"D={config.model_width} N={config.block_count} F={config.feed_forward_width}\n"
+         f"  tensors      {len(tensors)} ({', '.join(f'{n} {d}' for d, n in dtypes.items())}), "
+         f"{values:,} values\n"
+         f"  files        {', '.join(files) if files else 'no tokenizer files'}")
+    layout = _decoder_layout_text(config) if hasattr(config, "positions") else ""
+    if layout:
+        _say(f"  layout       {layout}")
+
+
 def command_inspect(arguments) -> int:
+    if arguments.path.is_dir():
+        if arguments.json:
+            raise UsageError("--json prints a bundle's or checkpoint's manifest")
+        _inspect_huggingface(arguments.path)
+        return 0
+    with open(arguments.path, "rb") as stream:
+        if stream.read(4) == b"GGUF":
+            if arguments.json:
+                raise UsageError("--json prints a bundle's or checkpoint's manifest")
+            _inspect_gguf(arguments.path)
+            return 0
     kind, loaded = _read_artifact(arguments.path)
     if kind == "rift":
         bundle = loaded

@@ -486,3 +486,33 @@ def test_riftco_export_to_hf_writes_a_directory_that_reloads_and_refuses_a_file_
         done = riftco("export", source, *arguments)
         assert done.returncode == 2, (arguments, done.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_riftco_inspect_summarises_a_huggingface_directory_and_a_gguf_file(tmp_path):
+    import sys
+
+    from conftest import PYTHON_SOURCE
+
+    from riftco_transformer.interchange import export_gguf
+
+    bundle = variant_bundle("qwen3")
+    export_huggingface(bundle, tmp_path / "hf", dtype="f16")
+    export_gguf(bundle, tmp_path / "model.gguf")
+    environment = {**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)}
+
+    def inspect(path, *extra):
+        return subprocess.run([sys.executable, "-m", "riftco_transformer", "inspect", str(path),
+                               *extra], capture_output=True, text=True, env=environment,
+                              timeout=120)
+
+    config = bundle.config
+    done = inspect(tmp_path / "hf")
+    assert done.returncode == 0, done.stderr
+    assert "architecture qwen3" in done.stdout
+    assert (f"V={config.vocabulary_size} C={config.maximum_context} D={config.model_width} "
+            f"N={config.block_count} F={config.feed_forward_width}") in done.stdout
+    assert "F16)" in done.stdout and "tokenizer.json" in done.stdout
+    done = inspect(tmp_path / "model.gguf")
+    assert done.returncode == 0, done.stderr
+    assert "architecture qwen3" in done.stdout and "pre-tokenizer" in done.stdout
+    assert inspect(tmp_path / "model.gguf", "--json").returncode == 2
