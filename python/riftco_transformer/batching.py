@@ -235,13 +235,7 @@ class WindowBatchSource:
 
     def capture_state(self) -> dict:
         """The JSON-serialisable position: type, fingerprint, batches emitted, generator."""
-        version, internal, gauss = self._generator.getstate()
-        return {
-            "type": self.source_type,
-            "fingerprint": self.fingerprint,
-            "batches_emitted": self.batches_emitted,
-            "rng": {"version": version, "state": list(internal), "gauss_next": gauss},
-        }
+        return source_state(self)
 
     def restore_state(self, state: object) -> None:
         """Continue exactly where :meth:`capture_state` was taken; ValueError (and nothing
@@ -345,6 +339,18 @@ def _marked_starts(mask: bytes, context: int) -> array:
         if position < len(marked) and marked[position] <= start + context:
             starts.append(start)
     return starts
+
+
+def source_state(source) -> dict:
+    """A checkpointable source's JSON-serialisable position, the one record every source
+    writes: ``{type, fingerprint, batches_emitted, rng}`` (its ``random.Random``'s state)."""
+    version, internal, gauss = source._generator.getstate()
+    return {
+        "type": source.source_type,
+        "fingerprint": source.fingerprint,
+        "batches_emitted": source.batches_emitted,
+        "rng": {"version": version, "state": list(internal), "gauss_next": gauss},
+    }
 
 
 def fixed_batches(source: WindowBatchSource, count: int) -> tuple[TrainingBatch, ...]:

@@ -42,7 +42,7 @@ import struct
 from array import array
 from collections.abc import Sequence
 
-from .batching import TrainingBatch, _as_token_row, _positive, _seed, token_digest
+from .batching import TrainingBatch, _as_token_row, _positive, _seed, source_state, token_digest
 
 __all__ = ["OVERLONG_POLICIES", "ExampleBatchSource", "example_batches"]
 
@@ -276,13 +276,7 @@ class ExampleBatchSource:
 
     def capture_state(self) -> dict:
         """The JSON-serialisable position: type, fingerprint, batches emitted, generator."""
-        version, internal, gauss = self._generator.getstate()
-        return {
-            "type": self.source_type,
-            "fingerprint": self.fingerprint,
-            "batches_emitted": self.batches_emitted,
-            "rng": {"version": version, "state": list(internal), "gauss_next": gauss},
-        }
+        return source_state(self)
 
     def _replayed(self, emitted: int) -> ExampleBatchSource:
         """A copy of this source's position machinery after ``emitted`` batches from the start

@@ -400,17 +400,8 @@ def loss_curve_svg(metrics: Iterable[object], title: str = "Loss") -> str:
         return drawn
 
     if train:
-        drawn = pixel_points(train)
-        lines.append(f'<g class="series-train" data-points="{len(train)}">')
-        if len(drawn) > 1:
-            lines.append(
-                f'<polyline points="{" ".join(drawn)}" fill="none" stroke="{_TRAIN_COLOUR}" '
-                f'stroke-width="1.6" stroke-linejoin="round"/>'
-            )
-        else:
-            x, y = drawn[0].split(",")
-            lines.append(f'<circle cx="{x}" cy="{y}" r="3.5" fill="{_TRAIN_COLOUR}"/>')
-        lines.append("</g>")
+        lines.extend(_line_series("series-train", len(train), pixel_points(train), _TRAIN_COLOUR,
+                                  'stroke-width="1.6" stroke-linejoin="round"', 3.5))
     if validation:
         drawn = pixel_points(validation)
         lines.append(f'<g class="series-validation" data-points="{len(validation)}">')
@@ -504,15 +495,21 @@ def _rate_axis_and_series(rates: _Points, x_pixel, plot_right: float) -> list[st
         point = f"{_coordinate(x_pixel(step))},{_coordinate(y_pixel(rate))}"
         if not drawn or drawn[-1] != point:
             drawn.append(point)
-    lines.append(f'<g class="series-rate" data-points="{len(rates)}">')
+    lines.extend(_line_series("series-rate", len(rates), drawn, _RATE_COLOUR,
+                              'stroke-width="1.4" stroke-dasharray="2 2"', 3.0))
+    return lines
+
+
+def _line_series(name: str, count: int, drawn: list[str], colour: str, stroke: str,
+                 radius: float) -> list[str]:
+    """A series group: a polyline through the drawn "x,y" points, or one marker for one."""
+    lines = [f'<g class="{name}" data-points="{count}">']
     if len(drawn) > 1:
-        lines.append(
-            f'<polyline points="{" ".join(drawn)}" fill="none" stroke="{_RATE_COLOUR}" '
-            f'stroke-width="1.4" stroke-dasharray="2 2"/>'
-        )
+        lines.append(f'<polyline points="{" ".join(drawn)}" fill="none" stroke="{colour}" '
+                     f'{stroke}/>')
     else:
         x, y = drawn[0].split(",")
-        lines.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{_RATE_COLOUR}"/>')
+        lines.append(f'<circle cx="{x}" cy="{y}" r="{radius:g}" fill="{colour}"/>')
     lines.append("</g>")
     return lines
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,17 +108,24 @@ inline void perturb(const Module& model, unsigned seed) {
 // The values a second backend must reproduce for `config` (seed 31, perturbed): the logits of
 // two rows of 10 tokens, then every parameter's gradient of their loss in parameter order, then
 // a paged decode session's logits of a 12-token prefill, computed on `backend`.
-inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBackend backend,
-                                     AttentionKind attention) {
+// The family's model on `backend` (seed 31, perturbed by 32), the one every run below trains.
+inline std::unique_ptr<Decoder> family_model(const DecoderConfig& config, ExecutionBackend backend,
+                                             AttentionKind attention) {
     std::mt19937 generator(31);
-    Decoder model(config, generator, attention);
-    perturb(model, 32);
+    auto model = std::make_unique<Decoder>(config, generator, attention);
+    perturb(*model, 32);
     if (backend != ExecutionBackend::Cpu)
-        model.to(backend);
-    const std::vector<std::uint32_t> tokens = pseudo_random_tokens(20, 17, 33);
+        model->to(backend);
+    return model;
+}
+
+// logits [2,10,17] of `tokens` on `backend`, then their values and every parameter's gradient
+// of the next-token cross-entropy, flattened.
+inline std::vector<float> logits_and_gradients(const Decoder& model, const Variable& logits,
+                                               const std::vector<std::uint32_t>& tokens,
+                                               ExecutionBackend backend) {
     std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
     targets.push_back(0);
-    const Variable logits = model.forward(tokens, {2, 10});
     EXPECT_EQ(logits.value().backend(), backend);
     Variable loss = cross_entropy(reshape(logits, {20, 17}), targets);
     loss.backward();
@@ -126,6 +134,16 @@ inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBacke
         const std::vector<float> gradient = named.parameter.gradient().to_host();
         out.insert(out.end(), gradient.begin(), gradient.end());
     }
+    return out;
+}
+
+inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBackend backend,
+                                     AttentionKind attention) {
+    const std::unique_ptr<Decoder> owned = family_model(config, backend, attention);
+    Decoder& model = *owned;
+    const std::vector<std::uint32_t> tokens = pseudo_random_tokens(20, 17, 33);
+    std::vector<float> out =
+        logits_and_gradients(model, model.forward(tokens, {2, 10}), tokens, backend);
     DecodeSession session(model, KeyValueCacheKind::Paged, 4);
     const std::vector<float> decoded =
         session.prefill({tokens.data(), 12}, PrefillLogits::All).to_host();
@@ -137,26 +155,12 @@ inline std::vector<float> run_family(const DecoderConfig& config, ExecutionBacke
 // tokens; the logits and the parameter gradients of a cross-entropy, flattened.
 inline std::vector<float> run_packed_family(const DecoderConfig& config, ExecutionBackend backend,
                                             AttentionKind attention) {
-    std::mt19937 generator(31);
-    Decoder model(config, generator, attention);
-    perturb(model, 32);
-    if (backend != ExecutionBackend::Cpu)
-        model.to(backend);
+    const std::unique_ptr<Decoder> model = family_model(config, backend, attention);
     const std::vector<std::uint32_t> tokens = pseudo_random_tokens(20, 17, 34);
     const std::vector<std::uint32_t> positions = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5,
                                                   0, 1, 2, 0, 1, 0, 1, 2, 3, 4};
-    std::vector<std::uint32_t> targets(tokens.begin() + 1, tokens.end());
-    targets.push_back(0);
-    const Variable logits = model.forward(tokens, {2, 10}, positions);
-    EXPECT_EQ(logits.value().backend(), backend);
-    Variable loss = cross_entropy(reshape(logits, {20, 17}), targets);
-    loss.backward();
-    std::vector<float> out = logits.value().to_host();
-    for (const NamedParameter& named : model.parameters()) {
-        const std::vector<float> gradient = named.parameter.gradient().to_host();
-        out.insert(out.end(), gradient.begin(), gradient.end());
-    }
-    return out;
+    return logits_and_gradients(*model, model->forward(tokens, {2, 10}, positions), tokens,
+                                backend);
 }
 
 }  // namespace riftco_transformer::testing

@@ -450,7 +450,23 @@ def _aligned(position: int) -> int:
 # ---- the entry point ------------------------------------------------------------------------
 
 
-def _bundle_of(source) -> ModelBundle:
+def rotary_bundle(source, format_name: str, families) -> ModelBundle:
+    """The bundle ``source`` is, names or holds (a :class:`ModelBundle`, a ``.rift`` path or a
+    loaded :class:`PretrainedModel`), when it is a rotary-family model of ``families`` with a
+    pretrained tokenizer; else the ValueError (TypeError for another kind of source) the
+    exporters of ``format_name`` ("GGUF", "Hugging Face") give."""
+    bundle = _bundle_of(source, format_name)
+    if bundle.manifest["architecture"] != LLAMA_ARCHITECTURE:
+        raise ValueError(f"architecture {bundle.manifest['architecture']!r} (our GPT decoder) "
+                         f"has no {format_name} export: it is written for the rotary families "
+                         f"({', '.join(sorted(families))})")
+    if bundle.config.architecture not in families:
+        raise ValueError(f"architecture {bundle.config.architecture!r} has no {format_name} "
+                         f"export (it is written for {', '.join(sorted(families))})")
+    return bundle
+
+
+def _bundle_of(source, format_name: str) -> ModelBundle:
     """The bundle ``source`` is, names or holds."""
     if isinstance(source, ModelBundle):
         return source
@@ -462,8 +478,9 @@ def _bundle_of(source) -> ModelBundle:
         from ..native import PretrainedTokenizer
 
         if not isinstance(source.tokenizer, PretrainedTokenizer):
-            raise ValueError("the model's tokenizer is one of our own training, which GGUF "
-                             "cannot hold: GGUF export needs a pretrained tokenizer")
+            raise ValueError(f"the model's tokenizer is one of our own training, which "
+                             f"{format_name} cannot hold: {format_name} export needs a "
+                             "pretrained tokenizer")
         source.reset_generator()  # its KV-cache pool pins the parameters
         template = getattr(source.chat_template, "text", None)
         # capture refuses an attached LoRA adapter and packed NF4 weights (merge first).
@@ -483,15 +500,8 @@ def export_gguf(source, path, dtype: str = "f32", name: str | None = None) -> Pa
     file)."""
     if dtype not in GGUF_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(GGUF_DTYPES)} (got {dtype!r})")
-    bundle = _bundle_of(source)
-    if bundle.manifest["architecture"] != LLAMA_ARCHITECTURE:
-        raise ValueError(f"architecture {bundle.manifest['architecture']!r} (our GPT decoder) "
-                         "has no GGUF export: GGUF export writes the rotary families "
-                         f"({', '.join(sorted(_FILE_ARCHITECTURE))})")
+    bundle = rotary_bundle(source, "GGUF", _FILE_ARCHITECTURE)
     config = bundle.config
-    if config.architecture not in _FILE_ARCHITECTURE:
-        raise ValueError(f"architecture {config.architecture!r} has no GGUF export (our GGUF "
-                         f"loader reads {', '.join(sorted(_FILE_ARCHITECTURE))})")
     read = gguf_read_back_config(config)
     problems = _inexpressible(config, read)
     if problems:

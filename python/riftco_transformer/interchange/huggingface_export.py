@@ -65,11 +65,11 @@ from array import array
 from dataclasses import fields
 from pathlib import Path
 
-from ..artifacts import LLAMA_ARCHITECTURE, ModelBundle
+from ..artifacts import ModelBundle
 from ..native import LlamaMistralConfig
 from ..native.llama import checkpoint_tensor_name
 from ..native.pretrained_tokenizer import _SPLIT_PATTERNS, TOKEN_TYPE_VALUES, PretrainedTokenizer
-from .gguf_export import _bundle_of
+from .gguf_export import rotary_bundle
 from .huggingface import (
     CONFIG_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -460,15 +460,8 @@ def export_huggingface(source, directory, dtype: str = "f32") -> Path:
         raise ValueError(f"dtype must be one of {', '.join(HUGGINGFACE_DTYPES)} (got {dtype!r})")
     destination = Path(os.fspath(directory))
     _require_free(destination)
-    bundle = _bundle_of(source)
-    if bundle.manifest["architecture"] != LLAMA_ARCHITECTURE:
-        raise ValueError(f"architecture {bundle.manifest['architecture']!r} (our GPT decoder) "
-                         "has no Hugging Face export: this exporter writes the rotary families "
-                         f"({', '.join(sorted(_FAMILIES))})")
+    bundle = rotary_bundle(source, "Hugging Face", _FAMILIES)
     config = bundle.config
-    if config.architecture not in _FAMILIES:
-        raise ValueError(f"architecture {config.architecture!r} has no Hugging Face export "
-                         f"(this exporter writes {', '.join(sorted(_FAMILIES))})")
     state = bundle.tokenizer_state
     tokenizer_document, settings = _tokenizer_documents(state, config.maximum_context)
     document = huggingface_config_document(config, dtype, state.get("bos_id"),
