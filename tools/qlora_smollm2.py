@@ -51,6 +51,10 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=None,
                         help="longest example row (default: the loaded context, 256)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--method", choices=("qlora", "lora", "full"), default="qlora",
+                        help="qlora (the default), lora, or full fine-tuning, for comparison")
+    parser.add_argument("--packing", action="store_true",
+                        help="pack several examples into each row")
     parser.add_argument("--save", type=Path, default=None, help="save the tuned model here")
     arguments = parser.parse_args()
     if not arguments.model.exists():
@@ -66,7 +70,8 @@ def main() -> int:
     config = PostTrainingConfig(
         steps=arguments.steps, context_size=arguments.context, batch_size=arguments.batch_size,
         evaluation_interval=max(1, arguments.steps // 4), learning_rate=arguments.learning_rate,
-        backend="cpu", fine_tuning_method="qlora", attention="flash",
+        backend="cpu", fine_tuning_method=arguments.method, attention="flash",
+        packing=arguments.packing,
         lora=rt.LoraConfig(rank=8, alpha=16.0, targets=ALL_PROJECTIONS),
         response_only_loss=True,
     )

@@ -61,7 +61,10 @@ static void lora_config_init_sets_the_spec_defaults(void) {
     EXPECT_EQ_U64(config.targets, RT_LORA_TARGETS_DEFAULT);
     EXPECT_EQ_U64(RT_LORA_TARGETS_DEFAULT, 0x5);
     EXPECT_EQ_U64(config.reserved, 0);
-    EXPECT_EQ_U64(sizeof(rt_lora_config), 40);
+    /* 2.13 appended rank_stabilized (rsLoRA) and reserved2 to the 40-byte 2.8 layout. */
+    EXPECT_EQ_U64(config.rank_stabilized, 0);
+    EXPECT_EQ_U64(config.reserved2, 0);
+    EXPECT_EQ_U64(sizeof(rt_lora_config), 48);
     EXPECT_EQ_U64(sizeof(rt_quantized_memory_stats), 96);
     EXPECT_STATUS(rt_lora_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_STATUS(rt_lora_config_init(NULL, sizeof config), RT_STATUS_INVALID_ARGUMENT);
