@@ -289,6 +289,10 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
                              f"{trainer.best_validation_step}")
         best_values = best.trainable_values()
 
+    already_stopped = keep_best and \
+        trainer.evaluations_without_improvement >= config.early_stopping_patience
+    if already_stopped:
+        remaining = 0  # a resumed run that early stopping had ended: nothing left to train
     metrics = ()
     # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there.
     with DeferredInterrupt(enabled=checkpoint_path is not None) as interrupt:
@@ -307,7 +311,7 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
             save_checkpoint(checkpoint_path)
     if interrupt.requested:
         raise TrainingInterrupted(optimizer.step_count, checkpoint_path, interrupt.signal_number)
-    stopped_early = bool(getattr(trainer, "stopped_early", False))
+    stopped_early = already_stopped or bool(getattr(trainer, "stopped_early", False))
     return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
                        best_values, stopped_early)
 

@@ -455,3 +455,22 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_the_run_resumes_exactly(base
                    check=True, capture_output=True, timeout=300)
     assert ModelBundle.load(tmp_path / "run.rift").weights == \
         ModelBundle.load(tmp_path / "whole.rift").weights
+
+
+def test_resuming_a_run_that_early_stopping_ended_trains_no_further(base_bundle, instructions,
+                                                                    tmp_path):
+    from riftco_transformer.post_training import PostTrainingConfig, post_train
+
+    train, held_out = instructions[:36], instructions[36:]
+    # A rate this large makes every validation after step 0 worse: the run stops at step 2.
+    config = PostTrainingConfig(steps=20, batch_size=4, backend="cpu", learning_rate=5.0,
+                                fine_tuning_method="lora", evaluation_interval=1,
+                                early_stopping_patience=2)
+    path = tmp_path / "run.riftckpt"
+    stopped = post_train(base_bundle, train, config, validation_examples=held_out,
+                         checkpoint_path=path)
+    assert stopped.stopped_early and stopped.best_step == 0
+    again = post_train(base_bundle, train, config, validation_examples=held_out,
+                       resume_from=path, checkpoint_path=path)
+    assert again.stopped_early and again.metrics == ()
+    assert again.bundle.weights == stopped.bundle.weights == base_bundle.weights
