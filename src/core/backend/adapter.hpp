@@ -219,7 +219,8 @@ class LossCapability {
 // Memory-linear ("flash") causal attention: Q, context [B,Hq,T,d_h]; K, V [B,Hkv,T,d_h] with
 // Hq % Hkv == 0 (query head h reads key/value head ⌊h/(Hq/Hkv)⌋, never a repeated copy); row
 // statistics [B,Hq,T] hold m_i = max_j S_ij and l_i = Σ_j exp(S_ij − m_i) over the keys j
-// visible from query i (j <= i, and j > i − W when options.window = W > 0) of the scaled
+// visible from query i (j <= i, j > i − W when options.window = W > 0, and in packed rows
+// (options.documents) j >= i − p_i, p_i query i's position inside its document) of the scaled
 // scores S = scale·Q·Kᵀ. No [T,T] buffer exists in either direction, and key tiles outside
 // the window are never touched. domain_error: a visible score that is NaN or +inf, or a query
 // row without a finite visible score.
