@@ -268,7 +268,7 @@ Variable quantized_linear(const Variable& x, const QuantizedWeight& weight, cons
 }
 
 Variable flash_attention(const Variable& query, const Variable& key, const Variable& value,
-                         ops::FlashAttentionOptions options) {
+                         const ops::FlashAttentionOptions& options) {
     detail::require_defined(query, "flash_attention", "query");
     detail::require_defined(key, "flash_attention", "key");
     detail::require_defined(value, "flash_attention", "value");

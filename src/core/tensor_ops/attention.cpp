@@ -119,7 +119,7 @@ const detail::AttentionCapability& attention_of(const detail::BackendAdapter& ad
 }  // namespace
 
 FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                     FlashAttentionOptions options) {
+                                     const FlashAttentionOptions& options) {
     constexpr std::string_view op = "flash_attention";
     const auto& adapter =
         detail::input_adapter(op, {{"query", &query}, {"key", &key}, {"value", &value}});

@@ -136,7 +136,7 @@ struct LowRankUpdate {
 // and value gradients have K's shape [B,Hkv,T,d_h] (summed over each group's query heads).
 [[nodiscard]] Variable flash_attention(const Variable& query, const Variable& key,
                                        const Variable& value,
-                                       tensor_ops::FlashAttentionOptions options = {});
+                                       const tensor_ops::FlashAttentionOptions& options = {});
 
 // Mean cross-entropy of logits [..., V] against one target per position (scalar result).
 // The forward pass keeps the base gradient (softmax − onehot)/N; backward scales it.

@@ -84,7 +84,7 @@ struct FlashAttentionGradients {
 // inp Q [B,Hq,T,d], K, V [B,Hkv,T,d] -> context [B,Hq,T,d], row statistics [B,Hq,T]
 [[nodiscard]] FlashAttentionResult flash_attention(const Tensor& query, const Tensor& key,
                                                    const Tensor& value,
-                                                   FlashAttentionOptions options = {});
+                                                   const FlashAttentionOptions& options = {});
 
 // The VJP from the forward's outputs (its window included) and the upstream gradient of the
 // context; recomputes the probabilities tile by tile. dK and dV have K's shape.
