@@ -207,6 +207,28 @@ def _require_packing_backend(config: PostTrainingConfig, backend: str) -> None:
                          f"attention='materialized' there, or train unpacked")
 
 
+def _loaded_checkpoint(resume_from, config: PostTrainingConfig, identity_key: str,
+                       identity, identity_text: str):
+    """The checkpoint ``resume_from`` is or names, when it was taken by a run of this base
+    (its metadata's ``identity_key`` is ``identity``), with this method and these optimizer
+    options; ValueError naming the difference otherwise, before anything changes."""
+    from .checkpoints import TrainingCheckpoint
+
+    checkpoint = (resume_from if isinstance(resume_from, TrainingCheckpoint)
+                  else TrainingCheckpoint.load(resume_from))
+    if checkpoint.metadata.get(identity_key) != identity:
+        raise ValueError(f"the checkpoint was not taken while {identity_text}")
+    model = checkpoint.manifest["model"]
+    method = ("full" if model["lora"] is None else "qlora" if model["quantized"] else "lora")
+    if method != config.fine_tuning_method:
+        raise ValueError(f"the checkpoint is of a {method} run; this run is "
+                         f"{config.fine_tuning_method} (--method {method} resumes it)")
+    # The optimizer is re-created from, or checked against, the checkpoint's options: they must
+    # be this run's.
+    checkpoint.check_adam_options(config.adam_options())
+    return checkpoint
+
+
 def best_checkpoint_path(checkpoint_path) -> Path:
     """Where early stopping keeps the best validation's checkpoint: ``x.riftckpt`` ->
     ``x.best.riftckpt``."""
@@ -395,13 +417,9 @@ def post_train(
         if resume_from is not None:
             from .checkpoints import TrainingCheckpoint
 
-            checkpoint = (resume_from if isinstance(resume_from, TrainingCheckpoint)
-                          else TrainingCheckpoint.load(resume_from))
-            if checkpoint.metadata.get("base_artifact_id") != base.artifact_id:
-                raise ValueError("the checkpoint was not taken while post-training this base "
-                                 f"bundle ({base.artifact_id[:16]})")
-            # The optimizer is re-created from the checkpoint's options: they must be this run's.
-            checkpoint.check_adam_options(config.adam_options())
+            checkpoint = _loaded_checkpoint(
+                resume_from, config, "base_artifact_id", base.artifact_id,
+                f"post-training this base bundle ({base.artifact_id[:16]})")
             resumed = checkpoint.resume(backend, config.attention,
                                         config.activation_checkpointing,
                                         config.resolved_optimizer_state)
@@ -557,6 +575,10 @@ def fine_tune_pretrained(
     model.set_activation_checkpointing(config.activation_checkpointing)
     base_validation = (evaluate_sequences(model, validation[0], None, 8,
                                           validation[1]) if validation else None)
+    # A checkpoint to resume is checked before the model changes (packing, adapters).
+    checkpoint = None if resume_from is None else _loaded_checkpoint(
+        resume_from, config, "base_id", base_id,
+        f"fine-tuning this model (base_id {base_id!r})")
     method = config.fine_tuning_method
     if method == "qlora":
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
@@ -576,15 +598,7 @@ def fine_tune_pretrained(
 
     try:
         trainer = CausalLanguageModelTrainer(model, optimizer)
-        if resume_from is not None:
-            from .checkpoints import TrainingCheckpoint
-
-            checkpoint = (resume_from if isinstance(resume_from, TrainingCheckpoint)
-                          else TrainingCheckpoint.load(resume_from))
-            if checkpoint.metadata.get("base_id") != base_id:
-                raise ValueError("the checkpoint was not taken while fine-tuning this model "
-                                 f"(base_id {checkpoint.metadata.get('base_id')!r}, this one "
-                                 f"{base_id!r})")
+        if checkpoint is not None:
             checkpoint.restore(model, optimizer, source, trainer)
         last[0] = _time.perf_counter()
         outcome = _train_to_the_end(trainer, source, config, tokenizer, metric_sink, step_hook,

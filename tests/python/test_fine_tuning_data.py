@@ -474,3 +474,21 @@ def test_resuming_a_run_that_early_stopping_ended_trains_no_further(base_bundle,
                        resume_from=path, checkpoint_path=path)
     assert again.stopped_early and again.metrics == ()
     assert again.bundle.weights == stopped.bundle.weights == base_bundle.weights
+
+
+def test_a_checkpoint_of_another_method_is_refused_before_anything_changes(base_bundle,
+                                                                           instructions,
+                                                                           tmp_path):
+    from riftco_transformer.post_training import PostTrainingConfig, post_train
+
+    config = PostTrainingConfig(steps=2, batch_size=2, backend="cpu", learning_rate=1e-2,
+                                fine_tuning_method="lora")
+    path = tmp_path / "lora.riftckpt"
+    post_train(base_bundle, instructions[:8], config, checkpoint_path=path)
+    for method in ("full", "qlora"):
+        with pytest.raises(ValueError, match=f"a lora run; this run is {method} "
+                                             r"\(--method lora resumes it\)"):
+            post_train(base_bundle, instructions[:8],
+                       PostTrainingConfig(steps=4, batch_size=2, backend="cpu",
+                                          learning_rate=1e-2, fine_tuning_method=method),
+                       resume_from=path)
