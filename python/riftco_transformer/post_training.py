@@ -415,8 +415,6 @@ def post_train(
                    "scale_block_size": config.nf4_scale_block_size}
         checkpoint = None
         if resume_from is not None:
-            from .checkpoints import TrainingCheckpoint
-
             checkpoint = _loaded_checkpoint(
                 resume_from, config, "base_artifact_id", base.artifact_id,
                 f"post-training this base bundle ({base.artifact_id[:16]})")
