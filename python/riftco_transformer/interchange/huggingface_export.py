@@ -69,7 +69,7 @@ from ..artifacts import ModelBundle
 from ..native import LlamaMistralConfig
 from ..native.llama import checkpoint_tensor_name
 from ..native.pretrained_tokenizer import _SPLIT_PATTERNS, TOKEN_TYPE_VALUES, PretrainedTokenizer
-from .gguf_export import rotary_bundle
+from .gguf_export import _ROPE_FIELDS, rotary_bundle
 from .huggingface import (
     CONFIG_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -107,16 +107,6 @@ _SPLIT_REGEX = {name: regex for regex, name in _SPLIT_PATTERNS.items()}
 _BYTE_LEVEL_TYPES = {TOKEN_TYPE_VALUES["normal"], TOKEN_TYPE_VALUES["control"],
                      TOKEN_TYPE_VALUES["user_defined"]}
 
-# The RoPE fields each scaling kind reads (the others are not compared).
-_ROPE_FIELDS = {
-    "rope_scaling_factor": ("linear", "yarn", "llama3"),
-    "rope_original_context": ("yarn", "llama3"),
-    "rope_low_frequency_factor": ("llama3",),
-    "rope_high_frequency_factor": ("llama3",),
-    "rope_yarn_beta_fast": ("yarn",),
-    "rope_yarn_beta_slow": ("yarn",),
-    "rope_yarn_attention_factor": ("yarn",),
-}
 _CHUNK = 1 << 16  # values converted per step
 
 
