@@ -270,14 +270,18 @@ class CausalLanguageModelTrainer:
         else:
             weights = [counted_targets(b) for b in micro]
             total = sum(weights)
+            if total == 0:
+                raise ValueError("no target counts in any of this step's batches")
             value = 0.0
-            for index, (piece, weight) in enumerate(zip(micro, weights, strict=True)):
+            accumulate = False  # the first backward replaces, the others add
+            for piece, weight in zip(micro, weights, strict=True):
                 if weight == 0:
                     continue  # nothing counts: no contribution (and no empty mean)
                 loss = batch_loss(self.model, piece)
                 value += loss.item() * weight / total
-                loss.backward_scaled(weight / total, accumulate=index > 0)
+                loss.backward_scaled(weight / total, accumulate=accumulate)
                 loss.close()
+                accumulate = True
         stats = self.optimizer.step()
         elapsed = time.perf_counter() - started
         self._recent_losses.append(value)

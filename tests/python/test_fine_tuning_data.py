@@ -492,3 +492,23 @@ def test_a_checkpoint_of_another_method_is_refused_before_anything_changes(base_
                        PostTrainingConfig(steps=4, batch_size=2, backend="cpu",
                                           learning_rate=1e-2, fine_tuning_method=method),
                        resume_from=path)
+
+
+def test_accumulation_skips_a_leading_batch_that_counts_nothing_and_refuses_an_empty_step():
+    counted = TrainingBatch((array("I", [1, 2, 3]),), (array("I", [2, 3, 4]),), (b"\x01\x01\x01",))
+    empty = TrainingBatch((array("I", [5, 6]),), (array("I", [6, 7]),), (b"\x00\x00",))
+    results = []
+    for batches in ([counted], [empty, counted]):
+        with DecoderOnlyTransformer(TINY_CONFIG) as model:
+            with model.parameters() as parameters:
+                optimizer = Adam(parameters, learning_rate=1e-2)
+            metric = CausalLanguageModelTrainer(model, optimizer).train_step(batches)
+            optimizer.close()
+            with model.parameters() as parameters:
+                results.append((metric.loss, list(parameters.flat_values())))
+    assert results[0] == results[1]
+    with DecoderOnlyTransformer(TINY_CONFIG) as model:
+        with model.parameters() as parameters, Adam(parameters) as optimizer:
+            with pytest.raises(ValueError, match="no target counts"):
+                CausalLanguageModelTrainer(model, optimizer).train_step([empty, empty])
+            assert optimizer.step_count == 0
