@@ -292,6 +292,10 @@ class ExampleBatchSource:
     def check_state(self, state: object) -> int:
         """Validate ``state`` against this source without changing it; returns the batch
         count :meth:`restore_state` continues from."""
+        return self._checked_replay(state).batches_emitted
+
+    def _checked_replay(self, state: object) -> ExampleBatchSource:
+        """:meth:`check_state`'s checks; returns the replayed position they compared."""
         if (not isinstance(state, dict)
                 or set(state) != {"type", "fingerprint", "batches_emitted", "rng"}):
             raise ValueError("batch source state must have type, fingerprint, batches_emitted, rng")
@@ -310,19 +314,20 @@ class ExampleBatchSource:
         rng = state["rng"]
         if not isinstance(rng, dict) or set(rng) != {"version", "state", "gauss_next"}:
             raise ValueError("batch source rng must have version, state, gauss_next")
-        version, internal, gauss = self._replayed(emitted)._generator.getstate()
+        replay = self._replayed(emitted)
+        version, internal, gauss = replay._generator.getstate()
         if (rng["version"] != version or rng["state"] != list(internal)
                 or rng["gauss_next"] != gauss):
             raise ValueError(f"batch source rng state is not this source's after {emitted} "
                              "batches (another seed, or a corrupted checkpoint)")
-        return emitted
+        return replay
 
     def restore_state(self, state: object) -> None:
         """Continue exactly where :meth:`capture_state` was taken; ValueError (and nothing
         changed) for another source type, other data or a generator state that is not this
         source's."""
-        emitted = self.check_state(state)
-        replay = self._replayed(emitted)
+        replay = self._checked_replay(state)  # validated and replayed once
         self._generator, self._order, self._cursor = (replay._generator, replay._order,
                                                       replay._cursor)
-        self._pending, self.epoch, self.batches_emitted = replay._pending, replay.epoch, emitted
+        self._pending, self.epoch = replay._pending, replay.epoch
+        self.batches_emitted = replay.batches_emitted

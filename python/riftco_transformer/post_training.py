@@ -333,7 +333,7 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
             save_checkpoint(checkpoint_path)
     if interrupt.requested:
         raise TrainingInterrupted(optimizer.step_count, checkpoint_path, interrupt.signal_number)
-    stopped_early = already_stopped or bool(getattr(trainer, "stopped_early", False))
+    stopped_early = already_stopped or trainer.stopped_early
     return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
                        best_values, stopped_early)
 

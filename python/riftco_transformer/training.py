@@ -195,6 +195,7 @@ class CausalLanguageModelTrainer:
         self.best_validation_loss: float | None = None
         self.best_validation_step: int | None = None
         self.evaluations_without_improvement = 0
+        self.stopped_early = False  # whether early stopping ended the last run()
         # Data parallelism (riftco_transformer.distributed.DataParallel): every rank trains on
         # its shard of each global batch, gradients are averaged before the step, and the
         # replicas start from rank 0's values.

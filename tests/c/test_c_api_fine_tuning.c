@@ -74,6 +74,43 @@ static void the_step_reports_the_scheduled_rate(void) {
     rt_model_release(model);
 }
 
+/* AdamW through the ABI: theta <- theta (1 - lr lambda) - lr m/(sqrt(v) + eps). From the same
+ * start and gradient, the decayed step differs from the plain one by exactly lr lambda theta_0
+ * (up to float rounding), per parameter. */
+static void weight_decay_shrinks_each_parameter_by_lr_lambda_theta(void) {
+    rt_model* plain_model = create_tiny_model();
+    rt_model* decayed_model = create_tiny_model();
+    rt_parameter_list* plain_list = parameters_of(plain_model);
+    rt_parameter_list* decayed_list = parameters_of(decayed_model);
+    float* start = copy_parameter_values(plain_list);
+    rt_adam_options options;
+    EXPECT_OK(rt_adam_options_init(&options, sizeof options));
+    options.learning_rate = 0.01f;
+    rt_adam* plain = NULL;
+    EXPECT_OK(rt_adam_create(plain_list, &options, &plain));
+    options.weight_decay = 0.5;
+    rt_adam* decayed = NULL;
+    EXPECT_OK(rt_adam_create(decayed_list, &options, &decayed));
+    step_with(plain_model, plain, NULL);
+    step_with(decayed_model, decayed, NULL);
+    const uint64_t total = total_numel(plain_list);
+    float* a = copy_parameter_values(plain_list);
+    float* b = copy_parameter_values(decayed_list);
+    for (uint64_t i = 0; i < total; ++i) {
+        const double expected = (double)0.01f * 0.5 * start[i];
+        EXPECT(fabs(((double)a[i] - b[i]) - expected) <= 1e-7 + 1e-5 * fabs(expected));
+    }
+    free(b);
+    free(a);
+    free(start);
+    rt_adam_release(decayed);
+    rt_adam_release(plain);
+    rt_parameter_list_release(decayed_list);
+    rt_parameter_list_release(plain_list);
+    rt_model_release(decayed_model);
+    rt_model_release(plain_model);
+}
+
 static void a_32_byte_step_statistics_struct_still_works(void) {
     rt_model* model = create_tiny_model();
     rt_parameter_list* list = parameters_of(model);
@@ -335,6 +372,7 @@ static void lora_config_carries_rank_stabilized(void) {
 int main(void) {
     RUN_TEST(options_init_gives_plain_adam_at_a_constant_rate);
     RUN_TEST(the_step_reports_the_scheduled_rate);
+    RUN_TEST(weight_decay_shrinks_each_parameter_by_lr_lambda_theta);
     RUN_TEST(a_32_byte_step_statistics_struct_still_works);
     RUN_TEST(bad_schedules_create_nothing);
     RUN_TEST(a_2_12_sized_options_struct_trains_like_the_defaults);

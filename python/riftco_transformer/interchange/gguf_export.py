@@ -128,12 +128,8 @@ def gguf_read_back_config(config: LlamaMistralConfig) -> LlamaMistralConfig:
     writes for a model of ``config``: Mistral as llama, reals as float32, the head width 0
     where it is D/Hq, Gemma's norm offset folded into the weights, Llama 3's scaling as its
     frequency factors, the rest from the family's preset. ValueError for the GPT-2 preset."""
-    if not isinstance(config, LlamaMistralConfig):
-        raise TypeError(f"config must be a LlamaMistralConfig, not {type(config).__name__}")
+    require_family(config, "GGUF", _FILE_ARCHITECTURE)
     architecture = config.architecture
-    if architecture not in _FILE_ARCHITECTURE:
-        raise ValueError(f"architecture {architecture!r} has no GGUF export (our GGUF loader "
-                         f"reads {', '.join(sorted(_FILE_ARCHITECTURE))})")
     file_architecture = _FILE_ARCHITECTURE[architecture]
     head = config.resolved_head_width
     default_head = (config.model_width // config.query_head_count
@@ -460,10 +456,18 @@ def rotary_bundle(source, format_name: str, families) -> ModelBundle:
         raise ValueError(f"architecture {bundle.manifest['architecture']!r} (our GPT decoder) "
                          f"has no {format_name} export: it is written for the rotary families "
                          f"({', '.join(sorted(families))})")
-    if bundle.config.architecture not in families:
-        raise ValueError(f"architecture {bundle.config.architecture!r} has no {format_name} "
-                         f"export (it is written for {', '.join(sorted(families))})")
+    require_family(bundle.config, format_name, families)
     return bundle
+
+
+def require_family(config: LlamaMistralConfig, format_name: str, families) -> None:
+    """TypeError unless ``config`` is a :class:`LlamaMistralConfig`; ValueError unless its
+    architecture is one of ``families`` (the exporters of ``format_name``)."""
+    if not isinstance(config, LlamaMistralConfig):
+        raise TypeError(f"config must be a LlamaMistralConfig, not {type(config).__name__}")
+    if config.architecture not in families:
+        raise ValueError(f"architecture {config.architecture!r} has no {format_name} export "
+                         f"(it is written for {', '.join(sorted(families))})")
 
 
 def _bundle_of(source, format_name: str) -> ModelBundle:

@@ -69,7 +69,7 @@ from ..artifacts import ModelBundle
 from ..native import LlamaMistralConfig
 from ..native.llama import checkpoint_tensor_name
 from ..native.pretrained_tokenizer import _SPLIT_PATTERNS, TOKEN_TYPE_VALUES, PretrainedTokenizer
-from .gguf_export import _ROPE_FIELDS, rotary_bundle
+from .gguf_export import _ROPE_FIELDS, require_family, rotary_bundle
 from .huggingface import (
     CONFIG_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -144,12 +144,8 @@ def huggingface_config_document(config: LlamaMistralConfig, dtype: str = "f32",
                                 eos_id: int | None = None) -> dict:
     """The ``config.json`` document of a model of ``config`` (no check that it reads back:
     :func:`export_huggingface` does that). ValueError for an architecture without one."""
-    if not isinstance(config, LlamaMistralConfig):
-        raise TypeError(f"config must be a LlamaMistralConfig, not {type(config).__name__}")
+    require_family(config, "Hugging Face", _FAMILIES)
     architecture = config.architecture
-    if architecture not in _FAMILIES:
-        raise ValueError(f"architecture {architecture!r} has no Hugging Face export (this "
-                         f"exporter writes {', '.join(sorted(_FAMILIES))})")
     if dtype not in HUGGINGFACE_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(HUGGINGFACE_DTYPES)} (got {dtype!r})")
     class_name, model_type = _FAMILIES[architecture]
