@@ -84,6 +84,45 @@ TEST(AutogradBasics, RetainedGraphCanBeDifferentiatedAgainAndAccumulate) {
     EXPECT_TRUE(testing::all_close(x.gradient(), {2.0, 4.0}));
 }
 
+TEST(AutogradBasics, GradientReadyHookSeesEachLeafOnceWhenItsGradientIsFinal) {
+    Variable a(Tensor({2}, {0.5F, -1.0F}));
+    Variable b(Tensor({2}, {3.0F, 4.0F}));
+    // b feeds only the last product; a feeds the tanh below it and, through b·a, nothing else.
+    Variable y = sum(tanh(a * a) * b);
+    std::vector<const void*> order;
+    std::vector<std::vector<float>> seen;
+    y.backward({.retain_graph = true,
+                .gradient_ready = [&](const Variable& leaf, const Tensor& gradient) {
+                    order.push_back(leaf.node().get());
+                    seen.push_back(gradient.to_host());
+                }});
+    ASSERT_EQ(order.size(), 2U);
+    EXPECT_EQ(order[0], b.node().get());  // ready right after the product, before tanh's rule
+    EXPECT_EQ(order[1], a.node().get());
+    EXPECT_TRUE(testing::bit_identical(seen[0], b.gradient().to_host()));
+    EXPECT_TRUE(testing::bit_identical(seen[1], a.gradient().to_host()));
+    // Under accumulate the hook sees the sum the leaf will hold.
+    const std::vector<float> first = a.gradient().to_host();
+    seen.clear();
+    y.backward({.accumulate = true,
+                .retain_graph = true,
+                .gradient_ready = [&](const Variable& leaf, const Tensor& gradient) {
+                    if (leaf.node() == a.node())
+                        seen.push_back(gradient.to_host());
+                }});
+    ASSERT_EQ(seen.size(), 1U);
+    EXPECT_TRUE(testing::bit_identical(seen[0], a.gradient().to_host()));
+    EXPECT_FLOAT_EQ(seen[0][0], 2.0F * first[0]);
+    // A hook that throws fails the pass: nothing is published.
+    const std::vector<float> before = a.gradient().to_host();
+    EXPECT_THROW(y.backward({.gradient_ready =
+                                 [](const Variable&, const Tensor&) {
+                                     throw std::runtime_error("hook failed");
+                                 }}),
+                 std::runtime_error);
+    EXPECT_TRUE(testing::bit_identical(a.gradient().to_host(), before));
+}
+
 TEST(AutogradBasics, StaleInputIsLogicErrorAndGradientsStayUnchanged) {
     Variable x(Tensor({2}, {1.0F, 2.0F}));
     Variable w(Tensor({2}, {3.0F, 4.0F}));

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/distributed/process_group.hpp"
+#include "riftco_transformer/distributed/zero_redundancy_adam.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "support/model_support.hpp"
 #include "support/test_support.hpp"
@@ -79,6 +81,183 @@ TEST(DataParallel, ReductionOfOneRankKeepsTheGradientForAnyBucketSize) {
         }
         EXPECT_GT(parallel.communicated_bytes(), 0U);
     }
+}
+
+namespace {
+
+// A world of two identical ranks, played by one process: every sum doubles, and each
+// non-blocking start is recorded with how many gradient-ready hooks had fired by then.
+class MirroredPairGroup final : public ProcessGroup {
+  public:
+    explicit MirroredPairGroup(const std::size_t& hooks_fired) : hooks_fired_(hooks_fired) {}
+    [[nodiscard]] int rank() const noexcept override { return 0; }
+    [[nodiscard]] int world_size() const noexcept override { return 2; }
+    [[nodiscard]] std::chrono::milliseconds timeout() const noexcept override {
+        return std::chrono::milliseconds(1000);
+    }
+    void barrier() override {}
+    void broadcast(std::span<float>, int) override {}
+    void broadcast(std::span<std::uint8_t>, int) override {}
+    void allreduce_sum(std::span<float> values) override {
+        for (float& v : values)
+            v *= 2.0F;
+    }
+    void allreduce_sum(std::span<double> values) override {
+        for (double& v : values)
+            v *= 2.0;
+    }
+    [[nodiscard]] std::vector<std::uint64_t> allgather(std::uint64_t value) override {
+        return {value, value};
+    }
+    void allgather(std::span<const float>, std::span<float>,
+                   std::span<const std::size_t>) override {
+        throw std::logic_error("not used");
+    }
+    [[nodiscard]] std::unique_ptr<PendingCollective> start_allreduce_sum(
+        std::span<float> values) override {
+        starts.push_back(hooks_fired_);
+        return std::make_unique<Pending>(values);
+    }
+    std::vector<std::size_t> starts;
+
+  private:
+    // The sum happens at wait(), like a collective that completes later.
+    class Pending final : public PendingCollective {
+      public:
+        explicit Pending(std::span<float> values) : values_(values) {}
+        [[nodiscard]] bool test() override { return done_; }
+        void wait() override {
+            if (!done_) {
+                for (float& v : values_)
+                    v *= 2.0F;
+            }
+            done_ = true;
+        }
+
+      private:
+        std::span<float> values_;
+        bool done_ = false;
+    };
+    const std::size_t& hooks_fired_;
+};
+
+}  // namespace
+
+TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBlockingOne) {
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(16, 27, 2);
+    std::size_t hooks = 0;
+    MirroredPairGroup group(hooks);
+    DataParallel parallel(group, 4096);  // small buckets: many per step
+    // Blocking: backward, then the reduction.
+    auto blocking = tiny_model(6);
+    cross_entropy(blocking.forward(tokens, {2, 8}), tokens).backward();
+    EXPECT_EQ(parallel.reduce_gradients(blocking.parameters(), 16.0), 32.0);
+    EXPECT_EQ(group.starts.size() > 3, true);
+    group.starts.clear();
+    // Overlapped: the same buckets, started while backward still has leaves to finish.
+    auto overlapped = tiny_model(6);
+    const ParameterList parameters = overlapped.parameters();
+    BackwardOptions options;
+    options.gradient_ready = [&](const Variable&, const Tensor&) { ++hooks; };
+    Variable loss = cross_entropy(overlapped.forward(tokens, {2, 8}), tokens);
+    EXPECT_EQ(parallel.backward_and_reduce(loss, parameters, 16.0, options), 32.0);
+    EXPECT_EQ(hooks, parameters.size());
+    ASSERT_GT(group.starts.size(), 3U);
+    EXPECT_LT(group.starts.front(), parameters.size() / 2)
+        << "the first bucket started only after most of backward";
+    const ParameterList reference = blocking.parameters();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        EXPECT_TRUE(testing::bit_identical(parameters[i].parameter.gradient().to_host(),
+                                           reference[i].parameter.gradient().to_host()))
+            << parameters[i].name;
+    }
+    // Accumulation: the averaged gradient is the accumulated one.
+    auto twice = tiny_model(6);
+    cross_entropy(twice.forward(tokens, {2, 8}), tokens).backward();
+    Variable again = cross_entropy(twice.forward(tokens, {2, 8}), tokens);
+    static_cast<void>(
+        parallel.backward_and_reduce(again, twice.parameters(), 16.0, {.accumulate = true}, 0.5F));
+    const ParameterList accumulated = twice.parameters();
+    for (std::size_t i = 0; i < accumulated.size(); ++i) {
+        const std::vector<float> got = accumulated[i].parameter.gradient().to_host();
+        const std::vector<float> one = reference[i].parameter.gradient().to_host();
+        for (std::size_t k = 0; k < got.size(); ++k)
+            ASSERT_NEAR(got[k], 1.5F * one[k], 1e-6F + 1e-5F * std::fabs(one[k]))
+                << accumulated[i].name;
+    }
+    // Argument rules, checked before backward runs (the graph stays usable).
+    Variable unused = cross_entropy(twice.forward(tokens, {2, 8}), tokens);
+    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, parameters, -1.0)),
+                 std::invalid_argument);
+    EXPECT_THROW(
+        static_cast<void>(parallel.backward_and_reduce(unused, parameters, 1.0, {}, NAN)),
+        std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(
+                     twice.forward(tokens, {2, 8}), parameters, 1.0)),
+                 std::invalid_argument);  // not a one-element loss
+    EXPECT_TRUE(unused.holds_graph());
+}
+
+TEST(ZeroRedundancyAdam, OneRankStepsExactlyLikeAdamAndSpeaksItsState) {
+    const std::vector<std::uint32_t> tokens = testing::pseudo_random_tokens(16, 27, 3);
+    const auto group = create_single_process_group();
+    DataParallel parallel(*group);
+    auto sharded = tiny_model(8);
+    auto plain = tiny_model(8);
+    AdamOptions options;
+    options.learning_rate = 1e-2F;
+    options.maximum_gradient_norm = 0.1;  // clipping active
+    ZeroRedundancyAdam zero(parallel, sharded.parameters(), options);
+    Adam adam(plain.parameters(), options);
+    EXPECT_EQ(zero.owned_state_bytes(), zero.unsharded_state_bytes());
+    EXPECT_EQ(zero.unsharded_state_bytes(), adam.state_payload_bytes());
+    for (int step = 0; step < 3; ++step) {
+        cross_entropy(sharded.forward(tokens, {2, 8}), tokens).backward();
+        cross_entropy(plain.forward(tokens, {2, 8}), tokens).backward();
+        const AdamStepStats a = zero.step();
+        const AdamStepStats b = adam.step();
+        EXPECT_EQ(a.step, b.step);
+        EXPECT_EQ(a.gradient_norm, b.gradient_norm);
+        EXPECT_EQ(a.clip_scale, b.clip_scale);
+        EXPECT_LT(a.clip_scale, 1.0);
+        EXPECT_EQ(DataParallel::parameter_hash(sharded.parameters()),
+                  DataParallel::parameter_hash(plain.parameters()));
+    }
+    const AdamState state = zero.state();
+    const AdamState expected = adam.state();
+    EXPECT_EQ(state.step_count, expected.step_count);
+    EXPECT_EQ(state.first_moments, expected.first_moments);
+    EXPECT_EQ(state.second_moments, expected.second_moments);
+    EXPECT_EQ(state.parameter_values, expected.parameter_values);
+    // Bad states are refused with nothing changed.
+    const std::uint64_t before = DataParallel::parameter_hash(sharded.parameters());
+    AdamState short_state = state;
+    short_state.first_moments.pop_back();
+    EXPECT_THROW(zero.load_state(short_state), std::invalid_argument);
+    AdamState negative = state;
+    negative.second_moments[5] = -1.0F;
+    EXPECT_THROW(zero.load_state(negative), std::invalid_argument);
+    AdamState not_finite = state;
+    not_finite.parameter_values[2] = NAN;
+    EXPECT_THROW(zero.load_state(not_finite), std::invalid_argument);
+    EXPECT_EQ(DataParallel::parameter_hash(sharded.parameters()), before);
+    EXPECT_EQ(zero.state().first_moments, expected.first_moments);
+    // A non-finite gradient fails the step with nothing changed.
+    cross_entropy(sharded.forward(tokens, {2, 8}), tokens).backward();
+    Variable first = sharded.parameters().front().parameter;
+    Tensor poisoned = first.gradient();
+    std::vector<float> values = poisoned.to_host();
+    values[0] = NAN;
+    poisoned.copy_from_host(values);
+    first.set_gradient(poisoned);
+    EXPECT_THROW(static_cast<void>(zero.step()), std::domain_error);
+    EXPECT_EQ(zero.step_count(), 3U);
+    EXPECT_EQ(DataParallel::parameter_hash(sharded.parameters()), before);
+    // The list's rules.
+    EXPECT_THROW(ZeroRedundancyAdam(parallel, {}, options), std::invalid_argument);
+    ParameterList frozen = tiny_model(9).parameters();
+    frozen.front().parameter.set_requires_gradient(false);
+    EXPECT_THROW(ZeroRedundancyAdam(parallel, frozen, options), std::invalid_argument);
 }
 
 TEST(DataParallel, WeightRulesAndParameterHash) {

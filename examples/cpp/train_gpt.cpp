@@ -35,6 +35,7 @@
 #include "riftco_transformer/data/batching.hpp"
 #include "riftco_transformer/data/tokenizer_factory.hpp"
 #include "riftco_transformer/distributed/process_group.hpp"
+#include "riftco_transformer/distributed/zero_redundancy_adam.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 #include "riftco_transformer/serving/decode_session.hpp"
@@ -63,6 +64,8 @@ struct Options {
     double required_improvement = 0.0;
     std::filesystem::path corpus_dir = RIFTCO_TRANSFORMER_DEFAULT_CORPUS_DIR;
     bool data_parallel = false;
+    bool overlap = true;
+    bool zero = false;
     double collective_timeout = 120.0;
     ExecutionBackend backend = ExecutionBackend::Cpu;
 };
@@ -204,6 +207,24 @@ const std::vector<Flag>& flags() {
          "a build with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)",
          [](const Options& o) { return std::string(o.data_parallel ? "on" : "off"); },
          [](Options& o, const std::string&, const std::string&) { o.data_parallel = true; }},
+        {"--reduction", "overlapped|blocking",
+         "with --data-parallel: average the gradients while backward runs (buckets start as "
+         "their gradients are final), or after it; the results are bit-identical",
+         [](const Options& o) { return std::string(o.overlap ? "overlapped" : "blocking"); },
+         [](Options& o, const std::string&, const std::string& v) {
+             if (v == "overlapped")
+                 o.overlap = true;
+             else if (v == "blocking")
+                 o.overlap = false;
+             else
+                 throw std::invalid_argument("--reduction must be overlapped or blocking (got '" +
+                                             v + "')");
+         }},
+        {"--zero-1", "",
+         "with --data-parallel: shard Adam's moments over the ranks (ZeRO-1): each rank updates "
+         "its share of the parameters and the values are gathered after every step",
+         [](const Options& o) { return std::string(o.zero ? "on" : "off"); },
+         [](Options& o, const std::string&, const std::string&) { o.zero = true; }},
         {"--collective-timeout", "SECONDS",
          "with --data-parallel: how long a collective waits for the other ranks before every "
          "rank stops with an error",
@@ -382,6 +403,8 @@ int main(int argc, char** argv) {
         // trains on its rows of every batch and the gradients are averaged before the step.
         std::unique_ptr<ProcessGroup> group;
         std::unique_ptr<DataParallel> parallel;
+        if (o.zero && !o.data_parallel)
+            throw std::invalid_argument("--zero-1 needs --data-parallel");
         if (o.data_parallel) {
             ProcessGroupOptions group_options;
             group_options.timeout = std::chrono::milliseconds(
@@ -402,7 +425,12 @@ int main(int argc, char** argv) {
         AdamOptions adam_options;
         adam_options.learning_rate = o.learning_rate;
         adam_options.schedule = {LearningRateScheduleKind::WarmupCosine, o.warmup, o.steps, 0.1};
-        Adam adam(model.parameters(), adam_options);
+        std::optional<Adam> adam;
+        std::optional<ZeroRedundancyAdam> zero;
+        if (o.zero)
+            zero.emplace(*parallel, model.parameters(), adam_options);
+        else
+            adam.emplace(model.parameters(), adam_options);
         WindowBatchSource batches(train, o.batch, o.context, o.seed + 1);
         const auto [row_begin, row_end] =
             parallel ? parallel->shard(o.batch) : std::pair<std::size_t, std::size_t>{0, o.batch};
@@ -418,8 +446,11 @@ int main(int argc, char** argv) {
             << (o.attention == AttentionKind::Flash ? "flash" : "materialized")
             << " attention, backend " << execution_backend_name(o.backend) << ", "
             << cpu_thread_count() << " CPU threads";
-        if (parallel)
-            out << " per rank; data parallel over " << group->world_size() << " ranks";
+        if (parallel) {
+            out << " per rank; data parallel over " << group->world_size() << " ranks ("
+                << (o.overlap ? "overlapped" : "blocking") << " reduction"
+                << (zero ? ", ZeRO-1" : "") << ")";
+        }
         out << "\n";
 
         const auto start = std::chrono::steady_clock::now();
@@ -435,16 +466,23 @@ int main(int argc, char** argv) {
             Variable loss =
                 cross_entropy(model.forward(inputs, {row_end - row_begin, o.context}), targets);
             double value = loss.value().item();
-            loss.backward();
             if (parallel) {
                 // The global batch's mean loss and gradient (equal shards: plain averages).
                 const auto weight = static_cast<double>(targets.size());
-                const double total = parallel->reduce_gradients(model.parameters(), weight);
+                double total = 0.0;
+                if (o.overlap) {
+                    total = parallel->backward_and_reduce(loss, model.parameters(), weight);
+                } else {
+                    loss.backward();
+                    total = parallel->reduce_gradients(model.parameters(), weight);
+                }
                 value *= weight;
                 group->allreduce_sum(std::span<double>(&value, 1));
                 value /= total;
+            } else {
+                loss.backward();
             }
-            const AdamStepStats stats = adam.step();
+            const AdamStepStats stats = zero ? zero->step() : adam->step();
             smoothed = step == 1 ? value : 0.9 * smoothed + 0.1 * value;
             if (step % 25 == 0 || step == 1 || step == o.steps) {
                 const double seconds =
@@ -471,6 +509,11 @@ int main(int argc, char** argv) {
                 << " s (" << std::setprecision(1)
                 << 100.0 * parallel->communication_seconds() / seconds
                 << "% of training); replicas " << (identical ? "identical" : "DIFFER") << "\n";
+            const std::size_t unsharded = 2 * model.parameter_count() * sizeof(float);
+            const std::size_t held = zero ? zero->owned_state_bytes() : unsharded;
+            out << "optimizer state per rank: " << held << " bytes (" << std::setprecision(3)
+                << static_cast<double>(held) / static_cast<double>(unsharded)
+                << " of the unsharded " << unsharded << ")\n";
             if (!identical)
                 throw DistributedError("the replicas' parameters differ after training");
             if (!leader)

@@ -1,7 +1,9 @@
 // The MPI process group (RIFTCO_TRANSFORMER_ENABLE_MPI=ON): MPI_COMM_WORLD of the launch.
 //
-// Collectives are MPI's own blocking calls (its tuned algorithms: the non-blocking ones,
-// polled, measured 1.4-2.7x slower here). Their deadline is kept by a watchdog thread: each
+// Collectives are MPI's own calls: the blocking ones (its tuned algorithms) and, for the
+// gradient buckets that backward overlaps, MPI_Iallreduce, whose progress is driven by
+// test() calls between backward's steps and by the final wait(). Their deadline is kept by a
+// watchdog thread: each
 // collective arms it with the group's timeout and disarms it on return. A blocked MPI call
 // cannot be interrupted, so when a deadline passes the watchdog prints which collective on
 // which rank timed out and ends the process with exit status 3; the launcher (mpirun) then
@@ -21,9 +23,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "riftco_transformer/distributed/process_group.hpp"
 
@@ -140,6 +146,31 @@ class Watchdog {
     std::thread thread_;  // last: started once everything it reads exists
 };
 
+class MpiProcessGroup;
+
+// One MPI_Iallreduce per piece of at most `piece` values (MPI counts are int).
+class MpiPendingCollective final : public PendingCollective {
+  public:
+    MpiPendingCollective(MpiProcessGroup& group, std::vector<MPI_Request> requests)
+        : group_(group), requests_(std::move(requests)) {}
+    ~MpiPendingCollective() override {
+        try {
+            wait();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): documented: errors are dropped here
+        }
+    }
+    MpiPendingCollective(const MpiPendingCollective&) = delete;
+    MpiPendingCollective& operator=(const MpiPendingCollective&) = delete;
+
+    [[nodiscard]] bool test() override;
+    void wait() override;
+
+  private:
+    MpiProcessGroup& group_;
+    std::vector<MPI_Request> requests_;
+    bool finished_ = false;
+};
+
 class MpiProcessGroup final : public ProcessGroup {
   public:
     explicit MpiProcessGroup(std::chrono::milliseconds timeout)
@@ -177,6 +208,67 @@ class MpiProcessGroup final : public ProcessGroup {
                                  MPI_COMM_WORLD);
         });
         return values;
+    }
+
+    void allgather(std::span<const float> mine, std::span<float> all,
+                   std::span<const std::size_t> counts) override {
+        if (counts.size() != static_cast<std::size_t>(size_)) {
+            throw std::invalid_argument("allgather: " + std::to_string(counts.size()) +
+                                        " counts for a world of " + std::to_string(size_));
+        }
+        std::vector<int> sizes(counts.size());
+        std::vector<int> displacements(counts.size());
+        std::size_t total = 0;
+        for (std::size_t r = 0; r < counts.size(); ++r) {
+            if (counts[r] > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+                total + counts[r] > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+                throw std::invalid_argument("allgather: more than 2^31 - 1 values (rank " +
+                                            std::to_string(r) + ")");
+            }
+            sizes[r] = static_cast<int>(counts[r]);
+            displacements[r] = static_cast<int>(total);
+            total += counts[r];
+        }
+        if (mine.size() != counts[static_cast<std::size_t>(rank_)] || all.size() != total) {
+            throw std::invalid_argument(
+                "allgather: this rank gives " + std::to_string(mine.size()) + " values (counts[" +
+                std::to_string(rank_) + "] = " +
+                std::to_string(counts[static_cast<std::size_t>(rank_)]) + ") into " +
+                std::to_string(all.size()) + " (Σ counts = " + std::to_string(total) + ")");
+        }
+        run("allgather", [&] {
+            return MPI_Allgatherv(mine.data(), sizes[static_cast<std::size_t>(rank_)], MPI_FLOAT,
+                                  all.data(), sizes.data(), displacements.data(), MPI_FLOAT,
+                                  MPI_COMM_WORLD);
+        });
+    }
+
+    [[nodiscard]] std::unique_ptr<PendingCollective> start_allreduce_sum(
+        std::span<float> values) override {
+        std::vector<MPI_Request> requests;
+        requests.reserve(values.size() / piece + 1);
+        try {
+            for (std::size_t at = 0; at < values.size(); at += piece) {
+                const std::size_t n = std::min(piece, values.size() - at);
+                MPI_Request request = MPI_REQUEST_NULL;
+                run("allreduce (start)", [&] {
+                    return MPI_Iallreduce(MPI_IN_PLACE, values.data() + at, static_cast<int>(n),
+                                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+                });
+                requests.push_back(request);
+            }
+        } catch (...) {
+            // The pieces already started still complete (the peers take part in them).
+            static_cast<void>(MpiPendingCollective(*this, std::move(requests)));
+            throw;
+        }
+        return std::make_unique<MpiPendingCollective>(*this, std::move(requests));
+    }
+
+    // test()/wait() of a pending collective (see MpiPendingCollective).
+    template <typename Call>
+    void run_pending(const char* operation, Call&& call) {
+        run(operation, std::forward<Call>(call));
     }
 
   private:
@@ -242,6 +334,28 @@ class MpiProcessGroup final : public ProcessGroup {
     Watchdog watchdog_;
 };
 
+bool MpiPendingCollective::test() {
+    if (finished_)
+        return true;
+    int done = 0;
+    group_.run_pending("allreduce (test)", [&] {
+        return MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                           MPI_STATUSES_IGNORE);
+    });
+    finished_ = done != 0;
+    return finished_;
+}
+
+void MpiPendingCollective::wait() {
+    if (finished_)
+        return;
+    finished_ = true;  // a failed wait is not retried (the group is broken then)
+    group_.run_pending("allreduce (wait)", [&] {
+        return MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
+                           MPI_STATUSES_IGNORE);
+    });
+}
+
 }  // namespace
 
 std::unique_ptr<ProcessGroup> create_mpi_process_group(const ProcessGroupOptions& options) {
@@ -251,6 +365,11 @@ std::unique_ptr<ProcessGroup> create_mpi_process_group(const ProcessGroupOptions
         MPI_Initialized(&initialised);
         if (initialised)
             return;  // the application owns MPI
+        // Open MPI's default non-blocking allreduce for a few ranks (binomial) runs large
+        // buckets 2-2.7x slower than its blocking one here; Rabenseifner's (reduce-scatter then
+        // allgather) matches it (tests/distributed/mpi_allreduce_bench.cpp). A value the user
+        // set wins; other MPI implementations ignore the variable.
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
         int provided = 0;
         const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
         if (code != MPI_SUCCESS) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <unordered_map>
 
 #include "riftco_transformer/core/tensor.hpp"
 
@@ -36,8 +37,27 @@ class SingleProcessGroup final : public ProcessGroup {
     [[nodiscard]] std::vector<std::uint64_t> allgather(std::uint64_t value) override {
         return {value};
     }
+    void allgather(std::span<const float> mine, std::span<float> all,
+                   std::span<const std::size_t> counts) override {
+        if (counts.size() != 1 || mine.size() != counts[0] || all.size() != counts[0]) {
+            throw std::invalid_argument(
+                "allgather: a world of 1 needs one count equal to both buffers' sizes (" +
+                std::to_string(counts.size()) + " counts, " + std::to_string(mine.size()) +
+                " and " + std::to_string(all.size()) + " values)");
+        }
+        std::copy(mine.begin(), mine.end(), all.begin());
+    }
+    [[nodiscard]] std::unique_ptr<PendingCollective> start_allreduce_sum(
+        std::span<float>) override {
+        return std::make_unique<Finished>();
+    }
 
   private:
+    class Finished final : public PendingCollective {
+      public:
+        [[nodiscard]] bool test() override { return true; }
+        void wait() override {}
+    };
     static void require_root(int root) {
         if (root != 0) {
             throw std::invalid_argument("broadcast: root " + std::to_string(root) +
@@ -175,85 +195,214 @@ void DataParallel::synchronize_parameters(const ParameterList& parameters) {
     }
 }
 
-double DataParallel::reduce_gradients(const ParameterList& parameters, double local_weight) {
+// One step's bucketed reduction (see reduce_gradients): the plan, the buckets' pending
+// collectives and which parameters are in. ready() takes a parameter's final gradient;
+// finish() supplies the ones never reached, waits and writes the averages back.
+class DataParallel::Reduction {
+  public:
+    Reduction(DataParallel& owner, const ParameterList& parameters, float factor)
+        : owner_(owner), parameters_(parameters), factor_(factor) {
+        const std::size_t capacity = owner.bucket_bytes_ / sizeof(float);
+        pieces_.resize(parameters.size());
+        std::size_t filled = 0;
+        std::size_t members = 0;
+        const auto close = [&] {  // the open bucket gets index buckets_.size()
+            if (filled > 0)
+                buckets_.push_back({filled, members, nullptr});
+            filled = 0;
+            members = 0;
+        };
+        for (std::size_t index = parameters.size(); index-- > 0;) {
+            const Variable& parameter = parameters[index].parameter;
+            if (!parameter.requires_gradient())
+                continue;
+            const std::size_t count = parameter.value().numel();
+            if (count == 0)
+                continue;  // nothing to average
+            if (count > capacity) {
+                close();
+                for (std::size_t at = 0; at < count; at += capacity) {
+                    const std::size_t n = std::min(capacity, count - at);
+                    pieces_[index].push_back({buckets_.size(), at, 0, n});
+                    buckets_.push_back({n, 1, nullptr});
+                }
+                continue;
+            }
+            if (filled + count > capacity)
+                close();
+            pieces_[index].push_back({buckets_.size(), 0, filled, count});
+            filled += count;
+            ++members;
+        }
+        close();
+        owner.buffers_.resize(std::max(owner.buffers_.size(), buckets_.size()));
+        for (std::size_t b = 0; b < buckets_.size(); ++b)
+            owner.buffers_[b].resize(buckets_[b].size);
+        seen_.assign(parameters.size(), false);
+    }
+
+    // The node → parameter index map the gradient-ready hook needs.
+    [[nodiscard]] std::unordered_map<const void*, std::size_t> index() const {
+        std::unordered_map<const void*, std::size_t> map;
+        for (std::size_t i = 0; i < parameters_.size(); ++i) {
+            if (!pieces_[i].empty())
+                map.emplace(parameters_[i].parameter.node().get(), i);
+        }
+        return map;
+    }
+
+    void ready(std::size_t index, const Tensor& gradient) {
+        const Stopwatch watch(owner_.seconds_);
+        if (seen_[index] || pieces_[index].empty())
+            return;
+        seen_[index] = true;
+        const std::vector<Piece>& pieces = pieces_[index];
+        if (pieces.size() == 1 && pieces[0].parameter_offset == 0 &&
+            pieces[0].count == gradient.numel()) {
+            fill(pieces[0], [&](std::span<float> out) { gradient.copy_to_host(out); });
+        } else {
+            const std::vector<float> values = gradient.to_host();
+            for (const Piece& piece : pieces) {
+                fill(piece, [&](std::span<float> out) {
+                    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset),
+                                piece.count, out.begin());
+                });
+            }
+        }
+        start_ready();
+        // Drive the buckets in flight (MPI progresses a non-blocking collective inside calls).
+        for (std::size_t b = finished_; b < started_; ++b) {
+            if (!buckets_[b].pending->test())
+                break;
+            ++finished_;
+        }
+    }
+
+    void finish() {
+        for (std::size_t index = parameters_.size(); index-- > 0;) {
+            if (!seen_[index] && !pieces_[index].empty())
+                ready(index, parameters_[index].parameter.gradient());  // zeros if never reached
+        }
+        const Stopwatch watch(owner_.seconds_);
+        for (Bucket& bucket : buckets_)
+            bucket.pending->wait();
+        for (std::size_t index = 0; index < parameters_.size(); ++index) {
+            const std::vector<Piece>& pieces = pieces_[index];
+            if (pieces.empty())
+                continue;
+            Variable parameter = parameters_[index].parameter;
+            Tensor gradient = parameter.gradient();
+            if (pieces.size() == 1) {
+                gradient.copy_from_host(std::span<const float>(
+                    owner_.buffers_[pieces[0].bucket].data() + pieces[0].bucket_offset,
+                    pieces[0].count));
+            } else {
+                std::vector<float> values(gradient.numel());
+                for (const Piece& piece : pieces) {
+                    std::copy_n(owner_.buffers_[piece.bucket].begin() +
+                                    static_cast<std::ptrdiff_t>(piece.bucket_offset),
+                                piece.count,
+                                values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset));
+                }
+                gradient.copy_from_host(values);
+            }
+            parameter.set_gradient(std::move(gradient));
+        }
+    }
+
+  private:
+    struct Piece {
+        std::size_t bucket;
+        std::size_t parameter_offset;  // the piece's first value in the parameter
+        std::size_t bucket_offset;     // and in the bucket
+        std::size_t count;
+    };
+    struct Bucket {
+        std::size_t size;
+        std::size_t missing;  // members not yet in
+        std::unique_ptr<PendingCollective> pending;
+    };
+
+    template <typename Copy>
+    void fill(const Piece& piece, Copy&& copy) {
+        const std::span<float> out(owner_.buffers_[piece.bucket].data() + piece.bucket_offset,
+                                   piece.count);
+        copy(out);
+        for (float& value : out)
+            value *= factor_;
+        --buckets_[piece.bucket].missing;
+    }
+
+    // Buckets start in bucket order (the same on every rank) once every member is in.
+    void start_ready() {
+        while (started_ < buckets_.size() && buckets_[started_].missing == 0) {
+            std::vector<float>& buffer = owner_.buffers_[started_];
+            buckets_[started_].pending = owner_.group_.start_allreduce_sum(buffer);
+            owner_.communicated_ += buffer.size() * sizeof(float);
+            ++started_;
+        }
+    }
+
+    DataParallel& owner_;
+    const ParameterList& parameters_;
+    float factor_;
+    std::vector<std::vector<Piece>> pieces_;  // per parameter; empty when not trainable
+    std::vector<Bucket> buckets_;
+    std::vector<bool> seen_;
+    std::size_t started_ = 0;
+    std::size_t finished_ = 0;
+};
+
+double DataParallel::summed_weight(double local_weight, const char* operation) {
     if (!std::isfinite(local_weight) || local_weight < 0.0) {
-        throw std::invalid_argument(
-            "DataParallel::reduce_gradients: local_weight must be "
-            "finite and >= 0, got " +
-            std::to_string(local_weight));
+        throw std::invalid_argument(std::string(operation) +
+                                    ": local_weight must be finite and >= 0, got " +
+                                    std::to_string(local_weight));
     }
     const Stopwatch watch(seconds_);
     double total = local_weight;
     group_.allreduce_sum(std::span<double>(&total, 1));
     communicated_ += sizeof(double);
     if (!(total > 0.0)) {
-        throw DistributedError("DataParallel::reduce_gradients: the ranks' weights sum to " +
+        throw DistributedError(std::string(operation) + ": the ranks' weights sum to " +
                                std::to_string(total) + " (no target counted on any rank)");
     }
-    const auto factor = static_cast<float>(local_weight / total);
-    // Buckets: consecutive gradients copied straight into one host buffer of at most
-    // bucket_bytes, scaled and summed over the ranks in one collective, and copied back; a
-    // gradient larger than a bucket is reduced through its own buffer in bucket-sized pieces.
-    const std::size_t capacity = bucket_bytes_ / sizeof(float);
-    std::size_t trainable_values = 0;
-    for (const NamedParameter& named : parameters) {
-        if (named.parameter.requires_gradient())
-            trainable_values += named.parameter.value().numel();
+    return total;
+}
+
+double DataParallel::reduce_gradients(const ParameterList& parameters, double local_weight) {
+    const double total = summed_weight(local_weight, "DataParallel::reduce_gradients");
+    Reduction reduction(*this, parameters, static_cast<float>(local_weight / total));
+    reduction.finish();
+    return total;
+}
+
+double DataParallel::backward_and_reduce(const Variable& loss, const ParameterList& parameters,
+                                         double local_weight, BackwardOptions options,
+                                         float seed_scale) {
+    if (!loss.defined() || loss.value().numel() != 1) {
+        throw std::invalid_argument(
+            "DataParallel::backward_and_reduce: loss must be a one-element Variable");
     }
-    std::vector<float> bucket(std::min(capacity, trainable_values));
-    struct Member {
-        std::size_t index;
-        std::size_t offset;
-        std::size_t count;
-    };
-    std::vector<Member> members;
-    std::size_t filled = 0;
-    const auto reduce = [&](std::span<float> values) {
-        for (float& value : values)
-            value *= factor;
-        for (std::size_t begin = 0; begin < values.size(); begin += capacity) {
-            const std::size_t count = std::min(capacity, values.size() - begin);
-            group_.allreduce_sum(values.subspan(begin, count));
-            communicated_ += count * sizeof(float);
-        }
-    };
-    const auto write_back = [&](std::size_t index, std::span<const float> values) {
-        Variable parameter = parameters[index].parameter;
-        Tensor gradient = parameter.gradient();
-        gradient.copy_from_host(values);
-        parameter.set_gradient(std::move(gradient));
-    };
-    const auto flush = [&] {
-        if (filled == 0)
-            return;
-        reduce(std::span<float>(bucket.data(), filled));
-        for (const Member& member : members)
-            write_back(member.index,
-                       std::span<const float>(bucket.data() + member.offset, member.count));
-        members.clear();
-        filled = 0;
-    };
-    for (std::size_t index = 0; index < parameters.size(); ++index) {
-        const Variable& parameter = parameters[index].parameter;
-        if (!parameter.requires_gradient())
-            continue;
-        const Tensor gradient = parameter.gradient();  // zeros when backward did not reach it
-        const std::size_t count = gradient.numel();
-        if (count > capacity) {
-            flush();
-            std::vector<float> values(count);
-            gradient.copy_to_host(values);
-            reduce(std::span<float>(values));
-            write_back(index, values);
-            continue;
-        }
-        if (filled + count > capacity)
-            flush();
-        gradient.copy_to_host(std::span<float>(bucket.data() + filled, count));
-        members.push_back({index, filled, count});
-        filled += count;
+    if (!std::isfinite(seed_scale)) {
+        throw std::invalid_argument(
+            "DataParallel::backward_and_reduce: seed_scale must be finite, got " +
+            std::to_string(seed_scale));
     }
-    flush();
+    const double total = summed_weight(local_weight, "DataParallel::backward_and_reduce");
+    Reduction reduction(*this, parameters, static_cast<float>(local_weight / total));
+    const std::unordered_map<const void*, std::size_t> index = reduction.index();
+    options.gradient_ready = [earlier = std::move(options.gradient_ready), &index, &reduction](
+                                 const Variable& leaf, const Tensor& gradient) {
+        if (earlier)
+            earlier(leaf, gradient);
+        const auto found = index.find(leaf.node().get());
+        if (found != index.end())
+            reduction.ready(found->second, gradient);
+    };
+    Variable root = loss;
+    root.backward(Tensor::full(loss.shape(), seed_scale, loss.backend()), options);
+    reduction.finish();
     return total;
 }
 

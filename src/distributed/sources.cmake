@@ -1,4 +1,5 @@
-list(APPEND RIFTCO_TRANSFORMER_SOURCES src/distributed/process_group.cpp)
+list(APPEND RIFTCO_TRANSFORMER_SOURCES src/distributed/process_group.cpp
+    src/distributed/zero_redundancy_adam.cpp)
 set_source_files_properties(src/distributed/process_group.cpp PROPERTIES COMPILE_DEFINITIONS
     "RIFTCO_TRANSFORMER_HAVE_MPI=$<BOOL:${RIFTCO_TRANSFORMER_ENABLE_MPI}>")
 if(RIFTCO_TRANSFORMER_ENABLE_MPI)

@@ -161,6 +161,14 @@ void Adam::require_finite_values(const char* operation) const {
 }
 
 AdamStepStats Adam::step() {
+    return step_with(nullptr);
+}
+
+AdamStepStats Adam::step(AdamShardPeers& peers) {
+    return step_with(&peers);
+}
+
+AdamStepStats Adam::step_with(AdamShardPeers* peers) {
     constexpr const char* operation = "Adam::step";
     if (step_count_ == std::numeric_limits<std::uint64_t>::max()) {
         throw std::overflow_error("Adam::step: the step count " + std::to_string(step_count_) +
@@ -195,8 +203,28 @@ AdamStepStats Adam::step() {
                           page.offset, &page.first_moment, &page.second_moment});
     }
     const std::vector<const Tensor*> gradients = detail::gradients_of(parameters_);
-    const tensor_ops::AdamStepCheck pass = tensor_ops::adam_step_check(
-        backend_, scalars, options_.maximum_gradient_norm, gradients, slices);
+    tensor_ops::AdamStepCheck pass;
+    if (peers == nullptr) {
+        pass = tensor_ops::adam_step_check(backend_, scalars, options_.maximum_gradient_norm,
+                                           gradients, slices);
+    } else {
+        // Sharded: the statistics of this shard, merged with the others' before the clip
+        // factor exists, then the check under the global factor.
+        pass.gradients = tensor_ops::gradient_statistics(backend_, gradients);
+        const bool mine_bad = pass.gradients.first_non_finite.tensor != gradients.size();
+        bool any_bad = false;
+        pass.gradients.squares = peers->merge(pass.gradients.squares, mine_bad, any_bad);
+        if (any_bad && !mine_bad) {
+            throw std::domain_error(
+                "Adam::step: another shard has a NaN/inf gradient; nothing was changed");
+        }
+        if (!mine_bad) {
+            pass.clip_scale = tensor_ops::clip_scale_for(pass.gradients.squares.norm(),
+                                                         options_.maximum_gradient_norm);
+            scalars.clip_scale = pass.clip_scale;
+            pass.check = tensor_ops::adam_check(backend_, scalars, slices);
+        }
+    }
     if (pass.gradients.first_non_finite.tensor != gradients.size()) {
         detail::throw_non_finite_gradient(operation, parameters_, pass.gradients.first_non_finite);
     }
@@ -204,6 +232,15 @@ AdamStepStats Adam::step() {
     const double clip_scale = pass.clip_scale;
     scalars.clip_scale = clip_scale;
     const tensor_ops::AdamCheck& check = pass.check;
+    if (peers != nullptr) {
+        const bool passed =
+            check.value_slice == slices.size() && check.update_slice == slices.size();
+        if (!peers->all_passed(passed) && passed) {
+            throw std::overflow_error(
+                "Adam::step: another shard's check failed (a non-finite value or update); "
+                "nothing was changed");
+        }
+    }
     if (check.value_slice != slices.size()) {
         const MomentPage& page = pages_[check.value_slice];
         const NamedParameter& entry = parameters_[page.parameter];

@@ -8,6 +8,16 @@
 //                      rank's parameters hash the same after every step. Rank 1's initial
 //                      weights are deliberately different: synchronize_parameters must
 //                      replace them with rank 0's.
+//   mpi_ranks parity overlapped
+//                      the same, with the reduction overlapped with backward
+//                      (DataParallel::backward_and_reduce); a third model on every rank runs
+//                      the blocking reduction, and the two must stay equal bit for bit.
+//   mpi_ranks parity zero
+//                      overlapped and ZeRO-1 (ZeroRedundancyAdam, gradient clipping active):
+//                      the same parity; each rank holds <= 0.55x (2 ranks) of the unsharded
+//                      moment bytes; the gathered logical state equals the one-process
+//                      optimizer's, and loaded into an unsharded Adam it continues the run
+//                      like the one-process twin (a checkpoint moving between the two).
 //   mpi_ranks mismatch rank 1 builds a model of another shape: every rank must report the
 //                      layout mismatch as a DistributedError (and exit 0 having seen it).
 //
@@ -16,12 +26,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "riftco_transformer/core/autograd.hpp"
 #include "riftco_transformer/distributed/process_group.hpp"
+#include "riftco_transformer/distributed/zero_redundancy_adam.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/optim/adam.hpp"
 
@@ -58,7 +71,19 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
     return norm == 0.0 ? std::sqrt(difference) : std::sqrt(difference / norm);
 }
 
-int parity(ProcessGroup& group) {
+enum class Mode { Blocking, Overlapped, Zero };
+
+bool bit_equal(const ParameterList& a, const ParameterList& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const std::vector<float> x = a[i].parameter.value().to_host();
+        const std::vector<float> y = b[i].parameter.value().to_host();
+        if (std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0)
+            return false;
+    }
+    return true;
+}
+
+int parity(ProcessGroup& group, Mode mode) {
     const int rank = group.rank();
     const TransformerDimensions d = dimensions();
     const std::size_t global_rows = 4 * static_cast<std::size_t>(group.world_size());
@@ -72,10 +97,29 @@ int parity(ProcessGroup& group) {
     expect(DataParallel::parameter_hash(model.parameters()) ==
                DataParallel::parameter_hash(twin.parameters()),
            rank, "parameters after synchronize_parameters equal rank 0's initial ones");
+    // The blocking reduction's model, beside the overlapped one (Mode::Overlapped).
+    std::mt19937 blocking_generator(7);
+    DecoderOnlyTransformer blocking(d, blocking_generator);
     AdamOptions options;
     options.learning_rate = 3e-3F;
-    Adam adam(model.parameters(), options);
+    if (mode == Mode::Zero)
+        options.maximum_gradient_norm = 0.5;  // clipping on: the global norm across shards
+    std::optional<Adam> adam;
+    std::optional<ZeroRedundancyAdam> zero;
+    if (mode == Mode::Zero)
+        zero.emplace(parallel, model.parameters(), options);
+    else
+        adam.emplace(model.parameters(), options);
+    Adam blocking_adam(blocking.parameters(), options);
     Adam twin_adam(twin.parameters(), options);
+    if (zero) {
+        const double share = static_cast<double>(zero->owned_state_bytes()) /
+                             static_cast<double>(zero->unsharded_state_bytes());
+        std::printf("rank %d: ZeRO-1 holds %zu of %zu moment bytes (%.3f)\n", rank,
+                    zero->owned_state_bytes(), zero->unsharded_state_bytes(), share);
+        if (group.world_size() == 2)
+            expect(share <= 0.55, rank, "ZeRO-1 share " + std::to_string(share) + " > 0.55");
+    }
     const auto [begin, end] = parallel.shard(global_rows);
     std::mt19937 data(11);
     for (int step = 0; step < 5; ++step) {
@@ -92,11 +136,29 @@ int parity(ProcessGroup& group) {
         Variable loss =
             cross_entropy(model.forward(local_inputs, {end - begin, time}), local_targets);
         double global_loss = loss.value().item() * static_cast<double>(local_targets.size());
-        loss.backward();
-        parallel.reduce_gradients(model.parameters(), static_cast<double>(local_targets.size()));
+        const auto weight = static_cast<double>(local_targets.size());
+        if (mode == Mode::Blocking) {
+            loss.backward();
+            parallel.reduce_gradients(model.parameters(), weight);
+        } else {
+            parallel.backward_and_reduce(loss, model.parameters(), weight);
+        }
         group.allreduce_sum(std::span<double>(&global_loss, 1));
         global_loss /= static_cast<double>(targets.size());
-        static_cast<void>(adam.step());
+        if (zero)
+            static_cast<void>(zero->step());
+        else
+            static_cast<void>(adam->step());
+        if (mode == Mode::Overlapped) {
+            Variable blocking_loss = cross_entropy(
+                blocking.forward(local_inputs, {end - begin, time}), local_targets);
+            blocking_loss.backward();
+            parallel.reduce_gradients(blocking.parameters(), weight);
+            static_cast<void>(blocking_adam.step());
+            expect(bit_equal(model.parameters(), blocking.parameters()), rank,
+                   "step " + std::to_string(step) +
+                       ": the overlapped reduction differs from the blocking one");
+        }
 
         Variable twin_loss = cross_entropy(twin.forward(inputs, {global_rows, time}), targets);
         const double expected_loss = twin_loss.value().item();
@@ -124,6 +186,32 @@ int parity(ProcessGroup& group) {
             group.allgather(DataParallel::parameter_hash(model.parameters()));
         for (const std::uint64_t hash : hashes)
             expect(hash == hashes[0], rank, "replicas differ after step " + std::to_string(step));
+    }
+    if (zero) {
+        // The logical state equals the one-process optimizer's (moments within rounding), and
+        // an unsharded Adam loaded with it continues exactly like that optimizer would.
+        const AdamState gathered = zero->state();
+        const AdamState expected = twin_adam.state();
+        expect(gathered.step_count == expected.step_count, rank, "ZeRO-1 state step count");
+        expect(relative_difference(gathered.first_moments, expected.first_moments) <= 1e-5 &&
+                   relative_difference(gathered.second_moments, expected.second_moments) <= 1e-5,
+               rank, "ZeRO-1 gathered moments differ from one process");
+        std::mt19937 moved_generator(3);
+        DecoderOnlyTransformer moved(d, moved_generator);
+        Adam unsharded(moved.parameters(), options);
+        unsharded.load_state(gathered);
+        expect(bit_equal(moved.parameters(), model.parameters()), rank,
+               "the loaded values equal the sharded run's");
+        // Back into a sharded optimizer on a fresh model: the same values and state.
+        std::mt19937 back_generator(5);
+        DecoderOnlyTransformer back(d, back_generator);
+        ZeroRedundancyAdam resharded(parallel, back.parameters(), options);
+        resharded.load_state(unsharded.state());
+        const AdamState round_trip = resharded.state();
+        expect(round_trip.first_moments == gathered.first_moments &&
+                   round_trip.second_moments == gathered.second_moments &&
+                   round_trip.parameter_values == gathered.parameter_values,
+               rank, "sharded -> unsharded -> sharded state round trip");
     }
     const ParameterList ours = model.parameters();
     const ParameterList theirs = twin.parameters();
@@ -167,16 +255,20 @@ int mismatch(ProcessGroup& group) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: mpi_ranks parity|mismatch\n");
+    if (argc < 2 || argc > 3) {
+        std::fprintf(stderr, "usage: mpi_ranks parity [overlapped|zero] | mismatch\n");
         return 2;
     }
     const std::string mode = argv[1];
+    const std::string variant = argc == 3 ? argv[2] : "blocking";
+    const Mode reduction = variant == "zero"         ? Mode::Zero
+                           : variant == "overlapped" ? Mode::Overlapped
+                                                     : Mode::Blocking;
     try {
         ProcessGroupOptions options;
         options.timeout = std::chrono::seconds(60);
         const auto group = create_process_group(options);
-        const int status = mode == "parity" ? parity(*group) : mismatch(*group);
+        const int status = mode == "parity" ? parity(*group, reduction) : mismatch(*group);
         if (status == 0)
             std::printf("rank %d: ok\n", group->rank());
         return status;

@@ -2,7 +2,7 @@
 # Two "hosts": network namespaces joined by a veth pair, one rank in each, so the ranks' MPI
 # traffic is real TCP over that link (shared memory is excluded) and mpirun starts the second
 # rank's daemon through an rsh agent that enters the other namespace. Runs `mpi_ranks parity`
-# across them. Exit 77 (skipped, with the reason) without the privileges to make namespaces.
+# across them: blocking, overlapped and ZeRO-1. Exit 77 (skipped, with the reason) without the privileges to make namespaces.
 # Usage: two_hosts.sh <mpirun> <mpi_ranks>
 set -euo pipefail
 mpirun=$1
@@ -45,7 +45,9 @@ esac
 AGENT
 chmod +x "$work/agent"
 
-timeout 120 ip netns exec "$host_a" "$mpirun" --mca plm_rsh_agent "$work/agent" \
-    --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
-    --mca oob_tcp_if_include 10.77.0.0/24 --host 10.77.0.1,10.77.0.2 -n 2 \
-    "$program" parity
+for variant in blocking overlapped zero; do
+    timeout 120 ip netns exec "$host_a" "$mpirun" --mca plm_rsh_agent "$work/agent" \
+        --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
+        --mca oob_tcp_if_include 10.77.0.0/24 --host 10.77.0.1,10.77.0.2 -n 2 \
+        "$program" parity "$variant"
+done

@@ -29,6 +29,7 @@
 
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/tensor.hpp"
+#include "riftco_transformer/core/tensor_ops/optimizer.hpp"
 #include "riftco_transformer/nn/parameter.hpp"
 #include "riftco_transformer/optim/adam_options.hpp"
 #include "riftco_transformer/optim/adam_state.hpp"
@@ -42,6 +43,22 @@ struct AdamStepStats {
     double gradient_norm = 0.0;  // ‖g‖ before clipping
     double clip_scale = 1.0;     // s
     double learning_rate = 0.0;  // lr_t, the scheduled rate this step used
+};
+
+// The other shards of a step sharded over ranks (ZeRO-1, distributed/zero_redundancy_adam.hpp):
+// R optimizers each own a part of one model's parameters and step(peers) on every one of them
+// makes one step of the whole. Both calls are collective (every shard makes them, in this
+// order; all_passed only when merge reported no non-finite gradient anywhere).
+class AdamShardPeers {
+  public:
+    virtual ~AdamShardPeers() = default;
+    // The sum of squares over every shard's gradients (the same value on every shard), and in
+    // any_non_finite whether some shard has a NaN/±inf gradient.
+    [[nodiscard]] virtual tensor_ops::ScaledSumOfSquares merge(
+        const tensor_ops::ScaledSumOfSquares& mine, bool mine_non_finite,
+        bool& any_non_finite) = 0;
+    // Whether every shard's check of its candidate values passed.
+    [[nodiscard]] virtual bool all_passed(bool mine) = 0;
 };
 
 class Adam {
@@ -76,6 +93,12 @@ class Adam {
     //     gradient whose shape differs from its value;
     //   std::domain_error: a NaN/±inf gradient element or current value.
     AdamStepStats step();
+    // The same step as one shard of a sharded optimizer: ‖g‖ and the clip factor are the
+    // global ones (peers.merge), and nothing is written on any shard unless every shard's
+    // check passed (peers.all_passed). A shard whose own gradient or update is the problem
+    // throws the errors above; the others throw the same kind, saying another shard failed.
+    // Either way nothing changed on any shard.
+    AdamStepStats step(AdamShardPeers& peers);
 
     // Clears every parameter's gradient; values, versions and moments are untouched.
     void zero_gradients();
@@ -129,6 +152,7 @@ class Adam {
         Tensor second_moment;       // [count]
     };
 
+    AdamStepStats step_with(AdamShardPeers* peers);
     void check_parameters(const char* operation) const;
     void require_clean_boundary(const char* operation) const;
     void require_finite_values(const char* operation) const;

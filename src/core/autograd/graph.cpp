@@ -178,7 +178,8 @@ Variable make_result(std::string_view operation, Tensor value, std::span<const V
 }
 
 std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
-    const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph) {
+    const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph, bool accumulate,
+    const GradientReadyHook& ready) {
     std::vector<std::shared_ptr<Node>> order = backward_order(root);
     std::unordered_map<const Node*, Tensor> pending;  // the private context
     std::unordered_map<const Node*, LeafGradient> leaf_gradients;
@@ -193,6 +194,11 @@ std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
         Tensor upstream = std::move(found->second);
         pending.erase(found);
         if (node->leaf) {
+            // Every node that feeds this leaf came before it in `order`: its gradient is final.
+            if (accumulate && !node->gradient.is_singular())
+                upstream = tensor_ops::add(node->gradient, upstream);
+            if (ready)
+                ready(Variable(node), upstream);
             leaf_gradients.emplace(node.get(), LeafGradient{node, std::move(upstream)});
             continue;
         }

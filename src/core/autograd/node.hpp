@@ -81,8 +81,11 @@ struct LeafGradient {
 // its rule (with the tensors it saved) and its edges are released, so activations that only
 // the graph kept alive are freed while the pass proceeds, even if the caller still holds the
 // output. A pass that fails midway leaves the nodes it already processed consumed.
+// With `accumulate`, a leaf's result is the sum with the gradient it already holds; `ready`
+// (may be empty) is called with each leaf's result as soon as it is final.
 [[nodiscard]] std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
-    const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph);
+    const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph,
+    bool accumulate = false, const GradientReadyHook& ready = {});
 
 // Counters (AutogradCounters), updated by the operations.
 struct CounterCells {

@@ -194,15 +194,9 @@ void Variable::backward(const Tensor& seed, BackwardOptions options) {
                 << execution_backend_name(node.value.backend());
         throw std::invalid_argument(message.str());
     }
-    auto gradients = detail::compute_leaf_gradients(node_, seed, options.retain_graph);
-    // Prepare every published value first (accumulation can still fail), then commit.
-    if (options.accumulate) {
-        for (auto& [key, result] : gradients) {
-            if (!result.leaf->gradient.is_singular()) {
-                result.gradient = tensor_ops::add(result.leaf->gradient, result.gradient);
-            }
-        }
-    }
+    // Every published value (sums under accumulate included) is prepared first, then committed.
+    auto gradients = detail::compute_leaf_gradients(node_, seed, options.retain_graph,
+                                                    options.accumulate, options.gradient_ready);
     for (auto& [key, result] : gradients) {
         result.leaf->gradient = std::move(result.gradient);
     }

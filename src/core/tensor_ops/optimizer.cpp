@@ -115,6 +115,15 @@ AdamStepCheck adam_step_check(ExecutionBackend backend, const AdamUpdateScalars&
     });
 }
 
+AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
+                     std::span<const AdamSlice> slices) {
+    constexpr std::string_view op = "adam_check";
+    require_slices(op, backend, slices);
+    return read_once(backend, op, [&](const detail::AdamCapability& adam) {
+        return adam.check_update(scalars, slices);
+    });
+}
+
 void adam_apply(ExecutionBackend backend, const AdamUpdateScalars& scalars,
                 std::span<const AdamSlice> slices) {
     constexpr std::string_view op = "adam_apply";

@@ -20,10 +20,18 @@
 //   std::logic_error before anything is touched.
 // - By default backward REPLACES the gradients of the leaves it reaches;
 //   BackwardOptions{.accumulate = true} adds to them instead (micro-batching).
+// - A gradient-ready hook (BackwardOptions::gradient_ready) sees each reached leaf once, as
+//   soon as the pass has no further contribution to it: nodes run in a topological order, so
+//   a leaf's turn comes after every node that feeds it. It gets the gradient the leaf will be
+//   given (the sum with its earlier one under accumulate), while later parts of the graph are
+//   still being differentiated; data parallelism starts reducing that gradient then
+//   (distributed/process_group.hpp). Publication is unchanged: the gradients become visible
+//   when the whole pass succeeded. A hook that throws fails the pass (nothing published).
 // - Traversal and graph destruction are iterative: depth is limited only by memory.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "riftco_transformer/core/tensor.hpp"
@@ -34,9 +42,15 @@ namespace detail {
 struct Node;
 }  // namespace detail
 
+class Variable;
+
+// leaf: the leaf whose gradient is final; gradient: the value it will publish.
+using GradientReadyHook = std::function<void(const Variable& leaf, const Tensor& gradient)>;
+
 struct BackwardOptions {
     bool accumulate = false;    // add into existing leaf gradients instead of replacing them
     bool retain_graph = false;  // keep saved tensors so the graph can be differentiated again
+    GradientReadyHook gradient_ready{};  // optional: once per reached leaf (see the top)
 };
 
 struct GraphStatistics {

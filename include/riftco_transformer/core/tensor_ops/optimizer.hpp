@@ -124,6 +124,10 @@ struct AdamStepCheck {
                                             double maximum_gradient_norm,
                                             std::span<const Tensor* const> gradients,
                                             std::span<const AdamSlice> slices);
+// Pass 1's check alone, under the given scalars.clip_scale (a step whose clip factor comes from
+// elsewhere: the sharded optimizer's global norm). Reads, writes nothing.
+[[nodiscard]] AdamCheck adam_check(ExecutionBackend backend, const AdamUpdateScalars& scalars,
+                                   std::span<const AdamSlice> slices);
 // Pass 2: gives every value and moment its θ', m', v' through the backend (in place after
 // copy-on-write, or new buffers), after adam_check accepted the same arguments.
 void adam_apply(ExecutionBackend backend, const AdamUpdateScalars& scalars,
