@@ -290,23 +290,27 @@ class DataParallel::Reduction {
             const std::vector<Piece>& pieces = pieces_[index];
             if (pieces.empty())
                 continue;
+            // A new tensor from the bucket: writing into the leaf's gradient would first clone
+            // it (its storage is shared with the leaf), a second pass over every value.
             Variable parameter = parameters_[index].parameter;
-            Tensor gradient = parameter.gradient();
+            const Tensor& value = parameter.value();
             if (pieces.size() == 1) {
-                gradient.copy_from_host(std::span<const float>(
-                    owner_.buffers_[pieces[0].bucket].data() + pieces[0].bucket_offset,
-                    pieces[0].count));
+                parameter.set_gradient(Tensor(
+                    value.shape(),
+                    std::span<const float>(
+                        owner_.buffers_[pieces[0].bucket].data() + pieces[0].bucket_offset,
+                        pieces[0].count),
+                    value.backend()));
             } else {
-                std::vector<float> values(gradient.numel());
+                std::vector<float> values(value.numel());
                 for (const Piece& piece : pieces) {
                     std::copy_n(owner_.buffers_[piece.bucket].begin() +
                                     static_cast<std::ptrdiff_t>(piece.bucket_offset),
                                 piece.count,
                                 values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset));
                 }
-                gradient.copy_from_host(values);
+                parameter.set_gradient(Tensor(value.shape(), values, value.backend()));
             }
-            parameter.set_gradient(std::move(gradient));
         }
     }
 

@@ -208,11 +208,12 @@ void ZeroRedundancyAdam::write_values(const std::vector<float>& values, bool own
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
         if (owners_[i] == rank && !owned_too)
             continue;  // Adam wrote it
+        // A new tensor: writing into the current value would clone its shared storage first.
         Variable parameter = parameters_[i].parameter;
-        Tensor value = parameter.value();
-        value.copy_from_host(std::span<const float>(
-            values.data() + offsets_[i], parameter.value().numel()));
-        parameter.set_value(std::move(value));
+        const Tensor& current = parameter.value();
+        parameter.set_value(Tensor(
+            current.shape(), std::span<const float>(values.data() + offsets_[i], current.numel()),
+            current.backend()));
     }
 }
 
