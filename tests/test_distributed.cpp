@@ -185,6 +185,13 @@ TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBl
             ASSERT_NEAR(got[k], 1.5F * one[k], 1e-6F + 1e-5F * std::fabs(one[k]))
                 << accumulated[i].name;
     }
+    // A gradient that backward hands to two leaves as one tensor (an addition's): reducing one
+    // in place must not show through the other. The mirrored pair halves then doubles.
+    Variable a(Tensor({2048}, std::vector<float>(2048, 0.5F)));
+    Variable b(Tensor({2048}, std::vector<float>(2048, -0.5F)));
+    static_cast<void>(parallel.backward_and_reduce(sum(a + b), {{"a", a}, {"b", b}}, 1.0));
+    EXPECT_EQ(a.gradient().to_host(), std::vector<float>(2048, 1.0F));
+    EXPECT_EQ(b.gradient().to_host(), std::vector<float>(2048, 1.0F));
     // Argument rules, checked before backward runs (the graph stays usable).
     Variable unused = cross_entropy(twice.forward(tokens, {2, 8}), tokens);
     EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, parameters, -1.0)),

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/backend/cpu/cpu_storage.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer {
@@ -198,17 +200,26 @@ void DataParallel::synchronize_parameters(const ParameterList& parameters) {
 // One step's bucketed reduction (see reduce_gradients): the plan, the buckets' pending
 // collectives and which parameters are in. ready() takes a parameter's final gradient;
 // finish() supplies the ones never reached, waits and writes the averages back.
+//
+// A parameter of at least `in_place_values` has buckets of its own (pieces of at most a
+// bucket when it is larger), and when its gradient is a CPU tensor they are reduced in the
+// gradient's own memory: no copy in, no copy out. Smaller ones are packed into shared host
+// buckets. Where a bucket's values live does not change what is summed, so every path (CPU
+// or not, overlapped or not) runs the same collectives on the same values.
 class DataParallel::Reduction {
   public:
+    static constexpr std::size_t in_place_values = std::size_t{1} << 18;  // 1 MiB of floats
+
     Reduction(DataParallel& owner, const ParameterList& parameters, float factor)
         : owner_(owner), parameters_(parameters), factor_(factor) {
         const std::size_t capacity = owner.bucket_bytes_ / sizeof(float);
         pieces_.resize(parameters.size());
         std::size_t filled = 0;
         std::size_t members = 0;
+        std::size_t buffers = 0;
         const auto close = [&] {  // the open bucket gets index buckets_.size()
             if (filled > 0)
-                buckets_.push_back({filled, members, nullptr});
+                buckets_.push_back({filled, members, buffers++});
             filled = 0;
             members = 0;
         };
@@ -219,12 +230,12 @@ class DataParallel::Reduction {
             const std::size_t count = parameter.value().numel();
             if (count == 0)
                 continue;  // nothing to average
-            if (count > capacity) {
+            if (count >= std::min(capacity, in_place_values)) {
                 close();
                 for (std::size_t at = 0; at < count; at += capacity) {
                     const std::size_t n = std::min(capacity, count - at);
                     pieces_[index].push_back({buckets_.size(), at, 0, n});
-                    buckets_.push_back({n, 1, nullptr});
+                    buckets_.push_back({n, 1, Bucket::own});
                 }
                 continue;
             }
@@ -235,9 +246,11 @@ class DataParallel::Reduction {
             ++members;
         }
         close();
-        owner.buffers_.resize(std::max(owner.buffers_.size(), buckets_.size()));
-        for (std::size_t b = 0; b < buckets_.size(); ++b)
-            owner.buffers_[b].resize(buckets_[b].size);
+        owner.buffers_.resize(std::max(owner.buffers_.size(), buffers));
+        for (const Bucket& bucket : buckets_) {
+            if (bucket.buffer != Bucket::own)
+                owner.buffers_[bucket.buffer].resize(bucket.size);
+        }
         seen_.assign(parameters.size(), false);
     }
 
@@ -251,66 +264,84 @@ class DataParallel::Reduction {
         return map;
     }
 
-    void ready(std::size_t index, const Tensor& gradient) {
+    // `gradient` is the value the parameter publishes (or already holds): an own-bucket
+    // parameter on the CPU is scaled and reduced inside it.
+    void ready(std::size_t index, Tensor& gradient) {
         const Stopwatch watch(owner_.seconds_);
         if (seen_[index] || pieces_[index].empty())
             return;
         seen_[index] = true;
         const std::vector<Piece>& pieces = pieces_[index];
-        if (pieces.size() == 1 && pieces[0].parameter_offset == 0 &&
-            pieces[0].count == gradient.numel()) {
-            fill(pieces[0], [&](std::span<float> out) { gradient.copy_to_host(out); });
-        } else {
-            const std::vector<float> values = gradient.to_host();
+        Bucket& first = buckets_[pieces[0].bucket];
+        if (first.buffer == Bucket::own && gradient.backend() == ExecutionBackend::Cpu) {
+            // Unique storage first: a gradient shared with another tensor is copied, so the
+            // reduction never shows through anything else.
+            float* values = detail::cpu_values_for_write(gradient);
             for (const Piece& piece : pieces) {
-                fill(piece, [&](std::span<float> out) {
-                    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset),
-                                piece.count, out.begin());
-                });
+                Bucket& bucket = buckets_[piece.bucket];
+                bucket.values = std::span<float>(values + piece.parameter_offset, piece.count);
+                bucket.keep = gradient;  // the memory stays alive until the bucket finished
+                scale(bucket);
+            }
+        } else {
+            const std::vector<float> host = gradient.to_host();
+            for (const Piece& piece : pieces) {
+                Bucket& bucket = buckets_[piece.bucket];
+                const std::span<float> out =
+                    bucket.buffer == Bucket::own
+                        ? own_copy(bucket)
+                        : std::span<float>(owner_.buffers_[bucket.buffer]).subspan(
+                              piece.bucket_offset, piece.count);
+                std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset),
+                            piece.count, out.begin());
+                for (float& value : out)
+                    value *= factor_;
+                if (bucket.buffer != Bucket::own)
+                    bucket.values = owner_.buffers_[bucket.buffer];
+                --bucket.missing;
             }
         }
         start_ready();
         // Drive the buckets in flight (MPI progresses a non-blocking collective inside calls).
-        for (std::size_t b = finished_; b < started_; ++b) {
-            if (!buckets_[b].pending->test())
+        for (; finished_ < started_; ++finished_) {
+            if (!buckets_[finished_].pending->test())
                 break;
-            ++finished_;
         }
     }
 
     void finish() {
         for (std::size_t index = parameters_.size(); index-- > 0;) {
-            if (!seen_[index] && !pieces_[index].empty())
-                ready(index, parameters_[index].parameter.gradient());  // zeros if never reached
+            if (seen_[index] || pieces_[index].empty())
+                continue;
+            // Never reached by this backward: its published gradient, zeros when it has none.
+            const Variable& parameter = parameters_[index].parameter;
+            const LeafView leaf = leaf_view(parameter, "DataParallel");
+            if (leaf.gradient.is_singular())
+                leaf.gradient = Tensor::zeros(leaf.value.shape(), leaf.value.backend());
+            ready(index, leaf.gradient);
         }
         const Stopwatch watch(owner_.seconds_);
         for (Bucket& bucket : buckets_)
             bucket.pending->wait();
         for (std::size_t index = 0; index < parameters_.size(); ++index) {
             const std::vector<Piece>& pieces = pieces_[index];
-            if (pieces.empty())
-                continue;
-            // A new tensor from the bucket: writing into the leaf's gradient would first clone
-            // it (its storage is shared with the leaf), a second pass over every value.
+            if (pieces.empty() || !buckets_[pieces[0].bucket].keep.is_singular())
+                continue;  // reduced in place: the published gradient holds the average
+            // A new tensor from the buckets: writing into the leaf's gradient would first
+            // clone it (its storage is shared with the leaf), a second pass over every value.
             Variable parameter = parameters_[index].parameter;
             const Tensor& value = parameter.value();
-            if (pieces.size() == 1) {
-                parameter.set_gradient(Tensor(
-                    value.shape(),
-                    std::span<const float>(
-                        owner_.buffers_[pieces[0].bucket].data() + pieces[0].bucket_offset,
-                        pieces[0].count),
-                    value.backend()));
-            } else {
-                std::vector<float> values(value.numel());
-                for (const Piece& piece : pieces) {
-                    std::copy_n(owner_.buffers_[piece.bucket].begin() +
-                                    static_cast<std::ptrdiff_t>(piece.bucket_offset),
-                                piece.count,
-                                values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset));
-                }
-                parameter.set_gradient(Tensor(value.shape(), values, value.backend()));
+            std::vector<float> values(value.numel());
+            for (const Piece& piece : pieces) {
+                const std::span<const float> reduced =
+                    std::span<const float>(buckets_[piece.bucket].values)
+                        .subspan(buckets_[piece.bucket].buffer == Bucket::own ? 0
+                                                                             : piece.bucket_offset,
+                                 piece.count);
+                std::copy(reduced.begin(), reduced.end(),
+                          values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset));
             }
+            parameter.set_gradient(Tensor(value.shape(), values, value.backend()));
         }
     }
 
@@ -318,31 +349,38 @@ class DataParallel::Reduction {
     struct Piece {
         std::size_t bucket;
         std::size_t parameter_offset;  // the piece's first value in the parameter
-        std::size_t bucket_offset;     // and in the bucket
+        std::size_t bucket_offset;     // and in a shared bucket
         std::size_t count;
     };
     struct Bucket {
+        static constexpr std::size_t own = static_cast<std::size_t>(-1);
         std::size_t size;
         std::size_t missing;  // members not yet in
-        std::unique_ptr<PendingCollective> pending;
+        std::size_t buffer;   // index into the owner's shared buffers, or `own`
+        std::span<float> values{};  // what the collective sums, once every member is in
+        Tensor keep{};               // the gradient reduced in place (alive until finished)
+        std::vector<float> copy{};   // an own bucket whose gradient is not on the CPU
+        // Declared last: destroyed (waiting for the collective) before the memory it uses.
+        std::unique_ptr<PendingCollective> pending{};
     };
 
-    template <typename Copy>
-    void fill(const Piece& piece, Copy&& copy) {
-        const std::span<float> out(owner_.buffers_[piece.bucket].data() + piece.bucket_offset,
-                                   piece.count);
-        copy(out);
-        for (float& value : out)
+    void scale(Bucket& bucket) {
+        for (float& value : bucket.values)
             value *= factor_;
-        --buckets_[piece.bucket].missing;
+        --bucket.missing;
+    }
+    static std::span<float> own_copy(Bucket& bucket) {
+        bucket.copy.resize(bucket.size);
+        bucket.values = bucket.copy;
+        return bucket.values;
     }
 
     // Buckets start in bucket order (the same on every rank) once every member is in.
     void start_ready() {
         while (started_ < buckets_.size() && buckets_[started_].missing == 0) {
-            std::vector<float>& buffer = owner_.buffers_[started_];
-            buckets_[started_].pending = owner_.group_.start_allreduce_sum(buffer);
-            owner_.communicated_ += buffer.size() * sizeof(float);
+            Bucket& bucket = buckets_[started_];
+            bucket.pending = owner_.group_.start_allreduce_sum(bucket.values);
+            owner_.communicated_ += bucket.values.size() * sizeof(float);
             ++started_;
         }
     }
@@ -397,7 +435,7 @@ double DataParallel::backward_and_reduce(const Variable& loss, const ParameterLi
     Reduction reduction(*this, parameters, static_cast<float>(local_weight / total));
     const std::unordered_map<const void*, std::size_t> index = reduction.index();
     options.gradient_ready = [earlier = std::move(options.gradient_ready), &index, &reduction](
-                                 const Variable& leaf, const Tensor& gradient) {
+                                 const Variable& leaf, Tensor& gradient) {
         if (earlier)
             earlier(leaf, gradient);
         const auto found = index.find(leaf.node().get());

@@ -197,8 +197,16 @@ std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
             // Every node that feeds this leaf came before it in `order`: its gradient is final.
             if (accumulate && !node->gradient.is_singular())
                 upstream = tensor_ops::add(node->gradient, upstream);
-            if (ready)
+            if (ready) {
                 ready(Variable(node), upstream);
+                if (upstream.is_singular() || upstream.shape() != node->value.shape() ||
+                    upstream.backend() != node->value.backend()) {
+                    throw std::invalid_argument(
+                        "backward: the gradient-ready hook left a leaf gradient that is not of "
+                        "the leaf's shape " +
+                        shape_to_string(node->value.shape()) + " on its backend");
+                }
+            }
             leaf_gradients.emplace(node.get(), LeafGradient{node, std::move(upstream)});
             continue;
         }

@@ -25,8 +25,10 @@
 //   a leaf's turn comes after every node that feeds it. It gets the gradient the leaf will be
 //   given (the sum with its earlier one under accumulate), while later parts of the graph are
 //   still being differentiated; data parallelism starts reducing that gradient then
-//   (distributed/process_group.hpp). Publication is unchanged: the gradients become visible
-//   when the whole pass succeeded. A hook that throws fails the pass (nothing published).
+//   (distributed/process_group.hpp). The hook may change the gradient (in place, after
+//   making its storage unique, or by assigning another of the same shape and backend): what
+//   it leaves is published. Publication is unchanged: the gradients become visible when the
+//   whole pass succeeded. A hook that throws fails the pass (nothing published).
 // - Traversal and graph destruction are iterative: depth is limited only by memory.
 
 #include <cstddef>
@@ -44,8 +46,9 @@ struct Node;
 
 class Variable;
 
-// leaf: the leaf whose gradient is final; gradient: the value it will publish.
-using GradientReadyHook = std::function<void(const Variable& leaf, const Tensor& gradient)>;
+// leaf: the leaf whose gradient is final; gradient: the value it will publish (the hook may
+// change it).
+using GradientReadyHook = std::function<void(const Variable& leaf, Tensor& gradient)>;
 
 struct BackwardOptions {
     bool accumulate = false;    // add into existing leaf gradients instead of replacing them

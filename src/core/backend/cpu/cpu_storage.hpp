@@ -45,6 +45,11 @@ class CpuStorage final : public Storage {
 [[nodiscard]] inline float* cpu_output(Tensor& tensor) {
     return static_cast<CpuStorage&>(TensorAccess::output_storage(tensor)).data();
 }
+// An existing CPU tensor's values for an in-place write: storage shared with copies is
+// cloned first (TensorAccess::unique_storage), so no other tensor observes the write.
+[[nodiscard]] inline float* cpu_values_for_write(Tensor& tensor) {
+    return static_cast<CpuStorage&>(TensorAccess::unique_storage(tensor)).data();
+}
 [[nodiscard]] inline const std::uint32_t* cpu_indices(const IndexTensor& indices) {
     return static_cast<const CpuStorage&>(TensorAccess::storage(indices)).indices();
 }
