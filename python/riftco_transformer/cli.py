@@ -294,6 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--auto-resume", action="store_true",
                       help="with --checkpoint: resume from it when the file exists (what riftco "
                       "launch's restarts rely on)")
+    post.add_argument("--data-parallel", action="store_true",
+                      help="run as one rank of `mpirun -n R riftco post-train ...`: each rank "
+                      "trains on its shard of every global batch (--batch-size rows, a "
+                      "multiple of R), gradients are averaged; rank 0 writes the outputs "
+                      "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON; not with "
+                      "--gradient-accumulation)")
+    post.add_argument("--collective-timeout", type=_positive_float, default=120.0,
+                      help="seconds a collective may wait for the other ranks before every "
+                      "rank stops with an error (with --data-parallel)")
 
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
@@ -617,6 +626,45 @@ def command_pretrain(arguments) -> int:
 
 
 def command_post_train(arguments) -> int:
+    if arguments.data_parallel and arguments.gradient_accumulation > 1:
+        raise UsageError(f"--gradient-accumulation {arguments.gradient_accumulation} is not "
+                         "available with --data-parallel yet; raise --batch-size instead (the "
+                         "global batch the ranks share)")
+    data_parallel = None
+    if arguments.data_parallel:
+        from .distributed import DataParallel, ProcessGroup
+
+        data_parallel = DataParallel(ProcessGroup(timeout=arguments.collective_timeout))
+    if data_parallel is None or data_parallel.rank == 0:
+        return _post_train_command(arguments, data_parallel)
+    # The other ranks stay quiet (rank 0 says it all); their errors still go to stderr.
+    import contextlib
+
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        return _post_train_command(arguments, data_parallel)
+
+
+def _post_train_reporter(arguments, config, resume, data_parallel):
+    """The metrics, curve and progress of a post-train run on rank 0 (or alone), as
+    (reporter, sink, on_step); the other ranks write nothing: (None, None, None)."""
+    if data_parallel is not None and data_parallel.rank != 0:
+        return None, None, None
+    reporter = _TrainingReporter(arguments, config.steps,
+                                 f"post-train ({config.fine_tuning_method})",
+                                 0 if resume is None else resume.global_step,
+                                 resuming=resume is not None)
+    return reporter, reporter.sink, reporter.on_step
+
+
+def _report_data_parallel(data_parallel, elapsed: float) -> None:
+    if data_parallel is not None:
+        moved, seconds = data_parallel.group.communication
+        _say(f"post-train: data parallel over {data_parallel.world_size} ranks; {moved:,} bytes "
+             f"through collectives in {seconds:.2f} s "
+             f"({100 * seconds / max(elapsed, 1e-9):.1f}% of the run)")
+
+
+def _post_train_command(arguments, data_parallel) -> int:
     _apply_auto_resume(arguments)
     from .artifacts import ModelBundle
     from .instructions import read_instructions_jsonl
@@ -662,25 +710,26 @@ def command_post_train(arguments) -> int:
         raise UsageError("--early-stopping-patience needs held-out examples "
                          "(--validation-instructions or --validation-fraction)")
     if arguments.model is not None:
-        return _post_train_pretrained(arguments, examples, validation, config)
+        return _post_train_pretrained(arguments, examples, validation, config, data_parallel)
     resume = None
     if arguments.resume is not None:
         from .checkpoints import TrainingCheckpoint
 
         resume = TrainingCheckpoint.load(arguments.resume)
-    reporter = _TrainingReporter(arguments, config.steps,
-                                 f"post-train ({config.fine_tuning_method})",
-                                 0 if resume is None else resume.global_step,
-                                 resuming=resume is not None)
+    reporter, sink, on_step = _post_train_reporter(arguments, config, resume, data_parallel)
     started = time.perf_counter()
     try:
-        result = post_train(base, examples, config, metric_sink=reporter.sink,
-                            on_step=reporter.on_step, validation_examples=validation,
-                            checkpoint_path=arguments.checkpoint,
-                            checkpoint_interval=arguments.checkpoint_every, resume_from=resume)
+        result = post_train(base, examples, config, metric_sink=sink, on_step=on_step,
+                            validation_examples=validation, checkpoint_path=arguments.checkpoint,
+                            checkpoint_interval=arguments.checkpoint_every, resume_from=resume,
+                            data_parallel=data_parallel)
     finally:
-        reporter.finish()
+        if reporter is not None:
+            reporter.finish()
     elapsed = time.perf_counter() - started
+    if reporter is None:  # another rank than 0: it writes nothing
+        data_parallel.group.barrier()  # rank 0 has written the bundle when this returns
+        return 0
     result.bundle.save(arguments.output)
     trained = [m for m in result.metrics if m.phase == "train"]
     losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
@@ -692,8 +741,11 @@ def command_post_train(arguments) -> int:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _report_data_parallel(data_parallel, elapsed)
     _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, parent "
          f"{base.artifact_id[:16]})")
+    if data_parallel is not None:
+        data_parallel.group.barrier()
     return 0
 
 
@@ -760,7 +812,7 @@ def _source_identity(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _post_train_pretrained(arguments, examples, validation, config) -> int:
+def _post_train_pretrained(arguments, examples, validation, config, data_parallel) -> int:
     """post-train --model: fine-tune a pretrained checkpoint in its own chat template."""
     import dataclasses
 
@@ -785,21 +837,22 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
             rank=arguments.lora_rank, alpha=arguments.lora_alpha,
             rank_stabilized=arguments.rslora,
             targets=_all_projections(loaded.model) if targets is None else targets))
-        reporter = _TrainingReporter(arguments, config.steps,
-                                     f"post-train ({config.fine_tuning_method})",
-                                     0 if resume is None else resume.global_step,
-                                     resuming=resume is not None)
+        reporter, sink, on_step = _post_train_reporter(arguments, config, resume, data_parallel)
         started = time.perf_counter()
         try:
-            result = fine_tune_pretrained(loaded, examples, config, metric_sink=reporter.sink,
-                                          on_step=reporter.on_step,
-                                          validation_examples=validation,
+            result = fine_tune_pretrained(loaded, examples, config, metric_sink=sink,
+                                          on_step=on_step, validation_examples=validation,
                                           checkpoint_path=arguments.checkpoint,
                                           checkpoint_interval=arguments.checkpoint_every,
-                                          resume_from=resume, base_id=base_id)
+                                          resume_from=resume, base_id=base_id,
+                                          data_parallel=data_parallel)
         finally:
-            reporter.finish()
+            if reporter is not None:
+                reporter.finish()
         elapsed = time.perf_counter() - started
+        if reporter is None:  # another rank than 0: it writes nothing
+            data_parallel.group.barrier()  # rank 0 has written the bundle when this returns
+            return 0
         metadata = {"source": str(arguments.model), "fine_tuning_method": config.fine_tuning_method,
                     "objective": config.objective, "example_count": result.example_count,
                     "data": result.data, "stopped_early": result.stopped_early,
@@ -818,7 +871,10 @@ def _post_train_pretrained(arguments, examples, validation, config) -> int:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _report_data_parallel(data_parallel, elapsed)
     _say(f"post-train: wrote {arguments.output} (artifact {bundle.artifact_id[:16]})")
+    if data_parallel is not None:
+        data_parallel.group.barrier()
     return 0
 
 

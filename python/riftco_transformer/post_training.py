@@ -36,6 +36,18 @@ With ``validation_examples``:
   not the last (and ``<checkpoint>.best.riftckpt`` holds it when checkpointing).
 
 The child records its parent's ``artifact_id``.
+
+Data parallelism (``data_parallel=`` a :class:`~.distributed.DataParallel`, every rank of an
+``mpirun`` calling with the same arguments): every rank trains on its shard of each global batch
+of ``batch_size`` rows (a multiple of the world size) and the gradients are averaged, so the
+run equals one process on the same global batches. Before anything trains, every rank checks
+that the others run the same config on the same data, base and checkpoint (ValueError on every
+rank otherwise); gradient accumulation is refused. Rank 0 writes the checkpoints while the
+others wait for them; every rank resumes from the same file. Every rank scores the whole
+validation set on identical replicas, and with early stopping the ranks also compare each
+validation loss, so they stop at the same step and keep the same best values. Signals are
+left alone (as in pretraining): SIGINT or SIGTERM ends the ranks, and the last periodic
+checkpoint resumes the run.
 """
 
 from __future__ import annotations
@@ -52,7 +64,13 @@ from .example_batching import OVERLONG_POLICIES, ExampleBatchSource, example_bat
 from .instructions import PlainChatFormatter, read_instructions_jsonl
 from .native import Adam, AdamOptions, LoraConfig
 from .native._validation import require_int, require_positive_float
-from .pretraining import _one_of, _positive, require_backend_name, resolve_backend
+from .pretraining import (
+    _one_of,
+    _positive,
+    _require_same_run_on_every_rank,
+    require_backend_name,
+    resolve_backend,
+)
 from .training import (
     CausalLanguageModelTrainer,
     DeferredInterrupt,
@@ -236,6 +254,50 @@ def best_checkpoint_path(checkpoint_path) -> Path:
     return path.with_name(f"{path.stem}.best{path.suffix}")
 
 
+def _check_data_parallel(data_parallel, config: PostTrainingConfig) -> None:
+    """What data parallelism rules out, before anything loads: a ``data_parallel`` that is not
+    a DataParallel (TypeError), and gradient accumulation (ValueError)."""
+    if data_parallel is None:
+        return
+    from .distributed import DataParallel
+
+    if not isinstance(data_parallel, DataParallel):
+        raise TypeError(f"data_parallel must be a DataParallel, not "
+                        f"{type(data_parallel).__name__}")
+    if config.gradient_accumulation_steps > 1:
+        raise ValueError(f"gradient_accumulation_steps {config.gradient_accumulation_steps} is "
+                         "not available with data_parallel yet; raise batch_size instead (the "
+                         "global batch the ranks share)")
+
+
+def _require_same_run(data_parallel, config: PostTrainingConfig, base_identity, checkpoint,
+                      checkpoint_path, checkpoint_interval, backend: str, training,
+                      validation) -> None:
+    """Under data parallelism: every rank must post-train the same base with the same config,
+    encoded examples (``training`` and ``validation``: (sequences, masks) or None), checkpoint
+    to resume and checkpoint schedule (a rank-0 write every rank waits for), on the same
+    backend; and the global batch must split evenly over the ranks. ValueError on every rank
+    otherwise, before the first step."""
+    if data_parallel is None:
+        return
+    data = []
+    for split in (training, validation):
+        if split is not None:
+            data.extend(split[0])
+            data.extend(split[1] or ())
+    facts = {
+        "base": base_identity,
+        "backend": backend,
+        "examples": [None if split is None else [len(split[0]), split[1] is not None]
+                     for split in (training, validation)],
+        "resume": None if checkpoint is None else checkpoint.checkpoint_id,
+        # Whether and when rank 0 writes checkpoints (each write is a barrier).
+        "checkpoints": [checkpoint_path is not None,
+                        checkpoint_interval if checkpoint_path is not None else None],
+    }
+    _require_same_run_on_every_rank(data_parallel, config, *data, facts=facts)
+
+
 def _trainable_with_optimizer(model, config: PostTrainingConfig) -> Adam:
     """Attach LoRA for the adapter methods, then Adam over what trains."""
     if config.fine_tuning_method in ("lora", "qlora"):
@@ -266,7 +328,9 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
     """Runs the steps left to ``config.steps`` (all of them, or what a restored checkpoint
     left), writing an exact-resume checkpoint to ``checkpoint_path`` every
     ``checkpoint_interval`` steps and at the end. Under early stopping it keeps the trainable
-    values of the best validation (and its checkpoint); returns what happened."""
+    values of the best validation (and its checkpoint); returns what happened. Under the
+    trainer's data parallelism rank 0 writes the checkpoints while the others wait, and the
+    ranks compare every validation loss that early stopping decides on."""
     model, optimizer = trainer.model, trainer.optimizer
     remaining = config.steps - optimizer.step_count
     if remaining < 0:
@@ -274,12 +338,25 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
                          f"{config.steps}")
     keep_best = bool(validation_batches) and config.early_stopping_patience is not None
     best_values = None
+    data_parallel = trainer.data_parallel
 
     def save_checkpoint(path) -> None:
         from .checkpoints import save_training_checkpoint
 
-        save_training_checkpoint(path, model, optimizer, tokenizer, source, trainer,
-                                 nf4=nf4, metadata=metadata)
+        # Under data parallelism rank 0 writes (the replicas and the global batch position are
+        # the same everywhere) while the others wait for the file to be complete.
+        if data_parallel is None or data_parallel.rank == 0:
+            save_training_checkpoint(path, model, optimizer, tokenizer, source, trainer,
+                                     nf4=nf4, metadata=metadata)
+        if data_parallel is not None:
+            data_parallel.group.barrier()
+
+    if keep_best and data_parallel is not None:
+        # Early stopping decides on the validation loss, and a new best writes a checkpoint
+        # (a barrier): every rank must see the same value. Identical replicas scoring the same
+        # batches give it; a rank whose kernels differ (another backend or build) is an error
+        # on every rank here, instead of ranks that stop at different steps.
+        metric_sink = _agreeing_validation(data_parallel, metric_sink)
 
     def step_hook(metric: TrainingMetric) -> None:
         if on_step is not None:
@@ -316,8 +393,10 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
     if already_stopped:
         remaining = 0  # a resumed run that early stopping had ended: nothing left to train
     metrics = ()
-    # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there.
-    with DeferredInterrupt(enabled=checkpoint_path is not None) as interrupt:
+    # With a checkpoint, Ctrl-C stops at the next step boundary and saves it there. Under
+    # data parallelism the ranks must stop together, so the signal is left as it is.
+    with DeferredInterrupt(enabled=checkpoint_path is not None
+                           and data_parallel is None) as interrupt:
         if remaining:
             metrics = trainer.run(
                 source,
@@ -336,6 +415,27 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
     stopped_early = already_stopped or trainer.stopped_early
     return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
                        best_values, stopped_early)
+
+
+def _agreeing_validation(data_parallel, metric_sink):
+    """``metric_sink`` after a check that every rank published the same validation loss
+    (ValueError on every rank otherwise)."""
+    import struct
+
+    def sink(metric: TrainingMetric) -> None:
+        if metric.phase == "validation":
+            bits = data_parallel.group.allgather(
+                int.from_bytes(struct.pack("<d", metric.loss), "little"))
+            if any(value != bits[0] for value in bits):
+                losses = [struct.unpack("<d", value.to_bytes(8, "little"))[0] for value in bits]
+                raise ValueError(f"data parallel: the ranks' validation losses at step "
+                                 f"{metric.step} differ ({losses}), so early stopping would "
+                                 "decide differently on them; every rank needs the same backend "
+                                 "and library")
+        if metric_sink is not None:
+            metric_sink(metric)
+
+    return sink
 
 
 def _keep_best(model, outcome: _RunOutcome, final_step: int) -> None:
@@ -363,12 +463,15 @@ def post_train(
     checkpoint_path=None,
     checkpoint_interval: int | None = None,
     resume_from=None,
+    data_parallel=None,
 ) -> PostTrainingResult:
     """Fine-tune a live copy of ``base`` on ``examples``; see the module docstring.
 
     ``checkpoint_path`` (every ``checkpoint_interval`` steps, and at the end) writes an
     exact-resume ``.riftckpt``; ``resume_from`` (a path or a loaded checkpoint of this base,
     data and config) continues it, ending exactly where the uninterrupted run ends.
+    ``data_parallel`` (a :class:`~.distributed.DataParallel`) makes this call one rank of a
+    data-parallel run (see the module docstring); every rank returns the same result.
     """
     config = PostTrainingConfig() if config is None else config
     if not isinstance(config, PostTrainingConfig):
@@ -377,6 +480,7 @@ def post_train(
         raise TypeError(f"base must be a ModelBundle, not {type(base).__name__}")
     if not examples:
         raise ValueError("examples is empty")
+    _check_data_parallel(data_parallel, config)
     maximum = base.config.maximum_context
     if config.context_size is not None and config.context_size > maximum:
         raise ValueError(
@@ -401,6 +505,11 @@ def post_train(
                                          config.response_only_loss)
             validation_batches = example_batches(validation[0], config.batch_size, context,
                                                  validation[1], config.overlong)
+        checkpoint = None if resume_from is None else _loaded_checkpoint(
+            resume_from, config, "base_artifact_id", base.artifact_id,
+            f"post-training this base bundle ({base.artifact_id[:16]})")
+        _require_same_run(data_parallel, config, base.artifact_id, checkpoint, checkpoint_path,
+                          checkpoint_interval, backend, (sequences, masks), validation)
         # Scored whole (up to the model's context), not in windows of the training context.
         base_validation = (
             evaluate_sequences(model, validation[0], None, 8, validation[1])
@@ -413,11 +522,7 @@ def post_train(
             nf4 = {"block_size": config.nf4_block_size,
                    "double_quantization": config.double_quantization,
                    "scale_block_size": config.nf4_scale_block_size}
-        checkpoint = None
-        if resume_from is not None:
-            checkpoint = _loaded_checkpoint(
-                resume_from, config, "base_artifact_id", base.artifact_id,
-                f"post-training this base bundle ({base.artifact_id[:16]})")
+        if checkpoint is not None:
             resumed = checkpoint.resume(backend, config.attention,
                                         config.activation_checkpointing,
                                         config.resolved_optimizer_state)
@@ -438,7 +543,7 @@ def post_train(
             }
         if checkpoint is None:
             optimizer = _trainable_with_optimizer(model, config)
-        trainer = CausalLanguageModelTrainer(model, optimizer)
+        trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
         if checkpoint is not None:
             checkpoint.restore_source(source)
             checkpoint.restore_trainer(trainer)
@@ -534,6 +639,7 @@ def fine_tune_pretrained(
     checkpoint_interval: int | None = None,
     resume_from=None,
     base_id: str | None = None,
+    data_parallel=None,
 ) -> PretrainedFineTuningResult:
     """Fine-tune a loaded pretrained model (:func:`~.pretrained.load_pretrained`) IN PLACE on
     instruction ``examples`` rendered with the model's own chat template.
@@ -542,7 +648,8 @@ def fine_tune_pretrained(
     :func:`post_train` (QLoRA packs every projection to NF4, trains the adapters, and the merge
     dequantizes, so the model is dense float32 again afterwards). ``config.backend`` must be the
     model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
-    result with :meth:`~.pretrained.PretrainedModel.save`.
+    result with :meth:`~.pretrained.PretrainedModel.save`. ``data_parallel`` as for
+    :func:`post_train` (every rank loads the same model; ``base_id`` identifies it).
     """
     import time as _time
 
@@ -553,6 +660,7 @@ def fine_tune_pretrained(
         raise TypeError(f"config must be a PostTrainingConfig, not {type(config).__name__}")
     if not examples:
         raise ValueError("examples is empty")
+    _check_data_parallel(data_parallel, config)
     model, tokenizer = pretrained.model, pretrained.tokenizer
     pretrained.reset_generator()  # its KV-cache pool pins the parameters
     if model.lora_attached or model.quantized_linear_weights:
@@ -569,14 +677,17 @@ def fine_tune_pretrained(
                                   config.response_only_loss) if validation_examples else None)
     validation_batches = (example_batches(validation[0], config.batch_size, context,
                                           validation[1], config.overlong) if validation else ())
-    model.set_full_sequence_attention(config.attention)
-    model.set_activation_checkpointing(config.activation_checkpointing)
-    base_validation = (evaluate_sequences(model, validation[0], None, 8,
-                                          validation[1]) if validation else None)
     # A checkpoint to resume is checked before the model changes (packing, adapters).
     checkpoint = None if resume_from is None else _loaded_checkpoint(
         resume_from, config, "base_id", base_id,
         f"fine-tuning this model (base_id {base_id!r})")
+    _require_same_run(data_parallel, config, [base_id, repr(model.config)], checkpoint,
+                      checkpoint_path, checkpoint_interval, model.backend,
+                      (sequences, masks), validation)
+    model.set_full_sequence_attention(config.attention)
+    model.set_activation_checkpointing(config.activation_checkpointing)
+    base_validation = (evaluate_sequences(model, validation[0], None, 8,
+                                          validation[1]) if validation else None)
     method = config.fine_tuning_method
     if method == "qlora":
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
@@ -595,7 +706,7 @@ def fine_tune_pretrained(
             on_step(metric)
 
     try:
-        trainer = CausalLanguageModelTrainer(model, optimizer)
+        trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
         if checkpoint is not None:
             checkpoint.restore(model, optimizer, source, trainer)
         last[0] = _time.perf_counter()

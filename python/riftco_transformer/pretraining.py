@@ -418,27 +418,37 @@ def _pretrain_ranges(train_range, validation_range, config, validation_source: s
                 token_file.close()
 
 
-def _require_same_run_on_every_rank(data_parallel, config: PretrainingConfig, train_tokens,
-                                    validation_tokens) -> None:
-    """Every rank must train the same config on the same tokens: a hash of both is compared
-    across ranks (ValueError on every rank naming the first rank that differs)."""
-    import hashlib
+def _require_same_run_on_every_rank(data_parallel, config, *data, facts=None) -> None:
+    """Every rank must train the same ``config`` (a dataclass with ``batch_size``, the global
+    batch) on the same ``data`` (token sequences, TokenFiles or bytes, in order) and agree on
+    ``facts`` (JSON: whatever else the run depends on, e.g. the base model or the checkpoint it
+    resumes). A hash of them all is compared across ranks: ValueError on every rank naming the
+    first rank that differs. Then the global batch must split evenly over the ranks (ValueError
+    on every rank otherwise). The stages call this before their first step."""
     import json
 
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
-    for tokens in (train_tokens, validation_tokens):
+    digest = hashlib.sha256(
+        json.dumps([dataclasses.asdict(config), facts], sort_keys=True).encode()
+    )
+    for tokens in data:
         digest.update(len(tokens).to_bytes(8, "little"))
         if isinstance(tokens, TokenFile):  # its header holds the SHA-256 of every token
             digest.update(tokens.token_sha256)
         else:
-            digest.update(tokens if isinstance(tokens, array) else array("I", tokens))
+            digest.update(tokens if isinstance(tokens, (array, bytes)) else array("I", tokens))
     mine = int.from_bytes(digest.digest()[:8], "little")
     hashes = data_parallel.group.allgather(mine)
     for rank, value in enumerate(hashes):
         if value != hashes[0]:
             raise ValueError(f"data parallel: rank {rank} runs a different configuration or data "
                              f"than rank 0 (every rank must get the same flags and files)")
-    data_parallel.shard(config.batch_size)  # the global batch splits evenly
+    try:
+        data_parallel.shard(config.batch_size)
+    except ValueError:
+        ranks = data_parallel.world_size
+        raise ValueError(f"data parallel: the global batch of {config.batch_size} rows "
+                         f"(batch_size, --batch-size) does not split evenly over {ranks} ranks; "
+                         f"use a multiple of {ranks}") from None
 
 
 def _new_model(tokenizer: Tokenizer, config: PretrainingConfig):

@@ -6,7 +6,10 @@ to the plain trainer bit for bit. With an MPI-enabled library (the `mpi` preset'
 runs under ``mpirun``: 2 and 4 ranks against one process on the same global batches, a
 checkpoint written by 2 ranks resumed by 1 (and the reverse), ranks started with different
 flags, a rank killed mid-run and a rank that stops answering: every rank ends, with a clear
-error, well within the time limit.
+error, well within the time limit. ``riftco post-train --data-parallel`` likewise: full, LoRA and
+QLoRA from a bundle (--base) and a pretrained model (--model) against one process, early
+stopping and a checkpoint written by 2 ranks resumed by 4, ranks with different flags, a global
+batch that does not split, and gradient accumulation refused up front.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from riftco_transformer.training import CausalLanguageModelTrainer, TrainingLoop
 from conftest import PYTHON_SOURCE, REPOSITORY
 
 CORPUS = REPOSITORY / "data" / "corpus" / "alice_in_wonderland.txt"
+INSTRUCTIONS = REPOSITORY / "data" / "instructions" / "tiny_instructions.jsonl"
 
 
 # ---- everywhere ---------------------------------------------------------------------------
@@ -298,6 +302,222 @@ def test_a_masked_batch_on_a_world_of_one_equals_the_plain_trainer():
                     loss = trainer.train_step(batch).loss
                     results.append((loss, parameters.flat_values().tobytes()))
     assert results[0] == results[1]
+
+
+# ---- riftco post-train --data-parallel ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def post_train_bases(tmp_path_factory):
+    """Random-weight bases with byte tokens: a GPT bundle (for --base) of context 64 (quick;
+    most tiny instruction examples are truncated to it, 34 of 38 keep targets) and a Llama
+    bundle (for --model) whose context holds every example whole in its chat template."""
+    from riftco_transformer import Tokenizer
+    from test_decoder_families import family_bundle
+
+    directory = tmp_path_factory.mktemp("post_train_bases")
+    tokenizer = Tokenizer(bytes(range(256)), method="byte")
+    config = TransformerConfig(vocabulary_size=tokenizer.vocab_size, maximum_context=64,
+                               model_width=16, head_count=4, block_count=2,
+                               feed_forward_width=32, random_seed=3)
+    with DecoderOnlyTransformer(config) as model:
+        gpt = ModelBundle.capture(model, tokenizer, "pretraining").save(directory / "gpt.rift")
+    llama = family_bundle("llama", maximum_context=256).save(directory / "llama.rift")
+    return {"base": gpt, "model": llama}
+
+
+def _post_train_arguments(source: str, base: Path, output: Path, method: str, steps: int,
+                          *extra: str) -> list[str]:
+    """`riftco post-train` from a bundle (source "base") or a pretrained model ("model") with
+    20% of the instructions held out and validated every 2 steps; a flag repeated in ``extra``
+    overrides these (argparse keeps the last)."""
+    return [sys.executable, "-m", "riftco_transformer", "post-train", f"--{source}", str(base),
+            "--instructions", str(INSTRUCTIONS), "--output", str(output), "--method", method,
+            "--steps", str(steps), "--batch-size", "4", "--learning-rate", "0.01",
+            "--validation-fraction", "0.2", "--eval-every", "2", "--backend", "cpu",
+            "--no-progress", *extra]
+
+
+def _metric_records(output: Path) -> list[tuple[str, int, float]]:
+    path = output.with_name(output.name + ".metrics.jsonl")
+    return [(record["phase"], record["step"], record["loss"])
+            for record in map(json.loads, path.read_text().splitlines())]
+
+
+def _expect_same_post_training(output: Path, reference: Path) -> None:
+    """The training losses and the bundle as :func:`_expect_same_run` compares them, and the
+    same validations (steps, and losses within 1e-6 relative)."""
+    _expect_same_run(output, reference)
+    ours, theirs = _metric_records(output), _metric_records(reference)
+    assert [record[:2] for record in ours] == [record[:2] for record in theirs]
+    for (phase, step, loss), (_, _, want) in zip(ours, theirs):
+        assert abs(loss - want) <= 1e-6 * abs(want), (phase, step, loss, want)
+
+
+@pytest.fixture(scope="module")
+def post_train_references(tmp_path_factory, post_train_bases):
+    """One process's run for (source, method), made once."""
+    directory = tmp_path_factory.mktemp("post_train_single")
+    made = {}
+
+    def reference(source: str, method: str) -> Path:
+        if (source, method) not in made:
+            output = directory / f"{source}-{method}.rift"
+            completed = _run(_post_train_arguments(source, post_train_bases[source], output,
+                                                   method, 6))
+            assert completed.returncode == 0, completed.stdout + completed.stderr
+            made[source, method] = output
+        return made[source, method]
+
+    return reference
+
+
+@pytest.mark.parametrize("source, method, ranks", [
+    ("base", "full", 2), ("base", "lora", 2), ("base", "lora", 4), ("base", "qlora", 2),
+    ("model", "full", 2), ("model", "qlora", 2),
+])
+def test_post_train_ranks_match_one_process_on_the_same_global_batches(
+        tmp_path, post_train_bases, post_train_references, source, method, ranks):
+    launcher = _mpirun()
+    output = tmp_path / f"ranks{ranks}.rift"
+    completed = _run([launcher, "-n", str(ranks), "--oversubscribe",
+                      *_post_train_arguments(source, post_train_bases[source], output, method,
+                                             6, "--data-parallel")])
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # Rank 0 alone speaks and writes.
+    assert completed.stdout.count(f"data parallel over {ranks} ranks") == 1, completed.stdout
+    assert completed.stdout.count("held-out examples (validation fraction 0.2)") == 1
+    assert completed.stdout.count(f"post-train: wrote {output}") == 1
+    _expect_same_post_training(output, post_train_references(source, method))
+
+
+def test_post_train_early_stopping_and_a_checkpoint_of_two_ranks_resumed_by_four(
+        tmp_path, post_train_bases):
+    """LoRA validated every step with a patience of 1 (one process stops at step 4 and keeps
+    step 3's values): 2 ranks train 3 steps with checkpoints (rank 0 writes them, the best one
+    too), 4 ranks resume (--auto-resume), stop at the same step and keep the best values, read
+    from the best checkpoint; the metrics and bundle are those of the uninterrupted process."""
+    launcher = _mpirun()
+    base = post_train_bases["base"]
+    stopping = ("--learning-rate", "0.15", "--eval-every", "1", "--early-stopping-patience", "1")
+    reference = tmp_path / "single.rift"
+    completed = _run(_post_train_arguments("base", base, reference, "lora", 16, *stopping))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "stopped early" in completed.stdout and "from step 3" in completed.stdout, \
+        completed.stdout
+    output = tmp_path / "ranks.rift"
+    checkpoint = tmp_path / "run.riftckpt"
+    resumable = (*stopping, "--data-parallel", "--checkpoint", str(checkpoint),
+                 "--checkpoint-every", "2", "--auto-resume")
+    completed = _run([launcher, "-n", "2", "--oversubscribe",
+                      *_post_train_arguments("base", base, output, "lora", 3, *resumable)])
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert checkpoint.is_file() and checkpoint.with_name("run.best.riftckpt").is_file()
+    completed = _run([launcher, "-n", "4", "--oversubscribe",
+                      *_post_train_arguments("base", base, output, "lora", 16, *resumable)])
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.stdout.count(f"resuming from {checkpoint}") == 1, completed.stdout
+    assert "stopped early" in completed.stdout and "from step 3" in completed.stdout, \
+        completed.stdout
+    _expect_same_post_training(output, reference)
+
+
+def test_post_train_ranks_with_different_flags_all_stop_with_a_clear_error(
+        tmp_path, post_train_bases):
+    launcher = _mpirun()
+    output = tmp_path / "mismatch.rift"
+    ours = _post_train_arguments("base", post_train_bases["base"], output, "lora", 4,
+                                 "--data-parallel")
+    theirs = [*ours]
+    theirs[theirs.index("--learning-rate") + 1] = "0.02"
+    completed = _run([launcher, "-n", "1", *ours, ":", "-n", "1", *theirs], timeout=120)
+    assert completed.returncode != 0
+    assert completed.stderr.count("riftco post-train: error: data parallel: rank 1 runs a "
+                                  "different configuration or data than rank 0") == 2, \
+        completed.stderr
+    assert not output.exists()
+    assert not output.with_name(output.name + ".metrics.jsonl").exists()
+
+
+def test_post_train_refuses_a_global_batch_that_does_not_split_over_the_ranks(
+        tmp_path, post_train_bases):
+    launcher = _mpirun()
+    output = tmp_path / "odd.rift"
+    arguments = _post_train_arguments("base", post_train_bases["base"], output, "lora", 4,
+                                      "--data-parallel")
+    arguments[arguments.index("--batch-size") + 1] = "3"
+    completed = _run([launcher, "-n", "2", "--oversubscribe", *arguments], timeout=120)
+    assert completed.returncode != 0
+    assert completed.stderr.count("the global batch of 3 rows (batch_size, --batch-size) does "
+                                  "not split evenly over 2 ranks; use a multiple of 2") == 2, \
+        completed.stderr
+    assert not output.exists()
+
+
+def test_post_train_refuses_gradient_accumulation_with_data_parallel(tmp_path,
+                                                                     post_train_bases):
+    """Up front, before any process group (so without mpirun, or MPI at all)."""
+    output = tmp_path / "refused.rift"
+    completed = _run(_post_train_arguments("base", post_train_bases["base"], output, "lora", 4,
+                                           "--data-parallel", "--gradient-accumulation", "2"))
+    assert completed.returncode == 2
+    assert ("--gradient-accumulation 2 is not available with --data-parallel yet; raise "
+            "--batch-size instead") in completed.stderr, completed.stderr
+    assert not output.exists()
+    # The API says so too, as it does for what is not a DataParallel.
+    from riftco_transformer.instructions import read_instructions_jsonl
+    from riftco_transformer.post_training import PostTrainingConfig, post_train
+
+    base = ModelBundle.load(post_train_bases["base"])
+    examples = read_instructions_jsonl(INSTRUCTIONS)
+    config = PostTrainingConfig(steps=2, batch_size=4, backend="cpu", fine_tuning_method="lora",
+                                gradient_accumulation_steps=2)
+    with ProcessGroup.single() as group:
+        with pytest.raises(ValueError, match="gradient_accumulation_steps 2 is not available "
+                           "with data_parallel"):
+            post_train(base, examples, config, data_parallel=DataParallel(group))
+    with pytest.raises(TypeError, match="data_parallel must be a DataParallel"):
+        post_train(base, examples, config, data_parallel=group)
+
+
+def test_post_train_on_a_world_of_one_equals_the_plain_run(tmp_path, post_train_bases):
+    """Everywhere (no MPI needed): the data-parallel path of post_train with a world of one,
+    early stopping and checkpoints included, is the plain run bit for bit."""
+    from riftco_transformer.instructions import read_instructions_jsonl, split_examples
+    from riftco_transformer.post_training import PostTrainingConfig, post_train
+
+    base = ModelBundle.load(post_train_bases["base"])
+    splits = split_examples(read_instructions_jsonl(INSTRUCTIONS), 0.2, seed=29)
+    config = PostTrainingConfig(steps=6, batch_size=4, backend="cpu", fine_tuning_method="lora",
+                                learning_rate=0.15, evaluation_interval=1,
+                                early_stopping_patience=2)
+    results = []
+    with ProcessGroup.single() as group:
+        for name, parallel in (("plain", None), ("world_of_one", DataParallel(group))):
+            result = post_train(base, splits.train, config, validation_examples=splits.validation,
+                                checkpoint_path=tmp_path / f"{name}.riftckpt",
+                                checkpoint_interval=2, data_parallel=parallel)
+            results.append(([(m.phase, m.step, m.loss) for m in result.metrics],
+                            result.bundle.weights, result.best_step))
+            assert (tmp_path / f"{name}.best.riftckpt").is_file()
+    assert results[0] == results[1]
+
+
+def test_ranks_whose_validation_losses_differ_stop_instead_of_deciding_differently():
+    """Early stopping under data parallelism compares each validation loss across the ranks
+    (here a stand-in group whose other rank's loss differs in the last bit)."""
+    import types
+
+    from riftco_transformer.post_training import _agreeing_validation
+    from riftco_transformer.training import TrainingMetric
+
+    published = []
+    group = types.SimpleNamespace(allgather=lambda value: [value, value ^ 1])
+    sink = _agreeing_validation(types.SimpleNamespace(group=group), published.append)
+    sink(TrainingMetric("train", 2, 2.5, math.exp(2.5)))  # (already reduced over the ranks)
+    with pytest.raises(ValueError, match="validation losses at step 2 differ"):
+        sink(TrainingMetric("validation", 2, 2.5, math.exp(2.5)))
+    assert [metric.phase for metric in published] == ["train"]
 
 
 # ---- riftco launch ----------------------------------------------------------------------------
