@@ -93,8 +93,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 13
-#define RT_ABI_VERSION 0x0002000du
+#define RT_ABI_VERSION_MINOR 14
+#define RT_ABI_VERSION 0x0002000eu
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -1180,6 +1180,36 @@ RT_API rt_status RT_CALL rt_data_parallel_reduce_gradients(rt_process_group* gro
                                                            rt_parameter_list* list,
                                                            double local_weight,
                                                            double* out_total_weight);
+/* 2.14: rt_data_parallel_reduce_gradients overlapped with backward: runs the backward of the
+ * one-element `loss` (seed seed_scale, finite; accumulate 0 replaces gradients, 1 adds) and
+ * averages the list's gradients while backward still runs (each bucket starts its
+ * non-blocking allreduce once backward has finished all its gradients), with the same
+ * buckets and collectives as rt_data_parallel_reduce_gradients, so the result is
+ * bit-identical to rt_variable_backward_scaled followed by it. The graph rules of
+ * rt_variable_backward apply (single use, parameter epoch); loss and list must come from
+ * the same model (INVALID_ARGUMENT). */
+RT_API rt_status RT_CALL rt_data_parallel_backward_and_reduce(rt_process_group* group,
+                                                              rt_parameter_list* list,
+                                                              rt_variable* loss,
+                                                              double local_weight,
+                                                              float seed_scale,
+                                                              uint32_t accumulate,
+                                                              double* out_total_weight);
+/* 2.14, ZeRO-1: an Adam whose moments are sharded over the ranks of `group` (every rank
+ * passes the same list; whole parameters, largest first to the least-loaded rank). It is an
+ * rt_adam like any other, except that rt_adam_step, rt_adam_state_get,
+ * rt_adam_state_copy_to_host_f32 and rt_adam_state_load_from_host_f32 are collectives (every
+ * rank calls them, in the same order): a step clips with the global gradient norm, updates
+ * this rank's share and gathers every value; the state functions speak the whole list's
+ * logical state, so a state moves between world sizes and to or from an unsharded rt_adam.
+ * Creation is collective too. The optimizer keeps the group alive. rt_adam_state_payload_bytes
+ * and rt_adam_state_page_count report this rank's share. */
+RT_API rt_status RT_CALL rt_adam_create_sharded(rt_process_group* group,
+                                                const rt_parameter_list* parameters,
+                                                const rt_adam_options* options, rt_adam** out);
+/* The moment bytes this process holds, and what an unsharded optimizer holds (2·N·4). */
+RT_API rt_status RT_CALL rt_adam_sharded_state_bytes(const rt_adam* adam, uint64_t* out_held_bytes,
+                                                     uint64_t* out_unsharded_bytes);
 /* A 64-bit FNV-1a hash of the list's values (replica checks). */
 RT_API rt_status RT_CALL rt_data_parallel_parameter_hash(const rt_parameter_list* list,
                                                          uint64_t* out);

@@ -76,6 +76,11 @@ class UsageError(Exception):
     """A bad flag value found after parsing: reported like argparse's errors."""
 
 
+
+_ZERO_1_HELP = ("with --data-parallel: shard Adam's moments over the ranks (ZeRO-1): each rank "
+                "keeps and updates its share of the parameters, the values are gathered after "
+                "every step; checkpoints hold the whole state and resume with any world size")
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -215,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--collective-timeout", type=_positive_float, default=120.0,
                           help="seconds a collective may wait for the other ranks before every "
                           "rank stops with an error (with --data-parallel)")
+    pretrain.add_argument("--zero-1", action="store_true",
+                          help=_ZERO_1_HELP)
 
     post = commands.add_parser("post-train", help="fine-tune a bundle on instruction JSONL",
                                description="Fine-tune a .rift bundle on prompt/response (or "
@@ -303,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--collective-timeout", type=_positive_float, default=120.0,
                       help="seconds a collective may wait for the other ranks before every "
                       "rank stops with an error (with --data-parallel)")
+    post.add_argument("--zero-1", action="store_true", help=_ZERO_1_HELP)
 
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
@@ -577,11 +585,7 @@ def command_pretrain(arguments) -> int:
         resume = checkpoint
     else:
         resume = None
-    data_parallel = None
-    if arguments.data_parallel:
-        from .distributed import DataParallel, ProcessGroup
-
-        data_parallel = DataParallel(ProcessGroup(timeout=arguments.collective_timeout))
+    data_parallel = _data_parallel_of(arguments)
     leader = data_parallel is None or data_parallel.rank == 0
     if leader:
         reporter = _TrainingReporter(arguments, config.steps, "pretrain", initial,
@@ -625,16 +629,24 @@ def command_pretrain(arguments) -> int:
     return 0
 
 
+def _data_parallel_of(arguments):
+    """The DataParallel of --data-parallel (and --zero-1, --collective-timeout), or None."""
+    if arguments.zero_1 and not arguments.data_parallel:
+        raise UsageError("--zero-1 needs --data-parallel")
+    if not arguments.data_parallel:
+        return None
+    from .distributed import DataParallel, ProcessGroup
+
+    return DataParallel(ProcessGroup(timeout=arguments.collective_timeout),
+                        shard_optimizer=arguments.zero_1)
+
+
 def command_post_train(arguments) -> int:
     if arguments.data_parallel and arguments.gradient_accumulation > 1:
         raise UsageError(f"--gradient-accumulation {arguments.gradient_accumulation} is not "
                          "available with --data-parallel yet; raise --batch-size instead (the "
                          "global batch the ranks share)")
-    data_parallel = None
-    if arguments.data_parallel:
-        from .distributed import DataParallel, ProcessGroup
-
-        data_parallel = DataParallel(ProcessGroup(timeout=arguments.collective_timeout))
+    data_parallel = _data_parallel_of(arguments)
     if data_parallel is None or data_parallel.rank == 0:
         return _post_train_command(arguments, data_parallel)
     # The other ranks stay quiet (rank 0 says it all); their errors still go to stderr.

@@ -12,6 +12,13 @@ the model::
     parallel.reduce_gradients(model, local_weight=targets_counted)
     optimizer.step()                            # the same step on every rank
 
+or, with the reduction running while backward still computes (bit-identical results)::
+
+    parallel.backward_and_reduce(model, loss, local_weight=targets_counted)
+
+``Adam(parameters, sharded_over=parallel)`` shards the optimizer's moments over the ranks
+(ZeRO-1).
+
 :class:`~riftco_transformer.training.CausalLanguageModelTrainer` does all of this when given
 ``data_parallel=``. Collectives have a deadline (``timeout`` seconds): when a rank died,
 stopped or runs a different program, a rank whose collective passes its deadline prints which
@@ -144,10 +151,17 @@ def _parameter_list(target):
 class DataParallel:
     """Keeps model replicas identical across a :class:`ProcessGroup` (see the module)."""
 
-    def __init__(self, group: ProcessGroup, bucket_bytes: int | None = None) -> None:
+    def __init__(self, group: ProcessGroup, bucket_bytes: int | None = None,
+                 shard_optimizer: bool = False) -> None:
+        """``shard_optimizer``: the trainer given this object replaces its optimizer by the
+        same one sharded over the ranks (ZeRO-1: ``Adam(..., sharded_over=self)``)."""
         if not isinstance(group, ProcessGroup):
             raise TypeError(f"group must be a ProcessGroup, not {type(group).__name__}")
+        if not isinstance(shard_optimizer, bool):
+            raise TypeError("shard_optimizer must be a bool, not "
+                            f"{type(shard_optimizer).__name__}")
         self.group = group
+        self.shard_optimizer = shard_optimizer
         if bucket_bytes is not None:
             if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
                     or bucket_bytes < 4:
@@ -187,6 +201,47 @@ class DataParallel:
         self._with_list(target, "rt_data_parallel_reduce_gradients", float(local_weight),
                         ctypes.byref(total))
         return total.value
+
+    def backward_and_reduce(self, target, loss, local_weight: float, scale: float = 1.0,
+                            accumulate: bool = False) -> float:
+        """``loss.backward_scaled(scale, accumulate)`` then :meth:`reduce_gradients`, with
+        the reduction overlapped with backward: each bucket of gradients starts its
+        non-blocking allreduce as soon as backward has finished them. The same buckets and
+        collectives, so the result is bit-identical. Consumes ``loss``'s graph; returns the
+        total weight. C ABI 2.14."""
+        from .native.autograd import Variable
+
+        if not isinstance(loss, Variable):
+            raise TypeError(f"loss must be a Variable, not {type(loss).__name__}")
+        if isinstance(local_weight, bool) or not isinstance(local_weight, (int, float)):
+            raise TypeError(f"local_weight must be a number, not {type(local_weight).__name__}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
+                or not math.isfinite(scale):
+            raise ValueError(f"scale must be a finite number, got {scale!r}")
+        if not isinstance(accumulate, bool):
+            raise TypeError(f"accumulate must be a bool, not {type(accumulate).__name__}")
+        total = ctypes.c_double()
+        parameters, owned = _parameter_list(target)
+        try:
+            with self.group._native() as group_pointer, parameters._native() as list_pointer, \
+                    loss._native() as loss_pointer:
+                check_status(library().rt_data_parallel_backward_and_reduce(
+                    group_pointer, list_pointer, loss_pointer, float(local_weight), float(scale),
+                    int(accumulate), ctypes.byref(total)))
+        finally:
+            if owned:
+                parameters.close()
+        return total.value
+
+    def write_on_rank_zero(self, write, optimizer=None) -> None:
+        """Rank 0 runs ``write()`` (a checkpoint: the replicas are identical) while the others
+        wait until it is complete. With a sharded ``optimizer`` the others first take part in
+        gathering its state, which ``write`` reads exactly once."""
+        if self.rank == 0:
+            write()
+        elif optimizer is not None and getattr(optimizer, "sharded", False):
+            optimizer.state()
+        self.group.barrier()
 
     def shard(self, global_rows: int) -> tuple[int, int]:
         """Rows ``[begin, end)`` of a global batch this rank trains on."""

@@ -345,11 +345,13 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
 
         # Under data parallelism rank 0 writes (the replicas and the global batch position are
         # the same everywhere) while the others wait for the file to be complete.
-        if data_parallel is None or data_parallel.rank == 0:
+        def write() -> None:
             save_training_checkpoint(path, model, optimizer, tokenizer, source, trainer,
                                      nf4=nf4, metadata=metadata)
-        if data_parallel is not None:
-            data_parallel.group.barrier()
+        if data_parallel is None:
+            write()
+        else:
+            data_parallel.write_on_rank_zero(write, optimizer)
 
     if keep_best and data_parallel is not None:
         # Early stopping decides on the validation loss, and a new best writes a checkpoint
@@ -544,6 +546,7 @@ def post_train(
         if checkpoint is None:
             optimizer = _trainable_with_optimizer(model, config)
         trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
+        optimizer = trainer.optimizer  # sharded over the ranks under ZeRO-1
         if checkpoint is not None:
             checkpoint.restore_source(source)
             checkpoint.restore_trainer(trainer)
@@ -707,6 +710,7 @@ def fine_tune_pretrained(
 
     try:
         trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
+        optimizer = trainer.optimizer  # sharded over the ranks under ZeRO-1
         if checkpoint is not None:
             checkpoint.restore(model, optimizer, source, trainer)
         last[0] = _time.perf_counter()

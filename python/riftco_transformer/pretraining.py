@@ -536,17 +536,20 @@ def _train(tokenizer, train_tokens, validation_tokens, config: PretrainingConfig
                 page_size=config.optimizer_page_size))
     try:
         trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
+        optimizer = trainer.optimizer  # sharded over the ranks under ZeRO-1
         if resume_from is not None:
             checkpoint.restore_trainer(trainer)
 
         def save_checkpoint() -> None:
             # Under data parallelism rank 0 writes (the replicas and the global batch position
             # are the same everywhere) while the others wait for the file to be complete.
-            if data_parallel is None or data_parallel.rank == 0:
+            def write() -> None:
                 save_training_checkpoint(checkpoint_path, model, optimizer, tokenizer, source,
                                          trainer)
-            if data_parallel is not None:
-                data_parallel.group.barrier()
+            if data_parallel is None:
+                write()
+            else:
+                data_parallel.write_on_rank_zero(write, optimizer)
         done = optimizer.step_count
         remaining = config.steps - done
         if remaining < 0:

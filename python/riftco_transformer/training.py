@@ -211,6 +211,21 @@ class CausalLanguageModelTrainer:
             if model.lora_attached:
                 with model.adapter_parameters() as adapter:
                     data_parallel.synchronize_parameters(adapter)
+            if data_parallel.shard_optimizer and not optimizer.sharded:
+                # ZeRO-1: the same optimizer (options, step count, moments) sharded over the
+                # ranks; the given one is closed, so callers go on with self.optimizer.
+                trainable = model.adapter_parameters() if model.lora_attached \
+                    else model.parameters()
+                state = optimizer.state()
+                with trainable:
+                    sharded = Adam(trainable, optimizer.options, sharded_over=data_parallel)
+                try:
+                    sharded.load_state(state)
+                except BaseException:
+                    sharded.close()
+                    raise
+                optimizer.close()
+                self.optimizer = sharded
 
     def capture_state(self) -> dict:
         """The loop's own state (the rolling window's losses, and early stopping's record
@@ -314,18 +329,18 @@ class CausalLanguageModelTrainer:
             weight = float(local.token_count)
         else:
             weight = float(sum(len(row) - row.count(0) for row in local.target_mask))
-        if weight > 0:
-            loss = batch_loss(self.model, local)
-            local_loss = loss.item()
-            loss.backward()
-            loss.close()
-        else:  # a shard with no counted target contributes nothing (zero gradients)
-            local_loss = 0.0
-        if self.model.lora_attached:
-            with self.model.adapter_parameters() as trainable:
-                total = self.data_parallel.reduce_gradients(trainable, weight)
-        else:
-            with self.model.parameters() as trainable:
+        trainable = (self.model.adapter_parameters() if self.model.lora_attached
+                     else self.model.parameters())
+        with trainable:
+            if weight > 0:
+                # The reduction runs while backward computes (the buckets' collectives are
+                # the blocking path's, in the same order, so ranks may mix the two).
+                loss = batch_loss(self.model, local)
+                local_loss = loss.item()
+                total = self.data_parallel.backward_and_reduce(trainable, loss, weight)
+                loss.close()
+            else:  # a shard with no counted target contributes nothing (zero gradients)
+                local_loss = 0.0
                 total = self.data_parallel.reduce_gradients(trainable, weight)
         return self.data_parallel.group.allreduce_sum([local_loss * weight])[0] / total
 

@@ -97,49 +97,85 @@ rt_status rt_adam_create(const rt_parameter_list* parameters, const rt_adam_opti
     });
 }
 
+rt_status rt_adam_create_sharded(rt_process_group* group, const rt_parameter_list* parameters,
+                                 const rt_adam_options* options, rt_adam** out) {
+    return guarded(__func__, [&] {
+        const rt_process_group& native_group = require_handle(group, "group");
+        const rt_parameter_list& list = require_handle(parameters, "parameters");
+        const rt_adam_options given = options == nullptr
+                                          ? default_adam_options()
+                                          : read_struct(options, adam_options_minimum_size,
+                                                        default_adam_options(), "options");
+        const AdamOptions native = native_options(given);
+        require_pointer(out, "out");
+        *out = new rt_adam(list.state, native_group.state, list.parameters, native);
+    });
+}
+
+rt_status rt_adam_sharded_state_bytes(const rt_adam* adam, uint64_t* out_held_bytes,
+                                      uint64_t* out_unsharded_bytes) {
+    return guarded(__func__, [&] {
+        const rt_adam& native = adam_of(adam);
+        require_pointer(out_held_bytes, "out_held_bytes");
+        require_pointer(out_unsharded_bytes, "out_unsharded_bytes");
+        *out_held_bytes = native.state_payload_bytes();
+        *out_unsharded_bytes = 2 * native.state_value_count() * sizeof(float);
+    });
+}
+
 void rt_adam_release(rt_adam* adam) {
     delete adam;
 }
 
 rt_status rt_adam_backend(const rt_adam* adam, int32_t* out_backend) {
     return guarded(__func__, [&] {
-        set_output(out_backend, static_cast<int32_t>(adam_of(adam).adam.backend()), "out_backend");
+        const rt_adam& native = adam_of(adam);
+        set_output(out_backend,
+                   static_cast<int32_t>(native.adam ? native.adam->backend()
+                                                    : native.sharded->backend()),
+                   "out_backend");
     });
 }
 
 rt_status rt_adam_step_count(const rt_adam* adam, uint64_t* out_count) {
     return guarded(__func__,
-                   [&] { set_output(out_count, adam_of(adam).adam.step_count(), "out_count"); });
+                   [&] { set_output(out_count, adam_of(adam).step_count(), "out_count"); });
 }
 
 rt_status rt_adam_parameter_count(const rt_adam* adam, uint64_t* out_count) {
     return guarded(__func__, [&] {
-        set_output(out_count, adam_of(adam).adam.parameter_tensor_count(), "out_count");
+        set_output(out_count, adam_of(adam).parameters().size(), "out_count");
     });
 }
 
 rt_status rt_adam_state_storage(const rt_adam* adam, int32_t* out_storage) {
     return guarded(__func__, [&] {
-        set_output(out_storage, static_cast<int32_t>(adam_of(adam).adam.state_storage_kind()),
+        const rt_adam& native = adam_of(adam);
+        const AdamOptions& options = native.adam ? native.adam->options() : native.sharded->options();
+        set_output(out_storage, static_cast<int32_t>(options.state_storage),
                    "out_storage");
     });
 }
 
 rt_status rt_adam_state_page_size(const rt_adam* adam, uint64_t* out_page_size) {
     return guarded(__func__, [&] {
-        set_output(out_page_size, adam_of(adam).adam.state_page_size(), "out_page_size");
+        const rt_adam& native = adam_of(adam);
+        set_output(out_page_size,
+                   native.adam ? native.adam->state_page_size() : native.sharded->options().page_size,
+                   "out_page_size");
     });
 }
 
 rt_status rt_adam_state_page_count(const rt_adam* adam, uint64_t* out_page_count) {
     return guarded(__func__, [&] {
-        set_output(out_page_count, adam_of(adam).adam.state_page_count(), "out_page_count");
+        const Adam* local = adam_of(adam).local();
+        set_output(out_page_count, local == nullptr ? 0 : local->state_page_count(), "out_page_count");
     });
 }
 
 rt_status rt_adam_state_payload_bytes(const rt_adam* adam, uint64_t* out_bytes) {
     return guarded(__func__, [&] {
-        set_output(out_bytes, adam_of(adam).adam.state_payload_bytes(), "out_bytes");
+        set_output(out_bytes, adam_of(adam).state_payload_bytes(), "out_bytes");
     });
 }
 
@@ -150,7 +186,7 @@ rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {
             require_struct_size(stats->struct_size, adam_step_stats_minimum_size, "stats");
         }
         native.pin.state().require_no_session();
-        const AdamStepStats result = native.adam.step();
+        const AdamStepStats result = native.step();
         ++native.pin.state().parameter_epoch;
         if (stats != nullptr) {
             rt_adam_step_stats written{};
@@ -165,7 +201,13 @@ rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {
 }
 
 rt_status rt_adam_zero_gradients(rt_adam* adam) {
-    return guarded(__func__, [&] { require_handle(adam, "adam").adam.zero_gradients(); });
+    return guarded(__func__, [&] {
+        rt_adam& native = require_handle(adam, "adam");
+        if (native.adam)
+            native.adam->zero_gradients();
+        else
+            native.sharded->zero_gradients();
+    });
 }
 
 rt_status rt_adam_state_get(const rt_adam* adam, rt_adam_state* out_state) {
@@ -173,7 +215,7 @@ rt_status rt_adam_state_get(const rt_adam* adam, rt_adam_state* out_state) {
         const rt_adam& native = adam_of(adam);
         require_pointer(out_state, "out_state");
         require_struct_size(out_state->struct_size, sizeof(rt_adam_state), "out_state");
-        const AdamState state = native.adam.state();
+        const AdamState state = native.state();
         rt_adam_state written{};
         written.struct_size = sizeof(rt_adam_state);
         written.step_count = state.step_count;
@@ -191,12 +233,12 @@ rt_status rt_adam_state_copy_to_host_f32(const rt_adam* adam, float* values, flo
         require_pointer(values, "values");
         require_pointer(first_moments, "first_moments");
         require_pointer(second_moments, "second_moments");
-        const std::size_t count = native.adam.state_value_count();
+        const std::size_t count = native.state_value_count();
         if (capacity < count) {
             throw std::out_of_range("capacity " + std::to_string(capacity) + " is below the " +
                                     std::to_string(count) + " values of each array");
         }
-        const AdamState state = native.adam.state();
+        const AdamState state = native.state();
         std::copy(state.parameter_values.begin(), state.parameter_values.end(), values);
         std::copy(state.first_moments.begin(), state.first_moments.end(), first_moments);
         std::copy(state.second_moments.begin(), state.second_moments.end(), second_moments);
@@ -225,7 +267,7 @@ rt_status rt_adam_state_load_from_host_f32(rt_adam* adam, const rt_adam_state* s
         restored.parameter_values.assign(given_values.begin(), given_values.end());
         restored.first_moments.assign(given_first.begin(), given_first.end());
         restored.second_moments.assign(given_second.begin(), given_second.end());
-        native.adam.load_state(restored);
+        native.load_state(restored);
         ++native.pin.state().parameter_epoch;
     });
 }

@@ -29,19 +29,7 @@ rt_variable* loss_handle(const rt_variable& logits, Variable loss) {
 // rt_variable_backward's graph checks, then the pass (seed `scale`, replacing or adding).
 void run_backward(rt_variable* variable, float scale, bool accumulate) {
     rt_variable& native = require_handle(variable, "variable");
-    const ModelState& state = native.pin.state();
-    if (native.backward_consumed) {
-        throw std::logic_error(
-            "an earlier rt_variable_backward consumed this graph (graphs are single-use); "
-            "build a new graph with rt_model_forward");
-    }
-    if (native.epoch != state.parameter_epoch) {
-        throw std::logic_error(
-            "the graph was built at parameter epoch " + std::to_string(native.epoch) +
-            " but the model is at epoch " + std::to_string(state.parameter_epoch) +
-            " (an Adam step or a parameter load replaced the parameters it read); build "
-            "a new graph");
-    }
+    require_differentiable(native);
     const BackwardOptions options{.accumulate = accumulate};
     if (scale == 1.0F) {
         native.variable.backward(options);
@@ -60,6 +48,26 @@ void run_backward(rt_variable* variable, float scale, bool accumulate) {
 }
 
 }  // namespace
+
+namespace riftco_transformer::c_api {
+
+void require_differentiable(const rt_variable& native) {
+    const ModelState& state = native.pin.state();
+    if (native.backward_consumed) {
+        throw std::logic_error(
+            "an earlier rt_variable_backward consumed this graph (graphs are single-use); "
+            "build a new graph with rt_model_forward");
+    }
+    if (native.epoch != state.parameter_epoch) {
+        throw std::logic_error(
+            "the graph was built at parameter epoch " + std::to_string(native.epoch) +
+            " but the model is at epoch " + std::to_string(state.parameter_epoch) +
+            " (an Adam step or a parameter load replaced the parameters it read); build "
+            "a new graph");
+    }
+}
+
+}  // namespace riftco_transformer::c_api
 
 extern "C" {
 

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -22,6 +23,8 @@
 #include "riftco_transformer/core/backend.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 #include "riftco_transformer/data/tokenizer.hpp"
+#include "riftco_transformer/distributed/process_group.hpp"
+#include "riftco_transformer/distributed/zero_redundancy_adam.hpp"
 #include "riftco_transformer/model/decoder.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 #include "riftco_transformer/nn/parameter.hpp"
@@ -134,13 +137,76 @@ struct rt_variable {
     bool backward_consumed = false;  // a backward through this handle succeeded
 };
 
+namespace riftco_transformer::c_api {
+// What an rt_process_group owns; a sharded rt_adam shares it, so the group outlives it.
+struct DistributedState {
+    explicit DistributedState(std::unique_ptr<ProcessGroup> native)
+        : group(std::move(native)), parallel(*group) {}
+    std::unique_ptr<ProcessGroup> group;
+    DataParallel parallel;
+};
+}  // namespace riftco_transformer::c_api
+
+struct rt_process_group {
+    std::shared_ptr<riftco_transformer::c_api::DistributedState> state;
+};
+
+// An Adam over the whole list, or (rt_adam_create_sharded) one rank's shard of a ZeRO-1
+// optimizer; the accessors below answer for either.
+namespace riftco_transformer::c_api {
+// A backward through `native` may run: its graph not consumed by an earlier backward, and
+// built at the model's current parameter epoch (std::logic_error otherwise).
+void require_differentiable(const rt_variable& native);
+}  // namespace riftco_transformer::c_api
+
 struct rt_adam {
     rt_adam(std::shared_ptr<riftco_transformer::c_api::ModelState> state,
             riftco_transformer::Adam optimizer)
         : pin(std::move(state), riftco_transformer::c_api::ModelPin::Kind::Optimizer),
           adam(std::move(optimizer)) {}
+    rt_adam(std::shared_ptr<riftco_transformer::c_api::ModelState> state,
+            std::shared_ptr<riftco_transformer::c_api::DistributedState> distributed,
+            const riftco_transformer::ParameterList& parameters,
+            const riftco_transformer::AdamOptions& options)
+        : pin(std::move(state), riftco_transformer::c_api::ModelPin::Kind::Optimizer),
+          group(std::move(distributed)),
+          sharded(std::in_place, group->parallel, parameters, options) {}
     riftco_transformer::c_api::ModelPin pin;
-    riftco_transformer::Adam adam;
+    std::optional<riftco_transformer::Adam> adam;
+    std::shared_ptr<riftco_transformer::c_api::DistributedState> group;  // sharded only
+    // Mutable: reading a sharded optimizer's state is a collective (it gathers the moments),
+    // though it changes nothing.
+    mutable std::optional<riftco_transformer::ZeroRedundancyAdam> sharded;
+
+    [[nodiscard]] riftco_transformer::AdamStepStats step() {
+        return adam ? adam->step() : sharded->step();
+    }
+    [[nodiscard]] riftco_transformer::AdamState state() const {  // collective when sharded
+        return adam ? adam->state() : sharded->state();
+    }
+    void load_state(const riftco_transformer::AdamState& state) {
+        if (adam)
+            adam->load_state(state);
+        else
+            sharded->load_state(state);
+    }
+    [[nodiscard]] const riftco_transformer::ParameterList& parameters() const {
+        return adam ? adam->parameters() : sharded->parameters();
+    }
+    [[nodiscard]] std::uint64_t step_count() const {
+        return adam ? adam->step_count() : sharded->step_count();
+    }
+    [[nodiscard]] std::size_t state_value_count() const {
+        return adam ? adam->state_value_count() : sharded->state_value_count();
+    }
+    // This process's Adam: the whole list's, or its shard's (null when it owns nothing).
+    [[nodiscard]] const riftco_transformer::Adam* local() const {
+        return adam ? &*adam : sharded->shard();
+    }
+    // The moment bytes this process holds (its shard's when sharded).
+    [[nodiscard]] std::size_t state_payload_bytes() const {
+        return adam ? adam->state_payload_bytes() : sharded->owned_state_bytes();
+    }
 };
 
 struct rt_multilinear_map {

@@ -155,11 +155,16 @@ std::unique_ptr<ProcessGroup> create_single_process_group() {
 }
 
 DataParallel::DataParallel(ProcessGroup& group, std::size_t bucket_bytes)
-    : group_(group), bucket_bytes_(bucket_bytes) {
+    : group_(group), bucket_bytes_(sizeof(float)) {
+    set_bucket_bytes(bucket_bytes);
+}
+
+void DataParallel::set_bucket_bytes(std::size_t bucket_bytes) {
     if (bucket_bytes < sizeof(float)) {
         throw std::invalid_argument("DataParallel: bucket_bytes must be at least 4, got " +
                                     std::to_string(bucket_bytes));
     }
+    bucket_bytes_ = bucket_bytes;
 }
 
 void DataParallel::check_layout(const ParameterList& parameters) {

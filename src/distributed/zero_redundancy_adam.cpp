@@ -135,6 +135,11 @@ double ZeroRedundancyAdam::learning_rate() const {
     return scheduled_learning_rate(options_.learning_rate, options_.schedule, next);
 }
 
+void ZeroRedundancyAdam::zero_gradients() {
+    for (NamedParameter& entry : parameters_)
+        entry.parameter.zero_gradient();
+}
+
 std::size_t ZeroRedundancyAdam::owned_state_bytes() const noexcept {
     return adam_ ? adam_->state_payload_bytes() : 0;
 }

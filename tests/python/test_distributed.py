@@ -80,22 +80,67 @@ def _train(data_parallel, steps=4, bucket=None):
     config = TransformerConfig(40, 8, 16, 2, 1, 32, 3)
     model = DecoderOnlyTransformer(config)
     with model.parameters() as parameters:
-        optimizer = Adam(parameters, learning_rate=3e-3)
+        optimizer = Adam(parameters, learning_rate=3e-3, maximum_gradient_norm=0.5)
     trainer = CausalLanguageModelTrainer(model, optimizer, data_parallel=data_parallel)
     metrics = trainer.run(RandomWindowBatchSource(tokens, 4, 8, 5), TrainingLoopConfig(steps))
     values = model.parameters().flat_values()
-    optimizer.close()
+    trainer.optimizer.close()
     model.close()
     return [m.loss for m in metrics], values
 
 
-def test_a_world_of_one_trains_exactly_like_the_plain_trainer():
+@pytest.mark.parametrize("shard_optimizer", [False, True])
+def test_a_world_of_one_trains_exactly_like_the_plain_trainer(shard_optimizer):
+    """The trainer's overlapped reduction, and ZeRO-1's sharded optimizer (the trainer swaps
+    it in), change nothing over a world of one: the same losses and values, bit for bit."""
     plain_losses, plain_values = _train(None)
     with ProcessGroup.single() as group:
-        losses, values = _train(DataParallel(group, bucket_bytes=64))
+        losses, values = _train(DataParallel(group, bucket_bytes=64,
+                                             shard_optimizer=shard_optimizer))
         assert group.communication[0] > 0
     assert losses == plain_losses
     assert values.tobytes() == plain_values.tobytes()
+
+
+def test_backward_and_reduce_equals_backward_then_reduce_and_checks_its_arguments():
+    from riftco_transformer.native import cross_entropy
+
+    tokens = [[(5 * i + row) % 40 for i in range(8)] for row in range(2)]
+    config = TransformerConfig(40, 8, 16, 2, 1, 32, 3)
+    hashes = []
+    with ProcessGroup.single() as group:
+        parallel = DataParallel(group, bucket_bytes=256)
+        for overlapped in (False, True):
+            with DecoderOnlyTransformer(config) as model, model.parameters() as parameters:
+                loss = cross_entropy(model(tokens), tokens)
+                if overlapped:
+                    with pytest.raises(ValueError, match="scale must be a finite number"):
+                        parallel.backward_and_reduce(parameters, loss, 16, scale=math.inf)
+                    with pytest.raises(TypeError, match="loss must be a Variable"):
+                        parallel.backward_and_reduce(parameters, "loss", 16)
+                    with pytest.raises(RiftcoTransformerError, match="local_weight"):
+                        parallel.backward_and_reduce(parameters, loss, -1.0)
+                    assert parallel.backward_and_reduce(parameters, loss, 16, 0.5) == 16.0
+                    with pytest.raises(RiftcoTransformerError, match="consumed"):
+                        parallel.backward_and_reduce(parameters, loss, 16)
+                else:
+                    loss.backward_scaled(0.5)
+                    assert parallel.reduce_gradients(parameters, 16) == 16.0
+                loss.close()
+                with Adam(parameters, learning_rate=1e-2) as optimizer:
+                    optimizer.step()
+                hashes.append(parallel.parameter_hash(parameters))
+        assert hashes[0] == hashes[1]
+        with pytest.raises(TypeError, match="shard_optimizer must be a bool"):
+            DataParallel(group, shard_optimizer=1)
+        with DecoderOnlyTransformer(config) as model, model.parameters() as parameters:
+            with pytest.raises(TypeError, match="sharded_over must be a DataParallel"):
+                Adam(parameters, sharded_over=group)
+            with Adam(parameters, sharded_over=parallel) as sharded, \
+                    Adam(parameters) as plain:
+                assert sharded.sharded and not plain.sharded
+                held, unsharded = sharded.state_bytes_held
+                assert held == unsharded == plain.state_payload_bytes
 
 
 # ---- under mpirun -------------------------------------------------------------------------
@@ -183,25 +228,32 @@ def one_process_run(tmp_path_factory):
     return output
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_ranks_match_one_process_on_the_same_global_batches(tmp_path, one_process_run, ranks):
+@pytest.mark.parametrize("ranks, zero", [(2, False), (4, False), (2, True), (4, True)])
+def test_ranks_match_one_process_on_the_same_global_batches(tmp_path, one_process_run, ranks,
+                                                           zero):
+    """The overlapped reduction (the trainer's), and ZeRO-1 (--zero-1) on top of it."""
     launcher = _mpirun()
     output = tmp_path / f"ranks{ranks}.rift"
     completed = _run([launcher, "-n", str(ranks), "--oversubscribe",
-                      *_pretrain_arguments(output, 8, "--data-parallel")])
+                      *_pretrain_arguments(output, 8, "--data-parallel",
+                                           *(["--zero-1"] if zero else []))])
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert f"data parallel over {ranks} ranks" in completed.stdout
     _expect_same_run(output, one_process_run)
 
 
-def test_a_checkpoint_resumes_with_another_world_size(tmp_path, one_process_run):
+@pytest.mark.parametrize("zero", [False, True])
+def test_a_checkpoint_resumes_with_another_world_size(tmp_path, one_process_run, zero):
+    """With --zero-1 the checkpoints hold the whole optimizer state: 2 sharded ranks' one
+    resumes in one unsharded process, and one process's in 4 sharded ranks."""
     launcher = _mpirun()
+    sharding = ["--zero-1"] if zero else []
     # 2 ranks write a checkpoint at step 4; 1 process resumes it to step 8 ...
     first = tmp_path / "two_then_one.rift"
     checkpoint = tmp_path / "two.riftckpt"
     completed = _run([launcher, "-n", "2", "--oversubscribe",
-                      *_pretrain_arguments(first, 4, "--data-parallel", "--checkpoint",
-                                           str(checkpoint))])
+                      *_pretrain_arguments(first, 4, "--data-parallel", *sharding,
+                                           "--checkpoint", str(checkpoint))])
     assert completed.returncode == 0, completed.stdout + completed.stderr
     completed = _run(_pretrain_arguments(first, 8, "--resume", str(checkpoint),
                                          "--checkpoint", str(tmp_path / "one.riftckpt")))
@@ -213,7 +265,7 @@ def test_a_checkpoint_resumes_with_another_world_size(tmp_path, one_process_run)
     completed = _run(_pretrain_arguments(second, 4, "--checkpoint", str(single_checkpoint)))
     assert completed.returncode == 0, completed.stderr
     completed = _run([launcher, "-n", "4", "--oversubscribe",
-                      *_pretrain_arguments(second, 8, "--data-parallel", "--resume",
+                      *_pretrain_arguments(second, 8, "--data-parallel", *sharding, "--resume",
                                            str(single_checkpoint))])
     assert completed.returncode == 0, completed.stdout + completed.stderr
     _expect_same_run(second, one_process_run)
@@ -372,17 +424,19 @@ def post_train_references(tmp_path_factory, post_train_bases):
     return reference
 
 
-@pytest.mark.parametrize("source, method, ranks", [
-    ("base", "full", 2), ("base", "lora", 2), ("base", "lora", 4), ("base", "qlora", 2),
-    ("model", "full", 2), ("model", "qlora", 2),
+@pytest.mark.parametrize("source, method, ranks, zero", [
+    ("base", "full", 2, False), ("base", "lora", 2, False), ("base", "lora", 4, False),
+    ("base", "qlora", 2, False), ("model", "full", 2, False), ("model", "qlora", 2, False),
+    ("base", "full", 2, True), ("base", "lora", 4, True), ("model", "qlora", 2, True),
 ])
 def test_post_train_ranks_match_one_process_on_the_same_global_batches(
-        tmp_path, post_train_bases, post_train_references, source, method, ranks):
+        tmp_path, post_train_bases, post_train_references, source, method, ranks, zero):
     launcher = _mpirun()
     output = tmp_path / f"ranks{ranks}.rift"
     completed = _run([launcher, "-n", str(ranks), "--oversubscribe",
                       *_post_train_arguments(source, post_train_bases[source], output, method,
-                                             6, "--data-parallel")])
+                                             6, "--data-parallel",
+                                             *(["--zero-1"] if zero else []))])
     assert completed.returncode == 0, completed.stdout + completed.stderr
     # Rank 0 alone speaks and writes.
     assert completed.stdout.count(f"data parallel over {ranks} ranks") == 1, completed.stdout
@@ -452,6 +506,18 @@ def test_post_train_refuses_a_global_batch_that_does_not_split_over_the_ranks(
                                   "not split evenly over 2 ranks; use a multiple of 2") == 2, \
         completed.stderr
     assert not output.exists()
+
+
+def test_zero_1_needs_data_parallel(tmp_path, post_train_bases):
+    """Up front, on both commands, before anything trains or is written."""
+    output = tmp_path / "refused.rift"
+    for arguments in (_pretrain_arguments(output, 2, "--zero-1"),
+                      _post_train_arguments("base", post_train_bases["base"], output, "lora", 2,
+                                            "--zero-1")):
+        completed = _run(arguments)
+        assert completed.returncode == 2, completed.stdout + completed.stderr
+        assert "--zero-1 needs --data-parallel" in completed.stderr
+        assert not output.exists()
 
 
 def test_post_train_refuses_gradient_accumulation_with_data_parallel(tmp_path,

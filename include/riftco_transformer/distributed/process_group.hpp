@@ -108,6 +108,8 @@ class DataParallel {
 
     [[nodiscard]] ProcessGroup& group() const noexcept { return group_; }
     [[nodiscard]] std::size_t bucket_bytes() const noexcept { return bucket_bytes_; }
+    // From the next reduction on (std::invalid_argument: < 4; nothing changed).
+    void set_bucket_bytes(std::size_t bucket_bytes);
 
     // Layout check, then rank 0's values on every rank.
     void synchronize_parameters(const ParameterList& parameters);

@@ -53,6 +53,13 @@ class ZeroRedundancyAdam {
     void load_state(const AdamState& state);
 
     [[nodiscard]] const ParameterList& parameters() const noexcept { return parameters_; }
+    // The Adam over this rank's share (null when it owns nothing).
+    [[nodiscard]] const Adam* shard() const noexcept { return adam_ ? &*adam_ : nullptr; }
+    [[nodiscard]] ExecutionBackend backend() const {
+        return parameters_.front().parameter.backend();
+    }
+    // Clears every parameter's gradient.
+    void zero_gradients();
     [[nodiscard]] const AdamOptions& options() const noexcept { return options_; }
     // The rank that updates parameters()[index].
     [[nodiscard]] int owner(std::size_t index) const { return owners_.at(index); }

@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 13
+ABI_VERSION_MINOR = 14
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -723,6 +723,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     # Adam.
     "rt_adam_options_init": (rt_status, [POINTER(AdamOptionsStruct), c_uint64]),
     "rt_adam_create": (rt_status, [handle, POINTER(AdamOptionsStruct), handle_out]),
+    # 2.14: ZeRO-1
+    "rt_adam_create_sharded": (rt_status, [handle, handle, POINTER(AdamOptionsStruct),
+                                           handle_out]),
+    "rt_adam_sharded_state_bytes": (rt_status, [handle, size_out, size_out]),
     "rt_adam_release": (None, [handle]),
     "rt_adam_backend": (rt_status, [handle, POINTER(c_int32)]),
     "rt_adam_step_count": (rt_status, [handle, size_out]),
@@ -770,6 +774,9 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_process_group_communication": (rt_status, [handle, size_out, POINTER(c_double)]),
     "rt_data_parallel_synchronize_parameters": (rt_status, [handle, handle]),
     "rt_data_parallel_reduce_gradients": (rt_status, [handle, handle, c_double, POINTER(c_double)]),
+    # 2.14: the reduction overlapped with backward
+    "rt_data_parallel_backward_and_reduce": (rt_status, [handle, handle, handle, c_double, c_float,
+                                                         c_uint32, POINTER(c_double)]),
     "rt_data_parallel_parameter_hash": (rt_status, [handle, size_out]),
 }
 

@@ -184,8 +184,15 @@ class Adam(NativeHandle):
     _release_function = "rt_adam_release"
 
     def __init__(
-        self, parameters: ParameterList, options: AdamOptions | None = None, **option_keywords
+        self, parameters: ParameterList, options: AdamOptions | None = None, *,
+        sharded_over=None, **option_keywords
     ) -> None:
+        """``sharded_over``: a :class:`~riftco_transformer.distributed.DataParallel` to shard
+        the moments over its ranks (ZeRO-1, C ABI 2.14): every rank passes the same list; each
+        keeps the moments of its share of the parameters and updates only those, and every
+        value is gathered after each step. :meth:`step`, :meth:`state` and :meth:`load_state`
+        are then collectives (every rank calls them, in the same order), and the state is the
+        whole list's, so it moves between world sizes and to or from an unsharded optimizer."""
         if not isinstance(parameters, ParameterList):
             raise TypeError(f"parameters must be a ParameterList, not {type(parameters).__name__}")
         if options is None:
@@ -195,13 +202,29 @@ class Adam(NativeHandle):
         elif not isinstance(options, AdamOptions):
             raise TypeError(f"options must be AdamOptions, not {type(options).__name__}")
         pointer = ctypes.c_void_p()
-        with parameters._native() as parameter_list:
-            check_status(
-                library().rt_adam_create(
-                    parameter_list, ctypes.byref(_native_options(options)), ctypes.byref(pointer)
+        if sharded_over is not None:
+            from ..distributed import DataParallel
+
+            if not isinstance(sharded_over, DataParallel):
+                raise TypeError("sharded_over must be a DataParallel, not "
+                                f"{type(sharded_over).__name__}")
+            with sharded_over.group._native() as group, parameters._native() as parameter_list:
+                check_status(
+                    library().rt_adam_create_sharded(
+                        group, parameter_list, ctypes.byref(_native_options(options)),
+                        ctypes.byref(pointer)
+                    )
                 )
-            )
+        else:
+            with parameters._native() as parameter_list:
+                check_status(
+                    library().rt_adam_create(
+                        parameter_list, ctypes.byref(_native_options(options)),
+                        ctypes.byref(pointer)
+                    )
+                )
         self._adopt(pointer.value, parameters._lock)
+        self.sharded = sharded_over is not None
         self._options = options
         # The optimizer's parameter list is fixed at creation: record what it holds.
         self._parameter_names = parameters.names
@@ -239,6 +262,16 @@ class Adam(NativeHandle):
         """The shapes of the optimised parameters, in order (fixed at creation)."""
         with self._native():
             return self._parameter_shapes
+
+    @property
+    def state_bytes_held(self) -> tuple[int, int]:
+        """(the moment bytes this process holds, what an unsharded optimizer holds): equal
+        unless the optimizer is sharded."""
+        held, unsharded = ctypes.c_uint64(), ctypes.c_uint64()
+        with self._native() as pointer:
+            check_status(library().rt_adam_sharded_state_bytes(pointer, ctypes.byref(held),
+                                                               ctypes.byref(unsharded)))
+        return held.value, unsharded.value
 
     def owns_parameters_of(self, model) -> bool:
         """Whether this optimizer updates parameters of ``model`` (a DecoderOnlyTransformer).
