@@ -91,11 +91,11 @@ TEST(AutogradBasics, GradientReadyHookSeesEachLeafOnceWhenItsGradientIsFinal) {
     Variable y = sum(tanh(a * a) * b);
     std::vector<const void*> order;
     std::vector<std::vector<float>> seen;
-    y.backward({.retain_graph = true,
-                .gradient_ready = [&](const Variable& leaf, const Tensor& gradient) {
-                    order.push_back(leaf.node().get());
-                    seen.push_back(gradient.to_host());
-                }});
+    y.backward(
+        {.retain_graph = true, .gradient_ready = [&](const Variable& leaf, const Tensor& gradient) {
+             order.push_back(leaf.node().get());
+             seen.push_back(gradient.to_host());
+         }});
     ASSERT_EQ(order.size(), 2U);
     EXPECT_EQ(order[0], b.node().get());  // ready right after the product, before tanh's rule
     EXPECT_EQ(order[1], a.node().get());

@@ -196,11 +196,10 @@ TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBl
     Variable unused = cross_entropy(twice.forward(tokens, {2, 8}), tokens);
     EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, parameters, -1.0)),
                  std::invalid_argument);
-    EXPECT_THROW(
-        static_cast<void>(parallel.backward_and_reduce(unused, parameters, 1.0, {}, NAN)),
-        std::invalid_argument);
-    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(
-                     twice.forward(tokens, {2, 8}), parameters, 1.0)),
+    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, parameters, 1.0, {}, NAN)),
+                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(
+                     parallel.backward_and_reduce(twice.forward(tokens, {2, 8}), parameters, 1.0)),
                  std::invalid_argument);  // not a one-element loss
     EXPECT_TRUE(unused.holds_graph());
 }

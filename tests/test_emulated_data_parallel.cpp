@@ -67,8 +67,8 @@ TEST(EmulatedDataParallel, ZeroRedundancyAdamStepsOnTheDeviceLikeAdam) {
         static_cast<void>(adam.step());
     }
     EXPECT_EQ(sharded.large.value().backend(), metal);
-    EXPECT_TRUE(testing::bit_identical(sharded.large.value().to_host(),
-                                       plain.large.value().to_host()));
+    EXPECT_TRUE(
+        testing::bit_identical(sharded.large.value().to_host(), plain.large.value().to_host()));
     EXPECT_EQ(zero.state().second_moments, adam.state().second_moments);
 }
 

@@ -1188,13 +1188,9 @@ RT_API rt_status RT_CALL rt_data_parallel_reduce_gradients(rt_process_group* gro
  * bit-identical to rt_variable_backward_scaled followed by it. The graph rules of
  * rt_variable_backward apply (single use, parameter epoch); loss and list must come from
  * the same model (INVALID_ARGUMENT). */
-RT_API rt_status RT_CALL rt_data_parallel_backward_and_reduce(rt_process_group* group,
-                                                              rt_parameter_list* list,
-                                                              rt_variable* loss,
-                                                              double local_weight,
-                                                              float seed_scale,
-                                                              uint32_t accumulate,
-                                                              double* out_total_weight);
+RT_API rt_status RT_CALL rt_data_parallel_backward_and_reduce(
+    rt_process_group* group, rt_parameter_list* list, rt_variable* loss, double local_weight,
+    float seed_scale, uint32_t accumulate, double* out_total_weight);
 /* 2.14, ZeRO-1: an Adam whose moments are sharded over the ranks of `group` (every rank
  * passes the same list; whole parameters, largest first to the least-loaded rank). It is an
  * rt_adam like any other, except that rt_adam_step, rt_adam_state_get,

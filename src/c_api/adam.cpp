@@ -130,10 +130,10 @@ void rt_adam_release(rt_adam* adam) {
 rt_status rt_adam_backend(const rt_adam* adam, int32_t* out_backend) {
     return guarded(__func__, [&] {
         const rt_adam& native = adam_of(adam);
-        set_output(out_backend,
-                   static_cast<int32_t>(native.adam ? native.adam->backend()
-                                                    : native.sharded->backend()),
-                   "out_backend");
+        set_output(
+            out_backend,
+            static_cast<int32_t>(native.adam ? native.adam->backend() : native.sharded->backend()),
+            "out_backend");
     });
 }
 
@@ -143,40 +143,40 @@ rt_status rt_adam_step_count(const rt_adam* adam, uint64_t* out_count) {
 }
 
 rt_status rt_adam_parameter_count(const rt_adam* adam, uint64_t* out_count) {
-    return guarded(__func__, [&] {
-        set_output(out_count, adam_of(adam).parameters().size(), "out_count");
-    });
+    return guarded(__func__,
+                   [&] { set_output(out_count, adam_of(adam).parameters().size(), "out_count"); });
 }
 
 rt_status rt_adam_state_storage(const rt_adam* adam, int32_t* out_storage) {
     return guarded(__func__, [&] {
         const rt_adam& native = adam_of(adam);
-        const AdamOptions& options = native.adam ? native.adam->options() : native.sharded->options();
-        set_output(out_storage, static_cast<int32_t>(options.state_storage),
-                   "out_storage");
+        const AdamOptions& options =
+            native.adam ? native.adam->options() : native.sharded->options();
+        set_output(out_storage, static_cast<int32_t>(options.state_storage), "out_storage");
     });
 }
 
 rt_status rt_adam_state_page_size(const rt_adam* adam, uint64_t* out_page_size) {
     return guarded(__func__, [&] {
         const rt_adam& native = adam_of(adam);
-        set_output(out_page_size,
-                   native.adam ? native.adam->state_page_size() : native.sharded->options().page_size,
-                   "out_page_size");
+        set_output(
+            out_page_size,
+            native.adam ? native.adam->state_page_size() : native.sharded->options().page_size,
+            "out_page_size");
     });
 }
 
 rt_status rt_adam_state_page_count(const rt_adam* adam, uint64_t* out_page_count) {
     return guarded(__func__, [&] {
         const Adam* local = adam_of(adam).local();
-        set_output(out_page_count, local == nullptr ? 0 : local->state_page_count(), "out_page_count");
+        set_output(out_page_count, local == nullptr ? 0 : local->state_page_count(),
+                   "out_page_count");
     });
 }
 
 rt_status rt_adam_state_payload_bytes(const rt_adam* adam, uint64_t* out_bytes) {
-    return guarded(__func__, [&] {
-        set_output(out_bytes, adam_of(adam).state_payload_bytes(), "out_bytes");
-    });
+    return guarded(
+        __func__, [&] { set_output(out_bytes, adam_of(adam).state_payload_bytes(), "out_bytes"); });
 }
 
 rt_status rt_adam_step(rt_adam* adam, rt_adam_step_stats* stats) {

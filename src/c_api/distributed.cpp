@@ -2,8 +2,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <string>
 #include <memory>
+#include <string>
 
 #include "c_api/boundary.hpp"
 #include "c_api/handles.hpp"
@@ -36,14 +36,16 @@ rt_status rt_process_group_create(uint64_t timeout_ms, rt_process_group** out) {
         }
         ProcessGroupOptions options;
         options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_ms));
-        *out = new rt_process_group{std::make_shared<DistributedState>(create_process_group(options))};
+        *out =
+            new rt_process_group{std::make_shared<DistributedState>(create_process_group(options))};
     });
 }
 
 rt_status rt_process_group_create_single(rt_process_group** out) {
     return guarded(__func__, [&] {
         require_pointer(out, "out");
-        *out = new rt_process_group{std::make_shared<DistributedState>(create_single_process_group())};
+        *out =
+            new rt_process_group{std::make_shared<DistributedState>(create_single_process_group())};
     });
 }
 
@@ -150,9 +152,9 @@ rt_status rt_data_parallel_backward_and_reduce(rt_process_group* group, rt_param
             throw std::invalid_argument("loss and list belong to different models");
         }
         require_differentiable(variable);
-        const double total = native.parallel.backward_and_reduce(
-            variable.variable, parameters.parameters, local_weight, {.accumulate = add},
-            seed_scale);
+        const double total =
+            native.parallel.backward_and_reduce(variable.variable, parameters.parameters,
+                                                local_weight, {.accumulate = add}, seed_scale);
         variable.backward_consumed = true;
         if (out_total_weight != nullptr)
             *out_total_weight = total;

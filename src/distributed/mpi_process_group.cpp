@@ -232,8 +232,8 @@ class MpiProcessGroup final : public ProcessGroup {
         if (mine.size() != counts[static_cast<std::size_t>(rank_)] || all.size() != total) {
             throw std::invalid_argument(
                 "allgather: this rank gives " + std::to_string(mine.size()) + " values (counts[" +
-                std::to_string(rank_) + "] = " +
-                std::to_string(counts[static_cast<std::size_t>(rank_)]) + ") into " +
+                std::to_string(rank_) +
+                "] = " + std::to_string(counts[static_cast<std::size_t>(rank_)]) + ") into " +
                 std::to_string(all.size()) + " (Σ counts = " + std::to_string(total) + ")");
         }
         run("allgather", [&] {

@@ -292,11 +292,10 @@ class DataParallel::Reduction {
             const std::vector<float> host = gradient.to_host();
             for (const Piece& piece : pieces) {
                 Bucket& bucket = buckets_[piece.bucket];
-                const std::span<float> out =
-                    bucket.buffer == Bucket::own
-                        ? own_copy(bucket)
-                        : std::span<float>(owner_.buffers_[bucket.buffer]).subspan(
-                              piece.bucket_offset, piece.count);
+                const std::span<float> out = bucket.buffer == Bucket::own
+                                                 ? own_copy(bucket)
+                                                 : std::span<float>(owner_.buffers_[bucket.buffer])
+                                                       .subspan(piece.bucket_offset, piece.count);
                 std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset),
                             piece.count, out.begin());
                 for (float& value : out)
@@ -340,9 +339,9 @@ class DataParallel::Reduction {
             for (const Piece& piece : pieces) {
                 const std::span<const float> reduced =
                     std::span<const float>(buckets_[piece.bucket].values)
-                        .subspan(buckets_[piece.bucket].buffer == Bucket::own ? 0
-                                                                             : piece.bucket_offset,
-                                 piece.count);
+                        .subspan(
+                            buckets_[piece.bucket].buffer == Bucket::own ? 0 : piece.bucket_offset,
+                            piece.count);
                 std::copy(reduced.begin(), reduced.end(),
                           values.begin() + static_cast<std::ptrdiff_t>(piece.parameter_offset));
             }
@@ -360,11 +359,11 @@ class DataParallel::Reduction {
     struct Bucket {
         static constexpr std::size_t own = static_cast<std::size_t>(-1);
         std::size_t size;
-        std::size_t missing;  // members not yet in
-        std::size_t buffer;   // index into the owner's shared buffers, or `own`
+        std::size_t missing;        // members not yet in
+        std::size_t buffer;         // index into the owner's shared buffers, or `own`
         std::span<float> values{};  // what the collective sums, once every member is in
-        Tensor keep{};               // the gradient reduced in place (alive until finished)
-        std::vector<float> copy{};   // an own bucket whose gradient is not on the CPU
+        Tensor keep{};              // the gradient reduced in place (alive until finished)
+        std::vector<float> copy{};  // an own bucket whose gradient is not on the CPU
         // Declared last: destroyed (waiting for the collective) before the memory it uses.
         std::unique_ptr<PendingCollective> pending{};
     };

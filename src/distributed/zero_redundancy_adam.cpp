@@ -29,7 +29,8 @@ class GroupPeers final : public AdamShardPeers {
                                                        bool& any_non_finite) override {
         const auto start = std::chrono::steady_clock::now();
         ProcessGroup& group = parallel_.group();
-        const std::vector<std::uint64_t> scales = group.allgather(std::bit_cast<std::uint64_t>(mine.scale));
+        const std::vector<std::uint64_t> scales =
+            group.allgather(std::bit_cast<std::uint64_t>(mine.scale));
         const std::vector<std::uint64_t> sums =
             group.allgather(std::bit_cast<std::uint64_t>(mine.scaled_squares));
         const std::vector<std::uint64_t> bad = group.allgather(mine_non_finite ? 1U : 0U);
@@ -167,8 +168,8 @@ AdamStepStats ZeroRedundancyAdam::step() {
         }
         stats.step = ++idle_step_count_;
         stats.gradient_norm = squares.norm();
-        stats.clip_scale = tensor_ops::clip_scale_for(stats.gradient_norm,
-                                                      options_.maximum_gradient_norm);
+        stats.clip_scale =
+            tensor_ops::clip_scale_for(stats.gradient_norm, options_.maximum_gradient_norm);
         stats.learning_rate =
             scheduled_learning_rate(options_.learning_rate, options_.schedule, stats.step);
     }
@@ -250,8 +251,8 @@ AdamState ZeroRedundancyAdam::state() {
 
 void ZeroRedundancyAdam::load_state(const AdamState& state) {
     constexpr const char* operation = "ZeroRedundancyAdam::load_state";
-    for (const auto* vector : {&state.parameter_values, &state.first_moments,
-                               &state.second_moments}) {
+    for (const auto* vector :
+         {&state.parameter_values, &state.first_moments, &state.second_moments}) {
         if (vector->size() != value_count_) {
             throw std::invalid_argument(std::string(operation) + ": a state vector has " +
                                         std::to_string(vector->size()) + " values, the list " +
@@ -277,7 +278,8 @@ void ZeroRedundancyAdam::load_state(const AdamState& state) {
             if (owners_[i] != rank)
                 continue;
             const auto begin = static_cast<std::ptrdiff_t>(offsets_[i]);
-            const auto end = begin + static_cast<std::ptrdiff_t>(parameters_[i].parameter.value().numel());
+            const auto end =
+                begin + static_cast<std::ptrdiff_t>(parameters_[i].parameter.value().numel());
             mine.parameter_values.insert(mine.parameter_values.end(),
                                          state.parameter_values.begin() + begin,
                                          state.parameter_values.begin() + end);

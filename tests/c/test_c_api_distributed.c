@@ -118,14 +118,18 @@ static void the_overlapped_reduction_equals_backward_then_reduce(void) {
         EXPECT_OK(rt_cross_entropy(logits, targets, 8, &loss));
         double total = 0.0;
         if (overlapped) {
-            EXPECT_STATUS(rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, NAN, 0, NULL),
-                          RT_STATUS_INVALID_ARGUMENT);
+            EXPECT_STATUS(
+                rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, NAN, 0, NULL),
+                RT_STATUS_INVALID_ARGUMENT);
             EXPECT_LAST_ERROR_MENTIONS("seed_scale must be finite");
-            EXPECT_STATUS(rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 2, NULL),
-                          RT_STATUS_INVALID_ARGUMENT);
-            EXPECT_OK(rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 0, &total));
-            EXPECT_STATUS(rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 0, NULL),
-                          RT_STATUS_RUNTIME_ERROR); /* the graph is single-use */
+            EXPECT_STATUS(
+                rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 2, NULL),
+                RT_STATUS_INVALID_ARGUMENT);
+            EXPECT_OK(
+                rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 0, &total));
+            EXPECT_STATUS(
+                rt_data_parallel_backward_and_reduce(group, list, loss, 8.0, 0.5F, 0, NULL),
+                RT_STATUS_RUNTIME_ERROR); /* the graph is single-use */
             EXPECT_LAST_ERROR_MENTIONS("consumed this graph");
         } else {
             EXPECT_OK(rt_variable_backward_scaled(loss, 0.5F, 0));
@@ -197,14 +201,14 @@ static void a_sharded_adam_over_a_world_of_one_is_adam(void) {
     const size_t n = (size_t)state.value_count;
     float* buffers = (float*)malloc(3 * n * sizeof(float));
     EXPECT_OK(rt_adam_state_copy_to_host_f32(sharded, buffers, buffers + n, buffers + 2 * n, n));
-    EXPECT_OK(rt_adam_state_load_from_host_f32(plain, &state, buffers, buffers + n,
-                                               buffers + 2 * n, n));
+    EXPECT_OK(
+        rt_adam_state_load_from_host_f32(plain, &state, buffers, buffers + n, buffers + 2 * n, n));
     EXPECT_OK(rt_adam_state_load_from_host_f32(sharded, &state, buffers, buffers + n,
                                                buffers + 2 * n, n));
     buffers[2 * n] = -1.0F; /* a negative second moment: refused */
-    EXPECT_STATUS(rt_adam_state_load_from_host_f32(sharded, &state, buffers, buffers + n,
-                                                   buffers + 2 * n, n),
-                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(
+        rt_adam_state_load_from_host_f32(sharded, &state, buffers, buffers + n, buffers + 2 * n, n),
+        RT_STATUS_INVALID_ARGUMENT);
     free(buffers);
     rt_adam_release(sharded);
     rt_adam_release(plain);

@@ -150,8 +150,8 @@ int parity(ProcessGroup& group, Mode mode) {
         else
             static_cast<void>(adam->step());
         if (mode == Mode::Overlapped) {
-            Variable blocking_loss = cross_entropy(
-                blocking.forward(local_inputs, {end - begin, time}), local_targets);
+            Variable blocking_loss =
+                cross_entropy(blocking.forward(local_inputs, {end - begin, time}), local_targets);
             blocking_loss.backward();
             parallel.reduce_gradients(blocking.parameters(), weight);
             static_cast<void>(blocking_adam.step());

@@ -82,8 +82,8 @@ class ZeroRedundancyAdam {
     DataParallel& parallel_;
     ParameterList parameters_;
     AdamOptions options_;
-    std::vector<int> owners_;              // per parameter
-    std::vector<std::size_t> offsets_;     // each parameter's first scalar in list order
+    std::vector<int> owners_;               // per parameter
+    std::vector<std::size_t> offsets_;      // each parameter's first scalar in list order
     std::vector<std::size_t> rank_counts_;  // scalars owned per rank
     std::size_t value_count_ = 0;
     std::optional<Adam> adam_;  // over this rank's share; none when it owns nothing

@@ -55,8 +55,7 @@ class AdamShardPeers {
     // The sum of squares over every shard's gradients (the same value on every shard), and in
     // any_non_finite whether some shard has a NaN/±inf gradient.
     [[nodiscard]] virtual tensor_ops::ScaledSumOfSquares merge(
-        const tensor_ops::ScaledSumOfSquares& mine, bool mine_non_finite,
-        bool& any_non_finite) = 0;
+        const tensor_ops::ScaledSumOfSquares& mine, bool mine_non_finite, bool& any_non_finite) = 0;
     // Whether every shard's check of its candidate values passed.
     [[nodiscard]] virtual bool all_passed(bool mine) = 0;
 };

@@ -167,7 +167,7 @@ void Variable::set_value(Tensor value) {
     commit_leaf_value(node, std::move(value));
 }
 
-void Variable::backward(BackwardOptions options) {
+void Variable::backward(const BackwardOptions& options) {
     const Node& node = checked_node("Variable::backward");
     if (node.value.numel() != 1) {
         throw std::invalid_argument(
@@ -177,7 +177,7 @@ void Variable::backward(BackwardOptions options) {
     backward(Tensor::full(node.value.shape(), 1.0F, node.value.backend()), options);
 }
 
-void Variable::backward(const Tensor& seed, BackwardOptions options) {
+void Variable::backward(const Tensor& seed, const BackwardOptions& options) {
     Node& node = checked_node("Variable::backward");
     if (!node.requires_gradient) {
         throw std::logic_error(

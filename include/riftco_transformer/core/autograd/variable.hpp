@@ -102,8 +102,8 @@ class Variable {
     // otherwise). backward(seed): seed of the output's shape and backend
     // (std::invalid_argument). A variable that does not require gradients, a consumed graph
     // or a stale input: std::logic_error. On any failure no visible gradient changes.
-    void backward(BackwardOptions options = {});
-    void backward(const Tensor& seed, BackwardOptions options = {});
+    void backward(const BackwardOptions& options = {});
+    void backward(const Tensor& seed, const BackwardOptions& options = {});
 
     [[nodiscard]] GraphStatistics graph_statistics() const;
     // True for an interior node that no backward pass has consumed: it still holds the
