@@ -68,6 +68,15 @@ AdamOptions native_options(const rt_adam_options& given) {
     return options;
 }
 
+// The options a caller passed (NULL: the defaults), read and validated.
+AdamOptions options_from(const rt_adam_options* options) {
+    const rt_adam_options given =
+        options == nullptr
+            ? default_adam_options()
+            : read_struct(options, adam_options_minimum_size, default_adam_options(), "options");
+    return native_options(given);
+}
+
 const rt_adam& adam_of(const rt_adam* handle) {
     return require_handle(handle, "adam");
 }
@@ -87,11 +96,7 @@ rt_status rt_adam_create(const rt_parameter_list* parameters, const rt_adam_opti
                          rt_adam** out) {
     return guarded(__func__, [&] {
         const rt_parameter_list& list = require_handle(parameters, "parameters");
-        const rt_adam_options given = options == nullptr
-                                          ? default_adam_options()
-                                          : read_struct(options, adam_options_minimum_size,
-                                                        default_adam_options(), "options");
-        const AdamOptions native = native_options(given);
+        const AdamOptions native = options_from(options);
         require_pointer(out, "out");
         *out = new rt_adam(list.state, Adam(list.parameters, native));
     });
@@ -102,11 +107,7 @@ rt_status rt_adam_create_sharded(rt_process_group* group, const rt_parameter_lis
     return guarded(__func__, [&] {
         const rt_process_group& native_group = require_handle(group, "group");
         const rt_parameter_list& list = require_handle(parameters, "parameters");
-        const rt_adam_options given = options == nullptr
-                                          ? default_adam_options()
-                                          : read_struct(options, adam_options_minimum_size,
-                                                        default_adam_options(), "options");
-        const AdamOptions native = native_options(given);
+        const AdamOptions native = options_from(options);
         require_pointer(out, "out");
         *out = new rt_adam(list.state, native_group.state, list.parameters, native);
     });
