@@ -121,6 +121,20 @@ TEST(AutogradBasics, GradientReadyHookSeesEachLeafOnceWhenItsGradientIsFinal) {
                                  }}),
                  std::runtime_error);
     EXPECT_TRUE(testing::bit_identical(a.gradient().to_host(), before));
+    // The hook may change the gradient it is given; what it leaves is published, and a
+    // gradient of another shape fails the pass with nothing published.
+    Variable c(Tensor({2}, {1.0F, 2.0F}));
+    Variable z = sum(c * c);
+    z.backward({.retain_graph = true, .gradient_ready = [](const Variable&, Tensor& gradient) {
+                    gradient = tensor_ops::add(gradient, gradient);
+                }});
+    EXPECT_TRUE(testing::all_close(c.gradient(), {4.0, 8.0}));
+    EXPECT_THROW(z.backward({.gradient_ready =
+                                 [](const Variable&, Tensor& gradient) {
+                                     gradient = Tensor({3}, {1.0F, 1.0F, 1.0F});
+                                 }}),
+                 std::invalid_argument);
+    EXPECT_TRUE(testing::all_close(c.gradient(), {4.0, 8.0}));
 }
 
 TEST(AutogradBasics, StaleInputIsLogicErrorAndGradientsStayUnchanged) {

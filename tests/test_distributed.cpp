@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +38,20 @@ TEST(ProcessGroup, SingleProcessGroupIsAWorldOfOne) {
     EXPECT_THROW(group->broadcast(std::span<float>(values), 1), std::invalid_argument);
     EXPECT_EQ(group->allgather(7), (std::vector<std::uint64_t>{7}));
     group->barrier();
+    const std::vector<float> mine = {3.0F, 4.0F};
+    std::vector<float> all(2);
+    const std::vector<std::size_t> counts = {2};
+    group->allgather(std::span<const float>(mine), std::span<float>(all),
+                     std::span<const std::size_t>(counts));
+    EXPECT_EQ(all, mine);
+    const std::vector<std::size_t> wrong = {1};
+    EXPECT_THROW(group->allgather(std::span<const float>(mine), std::span<float>(all),
+                                  std::span<const std::size_t>(wrong)),
+                 std::invalid_argument);
+    const auto pending = group->start_allreduce_sum(std::span<float>(values));
+    EXPECT_TRUE(pending->test());
+    pending->wait();
+    EXPECT_EQ(values, (std::vector<float>{1.0F, 2.0F}));
 }
 
 TEST(ProcessGroup, CreationNamesWhatIsMissing) {
@@ -141,6 +156,19 @@ class MirroredPairGroup final : public ProcessGroup {
     const std::size_t& hooks_fired_;
 };
 
+// FNV-1a over every parameter's gradient values.
+std::uint64_t gradient_hash(const ParameterList& parameters) {
+    std::uint64_t hash = 14695981039346656037ULL;
+    for (const NamedParameter& named : parameters) {
+        for (const float value : named.parameter.gradient().to_host()) {
+            std::uint32_t bits = 0;
+            std::memcpy(&bits, &value, sizeof bits);
+            hash = (hash ^ bits) * 1099511628211ULL;
+        }
+    }
+    return hash;
+}
+
 }  // namespace
 
 TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBlockingOne) {
@@ -192,6 +220,23 @@ TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBl
     static_cast<void>(parallel.backward_and_reduce(sum(a + b), {{"a", a}, {"b", b}}, 1.0));
     EXPECT_EQ(a.gradient().to_host(), std::vector<float>(2048, 1.0F));
     EXPECT_EQ(b.gradient().to_host(), std::vector<float>(2048, 1.0F));
+    // A backward that fails midway (here a hook that throws after some leaves) publishes
+    // nothing, though some buckets had started.
+    auto failing = tiny_model(6);
+    const ParameterList failing_parameters = failing.parameters();
+    cross_entropy(failing.forward(tokens, {2, 8}), tokens).backward();
+    const std::uint64_t before_failure = gradient_hash(failing_parameters);
+    std::size_t seen = 0;
+    BackwardOptions throwing;
+    throwing.gradient_ready = [&](const Variable&, const Tensor&) {
+        if (++seen == failing_parameters.size() - 2)
+            throw std::runtime_error("backward failed");
+    };
+    Variable failing_loss = cross_entropy(failing.forward(tokens, {2, 8}), tokens);
+    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(failing_loss, failing_parameters,
+                                                                16.0, throwing)),
+                 std::runtime_error);
+    EXPECT_EQ(gradient_hash(failing_parameters), before_failure);
     // Argument rules, checked before backward runs (the graph stays usable).
     Variable unused = cross_entropy(twice.forward(tokens, {2, 8}), tokens);
     EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, parameters, -1.0)),

@@ -31,6 +31,8 @@ set(expected_flags
     "--corpus-dir DIR   (default: "
     "--require-improvement NATS   (default: 0)"
     "--data-parallel   (default: off)"
+    "--reduction overlapped|blocking   (default: overlapped)"
+    "--zero-1   (default: off)"
     "--collective-timeout SECONDS   (default: 120)"
     "-h, --help")
 
@@ -61,6 +63,8 @@ set(rejections
     "--steps many|--steps needs a positive integer (got 'many')"
     "--attention dense|--attention must be materialized or flash (got 'dense')"
     "--collective-timeout 0|--collective-timeout needs a positive number (got '0')"
+    "--reduction eager|--reduction must be overlapped or blocking (got 'eager')"
+    "--zero-1 --steps 1|--zero-1 needs --data-parallel"
     "--backend gpu|--backend must be cpu, metal, cuda, tpu or pjrt (got 'gpu')"
     "--backend metal --steps 1|execution backend 'metal' is unavailable")
 if(NOT DISTRIBUTED)  # a build without MPI says so instead of training alone

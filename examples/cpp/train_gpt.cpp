@@ -274,6 +274,8 @@ std::optional<Options> parse(int argc, char** argv) {
             throw std::invalid_argument(name + " needs a value (" + flag->placeholder + ")");
         flag->set(o, name, argv[++i]);
     }
+    if (o.zero && !o.data_parallel)
+        throw std::invalid_argument("--zero-1 needs --data-parallel");
     if (o.warmup >= o.steps)
         o.warmup = o.steps / 10;
     return o;
@@ -403,8 +405,6 @@ int main(int argc, char** argv) {
         // trains on its rows of every batch and the gradients are averaged before the step.
         std::unique_ptr<ProcessGroup> group;
         std::unique_ptr<DataParallel> parallel;
-        if (o.zero && !o.data_parallel)
-            throw std::invalid_argument("--zero-1 needs --data-parallel");
         if (o.data_parallel) {
             ProcessGroupOptions group_options;
             group_options.timeout = std::chrono::milliseconds(

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -212,6 +213,32 @@ int parity(ProcessGroup& group, Mode mode) {
                    round_trip.second_moments == gathered.second_moments &&
                    round_trip.parameter_values == gathered.parameter_values,
                rank, "sharded -> unsharded -> sharded state round trip");
+        // A NaN in the last rank's shard fails the step on every rank: that rank names the
+        // parameter, the others say another shard failed, and nothing changes anywhere.
+        const std::vector<std::uint32_t> tokens(8 * time, 1);
+        cross_entropy(model.forward(tokens, {8, time}), tokens).backward();
+        std::size_t poisoned = 0;
+        while (zero->owner(poisoned) != group.world_size() - 1)
+            ++poisoned;
+        Variable target = model.parameters()[poisoned].parameter;
+        std::vector<float> values = target.gradient().to_host();
+        values[0] = NAN;
+        target.set_gradient(Tensor(target.shape(), values));
+        const std::uint64_t before = DataParallel::parameter_hash(model.parameters());
+        const std::uint64_t steps = zero->step_count();
+        std::string message;
+        try {
+            static_cast<void>(zero->step());
+        } catch (const std::domain_error& error) {
+            message = error.what();
+        }
+        const bool owner = rank == group.world_size() - 1;
+        expect(message.find(owner ? model.parameters()[poisoned].name : "another shard") !=
+                   std::string::npos,
+               rank, "a NaN gradient in a shard: got '" + message + "'");
+        expect(DataParallel::parameter_hash(model.parameters()) == before &&
+                   zero->step_count() == steps,
+               rank, "a failed sharded step changed something");
     }
     const ParameterList ours = model.parameters();
     const ParameterList theirs = twin.parameters();
