@@ -246,6 +246,12 @@ TEST(DataParallel, OverlappedReductionStartsBucketsDuringBackwardAndMatchesTheBl
     EXPECT_THROW(static_cast<void>(
                      parallel.backward_and_reduce(twice.forward(tokens, {2, 8}), parameters, 1.0)),
                  std::invalid_argument);  // not a one-element loss
+    ParameterList twice_listed = parameters;
+    twice_listed.push_back(parameters.front());
+    EXPECT_THROW(static_cast<void>(parallel.backward_and_reduce(unused, twice_listed, 1.0)),
+                 std::invalid_argument);
+    EXPECT_THROW(static_cast<void>(parallel.reduce_gradients(twice_listed, 1.0)),
+                 std::invalid_argument);
     EXPECT_TRUE(unused.holds_graph());
 }
 

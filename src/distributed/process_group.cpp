@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -251,6 +252,14 @@ class DataParallel::Reduction {
             ++members;
         }
         close();
+        // One leaf listed twice would be scaled and summed twice, in one buffer at once.
+        for (std::size_t i = 0; i < parameters.size(); ++i) {
+            if (!pieces_[i].empty() &&
+                !index_.emplace(parameters[i].parameter.node().get(), i).second) {
+                throw std::invalid_argument("DataParallel: parameter '" + parameters[i].name +
+                                            "' is listed twice");
+            }
+        }
         owner.buffers_.resize(std::max(owner.buffers_.size(), buffers));
         for (const Bucket& bucket : buckets_) {
             if (bucket.buffer != Bucket::own)
@@ -259,14 +268,10 @@ class DataParallel::Reduction {
         seen_.assign(parameters.size(), false);
     }
 
-    // The node → parameter index map the gradient-ready hook needs.
-    [[nodiscard]] std::unordered_map<const void*, std::size_t> index() const {
-        std::unordered_map<const void*, std::size_t> map;
-        for (std::size_t i = 0; i < parameters_.size(); ++i) {
-            if (!pieces_[i].empty())
-                map.emplace(parameters_[i].parameter.node().get(), i);
-        }
-        return map;
+    // The parameter index of a leaf the reduction averages, or none.
+    [[nodiscard]] std::optional<std::size_t> index_of(const Variable& leaf) const {
+        const auto found = index_.find(leaf.node().get());
+        return found == index_.end() ? std::nullopt : std::optional(found->second);
     }
 
     // `gradient` is the value the parameter publishes (or already holds): an own-bucket
@@ -395,6 +400,7 @@ class DataParallel::Reduction {
     std::vector<std::vector<Piece>> pieces_;  // per parameter; empty when not trainable
     std::vector<Bucket> buckets_;
     std::vector<bool> seen_;
+    std::unordered_map<const void*, std::size_t> index_;  // leaf node -> parameter index
     std::size_t started_ = 0;
     std::size_t finished_ = 0;
 };
@@ -437,14 +443,12 @@ double DataParallel::backward_and_reduce(const Variable& loss, const ParameterLi
     }
     const double total = summed_weight(local_weight, "DataParallel::backward_and_reduce");
     Reduction reduction(*this, parameters, static_cast<float>(local_weight / total));
-    const std::unordered_map<const void*, std::size_t> index = reduction.index();
-    options.gradient_ready = [earlier = std::move(options.gradient_ready), &index, &reduction](
+    options.gradient_ready = [earlier = std::move(options.gradient_ready), &reduction](
                                  const Variable& leaf, Tensor& gradient) {
         if (earlier)
             earlier(leaf, gradient);
-        const auto found = index.find(leaf.node().get());
-        if (found != index.end())
-            reduction.ready(found->second, gradient);
+        if (const std::optional<std::size_t> index = reduction.index_of(leaf))
+            reduction.ready(*index, gradient);
     };
     Variable root = loss;
     root.backward(Tensor::full(loss.shape(), seed_scale, loss.backend()), options);
