@@ -74,6 +74,14 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 enum class Mode { Blocking, Overlapped, Zero };
 
+NamedParameter model_parameter(const DecoderOnlyTransformer& model, const std::string& name) {
+    for (const NamedParameter& named : model.parameters()) {
+        if (named.name == name)
+            return named;
+    }
+    throw std::invalid_argument("no parameter " + name);
+}
+
 bool bit_equal(const ParameterList& a, const ParameterList& b) {
     for (std::size_t i = 0; i < a.size(); ++i) {
         const std::vector<float> x = a[i].parameter.value().to_host();
@@ -213,6 +221,30 @@ int parity(ProcessGroup& group, Mode mode) {
                    round_trip.second_moments == gathered.second_moments &&
                    round_trip.parameter_values == gathered.parameter_values,
                rank, "sharded -> unsharded -> sharded state round trip");
+        // Fewer parameters than ranks: the ranks that own nothing still take part, count the
+        // steps and gather the values (one parameter: every rank but one owns nothing).
+        std::mt19937 lone_generator(13);
+        DecoderOnlyTransformer lone_model(d, lone_generator);
+        std::mt19937 lone_twin_generator(13);
+        DecoderOnlyTransformer lone_twin(d, lone_twin_generator);
+        const ParameterList lone = {model_parameter(lone_model, "final_norm.scale")};
+        const ParameterList lone_reference = {model_parameter(lone_twin, "final_norm.scale")};
+        ZeroRedundancyAdam lone_zero(parallel, lone, options);
+        Adam lone_adam(lone_reference, options);
+        for (int lone_step = 0; lone_step < 2; ++lone_step) {
+            const std::vector<std::uint32_t> ids(2 * time, 3);
+            cross_entropy(lone_model.forward(ids, {2, time}), ids).backward();
+            cross_entropy(lone_twin.forward(ids, {2, time}), ids).backward();
+            const AdamStepStats sharded_stats = lone_zero.step();
+            const AdamStepStats plain_stats = lone_adam.step();
+            expect(sharded_stats.step == plain_stats.step &&
+                       sharded_stats.gradient_norm == plain_stats.gradient_norm,
+                   rank, "a rank owning nothing reports the step and the global norm");
+        }
+        expect(bit_equal(lone, lone_reference), rank,
+               "a one-parameter ZeRO-1 run equals Adam on every rank");
+        expect(lone_zero.state().step_count == 2 && (rank == 0) == (lone_zero.shard() != nullptr),
+               rank, "only rank 0 owns the one parameter; every rank counts 2 steps");
         // A NaN in the last rank's shard fails the step on every rank: that rank names the
         // parameter, the others say another shard failed, and nothing changes anywhere.
         const std::vector<std::uint32_t> tokens(8 * time, 1);

@@ -95,8 +95,9 @@ class Adam {
     // The same step as one shard of a sharded optimizer: ‖g‖ and the clip factor are the
     // global ones (peers.merge), and nothing is written on any shard unless every shard's
     // check passed (peers.all_passed). A shard whose own gradient or update is the problem
-    // throws the errors above; the others throw the same kind, saying another shard failed.
-    // Either way nothing changed on any shard.
+    // throws the errors above; the others throw std::domain_error (a non-finite gradient) or
+    // std::overflow_error (a failed check) saying another shard failed. Either way nothing
+    // changed on any shard.
     AdamStepStats step(AdamShardPeers& peers);
 
     // Clears every parameter's gradient; values, versions and moments are untouched.
