@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "core/backend/cpu/cpu_storage.hpp"
+#include "riftco_transformer/core/autograd/leaf_access.hpp"
 #include "riftco_transformer/optim/learning_rate_schedule.hpp"
 
 namespace riftco_transformer {
@@ -173,17 +175,38 @@ AdamStepStats ZeroRedundancyAdam::step() {
         stats.learning_rate =
             scheduled_learning_rate(options_.learning_rate, options_.schedule, stats.step);
     }
-    const int rank = parallel_.group().rank();
-    std::vector<float> mine;
-    mine.reserve(rank_counts_[static_cast<std::size_t>(rank)]);
-    for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        if (owners_[i] != rank)
-            continue;
-        const std::vector<float> values = parameters_[i].parameter.value().to_host();
-        mine.insert(mine.end(), values.begin(), values.end());
-    }
-    write_values(gather(mine), false);
+    share_updated_values();
     return stats;
+}
+
+void ZeroRedundancyAdam::share_updated_values() {
+    const auto start = std::chrono::steady_clock::now();
+    ProcessGroup& group = parallel_.group();
+    const int rank = group.rank();
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+        const Variable& parameter = parameters_[i].parameter;
+        const LeafView leaf = leaf_view(parameter, "ZeroRedundancyAdam");
+        const bool owned = owners_[i] == rank;
+        if (leaf.value.backend() == ExecutionBackend::Cpu) {
+            // In the value's own memory: the owner sends it, the others receive into theirs
+            // (storage made unique first, so no copy of the old value changes).
+            float* values = detail::cpu_values_for_write(leaf.value);
+            group.broadcast(std::span<float>(values, leaf.value.numel()), owners_[i]);
+            if (!owned)
+                mark_leaf_updated(parameter);  // a new version, no gradient: as Adam's update
+        } else {
+            std::vector<float> values =
+                owned ? leaf.value.to_host() : std::vector<float>(leaf.value.numel());
+            group.broadcast(std::span<float>(values), owners_[i]);
+            if (!owned) {
+                Variable target = parameter;
+                target.set_value(Tensor(leaf.value.shape(), values, leaf.value.backend()));
+            }
+        }
+    }
+    parallel_.add_communication(
+        value_count_ * sizeof(float),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 std::vector<float> ZeroRedundancyAdam::gather(const std::vector<float>& mine) {
@@ -209,10 +232,10 @@ std::vector<float> ZeroRedundancyAdam::gather(const std::vector<float>& mine) {
     return listed;
 }
 
-void ZeroRedundancyAdam::write_values(const std::vector<float>& values, bool owned_too) {
+void ZeroRedundancyAdam::write_unowned_values(const std::vector<float>& values) {
     const int rank = parallel_.group().rank();
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        if (owners_[i] == rank && !owned_too)
+        if (owners_[i] == rank)
             continue;  // Adam wrote it
         // A new tensor: writing into the current value would clone its shared storage first.
         Variable parameter = parameters_[i].parameter;
@@ -293,7 +316,7 @@ void ZeroRedundancyAdam::load_state(const AdamState& state) {
     } else {
         idle_step_count_ = state.step_count;
     }
-    write_values(state.parameter_values, false);
+    write_unowned_values(state.parameter_values);
 }
 
 }  // namespace riftco_transformer

@@ -8,8 +8,9 @@
 //      order: the global ‖g‖ and one clip factor, the same on every rank;
 //   2. each rank checks its shard's candidate θ', m', v' (optim/adam.hpp), and nothing is
 //      written anywhere unless every rank's check passed;
-//   3. each rank writes its shard, then every rank's updated values are gathered on every
-//      rank (one allgather), so the replicas stay identical.
+//   3. each rank writes its shard, then each parameter's owner broadcasts its new value to
+//      the other ranks (into their values' own memory on the CPU), so the replicas stay
+//      identical.
 // The update is Adam's (optim/adam.hpp) on every scalar; only the clip factor's summation
 // order differs from one process (within rounding).
 //
@@ -77,7 +78,10 @@ class ZeroRedundancyAdam {
     // Gathers every rank's `mine` (its owned parameters' values, in list order) into list
     // order.
     [[nodiscard]] std::vector<float> gather(const std::vector<float>& mine);
-    void write_values(const std::vector<float>& values, bool owned_too);
+    // The values of the parameters this rank does not own, from a whole list's (load_state).
+    void write_unowned_values(const std::vector<float>& values);
+    // After a step: each parameter's owner broadcasts its new value to the other ranks.
+    void share_updated_values();
 
     DataParallel& parallel_;
     ParameterList parameters_;
