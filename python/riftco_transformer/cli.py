@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="pack several examples into each row, each at its own positions and "
                       "attending only to itself (with --attention flash: CPU and PJRT)")
     post.add_argument("--gradient-accumulation", type=_positive_int, default=1,
-                      help="micro-batches per optimizer step")
+                      help="micro-batches per optimizer step (with --data-parallel, "
+                      "global micro-batches of --batch-size rows that the ranks share)")
     post.add_argument("--learning-rate", type=_positive_float, default=1e-3,
                       help="peak learning rate")
     post.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"),
@@ -304,9 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--data-parallel", action="store_true",
                       help="run as one rank of `mpirun -n R riftco post-train ...`: each rank "
                       "trains on its shard of every global batch (--batch-size rows, a "
-                      "multiple of R), gradients are averaged; rank 0 writes the outputs "
-                      "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON; not with "
-                      "--gradient-accumulation)")
+                      "multiple of R), gradients are averaged (once per step, after "
+                      "--gradient-accumulation's micro-batches); rank 0 writes the outputs "
+                      "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)")
     post.add_argument("--collective-timeout", type=_positive_float, default=120.0,
                       help="seconds a collective may wait for the other ranks before every "
                       "rank stops with an error (with --data-parallel)")
@@ -642,10 +643,6 @@ def _data_parallel_of(arguments):
 
 
 def command_post_train(arguments) -> int:
-    if arguments.data_parallel and arguments.gradient_accumulation > 1:
-        raise UsageError(f"--gradient-accumulation {arguments.gradient_accumulation} is not "
-                         "available with --data-parallel yet; raise --batch-size instead (the "
-                         "global batch the ranks share)")
     data_parallel = _data_parallel_of(arguments)
     if data_parallel is None or data_parallel.rank == 0:
         return _post_train_command(arguments, data_parallel)

@@ -42,12 +42,13 @@ Data parallelism (``data_parallel=`` a :class:`~.distributed.DataParallel`, ever
 of ``batch_size`` rows (a multiple of the world size) and the gradients are averaged, so the
 run equals one process on the same global batches. Before anything trains, every rank checks
 that the others run the same config on the same data, base and checkpoint (ValueError on every
-rank otherwise); gradient accumulation is refused. Rank 0 writes the checkpoints while the
-others wait for them; every rank resumes from the same file. Every rank scores the whole
-validation set on identical replicas, and with early stopping the ranks also compare each
-validation loss, so they stop at the same step and keep the same best values. Signals are
-left alone (as in pretraining): SIGINT or SIGTERM ends the ranks, and the last periodic
-checkpoint resumes the run.
+rank otherwise). With ``gradient_accumulation_steps`` k a step accumulates k global batches,
+each sharded over the ranks, and averages the gradients once: it equals one process
+accumulating the same batches. Rank 0 writes the checkpoints while the others wait for them;
+every rank resumes from the same file. Every rank scores the whole validation set on identical
+replicas, and with early stopping the ranks also compare each validation loss, so they stop at
+the same step and keep the same best values. Signals are left alone (as in pretraining):
+SIGINT or SIGTERM ends the ranks, and the last periodic checkpoint resumes the run.
 """
 
 from __future__ import annotations
@@ -254,9 +255,9 @@ def best_checkpoint_path(checkpoint_path) -> Path:
     return path.with_name(f"{path.stem}.best{path.suffix}")
 
 
-def _check_data_parallel(data_parallel, config: PostTrainingConfig) -> None:
+def _check_data_parallel(data_parallel) -> None:
     """What data parallelism rules out, before anything loads: a ``data_parallel`` that is not
-    a DataParallel (TypeError), and gradient accumulation (ValueError)."""
+    a DataParallel (TypeError)."""
     if data_parallel is None:
         return
     from .distributed import DataParallel
@@ -264,10 +265,6 @@ def _check_data_parallel(data_parallel, config: PostTrainingConfig) -> None:
     if not isinstance(data_parallel, DataParallel):
         raise TypeError(f"data_parallel must be a DataParallel, not "
                         f"{type(data_parallel).__name__}")
-    if config.gradient_accumulation_steps > 1:
-        raise ValueError(f"gradient_accumulation_steps {config.gradient_accumulation_steps} is "
-                         "not available with data_parallel yet; raise batch_size instead (the "
-                         "global batch the ranks share)")
 
 
 def _require_same_run(data_parallel, config: PostTrainingConfig, base_identity, checkpoint,
@@ -482,7 +479,7 @@ def post_train(
         raise TypeError(f"base must be a ModelBundle, not {type(base).__name__}")
     if not examples:
         raise ValueError("examples is empty")
-    _check_data_parallel(data_parallel, config)
+    _check_data_parallel(data_parallel)
     maximum = base.config.maximum_context
     if config.context_size is not None and config.context_size > maximum:
         raise ValueError(
@@ -663,7 +660,7 @@ def fine_tune_pretrained(
         raise TypeError(f"config must be a PostTrainingConfig, not {type(config).__name__}")
     if not examples:
         raise ValueError("examples is empty")
-    _check_data_parallel(data_parallel, config)
+    _check_data_parallel(data_parallel)
     model, tokenizer = pretrained.model, pretrained.tokenizer
     pretrained.reset_generator()  # its KV-cache pool pins the parameters
     if model.lora_attached or model.quantized_linear_weights:

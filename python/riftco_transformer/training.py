@@ -269,15 +269,15 @@ class CausalLanguageModelTrainer:
         A sequence of batches is one step of gradient accumulation over them: each one's mean
         loss is backwarded with the scale (its counted targets) / (all their counted targets)
         into the same gradients, so the update and the reported loss are those of the mean
-        over every counted target of the step."""
+        over every counted target of the step. Under data parallelism each one is a global
+        batch that every rank shards, and the step equals one process accumulating the same
+        batches."""
         started = time.perf_counter()
         micro = (batch,) if isinstance(batch, TrainingBatch) else tuple(batch)
         if not micro or not all(isinstance(b, TrainingBatch) for b in micro):
             raise TypeError("batch must be a TrainingBatch or a nonempty sequence of them")
-        if len(micro) > 1 and self.data_parallel is not None:
-            raise ValueError("gradient accumulation is not available with data parallelism")
         if self.data_parallel is not None:
-            value = self._data_parallel_backward(micro[0])
+            value = self._data_parallel_backward(micro)
         elif len(micro) == 1:
             loss = batch_loss(self.model, micro[0])
             value = loss.item()
@@ -317,32 +317,63 @@ class CausalLanguageModelTrainer:
             learning_rate=stats.learning_rate,
         )
 
-    def _data_parallel_backward(self, batch: TrainingBatch) -> float:
-        """This rank's shard forward and backward, then the weighted gradient average; returns
-        the global batch's mean loss (each shard's mean weighted by its counted targets)."""
-        begin, end = self.data_parallel.shard(batch.batch_size)
-        mask = batch.target_mask
-        local = TrainingBatch(batch.inputs[begin:end], batch.targets[begin:end],
-                              None if mask is None else mask[begin:end],
-                              None if batch.positions is None else batch.positions[begin:end])
-        if mask is None:
-            weight = float(local.token_count)
-        else:
-            weight = float(sum(len(row) - row.count(0) for row in local.target_mask))
+    def _data_parallel_backward(self, micro: Sequence[TrainingBatch]) -> float:
+        """This rank's shard of every batch of the step, forward and backward, then one
+        weighted gradient average over the ranks; returns the step's global mean loss.
+
+        With W this rank's counted targets over all its shards, each shard's mean loss is
+        backwarded with the scale (its counted targets) / W into the same gradients, locally,
+        and the last shard that counts anything does so with the reduction overlapped,
+        weighted by W: the average Σ_r W_r·(Σ_i c_ri/W_r·g_ri) / Σ_r W_r is the mean over
+        every counted target of the step, as one process accumulating the same batches. A rank
+        whose shards count nothing takes part with weight 0 (zero gradients): every rank
+        makes the same collectives, in the same order, and reduces once per step."""
+        parallel = self.data_parallel
+        shards = []  # (this rank's rows of the batch, its counted targets)
+        for batch in micro:  # every shard first: a batch that does not split fails here
+            begin, end = parallel.shard(batch.batch_size)
+            mask = batch.target_mask
+            local = TrainingBatch(batch.inputs[begin:end], batch.targets[begin:end],
+                                  None if mask is None else mask[begin:end],
+                                  None if batch.positions is None
+                                  else batch.positions[begin:end])
+            if mask is None:
+                weight = float(local.token_count)
+            else:
+                weight = float(sum(len(row) - row.count(0) for row in local.target_mask))
+            shards.append((local, weight))
+        local_weight = sum(weight for _, weight in shards)
+        counted = [index for index, (_, weight) in enumerate(shards) if weight > 0]
+        losses = []  # (the shard's mean loss, its counted targets)
         trainable = (self.model.adapter_parameters() if self.model.lora_attached
                      else self.model.parameters())
         with trainable:
-            if weight > 0:
-                # The reduction runs while backward computes (the buckets' collectives are
-                # the blocking path's, in the same order, so ranks may mix the two).
+            if not counted:  # nothing counts on this rank: no contribution (zero gradients)
+                total = parallel.reduce_gradients(trainable, 0.0)
+            for position, index in enumerate(counted):
+                local, weight = shards[index]
                 loss = batch_loss(self.model, local)
-                local_loss = loss.item()
-                total = self.data_parallel.backward_and_reduce(trainable, loss, weight)
-                loss.close()
-            else:  # a shard with no counted target contributes nothing (zero gradients)
-                local_loss = 0.0
-                total = self.data_parallel.reduce_gradients(trainable, weight)
-        return self.data_parallel.group.allreduce_sum([local_loss * weight])[0] / total
+                try:
+                    losses.append((loss.item(), weight))
+                    accumulate = position > 0  # the first backward replaces, the others add
+                    if index == counted[-1]:
+                        # The reduction runs while backward computes (the buckets'
+                        # collectives are the blocking path's, in the same order, so ranks
+                        # may mix the two).
+                        total = parallel.backward_and_reduce(
+                            trainable, loss, local_weight, scale=weight / local_weight,
+                            accumulate=accumulate)
+                    else:
+                        loss.backward_scaled(weight / local_weight, accumulate=accumulate)
+                finally:
+                    loss.close()
+        # Each shard's mean loss weighted by its share of the step's counted targets, summed
+        # over the ranks (in the single-process accumulation's order, so a world of one
+        # reports its value bit for bit).
+        value = 0.0
+        for loss_value, weight in losses:
+            value += loss_value * weight / total
+        return parallel.group.allreduce_sum([value])[0]
 
     def run(
         self,
