@@ -286,10 +286,19 @@ def build_parser() -> argparse.ArgumentParser:
     loss.add_argument("--full-sequence-loss", action="store_true",
                       help="compute the loss on every token of the formatted examples")
     post.add_argument("--eval-every", type=_positive_int, default=10,
-                      help="steps between validation losses, with held-out examples")
+                      help="steps between validation losses (with held-out examples) and "
+                      "generation checks")
     post.add_argument("--early-stopping-patience", type=_positive_int, default=None,
                       help="stop after this many validations without a new best, and keep "
                       "the best model (needs held-out examples)")
+    post.add_argument("--generation-checks", type=Path, default=None,
+                      help="JSONL of held-out prompts, each with {\"expect\": exact text} or "
+                      "{\"match\": regex}: the model answers them greedily in its chat "
+                      "template before training, every --eval-every steps and at the end; "
+                      "pass counts go to the output and the metrics JSONL")
+    post.add_argument("--generation-max-new-tokens", type=_positive_int, default=64,
+                      help="the response length of a generation check that sets no "
+                      "max_new_tokens")
     _add_backend(post)
     _add_runtime_policies(post)
     _add_training_outputs(post)
@@ -511,7 +520,8 @@ class _TrainingReporter:
             except ValueError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int) and \
-                    record["step"] <= step and record.get("phase") in ("train", "validation"):
+                    record["step"] <= step and \
+                    record.get("phase") in ("train", "validation", "generation"):
                 kept.append(line)
                 values = {key: float(value) if key in ("loss", "perplexity")
                           and isinstance(value, str) else value for key, value in record.items()}
@@ -528,6 +538,8 @@ class _TrainingReporter:
         self.curve(metric)
         if metric.phase == "validation":
             self.validation_loss = metric.loss
+        elif metric.phase == "generation":
+            _say(f"post-train: generation checks at step {metric.step}: {metric.summary}")
 
     def on_step(self, metric) -> None:
         if self.bar is not None:
@@ -685,6 +697,12 @@ def _post_train_command(arguments, data_parallel) -> int:
         read_instructions_jsonl(arguments.validation_instructions)
         if arguments.validation_instructions is not None else None
     )
+    checks = None
+    if arguments.generation_checks is not None:
+        from .generation_checks import read_generation_checks_jsonl
+
+        checks = read_generation_checks_jsonl(arguments.generation_checks,
+                                              arguments.generation_max_new_tokens)
     if arguments.validation_fraction is not None:
         from .instructions import split_examples
 
@@ -719,7 +737,8 @@ def _post_train_command(arguments, data_parallel) -> int:
         raise UsageError("--early-stopping-patience needs held-out examples "
                          "(--validation-instructions or --validation-fraction)")
     if arguments.model is not None:
-        return _post_train_pretrained(arguments, examples, validation, config, data_parallel)
+        return _post_train_pretrained(arguments, examples, validation, config, data_parallel,
+                                      checks)
     resume = None
     if arguments.resume is not None:
         from .checkpoints import TrainingCheckpoint
@@ -731,7 +750,7 @@ def _post_train_command(arguments, data_parallel) -> int:
         result = post_train(base, examples, config, metric_sink=sink, on_step=on_step,
                             validation_examples=validation, checkpoint_path=arguments.checkpoint,
                             checkpoint_interval=arguments.checkpoint_every, resume_from=resume,
-                            data_parallel=data_parallel)
+                            data_parallel=data_parallel, generation_checks=checks)
     finally:
         if reporter is not None:
             reporter.finish()
@@ -750,12 +769,21 @@ def _post_train_command(arguments, data_parallel) -> int:
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _report_generation(result)
     _report_data_parallel(data_parallel, elapsed)
     _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, parent "
          f"{base.artifact_id[:16]})")
     if data_parallel is not None:
         data_parallel.group.barrier()
     return 0
+
+
+def _report_generation(result) -> None:
+    """The generation checks' pass counts before and after training."""
+    if result.tuned_generation is not None:
+        _say(f"post-train: generation checks {result.base_generation.passed}/"
+             f"{result.base_generation.total} (base) -> {result.tuned_generation.summary} "
+             "(tuned)")
 
 
 def _report_data_and_stopping(result) -> None:
@@ -821,7 +849,8 @@ def _source_identity(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _post_train_pretrained(arguments, examples, validation, config, data_parallel) -> int:
+def _post_train_pretrained(arguments, examples, validation, config, data_parallel,
+                           checks=None) -> int:
     """post-train --model: fine-tune a pretrained checkpoint in its own chat template."""
     import dataclasses
 
@@ -854,7 +883,8 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
                                           checkpoint_path=arguments.checkpoint,
                                           checkpoint_interval=arguments.checkpoint_every,
                                           resume_from=resume, base_id=base_id,
-                                          data_parallel=data_parallel)
+                                          data_parallel=data_parallel,
+                                          generation_checks=checks)
         finally:
             if reporter is not None:
                 reporter.finish()
@@ -869,6 +899,10 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
         if result.base_validation is not None:
             metadata["validation"] = {"base_loss": result.base_validation.loss,
                                       "tuned_loss": result.tuned_validation.loss}
+        if result.tuned_generation is not None:
+            metadata["generation_checks"] = {"total": result.tuned_generation.total,
+                                             "base_passed": result.base_generation.passed,
+                                             "tuned_passed": result.tuned_generation.passed}
         bundle = loaded.save(arguments.output, stage="post_training", metadata=metadata)
     trained = [m for m in result.metrics if m.phase == "train"]
     losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
@@ -880,6 +914,7 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
         _say(f"post-train: held-out loss {result.base_validation.loss:.4f} (base) -> "
              f"{result.tuned_validation.loss:.4f} (tuned), delta "
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
+    _report_generation(result)
     _report_data_parallel(data_parallel, elapsed)
     _say(f"post-train: wrote {arguments.output} (artifact {bundle.artifact_id[:16]})")
     if data_parallel is not None:

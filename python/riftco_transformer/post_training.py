@@ -35,6 +35,15 @@ With ``validation_examples``:
   and the trainable values of the best validation are kept: the result is the best model,
   not the last (and ``<checkpoint>.best.riftckpt`` holds it when checkpointing).
 
+With ``generation_checks`` (:mod:`.generation_checks`: held-out prompts, each with an exact
+response or a regular expression to match), the model answers every prompt greedily in its chat
+template (as ``riftco chat`` prompts it, KV-cached) before training (the base, step 0), at every
+evaluation (each ``evaluation_interval`` steps and the last step) and at the end (the tuned
+model, the best one under early stopping); each round is published to ``metric_sink`` as a
+:class:`~.generation_checks.GenerationCheckMetric` (phase ``"generation"``: passed/total and
+each check's outcome), and the result holds ``base_generation`` and ``tuned_generation``.
+Nothing else depends on them: early stopping stays on the validation loss.
+
 The child records its parent's ``artifact_id``.
 
 Data parallelism (``data_parallel=`` a :class:`~.distributed.DataParallel`, every rank of an
@@ -47,7 +56,9 @@ each sharded over the ranks, and averages the gradients once: it equals one proc
 accumulating the same batches. Rank 0 writes the checkpoints while the others wait for them;
 every rank resumes from the same file. Every rank scores the whole validation set on identical
 replicas, and with early stopping the ranks also compare each validation loss, so they stop at
-the same step and keep the same best values. Signals are left alone (as in pretraining):
+the same step and keep the same best values. Every rank runs the generation checks (the
+same answers on identical replicas, no collective); only the sinks rank 0 is given write them.
+Signals are left alone (as in pretraining):
 SIGINT or SIGTERM ends the ranks, and the last periodic checkpoint resumes the run.
 """
 
@@ -62,6 +73,11 @@ from pathlib import Path
 from .artifacts import ModelBundle
 from .evaluation import CausalEvaluation, encode_examples, evaluate_sequences
 from .example_batching import OVERLONG_POLICIES, ExampleBatchSource, example_batches
+from .generation_checks import (
+    GenerationCheckMetric,
+    require_generation_checks,
+    run_generation_checks,
+)
 from .instructions import PlainChatFormatter, read_instructions_jsonl
 from .native import Adam, AdamOptions, LoraConfig
 from .native._validation import require_int, require_positive_float
@@ -200,6 +216,9 @@ class PostTrainingResult:
     data: dict | None = None
     best_step: int | None = None
     stopped_early: bool = False
+    base_generation: GenerationCheckMetric | None = None
+    tuned_generation: GenerationCheckMetric | None = None
+    generation_metrics: tuple[GenerationCheckMetric, ...] = ()
 
 
 def _example_source(sequences, masks, config: PostTrainingConfig,
@@ -312,6 +331,47 @@ class _RunOutcome:
     best_step: int | None
     best_values: object
     stopped_early: bool
+    generation_metrics: tuple = ()
+
+
+@dataclass
+class _GenerationRounds:
+    """The generation checks of a run and how to prompt the model (its chat template, end
+    token); ``before`` is the base's round, published as the run's first one."""
+
+    checks: tuple
+    tokenizer: object
+    template: object
+    end_token_id: int | None = None
+    before: GenerationCheckMetric | None = None
+
+    def run(self, model, step: int) -> GenerationCheckMetric:
+        return run_generation_checks(model, self.tokenizer, self.template, self.checks, step,
+                                     self.end_token_id)
+
+
+def _generation_rounds(checks, template, tokenizer, end_token_id=None):
+    """The run's :class:`_GenerationRounds`, or None without checks; TypeError for checks
+    that are not GenerationCheck values or a template that cannot prompt the model."""
+    checks = require_generation_checks(checks)
+    if not checks:
+        return None
+    if template is None or not callable(getattr(template, "render", None)):
+        raise TypeError("generation checks need the formatter's chat template (a formatter "
+                        "with .template, as PlainChatFormatter and ChatTemplateFormatter have)")
+    return _GenerationRounds(checks, tokenizer, template, end_token_id)
+
+
+def _tuned_generation(rounds, model, outcome: _RunOutcome, final_step: int, method: str):
+    """The checks on the tuned model: the last round again when it was of exactly this model
+    (full training, last step kept), else a new round."""
+    if rounds is None:
+        return None
+    kept = outcome.best_step if outcome.best_values is not None else final_step
+    last = outcome.generation_metrics[-1] if outcome.generation_metrics else None
+    if method == "full" and last is not None and last.step == final_step == kept:
+        return last
+    return rounds.run(model, kept)
 
 
 def _trainable(model):
@@ -321,13 +381,16 @@ def _trainable(model):
 def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostTrainingConfig,
                       tokenizer, metric_sink, on_step, checkpoint_path, checkpoint_interval,
                       nf4: dict | None, metadata: dict, validation_batches=(),
-                      resumed: bool = False) -> _RunOutcome:
+                      resumed: bool = False, generation: _GenerationRounds | None = None
+                      ) -> _RunOutcome:
     """Runs the steps left to ``config.steps`` (all of them, or what a restored checkpoint
     left), writing an exact-resume checkpoint to ``checkpoint_path`` every
     ``checkpoint_interval`` steps and at the end. Under early stopping it keeps the trainable
     values of the best validation (and its checkpoint); returns what happened. Under the
     trainer's data parallelism rank 0 writes the checkpoints while the others wait, and the
-    ranks compare every validation loss that early stopping decides on."""
+    ranks compare every validation loss that early stopping decides on. ``generation`` runs
+    the generation checks at every evaluation step and the last step (its ``before`` round
+    published first, after the first validation, when not resumed)."""
     model, optimizer = trainer.model, trainer.optimizer
     remaining = config.steps - optimizer.step_count
     if remaining < 0:
@@ -357,7 +420,30 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
         # on every rank here, instead of ranks that stop at different steps.
         metric_sink = _agreeing_validation(data_parallel, metric_sink)
 
+    generation_metrics: list[GenerationCheckMetric] = []
+
+    def publish_generation(record: GenerationCheckMetric) -> None:
+        generation_metrics.append(record)
+        if metric_sink is not None:
+            metric_sink(record)
+
+    run_sink = metric_sink
+    if generation is not None and not resumed and generation.before is not None and remaining:
+        if validation_batches:  # the base's round right after the first validation
+            pending = [generation.before]
+
+            def run_sink(metric) -> None:
+                if metric_sink is not None:
+                    metric_sink(metric)
+                if pending and metric.phase == "validation":
+                    publish_generation(pending.pop())
+        else:
+            publish_generation(generation.before)
+
     def step_hook(metric: TrainingMetric) -> None:
+        if generation is not None and (metric.step % config.evaluation_interval == 0
+                                       or metric.step == config.steps):
+            publish_generation(generation.run(model, metric.step))
         if on_step is not None:
             on_step(metric)
         if checkpoint_path is not None and checkpoint_interval and \
@@ -403,7 +489,7 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
                                    config.loss_average_window, config.gradient_accumulation_steps,
                                    config.early_stopping_patience,
                                    float(config.early_stopping_min_delta)),
-                validation_batches, metric_sink, step_hook,
+                validation_batches, run_sink, step_hook,
                 evaluate_first=not resumed, stop_requested=interrupt.stop_requested,
                 on_best=on_best,
             )
@@ -413,7 +499,7 @@ def _train_to_the_end(trainer: CausalLanguageModelTrainer, source, config: PostT
         raise TrainingInterrupted(optimizer.step_count, checkpoint_path, interrupt.signal_number)
     stopped_early = already_stopped or trainer.stopped_early
     return _RunOutcome(tuple(metrics), trainer.best_validation_step if keep_best else None,
-                       best_values, stopped_early)
+                       best_values, stopped_early, tuple(generation_metrics))
 
 
 def _agreeing_validation(data_parallel, metric_sink):
@@ -463,6 +549,7 @@ def post_train(
     checkpoint_interval: int | None = None,
     resume_from=None,
     data_parallel=None,
+    generation_checks: Sequence | None = None,
 ) -> PostTrainingResult:
     """Fine-tune a live copy of ``base`` on ``examples``; see the module docstring.
 
@@ -471,6 +558,9 @@ def post_train(
     data and config) continues it, ending exactly where the uninterrupted run ends.
     ``data_parallel`` (a :class:`~.distributed.DataParallel`) makes this call one rank of a
     data-parallel run (see the module docstring); every rank returns the same result.
+    ``generation_checks`` (:class:`~.generation_checks.GenerationCheck` values, e.g. from
+    :func:`~.generation_checks.read_generation_checks_jsonl`) are answered in ``formatter``'s
+    chat template before, during and after training (see the module docstring).
     """
     config = PostTrainingConfig() if config is None else config
     if not isinstance(config, PostTrainingConfig):
@@ -488,10 +578,13 @@ def post_train(
         )
     context = maximum if config.context_size is None else config.context_size
     formatter = PlainChatFormatter() if formatter is None else formatter
+    rounds = _generation_rounds(generation_checks, getattr(formatter, "template", None), None)
     backend = resolve_backend(config.backend)
     _require_packing_backend(config, backend)
     runtime = base.instantiate(backend, config.attention, config.activation_checkpointing)
     model, tokenizer = runtime.model, runtime.tokenizer
+    if rounds is not None:
+        rounds.tokenizer = tokenizer
     optimizer = None
     try:
         sequences, masks = encode_examples(
@@ -514,6 +607,8 @@ def post_train(
             evaluate_sequences(model, validation[0], None, 8, validation[1])
             if validation else None
         )
+        if rounds is not None:  # the base, before a checkpoint or NF4 packing replaces it
+            rounds.before = rounds.run(model, 0)
         method = config.fine_tuning_method
         quantization = None
         nf4 = None
@@ -551,7 +646,7 @@ def post_train(
             trainer, source, config, tokenizer, metric_sink, on_step, checkpoint_path,
             checkpoint_interval, nf4, {"stage": "post_training",
                                       "base_artifact_id": base.artifact_id},
-            validation_batches or (), resumed=checkpoint is not None)
+            validation_batches or (), resumed=checkpoint is not None, generation=rounds)
         metrics = outcome.metrics
         final_step = optimizer.step_count
         optimizer_report = {
@@ -568,6 +663,7 @@ def post_train(
             evaluate_sequences(model, validation[0], None, 8, validation[1])
             if validation else None
         )
+        tuned_generation = _tuned_generation(rounds, model, outcome, final_step, method)
         data = _data_report(source)
         metadata = {
             "objective": config.objective,
@@ -596,6 +692,8 @@ def post_train(
                 "delta_loss": tuned_validation.loss - base_validation.loss,
                 "target_token_count": tuned_validation.target_token_count,
             }
+        if rounds is not None:
+            metadata["generation_checks"] = _generation_report(rounds, tuned_generation)
         if model.backend != "cpu":
             model.to("cpu")
         bundle = ModelBundle.capture(model, tokenizer, "post_training", base.artifact_id, metadata)
@@ -608,7 +706,14 @@ def post_train(
     return PostTrainingResult(
         bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,
         base_validation, tuned_validation, data, outcome.best_step, outcome.stopped_early,
+        None if rounds is None else rounds.before, tuned_generation, outcome.generation_metrics,
     )
+
+
+def _generation_report(rounds: _GenerationRounds, tuned: GenerationCheckMetric) -> dict:
+    """The generation checks' before/after pass counts, for metadata."""
+    return {"total": tuned.total, "base_passed": rounds.before.passed,
+            "tuned_passed": tuned.passed}
 
 
 @dataclass(frozen=True)
@@ -626,6 +731,9 @@ class PretrainedFineTuningResult:
     data: dict | None = None
     best_step: int | None = None
     stopped_early: bool = False
+    base_generation: GenerationCheckMetric | None = None
+    tuned_generation: GenerationCheckMetric | None = None
+    generation_metrics: tuple[GenerationCheckMetric, ...] = ()
 
 
 def fine_tune_pretrained(
@@ -640,6 +748,7 @@ def fine_tune_pretrained(
     resume_from=None,
     base_id: str | None = None,
     data_parallel=None,
+    generation_checks: Sequence | None = None,
 ) -> PretrainedFineTuningResult:
     """Fine-tune a loaded pretrained model (:func:`~.pretrained.load_pretrained`) IN PLACE on
     instruction ``examples`` rendered with the model's own chat template.
@@ -650,6 +759,7 @@ def fine_tune_pretrained(
     model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
     result with :meth:`~.pretrained.PretrainedModel.save`. ``data_parallel`` as for
     :func:`post_train` (every rank loads the same model; ``base_id`` identifies it).
+    ``generation_checks`` as for :func:`post_train`, in the model's chat template.
     """
     import time as _time
 
@@ -662,6 +772,8 @@ def fine_tune_pretrained(
         raise ValueError("examples is empty")
     _check_data_parallel(data_parallel)
     model, tokenizer = pretrained.model, pretrained.tokenizer
+    rounds = _generation_rounds(generation_checks, pretrained.chat_template, tokenizer,
+                                pretrained.end_token_id)
     pretrained.reset_generator()  # its KV-cache pool pins the parameters
     if model.lora_attached or model.quantized_linear_weights:
         raise ValueError("the model already has adapters or packed weights")
@@ -688,6 +800,8 @@ def fine_tune_pretrained(
     model.set_activation_checkpointing(config.activation_checkpointing)
     base_validation = (evaluate_sequences(model, validation[0], None, 8,
                                           validation[1]) if validation else None)
+    if rounds is not None:
+        rounds.before = rounds.run(model, 0)
     method = config.fine_tuning_method
     if method == "qlora":
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
@@ -714,7 +828,8 @@ def fine_tune_pretrained(
         outcome = _train_to_the_end(trainer, source, config, tokenizer, metric_sink, step_hook,
                                     checkpoint_path, checkpoint_interval, nf4,
                                     {"stage": "post_training", "base_id": base_id},
-                                    validation_batches, resumed=resume_from is not None)
+                                    validation_batches, resumed=resume_from is not None,
+                                    generation=rounds)
         final_step = optimizer.step_count
     finally:
         optimizer.close()
@@ -724,7 +839,10 @@ def fine_tune_pretrained(
     pretrained.reset_generator()
     tuned_validation = (evaluate_sequences(model, validation[0], None, 8,
                                            validation[1]) if validation else None)
+    tuned_generation = _tuned_generation(rounds, model, outcome, final_step, method)
     return PretrainedFineTuningResult(outcome.metrics, len(sequences), config.objective, method,
                                       base_validation, tuned_validation, tuple(step_seconds),
                                       _data_report(source), outcome.best_step,
-                                      outcome.stopped_early)
+                                      outcome.stopped_early,
+                                      None if rounds is None else rounds.before,
+                                      tuned_generation, outcome.generation_metrics)
