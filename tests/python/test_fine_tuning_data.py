@@ -420,15 +420,23 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_the_run_resumes_exactly(base
                    capture_output=True, timeout=300)
     checkpoint = tmp_path / "run.riftckpt"
     metrics = tmp_path / "run.rift.metrics.jsonl"
-    process = subprocess.Popen(command(tmp_path / "run.rift", "--checkpoint", checkpoint,
-                                       "--checkpoint-every", "1000"),
-                               env=environment, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 5) and \
-            process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    assert process.poll() is None, "the run ended before it was interrupted"
+    # The signal goes once a few steps are done. On a loaded machine this process may not run
+    # again before the whole run is over; such an attempt proves nothing and is made again.
+    for _attempt in range(3):
+        for leftover in (checkpoint, metrics, tmp_path / "run.rift"):
+            leftover.unlink(missing_ok=True)
+        process = subprocess.Popen(command(tmp_path / "run.rift", "--checkpoint", checkpoint,
+                                           "--checkpoint-every", "1000"),
+                                   env=environment, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while (not metrics.exists() or len(metrics.read_text().splitlines()) < 5) and \
+                process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if process.poll() is None:
+            break
+        process.communicate(timeout=120)
+    assert process.poll() is None, "the run ended before it was interrupted, three times"
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
