@@ -21,14 +21,13 @@ beside its validation losses.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._container import unique_keys
+from .instructions import json_type, jsonl_records
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -233,41 +232,11 @@ def parse_generation_checks_jsonl(text: str | bytes, source: str = "<text>",
 def _parse_lines(lines: Iterable[str | bytes], source: str,
                  max_new_tokens: int) -> tuple[GenerationCheck, ...]:
     _require_max_new_tokens(max_new_tokens)
-    checks = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            check = _parse_line(line, number == 1, max_new_tokens)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{source}:{number}: {error}") from None
-        if check is not None:
-            checks.append(check)
-    if not checks:
-        raise ValueError(f"{source}: no generation checks")
-    return tuple(checks)
+    return jsonl_records(lines, source, lambda record: _check_from_record(record, max_new_tokens),
+                         "generation checks")
 
 
-def _parse_line(line: str | bytes, first: bool, max_new_tokens: int) -> GenerationCheck | None:
-    if isinstance(line, bytes):
-        if first and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"invalid UTF-8 at byte {error.start + 1} of the line") from None
-    elif first and line.startswith("\ufeff"):
-        line = line[1:]
-    if not line.strip():
-        return None
-    try:
-        record = json.loads(line, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"invalid JSON: {error.msg} at column {error.colno}") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None
-    except ValueError as error:  # a duplicate key
-        raise ValueError(f"invalid JSON: {error}") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+def _check_from_record(record: dict, max_new_tokens: int) -> GenerationCheck:
     unknown = [key for key in record if key not in _KEYS]
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} (a check has {', '.join(_KEYS)})")
@@ -275,7 +244,7 @@ def _parse_line(line: str | bytes, first: bool, max_new_tokens: int) -> Generati
         raise ValueError("missing key 'prompt'")
     for key in ("prompt", "expect", "match"):
         if key in record and not isinstance(record[key], str):
-            raise ValueError(f"{key!r} must be a string, got {_json_type(record[key])}")
+            raise ValueError(f"{key!r} must be a string, got {json_type(record[key])}")
     if "expect" in record and "match" in record:
         raise ValueError("has both 'expect' and 'match': give one of them")
     if "expect" not in record and "match" not in record:
@@ -284,13 +253,3 @@ def _parse_line(line: str | bytes, first: bool, max_new_tokens: int) -> Generati
         _require_max_new_tokens(record["max_new_tokens"], "'max_new_tokens'")
     return GenerationCheck(record["prompt"], record.get("expect"), record.get("match"),
                            record.get("max_new_tokens", max_new_tokens))
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)

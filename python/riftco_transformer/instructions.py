@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ._container import unique_keys
@@ -183,21 +183,33 @@ def parse_instructions_jsonl(
 
 
 def _parse_lines(lines: Iterable[str | bytes], source: str) -> tuple[Example, ...]:
-    examples = []
+    return jsonl_records(lines, source, _example_from_record, "examples")
+
+
+def jsonl_records(lines: Iterable[str | bytes], source: str, convert: Callable,
+                  nothing: str) -> tuple:
+    """``convert(record)`` for the JSON object on every nonblank line, in order: the line
+    rules of :func:`parse_instructions_jsonl` (UTF-8 with one byte order mark allowed at the
+    start, blank lines skipped but counted, strict JSON, an object per line). A ValueError,
+    from the line or from ``convert``, becomes ``f"{source}:{line_number}: {message}"``; no
+    record at all is ``f"{source}: no {nothing}"``. The one home of these rules for every
+    JSONL input we read (instructions, generation checks)."""
+    records = []
     for line_number, line in enumerate(lines, start=1):
         try:
-            example = _parse_line(line, first=line_number == 1)
+            record = _json_object_line(line, first=line_number == 1)
+            if record is not None:
+                records.append(convert(record))
         except ValueError as error:
             raise ValueError(f"{source}:{line_number}: {error}") from None
-        if example is not None:
-            examples.append(example)
-    if not examples:
-        raise ValueError(f"{source}: no examples")
-    return tuple(examples)
+    if not records:
+        raise ValueError(f"{source}: no {nothing}")
+    return tuple(records)
 
 
-def _parse_line(line: str | bytes, first: bool) -> Example | None:
-    """The example on one line, or None for a blank line; ValueError without the location."""
+def _json_object_line(line: str | bytes, first: bool) -> dict | None:
+    """The JSON object on one line, or None for a blank line; ValueError without the
+    location."""
     if isinstance(line, bytes):
         skipped = 3 if first and line.startswith(b"\xef\xbb\xbf") else 0
         try:
@@ -218,8 +230,8 @@ def _parse_line(line: str | bytes, first: bool) -> Example | None:
     except ValueError as error:  # a duplicate key, or an integer too long to convert
         raise ValueError(f"invalid JSON: {error}") from None
     if not isinstance(record, dict):
-        raise ValueError(f"expected a JSON object, got {_json_type(record)}")
-    return _example_from_record(record)
+        raise ValueError(f"expected a JSON object, got {json_type(record)}")
+    return record
 
 
 def _example_from_record(record: dict[str, object]) -> Example:
@@ -242,13 +254,13 @@ def _example_from_record(record: dict[str, object]) -> Example:
 
 def _conversation_from_record(messages: object) -> Conversation:
     if not isinstance(messages, list):
-        raise ValueError(f"'messages' must be an array, got {_json_type(messages)}")
+        raise ValueError(f"'messages' must be an array, got {json_type(messages)}")
     if not messages:
         raise ValueError("'messages' is empty")
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
-            raise ValueError(f"{where} must be an object, got {_json_type(message)}")
+            raise ValueError(f"{where} must be an object, got {json_type(message)}")
         for key in ("role", "content"):
             if key not in message:
                 raise ValueError(f"{where}: missing key {key!r}")
@@ -263,10 +275,10 @@ def _conversation_from_record(messages: object) -> Conversation:
 
 def _require_json_string(value: object, name: str) -> None:
     if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {_json_type(value)}")
+        raise ValueError(f"{name} must be a string, got {json_type(value)}")
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     """The JSON type of a parsed value, for an error message."""
     if isinstance(value, dict):
         return "an object"
