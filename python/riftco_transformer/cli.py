@@ -76,11 +76,6 @@ class UsageError(Exception):
     """A bad flag value found after parsing: reported like argparse's errors."""
 
 
-
-_ZERO_1_HELP = ("with --data-parallel: shard Adam's moments over the ranks (ZeRO-1): each rank "
-                "keeps and updates its share of the parameters, the values are gathered after "
-                "every step; checkpoints hold the whole state and resume with any world size")
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -143,6 +138,23 @@ def _port(text: str) -> int:
 
 
 BACKENDS = ("auto", "cpu", "cuda", "metal", "tpu", "pjrt")
+
+
+def _add_data_parallel(parser, command: str, batches: str) -> None:
+    """--data-parallel, --collective-timeout and --zero-1 (read by _data_parallel_of)."""
+    parser.add_argument("--data-parallel", action="store_true",
+                        help=f"run as one rank of `mpirun -n R riftco {command} ...`: each rank "
+                        f"trains on its shard of every global batch ({batches}), gradients "
+                        "are averaged once per step; rank 0 writes the outputs (needs a library "
+                        "built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)")
+    parser.add_argument("--collective-timeout", type=_positive_float, default=120.0,
+                        help="seconds a collective may wait for the other ranks before every "
+                        "rank stops with an error (with --data-parallel)")
+    parser.add_argument("--zero-1", action="store_true",
+                        help="with --data-parallel: shard Adam's moments over the ranks "
+                        "(ZeRO-1): each rank keeps and updates its share of the parameters, "
+                        "the values are shared after every step; checkpoints hold the whole "
+                        "state and resume with any world size")
 
 
 def _add_backend(parser) -> None:
@@ -212,16 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--auto-resume", action="store_true",
                           help="with --checkpoint: resume from it when the file exists (what "
                           "riftco launch's restarts rely on)")
-    pretrain.add_argument("--data-parallel", action="store_true",
-                          help="run as one rank of `mpirun -n R riftco pretrain ...`: each rank "
-                          "trains on its shard of every global batch (--batch-size windows, a "
-                          "multiple of R), gradients are averaged; rank 0 writes the outputs "
-                          "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)")
-    pretrain.add_argument("--collective-timeout", type=_positive_float, default=120.0,
-                          help="seconds a collective may wait for the other ranks before every "
-                          "rank stops with an error (with --data-parallel)")
-    pretrain.add_argument("--zero-1", action="store_true",
-                          help=_ZERO_1_HELP)
+    _add_data_parallel(pretrain, "pretrain", "--batch-size windows, a multiple of R")
 
     post = commands.add_parser("post-train", help="fine-tune a bundle on instruction JSONL",
                                description="Fine-tune a .rift bundle on prompt/response (or "
@@ -311,16 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--auto-resume", action="store_true",
                       help="with --checkpoint: resume from it when the file exists (what riftco "
                       "launch's restarts rely on)")
-    post.add_argument("--data-parallel", action="store_true",
-                      help="run as one rank of `mpirun -n R riftco post-train ...`: each rank "
-                      "trains on its shard of every global batch (--batch-size rows, a "
-                      "multiple of R), gradients are averaged (once per step, after "
-                      "--gradient-accumulation's micro-batches); rank 0 writes the outputs "
-                      "(needs a library built with RIFTCO_TRANSFORMER_ENABLE_MPI=ON)")
-    post.add_argument("--collective-timeout", type=_positive_float, default=120.0,
-                      help="seconds a collective may wait for the other ranks before every "
-                      "rank stops with an error (with --data-parallel)")
-    post.add_argument("--zero-1", action="store_true", help=_ZERO_1_HELP)
+    _add_data_parallel(post, "post-train",
+                       "--batch-size rows, a multiple of R; with --gradient-accumulation, "
+                       "each micro-batch")
 
     evaluate = commands.add_parser("evaluate", help="score a bundle on held-out data",
                                    description="Exhaustive held-out scoring: every target "
