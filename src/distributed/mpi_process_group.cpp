@@ -265,25 +265,8 @@ class MpiProcessGroup final : public ProcessGroup {
         return std::make_unique<MpiPendingCollective>(*this, std::move(requests));
     }
 
-    // test()/wait() of a pending collective (see MpiPendingCollective).
-    template <typename Call>
-    void run_pending(const char* operation, Call&& call) {
-        run(operation, std::forward<Call>(call));
-    }
-
-  private:
-    static int world_rank() {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        return rank;
-    }
-    static int world_size_of() {
-        int size = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-        return size;
-    }
-
-    // One blocking MPI call under the watchdog; an error code is a DistributedError.
+    // One MPI call under the watchdog (the collectives above, and a pending collective's
+    // test and wait); an error code is a DistributedError.
     template <typename Call>
     void run(const char* operation, Call&& call) {
         if (runtime().broken) {
@@ -298,6 +281,18 @@ class MpiProcessGroup final : public ProcessGroup {
             throw DistributedError(std::string(operation) + " on rank " + std::to_string(rank_) +
                                    " of " + std::to_string(size_) + " failed: " + error_text(code));
         }
+    }
+
+  private:
+    static int world_rank() {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        return rank;
+    }
+    static int world_size_of() {
+        int size = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        return size;
     }
 
     // MPI counts are int: large buffers go in pieces (the same pieces on every rank).
@@ -338,7 +333,7 @@ bool MpiPendingCollective::test() {
     if (finished_)
         return true;
     int done = 0;
-    group_.run_pending("allreduce (test)", [&] {
+    group_.run("allreduce (test)", [&] {
         return MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
                            MPI_STATUSES_IGNORE);
     });
@@ -350,7 +345,7 @@ void MpiPendingCollective::wait() {
     if (finished_)
         return;
     finished_ = true;  // a failed wait is not retried (the group is broken then)
-    group_.run_pending("allreduce (wait)", [&] {
+    group_.run("allreduce (wait)", [&] {
         return MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
                            MPI_STATUSES_IGNORE);
     });
