@@ -93,8 +93,8 @@ extern "C" {
  * - data parallelism over MPI: rt_distributed_compiled_in, rt_process_group_* and
  *   rt_data_parallel_*. */
 #define RT_ABI_VERSION_MAJOR 2
-#define RT_ABI_VERSION_MINOR 14
-#define RT_ABI_VERSION 0x0002000eu
+#define RT_ABI_VERSION_MINOR 15
+#define RT_ABI_VERSION 0x0002000fu
 
 RT_API uint32_t RT_CALL rt_abi_version(void);
 
@@ -468,6 +468,11 @@ typedef struct rt_kv_cache_pool_options {
     uint64_t struct_size;
     uint64_t block_size;  /* init 16; > 0 */
     uint64_t block_count; /* init 0 */
+    /* 2.15, prefix caching: 1 publishes every page a session of the pool fills, so that later
+     * sessions of the same model, structure and parameters adopt it by reference
+     * (rt_decode_session_reuse_prefix); init 0 (off). Other values: RT_STATUS_INVALID_ARGUMENT.
+     * A 2.14-sized struct reads 0. */
+    uint64_t prefix_caching;
 } rt_kv_cache_pool_options;
 
 RT_API rt_status RT_CALL rt_kv_cache_pool_options_init(rt_kv_cache_pool_options* options,
@@ -488,6 +493,21 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_free_block_count(const rt_kv_cache_poo
                                                            uint64_t* out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool,
                                                              uint64_t* out);
+/* 2.15, prefix caching. Published pages no session holds (they count as free: a lease evicts
+ * the least recently released one when no never-used page is left). */
+RT_API rt_status RT_CALL rt_kv_cache_pool_cached_block_count(const rt_kv_cache_pool* pool,
+                                                             uint64_t* out);
+/* Forgets every published prefix (cached pages become plain free pages). */
+RT_API rt_status RT_CALL rt_kv_cache_pool_clear_prefix_cache(rt_kv_cache_pool* pool);
+/* An empty session of a prefix-caching pool takes, by reference, the published pages holding the
+ * longest whole-page prefix of prompt[0, count - 1) (the last token is always left to feed) and
+ * writes the positions it now holds to *reused (0 without a match, for count < 2, or for a pool
+ * without prefix caching); the caller then feeds prompt[*reused..]. Pages are adopted only from
+ * sessions of the same model structure and parameter epoch. RT_STATUS_RUNTIME_ERROR: the session
+ * is not empty, or stale; RT_STATUS_OUT_OF_RANGE: an id >= V. Nothing changes on error. */
+RT_API rt_status RT_CALL rt_decode_session_reuse_prefix(rt_decode_session* session,
+                                                        const uint32_t* prompt, uint64_t count,
+                                                        uint64_t* reused);
 /* One batched step over session_count distinct sessions of one model, of one shared pool (one
  * attention call per layer for all) or of several (private or contiguous caches): session i
  * is fed token_counts[i] > 0 tokens, taken in order from `tokens` (sum of the counts of them),

@@ -85,9 +85,10 @@ static_assert(sizeof(rt_decode_session_options) == 24 &&
               offsetof(rt_decode_session_options, kind) == 8 &&
               offsetof(rt_decode_session_options, reserved) == 12 &&
               offsetof(rt_decode_session_options, block_size) == 16);
-static_assert(sizeof(rt_kv_cache_pool_options) == 24 &&
+static_assert(sizeof(rt_kv_cache_pool_options) == 32 &&
               offsetof(rt_kv_cache_pool_options, block_size) == 8 &&
-              offsetof(rt_kv_cache_pool_options, block_count) == 16);
+              offsetof(rt_kv_cache_pool_options, block_count) == 16 &&
+              offsetof(rt_kv_cache_pool_options, prefix_caching) == 24);
 static_assert(sizeof(rt_program_augmented_model_config) == 64 &&
               offsetof(rt_program_augmented_model_config, attention) == 56 &&
               offsetof(rt_program_augmented_model_config, random_seed) == 60);

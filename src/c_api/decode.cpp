@@ -4,6 +4,7 @@
 // and record its parameter epoch; every output is checked before a session changes.
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <memory>
 #include <string>
@@ -24,6 +25,9 @@ constexpr rt_decode_session_options default_session_options() {
     options.block_size = default_key_value_block_size;
     return options;
 }
+
+// Before 2.15 the pool options ended at block_count (prefix_caching then reads 0).
+constexpr std::size_t pool_options_size_2_14 = offsetof(rt_kv_cache_pool_options, prefix_caching);
 
 constexpr rt_kv_cache_pool_options default_pool_options() {
     rt_kv_cache_pool_options options{};
@@ -167,8 +171,8 @@ rt_status rt_decode_session_block_size(const rt_decode_session* session, uint64_
 
 rt_status rt_kv_cache_pool_options_init(rt_kv_cache_pool_options* options, uint64_t struct_size) {
     return guarded(__func__, [&] {
-        initialise_struct(options, struct_size, sizeof(rt_kv_cache_pool_options),
-                          default_pool_options(), "options");
+        initialise_struct(options, struct_size, pool_options_size_2_14, default_pool_options(),
+                          "options");
     });
 }
 
@@ -178,12 +182,17 @@ rt_status rt_model_kv_cache_pool_create(rt_model* model, const rt_kv_cache_pool_
         const std::shared_ptr<ModelState>& state = require_handle(model, "model").state;
         require_pointer(out, "out");
         const rt_kv_cache_pool_options given =
-            options == nullptr ? default_pool_options()
-                               : read_struct(options, sizeof(rt_kv_cache_pool_options),
-                                             default_pool_options(), "options");
-        auto pool = make_key_value_cache_pool(model_of(*state),
-                                              to_size(given.block_size, "options->block_size"),
-                                              to_size(given.block_count, "options->block_count"));
+            options == nullptr
+                ? default_pool_options()
+                : read_struct(options, pool_options_size_2_14, default_pool_options(), "options");
+        if (given.prefix_caching > 1) {
+            throw std::invalid_argument("options->prefix_caching " +
+                                        std::to_string(given.prefix_caching) +
+                                        " is not 0 (off) or 1 (on)");
+        }
+        auto pool = make_key_value_cache_pool(
+            model_of(*state), to_size(given.block_size, "options->block_size"),
+            to_size(given.block_count, "options->block_count"), given.prefix_caching == 1);
         *out = new rt_kv_cache_pool{state, std::move(pool)};
     });
 }
@@ -197,6 +206,8 @@ rt_status rt_kv_cache_pool_session_create(rt_kv_cache_pool* pool, rt_decode_sess
         rt_kv_cache_pool& native = require_handle(pool, "pool");
         require_pointer(out, "out");
         auto session = std::make_unique<DecodeSession>(model_of(*native.state), native.pool);
+        // Prefixes are shared only among sessions that saw the same parameter values.
+        session->set_prefix_namespace(native.state->parameter_epoch);
         *out = new rt_decode_session(native.state, native.pool, std::move(session));
     });
 }
@@ -227,6 +238,26 @@ rt_status rt_kv_cache_pool_free_block_count(const rt_kv_cache_pool* pool, uint64
 rt_status rt_kv_cache_pool_leased_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
     return guarded(__func__, [&] {
         set_output(out, require_handle(pool, "pool").pool->leased_block_count(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_cached_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->cached_block_count(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_clear_prefix_cache(rt_kv_cache_pool* pool) {
+    return guarded(__func__, [&] { require_handle(pool, "pool").pool->clear_prefix_cache(); });
+}
+
+rt_status rt_decode_session_reuse_prefix(rt_decode_session* session, const uint32_t* prompt,
+                                         uint64_t count, uint64_t* reused) {
+    return guarded(__func__, [&] {
+        rt_decode_session& native = current_session(session, "session");
+        const auto given = input_array(prompt, count, "prompt");
+        require_pointer(reused, "reused");
+        *reused = native.session->reuse_prefix(given);
     });
 }
 

@@ -22,9 +22,10 @@ KeyValueCacheDimensions key_value_cache_dimensions(const IncrementalDecoder& mod
 
 std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(const IncrementalDecoder& model,
                                                              std::size_t block_size,
-                                                             std::size_t block_count) {
+                                                             std::size_t block_count,
+                                                             bool prefix_caching) {
     return KeyValueCachePool::create(key_value_cache_dimensions(model), model.backend(), block_size,
-                                     block_count);
+                                     block_count, prefix_caching);
 }
 
 namespace {
@@ -192,7 +193,7 @@ Tensor run_batch(std::span<const DecodeWork> work, PrefillLogits which,
         work.size() == 1 && caches[0]->size() == 0 && work[0].tokens.size() > 1;
     TransactionGuard transactions(work.size());
     for (std::size_t i = 0; i < work.size(); ++i) {
-        caches[i]->begin(work[i].tokens.size());
+        caches[i]->begin(work[i].tokens.size(), work[i].tokens);
         transactions.add(*caches[i]);
     }
     std::vector<std::uint32_t> tokens;
@@ -236,14 +237,58 @@ DecodeSession::DecodeSession(const IncrementalDecoder& model, KeyValueCacheKind 
       cache_(KeyValueCache::with_private_pool(key_value_cache_dimensions(model), model.backend(),
                                               kind, block_size)),
       structure_version_(model.structure_version()),
-      backend_(model.backend()) {}
+      backend_(model.backend()) {
+    cache_.set_prefix_version(prefix_version());
+}
 
 DecodeSession::DecodeSession(const IncrementalDecoder& model,
                              std::shared_ptr<KeyValueCachePool> pool)
     : model_(&model),
       cache_(checked_pool(model, std::move(pool)), KeyValueCacheKind::Paged),
       structure_version_(model.structure_version()),
-      backend_(model.backend()) {}
+      backend_(model.backend()) {
+    cache_.set_prefix_version(prefix_version());
+}
+
+std::uint64_t DecodeSession::prefix_version() const noexcept {
+    // The structure version and the caller's namespace, mixed (splitmix64's finaliser).
+    std::uint64_t mixed = structure_version_ * 0x9E3779B97F4A7C15ULL ^ prefix_namespace_;
+    mixed = (mixed ^ (mixed >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    mixed = (mixed ^ (mixed >> 27)) * 0x94D049BB133111EBULL;
+    return mixed ^ (mixed >> 31);
+}
+
+void DecodeSession::set_prefix_namespace(std::uint64_t value) {
+    if (cache_.size() != 0) {
+        throw std::logic_error("DecodeSession::set_prefix_namespace: the session holds " +
+                               std::to_string(cache_.size()) + " positions; reset() it first");
+    }
+    prefix_namespace_ = value;
+    cache_.set_prefix_version(prefix_version());
+}
+
+std::size_t DecodeSession::reuse_prefix(std::span<const std::uint32_t> prompt) {
+    constexpr const char* op = "DecodeSession::reuse_prefix";
+    if (cache_.size() != 0) {
+        throw std::logic_error(std::string(op) + ": the session holds " +
+                               std::to_string(cache_.size()) +
+                               " positions; a prefix is reused only by an empty session");
+    }
+    require_current(op);
+    if (prompt.size() < 2) {
+        return 0;
+    }
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+        if (prompt[i] >= model_->vocabulary_size()) {
+            throw std::out_of_range(std::string(op) + ": prompt[" + std::to_string(i) +
+                                    "] = " + std::to_string(prompt[i]) +
+                                    " is not below the vocabulary size " +
+                                    std::to_string(model_->vocabulary_size()));
+        }
+    }
+    // The last token is always fed: its logits are what the caller asks the session for.
+    return cache_.adopt_prefix(prompt.first(prompt.size() - 1));
+}
 
 bool DecodeSession::stale() const {
     return model_->structure_version() != structure_version_ || model_->backend() != backend_;
@@ -265,8 +310,8 @@ void DecodeSession::require_current(const char* operation) const {
 }
 
 void DecodeSession::reset() noexcept {
-    cache_.reset();
     structure_version_ = model_->structure_version();
+    cache_.reset(prefix_version());
 }
 
 Tensor DecodeSession::decode_token(std::uint32_t token) {

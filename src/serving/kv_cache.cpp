@@ -73,25 +73,31 @@ std::string_view key_value_cache_kind_name(KeyValueCacheKind kind) noexcept {
 
 std::shared_ptr<KeyValueCachePool> KeyValueCachePool::create(
     const KeyValueCacheDimensions& dimensions, ExecutionBackend backend, std::size_t block_size,
-    std::size_t block_count) {
+    std::size_t block_count, bool prefix_caching) {
     require_pool_arguments(dimensions, block_size, block_count);
     if (block_count == 0) {
         block_count = pages_for(dimensions.maximum_context, block_size);
     }
     return std::shared_ptr<KeyValueCachePool>(
-        new KeyValueCachePool(dimensions, backend, block_size, block_count));
+        new KeyValueCachePool(dimensions, backend, block_size, block_count, prefix_caching));
 }
 
 KeyValueCachePool::KeyValueCachePool(const KeyValueCacheDimensions& dimensions,
                                      ExecutionBackend backend, std::size_t block_size,
-                                     std::size_t block_count)
+                                     std::size_t block_count, bool prefix_caching)
     : dimensions_(dimensions),
       backend_(backend),
       block_size_(block_size),
-      block_count_(block_count) {
+      block_count_(block_count),
+      prefix_caching_(prefix_caching),
+      references_(block_count, 0) {
     free_.reserve(block_count);
     for (std::size_t page = block_count; page-- > 0;) {
         free_.push_back(static_cast<std::uint32_t>(page));
+    }
+    if (prefix_caching) {
+        published_.resize(block_count);
+        evictable_place_.resize(block_count, evictable_.end());
     }
     const Shape shape{block_count, dimensions.head_count, block_size, dimensions.head_width};
     keys_.reserve(dimensions.layer_count);
@@ -112,20 +118,130 @@ std::size_t KeyValueCachePool::storage_bytes() const noexcept {
 }
 
 std::uint32_t KeyValueCachePool::lease() {
-    if (free_.empty()) {
+    std::uint32_t page = 0;
+    if (!free_.empty()) {
+        page = free_.back();
+        free_.pop_back();
+    } else if (!evictable_.empty()) {
+        page = evictable_.front();  // the least recently released cached page
+        unpublish(page);
+    } else {
         std::ostringstream message;
         message << pool_operation << ": pool exhausted (all " << block_count_ << " pages of "
                 << block_size_ << " positions are leased)";
         throw std::runtime_error(message.str());
     }
-    const std::uint32_t page = free_.back();
-    free_.pop_back();
+    references_[page] = 1;
     return page;
 }
 
 void KeyValueCachePool::give_back(std::uint32_t page) noexcept {
+    if (--references_[page] != 0) {
+        return;  // another cache still holds it
+    }
+    if (prefix_caching_ && published_[page].publication != 0) {
+        evictable_place_[page] = evictable_.insert(evictable_.end(), page);
+        return;
+    }
     // Keep the free list descending so lease() hands out the lowest id (deterministic).
     free_.insert(std::upper_bound(free_.begin(), free_.end(), page, std::greater<>()), page);
+}
+
+void KeyValueCachePool::hold(std::uint32_t page) noexcept {
+    if (references_[page]++ == 0) {  // it was cached: it leaves the eviction order
+        evictable_.erase(evictable_place_[page]);
+        evictable_place_[page] = evictable_.end();
+    }
+}
+
+// Removes a page from the index (the caller decides where the page goes next). A cached page
+// leaves the eviction order too.
+void KeyValueCachePool::unpublish(std::uint32_t page) noexcept {
+    PublishedPage& entry = published_[page];
+    const auto [first, last] = index_.equal_range(entry.key);
+    for (auto it = first; it != last; ++it) {
+        if (it->second == page) {
+            index_.erase(it);
+            break;
+        }
+    }
+    if (evictable_place_[page] != evictable_.end()) {
+        evictable_.erase(evictable_place_[page]);
+        evictable_place_[page] = evictable_.end();
+    }
+    entry.publication = 0;
+    entry.tokens.clear();
+}
+
+void KeyValueCachePool::clear_prefix_cache() noexcept {
+    if (!prefix_caching_) {
+        return;
+    }
+    std::vector<std::uint32_t> cached(evictable_.begin(), evictable_.end());
+    for (std::uint32_t page = 0; page < block_count_; ++page) {
+        if (published_[page].publication != 0) {
+            unpublish(page);
+        }
+    }
+    for (const std::uint32_t page : cached) {
+        ++references_[page];
+        give_back(page);  // unpublished now: back to the free list
+    }
+}
+
+namespace {
+
+// FNV-1a over 64-bit words: the index's bucket key (identity is checked in full on lookup).
+std::uint64_t prefix_key(std::uint32_t parent, std::uint64_t parent_publication,
+                         std::uint64_t version, std::span<const std::uint32_t> tokens) {
+    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    const auto mix = [&hash](std::uint64_t word) {
+        for (int byte = 0; byte < 8; ++byte) {
+            hash ^= (word >> (8 * byte)) & 0xFFU;
+            hash *= 0x100000001b3ULL;
+        }
+    };
+    mix(parent);
+    mix(parent_publication);
+    mix(version);
+    for (const std::uint32_t token : tokens) {
+        mix(token);
+    }
+    return hash;
+}
+
+}  // namespace
+
+KeyValueCachePool::PrefixLink KeyValueCachePool::find_published(
+    PrefixLink parent, std::uint64_t version, std::span<const std::uint32_t> tokens) const {
+    const std::uint64_t key = prefix_key(parent.page, parent.publication, version, tokens);
+    const auto [first, last] = index_.equal_range(key);
+    for (auto it = first; it != last; ++it) {
+        const PublishedPage& entry = published_[it->second];
+        if (entry.parent == parent.page && entry.parent_publication == parent.publication &&
+            entry.version == version &&
+            std::equal(tokens.begin(), tokens.end(), entry.tokens.begin(), entry.tokens.end())) {
+            return {it->second, entry.publication};
+        }
+    }
+    return {};
+}
+
+KeyValueCachePool::PrefixLink KeyValueCachePool::publish(std::uint32_t page, PrefixLink parent,
+                                                         std::uint64_t version,
+                                                         std::span<const std::uint32_t> tokens) {
+    if (const PrefixLink twin = find_published(parent, version, tokens); twin.page != no_page) {
+        return twin;  // this page stays private and is freed when its cache lets it go
+    }
+    PublishedPage& entry = published_[page];
+    entry.publication = ++publications_;
+    entry.parent = parent.page;
+    entry.parent_publication = parent.publication;
+    entry.version = version;
+    entry.key = prefix_key(parent.page, parent.publication, version, tokens);
+    entry.tokens.assign(tokens.begin(), tokens.end());
+    index_.emplace(entry.key, page);
+    return {page, entry.publication};
 }
 
 KeyValueCache::KeyValueCache(std::shared_ptr<KeyValueCachePool> pool, KeyValueCacheKind kind)
@@ -166,18 +282,30 @@ KeyValueCache::KeyValueCache(KeyValueCache&& other) noexcept
       pages_(std::move(other.pages_)),
       size_(other.size_),
       pending_(other.pending_),
-      pages_before_(other.pages_before_) {
+      pages_before_(other.pages_before_),
+      prefix_version_(other.prefix_version_),
+      tokens_known_(other.tokens_known_),
+      tokens_(std::move(other.tokens_)),
+      chain_(std::move(other.chain_)) {
     other.pages_.clear();
     other.size_ = 0;
     other.pending_ = 0;
+    other.tokens_.clear();
+    other.chain_.clear();
 }
 
-void KeyValueCache::begin(std::size_t count) {
+void KeyValueCache::begin(std::size_t count, std::span<const std::uint32_t> tokens) {
     if (pending_ != 0) {
         throw std::logic_error("KeyValueCache::begin: a transaction is already open");
     }
     if (count == 0) {
         throw std::logic_error("KeyValueCache::begin: count must be positive");
+    }
+    if (!tokens.empty() && tokens.size() != count) {
+        std::ostringstream message;
+        message << "KeyValueCache::begin: " << tokens.size() << " token ids given for " << count
+                << " positions";
+        throw std::invalid_argument(message.str());
     }
     if (count > capacity() - size_) {
         std::ostringstream message;
@@ -200,6 +328,14 @@ void KeyValueCache::begin(std::size_t count) {
         throw;
     }
     pending_ = count;
+    if (pool_->prefix_caching() && tokens_known_) {
+        if (tokens.empty()) {
+            tokens_known_ = false;  // this sequence's later pages cannot be identified
+            tokens_.clear();
+        } else {
+            tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+        }
+    }
 }
 
 tensor_ops::PagedSlot KeyValueCache::slot(std::size_t position) const {
@@ -215,6 +351,26 @@ tensor_ops::PagedSlot KeyValueCache::slot(std::size_t position) const {
 void KeyValueCache::commit() noexcept {
     size_ += pending_;
     pending_ = 0;
+    if (!pool_->prefix_caching() || !tokens_known_) {
+        return;
+    }
+    // Publish every page this step completed, as long as the chain before it is published.
+    const std::size_t block = block_size();
+    try {
+        while (chain_.size() < size_ / block) {
+            const std::size_t page = chain_.size();
+            const KeyValueCachePool::PrefixLink parent =
+                page == 0 ? KeyValueCachePool::PrefixLink{} : chain_.back();
+            if (page != 0 && parent.page == KeyValueCachePool::no_page) {
+                break;
+            }
+            chain_.push_back(pool_->publish(
+                pages_[page], parent, prefix_version_,
+                std::span<const std::uint32_t>(tokens_).subspan(page * block, block)));
+        }
+    } catch (...) {  // allocation failure: stop publishing this sequence; nothing is wrong
+        tokens_known_ = false;
+    }
 }
 
 void KeyValueCache::abort() noexcept {
@@ -225,16 +381,81 @@ void KeyValueCache::abort() noexcept {
         pool_->give_back(pages_.back());
         pages_.pop_back();
     }
+    if (tokens_known_ && tokens_.size() > size_) {
+        tokens_.resize(size_);
+    }
     pending_ = 0;
+}
+
+void KeyValueCache::release_pages() noexcept {
+    // Last page first: the deepest pages of a prefix become the first eviction candidates.
+    while (!pages_.empty()) {
+        pool_->give_back(pages_.back());
+        pages_.pop_back();
+    }
 }
 
 void KeyValueCache::reset() noexcept {
     abort();
-    for (const std::uint32_t page : pages_) {
-        pool_->give_back(page);
-    }
-    pages_.clear();
+    release_pages();
     size_ = 0;
+    tokens_known_ = true;
+    tokens_.clear();
+    chain_.clear();
+}
+
+void KeyValueCache::reset(std::uint64_t new_prefix_version) noexcept {
+    reset();
+    prefix_version_ = new_prefix_version;
+}
+
+void KeyValueCache::require_empty(const char* operation) const {
+    if (size_ != 0 || pending_ != 0) {
+        std::ostringstream message;
+        message << "KeyValueCache::" << operation << ": the cache must be empty (it holds " << size_
+                << " positions" << (pending_ != 0 ? " and an open transaction" : "")
+                << "); reset() it first";
+        throw std::logic_error(message.str());
+    }
+}
+
+void KeyValueCache::set_prefix_version(std::uint64_t version) {
+    require_empty("set_prefix_version");
+    prefix_version_ = version;
+}
+
+std::size_t KeyValueCache::adopt_prefix(std::span<const std::uint32_t> tokens) {
+    require_empty("adopt_prefix");
+    if (!pool_->prefix_caching()) {
+        return 0;
+    }
+    const std::size_t block = block_size();
+    const std::size_t whole_pages = std::min(tokens.size(), capacity()) / block;
+    KeyValueCachePool::PrefixLink parent;
+    std::vector<KeyValueCachePool::PrefixLink> found;
+    for (std::size_t page = 0; page < whole_pages; ++page) {
+        const KeyValueCachePool::PrefixLink link =
+            pool_->find_published(parent, prefix_version_, tokens.subspan(page * block, block));
+        if (link.page == KeyValueCachePool::no_page) {
+            break;
+        }
+        found.push_back(link);
+        parent = link;
+    }
+    if (found.empty()) {
+        return 0;
+    }
+    const std::size_t positions = found.size() * block;
+    pages_.reserve(found.size());
+    tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(positions));
+    for (const KeyValueCachePool::PrefixLink& link : found) {
+        pool_->hold(link.page);
+        pages_.push_back(link.page);
+    }
+    chain_ = std::move(found);
+    size_ = positions;
+    tokens_known_ = true;
+    return positions;
 }
 
 }  // namespace riftco_transformer

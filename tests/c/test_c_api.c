@@ -184,8 +184,8 @@ static void abi_version_is_the_header_version(void) {
 
 static void abi_version_is_major_shifted_over_minor(void) {
     EXPECT_EQ_U64(RT_ABI_VERSION_MAJOR, 2u);
-    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 14u);
-    EXPECT_EQ_U64(RT_ABI_VERSION, 0x0002000Eu);
+    EXPECT_EQ_U64(RT_ABI_VERSION_MINOR, 15u);
+    EXPECT_EQ_U64(RT_ABI_VERSION, 0x0002000Fu);
     EXPECT_EQ_U64(RT_ABI_VERSION,
                   ((uint32_t)RT_ABI_VERSION_MAJOR << 16) | (uint32_t)RT_ABI_VERSION_MINOR);
     EXPECT_EQ_U64(rt_abi_version() >> 16, RT_ABI_VERSION_MAJOR);

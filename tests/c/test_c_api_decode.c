@@ -291,11 +291,110 @@ static void rows_argmax(void) {
     EXPECT(kept == 7);
 }
 
+static void prefix_caching_shares_pages_within_one_parameter_epoch(void) {
+    rt_model* model = create_tiny_model();
+    float expected[C * V];
+    full_forward(model, expected);
+    rt_kv_cache_pool_options options;
+    EXPECT_OK(rt_kv_cache_pool_options_init(&options, sizeof options));
+    EXPECT_EQ_U64(options.prefix_caching, 0);
+    options.block_size = 2;
+    options.block_count = 8;
+    options.prefix_caching = 2;
+    rt_kv_cache_pool* pool = (rt_kv_cache_pool*)&untouched_marker;
+    EXPECT_STATUS(rt_model_kv_cache_pool_create(model, &options, &pool),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("options->prefix_caching 2");
+    EXPECT(pool == (rt_kv_cache_pool*)&untouched_marker);
+    /* A 2.14-sized struct (init and create) reads prefix_caching 0; a smaller one is refused. */
+    options.prefix_caching = 1;
+    options.struct_size = 16;
+    EXPECT_STATUS(rt_model_kv_cache_pool_create(model, &options, &pool),
+                  RT_STATUS_INVALID_ARGUMENT);
+    rt_kv_cache_pool_options old_client;
+    EXPECT_OK(rt_kv_cache_pool_options_init(&old_client, 24));
+    EXPECT_EQ_U64(old_client.struct_size, 24);
+    options.struct_size = 24;
+    EXPECT_OK(rt_model_kv_cache_pool_create(model, &options, &pool));
+    rt_decode_session* a = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &a));
+    float logits[C * V];
+    uint64_t required = 0;
+    EXPECT_OK(rt_decode_session_prefill(a, sequence, 6, logits, V, &required));
+    rt_decode_session_release(a);
+    uint64_t value = 9;
+    EXPECT_OK(rt_kv_cache_pool_cached_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 0);
+    rt_kv_cache_pool_release(pool);
+
+    options.struct_size = sizeof options;
+    EXPECT_OK(rt_model_kv_cache_pool_create(model, &options, &pool));
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &a));
+    EXPECT_OK(rt_decode_session_prefill(a, sequence, 6, logits, V, &required));
+    rt_decode_session_release(a); /* its 3 full pages stay cached */
+    EXPECT_OK(rt_kv_cache_pool_cached_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 3);
+    EXPECT_OK(rt_kv_cache_pool_free_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 8);
+    rt_decode_session* b = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &b));
+    uint64_t reused = 0;
+    EXPECT_OK(rt_decode_session_reuse_prefix(b, sequence, C, &reused));
+    EXPECT_EQ_U64(reused, 6);
+    EXPECT_OK(rt_decode_session_size(b, &value));
+    EXPECT_EQ_U64(value, 6);
+    EXPECT_OK(rt_decode_session_prefill(b, sequence + 6, 2, logits, V, &required));
+    EXPECT(max_difference(logits, expected + 7 * V, V) <= 1e-5);
+    /* Only an empty session adopts; bad arguments change nothing. */
+    reused = 77;
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(b, sequence, C, &reused),
+                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("empty session");
+    EXPECT_EQ_U64(reused, 77);
+    rt_decode_session* c = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &c));
+    const uint32_t bad[3] = {1, (uint32_t)V, 2};
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(c, bad, 3, &reused), RT_STATUS_OUT_OF_RANGE);
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(c, NULL, 3, &reused), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(c, sequence, 3, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_EQ_U64(reused, 77);
+    EXPECT_OK(rt_decode_session_size(c, &value));
+    EXPECT_EQ_U64(value, 0);
+    rt_decode_session_release(c);
+    rt_decode_session_release(b);
+    /* New parameter values (an optimizer step, allowed once no session lives): the pages
+     * computed with the old ones are never adopted. */
+    rt_parameter_list* parameters = parameters_of(model);
+    rt_adam* adam = NULL;
+    EXPECT_OK(rt_adam_create(parameters, NULL, &adam));
+    EXPECT_OK(rt_adam_step(adam, NULL));
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &c));
+    EXPECT_OK(rt_decode_session_reuse_prefix(c, sequence, C, &reused));
+    EXPECT_EQ_U64(reused, 0);
+    rt_decode_session_release(c);
+    /* Clearing turns the cached pages into free ones. */
+    EXPECT_OK(rt_kv_cache_pool_cached_block_count(pool, &value));
+    EXPECT(value > 0);
+    EXPECT_OK(rt_kv_cache_pool_clear_prefix_cache(pool));
+    EXPECT_OK(rt_kv_cache_pool_cached_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 0);
+    EXPECT_OK(rt_kv_cache_pool_free_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 8);
+    EXPECT_STATUS(rt_kv_cache_pool_clear_prefix_cache(NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_kv_cache_pool_cached_block_count(pool, NULL), RT_STATUS_INVALID_ARGUMENT);
+    rt_adam_release(adam);
+    rt_parameter_list_release(parameters);
+    rt_kv_cache_pool_release(pool);
+    rt_model_release(model);
+}
+
 int main(void) {
     RUN_TEST(steps_equal_the_full_forward);
     RUN_TEST(argument_rules_change_nothing);
     RUN_TEST(shared_pool_and_batched_steps);
     RUN_TEST(sessions_pin_their_model);
+    RUN_TEST(prefix_caching_shares_pages_within_one_parameter_epoch);
     RUN_TEST(rows_argmax);
     return finish_tests();
 }

@@ -41,7 +41,7 @@ def test_backend_constants_match_the_header():
 
 def test_abi_version_matches_the_header_and_the_loaded_library():
     versions = header_defines("RT_ABI_VERSION")
-    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000E
+    assert riftco_transformer.ABI_VERSION == versions[""] == 0x0002000F
     assert riftco_transformer.ABI_VERSION_MAJOR == versions["_MAJOR"]
     assert riftco_transformer.ABI_VERSION_MINOR == versions["_MINOR"]
     loaded = library().rt_abi_version()

@@ -209,3 +209,55 @@ def test_repr_and_types(model):
     assert repr(pool) == "<KvCachePool block_size=4 blocks=2 free=2>"
     session.close()
     pool.close()
+
+
+def test_prefix_caching_shares_pages_and_gives_the_cold_logits(model):
+    expected = full_logits(model, SEQUENCE)
+    pool = model.kv_cache_pool(block_size=2, block_count=8, prefix_caching=True)
+    assert pool.prefix_caching and pool.cached_block_count == 0
+    with pool.session() as cold:
+        assert cold.reuse_prefix(SEQUENCE) == 0  # nothing cached yet
+        cold.prefill(SEQUENCE[:5])  # pages 0 and 1 full and published, page 2 not
+    assert (pool.cached_block_count, pool.free_block_count) == (2, 8)
+    warm = pool.session()
+    assert warm.reuse_prefix(SEQUENCE) == 4
+    assert warm.size == 4 and pool.cached_block_count == 0 and pool.leased_block_count == 2
+    assert_close(warm.prefill(SEQUENCE[4:7]), expected[6])
+    assert_close(warm.step(SEQUENCE[7]), expected[7])
+    # Only an empty session adopts; bad ids are named; nothing changes.
+    error = native_error(lambda: warm.reuse_prefix(SEQUENCE))
+    assert error.status == STATUS_RUNTIME_ERROR and "empty session" in error.detail
+    other = pool.session()
+    error = native_error(lambda: other.reuse_prefix([1, 2, 32]))
+    assert error.status == STATUS_OUT_OF_RANGE and "prompt[2] = 32" in error.detail
+    with pytest.raises(ValueError, match="one flat row"):
+        other.reuse_prefix([[1, 2]])
+    assert other.size == 0
+    warm.close()
+    pool.clear_prefix_cache()
+    assert pool.cached_block_count == 0
+    assert other.reuse_prefix(SEQUENCE) == 0
+    # Without prefix caching nothing is published or adopted.
+    plain = model.kv_cache_pool(block_size=2, block_count=8)
+    assert not plain.prefix_caching
+    with plain.session() as session:
+        session.prefill(SEQUENCE)
+    assert plain.cached_block_count == 0
+    assert plain.session().reuse_prefix(SEQUENCE) == 0
+    assert model.decode_session().reuse_prefix(SEQUENCE) == 0
+    with pytest.raises(TypeError, match="prefix_caching must be a bool"):
+        model.kv_cache_pool(prefix_caching=1)
+
+
+def test_prefix_caching_never_adopts_pages_of_old_parameter_values(model):
+    pool = model.kv_cache_pool(block_size=2, block_count=8, prefix_caching=True)
+    with pool.session() as session:
+        session.prefill(SEQUENCE)
+    with pool.session() as session:
+        assert session.reuse_prefix(SEQUENCE) == 6
+    adam = Adam(model.parameters())
+    adam.step()  # allowed: no session lives; the parameter epoch moves on
+    with pool.session() as session:
+        assert session.reuse_prefix(SEQUENCE) == 0
+        logits = session.prefill(SEQUENCE)
+    assert_close(logits, full_logits(model, SEQUENCE)[-1])

@@ -113,7 +113,8 @@ def test_a_library_without_rt_abi_version_is_rejected(run_python, tmp_path):
         (0x0002000B, "incompatible ABI 2.11"),
         (0x0002000C, "incompatible ABI 2.12"),
         (0x0002000D, "incompatible ABI 2.13"),
-        (0x0002000E, "ABI 2.14 but a function is missing"),
+        (0x0002000E, "incompatible ABI 2.14"),
+        (0x0002000F, "ABI 2.15 but a function is missing"),
     ],
 )
 def test_the_abi_check_rejects_other_majors_older_minors_and_missing_functions(

@@ -50,7 +50,7 @@ namespace riftco_transformer {
 // A pool for sessions of `model`, on its backend (KeyValueCachePool::create's rules).
 [[nodiscard]] std::shared_ptr<KeyValueCachePool> make_key_value_cache_pool(
     const IncrementalDecoder& model, std::size_t block_size = default_key_value_block_size,
-    std::size_t block_count = 0);
+    std::size_t block_count = 0, bool prefix_caching = false);
 
 enum class PrefillLogits : std::uint32_t { Last = 0, All = 1 };
 
@@ -96,6 +96,20 @@ class DecodeSession {
     // current structure (a backend change keeps it stale).
     void reset() noexcept;
 
+    // Prefix caching (a pool made with prefix_caching; docs/ARCHITECTURE.md, 'Prefix
+    // caching'). An empty session takes, by reference, the published pages holding the longest
+    // whole-page prefix of prompt[0, P-1) (the last token is always left to feed, since its
+    // logits are the point) and returns the positions it now holds: the caller feeds
+    // prompt[returned..]. 0 without prefix caching, for P < 2 or without a match.
+    // std::logic_error: the session is not empty, or stale; std::out_of_range: an id >= V.
+    // Nothing changed on error.
+    std::size_t reuse_prefix(std::span<const std::uint32_t> prompt);
+    // Pages are shared only between sessions of the same model structure and namespace. The
+    // namespace is the caller's name for the parameter values (the C ABI passes its parameter
+    // epoch): after an optimizer step, sessions under a new namespace never adopt pages
+    // computed with the old weights. std::logic_error unless the session is empty.
+    void set_prefix_namespace(std::uint64_t value);
+
     [[nodiscard]] std::size_t size() const noexcept { return cache_.size(); }
     [[nodiscard]] std::size_t capacity() const noexcept { return cache_.capacity(); }
     [[nodiscard]] std::size_t block_size() const noexcept { return cache_.block_size(); }
@@ -108,11 +122,13 @@ class DecodeSession {
   private:
     friend Tensor decode_batch(std::span<const DecodeWork> work);
     void require_current(const char* operation) const;
+    [[nodiscard]] std::uint64_t prefix_version() const noexcept;
 
     const IncrementalDecoder* model_;
     KeyValueCache cache_;
     std::uint64_t structure_version_;
     ExecutionBackend backend_;
+    std::uint64_t prefix_namespace_ = 0;
 };
 
 }  // namespace riftco_transformer

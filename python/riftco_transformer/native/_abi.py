@@ -35,7 +35,7 @@ from ctypes import (
 # ---- Versioning: (major << 16) | minor. A library is usable when its major equals ours and its
 # minor is at least ours (minors only add).
 ABI_VERSION_MAJOR = 2
-ABI_VERSION_MINOR = 14
+ABI_VERSION_MINOR = 15
 ABI_VERSION = (ABI_VERSION_MAJOR << 16) | ABI_VERSION_MINOR
 
 # ---- Status codes (never renumbered).
@@ -274,6 +274,7 @@ class KvCachePoolOptionsStruct(Structure):
         ("struct_size", c_uint64),
         ("block_size", c_uint64),
         ("block_count", c_uint64),
+        ("prefix_caching", c_uint64),  # 2.15
     ]
 
 
@@ -579,6 +580,12 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_kv_cache_pool_blocks_per_full_cache": (rt_status, [handle, size_out]),
     "rt_kv_cache_pool_free_block_count": (rt_status, [handle, size_out]),
     "rt_kv_cache_pool_leased_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_cached_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_clear_prefix_cache": (rt_status, [handle]),
+    "rt_decode_session_reuse_prefix": (
+        rt_status,
+        [handle, POINTER(c_uint32), c_uint64, size_out],
+    ),
     "rt_decode_sessions_step": (
         rt_status,
         [

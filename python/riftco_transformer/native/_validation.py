@@ -50,6 +50,13 @@ def require_int(value: object, name: str, minimum: int, limit: int) -> int:
     return number
 
 
+def require_bool(value: object, name: str) -> bool:
+    """``value`` when it is a bool (TypeError otherwise: 1 and "yes" are not flags)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def require_real(value: object, name: str) -> float:
     """``value`` as a float: TypeError for a non-real number or a bool, ValueError for an int
     too large for a float (beyond about 1.8e308)."""

@@ -23,7 +23,7 @@ from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
 from ._readout import Float32Readout
-from ._validation import UINT64_LIMIT, require_int, require_real
+from ._validation import UINT64_LIMIT, require_bool, require_int, require_real
 from .backends import BACKEND_NAMES
 
 
@@ -86,8 +86,7 @@ class Variable(Float32Readout, NativeHandle):
         value = require_real(scale, "scale")
         if not math.isfinite(value):
             raise ValueError(f"scale must be finite, got {scale!r}")
-        if not isinstance(accumulate, bool):
-            raise TypeError(f"accumulate must be a bool, not {type(accumulate).__name__}")
+        require_bool(accumulate, "accumulate")
         with self._native() as pointer:
             check_status(library().rt_variable_backward_scaled(pointer, value, int(accumulate)))
 

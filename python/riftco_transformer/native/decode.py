@@ -37,7 +37,7 @@ from ._buffers import token_ids
 from ._errors import check_status
 from ._handle import NativeHandle
 from ._loader import library
-from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_choice, require_int
+from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_bool, require_choice, require_int
 
 KV_CACHE_VALUES = {"paged": KV_CACHE_PAGED, "contiguous": KV_CACHE_CONTIGUOUS}
 KV_CACHE_NAMES = {value: name for name, value in KV_CACHE_VALUES.items()}
@@ -151,6 +151,23 @@ class DecodeSession(NativeHandle):
         with self._native() as pointer:
             check_status(library().rt_decode_session_reset(pointer))
 
+    def reuse_prefix(self, prompt) -> int:
+        """Prefix caching: an empty session of a pool made with ``prefix_caching=True`` takes,
+        by reference, the cached pages holding the longest whole-page prefix of ``prompt``
+        without its last token, and returns the positions it now holds; feed
+        ``prompt[returned:]`` next. 0 without a match, for a pool without prefix caching or a
+        private cache. Pages computed with other parameter values or another structure are
+        never adopted. RuntimeError when the session is not empty."""
+        ids = _flat_ids(prompt, "prompt")
+        reused = ctypes.c_uint64()
+        with self._native() as pointer:
+            check_status(
+                library().rt_decode_session_reuse_prefix(
+                    pointer, ids.values, len(ids.values), ctypes.byref(reused)
+                )
+            )
+        return reused.value
+
     @property
     def size(self) -> int:
         return self._query("rt_decode_session_size", ctypes.c_uint64)
@@ -191,12 +208,18 @@ class KvCachePool(NativeHandle):
     one full context, ``blocks_per_full_cache``); ``free_block_count`` and
     ``leased_block_count`` report the pages now. Pages are leased lazily as sessions grow and
     return on ``reset()``/``close()`` of a session.
+
+    With ``prefix_caching`` every page a session fills is kept for later sessions whose prompt
+    starts with the same tokens (:meth:`DecodeSession.reuse_prefix`): shared by reference,
+    counted once, and kept after its sessions close (``cached_block_count``; such pages still
+    count as free, and the least recently released one is evicted when a lease needs it).
     """
 
     _release_function = "rt_kv_cache_pool_release"
 
-    def _bind(self, vocabulary_size: int) -> KvCachePool:
+    def _bind(self, vocabulary_size: int, prefix_caching: bool = False) -> KvCachePool:
         self._vocabulary_size = vocabulary_size
+        self._prefix_caching = prefix_caching
         return self
 
     def session(self) -> DecodeSession:
@@ -228,6 +251,21 @@ class KvCachePool(NativeHandle):
     def leased_block_count(self) -> int:
         return self._query("rt_kv_cache_pool_leased_block_count", ctypes.c_uint64)
 
+    @property
+    def prefix_caching(self) -> bool:
+        with self._native():
+            return self._prefix_caching
+
+    @property
+    def cached_block_count(self) -> int:
+        """Cached prefix pages no session holds (0 without prefix caching)."""
+        return self._query("rt_kv_cache_pool_cached_block_count", ctypes.c_uint64)
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prefix (its pages become plain free pages)."""
+        with self._native() as pointer:
+            check_status(library().rt_kv_cache_pool_clear_prefix_cache(pointer))
+
     def __repr__(self) -> str:
         if self.closed:
             return "<KvCachePool (closed)>"
@@ -249,13 +287,16 @@ def decode_session_options(cache: str, block_size: int) -> DecodeSessionOptionsS
     return options
 
 
-def kv_cache_pool_options(block_size: int, block_count: int) -> KvCachePoolOptionsStruct:
+def kv_cache_pool_options(
+    block_size: int, block_count: int, prefix_caching: bool = False
+) -> KvCachePoolOptionsStruct:
     options = KvCachePoolOptionsStruct()
     check_status(
         library().rt_kv_cache_pool_options_init(ctypes.byref(options), ctypes.sizeof(options))
     )
     options.block_size = require_int(block_size, "block_size", 1, UINT64_LIMIT)
     options.block_count = require_int(block_count, "block_count", 0, UINT64_LIMIT)
+    options.prefix_caching = int(require_bool(prefix_caching, "prefix_caching"))
     return options
 
 

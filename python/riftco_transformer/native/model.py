@@ -261,10 +261,13 @@ class CausalLanguageModel(NativeHandle):
             self._config.vocabulary_size, None
         )
 
-    def kv_cache_pool(self, block_size: int = 16, block_count: int = 0) -> KvCachePool:
+    def kv_cache_pool(
+        self, block_size: int = 16, block_count: int = 0, prefix_caching: bool = False
+    ) -> KvCachePool:
         """A :class:`KvCachePool` of ``block_count`` pages (0: exactly one full context) for
-        sessions that :func:`decode_batch` advances together."""
-        options = kv_cache_pool_options(block_size, block_count)
+        sessions that :func:`decode_batch` advances together; ``prefix_caching`` keeps filled
+        pages for later prompts that start the same way (:meth:`DecodeSession.reuse_prefix`)."""
+        options = kv_cache_pool_options(block_size, block_count, prefix_caching)
         handle = ctypes.c_void_p()
         with self._native() as pointer:
             check_status(
@@ -273,7 +276,7 @@ class CausalLanguageModel(NativeHandle):
                 )
             )
         return KvCachePool._from_pointer(handle.value, self._lock)._bind(
-            self._config.vocabulary_size
+            self._config.vocabulary_size, bool(options.prefix_caching)
         )
 
     # ---- LoRA and packed NF4 --------------------------------------------------------------

@@ -1,0 +1,307 @@
+// Prefix caching in the KV pool (docs/ARCHITECTURE.md, 'Prefix caching'): full pages published
+// under the exact identity of their tokens, adopted by reference, refcounted, evicted least
+// recently released first (deepest page first), and never shared across model versions. The
+// oracle for every warm run is the full forward of the same tokens.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "riftco_transformer/core/autograd/variable.hpp"
+#include "riftco_transformer/model/transformer.hpp"
+#include "riftco_transformer/serving/decode_session.hpp"
+#include "support/model_support.hpp"
+#include "support/test_support.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+using testing::message_of;
+
+constexpr std::size_t V = 27;
+
+DecoderOnlyTransformer make_model(std::uint32_t seed = 11) {
+    std::mt19937 generator(seed);
+    return DecoderOnlyTransformer(testing::reference_tiny(), generator);
+}
+
+std::vector<std::uint32_t> tokens_of(std::size_t count, std::uint32_t seed) {
+    std::mt19937 generator(seed);
+    std::vector<std::uint32_t> tokens(count);
+    for (auto& t : tokens) {
+        t = static_cast<std::uint32_t>(generator() % V);
+    }
+    return tokens;
+}
+
+std::vector<float> full_forward(const DecoderOnlyTransformer& model,
+                                const std::vector<std::uint32_t>& tokens) {
+    const NoGradientGuard guard;
+    return model.forward(tokens, {1, tokens.size()}).value().to_host();
+}
+
+double worst_difference(const std::vector<float>& actual, const float* expected,
+                        std::size_t count) {
+    double worst = 0.0;
+    for (std::size_t i = 0; i < count; ++i) {
+        worst = std::max(worst, std::fabs(double{actual[i]} - expected[i]));
+    }
+    return worst;
+}
+
+std::shared_ptr<KeyValueCachePool> prefix_pool(const DecoderOnlyTransformer& model,
+                                               std::size_t block_count) {
+    return make_key_value_cache_pool(model, 4, block_count, true);
+}
+
+// Feeds `prompt[reused..]` to a session that adopted `reused` positions and checks the logits
+// of every fed position against the full forward over the prompt.
+void expect_prompt_logits(const DecoderOnlyTransformer& model, DecodeSession& session,
+                          const std::vector<std::uint32_t>& prompt, std::size_t reused) {
+    ASSERT_LT(reused, prompt.size());
+    const auto expected = full_forward(model, prompt);
+    const auto fed =
+        session.prefill({prompt.data() + reused, prompt.size() - reused}, PrefillLogits::All)
+            .to_host();
+    EXPECT_LE(worst_difference(fed, expected.data() + reused * V, (prompt.size() - reused) * V),
+              1e-5)
+        << "reused " << reused;
+    EXPECT_EQ(session.size(), prompt.size());
+}
+
+TEST(PrefixCache, AWarmSessionSharesTheColdOnesPagesAndGivesTheSameLogits) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 12);
+    const auto cold_prompt = tokens_of(13, 1);
+    DecodeSession cold(model, pool);
+    static_cast<void>(cold.prefill(cold_prompt));  // pages 0..2 full and published, page 3 not
+    EXPECT_EQ(pool->leased_block_count(), 4U);
+
+    // A prompt that agrees on the first 10 tokens: pages 0 and 1 (tokens 0..7) match.
+    auto warm_prompt = cold_prompt;
+    warm_prompt[10] = (warm_prompt[10] + 1) % V;
+    DecodeSession warm(model, pool);
+    EXPECT_EQ(warm.reuse_prefix(warm_prompt), 8U);
+    EXPECT_EQ(warm.size(), 8U);
+    ASSERT_EQ(warm.cache().page_table().size(), 2U);
+    EXPECT_EQ(warm.cache().page_table()[0], cold.cache().page_table()[0]);  // by reference
+    EXPECT_EQ(warm.cache().page_table()[1], cold.cache().page_table()[1]);
+    EXPECT_EQ(pool->leased_block_count(), 4U);  // a shared page counts once
+    expect_prompt_logits(model, warm, warm_prompt, 8);
+
+    // The whole cold prompt plus a continuation: three pages.
+    auto longer = cold_prompt;
+    longer.push_back(5);
+    DecodeSession third(model, pool);
+    EXPECT_EQ(third.reuse_prefix(longer), 12U);
+    expect_prompt_logits(model, third, longer, 12);
+    // Decoding on continues to agree with the full forward.
+    longer.push_back(7);
+    const auto expected = full_forward(model, longer);
+    EXPECT_LE(worst_difference(third.decode_token(7).to_host(),
+                               expected.data() + (longer.size() - 1) * V, V),
+              1e-5);
+}
+
+TEST(PrefixCache, TheLastPromptTokenIsAlwaysFedAndOnlyWholePagesAreAdopted) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    const auto prompt = tokens_of(8, 2);
+    DecodeSession first(model, pool);
+    static_cast<void>(first.prefill(prompt));  // pages 0 and 1 published
+    DecodeSession second(model, pool);
+    EXPECT_EQ(second.reuse_prefix(prompt), 4U);  // prompt[0, 7) holds one whole page
+    expect_prompt_logits(model, second, prompt, 4);
+    DecodeSession short_prompt(model, pool);
+    EXPECT_EQ(short_prompt.reuse_prefix({prompt.data(), 1}), 0U);
+    EXPECT_EQ(short_prompt.reuse_prefix({prompt.data(), 4}), 0U);  // [0, 3): no whole page
+    EXPECT_EQ(short_prompt.reuse_prefix({prompt.data(), 5}), 4U);
+}
+
+TEST(PrefixCache, IdentityIsExactTokensPositionsVersionAndNamespace) {
+    auto model = make_model();
+    auto pool = prefix_pool(model, 12);
+    const auto prompt = tokens_of(12, 3);
+    DecodeSession source(model, pool);
+    static_cast<void>(source.prefill(prompt));
+    {  // One token differing in the first page: nothing matches (later pages extend it).
+        auto other = prompt;
+        other[1] = (other[1] + 1) % V;
+        DecodeSession session(model, pool);
+        EXPECT_EQ(session.reuse_prefix(other), 0U);
+    }
+    {  // The second page's tokens at another position (a shifted prompt): no match.
+        std::vector<std::uint32_t> shifted(prompt.begin() + 4, prompt.end());
+        shifted.push_back(1);
+        DecodeSession session(model, pool);
+        EXPECT_EQ(session.reuse_prefix(shifted), 0U);
+    }
+    {  // Another namespace (the C ABI's parameter epoch): no match, then its own pages.
+        DecodeSession session(model, pool);
+        session.set_prefix_namespace(1);
+        EXPECT_EQ(session.reuse_prefix(prompt), 0U);
+        DecodeSession same(model, pool);
+        EXPECT_EQ(same.reuse_prefix(prompt), 8U);
+    }
+    source.reset();
+    model.attach_lora({});  // a new structure version: the old pages must not be adopted
+    DecodeSession after(model, pool);
+    EXPECT_EQ(after.reuse_prefix(prompt), 0U);
+    expect_prompt_logits(model, after, prompt, 0);
+    DecodeSession again(model, pool);
+    EXPECT_EQ(again.reuse_prefix(prompt), 8U);
+    expect_prompt_logits(model, again, prompt, 8);
+}
+
+TEST(PrefixCache, CachedPagesAreEvictedLeastRecentlyReleasedDeepestFirst) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 6);
+    const auto prompt = tokens_of(12, 4);
+    {
+        DecodeSession first(model, pool);
+        static_cast<void>(first.prefill(prompt));  // pages 0, 1, 2: all full, all published
+        EXPECT_EQ(pool->cached_block_count(), 0U);
+    }
+    EXPECT_EQ(pool->cached_block_count(), 3U);
+    EXPECT_EQ(pool->free_block_count(), 6U);  // cached pages count as free: lease may take them
+    EXPECT_EQ(pool->leased_block_count(), 0U);
+    // 16 unrelated tokens need 4 pages: the 3 never-used ones, then one evicted: the deepest.
+    {
+        DecodeSession other(model, pool);
+        static_cast<void>(other.prefill(tokens_of(16, 5)));
+        EXPECT_EQ(pool->cached_block_count(), 2U);
+        EXPECT_EQ(pool->free_block_count(), 2U);
+    }  // other's 4 pages are cached now, after pages 1 and 0
+    EXPECT_EQ(pool->cached_block_count(), 6U);
+    auto longer = prompt;
+    longer.push_back(3);
+    DecodeSession warm(model, pool);
+    EXPECT_EQ(warm.reuse_prefix(longer), 8U);      // pages 0 and 1 survived, page 2 did not
+    EXPECT_EQ(pool->cached_block_count(), 4U);     // 0 and 1 are held now
+    expect_prompt_logits(model, warm, longer, 8);  // evicts two of other's pages
+    EXPECT_EQ(pool->cached_block_count(), 2U);
+}
+
+TEST(PrefixCache, ASharedPageLivesUntilItsLastHolderLetsGo) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 7);
+    auto prompt = tokens_of(9, 6);
+    DecodeSession a(model, pool);
+    static_cast<void>(a.prefill(prompt));
+    DecodeSession b(model, pool);
+    ASSERT_EQ(b.reuse_prefix(prompt), 8U);
+    a.reset();  // b still holds pages 0 and 1: they are neither free nor cached
+    EXPECT_EQ(pool->cached_block_count(), 0U);
+    EXPECT_EQ(pool->leased_block_count(), 2U);
+    // Another sequence takes 4 of the 5 other pages, never b's: b then takes the last one.
+    DecodeSession c(model, pool);
+    static_cast<void>(c.prefill(tokens_of(16, 7)));
+    EXPECT_EQ(pool->free_block_count(), 1U);
+    expect_prompt_logits(model, b, prompt, 8);
+    EXPECT_EQ(pool->free_block_count(), 0U);
+}
+
+TEST(PrefixCache, ConcurrentColdTwinsPublishOnceAndChainsContinueThroughTheTwin) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 12);
+    const auto prompt = tokens_of(6, 8);
+    DecodeSession a(model, pool);
+    DecodeSession b(model, pool);
+    std::vector<DecodeWork> work = {{&a, prompt}, {&b, prompt}};
+    static_cast<void>(decode_batch(work));  // both complete page 0; only a's is published
+    // b goes on alone and completes page 1, published as an extension of a's page 0.
+    auto longer = prompt;
+    for (const std::uint32_t token : {1U, 2U, 3U}) {
+        longer.push_back(token);
+        static_cast<void>(b.decode_token(token));
+    }
+    b.reset();
+    a.reset();
+    DecodeSession warm(model, pool);
+    longer.push_back(4);
+    EXPECT_EQ(warm.reuse_prefix(longer), 8U);
+    expect_prompt_logits(model, warm, longer, 8);
+}
+
+TEST(PrefixCache, ClearingForgetsEveryPrefixAndFreesTheCachedPages) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    const auto prompt = tokens_of(13, 9);
+    DecodeSession holder(model, pool);
+    static_cast<void>(holder.prefill(prompt));
+    {
+        DecodeSession released(model, pool);
+        static_cast<void>(released.prefill(tokens_of(8, 10)));
+    }
+    EXPECT_EQ(pool->cached_block_count(), 2U);
+    pool->clear_prefix_cache();
+    EXPECT_EQ(pool->cached_block_count(), 0U);
+    EXPECT_EQ(pool->free_block_count(), 4U);
+    DecodeSession session(model, pool);
+    EXPECT_EQ(session.reuse_prefix(prompt), 0U);
+    holder.reset();  // its formerly published pages go straight back to the free list
+    EXPECT_EQ(pool->cached_block_count(), 0U);
+    EXPECT_EQ(pool->free_block_count(), 8U);
+}
+
+TEST(PrefixCache, WithoutPrefixCachingNothingIsPublishedOrAdopted) {
+    const auto model = make_model();
+    auto pool = make_key_value_cache_pool(model, 4, 8);
+    EXPECT_FALSE(pool->prefix_caching());
+    const auto prompt = tokens_of(9, 11);
+    {
+        DecodeSession a(model, pool);
+        static_cast<void>(a.prefill(prompt));
+    }
+    EXPECT_EQ(pool->cached_block_count(), 0U);
+    EXPECT_EQ(pool->free_block_count(), 8U);
+    DecodeSession b(model, pool);
+    EXPECT_EQ(b.reuse_prefix(prompt), 0U);
+    DecodeSession private_cache(model);
+    EXPECT_EQ(private_cache.reuse_prefix(prompt), 0U);
+}
+
+TEST(PrefixCache, BadCallsChangeNothing) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    const auto prompt = tokens_of(9, 12);
+    DecodeSession a(model, pool);
+    static_cast<void>(a.prefill(prompt));
+    const std::size_t leased = pool->leased_block_count();
+    // Only an empty session adopts.
+    auto message = message_of<std::logic_error>([&] { static_cast<void>(a.reuse_prefix(prompt)); });
+    EXPECT_NE(message.find("only by an empty session"), std::string::npos) << message;
+    EXPECT_EQ(a.size(), 9U);
+    EXPECT_THROW(a.set_prefix_namespace(3), std::logic_error);
+    // An id outside the vocabulary is named.
+    auto bad = prompt;
+    bad[2] = V;
+    DecodeSession b(model, pool);
+    message = message_of<std::out_of_range>([&] { static_cast<void>(b.reuse_prefix(bad)); });
+    EXPECT_NE(message.find("prompt[2] = 27"), std::string::npos) << message;
+    EXPECT_EQ(b.size(), 0U);
+    EXPECT_EQ(pool->leased_block_count(), leased);
+    // A transaction's token ids must cover its positions.
+    KeyValueCache cache(pool);
+    const std::vector<std::uint32_t> three = {1, 2, 3};
+    message = message_of<std::invalid_argument>([&] { cache.begin(2, three); });
+    EXPECT_NE(message.find("3 token ids given for 2 positions"), std::string::npos) << message;
+    EXPECT_FALSE(cache.in_transaction());
+    EXPECT_EQ(pool->leased_block_count(), leased);
+    // A cache stepped without its token ids publishes nothing afterwards.
+    cache.begin(4);
+    cache.commit();
+    cache.begin(4, std::vector<std::uint32_t>{1, 2, 3, 4});
+    cache.commit();
+    cache.reset();
+    EXPECT_EQ(pool->cached_block_count(), 0U);
+}
+
+}  // namespace
+}  // namespace riftco_transformer
