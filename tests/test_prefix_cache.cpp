@@ -85,7 +85,7 @@ TEST(PrefixCache, AWarmSessionSharesTheColdOnesPagesAndGivesTheSameLogits) {
 
     // A prompt that agrees on the first 10 tokens: pages 0 and 1 (tokens 0..7) match.
     auto warm_prompt = cold_prompt;
-    warm_prompt[10] = (warm_prompt[10] + 1) % V;
+    warm_prompt[10] = static_cast<std::uint32_t>((warm_prompt[10] + 1) % V);
     DecodeSession warm(model, pool);
     EXPECT_EQ(warm.reuse_prefix(warm_prompt), 8U);
     EXPECT_EQ(warm.size(), 8U);
@@ -132,7 +132,7 @@ TEST(PrefixCache, IdentityIsExactTokensPositionsVersionAndNamespace) {
     static_cast<void>(source.prefill(prompt));
     {  // One token differing in the first page: nothing matches (later pages extend it).
         auto other = prompt;
-        other[1] = (other[1] + 1) % V;
+        other[1] = static_cast<std::uint32_t>((other[1] + 1) % V);
         DecodeSession session(model, pool);
         EXPECT_EQ(session.reuse_prefix(other), 0U);
     }
@@ -281,7 +281,7 @@ TEST(PrefixCache, BadCallsChangeNothing) {
     EXPECT_THROW(a.set_prefix_namespace(3), std::logic_error);
     // An id outside the vocabulary is named.
     auto bad = prompt;
-    bad[2] = V;
+    bad[2] = static_cast<std::uint32_t>(V);
     DecodeSession b(model, pool);
     message = message_of<std::out_of_range>([&] { static_cast<void>(b.reuse_prefix(bad)); });
     EXPECT_NE(message.find("prompt[2] = 27"), std::string::npos) << message;

@@ -9,6 +9,7 @@ the scheduler's thread use nothing but these members (the :class:`Engine` protoc
 ``admission(token_budget) -> Admission``            ADMIT now, WAIT for pages, or REJECT
 ``open_stream(token_budget) -> stream``             reserve the budget's pages, open a stream
 ``step([(stream, tokens), ...]) -> [logits, ...]``  ONE batched step (see below)
+``reuse_prefix(stream, prompt) -> int``             adopt cached pages of a prompt's prefix
 ``reset_stream(stream)``                            empty a stream (context rollover)
 ``close_stream(stream)``                            free it: pages and reservation (idempotent)
 ``capacity() -> KvCapacity``                        pool introspection
@@ -22,6 +23,12 @@ are a prefill chunk) and returns, per row, the logits of the row's last position
 of V floats. Rows must name distinct open streams of this engine and nonempty token lists of
 ids below V, and no stream may pass its capacity (``size + len(tokens) <= C``). On any
 failure no stream changed, so a caller may retry rows one at a time to isolate a bad one.
+
+*Prefix caching.* ``reuse_prefix(stream, prompt)`` is asked of an empty stream before its
+prompt is fed: it returns how many leading tokens of ``prompt`` (whole KV pages, never the last
+token) the stream now holds from pages an earlier stream computed, so the caller feeds only
+``prompt[returned:]``. The logits that follow equal a cold run's within float rounding. Engines
+without a cache (and a NativeEngine made with ``prefix_caching=False``) return 0.
 
 *Token budget and admission.* The budget of a request is the most tokens its stream will
 ever hold at once; with learned absolute positions that is at most C, because context
@@ -54,7 +61,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..native._validation import UINT32_LIMIT, describe_value, require_choice, require_int
+from ..native._validation import (
+    UINT32_LIMIT,
+    describe_value,
+    require_bool,
+    require_choice,
+    require_int,
+)
 from ..native.decode import KV_CACHE_VALUES
 from .errors import PoolFullError, RequestRejectedError
 
@@ -122,6 +135,8 @@ class Engine(Protocol):
     def open_stream(self, token_budget: int) -> EngineStream: ...
 
     def step(self, batch: Sequence[tuple[EngineStream, Sequence[int]]]) -> list[Logits]: ...
+
+    def reuse_prefix(self, stream: EngineStream, prompt: Sequence[int]) -> int: ...
 
     def reset_stream(self, stream: EngineStream) -> None: ...
 
@@ -273,6 +288,12 @@ class _EngineBase:
                 )
             rows.append((stream, tokens))
         return rows
+
+    def reuse_prefix(self, stream, prompt: Sequence[int]) -> int:
+        """No cache to share: every prompt token is fed (see the module docstring)."""
+        self._require_open()
+        self._own_stream(stream)
+        return 0
 
     def _stream_budget_blocks(self, token_budget: int) -> int:
         self._require_open()
@@ -477,9 +498,11 @@ class NativeEngine(_EngineBase):
     """The engine over the library's KV-cache decode sessions.
 
     ``kv_cache="paged"`` (default) creates one shared pool,
-    ``model.kv_cache_pool(block_size=block_size, block_count=block_count)``
-    (``block_count`` 0 = exactly one full context), and every stream is a ``pool.session()``
-    that leases pages lazily. ``"contiguous"`` gives each stream a private
+    ``model.kv_cache_pool(block_size=block_size, block_count=block_count,
+    prefix_caching=prefix_caching)`` (``block_count`` 0 = exactly one full context), and every
+    stream is a ``pool.session()`` that leases pages lazily. With ``prefix_caching`` (the
+    default) a prompt that starts like an earlier one adopts that one's full pages
+    (:meth:`reuse_prefix`); ``prefix_reused_tokens`` counts the prompt tokens so skipped. ``"contiguous"`` gives each stream a private
     ``model.decode_session(cache="contiguous")`` of one full context (``block_count`` must
     be 0; admission is then unbounded). Each step is ONE ``riftco_transformer.decode_batch``.
 
@@ -490,8 +513,9 @@ class NativeEngine(_EngineBase):
     kind = "native"
 
     def __init__(self, model, kv_cache: str = "paged", block_size: int = 16,
-                 block_count: int = 0) -> None:
+                 block_count: int = 0, prefix_caching: bool = True) -> None:
         require_choice(kv_cache, "kv_cache", KV_CACHE_KINDS)
+        require_bool(prefix_caching, "prefix_caching")
         block_size = require_int(block_size, "block_size", 1, UINT32_LIMIT)
         block_count = require_int(block_count, "block_count", 0, UINT32_LIMIT)
         if not native_decode_available(model):
@@ -508,8 +532,10 @@ class NativeEngine(_EngineBase):
         self._decode_batch = riftco_transformer.decode_batch
         self._kv_cache = kv_cache
         self._pool = None
+        self.prefix_reused_tokens = 0
         if kv_cache == "paged":
-            self._pool = model.kv_cache_pool(block_size=block_size, block_count=block_count)
+            self._pool = model.kv_cache_pool(block_size=block_size, block_count=block_count,
+                                             prefix_caching=prefix_caching)
             # A pool asked for 0 blocks holds one full context (it should report that count).
             pool_blocks = self._pool.block_count or self._pool.blocks_per_full_cache
             self._ledger = BlockLedger(self._pool.block_size, pool_blocks, self._maximum_context)
@@ -561,6 +587,16 @@ class NativeEngine(_EngineBase):
             raise RuntimeError(f"decode_batch returned {len(logits)} rows for {len(rows)}")
         return list(logits)  # array('f') rows: no per-float Python objects
 
+    def reuse_prefix(self, stream, prompt: Sequence[int]) -> int:
+        self._require_open()
+        session = self._own_stream(stream).session
+        if self._pool is None or not self._pool.prefix_caching:
+            return 0
+        ids = _require_token_ids(prompt, "prompt", self._vocabulary_size)
+        reused = session.reuse_prefix(ids)
+        self.prefix_reused_tokens += reused
+        return reused
+
     def reset_stream(self, stream) -> None:
         self._require_open()
         self._own_stream(stream).session.reset()
@@ -604,7 +640,8 @@ class NativeEngine(_EngineBase):
                 self._pool.close()
 
 
-def make_engine(model, kv_cache: str = "paged", block_size: int = 16, block_count: int = 0):
+def make_engine(model, kv_cache: str = "paged", block_size: int = 16, block_count: int = 0,
+                prefix_caching: bool = True):
     """An engine for ``model``: ``model`` itself when it already is one, a
     :class:`NativeEngine` when it has ``kv_cache_pool``, else a :class:`FullForwardEngine`
     (which has no KV cache, so the cache arguments are only validated)."""
@@ -612,8 +649,9 @@ def make_engine(model, kv_cache: str = "paged", block_size: int = 16, block_coun
         return model
     if hasattr(model, "kv_cache_pool"):
         return NativeEngine(model, kv_cache=kv_cache, block_size=block_size,
-                            block_count=block_count)
+                            block_count=block_count, prefix_caching=prefix_caching)
     require_choice(kv_cache, "kv_cache", KV_CACHE_KINDS)
     require_int(block_size, "block_size", 1, UINT32_LIMIT)
     require_int(block_count, "block_count", 0, UINT32_LIMIT)
+    require_bool(prefix_caching, "prefix_caching")
     return FullForwardEngine(model)
