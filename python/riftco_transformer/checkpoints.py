@@ -622,6 +622,27 @@ def load_training_checkpoint(path) -> TrainingCheckpoint:
     return TrainingCheckpoint.load(path)
 
 
+def read_artifact(path) -> tuple[str, object]:
+    """``(kind, loaded)`` for a bundle ("rift"), checkpoint ("riftckpt") or safetensors file
+    ("safetensors": its tensors and metadata), read once and fully validated by its own loader
+    (chosen by the manifest's format)."""
+    from .artifacts import BUNDLE_FORMAT, WEIGHTS_NAME, ModelBundle
+    from .interchange import parse_safetensors
+
+    data, source = read_file(path, "a bundle, checkpoint or safetensors file")
+    if data[:4] != b"PK\x03\x04":
+        return "safetensors", parse_safetensors(data, source)
+    members = read_stored_zip(data, (MANIFEST_NAME,), source,
+                              (WEIGHTS_NAME, MODEL_VALUES, *OPTIONAL_MEMBERS))
+    manifest = strict_json(bytes(members[MANIFEST_NAME]), source)
+    format_name = manifest.get("format") if isinstance(manifest, dict) else None
+    if format_name == BUNDLE_FORMAT:
+        return "rift", ModelBundle.from_bytes(data, source)
+    if format_name == CHECKPOINT_FORMAT:
+        return "riftckpt", TrainingCheckpoint.from_bytes(data, source)
+    raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
+
+
 # ---- manifest validation --------------------------------------------------------------------
 
 _KEYS = {

@@ -242,7 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     held_out.add_argument("--validation-fraction", type=_fraction, default=None,
                           help="hold out this fraction of --instructions instead (by content "
                           "hash, disjoint, deterministic)")
-    post.add_argument("--output", type=Path, required=True, help="the .rift bundle to write")
+    post.add_argument("--output", type=Path, default=None,
+                      help="the .rift bundle to write (the tuned model, LoRA merged); give "
+                      "--output, --adapter-output or both")
+    post.add_argument("--adapter-output", type=Path, default=None,
+                      help="with --method lora or qlora: also (or only) save the trained adapter "
+                      "alone, as a PEFT adapter directory (adapter_config.json and "
+                      "adapter_model.safetensors under Hugging Face module names, plus the "
+                      "base's identity) that --adapter and transformers+peft load onto the base")
     post.add_argument("--steps", type=_positive_int, default=20)
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
     post.add_argument("--context", type=_positive_int, default=None,
@@ -373,29 +380,33 @@ def build_parser() -> argparse.ArgumentParser:
                                "/exit (or end of input) to quit.")
     chat.add_argument("--model", type=Path, required=True,
                       help="a GGUF file or a .rift bundle")
+    _add_adapter(chat)
     chat.add_argument("--system", default=None, help="a system message for the conversation")
     chat.add_argument("--max-new-tokens", type=_positive_int, default=256)
     _add_sampling(chat)
     chat.add_argument("--maximum-context", type=_positive_int, default=2048,
                       help="longest conversation in tokens (bounds the KV cache)")
 
-    inspect = commands.add_parser("inspect", help="summarise a bundle, checkpoint, GGUF file or "
-                                  "Hugging Face directory",
+    inspect = commands.add_parser("inspect", help="summarise a bundle, checkpoint, GGUF file, "
+                                  "Hugging Face directory or PEFT adapter",
                                   description="Validate a .rift bundle or .riftckpt checkpoint "
                                   "and print its summary; or summarise a GGUF file (from its "
-                                  "metadata) or a Hugging Face directory (config and tensor "
-                                  "headers).")
+                                  "metadata), a Hugging Face directory (config and tensor "
+                                  "headers) or a PEFT adapter directory (adapter_config.json "
+                                  "and tensor headers).")
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     convert = commands.add_parser("convert", aliases=["export"],
                                   help="bundle <-> safetensors F32; bundle -> GGUF or a Hugging "
-                                  "Face directory",
+                                  "Face directory; LoRA checkpoint -> PEFT adapter",
                                   description="Convert a .rift bundle to safetensors F32 (names, "
                                   "shapes, and the bundle's manifest in __metadata__) or back; "
                                   "or a rotary-family bundle (Llama, Mistral, Qwen 2/3, Gemma "
                                   "2/3, Phi-3) to GGUF for llama.cpp, Ollama and LM Studio, or to "
-                                  "a Hugging Face directory (--to hf) for transformers.")
+                                  "a Hugging Face directory (--to hf) for transformers; or the "
+                                  ".riftckpt checkpoint of a LoRA/QLoRA run to a PEFT adapter "
+                                  "directory (--to peft) for transformers+peft and --adapter.")
     convert.add_argument("source", type=Path)
     convert.add_argument("destination", type=Path)
     convert.add_argument("--from", dest="source_format", choices=("rift", "safetensors"),
@@ -403,11 +414,15 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--to", dest="destination_format",
                          choices=CONVERT_DESTINATION_FORMATS, default=None,
                          help="destination format (default: from the destination's extension, "
-                         ".rift, .safetensors or .gguf; a Hugging Face directory needs --to hf)")
+                         ".rift, .safetensors or .gguf; a Hugging Face directory needs --to hf, "
+                         "a PEFT adapter directory --to peft)")
     convert.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
                          help="weight type of a GGUF file (f32, f16: every matrix rounded to "
                          "nearest even, norms stay f32) or a Hugging Face directory (f32, f16, "
                          "bf16); default f32")
+    convert.add_argument("--base-model", default=None,
+                         help="with --to peft: the base_model_name_or_path adapter_config.json "
+                         "records (the base's Hugging Face directory or hub id)")
 
     launch = commands.add_parser(
         "launch", help="run a command on N ranks under mpirun, restarting on failure",
@@ -445,17 +460,38 @@ def _add_model_source(parser) -> None:
     source.add_argument("--model", type=Path,
                         help="a pretrained checkpoint: a GGUF file, a Hugging Face directory "
                         "or a .rift bundle")
+    _add_adapter(parser)
+
+
+def _add_adapter(parser) -> None:
+    parser.add_argument("--adapter", type=Path, default=None,
+                        help="a PEFT LoRA adapter directory (riftco post-train --adapter-output, "
+                        "riftco export --to peft, or PEFT's save_pretrained) to apply to the "
+                        "model: attached, checked against it, then merged into its weights")
+    parser.add_argument("--skip-adapter-base-check", action="store_true",
+                        help="apply --adapter even when the base it records (riftco's adapters "
+                        "record theirs) cannot be shown to be this model")
 
 
 def _open_model(arguments, maximum_context: int | None = None):
-    """The PretrainedModel that --bundle or --model names, on the requested backend."""
+    """The PretrainedModel that --bundle or --model names (with --adapter applied and merged),
+    on the requested backend."""
     from .pretrained import load_pretrained
 
     path = arguments.bundle if getattr(arguments, "bundle", None) is not None else arguments.model
-    loaded = load_pretrained(path, maximum_context=maximum_context)
-    backend = _backend(arguments) if hasattr(arguments, "backend") else "cpu"
-    if backend != "cpu":
-        loaded.model.to(backend)
+    if arguments.skip_adapter_base_check and arguments.adapter is None:
+        raise UsageError("--skip-adapter-base-check needs --adapter")
+    loaded = load_pretrained(path, maximum_context=maximum_context, adapter=arguments.adapter,
+                             check_adapter_base=not arguments.skip_adapter_base_check)
+    try:
+        if arguments.adapter is not None:
+            loaded.model.merge_lora()  # served at the base's speed, as PEFT's merge_and_unload
+        backend = _backend(arguments) if hasattr(arguments, "backend") else "cpu"
+        if backend != "cpu":
+            loaded.model.to(backend)
+    except BaseException:
+        loaded.close()
+        raise
     return loaded
 
 
@@ -490,6 +526,8 @@ class _TrainingReporter:
         from .reporting import LossCurveSink, ProgressBar
 
         output = arguments.output
+        if output is None:  # post-train saving only the adapter: the files go beside it
+            output = arguments.adapter_output
         self.metrics_path = arguments.metrics or output.with_name(output.name + ".metrics.jsonl")
         self.curve_path = arguments.loss_curve or output.with_name(output.name + ".loss.svg")
         self.jsonl = None
@@ -681,8 +719,35 @@ def _report_data_parallel(data_parallel, elapsed: float) -> None:
              f"({100 * seconds / max(elapsed, 1e-9):.1f}% of the run)")
 
 
+def _require_post_train_outputs(arguments) -> None:
+    """--output and/or --adapter-output, each usable, before anything is read or trained."""
+    if arguments.output is None and arguments.adapter_output is None:
+        raise UsageError("give --output (the tuned bundle), --adapter-output (the adapter alone, "
+                         "a PEFT directory) or both")
+    if arguments.adapter_output is None:
+        return
+    if arguments.method == "full":
+        raise UsageError("--adapter-output needs --method lora or qlora (a full fine-tune "
+                         "trains no adapter)")
+    _require_directory_name(arguments.adapter_output, "--adapter-output")
+    from .interchange.huggingface_export import _require_free
+
+    _require_free(arguments.adapter_output, "--adapter-output")
+
+
+def _save_adapter(arguments, result, base: Path) -> None:
+    """--adapter-output: the run's adapter as a PEFT directory (its base named by path)."""
+    if arguments.adapter_output is None:
+        return
+    result.adapter.save(arguments.adapter_output, base_model_name_or_path=str(base))
+    recorded = ", ".join(f"{key} {value[:16]}" for key, value in result.adapter.base.items())
+    _say(f"post-train: wrote the adapter alone to {arguments.adapter_output} (PEFT, r="
+         f"{result.adapter.lora.rank}; base {recorded or 'not recorded'})")
+
+
 def _post_train_command(arguments, data_parallel) -> int:
     _apply_auto_resume(arguments)
+    _require_post_train_outputs(arguments)
     from .artifacts import ModelBundle
     from .instructions import read_instructions_jsonl
     from .native import LoraConfig
@@ -732,6 +797,10 @@ def _post_train_command(arguments, data_parallel) -> int:
     if config.early_stopping_patience is not None and validation is None:
         raise UsageError("--early-stopping-patience needs held-out examples "
                          "(--validation-instructions or --validation-fraction)")
+    if arguments.adapter_output is not None and base is not None:
+        from .interchange.peft import require_peft_exportable
+
+        require_peft_exportable(base.config, config.lora)
     if arguments.model is not None:
         return _post_train_pretrained(arguments, examples, validation, config, data_parallel,
                                       checks)
@@ -754,7 +823,8 @@ def _post_train_command(arguments, data_parallel) -> int:
     if reporter is None:  # another rank than 0: it writes nothing
         data_parallel.group.barrier()  # rank 0 has written the bundle when this returns
         return 0
-    result.bundle.save(arguments.output)
+    if arguments.output is not None:
+        result.bundle.save(arguments.output)
     trained = [m for m in result.metrics if m.phase == "train"]
     losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
               if trained else "")
@@ -767,8 +837,10 @@ def _post_train_command(arguments, data_parallel) -> int:
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
     _report_generation(result)
     _report_data_parallel(data_parallel, elapsed)
-    _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, parent "
-         f"{base.artifact_id[:16]})")
+    if arguments.output is not None:
+        _say(f"post-train: wrote {arguments.output} (artifact {result.bundle.artifact_id[:16]}, "
+             f"parent {base.artifact_id[:16]})")
+    _save_adapter(arguments, result, arguments.base)
     if data_parallel is not None:
         data_parallel.group.barrier()
     return 0
@@ -829,22 +901,6 @@ def _lora_targets(text: str | None, feed_forward: str) -> tuple[str, ...] | None
     return names
 
 
-def _source_identity(path: Path) -> str:
-    """What identifies a pretrained source for its checkpoints: the SHA-256 of a file (GGUF or
-    bundle), or of a directory's files (names and contents, in name order)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    files = sorted(p for p in Path(path).iterdir() if p.is_file()) if Path(path).is_dir() \
-        else [Path(path)]
-    for file in files:
-        digest.update(file.name.encode() + b"\0" if len(files) > 1 else b"")
-        with open(file, "rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _post_train_pretrained(arguments, examples, validation, config, data_parallel,
                            checks=None) -> int:
     """post-train --model: fine-tune a pretrained checkpoint in its own chat template."""
@@ -858,7 +914,9 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
         from .checkpoints import TrainingCheckpoint
 
         resume = TrainingCheckpoint.load(arguments.resume)
-    base_id = _source_identity(arguments.model)
+    from .interchange.peft import source_identity
+
+    base_id = source_identity(arguments.model)
     loaded = _open_model(arguments)
     with loaded:
         if loaded.architecture == "gpt":
@@ -871,6 +929,10 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
             rank=arguments.lora_rank, alpha=arguments.lora_alpha,
             rank_stabilized=arguments.rslora,
             targets=_all_projections(loaded.model) if targets is None else targets))
+        if arguments.adapter_output is not None:
+            from .interchange.peft import require_peft_exportable
+
+            require_peft_exportable(loaded.model.config, config.lora)
         reporter, sink, on_step = _post_train_reporter(arguments, config, resume, data_parallel)
         started = time.perf_counter()
         try:
@@ -899,7 +961,8 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
             metadata["generation_checks"] = {"total": result.tuned_generation.total,
                                              "base_passed": result.base_generation.passed,
                                              "tuned_passed": result.tuned_generation.passed}
-        bundle = loaded.save(arguments.output, stage="post_training", metadata=metadata)
+        bundle = (None if arguments.output is None else
+                  loaded.save(arguments.output, stage="post_training", metadata=metadata))
     trained = [m for m in result.metrics if m.phase == "train"]
     losses = (f"; training loss {trained[0].loss:.4f} -> {trained[-1].loss:.4f}"
               if trained else "")
@@ -912,7 +975,9 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
              f"{result.tuned_validation.loss - result.base_validation.loss:+.4f}")
     _report_generation(result)
     _report_data_parallel(data_parallel, elapsed)
-    _say(f"post-train: wrote {arguments.output} (artifact {bundle.artifact_id[:16]})")
+    if bundle is not None:
+        _say(f"post-train: wrote {arguments.output} (artifact {bundle.artifact_id[:16]})")
+    _save_adapter(arguments, result, arguments.model)
     if data_parallel is not None:
         data_parallel.group.barrier()
     return 0
@@ -1095,29 +1160,6 @@ def command_serve(arguments) -> int:
     return 0
 
 
-def _read_artifact(path: Path):
-    """``(kind, loaded)`` for a bundle ("rift"), checkpoint ("riftckpt") or safetensors file,
-    read once and fully validated by its own loader (chosen by the manifest's format)."""
-    from ._container import read_stored_zip, strict_json
-    from ._files import read_file
-    from .artifacts import BUNDLE_FORMAT, MANIFEST_NAME, WEIGHTS_NAME, ModelBundle
-    from .checkpoints import CHECKPOINT_FORMAT, MODEL_VALUES, OPTIONAL_MEMBERS, TrainingCheckpoint
-    from .interchange import parse_safetensors
-
-    data, source = read_file(path, "a bundle, checkpoint or safetensors file")
-    if data[:4] != b"PK\x03\x04":
-        return "safetensors", parse_safetensors(data, source)
-    members = read_stored_zip(data, (MANIFEST_NAME,), source,
-                              (WEIGHTS_NAME, MODEL_VALUES, *OPTIONAL_MEMBERS))
-    manifest = strict_json(bytes(members[MANIFEST_NAME]), source)
-    format_name = manifest.get("format") if isinstance(manifest, dict) else None
-    if format_name == BUNDLE_FORMAT:
-        return "rift", ModelBundle.from_bytes(data, source)
-    if format_name == CHECKPOINT_FORMAT:
-        return "riftckpt", TrainingCheckpoint.from_bytes(data, source)
-    raise ValueError(f"{path}: a ZIP, but neither a bundle nor a checkpoint")
-
-
 def _rope_scaling_text(config) -> str:
     """A rotary config's RoPE scaling for `inspect`: the kind and the fields it reads."""
     if config.rope_scaling == "frequency_factors":  # a GGUF file's rope_freqs.weight
@@ -1200,11 +1242,45 @@ def _inspect_huggingface(path: Path) -> None:
         _say(f"  layout       {layout}")
 
 
+def _inspect_peft(path: Path) -> None:
+    """A PEFT adapter directory's summary: its config as read and checked, its tensors
+    (headers only) and the base it records."""
+    from collections import Counter
+
+    from .interchange.peft import read_peft_adapter
+
+    adapter = read_peft_adapter(path)
+    spans = adapter.tensors.values()
+    dtypes = Counter(span.dtype for span in spans)
+    kinds = Counter(module.rsplit(".", 1)[-1] for module in adapter.modules)
+    rank, alpha = adapter.rank, adapter.alpha
+    scaling = alpha / (math.sqrt(rank) if adapter.rank_stabilized else rank)
+    rule = "alpha/sqrt(r), rsLoRA" if adapter.rank_stabilized else "alpha/r"
+    targets = adapter.target_modules
+    _say(f"peft adapter {path}\n  type         LoRA r={rank} alpha={alpha:g} scaling={scaling:g} "
+         f"({rule})\n"
+         f"  targets      {targets if isinstance(targets, str) else ', '.join(targets)}\n"
+         f"  modules      {len(adapter.modules)} ("
+         + ", ".join(f"{count} {kind}" for kind, count in kinds.items()) + ")\n"
+         f"  tensors      {len(adapter.tensors)} ("
+         + ", ".join(f"{count} {dtype}" for dtype, count in dtypes.items())
+         + f"), {sum(math.prod(span.shape) for span in spans):,} values, "
+         f"{sum(span.end - span.begin for span in spans):,} bytes\n"
+         f"  base         {adapter.base_model_name_or_path or '(not named)'}")
+    recorded = ", ".join(f"{key} {value}" for key, value in adapter.base.items())
+    _say(f"  base check   {recorded or 'none recorded (checked against a base by shape only)'}")
+
+
 def command_inspect(arguments) -> int:
     if arguments.path.is_dir():
         if arguments.json:
             raise UsageError("--json prints a bundle's or checkpoint's manifest")
-        _inspect_huggingface(arguments.path)
+        from .interchange.peft import ADAPTER_CONFIG_FILE
+
+        if (arguments.path / ADAPTER_CONFIG_FILE).is_file():
+            _inspect_peft(arguments.path)
+        else:
+            _inspect_huggingface(arguments.path)
         return 0
     with open(arguments.path, "rb") as stream:
         if stream.read(4) == b"GGUF":
@@ -1212,7 +1288,9 @@ def command_inspect(arguments) -> int:
                 raise UsageError("--json prints a bundle's or checkpoint's manifest")
             _inspect_gguf(arguments.path)
             return 0
-    kind, loaded = _read_artifact(arguments.path)
+    from .checkpoints import read_artifact
+
+    kind, loaded = read_artifact(arguments.path)
     if kind == "rift":
         bundle = loaded
         if arguments.json:
@@ -1267,8 +1345,17 @@ def command_inspect(arguments) -> int:
     return 0
 
 
-CONVERT_DESTINATION_FORMATS = ("rift", "safetensors", "gguf", "hf")
+CONVERT_DESTINATION_FORMATS = ("rift", "safetensors", "gguf", "hf", "peft")
 _CONVERT_EXTENSIONS = {".rift": "rift", ".safetensors": "safetensors", ".gguf": "gguf"}
+_DIRECTORY_FORMATS = ("hf", "peft")
+
+
+def _require_directory_name(path: Path, what: str) -> None:
+    """A directory destination may hold dots in its name, but not end in a file format's
+    extension (never a directory under a file's name)."""
+    suffix = path.suffix.lower()
+    if suffix in _CONVERT_EXTENSIONS or suffix == ".riftckpt":
+        raise UsageError(f"{what} writes a directory, not a {suffix} file ({path.name!r})")
 
 
 def _convert_destination_format(arguments) -> str:
@@ -1278,10 +1365,8 @@ def _convert_destination_format(arguments) -> str:
     suffix = arguments.destination.suffix.lower()
     named = _CONVERT_EXTENSIONS.get(suffix)
     chosen = arguments.destination_format
-    if chosen == "hf":  # a directory: its name may hold dots, but not a file format's extension
-        if named is not None:
-            raise UsageError(f"--to hf writes a directory, not a {suffix} file "
-                             f"({arguments.destination.name!r})")
+    if chosen in _DIRECTORY_FORMATS:  # its name may hold dots, not a file format's extension
+        _require_directory_name(arguments.destination, f"--to {chosen}")
         return chosen
     if chosen is None:
         if named is None:
@@ -1300,6 +1385,11 @@ def command_convert(arguments) -> int:
     from .interchange import export_bundle_safetensors, export_gguf, import_bundle_safetensors
 
     destination_format = _convert_destination_format(arguments)
+    if arguments.base_model is not None and destination_format != "peft":
+        raise UsageError(f"--base-model is for PEFT adapter destinations (--to peft; this one "
+                         f"is {destination_format})")
+    if destination_format == "peft":
+        return _export_peft(arguments)
     if arguments.dtype is not None and destination_format not in ("gguf", "hf"):
         raise UsageError(f"--dtype is for GGUF and Hugging Face destinations (this one is "
                          f"{destination_format})")
@@ -1331,6 +1421,23 @@ def command_convert(arguments) -> int:
         bundle.save(arguments.destination)
     _say(f"convert: {arguments.source} ({source_format}) -> {arguments.destination} "
          f"({destination_format}), artifact {bundle.artifact_id[:16]}")
+    return 0
+
+
+def _export_peft(arguments) -> int:
+    """convert/export --to peft: a LoRA/QLoRA run's checkpoint as a PEFT adapter directory."""
+    from .interchange import export_peft
+
+    if arguments.dtype is not None:
+        raise UsageError("--dtype is for GGUF and Hugging Face destinations; a PEFT adapter "
+                         "is written in F32")
+    if arguments.source_format is not None:
+        raise UsageError("--from is for bundle and safetensors sources; --to peft reads the "
+                         ".riftckpt checkpoint of a LoRA or QLoRA run")
+    export_peft(arguments.source, arguments.destination,
+                base_model_name_or_path=arguments.base_model)
+    _say(f"convert: {arguments.source} (LoRA checkpoint) -> {arguments.destination} (PEFT "
+         "adapter)")
     return 0
 
 

@@ -79,6 +79,7 @@ from .generation_checks import (
     run_generation_checks,
 )
 from .instructions import PlainChatFormatter, read_instructions_jsonl
+from .interchange.peft import LoraAdapter, capture_lora_adapter
 from .native import Adam, AdamOptions, LoraConfig
 from .native._validation import require_int, require_positive_float
 from .pretraining import (
@@ -219,6 +220,7 @@ class PostTrainingResult:
     base_generation: GenerationCheckMetric | None = None
     tuned_generation: GenerationCheckMetric | None = None
     generation_metrics: tuple[GenerationCheckMetric, ...] = ()
+    adapter: LoraAdapter | None = None
 
 
 def _example_source(sequences, masks, config: PostTrainingConfig,
@@ -657,7 +659,12 @@ def post_train(
         }
         optimizer.close()
         _keep_best(model, outcome, final_step)
+        adapter = None
         if method in ("lora", "qlora"):
+            # The adapter alone, before the merge folds it in (adapter-only saves).
+            adapter = capture_lora_adapter(model, {
+                "weights_sha256": base.manifest["weights"]["sha256"],
+                "artifact_id": base.artifact_id})
             model.merge_lora()
         tuned_validation = (
             evaluate_sequences(model, validation[0], None, 8, validation[1])
@@ -707,6 +714,7 @@ def post_train(
         bundle, metrics, len(sequences), config.objective, config.fine_tuning_method,
         base_validation, tuned_validation, data, outcome.best_step, outcome.stopped_early,
         None if rounds is None else rounds.before, tuned_generation, outcome.generation_metrics,
+        adapter,
     )
 
 
@@ -734,6 +742,7 @@ class PretrainedFineTuningResult:
     base_generation: GenerationCheckMetric | None = None
     tuned_generation: GenerationCheckMetric | None = None
     generation_metrics: tuple[GenerationCheckMetric, ...] = ()
+    adapter: LoraAdapter | None = None
 
 
 def fine_tune_pretrained(
@@ -834,7 +843,11 @@ def fine_tune_pretrained(
     finally:
         optimizer.close()
     _keep_best(model, outcome, final_step)
+    adapter = None
     if method in ("lora", "qlora"):
+        # The adapter alone, before the merge folds it in (adapter-only saves); the base is
+        # named by base_id (riftco post-train --model: the SHA-256 of the source).
+        adapter = capture_lora_adapter(model, {"base_id": base_id} if base_id else {})
         model.merge_lora()
     pretrained.reset_generator()
     tuned_validation = (evaluate_sequences(model, validation[0], None, 8,
@@ -845,4 +858,4 @@ def fine_tune_pretrained(
                                       _data_report(source), outcome.best_step,
                                       outcome.stopped_early,
                                       None if rounds is None else rounds.before,
-                                      tuned_generation, outcome.generation_metrics)
+                                      tuned_generation, outcome.generation_metrics, adapter)

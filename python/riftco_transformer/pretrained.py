@@ -217,15 +217,35 @@ def _load_bundle(path: str) -> PretrainedModel:
     return PretrainedModel(runtime.model, tokenizer, template, bundle.architecture, path)
 
 
-def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None
-                    ) -> PretrainedModel:
+def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None,
+                    adapter: str | os.PathLike | None = None,
+                    check_adapter_base: bool = True) -> PretrainedModel:
     """Load a GGUF file, a Hugging Face directory or a ``.rift`` bundle (see the module
     docstring).
 
     ``maximum_context`` bounds sequences and the KV cache of a GGUF model: default 2048
     (RoPE has no position table, so any bound works; the cache of one full context is
-    allocated per session pool), ``0`` takes the file's ``context_length``."""
-    path = os.fspath(path)
+    allocated per session pool), ``0`` takes the file's ``context_length``.
+
+    ``adapter``: a PEFT LoRA adapter directory attached (unmerged; ``model.merge_lora()`` folds
+    it in) with :func:`~.interchange.peft.load_peft_adapter`, which checks it against this
+    model, and (``check_adapter_base``) that the base it records is this one; on any error
+    nothing stays open."""
+    if adapter is not None:  # checked on its own before the base is loaded
+        from .interchange.peft import load_peft_adapter, read_peft_adapter
+
+        adapter = read_peft_adapter(adapter)
+    loaded = _load(os.fspath(path), maximum_context)
+    if adapter is not None:
+        try:
+            load_peft_adapter(loaded, adapter, check_base=check_adapter_base)
+        except BaseException:
+            loaded.close()
+            raise
+    return loaded
+
+
+def _load(path: str, maximum_context: int | None) -> PretrainedModel:
     kind = checkpoint_format(path)
     if kind == "gguf":
         if maximum_context is None:

@@ -426,13 +426,35 @@ def _write_json(path: Path, document: dict) -> None:
 # ---- the entry point ------------------------------------------------------------------------
 
 
-def _require_free(destination: Path) -> None:
+def _require_free(destination: Path, what: str = "Hugging Face export") -> None:
     if destination.exists() or destination.is_symlink():
         if not destination.is_dir() or destination.is_symlink():
             raise ValueError(f"{destination} exists and is not a directory")
         if any(destination.iterdir()):
-            raise ValueError(f"{destination} exists and is not empty: Hugging Face export "
-                             "writes a new directory")
+            raise ValueError(f"{destination} exists and is not empty: {what} writes a new "
+                             "directory")
+
+
+def write_directory(destination: Path, fill, what: str) -> Path:
+    """Publish the directory ``fill(temporary)`` writes as ``destination``: the files go into
+    a temporary sibling directory renamed to ``destination`` at the end, so a failure leaves
+    nothing behind; an existing ``destination`` must be an empty directory (ValueError naming
+    ``what`` writes it otherwise). Returns ``destination``."""
+    _require_free(destination, what)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    temporary = destination.parent / (f".{destination.name}.{os.getpid()}."
+                                      f"{secrets.token_hex(6)}.partial")
+    temporary.mkdir()  # the umask's permissions, as any new directory
+    try:
+        fill(temporary)
+        _require_free(destination, what)
+        if destination.exists():
+            destination.rmdir()  # empty: checked just above
+        os.rename(temporary, destination)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return destination
 
 
 def export_huggingface(source, directory, dtype: str = "f32") -> Path:
@@ -465,21 +487,11 @@ def export_huggingface(source, directory, dtype: str = "f32") -> Path:
         if state.get(field) is not None:
             generation[key] = state[field]
 
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    temporary = destination.parent / (f".{destination.name}.{os.getpid()}."
-                                      f"{secrets.token_hex(6)}.partial")
-    temporary.mkdir()  # the umask's permissions, as any new directory
-    try:
+    def fill(temporary: Path) -> None:
         _write_json(temporary / CONFIG_FILE, document)
         _write_json(temporary / GENERATION_CONFIG_FILE, generation)
         _write_json(temporary / TOKENIZER_FILE, tokenizer_document)
         _write_json(temporary / TOKENIZER_CONFIG_FILE, settings)
         _write_safetensors(temporary / WEIGHTS_FILE, bundle, plan, dtype)
-        _require_free(destination)
-        if destination.exists():
-            destination.rmdir()  # empty: checked just above
-        os.rename(temporary, destination)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    return destination
+
+    return write_directory(destination, fill, "Hugging Face export")
