@@ -192,3 +192,423 @@ def test_rslora_scaling_is_written_as_use_rslora_and_read_back(tmp_path):
     with bundle.instantiate() as runtime:
         load_peft_adapter(runtime.model, directory)
         assert max_difference(logits(runtime.model), expected) > 1e-4
+
+
+# ---- post-training, checkpoints: the adapter-only save --------------------------------------
+
+
+def train(base: ModelBundle, method: str, directory: Path, steps: int = 3, **lora):
+    """A short post-training run of ``method`` on ``base`` with a checkpoint at its end."""
+    config = PostTrainingConfig(steps=steps, batch_size=2, backend="cpu", learning_rate=0.05,
+                                fine_tuning_method=method,
+                                lora=LoraConfig(**{"rank": 2, "alpha": 4.0,
+                                                   "targets": ALL_LINEAR, **lora}))
+    path = directory / f"{method}.riftckpt"
+    result = post_train(base, read_instructions_jsonl(INSTRUCTIONS)[:8], config,
+                        checkpoint_path=path, checkpoint_interval=steps)
+    return result, path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A llama base (saved), and its LoRA, QLoRA and full runs with their checkpoints."""
+    directory = tmp_path_factory.mktemp("runs")
+    base = base_bundle("llama")
+    base_path = base.save(directory / "base.rift")
+    trained = {method: train(base, method, directory) for method in ("lora", "qlora", "full")}
+    return directory, base, base_path, trained
+
+
+def test_the_adapter_only_save_equals_the_checkpoints_export_and_merges_to_the_bundle(
+        runs, tmp_path):
+    _, base, base_path, trained = runs
+    result, checkpoint = trained["lora"]
+    adapter = result.adapter
+    assert adapter.base == {"artifact_id": base.artifact_id,
+                            "weights_sha256": base.manifest["weights"]["sha256"]}
+    saved = adapter.save(tmp_path / "saved")
+    exported = export_peft(checkpoint, tmp_path / "exported")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (saved / name).read_bytes() == (exported / name).read_bytes(), name
+    with load_pretrained(base_path, adapter=saved) as loaded:  # artifact id from the bundle
+        loaded.model.merge_lora()
+        merged = logits(loaded.model)
+    with result.bundle.instantiate(attention="flash") as tuned:
+        assert max_difference(merged, logits(tuned.model)) <= 1e-6
+
+
+def test_a_qlora_checkpoint_exports_its_adapter_with_the_base_bundles_id(runs, tmp_path):
+    """A QLoRA checkpoint's base is packed: the adapter records the base bundle's artifact id
+    only, which a model loaded from that bundle proves and an instantiated one cannot."""
+    _, base, base_path, trained = runs
+    result, checkpoint = trained["qlora"]
+    directory = export_peft(TrainingCheckpoint.load(checkpoint), tmp_path / "adapter")
+    adapter = read_peft_adapter(directory)
+    assert adapter.base == {"artifact_id": base.artifact_id}
+    assert result.adapter.base["artifact_id"] == base.artifact_id
+    tensors, _ = read_safetensors(directory / "adapter_model.safetensors")
+    assert sorted(t.values.tolist() for t in tensors.values()) == sorted(
+        t.values.tolist() for t in read_safetensors(
+            result.adapter.save(tmp_path / "saved") / "adapter_model.safetensors")[0].values())
+    with load_pretrained(base_path, adapter=directory) as loaded:
+        assert loaded.model.lora_attached
+    with base.instantiate() as runtime:
+        before = logits(runtime.model)
+        with pytest.raises(ValueError, match="records its base .artifact_id [0-9a-f]{64}., and "
+                           "none of these can be checked on this model"):
+            load_peft_adapter(runtime.model, directory)
+        assert_unchanged(runtime.model, before)
+        load_peft_adapter(runtime.model, directory, check_base=False)
+        assert runtime.model.lora_attached
+
+
+def test_a_full_checkpoint_a_bundle_and_other_files_are_refused_naming_them(runs, tmp_path):
+    directory, base, base_path, trained = runs
+    full = trained["full"][1]
+    tuned = trained["lora"][0].bundle.save(tmp_path / "tuned.rift")
+    out = tmp_path / "out"
+    cases = [
+        (full, f"{full} is a checkpoint of a full fine-tuning run .optimizer scope 'model'.: "
+               "it holds no LoRA adapter"),
+        (tuned, f"{tuned} is a .rift bundle, which holds no LoRA adapter .the adapter of its "
+                "lora run was merged into its weights"),
+        (base_path, f"{base_path} is a .rift bundle, which holds no LoRA adapter .it holds "
+                    "dense weights only"),
+        (base, "the bundle is a .rift bundle"),
+    ]
+    safetensors = write_safetensors(tmp_path / "w.safetensors", {"x": ((1,), [1.0])})
+    cases.append((safetensors, "is a safetensors file, not the .riftckpt checkpoint"))
+    for source, fragment in cases:
+        with pytest.raises(ValueError, match=fragment):
+            export_peft(source, out)
+        assert not out.exists()
+
+
+def test_models_without_an_adapter_gpt_and_fused_phi3_adapters_are_refused(tmp_path):
+    from conftest import TINY_CONFIG
+
+    from riftco_transformer import DecoderOnlyTransformer
+
+    out = tmp_path / "out"
+    bundle = base_bundle("llama")
+    with bundle.instantiate() as runtime:
+        with pytest.raises(ValueError, match="no attached LoRA adapter .never attached."):
+            export_peft(runtime.model, out)
+        runtime.model.attach_lora(LoraConfig(rank=2, targets=("attention.query",)))
+        runtime.model.merge_lora()
+        with pytest.raises(ValueError, match="no attached LoRA adapter .merged into its weights."):
+            export_peft(runtime.model, out)
+    with DecoderOnlyTransformer(TINY_CONFIG) as gpt:
+        gpt.attach_lora(LoraConfig(rank=2))
+        with pytest.raises(ValueError, match="our GPT decoder .riftco_decoder_v1. has no PEFT form"):
+            export_peft(gpt, out)
+    with adapted(base_bundle("phi3"), LoraConfig(rank=2, targets=("attention.output",
+                                                                  "feed_forward.up"))) as runtime:
+        with pytest.raises(ValueError, match="phi3 fuses feed_forward.gate, feed_forward.up into "
+                           "one module .gate_up_proj., which PEFT adapts with one A shared by "
+                           "the parts, while this adapter gives feed_forward.up factors of its "
+                           "own"):
+            export_peft(runtime.model, out)
+    assert not out.exists()
+
+
+def test_an_existing_destination_is_refused_and_kept(tmp_path):
+    with adapted(base_bundle("llama"), LoraConfig(rank=2)) as runtime:
+        taken = tmp_path / "taken"
+        taken.mkdir()
+        (taken / "keep.txt").write_text("mine")
+        with pytest.raises(ValueError, match="exists and is not empty: PEFT export writes a new "
+                           "directory"):
+            export_peft(runtime.model, taken)
+        assert listing(taken) == ["keep.txt"]
+        file = tmp_path / "file"
+        file.write_text("mine")
+        with pytest.raises(ValueError, match="exists and is not a directory"):
+            export_peft(runtime.model, file)
+        assert file.read_text() == "mine"
+        empty = tmp_path / "empty"
+        empty.mkdir()  # an empty directory is filled
+        assert listing(export_peft(runtime.model, empty)) == ["adapter_config.json",
+                                                              "adapter_model.safetensors"]
+    assert listing(tmp_path) == ["empty", "file", "taken"]
+
+
+# ---- reading: every refusal leaves the model unchanged --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A llama base and an all-linear rank-2 adapter on it, exported; the adapted logits."""
+    directory = tmp_path_factory.mktemp("exported")
+    bundle = base_bundle("llama")
+    with adapted(bundle, LoraConfig(rank=2, alpha=4.0, targets=ALL_LINEAR)) as runtime:
+        expected = logits(runtime.model)
+        export_peft(runtime.model, directory / "adapter")
+    return bundle, directory / "adapter", expected
+
+
+def copy_adapter(source: Path, destination: Path, **changes) -> Path:
+    """A copy of the adapter directory with ``changes`` to its config (None deletes a key)."""
+    shutil.copytree(source, destination)
+    path = destination / "adapter_config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is DELETE:
+            config.pop(key)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+    return destination
+
+
+DELETE = object()
+Q_A1 = "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"
+
+CONFIG_REFUSALS = [
+    ({"peft_type": "LOHA"}, "peft_type 'LOHA' is not supported: only LoRA adapters"),
+    ({"task_type": "SEQ_CLS"}, "task_type 'SEQ_CLS' is not supported"),
+    ({"use_dora": True}, "use_dora = true is not supported"),
+    ({"bias": "all"}, "bias 'all' is not supported"),
+    ({"fan_in_fan_out": True}, "fan_in_fan_out = true is not supported"),
+    ({"modules_to_save": ["lm_head"]}, 'modules_to_save = \\["lm_head"\\] is not supported'),
+    ({"layers_to_transform": [0]}, "layers_to_transform = \\[0\\] is not supported"),
+    ({"lora_bias": True}, "lora_bias = true is not supported"),
+    ({"layer_replication": [[0, 1]]}, "layer_replication = \\[\\[0, 1\\]\\] is not supported"),
+    ({"rank_pattern": {"q_proj": 8}}, "rank_pattern gives 'q_proj' 8, not 2"),
+    ({"alpha_pattern": {"v_proj": 1}}, "alpha_pattern gives 'v_proj' 1, not 4.0"),
+    ({"init_lora_weights": "pissa"}, "init_lora_weights 'pissa' is not supported"),
+    ({"r": 0}, "r must be a positive integer, not 0"),
+    ({"r": 3}, f"tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has "
+               "shape \\[2, 16\\], not \\[r, in\\] with r = 3"),
+    ({"lora_alpha": "8"}, "lora_alpha must be a positive number, not '8'"),
+    ({"lora_alpha": 1e-45}, "alpha/rank = 1e-45/2 must be finite and > 0 in float32"),
+    ({"use_rslora": "yes"}, "use_rslora must be true or false, not 'yes'"),
+    ({"target_modules": DELETE}, "target_modules is missing"),
+    ({"target_modules": 5}, "target_modules must be a list of module names or a pattern string"),
+    ({"target_modules": "(["}, "target_modules '\\(\\[' is not a regular expression"),
+    ({"target_modules": ["q_proj", "embed_tokens"]},
+     "target_modules entry 'embed_tokens' names no projection of this llama model that LoRA "
+     "can adapt \\(its modules: q_proj, k_proj"),
+    ({"target_modules": "model\\.layers\\.0\\..*"},
+     "target_modules selects model.layers.0.self_attn.q_proj but not "
+     "model.layers.1.self_attn.q_proj: layer-selective adapters are not supported"),
+    ({"target_modules": ["q_proj"]},
+     "tensor base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight is not a factor of "
+     "a module target_modules selects"),
+    ({"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                         "down_proj", "lm_head"]},
+     "no tensor base_model.model.lm_head.lora_A.weight \\(target_modules selects lm_head\\)"),
+    ({"exclude_modules": ["k_proj"]},
+     "tensor base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight is not a factor"),
+]
+
+
+@pytest.mark.parametrize("changes, fragment", CONFIG_REFUSALS,
+                         ids=[f"{next(iter(c))}={c[next(iter(c))]!r}"[:40]
+                              for c, _ in CONFIG_REFUSALS])
+def test_a_config_option_we_do_not_honour_is_refused_naming_it(exported, tmp_path, changes,
+                                                                fragment):
+    bundle, directory, _ = exported
+    adapter = copy_adapter(directory, tmp_path / "adapter", **changes)
+    with bundle.instantiate() as runtime:
+        before = logits(runtime.model)
+        with pytest.raises(ValueError, match=fragment) as raised:
+            load_peft_adapter(runtime.model, adapter)
+        assert "adapter_" in str(raised.value)  # the file is named
+        assert_unchanged(runtime.model, before)
+
+
+@pytest.mark.parametrize("changes", [
+    {"target_modules": "all-linear"},
+    {"target_modules": "model\\.layers\\.\\d+\\.(self_attn|mlp)\\.\\w+_proj"},
+    {"target_modules": ["self_attn.q_proj", "k_proj", "v_proj", "o_proj", "mlp.gate_proj",
+                        "up_proj", "down_proj"]},
+    {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj", "lm_head"], "exclude_modules": ["lm_head"]},
+    {"lora_dropout": 0.1, "peft_version": "9.9.9", "use_bdlora": None, "megatron_core": "x",
+     "inference_mode": False, "init_lora_weights": "gaussian", "rank_pattern": {"q_proj": 2},
+     "task_type": None},
+], ids=["all-linear", "regex", "suffixes", "exclude", "neutral-options"])
+def test_equivalent_configs_load_the_same_adapter(exported, tmp_path, changes):
+    bundle, directory, expected = exported
+    adapter = copy_adapter(directory, tmp_path / "adapter", **changes)
+    with bundle.instantiate() as runtime:
+        load_peft_adapter(runtime.model, adapter)
+        assert logits(runtime.model) == expected
+
+
+def rewrite_tensors(directory: Path, change) -> None:
+    """Rewrite adapter_model.safetensors with ``change(tensors)`` applied (F32)."""
+    path = directory / "adapter_model.safetensors"
+    tensors, metadata = read_safetensors(path)
+    entries = {name: (tensor.shape, tensor.values) for name, tensor in tensors.items()}
+    change(entries)
+    path.unlink()
+    write_safetensors(path, entries, metadata)
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda t: t.update({Q_A1: ((2, 15), [0.0] * 30)}),
+     f"tensor {Q_A1} has shape \\[2, 15\\], expected \\[2, 16\\]: "
+     "model.layers.1.self_attn.q_proj maps 16 to 16 features in this model, r = 2"),
+    (lambda t: t.pop(Q_A1.replace("lora_A", "lora_B")),
+     "no tensor base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight for the lora_A"),
+    (lambda t: [t.pop(Q_A1), t.pop(Q_A1.replace("lora_A", "lora_B"))],
+     f"no tensor {Q_A1} \\(target_modules selects model.layers.1.self_attn.q_proj\\)"),
+    (lambda t: t.update({"base_model.model.lm_head.weight": ((1, 1), [0.0])}),
+     "tensor 'base_model.model.lm_head.weight' is not a LoRA factor"),
+    (lambda t: t.update({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight":
+                         ((2, 16), [0.0] * 32)}),
+     "lora_A.default.weight' is not a LoRA factor"),
+    (lambda t: t.update({Q_A1: ((2, 4, 4), [0.0] * 32)}),
+     f"tensor {Q_A1} has shape \\[2, 4, 4\\], not a matrix"),
+], ids=["shape", "missing-B", "missing-module", "not-lora", "adapter-name", "three-d"])
+def test_a_tensor_that_does_not_fit_is_refused_naming_it(exported, tmp_path, change, fragment):
+    bundle, directory, _ = exported
+    adapter = copy_adapter(directory, tmp_path / "adapter")
+    rewrite_tensors(adapter, change)
+    with bundle.instantiate() as runtime:
+        before = logits(runtime.model)
+        with pytest.raises(ValueError, match=fragment) as raised:
+            load_peft_adapter(runtime.model, adapter)
+        assert "adapter_model.safetensors" in str(raised.value)
+        assert_unchanged(runtime.model, before)
+
+
+def test_missing_files_a_pickle_and_another_base_are_refused(exported, tmp_path):
+    bundle, directory, expected = exported
+    pickled = copy_adapter(directory, tmp_path / "pickled")
+    (pickled / "adapter_model.safetensors").rename(pickled / "adapter_model.bin")
+    no_config = copy_adapter(directory, tmp_path / "no-config")
+    (no_config / "adapter_config.json").unlink()
+    with bundle.instantiate() as runtime:
+        before = logits(runtime.model)
+        with pytest.raises(ValueError, match="adapter_model.bin: a pickled adapter is not read"):
+            load_peft_adapter(runtime.model, pickled)
+        with pytest.raises(FileNotFoundError, match="adapter_config.json: no such file"):
+            load_peft_adapter(runtime.model, no_config)
+        with pytest.raises(FileNotFoundError, match="no such directory"):
+            load_peft_adapter(runtime.model, tmp_path / "absent")
+        assert_unchanged(runtime.model, before)
+    other = base_bundle("llama", seed=12)  # the same shapes, other weights
+    with other.instantiate() as runtime:
+        before = logits(runtime.model)
+        with pytest.raises(ValueError, match="the adapter was trained on another base "
+                           f"\\(weights_sha256 {bundle.manifest['weights']['sha256']} in the "
+                           f"adapter, {other.manifest['weights']['sha256']} for this model\\); "
+                           "attach it anyway with check_base=False"):
+            load_peft_adapter(runtime.model, directory)
+        assert_unchanged(runtime.model, before)
+        load_peft_adapter(runtime.model, directory, check_base=False)
+        assert runtime.model.lora_attached
+
+
+def test_a_model_with_an_adapter_gpt_and_a_tied_head_are_refused(exported, tmp_path):
+    from conftest import TINY_CONFIG
+
+    from riftco_transformer import DecoderOnlyTransformer
+
+    bundle, directory, _ = exported
+    with bundle.instantiate() as runtime:
+        load_peft_adapter(runtime.model, directory)
+        with pytest.raises(ValueError, match="the model already has a LoRA adapter .attached."):
+            load_peft_adapter(runtime.model, directory)
+        runtime.model.merge_lora()
+        with pytest.raises(ValueError, match="already has a LoRA adapter .merged."):
+            load_peft_adapter(runtime.model, directory)
+    with DecoderOnlyTransformer(TINY_CONFIG) as gpt:
+        with pytest.raises(ValueError, match="our GPT decoder .riftco_decoder_v1. has no PEFT "
+                           "form: loading a PEFT adapter is for the rotary families"):
+            load_peft_adapter(gpt, directory)
+        assert gpt.lora_config is None
+    head = copy_adapter(directory, tmp_path / "head", target_modules=["q_proj", "lm_head"])
+    tied = base_bundle("qwen3")
+    with tied.instantiate() as runtime:
+        with pytest.raises(ValueError, match="target_modules entry 'lm_head' names no projection "
+                           "of this qwen3 model that LoRA can adapt \\(this model ties its head"):
+            load_peft_adapter(runtime.model, head, check_base=False)
+        assert runtime.model.lora_config is None
+
+
+def test_bf16_factors_load_as_transformers_reads_them(exported, tmp_path):
+    """A BF16 adapter (PEFT saves the training dtype) loads exactly: the same logits as the
+    F32 adapter of its rounded values."""
+    from riftco_transformer.interchange.huggingface_export import _bf16
+
+    bundle, directory, _ = exported
+    tensors, metadata = read_safetensors(directory / "adapter_model.safetensors")
+    header, payload, offset = {"__metadata__": metadata}, [], 0
+    rounded = {}
+    for name, tensor in tensors.items():
+        data = _bf16(tensor.values, name)
+        header[name] = {"dtype": "BF16", "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        payload.append(data)
+        offset += len(data)
+        widened = array("I", [int.from_bytes(data[i:i + 2], "little") << 16
+                              for i in range(0, len(data), 2)])
+        rounded[name] = (tensor.shape, array("f", widened.tobytes()))
+    encoded = json.dumps(header).encode()
+    bf16 = copy_adapter(directory, tmp_path / "bf16")
+    (bf16 / "adapter_model.safetensors").write_bytes(
+        len(encoded).to_bytes(8, "little") + encoded + b"".join(payload))
+    assert {span.dtype for span in read_peft_adapter(bf16).tensors.values()} == {"BF16"}
+    f32 = copy_adapter(directory, tmp_path / "f32")
+    rewrite_tensors(f32, lambda entries: entries.update(rounded))
+    with bundle.instantiate() as first, bundle.instantiate() as second:
+        load_peft_adapter(first.model, bf16)
+        load_peft_adapter(second.model, f32)
+        assert logits(first.model) == logits(second.model)
+
+
+def test_phi3_fused_modules_load_as_the_hand_merged_weights(tmp_path):
+    """A PEFT adapter on Phi-3's fused qkv_proj and gate_up_proj (one A shared by the parts)
+    gives the logits of the weights W + (alpha/r)·B·A merged here with numpy."""
+    np = pytest.importorskip("numpy")
+    bundle = base_bundle("phi3")
+    config = bundle.config
+    rank, alpha = 2, 3.0
+    d = config.resolved_head_width
+    qkv_rows = (config.query_head_count + 2 * config.key_value_head_count) * d
+    generator = np.random.default_rng(5)
+    shapes = {"self_attn.qkv_proj": (qkv_rows, 16), "mlp.gate_up_proj": (48, 16),
+              "self_attn.o_proj": (16, config.query_head_count * d)}
+    tensors, factors = {}, {}
+    for block in range(config.block_count):
+        for module, (rows, columns) in shapes.items():
+            a = generator.uniform(-0.4, 0.4, (rank, columns)).astype(np.float32)
+            b = generator.uniform(-0.4, 0.4, (rows, rank)).astype(np.float32)
+            name = f"base_model.model.model.layers.{block}.{module}"
+            tensors[f"{name}.lora_A.weight"] = ((rank, columns), a.ravel())
+            tensors[f"{name}.lora_B.weight"] = ((rows, rank), b.ravel())
+            factors[(block, module)] = (a, b)
+    directory = tmp_path / "phi3-adapter"
+    directory.mkdir()
+    write_safetensors(directory / "adapter_model.safetensors", tensors)
+    (directory / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+        "target_modules": ["qkv_proj", "gate_up_proj", "o_proj"], "bias": "none"}))
+    weights = np.array(bundle.weights, dtype=np.float32)
+    parts = {"self_attn.qkv_proj": [("attention.query", config.query_head_count * d),
+                                    ("attention.key", config.key_value_head_count * d),
+                                    ("attention.value", config.key_value_head_count * d)],
+             "mlp.gate_up_proj": [("feed_forward.gate", 24), ("feed_forward.up", 24)],
+             "self_attn.o_proj": [("attention.output", 16)]}
+    specs = {spec.name: spec for spec in bundle.parameters}
+    for (block, module), (a, b) in factors.items():
+        delta = (alpha / rank) * (b.astype(np.float64) @ a.astype(np.float64))
+        row = 0
+        for target, rows in parts[module]:
+            spec = specs[f"blocks.{block}.{target}.weight"]
+            view = weights[spec.offset:spec.offset + spec.count].reshape(spec.shape)
+            view += delta[row:row + rows].astype(np.float32)
+            row += rows
+    with bundle.instantiate() as runtime, LlamaMistralTransformer(config) as merged:
+        with merged.parameters() as parameters:
+            parameters.load_flat_values(weights)
+        lora = load_peft_adapter(runtime.model, directory)
+        assert lora.targets == ("attention.query", "attention.key", "attention.value",
+                                "attention.output", "feed_forward.gate", "feed_forward.up")
+        worst = max_difference(logits(runtime.model), logits(merged))
+        assert worst <= 1e-5, worst
+        print(f"phi3 fused: max |ours - hand-merged| {worst:.3g}")
