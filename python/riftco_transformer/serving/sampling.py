@@ -4,12 +4,16 @@ A sampler is any object with ``sample(logits, context_ids=()) -> int``: ``logits
 logits of the position being predicted, ``context_ids`` every token id the model has seen so
 far (prompt and generated), which only the penalties read. This module's samplers also take
 ``prompt_length`` (keyword, default 0): the first ``prompt_length`` context ids are the
-prompt, the rest were generated (what the presence and frequency penalties count).
+prompt, the rest were generated (what the presence and frequency penalties count), and
+``mask`` (keyword, default None): a token mask of constrained decoding
+(``serving.structured_output``), ``bytes`` of V entries, 0 ruling the id out.
 
 The order of the rules (the order of llama.cpp's chain for penalties, top-k, top-p and
 min-p; temperature shapes the probabilities that top-p and min-p read, as it always has
-here): penalties (repetition, then frequency and presence), top-k, temperature, top-p,
-min-p, the draw.
+here): the mask (a ruled-out id counts as a logit of -inf: it is never drawn and takes no
+place in the top-k), penalties (repetition, then frequency and presence), top-k,
+temperature, top-p, min-p, the draw. :func:`apply_mask` writes the -inf logits out, for
+samplers that take no mask.
 
 * :class:`Greedy`: the argmax; ties go to the lowest id.
 * :class:`TemperatureSampler`: rank ids by (-logit, id); keep the first ``top_k``; weight
@@ -39,6 +43,7 @@ import numbers
 import random
 from array import array
 from collections.abc import Sequence
+from itertools import compress
 from typing import Protocol, runtime_checkable
 
 from ..native._validation import UINT64_LIMIT, describe_value, require_int, require_real
@@ -191,6 +196,41 @@ def apply_penalties(
     return values
 
 
+# ---- token masks (constrained decoding) --------------------------------------------------------
+
+_MASKED_OUT = bytes([1] + [0] * 255)  # bytes.translate: 0 (masked) -> 1, anything else -> 0
+
+
+def _require_mask(mask: object, size: int) -> bytes:
+    if not isinstance(mask, (bytes, bytearray)):
+        raise TypeError(f"mask must be bytes (1 = allowed), not {type(mask).__name__}")
+    if len(mask) != size:
+        raise ValueError(f"mask has {len(mask)} entries for {size} logits")
+    return mask
+
+
+def masked_candidates(logits: Sequence[float], mask: bytes) -> tuple[list[int], list[float]]:
+    """The ids a token mask allows (``mask[id]`` nonzero), ascending, and their logits
+    (C-speed selection). ValueError when it allows none."""
+    _require_mask(mask, len(logits))
+    ids = list(compress(range(len(mask)), mask))
+    if not ids:
+        raise ValueError("the token mask allows no token")
+    return ids, list(compress(logits, mask))
+
+
+def apply_mask(logits: Sequence[float], mask: bytes) -> array:
+    """``logits`` as a new ``array('f')`` with ``-inf`` at every id the mask rules out
+    (``mask[id] == 0``), for samplers that take no ``mask=`` (this module's take one, which
+    is applied first, before the penalties, top-k, temperature, top-p and min-p)."""
+    _require_mask(mask, len(logits))
+    row = array("f", logits)
+    negative = -math.inf
+    for token in compress(range(len(mask)), mask.translate(_MASKED_OUT)):
+        row[token] = negative
+    return row
+
+
 # ---- the samplers ----------------------------------------------------------------------------
 
 
@@ -206,13 +246,16 @@ class Greedy:
                                                             "frequency_penalty")
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
-               prompt_length: int = 0) -> int:
+               prompt_length: int = 0, mask: bytes | None = None) -> int:
         checked = require_logits(logits)
-        if isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0 and (
+        if mask is None and isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0 and (
                 self.presence_penalty == 0.0 and self.frequency_penalty == 0.0):
             return checked.argmax  # the library's first maximum (the same rule)
         values = apply_penalties(checked, context_ids, self.repetition_penalty,
                                  self.presence_penalty, self.frequency_penalty, prompt_length)
+        if mask is not None:
+            ids, kept = masked_candidates(values, mask)
+            return ids[kept.index(max(kept))]  # ids ascend: the lowest id wins a tie
         return values.index(max(values))  # the first maximum: the lowest id wins a tie
 
     def __repr__(self) -> str:
@@ -254,7 +297,7 @@ class TemperatureSampler:
         self._random = random.Random(self.seed)
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
-               prompt_length: int = 0) -> int:
+               prompt_length: int = 0, mask: bytes | None = None) -> int:
         values = apply_penalties(
             require_logits(logits), context_ids, self.repetition_penalty,
             self.presence_penalty, self.frequency_penalty, prompt_length,
@@ -262,7 +305,16 @@ class TemperatureSampler:
         vocabulary = len(values)
         if self.top_k is not None and self.top_k > vocabulary:
             raise ValueError(f"top_k={self.top_k} exceeds the vocabulary size {vocabulary}")
-        count = vocabulary if self.top_k is None else self.top_k
+        if mask is not None:
+            # The masked ids weigh nothing and rank last: drawing among the allowed ids alone
+            # draws the same id (and never a masked one when rounding falls to the last).
+            ids, values = masked_candidates(values, mask)
+            token = self._draw(values, min(len(values), self.top_k or vocabulary))
+            return ids[token]
+        return self._draw(values, vocabulary if self.top_k is None else self.top_k)
+
+    def _draw(self, values: Sequence[float], count: int) -> int:
+        vocabulary = len(values)
         # Ranked by (-logit, id): highest logit first, the lower id first among equals (both
         # orderings below are stable, so equal keys keep ascending ids).
         negated = [-value for value in values]
