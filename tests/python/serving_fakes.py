@@ -252,3 +252,20 @@ def fake_decode_batch(sessions, tokens):
     for session, row in zip(sessions, tokens):
         session.tokens += list(row)
     return results
+
+
+# ---- an oracle for log-probabilities ---------------------------------------------------------
+
+
+def full_forward_log_softmax(model, token_ids):
+    """The float64 log-softmax of ``model``'s logits at every position of ONE full forward
+    over ``token_ids`` (a native model's ``model(ids)``), as a numpy ``[T, V]`` array: row
+    ``t`` is the distribution of the token after ``token_ids[t]``. Needs numpy."""
+    import numpy
+
+    ids = list(token_ids)
+    with model(ids) as logits:
+        values = numpy.asarray(logits.to_array(), dtype=numpy.float64)
+    values = values.reshape(len(ids), -1)
+    highest = values.max(axis=1, keepdims=True)
+    return values - highest - numpy.log(numpy.exp(values - highest).sum(axis=1, keepdims=True))

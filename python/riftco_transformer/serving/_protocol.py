@@ -17,13 +17,39 @@ Three generation routes share one parsed form, :class:`ApiRequest`:
   ``presence_penalty`` and ``frequency_penalty`` (in [-2, 2]) are OpenAI's; ``top_k``,
   ``min_p`` (in [0, 1]) and ``repetition_penalty`` are accepted as extensions (the order of
   the rules: ``serving.sampling``). Fields OpenAI defines but this server cannot honour are
-  accepted only at their neutral value (``n`` 1, ``echo`` false, no ``logprobs``...).
+  accepted only at their neutral value (no ``logit_bias``, no ``suffix``, ``best_of`` null
+  or ``n``...).
+
+*Choices* (``n``, 1 by default, at most the server's ``max_active_requests``): ``n`` requests
+over the one prompt, submitted as a scheduler group (admitted together; a group that can
+never run at once is a 400 naming ``n``). Choice ``i`` samples with the seed
+``generation.choice_seed(seed, i)``: choice 0 with ``seed`` itself, so the same request with
+the same ``seed`` answers the same choices; greedy choices are all alike. ``usage`` counts
+the prompt once and every choice's completion tokens. Streamed chunks carry their choice's
+``index``; each choice ends with its own finish chunk.
+
+*Log-probabilities* are the model's raw ones (the log-softmax of the logits before
+penalties, temperature and truncation, as OpenAI reports them; ``serving.generation``), for
+every generated token but an end token (whose text is left out too). Chat:
+``logprobs: true`` and ``top_logprobs`` (0 to 20, only with ``logprobs: true``) give
+``choices[i].logprobs.content``: ``{token, logprob, bytes, top_logprobs: [{token, logprob,
+bytes}]}`` per token, ``token`` its bytes decoded as UTF-8 with replacement characters,
+``bytes`` the exact bytes. Completions: ``logprobs`` (0 to 5) gives ``{tokens,
+token_logprobs, top_logprobs, text_offset}``: ``top_logprobs`` maps the ``logprobs`` most
+likely tokens' texts, and the chosen one's, to their log-probabilities; ``text_offset`` is
+each token's offset in the choice's ``text``. ``echo: true`` puts the prompt before each
+choice's text (streamed: in the choice's first chunk); with ``logprobs`` it scores the prompt
+tokens too (the first one's log-probability and alternatives are null), which feeds the
+prompt one token per step, and needs the prompt to fit the context (a 400 naming ``echo``
+otherwise). Streamed chunks carry the log-probabilities of their tokens, so a streamed
+answer lists what the answer would list whole.
 
 Any other field is a 400, as is a value of the wrong JSON type or outside its domain.
 """
 
 from __future__ import annotations
 
+import codecs
 import math
 import secrets
 import time
@@ -32,12 +58,21 @@ from dataclasses import dataclass
 
 from ..native._errors import RiftcoTransformerError
 from ..native._validation import describe_value
+from ._text import lenient_utf8
 from .chat import chat_prompt
 from .chat_templates import ChatTemplateError
-from .generation import GenerationConfig, GenerationResult
+from .generation import (
+    MAXIMUM_TOP_LOGPROBS,
+    GenerationConfig,
+    GenerationResult,
+    TokenEvent,
+    TokenLogprob,
+    choice_seed,
+)
 
 OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop"}
 MAXIMUM_STOP_SEQUENCES = 16
+MAXIMUM_COMPLETION_LOGPROBS = 5  # OpenAI's bound on /v1/completions' logprobs
 
 
 class ApiError(Exception):
@@ -80,6 +115,13 @@ class ApiRequest:
     include_usage: bool = False
     # The prompt's token ids when parsing counted them (for the max_tokens limit).
     prompt_ids: tuple[int, ...] | None = None
+    n: int = 1  # choices
+    echo: bool = False  # completions: the prompt before each choice's text
+
+    def choice_configs(self) -> list[GenerationConfig]:
+        """One config per choice: choice ``i`` samples with ``choice_seed(seed, i)``."""
+        return [self.config.replace(seed=choice_seed(self.config.seed, index))
+                for index in range(self.n)]
 
 
 # ---- JSON field rules -------------------------------------------------------------------------
@@ -253,7 +295,7 @@ _COMPLETION_FIELDS = _OPENAI_SAMPLING_FIELDS | {"prompt", "echo", "logprobs", "b
                                                 "suffix"}
 _CHAT_FIELDS = _OPENAI_SAMPLING_FIELDS | {"messages", "max_completion_tokens", "logprobs",
                                           "top_logprobs", "response_format"}
-_NEUTRAL_SAMPLING = {"n": (1, None), "logit_bias": (None, {})}
+_NEUTRAL_SAMPLING = {"logit_bias": (None, {})}
 
 
 def _encode(service, prompt, param: str) -> tuple[int, ...]:
@@ -304,11 +346,57 @@ def _openai_config(body: Mapping, service, max_tokens: int) -> GenerationConfig:
     return config.replace(end_token_ids=service.end_token_ids)
 
 
+def _choice_count(body: Mapping, service) -> int:
+    """``n``: at least 1, at most ``max_active_requests`` (the choices run at once)."""
+    count = _integer(body, "n", 1, 1)
+    limit = service.config.max_active_requests
+    if count > limit:
+        raise _bad("n", f"n must be at most {limit} here (a request's choices run at once, "
+                        f"and this server runs at most {limit} requests at once: "
+                        f"max_active_requests), got {count}")
+    return count
+
+
+def _best_of(body: Mapping, count: int) -> None:
+    """``best_of`` is accepted only where it changes nothing: null, or equal to ``n``."""
+    value = body.get("best_of")
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                         and value == count):
+        return
+    raise ApiError(400, f"best_of={describe_value(value)} is not supported by this server "
+                        f"(accepted: null, or n = {count})",
+                   param="best_of", code="unsupported_value")
+
+
+def _completion_logprobs(body: Mapping) -> int | None:
+    count = _integer(body, "logprobs", None)
+    if count is not None and count > MAXIMUM_COMPLETION_LOGPROBS:
+        raise _bad("logprobs", f"logprobs must be at most {MAXIMUM_COMPLETION_LOGPROBS}, got "
+                               f"{count}")
+    return count
+
+
+def _chat_logprobs(body: Mapping) -> int | None:
+    """The count of alternatives per token (``top_logprobs``, 0 by default) when
+    ``logprobs`` is true, else None."""
+    wanted = _boolean(body, "logprobs", False)
+    top = _integer(body, "top_logprobs", None)
+    if top is not None and not wanted:
+        raise _bad("top_logprobs", f"top_logprobs={top} needs logprobs: true")
+    if top is not None and top > MAXIMUM_TOP_LOGPROBS:
+        raise _bad("top_logprobs", f"top_logprobs must be at most {MAXIMUM_TOP_LOGPROBS}, "
+                                   f"got {top}")
+    return (top or 0) if wanted else None
+
+
 def parse_completion(body: Mapping, service) -> ApiRequest:
     _reject_unknown(body, _COMPLETION_FIELDS, "/v1/completions")
     _check_model(body, service)
-    _neutral_only(body, {**_NEUTRAL_SAMPLING, "echo": (False, None), "logprobs": (None,),
-                         "best_of": (1, None), "suffix": (None,)})
+    _neutral_only(body, {**_NEUTRAL_SAMPLING, "suffix": (None,)})
+    count = _choice_count(body, service)
+    _best_of(body, count)
+    logprobs = _completion_logprobs(body)
+    echo = _boolean(body, "echo", False)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -320,8 +408,15 @@ def parse_completion(body: Mapping, service) -> ApiRequest:
     requested = _integer(body, "max_tokens", None)
     prompt_ids = _encode(service, prompt, "prompt")
     max_tokens = _max_tokens(service, requested, len(prompt_ids), "prompt")
-    return ApiRequest("completion", prompt, _openai_config(body, service, max_tokens), stream,
-                      include_usage, prompt_ids)
+    scores_prompt = echo and logprobs is not None
+    if scores_prompt and len(prompt_ids) > service.maximum_context:
+        raise _bad("echo", f"echo with logprobs scores every prompt token, so the prompt must "
+                           f"fit the model's context of {service.maximum_context} tokens; it "
+                           f"has {len(prompt_ids)}")
+    config = _openai_config(body, service, max_tokens).replace(
+        logprobs=logprobs, prompt_logprobs=scores_prompt)
+    return ApiRequest("completion", prompt, config, stream, include_usage, prompt_ids,
+                      count, echo)
 
 
 def _message_content(message: Mapping, index: int) -> str:
@@ -366,8 +461,9 @@ def parse_chat_messages(messages) -> list[dict]:
 def parse_chat(body: Mapping, service) -> ApiRequest:
     _reject_unknown(body, _CHAT_FIELDS, "/v1/chat/completions")
     _check_model(body, service)
-    _neutral_only(body, {**_NEUTRAL_SAMPLING, "logprobs": (False, None),
-                         "top_logprobs": (None,), "response_format": (None, {"type": "text"})})
+    _neutral_only(body, {**_NEUTRAL_SAMPLING, "response_format": (None, {"type": "text"})})
+    count = _choice_count(body, service)
+    logprobs = _chat_logprobs(body)
     messages = parse_chat_messages(body.get("messages"))
     stream = _boolean(body, "stream", False)
     include_usage = _stream_options(body, stream)
@@ -378,8 +474,9 @@ def parse_chat(body: Mapping, service) -> ApiRequest:
     prompt = _chat_prompt(service, messages)
     prompt_ids = prompt if isinstance(prompt, tuple) else _encode(service, prompt, "messages")
     max_tokens = _max_tokens(service, requested, len(prompt_ids), "messages")
-    config = service.chat_config(_openai_config(body, service, max_tokens))
-    return ApiRequest("chat", prompt, config, stream, include_usage, prompt_ids)
+    config = service.chat_config(_openai_config(body, service, max_tokens)).replace(
+        logprobs=logprobs)
+    return ApiRequest("chat", prompt, config, stream, include_usage, prompt_ids, count)
 
 
 def _chat_prompt(service, messages: list[dict]) -> str | tuple[int, ...]:
@@ -405,7 +502,13 @@ def _chat_prompt(service, messages: list[dict]) -> str | tuple[int, ...]:
 
 
 def usage(result: GenerationResult) -> dict:
-    prompt, completion = len(result.prompt_token_ids), len(result.generated_token_ids)
+    return choices_usage([result])
+
+
+def choices_usage(results: list[GenerationResult]) -> dict:
+    """The prompt counted once, every choice's generated tokens summed."""
+    prompt = len(results[0].prompt_token_ids)
+    completion = sum(len(result.generated_token_ids) for result in results)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
 
@@ -426,8 +529,49 @@ def generate_response(service, request: ApiRequest, result: GenerationResult) ->
     }
 
 
+def _shown_logprobs(result: GenerationResult) -> tuple[TokenLogprob, ...]:
+    """The generated tokens' log-probabilities an answer lists: all but an end token's."""
+    scored = result.logprobs or ()
+    return scored[:-1] if result.finish_reason == "end_token" else scored
+
+
+class _CompletionLogprobs:
+    """OpenAI's legacy logprobs object for one choice, built in token order: a streamed
+    choice's chunks continue the text offsets of its earlier ones."""
+
+    def __init__(self, service) -> None:
+        self._service = service
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._offset = 0
+
+    def _text(self, token_id: int) -> str:
+        return lenient_utf8(self._service.token_bytes(token_id))
+
+    def add(self, tokens: list[tuple[int, TokenLogprob | None]]) -> dict:
+        """The object for ``(token id, its log-probability or None)`` pairs."""
+        texts, logprobs, tops, offsets = [], [], [], []
+        for token_id, scored in tokens:
+            data = self._service.token_bytes(token_id)
+            texts.append(lenient_utf8(data))
+            offsets.append(self._offset)
+            self._offset += len(self._decoder.decode(data))
+            if scored is None:
+                logprobs.append(None)
+                tops.append(None)
+                continue
+            logprobs.append(scored.logprob)
+            top: dict[str, float] = {}
+            for alternative, logprob in scored.top:
+                top.setdefault(self._text(alternative), logprob)
+            top.setdefault(texts[-1], scored.logprob)
+            tops.append(top)
+        return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": tops,
+                "text_offset": offsets}
+
+
 class OpenAIStream:
-    """The identity of one OpenAI answer (id, creation time, model) and its bodies."""
+    """The identity of one OpenAI answer (id, creation time, model) and its bodies, whole or
+    streamed (the chunks of each choice, in the order its events come)."""
 
     def __init__(self, service, request: ApiRequest) -> None:
         self.chat = request.route == "chat"
@@ -435,25 +579,73 @@ class OpenAIStream:
         self.id = f"{prefix}-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.model = service.model_name
+        self._service = service
+        self._request = request
+        self._logprobs = request.config.logprobs is not None
+        self._echo_pending: set[int] = set(range(request.n)) if request.echo else set()
+        self._builders: dict[int, _CompletionLogprobs] = {}
 
     def _envelope(self, object_name: str, choices: list, **extra) -> dict:
         return {"id": self.id, "object": object_name, "created": self.created,
                 "model": self.model, "choices": choices, **extra}
 
-    def response(self, result: GenerationResult) -> dict:
-        finish = OPENAI_FINISH_REASONS[result.finish_reason]
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant",
-                                              "content": result.generated_text},
-                      "logprobs": None, "finish_reason": finish}
-            return self._envelope("chat.completion", [choice], usage=usage(result))
-        choice = {"index": 0, "text": result.generated_text, "logprobs": None,
-                  "finish_reason": finish}
-        return self._envelope("text_completion", [choice], usage=usage(result))
+    # ---- log-probabilities ----------------------------------------------------------------
+
+    def _chat_token(self, token_id: int, logprob: float) -> dict:
+        data = self._service.token_bytes(token_id)
+        return {"token": lenient_utf8(data), "logprob": logprob, "bytes": list(data)}
+
+    def _chat_logprobs(self, scored) -> dict:
+        return {"content": [
+            {**self._chat_token(entry.token_id, entry.logprob),
+             "top_logprobs": [self._chat_token(token, logprob) for token, logprob in entry.top]}
+            for entry in scored], "refusal": None}
+
+    def _builder(self, index: int) -> _CompletionLogprobs:
+        if index not in self._builders:
+            self._builders[index] = _CompletionLogprobs(self._service)
+        return self._builders[index]
+
+    def _prompt_text(self) -> str:
+        return self._service.prompt_text(self._request.prompt_ids)
+
+    def _prompt_pairs(self, scores) -> list[tuple[int, TokenLogprob | None]]:
+        ids = self._request.prompt_ids
+        return list(zip(ids, scores or (None,) * len(ids), strict=True))
+
+    # ---- whole answers ----------------------------------------------------------------------
+
+    def response(self, results: list[GenerationResult] | GenerationResult) -> dict:
+        if isinstance(results, GenerationResult):
+            results = [results]
+        choices = []
+        for index, result in enumerate(results):
+            finish = OPENAI_FINISH_REASONS[result.finish_reason]
+            if self.chat:
+                logprobs = (self._chat_logprobs(_shown_logprobs(result)) if self._logprobs
+                            else None)
+                choices.append({"index": index, "message": {"role": "assistant",
+                                                            "content": result.generated_text},
+                                "logprobs": logprobs, "finish_reason": finish})
+                continue
+            text, logprobs = result.generated_text, None
+            if self._request.echo:
+                text = result.prompt_text + text
+            if self._logprobs:
+                pairs = self._prompt_pairs(result.prompt_logprobs) if self._request.echo else []
+                pairs += [(entry.token_id, entry) for entry in _shown_logprobs(result)]
+                logprobs = _CompletionLogprobs(self._service).add(pairs)
+            choices.append({"index": index, "text": text, "logprobs": logprobs,
+                            "finish_reason": finish})
+        object_name = "chat.completion" if self.chat else "text_completion"
+        return self._envelope(object_name, choices, usage=choices_usage(results))
+
+    # ---- streamed answers -------------------------------------------------------------------
 
     def chunk(self, text: str | None, finish_reason: str | None = None, *,
-              role: bool = False) -> dict:
-        """One streamed chunk: a text delta, the opening role (chat), or the finish."""
+              role: bool = False, index: int = 0, logprobs: dict | None = None) -> dict:
+        """One streamed chunk of choice ``index``: a text delta (with its tokens'
+        ``logprobs`` object), the opening role (chat), or the finish."""
         finish = None if finish_reason is None else OPENAI_FINISH_REASONS[finish_reason]
         if self.chat:
             delta = {}
@@ -461,11 +653,50 @@ class OpenAIStream:
                 delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                      "finish_reason": finish}
             return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "text": text or "", "logprobs": logprobs,
+                  "finish_reason": finish}
         return self._envelope("text_completion", [choice])
 
-    def usage_chunk(self, result: GenerationResult) -> dict:
+    def opening_chunks(self) -> list[dict]:
+        """What a streamed answer starts with: each chat choice's role."""
+        if not self.chat:
+            return []
+        return [self.chunk("", role=True, index=index) for index in range(self._request.n)]
+
+    def _echo_chunks(self, index: int, prompt_scores) -> list[dict]:
+        if index not in self._echo_pending:
+            return []
+        self._echo_pending.discard(index)
+        logprobs = (self._builder(index).add(self._prompt_pairs(prompt_scores))
+                    if self._logprobs else None)
+        return [self.chunk(self._prompt_text(), index=index, logprobs=logprobs)]
+
+    def event_chunks(self, index: int, event: TokenEvent) -> list[dict]:
+        """The chunks of choice ``index``'s token event (none when it releases no text and
+        carries no log-probability to list)."""
+        chunks = self._echo_chunks(index, event.prompt_logprobs)
+        shown = self._logprobs and event.logprob is not None and (
+            event.finish_reason != "end_token")
+        if not (event.text or shown):
+            return chunks
+        logprobs = None
+        if shown and self.chat:
+            logprobs = self._chat_logprobs([event.logprob])
+        elif shown:
+            logprobs = self._builder(index).add([(event.token_id, event.logprob)])
+        chunks.append(self.chunk(event.text, index=index, logprobs=logprobs))
+        return chunks
+
+    def finish_chunks(self, index: int, result: GenerationResult) -> list[dict]:
+        """Choice ``index``'s last chunks (its echo first, when no event brought it)."""
+        return [*self._echo_chunks(index, result.prompt_logprobs),
+                self.chunk(None, result.finish_reason, index=index)]
+
+    def usage_chunk(self, results: list[GenerationResult] | GenerationResult) -> dict:
+        if isinstance(results, GenerationResult):
+            results = [results]
         object_name = "chat.completion.chunk" if self.chat else "text_completion"
-        return self._envelope(object_name, [], usage=usage(result))
+        return self._envelope(object_name, [], usage=choices_usage(results))

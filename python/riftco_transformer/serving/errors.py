@@ -10,7 +10,13 @@ from __future__ import annotations
 
 
 class RequestRejectedError(ValueError):
-    """The request can never be served: its worst-case KV pages exceed the whole pool."""
+    """The request can never be served: its worst-case KV pages exceed the whole pool (or a
+    group of requests cannot run at once). ``param`` names the request field to blame when
+    it is not the prompt's length (``"n"`` for a group), else None."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class PoolFullError(RuntimeError):

@@ -13,11 +13,21 @@ Generation ends after N tokens (``finish_reason="length"``), when the text conta
 sequence (``"stop"``: the text is cut where the stop starts), or when the end token is
 sampled (``"end_token"``: its bytes are not part of the text). Token ids always list every
 sampled token, the stop's and the end token included.
+
+*Log-probabilities* (``GenerationConfig.logprobs``): each generated token's log-probability
+under the model's raw distribution, the log-softmax of the logits of the position that
+predicted it (before penalties, temperature and truncation, as OpenAI reports them; over the
+tokenizer's ids, the ones sampling draws from), and its ``logprobs`` most likely
+alternatives. They are computed from the logits row the sampler reads, at the moment of
+sampling, and only when asked. ``prompt_logprobs`` scores the prompt too: the prompt is then
+fed one token per step, so that the logits of every prompt position are in hand (it costs a
+step per prompt token instead of one prefill), and the first prompt token has none.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import numbers
 import threading
@@ -25,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..native._validation import UINT32_LIMIT, require_int, require_real
+from ._logprobs import log_probabilities
 from ._text import IncrementalText, TokenBytes, lenient_utf8, require_stop_sequences
 from .engine import make_engine
 from .sampling import (
@@ -40,6 +51,19 @@ from .sampling import (
 )
 
 FINISH_REASONS = ("length", "stop", "end_token")
+MAXIMUM_TOP_LOGPROBS = 20  # the most alternatives a token's log-probability lists (OpenAI's)
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The sampler seed of choice ``index`` of a request seeded ``seed`` (``n`` choices are
+    ``n`` requests over one prompt): choice 0 keeps ``seed`` itself (so it samples what the
+    request would alone), choice ``i > 0`` gets the first 8 bytes (big-endian) of the
+    BLAKE2b digest of ``"{seed}:{i}"``, a seed in [0, 2**64) that the same request always
+    derives again."""
+    if index == 0:
+        return seed
+    digest = hashlib.blake2b(f"{seed}:{index}".encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 @dataclass(frozen=True)
@@ -54,6 +78,11 @@ class GenerationConfig:
     [0, 1], None or 0 = off) only samples (with temperature 0 it is a ValueError, like
     ``top_k``). ``stop`` is a str or a sequence of nonempty str; ``end_token_id`` (None: none)
     and every id of ``end_token_ids`` end generation when sampled.
+
+    ``logprobs`` (None: off; an int in [0, ``MAXIMUM_TOP_LOGPROBS``]) reports each generated
+    token's log-probability with that many most likely alternatives (see the module
+    docstring); ``prompt_logprobs`` (which needs ``logprobs``) scores the prompt's tokens
+    too, and needs the prompt to fit the context (checked by the generator).
     """
 
     max_new_tokens: int = 32
@@ -68,6 +97,8 @@ class GenerationConfig:
     frequency_penalty: float = 0.0
     min_p: float | None = None
     end_token_ids: tuple[int, ...] = ()
+    logprobs: int | None = None
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         set_field = _field_setter(self)
@@ -106,6 +137,15 @@ class GenerationConfig:
         set_field("end_token_ids", tuple(
             require_int(token, f"end_token_ids[{index}]", 0, UINT32_LIMIT)
             for index, token in enumerate(self.end_token_ids)))
+        if self.logprobs is not None:
+            set_field("logprobs", require_int(self.logprobs, "logprobs", 0,
+                                              MAXIMUM_TOP_LOGPROBS + 1))
+        if not isinstance(self.prompt_logprobs, bool):
+            raise TypeError(f"prompt_logprobs must be a bool, not "
+                            f"{type(self.prompt_logprobs).__name__}")
+        if self.prompt_logprobs and self.logprobs is None:
+            raise ValueError("prompt_logprobs needs logprobs (the count of alternatives, 0 "
+                             "or more)")
 
     @property
     def ending_ids(self) -> frozenset[int]:
@@ -137,18 +177,34 @@ def _field_setter(instance) -> Callable[[str, object], None]:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability (natural log) under the model's raw distribution, and the
+    ``top`` most likely ids with theirs (``((id, logprob), ...)``, most likely first, the
+    lower id first among equals; as many as ``GenerationConfig.logprobs`` asks)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """One generated token as it is produced.
 
     ``text`` is the text this token makes releasable (often "", e.g. half a UTF-8
     character or a possible start of a stop sequence); the events' texts concatenate to the
     result's ``generated_text``. The last event of a request carries its ``finish_reason``.
+    ``logprob`` is the token's :class:`TokenLogprob` when the config asks for ``logprobs``
+    (else None); the first event (``index`` 0) of a config with ``prompt_logprobs`` carries
+    the prompt's, as the result has them (else None).
     """
 
     index: int
     token_id: int
     text: str
     finish_reason: str | None = None
+    logprob: TokenLogprob | None = None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +215,10 @@ class GenerationResult:
     ``generated_bytes`` those of ``generated_token_ids``. ``generated_text`` is the
     generated bytes decoded leniently (U+FFFD for invalid or incomplete UTF-8), cut where the
     stop sequence starts and without the end token's bytes; ``text`` is ``prompt_text +
-    generated_text``.
+    generated_text``. With ``GenerationConfig.logprobs``, ``logprobs`` has one
+    :class:`TokenLogprob` per generated token id (the end token's included); with
+    ``prompt_logprobs``, ``prompt_logprobs`` one per prompt token id, the first None (no
+    position predicts it). Both are None when not asked for.
     """
 
     prompt_token_ids: tuple[int, ...]
@@ -170,6 +229,8 @@ class GenerationResult:
     generated_text: str
     finish_reason: str
     stop_sequence: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -226,10 +287,13 @@ class GenerationProgress:
     """One request's way through the exact generator sequence (see the module docstring).
 
     Its driver repeats: ``reset`` the stream when ``needs_reset`` (then
-    ``acknowledge_reset()``); feed ``next_chunk(limit)`` in a step; ``commit_chunk(count)``
-    after the step succeeded, which says whether the feed is complete; if it is,
-    ``advance(logits)`` with the step's logits, which samples the next token and returns its
-    :class:`TokenEvent`. ``finished`` ends the loop; ``result()`` is then the answer.
+    ``acknowledge_reset()``); feed ``next_chunk(limit)`` in a step; ``feed(count, logits)``
+    after the step succeeded, with the step's logits, which returns the sampled token's
+    :class:`TokenEvent` when the feed completed (None while it goes on). ``finished`` ends
+    the loop; ``result()`` is then the answer. (``feed`` is ``commit_chunk(count)``, which
+    says whether the feed is complete, then ``advance(logits)`` if it is; with
+    ``prompt_logprobs`` it also scores each prompt position: ``next_chunk`` then hands out one
+    prompt token at a time.)
     """
 
     def __init__(
@@ -258,6 +322,11 @@ class GenerationProgress:
                 f"end_token_id {config.end_token_id} is not below the vocabulary size "
                 f"{vocabulary_size}"
             )
+        if config.prompt_logprobs and len(prompt_ids) > maximum_context:
+            raise ValueError(
+                f"prompt_logprobs needs the whole prompt in the context: it has "
+                f"{len(prompt_ids)} tokens, the context holds {maximum_context}"
+            )
         self._ending_ids = config.ending_ids
         self.prompt_ids = tuple(prompt_ids)
         self.config = config
@@ -271,9 +340,16 @@ class GenerationProgress:
         self._fed = 0  # tokens in the stream since its last reset
         self._needs_reset = False
         self.finish_reason: str | None = None
+        self._logprobs: list[TokenLogprob] | None = None if config.logprobs is None else []
+        # The prompt's scores so far (the first token has none); None: not asked.
+        self._prompt_scores: list[TokenLogprob | None] | None = (
+            [None] if config.prompt_logprobs else None)
         if config.max_new_tokens == 0:
-            self._pending = []
-            self.finish_reason = "length"
+            if config.prompt_logprobs and len(self.prompt_ids) > 1:
+                self._pending = list(self.prompt_ids[:-1])  # scoring only: no sample
+            else:
+                self._pending = []
+                self.finish_reason = "length"
 
     @property
     def finished(self) -> bool:
@@ -298,10 +374,19 @@ class GenerationProgress:
         self._needs_reset = False
         self._fed = 0
 
+    @property
+    def _scoring_prompt(self) -> bool:
+        """Whether the next step's logits score a prompt token (prompt_logprobs)."""
+        scores = self._prompt_scores
+        return scores is not None and len(scores) < len(self.prompt_ids)
+
     def next_chunk(self, limit: int | None = None) -> list[int]:
-        """The next tokens to feed, at most ``limit`` (all pending ones by default)."""
+        """The next tokens to feed, at most ``limit`` (all pending ones by default; one
+        while the prompt is being scored)."""
         if self._needs_reset:
             raise RuntimeError("the stream must be reset before the replay is fed")
+        if self._scoring_prompt:
+            limit = 1
         return self._pending[:limit] if limit is not None else list(self._pending)
 
     def commit_chunk(self, count: int) -> bool:
@@ -309,6 +394,30 @@ class GenerationProgress:
         del self._pending[:count]
         self._fed += count
         return not self._pending
+
+    def feed(self, count: int, logits: Sequence[float]) -> TokenEvent | None:
+        """Record a step that fed the first ``count`` pending tokens and returned ``logits``
+        (of the last position fed): score the prompt token they predict (prompt_logprobs),
+        and when the feed is complete, sample (``advance``) and return the event."""
+        scoring = self._scoring_prompt
+        complete = self.commit_chunk(count)
+        if scoring:
+            position = len(self._prompt_scores)  # the prompt token these logits predict
+            if count != 1 or self._fed != position:
+                raise RuntimeError("a scored prompt is fed one token per step")
+            self._prompt_scores.append(self._score(logits, self.prompt_ids[position]))
+        if not complete:
+            return None
+        if self.config.max_new_tokens == 0:  # the prompt was only scored
+            self.finish_reason = "length"
+            return None
+        return self.advance(logits)
+
+    def _score(self, logits: Sequence[float], token: int) -> TokenLogprob:
+        if len(logits) > self._vocabulary_size:
+            logits = logits[: self._vocabulary_size]
+        logprob, top = log_probabilities(logits, token, self.config.logprobs)
+        return TokenLogprob(token, logprob, top)
 
     def advance(self, logits: Sequence[float]) -> TokenEvent:
         """Sample the next token from the logits of the last fed position and plan the next
@@ -329,6 +438,10 @@ class GenerationProgress:
             raise RuntimeError(f"the sampler returned {token!r}, not an id below "
                                f"{self._vocabulary_size}")
         token = int(token)
+        scored = None
+        if self._logprobs is not None:  # the raw row, which the samplers never modify
+            scored = self._score(logits, token)
+            self._logprobs.append(scored)
         self.generated_ids.append(token)
         if token in self._ending_ids:
             released = self._text.finish()
@@ -348,7 +461,11 @@ class GenerationProgress:
                 ])
             else:
                 self._pending = [token]
-        return TokenEvent(len(self.generated_ids) - 1, token, released, self.finish_reason)
+        index = len(self.generated_ids) - 1
+        prompt_scores = None
+        if index == 0 and self._prompt_scores is not None:
+            prompt_scores = tuple(self._prompt_scores)
+        return TokenEvent(index, token, released, self.finish_reason, scored, prompt_scores)
 
     def result(self) -> GenerationResult:
         if not self.finished:
@@ -365,6 +482,9 @@ class GenerationProgress:
             generated_text=self._text.text,
             finish_reason=self.finish_reason,
             stop_sequence=self._text.stop_sequence,
+            logprobs=None if self._logprobs is None else tuple(self._logprobs),
+            prompt_logprobs=(None if self._prompt_scores is None
+                             else tuple(self._prompt_scores)),
         )
 
 
@@ -510,8 +630,9 @@ class TextGenerator:
                         progress.acknowledge_reset()
                     chunk = progress.next_chunk()
                     logits = engine.step([(stream, chunk)])[0]
-                progress.commit_chunk(len(chunk))
-                yield progress.advance(logits)
+                event = progress.feed(len(chunk), logits)
+                if event is not None:
+                    yield event
         finally:
             with self._lock:
                 engine.close_stream(stream)

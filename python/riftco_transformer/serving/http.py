@@ -14,7 +14,8 @@ Routes (anything else is 404; a known path with another method is 405 with ``All
 =================================  ========================================================
 
 With ``"stream": true`` the generation routes answer with server-sent events: OpenAI's
-chunk objects ending with ``data: [DONE]`` for the OpenAI routes; for ``/v1/generate``,
+chunk objects ending with ``data: [DONE]`` for the OpenAI routes (each carries its choice's
+``index``; the choices of ``n > 1`` interleave as they are generated); for ``/v1/generate``,
 ``event: token`` per token (``{index, token_id, text, finish_reason}``) and a final
 ``event: result`` carrying the non-streamed response body (``event: error`` on failure).
 
@@ -27,8 +28,8 @@ answers 421 to a ``Host`` header naming anything else (DNS rebinding). Every err
 ``{"error": {message, type, param, code}}``, as OpenAI's are. Every response carries
 ``Cache-Control: no-store``, a CSP, ``X-Content-Type-Options: nosniff``,
 ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``. A client that disconnects
-while its request is generating (streamed or not) cancels the request, which frees its KV
-pages.
+while its request is generating (streamed or not) cancels the request (all its choices),
+which frees its KV pages.
 
 Connections are HTTP/1.1 persistent: every answer that is not streamed has a
 ``Content-Length`` and says ``Connection: keep-alive``, and the connection then waits for
@@ -66,6 +67,7 @@ import hmac
 import io
 import json
 import logging
+import queue
 import select
 import selectors
 import socket
@@ -827,6 +829,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _generation(self, parse) -> None:
         service = self.server.service
         request = parse(self._read_json_body(), service)
+        if request.route != "generate":
+            self._openai_generation(request)
+            return
         handle = self._submit(request)
         try:
             if request.stream:
@@ -834,18 +839,51 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 result = self._await_result(handle)
                 self._usage = (len(result.prompt_token_ids), len(result.generated_token_ids))
-                if request.route == "generate":
-                    self._send_json(200, generate_response(service, request, result))
-                else:
-                    self._send_json(200, OpenAIStream(service, request).response(result))
+                self._send_json(200, generate_response(service, request, result))
         finally:
             handle.cancel()  # no-op once finished; frees a request whose client went away
 
-    def _submit(self, request: ApiRequest):
+    def _openai_generation(self, request: ApiRequest) -> None:
+        """An OpenAI route's ``n`` choices: one scheduler group, every handle cancelled when
+        the answer ends (a no-op for the finished ones)."""
+        items: queue.SimpleQueue = queue.SimpleQueue()  # (choice, event or None: it ended)
+        callbacks = [lambda event, index=index: items.put((index, event))
+                     for index in range(request.n)] if request.stream else None
+        handles = self._submit(request, callbacks)
         try:
-            return self.server.service.submit(request.prompt, request.config)
+            if request.stream:
+                for index, handle in enumerate(handles):
+                    handle.add_done_callback(lambda _, index=index: items.put((index, None)))
+                self._stream_choices(request, handles, items)
+            else:
+                results = [self._await_result(handle) for handle in handles]
+                self._usage = self._choices_usage(results)
+                self._send_json(200, OpenAIStream(self.server.service, request).response(
+                    results))
+        finally:
+            for handle in handles:
+                handle.cancel()
+
+    @staticmethod
+    def _choices_usage(results) -> tuple[int, int]:
+        return (len(results[0].prompt_token_ids),
+                sum(len(result.generated_token_ids) for result in results))
+
+    def _submit(self, request: ApiRequest, on_event=None):
+        """The request's handle (``/v1/generate``), or its choices' handles (OpenAI: one
+        request when ``n`` is 1, else a group)."""
+        service = self.server.service
+        try:
+            if request.route == "generate":
+                return service.submit(request.prompt, request.config)
+            if request.n == 1:
+                return [service.submit(request.prompt, request.config,
+                                       on_event=on_event[0] if on_event else None)]
+            return service.submit_group(request.prompt, request.choice_configs(),
+                                        on_event=on_event)
         except RequestRejectedError as error:
-            raise ApiError(400, str(error), code="request_too_large") from None
+            raise ApiError(400, str(error), param=error.param,
+                           code="request_too_large") from None
         except QueueFullError as error:
             raise ApiError(503, str(error), error_type="server_error", code="server_busy",
                            headers=(("Retry-After", "1"),)) from None
@@ -895,36 +933,67 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _ClientGone() from None
 
     def _stream(self, request: ApiRequest, handle) -> None:
+        """``/v1/generate`` streamed: a token event per token, then the result."""
         service = self.server.service
         self._start_events()
-        openai = None if request.route == "generate" else OpenAIStream(service, request)
         try:
-            if openai is not None and openai.chat:
-                self._send_event(openai.chunk("", role=True))
             while (event := self._next_event(handle)) is not None:
-                if openai is None:
-                    self._send_event({"index": event.index, "token_id": event.token_id,
-                                      "text": event.text, "finish_reason": event.finish_reason},
-                                     "token")
-                elif event.text:
-                    self._send_event(openai.chunk(event.text))
+                self._send_event({"index": event.index, "token_id": event.token_id,
+                                  "text": event.text, "finish_reason": event.finish_reason},
+                                 "token")
             result = handle.result()
             self._usage = (len(result.prompt_token_ids), len(result.generated_token_ids))
         except _ClientGone:
             handle.cancel()
             raise
         except Exception as error:  # noqa: BLE001 - the request failed mid-stream
-            failure = self._generation_error(error)
-            self._send_event(failure.body(), "error" if openai is None else None)
-            if openai is not None:
-                self._send_event("[DONE]")
+            self._send_event(self._generation_error(error).body(), "error")
             return
-        if openai is None:
-            self._send_event(generate_response(service, request, result), "result")
+        self._send_event(generate_response(service, request, result), "result")
+
+    def _next_item(self, items: queue.SimpleQueue, handles):
+        """The next (choice, event or None) of a streamed OpenAI answer, watching for the
+        client's disconnection meanwhile (which cancels every choice)."""
+        while True:
+            try:
+                return items.get(timeout=DISCONNECT_POLL_SECONDS)
+            except queue.Empty:
+                if self._client_gone():
+                    for handle in handles:
+                        handle.cancel()
+                    raise _ClientGone() from None
+
+    def _stream_choices(self, request: ApiRequest, handles, items: queue.SimpleQueue) -> None:
+        """An OpenAI route streamed: each chat choice's role, then every choice's chunks as
+        its events come (its finish chunk when it ends), the usage when asked, ``[DONE]``."""
+        openai = OpenAIStream(self.server.service, request)
+        self._start_events()
+        results = [None] * len(handles)
+        try:
+            for chunk in openai.opening_chunks():
+                self._send_event(chunk)
+            remaining = len(handles)
+            while remaining:
+                index, event = self._next_item(items, handles)
+                if event is not None:
+                    for chunk in openai.event_chunks(index, event):
+                        self._send_event(chunk)
+                    continue
+                results[index] = handles[index].result()  # raises the choice's failure
+                remaining -= 1
+                for chunk in openai.finish_chunks(index, results[index]):
+                    self._send_event(chunk)
+            self._usage = self._choices_usage(results)
+        except _ClientGone:
+            for handle in handles:
+                handle.cancel()
+            raise
+        except Exception as error:  # noqa: BLE001 - a choice failed mid-stream
+            self._send_event(self._generation_error(error).body())
+            self._send_event("[DONE]")
             return
-        self._send_event(openai.chunk(None, result.finish_reason))
         if request.include_usage:
-            self._send_event(openai.usage_chunk(result))
+            self._send_event(openai.usage_chunk(results))
         self._send_event("[DONE]")
 
 

@@ -19,6 +19,13 @@ front (see ``serving.engine``), so a running request never runs out; a request t
 never fit is rejected at ``submit`` (:class:`~.errors.RequestRejectedError`), and a full
 waiting queue raises :class:`~.errors.QueueFullError`.
 
+*Groups* (:meth:`Scheduler.submit_group`, OpenAI's ``n`` choices): several requests over one
+prompt, queued together and admitted together, all in the same pass once the pool holds
+every member's reservation at once (until then they wait, and nothing behind them
+overtakes). A group that could never run at once (more members than
+``max_active_requests``, or more pages than the whole pool) is rejected at submit. Their
+prompts are the same ids, the layout a KV prefix cache can share.
+
 Failures stay with the requests they concern: when a batched step fails (the engine
 guarantees it changed no stream), each row is retried alone and only the rows that fail
 again fail their request, with that exception. A failure in sampling or in an event
@@ -74,6 +81,8 @@ class RequestHandle:
         self._done = threading.Event()
         self._result: GenerationResult | None = None
         self._error: BaseException | None = None
+        self._callbacks: list[Callable[[RequestHandle], None]] | None = []
+        self._callback_lock = threading.Lock()
         self.cancel_requested = False
 
     def cancel(self) -> None:
@@ -85,6 +94,15 @@ class RequestHandle:
 
     def done(self) -> bool:
         return self._done.is_set()
+
+    def add_done_callback(self, callback: Callable[[RequestHandle], None]) -> None:
+        """Call ``callback(handle)`` once the request has ended (at once when it already
+        has), on the thread that ended it: keep it short; what it raises is ignored."""
+        with self._callback_lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        _call_quietly(callback, self)
 
     @property
     def error(self) -> BaseException | None:
@@ -127,18 +145,30 @@ class RequestHandle:
         self._result, self._error = result, error
         self._done.set()
         self._events.put(_END)
+        with self._callback_lock:
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            _call_quietly(callback, self)
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "running"
         return f"<RequestHandle {self.id} {state}>"
 
 
-@dataclass
+def _call_quietly(callback: Callable[[RequestHandle], None], handle: RequestHandle) -> None:
+    try:
+        callback(handle)
+    except Exception:  # noqa: BLE001, S110 - a done callback cannot fail its request
+        pass
+
+
+@dataclass(eq=False)
 class _Request:
     handle: RequestHandle
     progress: GenerationProgress
     on_event: Callable[[TokenEvent], None] | None
     stream: object = None
+    group: object = None  # shared by the members of one submit_group (None: alone)
 
 
 @dataclass(frozen=True)
@@ -233,37 +263,101 @@ class Scheduler:
         request can never fit, QueueFullError when the waiting queue is full, and
         SchedulerClosedError after ``close()``.
         """
+        request = self._prepare(prompt_ids, config, sampler, on_event)
+        self._enqueue([request])
+        return request.handle
+
+    def submit_group(
+        self,
+        prompt_ids: Sequence[int],
+        configs: Sequence[GenerationConfig],
+        *,
+        on_event: Sequence[Callable[[TokenEvent], None] | None] | None = None,
+    ) -> list[RequestHandle]:
+        """Queue one request per config, all over ``prompt_ids``, as a group (see the module
+        docstring): every one is queued, or none is. ``on_event[i]`` (None: none) is request
+        ``i``'s callback, as for :meth:`submit`. The errors are :meth:`submit`'s; a group
+        that can never run at once is a RequestRejectedError whose ``param`` is ``"n"``."""
+        configs = list(configs)
+        if not configs:
+            raise ValueError("submit_group needs at least one config")
+        callbacks = [None] * len(configs) if on_event is None else list(on_event)
+        if len(callbacks) != len(configs):
+            raise ValueError(f"submit_group got {len(configs)} configs but "
+                             f"{len(callbacks)} callbacks")
+        if len(configs) > self._max_active:
+            raise RequestRejectedError(
+                f"n={len(configs)} choices must run at once, but this scheduler runs at most "
+                f"{self._max_active} requests at once (max_active_requests)", param="n")
+        prompt = list(prompt_ids)
+        requests = [self._prepare(prompt, config, None, callback)
+                    for config, callback in zip(configs, callbacks, strict=True)]
+        group = object() if len(requests) > 1 else None
+        for request in requests:
+            request.group = group
+        self._enqueue(requests)
+        return [request.handle for request in requests]
+
+    def _prepare(self, prompt_ids, config, sampler, on_event) -> _Request:
         config = GenerationConfig() if config is None else config
         if not isinstance(config, GenerationConfig):
             raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
-        prompt = list(prompt_ids)
         progress = GenerationProgress(
-            prompt, config, sampler or config.make_sampler(),
+            list(prompt_ids), config, sampler or config.make_sampler(),
             maximum_context=self._engine.maximum_context,
             vocabulary_size=self._sampled_vocabulary,
             token_bytes=self._token_bytes,
         )
         handle = RequestHandle(f"request-{next(self._ids)}", progress.prompt_ids, self._cancel)
-        request = _Request(handle, progress, on_event)
-        if progress.finished:  # max_new_tokens == 0: nothing to run
-            self._complete(request, count=False)
-            return handle
-        if self._engine.admission(progress.token_budget) is Admission.REJECT:
-            raise RequestRejectedError(
-                f"the request can never fit: its KV reservation of {progress.token_budget} "
-                "tokens (prompt window + max_new_tokens - 1, at most maximum_context) needs "
-                "more blocks than the engine's whole pool"
-            )
-        with self._condition:
-            self._raise_if_unavailable()
-            if len(self._waiting) >= self._max_queued:
-                raise QueueFullError(
-                    f"{len(self._waiting)} requests are already waiting (max_queued_requests="
-                    f"{self._max_queued}); retry later"
+        return _Request(handle, progress, on_event)
+
+    def _enqueue(self, requests: list[_Request]) -> None:
+        """Queue the requests that need steps (all or none; raises for the whole lot) and
+        complete those that need none (max_new_tokens == 0)."""
+        running = [request for request in requests if not request.progress.finished]
+        for request in running:
+            if self._engine.admission(request.progress.token_budget) is Admission.REJECT:
+                raise RequestRejectedError(
+                    f"the request can never fit: its KV reservation of "
+                    f"{request.progress.token_budget} tokens (prompt window + max_new_tokens "
+                    "- 1, at most maximum_context) needs more blocks than the engine's whole "
+                    "pool"
                 )
-            self._waiting.append(request)
-            self._condition.notify_all()
-        return handle
+        if len(running) > 1:
+            self._reject_unless_group_fits(running)
+        with self._condition:
+            if running:
+                self._raise_if_unavailable()
+                if len(self._waiting) + len(running) > self._max_queued:
+                    raise QueueFullError(
+                        f"{len(self._waiting)} requests are already waiting "
+                        f"(max_queued_requests={self._max_queued}); "
+                        + (f"{len(running)} more do not fit; " if len(running) > 1 else "")
+                        + "retry later"
+                    )
+                self._waiting.extend(running)
+                self._condition.notify_all()
+        for request in requests:
+            if request.progress.finished:  # max_new_tokens == 0: nothing to run
+                self._complete(request, count=False)
+
+    def _group_blocks(self, requests: list[_Request], capacity) -> int:
+        """The blocks the requests reserve together (the engine's rule: ``ceil(min(budget,
+        C) / block_size)`` each)."""
+        context = self._engine.maximum_context
+        return sum(-(-min(request.progress.token_budget, context) // capacity.block_size)
+                   for request in requests)
+
+    def _reject_unless_group_fits(self, requests: list[_Request]) -> None:
+        capacity = self._engine.capacity()
+        if capacity.block_count is None:
+            return
+        needed = self._group_blocks(requests, capacity)
+        if needed > capacity.block_count:
+            raise RequestRejectedError(
+                f"n={len(requests)} choices can never run at once: together their KV "
+                f"reservations need {needed} blocks of {capacity.block_size} tokens, more "
+                f"than the engine's whole pool of {capacity.block_count}", param="n")
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop the thread: waiting and running requests fail with SchedulerClosedError.
@@ -355,16 +449,44 @@ class Scheduler:
             with self._condition:
                 if not self._waiting:
                     return
-                request = self._waiting[0]
-                if self._engine.admission(request.progress.token_budget) is not Admission.ADMIT:
+                members = self._leading_group()
+                if len(self._active) + len(members) > self._max_active:
+                    return  # the group waits for room in the batch
+                if not self._admits(members):
                     return  # WAIT: the oldest request keeps its place
-                self._waiting.popleft()
-            try:
-                request.stream = self._engine.open_stream(request.progress.token_budget)
-            except Exception as error:  # noqa: BLE001 - fail this request only
-                self._fail(request, error)
-                continue
-            self._active.append(request)
+                for _ in members:
+                    self._waiting.popleft()
+            for request in members:
+                try:
+                    request.stream = self._engine.open_stream(request.progress.token_budget)
+                except Exception as error:  # noqa: BLE001 - fail this request only
+                    self._fail(request, error)
+                    continue
+                self._active.append(request)
+
+    def _leading_group(self) -> list[_Request]:
+        """The oldest waiting request and the rest of its group (queued consecutively)."""
+        head = self._waiting[0]
+        members = [head]
+        if head.group is not None:
+            for request in itertools.islice(self._waiting, 1, None):
+                if request.group is not head.group:
+                    break
+                members.append(request)
+        return members
+
+    def _admits(self, members: list[_Request]) -> bool:
+        """Whether the engine admits every member now, all reservations together."""
+        if any(self._engine.admission(request.progress.token_budget) is not Admission.ADMIT
+               for request in members):
+            return False
+        if len(members) == 1:
+            return True
+        capacity = self._engine.capacity()
+        if capacity.block_count is None:
+            return True
+        free = capacity.block_count - capacity.reserved_block_count
+        return self._group_blocks(members, capacity) <= free
 
     def _step(self) -> None:
         rows: list[tuple[_Request, list[int]]] = []
@@ -399,8 +521,8 @@ class Scheduler:
                 self._fail(request, error)
                 continue
             try:
-                if request.progress.commit_chunk(len(chunk)):
-                    event = request.progress.advance(logits)
+                event = request.progress.feed(len(chunk), logits)
+                if event is not None:
                     request.handle._emit(event)
                     if request.on_event is not None:
                         request.on_event(event)

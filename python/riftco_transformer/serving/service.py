@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..native._errors import RiftcoTransformerError
 from ..native._validation import UINT32_LIMIT, describe_value, require_choice, require_int
+from ._text import TokenBytes, lenient_utf8
 from .chat import ChatMessage, ChatTemplate, PlainChatTemplate, chat_prompt
 from .engine import KV_CACHE_KINDS, is_engine, make_engine
 from .generation import (
@@ -148,6 +149,7 @@ class ModelService:
         self._model = model
         self._engine = engine
         self._tokenizer = tokenizer
+        self._token_bytes = TokenBytes(tokenizer)
         try:
             self._scheduler = Scheduler(
                 engine, tokenizer,
@@ -301,16 +303,37 @@ class ModelService:
         )
         return config.replace(stop=stops)
 
-    def submit(self, prompt, config: GenerationConfig, on_event=None) -> RequestHandle:
-        """Queue a generation (see :meth:`Scheduler.submit` for the errors)."""
-        self._require_open()
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token id (cached)."""
+        return self._token_bytes(token_id)
+
+    def prompt_text(self, token_ids: Sequence[int]) -> str:
+        """A prompt's text as a result's ``prompt_text`` has it (its bytes, decoded with
+        replacement characters)."""
+        return lenient_utf8(self._token_bytes.of_ids(token_ids))
+
+    def _require_within_limit(self, config: GenerationConfig) -> None:
         if (self._config.maximum_new_tokens is not None
                 and config.max_new_tokens > self._config.maximum_new_tokens):
             raise ValueError(
                 f"max_new_tokens must be at most {self._config.maximum_new_tokens} here, got "
                 f"{config.max_new_tokens}"
             )
+
+    def submit(self, prompt, config: GenerationConfig, on_event=None) -> RequestHandle:
+        """Queue a generation (see :meth:`Scheduler.submit` for the errors)."""
+        self._require_open()
+        self._require_within_limit(config)
         return self._scheduler.submit(self.encode(prompt), config, on_event=on_event)
+
+    def submit_group(self, prompt, configs: Sequence[GenerationConfig],
+                     on_event=None) -> list[RequestHandle]:
+        """Queue one generation per config over the same prompt, admitted together (see
+        :meth:`Scheduler.submit_group` for the errors)."""
+        self._require_open()
+        for config in configs:
+            self._require_within_limit(config)
+        return self._scheduler.submit_group(self.encode(prompt), configs, on_event=on_event)
 
     def generate(
         self,
