@@ -61,8 +61,10 @@ def float64_log_softmax(values) -> list[float]:
 # ---- the helper -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("top_count", [1, 3, 7, 20])  # ids by index() scans, then by one pass
 @pytest.mark.parametrize("kind", ["array", "logits_row", "tuple", "list"])
-def test_log_probabilities_are_a_log_softmax_with_the_top_ids_most_likely_first(kind):
+def test_log_probabilities_are_a_log_softmax_with_the_top_ids_most_likely_first(kind,
+                                                                                top_count):
     generator = random.Random(3)
     values = array("f", [generator.gauss(0.0, 4.0) for _ in range(1000)])
     if kind == "logits_row":
@@ -74,9 +76,9 @@ def test_log_probabilities_are_a_log_softmax_with_the_top_ids_most_likely_first(
     elif kind == "list":
         values = list(values)
     expected = float64_log_softmax(values)
-    logprob, top = log_probabilities(values, 17, 7)
+    logprob, top = log_probabilities(values, 17, top_count)
     assert logprob == pytest.approx(expected[17], abs=1e-9)
-    ranked = sorted(range(1000), key=lambda token: (-expected[token], token))[:7]
+    ranked = sorted(range(1000), key=lambda token: (-expected[token], token))[:top_count]
     assert [token for token, _ in top] == ranked
     for token, value in top:
         assert value == pytest.approx(expected[token], abs=1e-9)
@@ -87,6 +89,10 @@ def test_log_probabilities_rank_equal_logits_by_the_lower_id():
     values = array("f", [0.0, 2.0, 1.0, 2.0, 2.0, 1.0])
     logprob, top = log_probabilities(values, 5, 4)
     assert [token for token, _ in top] == [1, 3, 4, 2]
+    for count in (1, 2, 3):  # the index() scans
+        assert [token for token, _ in log_probabilities(values, 5, count)[1]] == [1, 3, 4][:count]
+    assert [token for token, _ in log_probabilities([1.0, 3.0, 3.0, 2.0, 2.0], 0, 3)[1]] == [
+        1, 2, 3]
     assert logprob == pytest.approx(float64_log_softmax(values)[5], abs=1e-12)
     # every id asked for: the whole ranking
     assert [token for token, _ in log_probabilities(values, 0, 6)[1]] == [1, 3, 4, 2, 5, 0]
