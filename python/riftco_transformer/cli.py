@@ -479,12 +479,14 @@ def _open_model(arguments, maximum_context: int | None = None):
     from .pretrained import load_pretrained
 
     path = arguments.bundle if getattr(arguments, "bundle", None) is not None else arguments.model
-    if arguments.skip_adapter_base_check and arguments.adapter is None:
+    adapter = getattr(arguments, "adapter", None)  # post-train --model takes none
+    skip_check = getattr(arguments, "skip_adapter_base_check", False)
+    if skip_check and adapter is None:
         raise UsageError("--skip-adapter-base-check needs --adapter")
-    loaded = load_pretrained(path, maximum_context=maximum_context, adapter=arguments.adapter,
-                             check_adapter_base=not arguments.skip_adapter_base_check)
+    loaded = load_pretrained(path, maximum_context=maximum_context, adapter=adapter,
+                             check_adapter_base=not skip_check)
     try:
-        if arguments.adapter is not None:
+        if adapter is not None:
             loaded.model.merge_lora()  # served at the base's speed, as PEFT's merge_and_unload
         backend = _backend(arguments) if hasattr(arguments, "backend") else "cpu"
         if backend != "cpu":
@@ -1252,11 +1254,14 @@ def _inspect_peft(path: Path) -> None:
     adapter = read_peft_adapter(path)
     spans = adapter.tensors.values()
     dtypes = Counter(span.dtype for span in spans)
-    kinds = Counter(module.rsplit(".", 1)[-1] for module in adapter.modules)
+    targets = adapter.target_modules
+    order = list(targets) if not isinstance(targets, str) else []
+    kinds = Counter(sorted((module.rsplit(".", 1)[-1] for module in adapter.modules),
+                           key=lambda kind: (order.index(kind) if kind in order else len(order),
+                                             kind)))
     rank, alpha = adapter.rank, adapter.alpha
     scaling = alpha / (math.sqrt(rank) if adapter.rank_stabilized else rank)
     rule = "alpha/sqrt(r), rsLoRA" if adapter.rank_stabilized else "alpha/r"
-    targets = adapter.target_modules
     _say(f"peft adapter {path}\n  type         LoRA r={rank} alpha={alpha:g} scaling={scaling:g} "
          f"({rule})\n"
          f"  targets      {targets if isinstance(targets, str) else ', '.join(targets)}\n"

@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
+import subprocess
+import sys
 from array import array
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import PYTHON_SOURCE
+from riftco_transformer import LlamaMistralTransformer, LoraConfig, load_pretrained
+from riftco_transformer.artifacts import ModelBundle
+from riftco_transformer.checkpoints import TrainingCheckpoint
+from riftco_transformer.instructions import read_instructions_jsonl
+from riftco_transformer.interchange import (
+    export_huggingface,
+    export_peft,
+    load_peft_adapter,
+    read_peft_adapter,
+    read_safetensors,
+    write_safetensors,
+)
+from riftco_transformer.post_training import PostTrainingConfig, post_train
 from test_cli import INSTRUCTIONS, riftco
 from test_decoder_families import forward_values
 from test_huggingface_export import (
@@ -27,22 +43,6 @@ from test_huggingface_export import (
     tokenizer,
     variant_config,
 )
-
-from riftco_transformer import LlamaMistralTransformer, LoraConfig, load_pretrained
-from riftco_transformer.artifacts import ModelBundle
-from riftco_transformer.checkpoints import TrainingCheckpoint
-from riftco_transformer.instructions import read_instructions_jsonl
-from riftco_transformer.interchange import (
-    capture_lora_adapter,
-    export_huggingface,
-    export_peft,
-    load_peft_adapter,
-    read_peft_adapter,
-    read_safetensors,
-    write_safetensors,
-)
-from riftco_transformer.interchange.huggingface import read_safetensors_header
-from riftco_transformer.post_training import PostTrainingConfig, post_train
 
 ALL_LINEAR = ("attention.query", "attention.key", "attention.value", "attention.output",
               "feed_forward.gate", "feed_forward.up", "feed_forward.down")
@@ -286,7 +286,6 @@ def test_a_full_checkpoint_a_bundle_and_other_files_are_refused_naming_them(runs
 
 def test_models_without_an_adapter_gpt_and_fused_phi3_adapters_are_refused(tmp_path):
     from conftest import TINY_CONFIG
-
     from riftco_transformer import DecoderOnlyTransformer
 
     out = tmp_path / "out"
@@ -300,7 +299,8 @@ def test_models_without_an_adapter_gpt_and_fused_phi3_adapters_are_refused(tmp_p
             export_peft(runtime.model, out)
     with DecoderOnlyTransformer(TINY_CONFIG) as gpt:
         gpt.attach_lora(LoraConfig(rank=2))
-        with pytest.raises(ValueError, match="our GPT decoder .riftco_decoder_v1. has no PEFT form"):
+        with pytest.raises(ValueError,
+                           match="our GPT decoder .riftco_decoder_v1. has no PEFT form"):
             export_peft(gpt, out)
     with adapted(base_bundle("phi3"), LoraConfig(rank=2, targets=("attention.output",
                                                                   "feed_forward.up"))) as runtime:
@@ -378,7 +378,7 @@ CONFIG_REFUSALS = [
     ({"alpha_pattern": {"v_proj": 1}}, "alpha_pattern gives 'v_proj' 1, not 4.0"),
     ({"init_lora_weights": "pissa"}, "init_lora_weights 'pissa' is not supported"),
     ({"r": 0}, "r must be a positive integer, not 0"),
-    ({"r": 3}, f"tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has "
+    ({"r": 3}, "tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has "
                "shape \\[2, 16\\], not \\[r, in\\] with r = 3"),
     ({"lora_alpha": "8"}, "lora_alpha must be a positive number, not '8'"),
     ({"lora_alpha": 1e-45}, "alpha/rank = 1e-45/2 must be finite and > 0 in float32"),
@@ -505,7 +505,6 @@ def test_missing_files_a_pickle_and_another_base_are_refused(exported, tmp_path)
 
 def test_a_model_with_an_adapter_gpt_and_a_tied_head_are_refused(exported, tmp_path):
     from conftest import TINY_CONFIG
-
     from riftco_transformer import DecoderOnlyTransformer
 
     bundle, directory, _ = exported
@@ -612,3 +611,217 @@ def test_phi3_fused_modules_load_as_the_hand_merged_weights(tmp_path):
         worst = max_difference(logits(runtime.model), logits(merged))
         assert worst <= 1e-5, worst
         print(f"phi3 fused: max |ours - hand-merged| {worst:.3g}")
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def refused(*arguments) -> str:
+    """riftco's one-line error (exit status 2)."""
+    completed = riftco(*arguments, check=False)
+    assert completed.returncode == 2, (completed.stdout, completed.stderr)
+    assert completed.stderr.count("\n") == 1, completed.stderr
+    return completed.stderr
+
+
+def test_riftco_export_to_peft_inspect_and_the_adapter_on_generate_and_evaluate(runs, tmp_path):
+    """`riftco export --to peft` of the LoRA checkpoint, applied with --adapter to the base,
+    generates and scores as the run's own (merged) bundle."""
+    _, base, base_path, trained = runs
+    result, checkpoint = trained["lora"]
+    tuned = result.bundle.save(tmp_path / "tuned.rift")
+    adapter = tmp_path / "adapter"
+    done = riftco("export", checkpoint, adapter, "--to", "peft", "--base-model", "org/base")
+    assert f"-> {adapter} (PEFT adapter)" in done.stdout
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "org/base"
+    shown = riftco("inspect", adapter).stdout
+    for line in (f"peft adapter {adapter}", "type         LoRA r=2 alpha=4 scaling=2 (alpha/r)",
+                 "targets      q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+                 "modules      14 (2 q_proj, 2 k_proj, 2 v_proj, 2 o_proj, 2 gate_proj, "
+                 "2 up_proj, 2 down_proj)", "tensors      28 (28 F32), ", "base         org/base",
+                 f"base check   artifact_id {base.artifact_id}, weights_sha256 "
+                 f"{base.manifest['weights']['sha256']}"):
+        assert line in shown, shown
+    prompt = ("generate", "--prompt", "the cat", "--max-new-tokens", 8)
+    with_adapter = riftco(*prompt, "--bundle", base_path, "--adapter", adapter).stdout
+    assert with_adapter == riftco(*prompt, "--bundle", tuned).stdout
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    scores = [json.loads(riftco("evaluate", *source, "--file", text, "--json").stdout)["loss"]
+              for source in (("--bundle", base_path, "--adapter", adapter), ("--bundle", tuned),
+                             ("--bundle", base_path))]
+    assert scores[0] == pytest.approx(scores[1], abs=1e-6) and scores[0] != scores[2]
+    chat = subprocess.run([sys.executable, "-m", "riftco_transformer", "chat", "--model",
+                           str(base_path), "--adapter", str(adapter)], input="/exit\n",
+                          env={**os.environ, "PYTHONPATH": str(PYTHON_SOURCE)},
+                          capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0, chat.stderr
+
+
+def test_riftco_refuses_peft_exports_and_adapters_that_do_not_fit(runs, tmp_path):
+    directory, base, base_path, trained = runs
+    checkpoint = trained["lora"][1]
+    tuned = trained["lora"][0].bundle.save(tmp_path / "tuned.rift")
+    out = tmp_path / "out"
+    assert f"{tuned} is a .rift bundle, which holds no LoRA adapter" in refused(
+        "export", tuned, out, "--to", "peft")
+    assert "--to peft writes a directory, not a .safetensors file ('out.safetensors')" in \
+        refused("export", checkpoint, tmp_path / "out.safetensors", "--to", "peft")
+    assert "--to hf writes a directory, not a .riftckpt file" in refused(
+        "export", base_path, tmp_path / "out.riftckpt", "--to", "hf")
+    assert "a PEFT adapter is written in F32" in refused("export", checkpoint, out, "--to",
+                                                         "peft", "--dtype", "f16")
+    assert "--from is for bundle and safetensors sources" in refused(
+        "export", checkpoint, out, "--to", "peft", "--from", "rift")
+    assert "--base-model is for PEFT adapter destinations (--to peft; this one is gguf)" in \
+        refused("export", base_path, tmp_path / "out.gguf", "--base-model", "x")
+    assert listing(tmp_path) == ["tuned.rift"]
+    adapter = export_peft(checkpoint, tmp_path / "adapter")
+    other = base_bundle("llama", seed=12).save(tmp_path / "other.rift")
+    prompt = ("generate", "--prompt", "hi", "--max-new-tokens", 2)
+    assert "the adapter was trained on another base (artifact_id" in refused(
+        *prompt, "--bundle", other, "--adapter", adapter)
+    assert riftco(*prompt, "--bundle", other, "--adapter", adapter,
+                  "--skip-adapter-base-check").returncode == 0
+    assert "--skip-adapter-base-check needs --adapter" in refused(
+        *prompt, "--bundle", base_path, "--skip-adapter-base-check")
+    broken = copy_adapter(adapter, tmp_path / "broken", use_dora=True)
+    assert "adapter_config.json: use_dora = true is not supported" in refused(
+        *prompt, "--bundle", base_path, "--adapter", broken)
+
+
+def test_riftco_post_train_adapter_output_saves_the_adapter_alone(runs, tmp_path):
+    _, base, base_path, _ = runs
+    train_flags = ("post-train", "--instructions", INSTRUCTIONS, "--steps", 2, "--batch-size", 2,
+                   "--learning-rate", "0.05", "--no-progress", "--backend", "cpu")
+    adapter = tmp_path / "tuned-adapter"
+    done = riftco(*train_flags, "--base", base_path, "--method", "lora", "--adapter-output",
+                  adapter)
+    assert f"wrote the adapter alone to {adapter} (PEFT, r=4; base artifact_id " \
+           f"{base.artifact_id[:16]}" in done.stdout
+    assert listing(tmp_path) == ["tuned-adapter", "tuned-adapter.loss.svg",
+                                 "tuned-adapter.metrics.jsonl"]
+    with load_pretrained(base_path, adapter=adapter) as loaded:
+        assert loaded.model.lora_config.targets == ("attention.query", "attention.value")
+    # Refused before anything trains (no metrics file appears).
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "x").write_text("")
+    for flags, fragment in [
+        (("--method", "full", "--adapter-output", tmp_path / "a"),
+         "--adapter-output needs --method lora or qlora"),
+        (("--method", "lora"), "give --output (the tuned bundle), --adapter-output"),
+        (("--method", "lora", "--adapter-output", tmp_path / "a.rift"),
+         "--adapter-output writes a directory, not a .rift file"),
+        (("--method", "lora", "--adapter-output", taken),
+         "exists and is not empty: --adapter-output writes a new directory"),
+    ]:
+        assert fragment in refused(*train_flags, "--base", base_path, *flags)
+    phi3 = base_bundle("phi3").save(tmp_path / "phi3.rift")
+    assert "phi3 fuses attention.query, attention.key, attention.value into one module " \
+           "(qkv_proj)" in refused(*train_flags, "--base", phi3, "--method", "lora",
+                                   "--lora-targets", "attention.query", "--adapter-output",
+                                   tmp_path / "p")
+    assert listing(tmp_path) == ["phi3.rift", "taken", "tuned-adapter", "tuned-adapter.loss.svg",
+                                 "tuned-adapter.metrics.jsonl"]
+
+
+def test_riftco_post_train_model_adapter_records_the_source_and_reapplies(runs, tmp_path):
+    """post-train --model: the adapter records the source's SHA-256 as its base_id; applied
+    to that source it gives the run's merged bundle."""
+    from riftco_transformer.interchange.peft import source_identity
+
+    _, _, base_path, _ = runs
+    adapter, tuned = tmp_path / "adapter", tmp_path / "tuned.rift"
+    riftco("post-train", "--model", base_path, "--instructions", INSTRUCTIONS, "--steps", 2,
+           "--batch-size", 2, "--learning-rate", "0.05", "--no-progress", "--method", "lora",
+           "--lora-rank", 2, "--output", tuned, "--adapter-output", adapter)
+    assert read_peft_adapter(adapter).base == {"base_id": source_identity(base_path)}
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base_path)
+    assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                        "up_proj", "down_proj"]
+    prompt = ("generate", "--prompt", "the cat", "--max-new-tokens", 8)
+    assert riftco(*prompt, "--model", base_path, "--adapter", adapter).stdout == \
+        riftco(*prompt, "--model", tuned).stdout
+
+
+# ---- transformers + peft (the oracle venv) ---------------------------------------------------
+
+PEFT_ORACLE = r"""
+import json, sys
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
+
+
+def base(directory):
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                     attn_implementation="eager")
+    except TypeError:
+        model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32,
+                                                     attn_implementation="eager")
+    return model
+
+
+results = []
+for request in json.load(sys.stdin):
+    model = base(request["base"])
+    if request["adapter_in"]:
+        model = PeftModel.from_pretrained(model, request["adapter_in"])
+    else:  # PEFT makes an adapter with random A and B, and saves it
+        torch.manual_seed(request["seed"])
+        model = get_peft_model(model, LoraConfig(
+            r=request["r"], lora_alpha=request["alpha"], target_modules=request["targets"],
+            use_rslora=request["rslora"], init_lora_weights=False, task_type="CAUSAL_LM"))
+        model.save_pretrained(request["adapter_out"])
+    model.eval()
+    with torch.no_grad():
+        results.append(model(torch.tensor([request["tokens"]])).logits[0].tolist())
+print(json.dumps(results))
+"""
+
+
+def test_peft_loads_our_adapters_onto_our_hugging_face_exports_with_our_logits(tmp_path):
+    python = hf_python("peft")
+    requests, expected = [], []
+    for family in ("llama", "qwen2", "qwen3", "gemma2", "phi3"):
+        bundle = base_bundle(family)
+        lora = LoraConfig(rank=3, alpha=5.0, targets=FAMILY_TARGETS[family],
+                          rank_stabilized=family == "qwen3")
+        with adapted(bundle, lora) as runtime:
+            expected.append((family, logits(runtime.model)))
+            adapter = export_peft(runtime.model, tmp_path / f"{family}-adapter")
+        directory = export_huggingface(bundle, tmp_path / f"{family}-hf")
+        requests.append({"base": str(directory), "adapter_in": str(adapter), "tokens": TOKENS})
+    for (family, ours), theirs in zip(expected, run_oracle(python, PEFT_ORACLE, requests),
+                                      strict=True):
+        print(f"{family}: max |ours - transformers+peft| {close_enough(ours, theirs):.3g}")
+
+
+def test_adapters_peft_makes_load_here_with_its_logits(tmp_path):
+    """PEFT's own adapters (random A and B, saved by save_pretrained): rsLoRA on every linear
+    layer of Llama, Phi-3's fused qkv_proj and gate_up_proj, Gemma 3's q/v."""
+    python = hf_python("peft")
+    cases = {"llama": (4, 6.0, "all-linear", True),
+             "phi3": (2, 3.0, ["qkv_proj", "gate_up_proj", "o_proj", "down_proj"], False),
+             "gemma3": (2, 4.0, ["q_proj", "v_proj"], False)}
+    requests, bundles = [], {}
+    for seed, (family, (rank, alpha, targets, rslora)) in enumerate(cases.items()):
+        bundles[family] = bundle = base_bundle(family)
+        directory = export_huggingface(bundle, tmp_path / f"{family}-hf")
+        requests.append({"base": str(directory), "adapter_in": None,
+                         "adapter_out": str(tmp_path / f"{family}-adapter"), "seed": seed,
+                         "r": rank, "alpha": alpha, "targets": targets, "rslora": rslora,
+                         "tokens": TOKENS})
+    results = run_oracle(python, PEFT_ORACLE, requests)
+    for (family, (rank, alpha, _, rslora)), theirs in zip(cases.items(), results, strict=True):
+        adapter = read_peft_adapter(tmp_path / f"{family}-adapter")
+        assert (adapter.rank, adapter.alpha, adapter.rank_stabilized, adapter.base) == (
+            rank, alpha, rslora, {})
+        with bundles[family].instantiate() as runtime:
+            load_peft_adapter(runtime.model, adapter)
+            ours = logits(runtime.model)
+        print(f"{family}: max |ours - transformers+peft| {close_enough(ours, theirs):.3g}")
