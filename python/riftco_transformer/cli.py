@@ -13,6 +13,8 @@ Installed as a console script by ``pip install .``; from a source checkout,
     riftco inspect tuned.rift
     riftco convert tuned.rift tuned.safetensors
     riftco convert tuned.rift tuned.gguf --dtype f16
+    riftco export run.riftckpt tuned-adapter --to peft
+    riftco generate --bundle base.rift --adapter tuned-adapter --prompt "Hi" --chat
     riftco demo
 
 Every subcommand's ``--help`` lists its flags with their defaults. Long runs draw a progress

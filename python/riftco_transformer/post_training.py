@@ -44,7 +44,11 @@ model, the best one under early stopping); each round is published to ``metric_s
 each check's outcome), and the result holds ``base_generation`` and ``tuned_generation``.
 Nothing else depends on them: early stopping stays on the validation loss.
 
-The child records its parent's ``artifact_id``.
+The child records its parent's ``artifact_id``. For LoRA and QLoRA the result also holds
+``adapter``, the adapter alone as it was before the merge (a
+:class:`~.interchange.peft.LoraAdapter` naming the base bundle by ``artifact_id`` and weights
+SHA-256; ``fine_tune_pretrained`` names it by ``base_id``): ``result.adapter.save(directory)``
+writes it as a PEFT adapter directory, the adapter-only save.
 
 Data parallelism (``data_parallel=`` a :class:`~.distributed.DataParallel`, every rank of an
 ``mpirun`` calling with the same arguments): every rank trains on its shard of each global batch

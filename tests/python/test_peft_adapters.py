@@ -278,6 +278,9 @@ def test_a_full_checkpoint_a_bundle_and_other_files_are_refused_naming_them(runs
     ]
     safetensors = write_safetensors(tmp_path / "w.safetensors", {"x": ((1,), [1.0])})
     cases.append((safetensors, "is a safetensors file, not the .riftckpt checkpoint"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(20))
+    cases.append((gguf, "model.gguf is a GGUF file, not the .riftckpt checkpoint"))
     for source, fragment in cases:
         with pytest.raises(ValueError, match=fragment):
             export_peft(source, out)
@@ -386,6 +389,9 @@ CONFIG_REFUSALS = [
     ({"target_modules": DELETE}, "target_modules is missing"),
     ({"target_modules": 5}, "target_modules must be a list of module names or a pattern string"),
     ({"target_modules": "(["}, "target_modules '\\(\\[' is not a regular expression"),
+    ({"target_modules": "nothing"},
+     "target_modules 'nothing' selects no projection of this llama model"),
+    ({"exclude_modules": {"k_proj": 1}}, "exclude_modules must be a list of module names"),
     ({"target_modules": ["q_proj", "embed_tokens"]},
      "target_modules entry 'embed_tokens' names no projection of this llama model that LoRA "
      "can adapt \\(its modules: q_proj, k_proj"),
@@ -428,7 +434,10 @@ def test_a_config_option_we_do_not_honour_is_refused_naming_it(exported, tmp_pat
     {"lora_dropout": 0.1, "peft_version": "9.9.9", "use_bdlora": None, "megatron_core": "x",
      "inference_mode": False, "init_lora_weights": "gaussian", "rank_pattern": {"q_proj": 2},
      "task_type": None},
-], ids=["all-linear", "regex", "suffixes", "exclude", "neutral-options"])
+    {"init_lora_weights": False, "exclude_modules": "lm_head",
+     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj", "lm_head"]},
+], ids=["all-linear", "regex", "suffixes", "exclude", "neutral-options", "exclude-regex"])
 def test_equivalent_configs_load_the_same_adapter(exported, tmp_path, changes):
     bundle, directory, expected = exported
     adapter = copy_adapter(directory, tmp_path / "adapter", **changes)
@@ -462,7 +471,9 @@ def rewrite_tensors(directory: Path, change) -> None:
      "lora_A.default.weight' is not a LoRA factor"),
     (lambda t: t.update({Q_A1: ((2, 4, 4), [0.0] * 32)}),
      f"tensor {Q_A1} has shape \\[2, 4, 4\\], not a matrix"),
-], ids=["shape", "missing-B", "missing-module", "not-lora", "adapter-name", "three-d"])
+    (lambda t: t.clear(), "adapter_model.safetensors: holds no tensor"),
+], ids=["shape", "missing-B", "missing-module", "not-lora", "adapter-name", "three-d",
+        "empty"])
 def test_a_tensor_that_does_not_fit_is_refused_naming_it(exported, tmp_path, change, fragment):
     bundle, directory, _ = exported
     adapter = copy_adapter(directory, tmp_path / "adapter")
@@ -825,3 +836,48 @@ def test_adapters_peft_makes_load_here_with_its_logits(tmp_path):
             load_peft_adapter(runtime.model, adapter)
             ours = logits(runtime.model)
         print(f"{family}: max |ours - transformers+peft| {close_enough(ours, theirs):.3g}")
+
+
+def test_base_identities_given_and_recorded(exported, tmp_path):
+    """What identifies a base: names checked when captured; a base_id given at fine-tuning
+    is recorded and must be given again (or the source it names) to attach; a malformed
+    recorded identity is refused naming the key."""
+    from riftco_transformer.interchange import capture_lora_adapter
+    from riftco_transformer.post_training import fine_tune_pretrained
+
+    bundle, directory, _ = exported
+    with adapted(bundle, LoraConfig(rank=2)) as runtime:
+        with pytest.raises(ValueError, match="base identity 'name' is unknown"):
+            capture_lora_adapter(runtime.model, {"name": "x"})
+        with pytest.raises(ValueError, match="base identity base_id must be a non-empty str"):
+            capture_lora_adapter(runtime.model, {"base_id": ""})
+        assert capture_lora_adapter(runtime.model, {}).base == {}
+        with pytest.raises(TypeError, match="base_model_name_or_path must be a str"):
+            capture_lora_adapter(runtime.model).save(tmp_path / "x", base_model_name_or_path=3)
+    path = bundle.save(tmp_path / "base.rift")
+    config = PostTrainingConfig(steps=1, batch_size=2, backend="cpu", fine_tuning_method="lora",
+                                lora=LoraConfig(rank=2, targets=("attention.query",)))
+    with load_pretrained(path) as loaded:
+        result = fine_tune_pretrained(loaded, read_instructions_jsonl(INSTRUCTIONS)[:4], config,
+                                      base_id="my-base")
+    assert result.adapter.base == {"base_id": "my-base"}
+    adapter = result.adapter.save(tmp_path / "adapter")
+    with bundle.instantiate() as runtime:
+        with pytest.raises(ValueError, match="trained on another base \\(base_id my-base in "
+                           "the adapter, other-base for this model\\)"):
+            load_peft_adapter(runtime.model, adapter, base_id="other-base")
+        with pytest.raises(ValueError, match="records its base \\(base_id my-base\\), and none "
+                           "of these can be checked on this model; give its base_id"):
+            load_peft_adapter(runtime.model, adapter)
+        assert runtime.model.lora_config is None
+        load_peft_adapter(runtime.model, adapter, base_id="my-base")
+        assert runtime.model.lora_attached
+    bad = copy_adapter(directory, tmp_path / "bad")
+    rewrite = read_safetensors(bad / "adapter_model.safetensors")[0]
+    (bad / "adapter_model.safetensors").unlink()
+    write_safetensors(bad / "adapter_model.safetensors",
+                      {name: (t.shape, t.values) for name, t in rewrite.items()},
+                      {"riftco.base.weights_sha256": "not-a-digest"})
+    with pytest.raises(ValueError, match="metadata riftco.base.weights_sha256 'not-a-digest' is "
+                       "not a SHA-256 in hex"):
+        read_peft_adapter(bad)

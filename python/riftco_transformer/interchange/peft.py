@@ -415,7 +415,13 @@ def _adapter_of(source) -> LoraAdapter:
     if isinstance(source, TrainingCheckpoint):
         return adapter_from_checkpoint(source)
     if isinstance(source, (str, os.PathLike)):
-        kind, loaded = read_artifact(Path(os.fspath(source)))
+        path = Path(os.fspath(source))
+        if path.is_file():
+            with open(path, "rb") as stream:
+                if stream.read(4) == b"GGUF":
+                    raise ValueError(f"{source} is a GGUF file, not the .riftckpt checkpoint of "
+                                     "a LoRA or QLoRA run")
+        kind, loaded = read_artifact(path)
         if kind == "rift":
             raise _bundle_refusal(str(source), loaded.metadata)
         if kind != "riftckpt":
