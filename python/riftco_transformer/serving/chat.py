@@ -12,6 +12,7 @@ always plain text, whatever it spells.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import weakref
@@ -21,30 +22,100 @@ from typing import Protocol, runtime_checkable
 
 from ..native._validation import describe_value
 
-CHAT_ROLES = ("system", "user", "assistant")
+CHAT_ROLES = ("system", "user", "assistant")  # the roles of training conversations
+TOOL_ROLE = "tool"  # a function's result, answering an assistant's tool call
+MESSAGE_ROLES = (*CHAT_ROLES, TOOL_ROLE)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function the assistant called: ``id`` (the caller's name for the call, may be
+    empty), the function's ``name`` and its ``arguments`` as JSON text (OpenAI's form)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def __post_init__(self) -> None:
+        for field in ("id", "name", "arguments"):
+            value = getattr(self, field)
+            if not isinstance(value, str):
+                raise TypeError(f"{field} must be a str, not {type(value).__name__} "
+                                f"({describe_value(value)})")
+        if not self.name:
+            raise ValueError("name must not be empty")
 
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One turn: ``role`` is ``"system"``, ``"user"`` or ``"assistant"``; ``content`` a str."""
+    """One turn: ``role`` is ``"system"``, ``"user"``, ``"assistant"`` or ``"tool"``;
+    ``content`` a str. An assistant's turn may carry ``tool_calls`` (ToolCall values); a
+    tool's turn (a function's result) may name the call it answers, ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.role, str) or self.role not in CHAT_ROLES:
-            accepted = ", ".join(map(repr, CHAT_ROLES))
+        if not isinstance(self.role, str) or self.role not in MESSAGE_ROLES:
+            accepted = ", ".join(map(repr, MESSAGE_ROLES))
             raise ValueError(f"role must be one of {accepted}, got {describe_value(self.role)}")
         if not isinstance(self.content, str):
             raise TypeError(
                 f"content must be a str, not {type(self.content).__name__} "
                 f"({describe_value(self.content)})"
             )
+        calls = self.tool_calls
+        if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence):
+            raise TypeError(f"tool_calls must be a sequence of ToolCall, not "
+                            f"{type(calls).__name__}")
+        if not all(isinstance(call, ToolCall) for call in calls):
+            raise TypeError("tool_calls must hold ToolCall values")
+        object.__setattr__(self, "tool_calls", tuple(calls))
+        if calls and self.role != "assistant":
+            raise ValueError(f"only an assistant message has tool_calls, not a {self.role} "
+                             f"message")
+        if self.tool_call_id is not None:
+            if not isinstance(self.tool_call_id, str):
+                raise TypeError(f"tool_call_id must be a str, not "
+                                f"{describe_value(self.tool_call_id)}")
+            if self.role != TOOL_ROLE:
+                raise ValueError(f"only a tool message has a tool_call_id, not a {self.role} "
+                                 f"message")
+
+
+def _tool_calls(value: object, where: str) -> tuple[ToolCall, ...]:
+    """OpenAI's ``tool_calls`` of a message: ``[{"id", "type": "function", "function":
+    {"name", "arguments"}}]``, ``arguments`` a JSON string (or an object, written as JSON)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{where} must be a list of tool calls, not {describe_value(value)}")
+    calls = []
+    for index, call in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(call, Mapping):
+            raise TypeError(f"{at} must be an object, not {describe_value(call)}")
+        if call.get("type", "function") != "function":
+            raise ValueError(f"{at}.type must be 'function', not {describe_value(call['type'])}")
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            raise TypeError(f"{at}.function must be an object with name and arguments, not "
+                            f"{describe_value(function)}")
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, Mapping):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        identifier = call.get("id") or ""
+        try:
+            calls.append(ToolCall(identifier, function.get("name"), arguments))
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{at}: {error}") from None
+    return tuple(calls)
 
 
 def chat_messages(messages: Sequence[ChatMessage | Mapping]) -> tuple[ChatMessage, ...]:
     """``messages`` as a nonempty tuple of ChatMessage (mappings need ``role`` and
-    ``content``)."""
+    ``content``, which an assistant message with ``tool_calls`` may leave out or null; a
+    tool message may have ``tool_call_id``)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TypeError(f"messages must be a sequence of messages, not {type(messages).__name__}")
     if not messages:
@@ -54,11 +125,19 @@ def chat_messages(messages: Sequence[ChatMessage | Mapping]) -> tuple[ChatMessag
         if isinstance(message, ChatMessage):
             converted.append(message)
         elif isinstance(message, Mapping):
-            missing = [key for key in ("role", "content") if key not in message]
+            calls = message.get("tool_calls")
+            content = message.get("content")
+            if calls and content is None:
+                content = ""
+            missing = [key for key in ("role", "content")
+                       if key not in message and not (key == "content" and calls)]
             if missing:
                 raise ValueError(f"messages[{index}] lacks {' and '.join(missing)}")
             try:
-                converted.append(ChatMessage(message["role"], message["content"]))
+                converted.append(ChatMessage(
+                    message["role"], content,
+                    _tool_calls(calls, "tool_calls") if calls else (),
+                    message.get("tool_call_id")))
             except (TypeError, ValueError) as error:
                 raise type(error)(f"messages[{index}]: {error}") from None
         else:
@@ -107,8 +186,11 @@ class PlainChatTemplate:
         return tuple(f"\n{header}" for header in self.HEADERS.values())
 
     def render(
-        self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True
+        self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True,
+        tools: Sequence[Mapping] | None = None,
     ) -> str:
+        if tools:
+            raise ValueError("the plain chat format has no tools")
         return "".join(text for text, _ in self.render_pieces(messages, add_generation_prompt))
 
     def render_pieces(
@@ -120,7 +202,10 @@ class PlainChatTemplate:
         add_generation_prompt)`` exactly (instruction tuning uses the roles to train on the
         assistant's content only)."""
         pieces: list[tuple[str, str | None]] = []
-        for message in chat_messages(messages):
+        for index, message in enumerate(chat_messages(messages)):
+            if message.role not in self.HEADERS or message.tool_calls:
+                raise ValueError(f"messages[{index}]: the plain chat format has no tool "
+                                 f"messages or tool calls")
             pieces.append((self.HEADERS[message.role] + "\n", None))
             pieces.append((message.content.strip(" \t\n\r\f\v") + "\n", message.role))
         if add_generation_prompt:
@@ -253,25 +338,70 @@ def _control_tokens(tokenizer) -> _ControlTokens | None:
     return cached if cached.pattern is not None else None
 
 
+def _strings(value: object):
+    """Every str inside a JSON-like value (mapping values and keys, list items)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _map_strings(value: object, change):
+    """``value`` with ``change`` applied to every str inside it (a copy)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, Mapping):
+        return {change(key) if isinstance(key, str) else key: _map_strings(item, change)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(item, change) for item in value]
+    return value
+
+
+def _message_texts(message: ChatMessage):
+    yield message.content
+    for call in message.tool_calls:
+        yield call.id
+        yield call.name
+        yield call.arguments
+    if message.tool_call_id is not None:
+        yield message.tool_call_id
+
+
 def chat_prompt(
     template: ChatTemplate,
     tokenizer,
     messages: Sequence[ChatMessage | Mapping],
     add_generation_prompt: bool = True,
+    tools: Sequence[Mapping] | None = None,
 ) -> str | list[int]:
     """What to generate from for ``messages``: their token ids as :func:`encode_chat` makes
     them, or, when ``tokenizer`` has no control tokens, the rendered prompt itself (encoding
-    it gives those ids; a caller that shows or records the prompt keeps its text)."""
+    it gives those ids; a caller that shows or records the prompt keeps its text).
+
+    ``tools`` (OpenAI's ``tools`` list, e.g. from :func:`~.tool_calls.template_tools`) is
+    passed to ``template.render`` when given. Like the messages' content, every string in
+    the tools and in tool calls is plain text, whatever control token it spells."""
     turns = chat_messages(messages)
+    options = {"add_generation_prompt": add_generation_prompt}
+    if tools is not None:
+        options["tools"] = tools
     controls = _control_tokens(tokenizer)
     if controls is None:
-        return template.render(turns, add_generation_prompt=add_generation_prompt)
+        return template.render(turns, **options)
     pattern = controls.pattern
-    edges = [controls.edges(message.content) for message in turns]
-    if not any(edges) and not any(pattern.search(message.content) for message in turns):
+    texts = [text for message in turns for text in _message_texts(message)]
+    texts.extend(_strings(tools))
+    edges = [controls.edges(text) for text in texts]
+    if not any(edges) and not any(pattern.search(text) for text in texts):
         # Nothing in the messages can make a control token: the rendered prompt's control
         # tokens are the template's, and one encoding with them parsed is the answer.
-        rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
+        rendered = template.render(turns, **options)
         ids = list(tokenizer.encode_bytes(rendered.encode("utf-8")))
         if not ids:
             raise ValueError("the prompt must encode to at least one token")
@@ -279,7 +409,7 @@ def chat_prompt(
 
     placeholders: dict[str, str] = {}  # text -> the placeholder standing for it
     restore: dict[int, str] = {}  # placeholder -> the text it stands for
-    taken = controls.characters.union(*(message.content for message in turns))
+    taken = controls.characters.union(*texts)
     template_text = getattr(template, "text", None)
     if isinstance(template_text, str):
         taken = taken.union(template_text)
@@ -295,7 +425,8 @@ def chat_prompt(
             restore[ord(character)] = text
         return placeholders[text]
 
-    def defused(content: str, edge: tuple[int, int, int, int] | None) -> str:
+    def defused(content: str) -> str:
+        edge = controls.edges(content)
         if edge is None:
             return pattern.sub(lambda match: placeholder(match.group()), content)
         head_start, head_end, tail_start, tail_end = edge
@@ -306,9 +437,15 @@ def chat_prompt(
             placeholder(content[tail_start:tail_end]) if tail_end > tail_start else "",
             content[tail_end:]))
 
-    turns = tuple(ChatMessage(message.role, defused(message.content, edge))
-                  for message, edge in zip(turns, edges, strict=True))
-    rendered = template.render(turns, add_generation_prompt=add_generation_prompt)
+    turns = tuple(ChatMessage(
+        message.role, defused(message.content),
+        tuple(ToolCall(defused(call.id), defused(call.name), defused(call.arguments))
+              for call in message.tool_calls),
+        None if message.tool_call_id is None else defused(message.tool_call_id))
+        for message in turns)
+    if tools is not None:
+        options["tools"] = _map_strings(tools, defused)
+    rendered = template.render(turns, **options)
     ids: list[int] = []
 
     def plain(text: str) -> None:
@@ -332,6 +469,7 @@ def encode_chat(
     tokenizer,
     messages: Sequence[ChatMessage | Mapping],
     add_generation_prompt: bool = True,
+    tools: Sequence[Mapping] | None = None,
 ) -> list[int]:
     """The token ids of ``messages`` rendered by ``template``, with control tokens only where
     the template itself writes them: a message's content is encoded as plain text, so
@@ -345,7 +483,7 @@ def encode_chat(
     of ``template.render`` (a ``ChatTemplateError`` for a failing pretrained template,
     ValueError/TypeError for bad messages), ValueError for a prompt of no tokens, and the
     tokenizer's own."""
-    prompt = chat_prompt(template, tokenizer, messages, add_generation_prompt)
+    prompt = chat_prompt(template, tokenizer, messages, add_generation_prompt, tools)
     if isinstance(prompt, str):
         from .generation import encode_prompt  # noqa: PLC0415 - generation imports much
 

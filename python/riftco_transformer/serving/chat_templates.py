@@ -32,7 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..native._validation import describe_value
+from . import tool_calls
 from .chat import ChatMessage, chat_messages
+from .tool_calls import FAMILY_TOOL_FORMATS
 
 
 class ChatTemplateError(ValueError):
@@ -269,28 +271,77 @@ class PretrainedChatTemplate:
             stops = (*stops, self._eos)
         return stops
 
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template's own text renders tools (it mentions ``tools`` or
+        ``tool_calls``); a conversation with tools is otherwise rendered by the family's
+        built-in renderer, in the family's tool format."""
+        return self._jinja is not None and self._text is not None and (
+            "tools" in self._text or "tool_calls" in self._text)
+
+    @property
+    def tool_format(self) -> str:
+        """How the model writes tool calls (``serving.tool_calls.TOOL_FORMATS``): what a
+        template that takes tools shows (``[TOOL_CALLS]``: mistral, ``<tool_call>``:
+        hermes), else the family's."""
+        if self.takes_tools:
+            if "[TOOL_CALLS]" in self._text:
+                return "mistral"
+            if "<tool_call>" in self._text:
+                return "hermes"
+        return FAMILY_TOOL_FORMATS[self._family]
+
     def render(
-        self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True
+        self, messages: Sequence[ChatMessage | Mapping], add_generation_prompt: bool = True,
+        tools: Sequence[Mapping] | None = None,
     ) -> str:
         """The prompt text of ``messages``, control tokens written as text. Encode it with
         :func:`~.chat.encode_chat` (which renders it itself): encoding this text with
         special tokens parsed would also turn control-token text inside the messages into
-        control tokens. A jinja2 rendering that fails is a ChatTemplateError."""
+        control tokens. A jinja2 rendering that fails is a ChatTemplateError.
+
+        ``tools`` (OpenAI's list, :func:`~.tool_calls.template_tools`) are rendered with
+        the conversation, as are tool messages and assistants' tool calls: by the template's
+        text when it takes tools (``tools`` and the messages' ``tool_calls`` and
+        ``tool_call_id`` as Hugging Face passes them), else by the family's built-in tool
+        format (:mod:`.tool_calls`)."""
         if not isinstance(add_generation_prompt, bool):
             raise TypeError("add_generation_prompt must be a bool")
         turns = chat_messages(messages)
-        if self._jinja is not None:
-            return self._render_jinja(turns, add_generation_prompt)
+        if tools is not None and (isinstance(tools, (str, bytes, Mapping))
+                                  or not isinstance(tools, Sequence)):
+            raise TypeError(f"tools must be a list of tools, not {type(tools).__name__}")
+        uses_tools = bool(tools) or any(m.role == "tool" or m.tool_calls for m in turns)
+        if self._jinja is not None and (not uses_tools or self.takes_tools):
+            return self._render_jinja(turns, add_generation_prompt, tools)
+        if uses_tools:
+            return self._render_tools(turns, add_generation_prompt, list(tools or ()))
         return getattr(self, f"_render_{self._family}")(turns, add_generation_prompt)
 
-    def _render_jinja(self, turns, add_generation_prompt: bool) -> str:
+    def _render_tools(self, turns, add_generation_prompt: bool, tools: list) -> str:
+        if self._family == "llama3":
+            parts = [self._bos or "<|begin_of_text|>"]
+            parts.extend(f"<|start_header_id|>{role}<|end_header_id|>\n\n{content.strip()}"
+                         f"<|eot_id|>" for role, content in tool_calls.llama3_turns(turns, tools))
+            if add_generation_prompt:
+                parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+            return "".join(parts)
+        if self._family == "mistral":
+            return tool_calls.mistral_render(turns, tools, self._bos or "<s>",
+                                             self._eos or "</s>")
+        default = self._default_system if self._family == "chatml" else None
+        plain = tool_calls.hermes_turns(turns, tools, default)
+        return getattr(self, f"_render_{self._family}")(plain, add_generation_prompt)
+
+    def _render_jinja(self, turns, add_generation_prompt: bool, tools=None) -> str:
         from . import _template_sandbox as sandbox  # noqa: PLC0415 - imported at load already
 
         context = {
-            "messages": [{"role": m.role, "content": m.content} for m in turns],
+            "messages": tool_calls.jinja_messages(turns),
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self._bos,
             "eos_token": self._eos,
+            "tools": list(tools) if tools else None,
         }
         try:
             return sandbox.render(self._jinja, context, self._limits, len(turns))
