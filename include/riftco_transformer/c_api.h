@@ -528,6 +528,44 @@ RT_API rt_status RT_CALL rt_decode_sessions_step(rt_decode_session* const* sessi
 RT_API rt_status RT_CALL rt_f32_rows_argmax(const float* values, uint64_t rows, uint64_t width,
                                             uint32_t* argmax, uint8_t* finite);
 
+/* 2.15, sampling at C speed (docs/ARCHITECTURE.md, 'Sampling'): the rules, in order, of the
+ * Python package's reference samplers, which compute the same ids bit for bit: the mask, the
+ * repetition penalty (distinct context ids), presence/frequency penalties (ids generated after
+ * prompt_length), greedy at temperature 0 (the first maximum), top-k, weights exp((v - h) / T),
+ * top-p (a ranked prefix against top_p times the total), min-p, then the draw of
+ * u = splitmix64-derived uniform of (seed, draw_index) walking kept ids in ascending order. */
+typedef struct rt_sampling_options {
+    uint64_t struct_size;
+    double temperature;        /* init 0: greedy; else finite and > 0 */
+    double top_p;              /* init 1 (off); in (0, 1] */
+    double min_p;              /* init 0 (off); in [0, 1] */
+    double repetition_penalty; /* init 1 (off); finite and > 0 */
+    double presence_penalty;   /* init 0; in [-2, 2] */
+    double frequency_penalty;  /* init 0; in [-2, 2] */
+    uint64_t top_k;            /* init 0 (off); at most the vocabulary */
+    uint64_t seed;             /* init 0 */
+} rt_sampling_options;
+
+RT_API rt_status RT_CALL rt_sampling_options_init(rt_sampling_options* options,
+                                                  uint64_t struct_size);
+/* One id from `vocabulary` finite logits. context (context_count ids below the vocabulary,
+ * prompt first: prompt_length of them) feeds the penalties; mask is NULL or `vocabulary` bytes
+ * (0: never drawn); draw_index numbers the seed's draws (a request's k-th token: k). Any rule
+ * broken, named with its value (options NULL: greedy): RT_STATUS_INVALID_ARGUMENT, and *token
+ * is untouched. */
+RT_API rt_status RT_CALL rt_sample_f32_row(const float* logits, uint64_t vocabulary,
+                                           const rt_sampling_options* options,
+                                           const uint32_t* context, uint64_t context_count,
+                                           uint64_t prompt_length, const uint8_t* mask,
+                                           uint64_t draw_index, uint32_t* token);
+/* The log-softmax of `vocabulary` finite logits at `token` (in double), and the top_count most
+ * likely ids with theirs, most likely first (ties: the lower id first) into top_ids and
+ * top_log_probabilities (each NULL only when top_count is 0). */
+RT_API rt_status RT_CALL rt_f32_row_log_probabilities(const float* logits, uint64_t vocabulary,
+                                                      uint32_t token, uint64_t top_count,
+                                                      double* log_probability, uint32_t* top_ids,
+                                                      double* top_log_probabilities);
+
 /* ---- Parameter lists --------------------------------------------------------------------
  * Flat order: list order, then each tensor's row-major order. */
 RT_API void RT_CALL rt_parameter_list_release(rt_parameter_list* list);

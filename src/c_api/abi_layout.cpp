@@ -85,6 +85,15 @@ static_assert(sizeof(rt_decode_session_options) == 24 &&
               offsetof(rt_decode_session_options, kind) == 8 &&
               offsetof(rt_decode_session_options, reserved) == 12 &&
               offsetof(rt_decode_session_options, block_size) == 16);
+static_assert(sizeof(rt_sampling_options) == 72 &&
+              offsetof(rt_sampling_options, temperature) == 8 &&
+              offsetof(rt_sampling_options, top_p) == 16 &&
+              offsetof(rt_sampling_options, min_p) == 24 &&
+              offsetof(rt_sampling_options, repetition_penalty) == 32 &&
+              offsetof(rt_sampling_options, presence_penalty) == 40 &&
+              offsetof(rt_sampling_options, frequency_penalty) == 48 &&
+              offsetof(rt_sampling_options, top_k) == 56 &&
+              offsetof(rt_sampling_options, seed) == 64);
 static_assert(sizeof(rt_kv_cache_pool_options) == 32 &&
               offsetof(rt_kv_cache_pool_options, block_size) == 8 &&
               offsetof(rt_kv_cache_pool_options, block_count) == 16 &&

@@ -12,6 +12,7 @@
 
 #include "c_api/boundary.hpp"
 #include "c_api/handles.hpp"
+#include "riftco_transformer/serving/sampling.hpp"
 
 using namespace riftco_transformer;
 using namespace riftco_transformer::c_api;
@@ -344,3 +345,84 @@ rt_status rt_f32_rows_argmax(const float* values, uint64_t rows, uint64_t width,
 }
 
 }  // extern "C"
+
+namespace {
+
+constexpr rt_sampling_options default_sampling_options() {
+    rt_sampling_options options{};
+    options.struct_size = sizeof(rt_sampling_options);
+    options.top_p = 1.0;
+    options.repetition_penalty = 1.0;
+    return options;
+}
+
+std::size_t vocabulary_size_of(std::uint64_t vocabulary) {
+    if (vocabulary == 0) {
+        throw std::invalid_argument("vocabulary must be positive");
+    }
+    if (vocabulary - 1 > std::numeric_limits<std::uint32_t>::max()) {
+        throw std::overflow_error("vocabulary " + std::to_string(vocabulary) +
+                                  " does not fit uint32 ids");
+    }
+    return to_size(vocabulary, "vocabulary");
+}
+
+}  // namespace
+
+rt_status rt_sampling_options_init(rt_sampling_options* options, uint64_t struct_size) {
+    return guarded(__func__, [&] {
+        initialise_struct(options, struct_size, sizeof(rt_sampling_options),
+                          default_sampling_options(), "options");
+    });
+}
+
+rt_status rt_sample_f32_row(const float* logits, uint64_t vocabulary,
+                            const rt_sampling_options* options, const uint32_t* context,
+                            uint64_t context_count, uint64_t prompt_length, const uint8_t* mask,
+                            uint64_t draw_index, uint32_t* token) {
+    return guarded(__func__, [&] {
+        const std::size_t width = vocabulary_size_of(vocabulary);
+        const rt_sampling_options given = options == nullptr
+                                              ? default_sampling_options()
+                                              : read_struct(options, sizeof(rt_sampling_options),
+                                                            default_sampling_options(), "options");
+        require_pointer(token, "token");
+        SamplingInput input;
+        input.logits = input_array(logits, width, "logits");
+        input.context = input_array(context, context_count, "context");
+        input.prompt_length = to_size(prompt_length, "prompt_length");
+        if (mask != nullptr) {
+            input.mask = {mask, width};
+        }
+        input.draw_index = draw_index;
+        const SamplingOptions chosen{.temperature = given.temperature,
+                                     .top_k = to_size(given.top_k, "options->top_k"),
+                                     .top_p = given.top_p,
+                                     .min_p = given.min_p,
+                                     .repetition_penalty = given.repetition_penalty,
+                                     .presence_penalty = given.presence_penalty,
+                                     .frequency_penalty = given.frequency_penalty,
+                                     .seed = given.seed};
+        *token = sample_token(input, chosen);
+    });
+}
+
+rt_status rt_f32_row_log_probabilities(const float* logits, uint64_t vocabulary, uint32_t token,
+                                       uint64_t top_count, double* log_probability,
+                                       uint32_t* top_ids, double* top_log_probabilities) {
+    return guarded(__func__, [&] {
+        const std::size_t width = vocabulary_size_of(vocabulary);
+        const auto given = input_array(logits, width, "logits");
+        require_pointer(log_probability, "log_probability");
+        if (top_count != 0) {
+            require_pointer(top_ids, "top_ids");
+            require_pointer(top_log_probabilities, "top_log_probabilities");
+        }
+        const TokenLogProbabilities result =
+            token_log_probabilities(given, token, to_size(top_count, "top_count"));
+        *log_probability = result.log_probability;
+        std::copy(result.top_ids.begin(), result.top_ids.end(), top_ids);
+        std::copy(result.top_log_probabilities.begin(), result.top_log_probabilities.end(),
+                  top_log_probabilities);
+    });
+}

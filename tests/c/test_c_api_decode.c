@@ -389,6 +389,61 @@ static void prefix_caching_shares_pages_within_one_parameter_epoch(void) {
     rt_model_release(model);
 }
 
+static void sampling_rows(void) {
+    /* Weights by id [1/3, 2/3, 1] at T = 1: draw_unit(0, 0) = 0.8833 -> threshold 1.767 -> id 2;
+     * draw_unit(3, 0) = 0.1135 -> threshold 0.227 -> id 0. */
+    const float thirds[3] = {0.0f, 0.69314718f, 1.09861229f};
+    rt_sampling_options options;
+    EXPECT_OK(rt_sampling_options_init(&options, sizeof options));
+    EXPECT(options.temperature == 0.0 && options.top_p == 1.0 && options.min_p == 0.0);
+    EXPECT(options.repetition_penalty == 1.0 && options.top_k == 0 && options.seed == 0);
+    uint32_t token = 99;
+    EXPECT_OK(rt_sample_f32_row(thirds, 3, NULL, NULL, 0, 0, NULL, 0, &token)); /* greedy */
+    EXPECT_EQ_U64(token, 2);
+    options.temperature = 1.0;
+    options.seed = 3;
+    EXPECT_OK(rt_sample_f32_row(thirds, 3, &options, NULL, 0, 0, NULL, 0, &token));
+    EXPECT_EQ_U64(token, 0);
+    const uint8_t mask[3] = {0, 1, 0};
+    EXPECT_OK(rt_sample_f32_row(thirds, 3, &options, NULL, 0, 0, mask, 0, &token));
+    EXPECT_EQ_U64(token, 1);
+    const uint32_t context[2] = {2, 2};
+    options.temperature = 0.0;
+    options.seed = 0;
+    options.frequency_penalty = 2.0; /* id 2: 1.0986 - 4 after two generated occurrences */
+    EXPECT_OK(rt_sample_f32_row(thirds, 3, &options, context, 2, 0, NULL, 0, &token));
+    EXPECT_EQ_U64(token, 1);
+    /* Refusals leave *token alone. */
+    token = 77;
+    options.top_k = 5;
+    EXPECT_STATUS(rt_sample_f32_row(thirds, 3, &options, NULL, 0, 0, NULL, 0, &token),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("greedy");
+    options.top_k = 0;
+    EXPECT_STATUS(rt_sample_f32_row(thirds, 0, &options, NULL, 0, 0, NULL, 0, &token),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_sample_f32_row(NULL, 3, &options, NULL, 0, 0, NULL, 0, &token),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_sample_f32_row(thirds, 3, &options, NULL, 2, 0, NULL, 0, &token),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_sample_f32_row(thirds, 3, &options, NULL, 0, 0, NULL, 0, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_EQ_U64(token, 77);
+    /* Log-probabilities: log(1/6), and the top two (ids 2, 1). */
+    double logprob = 0.0;
+    uint32_t top_ids[2] = {9, 9};
+    double top[2] = {0.0, 0.0};
+    EXPECT_OK(rt_f32_row_log_probabilities(thirds, 3, 0, 2, &logprob, top_ids, top));
+    EXPECT(fabs(logprob - log(1.0 / 6.0)) < 1e-6);
+    EXPECT(top_ids[0] == 2 && top_ids[1] == 1);
+    EXPECT(fabs(top[0] - log(0.5)) < 1e-6 && fabs(top[1] - log(1.0 / 3.0)) < 1e-6);
+    EXPECT_OK(rt_f32_row_log_probabilities(thirds, 3, 0, 0, &logprob, NULL, NULL));
+    EXPECT_STATUS(rt_f32_row_log_probabilities(thirds, 3, 3, 0, &logprob, NULL, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_f32_row_log_probabilities(thirds, 3, 0, 2, &logprob, NULL, top),
+                  RT_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
     RUN_TEST(steps_equal_the_full_forward);
     RUN_TEST(argument_rules_change_nothing);
@@ -396,5 +451,6 @@ int main(void) {
     RUN_TEST(sessions_pin_their_model);
     RUN_TEST(prefix_caching_shares_pages_within_one_parameter_epoch);
     RUN_TEST(rows_argmax);
+    RUN_TEST(sampling_rows);
     return finish_tests();
 }

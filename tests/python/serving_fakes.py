@@ -225,8 +225,10 @@ class FakeNativeModel:
             return FakeDecodeSession(self, "contiguous", self.config.maximum_context)
         return self.kv_cache_pool(block_size=block_size).session()
 
-    def kv_cache_pool(self, block_size: int = 16, block_count: int = 0) -> FakeKvCachePool:
-        pool = FakeKvCachePool(self, block_size, block_count)
+    def kv_cache_pool(self, block_size: int = 16, block_count: int = 0,
+                      prefix_caching: bool = False) -> FakeKvCachePool:
+        pool = FakeKvCachePool(self, block_size, block_count)  # caches no prefix
+        pool.prefix_caching = False
         self.pools.append(pool)
         return pool
 

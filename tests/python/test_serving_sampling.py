@@ -1,7 +1,8 @@
 """Sampling rules (docs/ARCHITECTURE.md, 'Sampling'), checked against
-hand-computed draws. ``random.Random(0).random()`` is 0.8444218515250481 and
-``random.Random(1).random()`` is 0.13436424411240122: the thresholds below are those times
-the kept weights' sum."""
+hand-computed draws. ``draw_unit(seed, 0)`` is 0.8833108082136426 for seed 0 (splitmix64's
+first output for state 0 is 0xE220A8397B1DCDAF, whose top 53 bits times 2**-53 give it),
+0.11345034205715454 for seed 3 and 0.43145581774497377 for seed 4: the thresholds below are
+those times the kept weights' sum, walked in ascending id order."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import math
 import pytest
 
 from riftco_transformer.serving import Greedy, TemperatureSampler, apply_repetition_penalty
+from riftco_transformer.serving import sampling
+from riftco_transformer.serving.sampling import draw_unit
 
 LN2, LN3 = math.log(2), math.log(3)
 # Ranked [2, 1, 0] with weights exp(l - ln 3) = [1, 2/3, 1/3] (sum 2) at T = 1.
@@ -23,38 +26,52 @@ def test_greedy_takes_the_argmax_and_the_lowest_id_on_a_tie():
 
 
 def test_temperature_sampling_returns_the_first_id_whose_cumulative_weight_passes_the_draw():
-    # seed 0: threshold 0.8444 * 2 = 1.689; cumulative 1, 1.667, 2.0 -> the third, id 0.
-    assert TemperatureSampler(1.0, seed=0).sample(THIRDS) == 0
-    # seed 1: threshold 0.2687; the first cumulative weight 1 passes -> id 2.
-    assert TemperatureSampler(1.0, seed=1).sample(THIRDS) == 2
+    # Weights by id [1/3, 2/3, 1] (sum 2); cumulative in id order 1/3, 1, 2.
+    # seed 0: threshold 0.8833 * 2 = 1.767 -> id 2; seed 4: 0.863 -> id 1; seed 3: 0.227 -> 0.
+    assert TemperatureSampler(1.0, seed=0).sample(THIRDS) == 2
+    assert TemperatureSampler(1.0, seed=4).sample(THIRDS) == 1
+    assert TemperatureSampler(1.0, seed=3).sample(THIRDS) == 0
+
+
+def test_draws_are_numbered_per_sampler():
+    assert draw_unit(0, 0) == (0xE220A8397B1DCDAF >> 11) * 2.0**-53
+    sampler = TemperatureSampler(1.0, seed=0)
+    # draw 1 of seed 0: 0.4315 * 2 = 0.863 -> id 1 (cumulative 1/3, 1).
+    assert draw_unit(0, 1) == 0.43152799704850997
+    assert [sampler.sample(THIRDS), sampler.sample(THIRDS)] == [2, 1]
+    assert sampler.draws == 2
 
 
 def test_a_lower_temperature_sharpens_the_weights():
-    # T = 0.5: weights [1, 4/9, 1/9] (sum 14/9); threshold 0.8444 * 1.556 = 1.314 -> id 1.
-    assert TemperatureSampler(0.5, seed=0).sample(THIRDS) == 1
+    # T = 0.5: weights [1/9, 4/9, 1] (sum 14/9); seed 3: threshold 0.1135 * 1.556 = 0.1765,
+    # past 1/9 -> id 1 (id 0 at T = 1 above).
+    assert TemperatureSampler(0.5, seed=3).sample(THIRDS) == 1
 
 
 def test_top_k_keeps_only_the_highest_ranked_ids():
-    # Kept [2, 1] with weights [1, 2/3]; threshold 0.8444 * 5/3 = 1.407 -> id 1.
-    assert TemperatureSampler(1.0, top_k=2, seed=0).sample(THIRDS) == 1
-    assert TemperatureSampler(1.0, top_k=1, seed=0).sample(THIRDS) == 2
+    # Kept ids 1, 2 with weights [2/3, 1] (sum 5/3): seed 0 threshold 1.472 -> id 2; seed 3
+    # threshold 0.189 -> id 1.
+    assert TemperatureSampler(1.0, top_k=2, seed=0).sample(THIRDS) == 2
+    assert TemperatureSampler(1.0, top_k=2, seed=3).sample(THIRDS) == 1
+    assert TemperatureSampler(1.0, top_k=1, seed=3).sample(THIRDS) == 2
 
 
 def test_equal_logits_rank_by_id():
-    # Ranked [0, 1], weights [1, 1]: seed 0 (threshold 1.689) -> id 1, seed 1 (0.269) -> id 0.
+    # Weights [1, 1]: seed 0 (threshold 1.767) -> id 1, seed 3 (0.227) -> id 0; top_k=1 keeps
+    # the lower id.
     assert TemperatureSampler(1.0, seed=0).sample([1.0, 1.0]) == 1
-    assert TemperatureSampler(1.0, seed=1).sample([1.0, 1.0]) == 0
+    assert TemperatureSampler(1.0, seed=3).sample([1.0, 1.0]) == 0
     assert TemperatureSampler(1.0, top_k=1, seed=0).sample([1.0, 1.0]) == 0
 
 
 def test_top_p_keeps_the_shortest_ranked_prefix_reaching_the_probability_mass():
-    # Probabilities [1/2, 1/3, 1/6] in rank order [2, 1, 0].
+    # Probabilities [1/6, 1/3, 1/2] by id, ranked [2, 1, 0].
     for seed in range(20):
         assert TemperatureSampler(1.0, top_p=0.45, seed=seed).sample(THIRDS) == 2
-    # 0.55 needs ids 2 and 1: weights [1, 2/3], threshold 1.407 at seed 0 -> id 1.
-    assert TemperatureSampler(1.0, top_p=0.55, seed=0).sample(THIRDS) == 1
-    assert TemperatureSampler(1.0, top_p=0.55, seed=1).sample(THIRDS) == 2
-    assert TemperatureSampler(1.0, top_p=1.0, seed=0).sample(THIRDS) == 0
+    # 0.55 needs ids 2 and 1: as top_k=2 above.
+    assert TemperatureSampler(1.0, top_p=0.55, seed=0).sample(THIRDS) == 2
+    assert TemperatureSampler(1.0, top_p=0.55, seed=3).sample(THIRDS) == 1
+    assert TemperatureSampler(1.0, top_p=1.0, seed=3).sample(THIRDS) == 0  # off
 
 
 def test_top_p_applies_after_top_k():
@@ -63,10 +80,13 @@ def test_top_p_applies_after_top_k():
         assert TemperatureSampler(1.0, top_k=2, top_p=0.5, seed=seed).sample(THIRDS) == 2
 
 
-def test_a_draw_at_the_very_top_falls_back_to_the_last_kept_id():
-    sampler = TemperatureSampler(1.0, top_k=2)
-    sampler._random.random = lambda: 1.0  # threshold = the whole sum: no cumulative passes it
-    assert sampler.sample(THIRDS) == 1
+def test_a_draw_at_the_very_top_falls_back_to_the_last_kept_id_of_positive_weight(monkeypatch):
+    # A threshold of the whole sum, which no running sum passes (u < 1 makes it rare, not
+    # impossible: u * total can round up to the total).
+    monkeypatch.setattr(sampling, "draw_unit", lambda seed, index: 1.0)
+    assert TemperatureSampler(1.0, top_k=2).sample(THIRDS) == 2
+    # The last id weighs exp(-1e6) = 0: the fallback skips it.
+    assert TemperatureSampler(1.0).sample([0.0, 0.0, -1e6]) == 1
 
 
 def test_each_sampler_owns_its_generator_and_a_seed_repeats_its_draws():

@@ -96,11 +96,11 @@ class DecodeSession {
     // current structure (a backend change keeps it stale).
     void reset() noexcept;
 
-    // Prefix caching (a pool made with prefix_caching; docs/ARCHITECTURE.md, 'Prefix
-    // caching'). An empty session takes, by reference, the published pages holding the longest
-    // whole-page prefix of prompt[0, P-1) (the last token is always left to feed, since its
-    // logits are the point) and returns the positions it now holds: the caller feeds
-    // prompt[returned..]. 0 without prefix caching, for P < 2 or without a match.
+    // Prefix caching, for a pool made with prefix_caching
+    // (docs/ARCHITECTURE.md, 'Prefix caching'). An empty session takes, by reference, the published
+    // pages holding the longest whole-page prefix of prompt[0, P-1) (the last token is always left
+    // to feed, since its logits are the point) and returns the positions it now holds: the caller
+    // feeds prompt[returned..]. 0 without prefix caching, for P < 2 or without a match.
     // std::logic_error: the session is not empty, or stale; std::out_of_range: an id >= V.
     // Nothing changed on error.
     std::size_t reuse_prefix(std::span<const std::uint32_t> prompt);

@@ -278,6 +278,20 @@ class KvCachePoolOptionsStruct(Structure):
     ]
 
 
+class SamplingOptionsStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("temperature", c_double),
+        ("top_p", c_double),
+        ("min_p", c_double),
+        ("repetition_penalty", c_double),
+        ("presence_penalty", c_double),
+        ("frequency_penalty", c_double),
+        ("top_k", c_uint64),
+        ("seed", c_uint64),
+    ]
+
+
 class LoraConfigStruct(Structure):
     _fields_ = [
         ("struct_size", c_uint64),
@@ -602,6 +616,33 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_f32_rows_argmax": (
         rt_status,
         [POINTER(c_float), c_uint64, c_uint64, POINTER(c_uint32), POINTER(c_uint8)],
+    ),
+    "rt_sampling_options_init": (rt_status, [POINTER(SamplingOptionsStruct), c_uint64]),
+    "rt_sample_f32_row": (
+        rt_status,
+        [
+            POINTER(c_float),
+            c_uint64,
+            POINTER(SamplingOptionsStruct),
+            POINTER(c_uint32),
+            c_uint64,
+            c_uint64,
+            POINTER(c_uint8),
+            c_uint64,
+            POINTER(c_uint32),
+        ],
+    ),
+    "rt_f32_row_log_probabilities": (
+        rt_status,
+        [
+            POINTER(c_float),
+            c_uint64,
+            c_uint32,
+            c_uint64,
+            POINTER(c_double),
+            POINTER(c_uint32),
+            POINTER(c_double),
+        ],
     ),
     "rt_parameter_list_release": (None, [handle]),
     "rt_parameter_list_count": (rt_status, [handle, size_out]),

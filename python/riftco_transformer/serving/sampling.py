@@ -16,14 +16,20 @@ temperature, top-p, min-p, the draw. :func:`apply_mask` writes the -inf logits o
 samplers that take no mask.
 
 * :class:`Greedy`: the argmax; ties go to the lowest id.
-* :class:`TemperatureSampler`: rank ids by (-logit, id); keep the first ``top_k``; weight
-  them ``w = exp((l - l_max) / T)``; with ``top_p``, keep the shortest prefix of that ranking
-  whose probability mass ``sum(w) / total`` reaches ``top_p``; draw ``u`` in [0, 1) from the
-  sampler's private ``random.Random(seed)`` and return the first kept id whose cumulative
-  weight exceeds ``u * sum(kept w)``, or the last kept id when rounding leaves none.
-  With ``min_p`` (after ``top_p``), keep only the ids whose weight is at least ``min_p``
-  times the top id's weight (the weight is proportional to the probability, so this is
-  "probability >= min_p * the top probability").
+* :class:`TemperatureSampler`: keep the ``top_k`` best ids ranked by (-logit, id); weight
+  them ``w = exp((l - l_max) / T)``; with ``top_p`` (1 = off), keep the shortest prefix of
+  that ranking whose running sum (in rank order) reaches ``top_p`` times the total (summed
+  in ascending id order); with ``min_p``, keep the ids whose weight is at least ``min_p``
+  (the top id's weight is 1, so this is "probability >= min_p * the top probability");
+  then draw ``u = draw_unit(seed, k)`` in [0, 1) for the sampler's k-th draw and, walking
+  the kept ids in ascending order, return the first whose running weight sum exceeds
+  ``u * sum(kept w)`` (same order), or the last kept id of positive weight when rounding
+  leaves none. Walking ids in ascending order means a draw without top-k or top-p sorts
+  nothing.
+* The library samples ``array('f')`` rows (the decode path's) with the same rules in C
+  (``native.sampling``): every double is computed by the same operations in the same
+  order, so both give the same id bit for bit; other rows take the Python code here, which
+  is the C code's oracle in the tests.
 * The repetition penalty (CTRL, Keskar et al. 2019) divides the positive logits of ids in
   the context by ``penalty`` and multiplies the others by it, once per distinct id, before
   either rule; ``penalty = 1`` changes nothing.
@@ -40,10 +46,9 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
-import random
 from array import array
 from collections.abc import Sequence
-from itertools import compress
+from itertools import accumulate, compress
 from typing import Protocol, runtime_checkable
 
 from ..native._validation import UINT64_LIMIT, describe_value, require_int, require_real
@@ -234,6 +239,40 @@ def apply_mask(logits: Sequence[float], mask: bytes) -> array:
 # ---- the samplers ----------------------------------------------------------------------------
 
 
+def draw_unit(seed: int, draw_index: int) -> float:
+    """The uniform number in [0, 1) of a seed's ``draw_index``-th draw: the top 53 bits of
+    splitmix64's output for the state ``seed + (draw_index + 1) * 0x9E3779B97F4A7C15`` (mod
+    2**64), times 2**-53. The library's samplers draw the same numbers."""
+    z = (seed + (draw_index + 1) * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z ^= z >> 31
+    return (z >> 11) * 2.0**-53
+
+
+_MASK64 = (1 << 64) - 1
+_NATIVE_SAMPLING: list[bool] = []  # [available], once the library was asked
+
+
+def _native_row(logits: Sequence[float]) -> bool:
+    """Whether the library samples this row: a float32 row it reads in place."""
+    if not (isinstance(logits, array) and logits.typecode == "f"):
+        return False
+    if not _NATIVE_SAMPLING:
+        try:
+            from ..native._loader import library
+
+            _NATIVE_SAMPLING.append(hasattr(library(), "rt_sample_f32_row"))
+        except (ImportError, OSError):
+            _NATIVE_SAMPLING.append(False)
+    return _NATIVE_SAMPLING[0]
+
+
+def _penalised(sampler) -> bool:
+    return (sampler.repetition_penalty != 1.0 or sampler.presence_penalty != 0.0
+            or sampler.frequency_penalty != 0.0)
+
+
 class Greedy:
     """The argmax of the (penalised) logits; ties go to the lowest id."""
 
@@ -244,13 +283,28 @@ class Greedy:
                                                            "presence_penalty")
         self.frequency_penalty = require_occurrence_penalty(frequency_penalty,
                                                             "frequency_penalty")
+        self._native_options = None
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                prompt_length: int = 0, mask: bytes | None = None) -> int:
         checked = require_logits(logits)
-        if mask is None and isinstance(checked, LogitsRow) and self.repetition_penalty == 1.0 and (
-                self.presence_penalty == 0.0 and self.frequency_penalty == 0.0):
+        penalised = _penalised(self)
+        if mask is None and isinstance(checked, LogitsRow) and not penalised:
             return checked.argmax  # the library's first maximum (the same rule)
+        if mask is not None:
+            _require_mask(mask, len(checked))
+        if _native_row(checked):
+            from ..native.sampling import sample_f32_row, sampling_options
+
+            if self._native_options is None:
+                self._native_options = sampling_options(
+                    0.0, repetition_penalty=self.repetition_penalty,
+                    presence_penalty=self.presence_penalty,
+                    frequency_penalty=self.frequency_penalty)
+            if not penalised:  # the penalties alone read the context
+                context_ids, prompt_length = (), 0
+            return sample_f32_row(checked, self._native_options, context_ids, prompt_length,
+                                  mask)
         values = apply_penalties(checked, context_ids, self.repetition_penalty,
                                  self.presence_penalty, self.frequency_penalty, prompt_length)
         if mask is not None:
@@ -265,12 +319,13 @@ class Greedy:
 
 
 class TemperatureSampler:
-    """Temperature sampling with optional top-k and nucleus (top-p) truncation.
+    """Temperature sampling with optional top-k, nucleus (top-p) and min-p truncation.
 
     ``temperature`` is finite and > 0; ``top_k`` (None: every id) is an int >= 1 and at most
     the vocabulary size (checked when sampling); ``top_p`` (None: no nucleus) is in (0, 1];
-    ``seed`` in [0, 2**64) seeds the sampler's own ``random.Random``, so two samplers with
-    the same arguments draw the same ids for the same logits.
+    ``seed`` in [0, 2**64) numbers the sampler's draws (:func:`draw_unit`), so two samplers
+    with the same arguments draw the same ids for the same logits. ``draws`` counts the
+    draws made so far.
     """
 
     def __init__(
@@ -294,49 +349,72 @@ class TemperatureSampler:
         self.frequency_penalty = require_occurrence_penalty(frequency_penalty,
                                                             "frequency_penalty")
         self.min_p = None if min_p is None else require_min_p(min_p)
-        self._random = random.Random(self.seed)
+        self.draws = 0
+        self._native_options = None
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                prompt_length: int = 0, mask: bytes | None = None) -> int:
+        checked = require_logits(logits)
+        vocabulary = len(checked)
+        if self.top_k is not None and self.top_k > vocabulary:
+            raise ValueError(f"top_k={self.top_k} exceeds the vocabulary size {vocabulary}")
+        if mask is not None:
+            _require_mask(mask, vocabulary)
+        if _native_row(checked):
+            from ..native.sampling import sample_f32_row, sampling_options
+
+            if self._native_options is None:
+                self._native_options = sampling_options(
+                    self.temperature, self.top_k, self.top_p, self.min_p,
+                    self.repetition_penalty, self.presence_penalty, self.frequency_penalty,
+                    self.seed)
+            if not _penalised(self):  # the penalties alone read the context
+                context_ids, prompt_length = (), 0
+            token = sample_f32_row(checked, self._native_options, context_ids, prompt_length,
+                                   mask, self.draws)
+        else:
+            token = self.sample_reference(checked, context_ids, prompt_length=prompt_length,
+                                          mask=mask, draw_index=self.draws)
+        self.draws += 1
+        return token
+
+    def sample_reference(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
+                         prompt_length: int = 0, mask: bytes | None = None,
+                         draw_index: int = 0) -> int:
+        """The rules in Python (the library's oracle): the id of draw ``draw_index``, counting
+        no draw."""
         values = apply_penalties(
             require_logits(logits), context_ids, self.repetition_penalty,
             self.presence_penalty, self.frequency_penalty, prompt_length,
         )
-        vocabulary = len(values)
-        if self.top_k is not None and self.top_k > vocabulary:
-            raise ValueError(f"top_k={self.top_k} exceeds the vocabulary size {vocabulary}")
+        ids: Sequence[int] = range(len(values))
         if mask is not None:
-            # The masked ids weigh nothing and rank last: drawing among the allowed ids alone
-            # draws the same id (and never a masked one when rounding falls to the last).
-            ids, values = masked_candidates(values, mask)
-            token = self._draw(values, min(len(values), self.top_k or vocabulary))
-            return ids[token]
-        return self._draw(values, vocabulary if self.top_k is None else self.top_k)
-
-    def _draw(self, values: Sequence[float], count: int) -> int:
-        vocabulary = len(values)
-        # Ranked by (-logit, id): highest logit first, the lower id first among equals (both
-        # orderings below are stable, so equal keys keep ascending ids).
-        negated = [-value for value in values]
-        if count == vocabulary:
-            ranked = sorted(range(vocabulary), key=negated.__getitem__)
-        else:
-            ranked = heapq.nsmallest(count, range(vocabulary), key=negated.__getitem__)
-        highest = values[ranked[0]]
-        weights = [math.exp((values[token] - highest) / self.temperature) for token in ranked]
-        if self.top_p is not None:
-            ranked, weights = _nucleus(ranked, weights, self.top_p)
+            ids, _ = masked_candidates(values, mask)
+        if self.top_k is not None and self.top_k < len(ids):
+            # heapq.nsmallest is stable: equal values keep ascending ids.
+            ids = sorted(heapq.nsmallest(self.top_k, ids, key=lambda token: -values[token]))
+        highest = max(values[token] for token in ids)
+        temperature = self.temperature
+        weight = {token: math.exp((values[token] - highest) / temperature) for token in ids}
+        if self.top_p is not None and self.top_p < 1.0:
+            target = self.top_p * _plain_sum(weight[token] for token in ids)
+            ranked = sorted(ids, key=lambda token: -values[token])  # stable: ids ascend
+            end = len(ranked)
+            for index, cumulative in enumerate(accumulate(weight[t] for t in ranked), 1):
+                if cumulative >= target:
+                    end = index
+                    break
+            ids = sorted(ranked[:end])
         if self.min_p:
-            floor = self.min_p * weights[0]  # the top id's weight (it is 1)
-            kept = sum(1 for weight in weights if weight >= floor)  # weights descend
-            ranked, weights = ranked[:kept], weights[:kept]
-        threshold = self._random.random() * sum(weights)  # summed in the order accumulated below
-        cumulative = 0.0
-        for token, weight in zip(ranked, weights, strict=True):
-            cumulative += weight
+            ids = [token for token in ids if weight[token] >= self.min_p]
+        threshold = draw_unit(self.seed, draw_index) * _plain_sum(weight[t] for t in ids)
+        last_positive = ids[0]
+        for token, cumulative in zip(ids, accumulate(weight[t] for t in ids)):
             if cumulative > threshold:
                 return token
-        return ranked[-1]  # rounding left the threshold at (or past) the total
+            if weight[token] > 0.0:
+                last_positive = token
+        return last_positive  # rounding left the threshold at (or past) the total
 
     def __repr__(self) -> str:
         return (
@@ -348,14 +426,10 @@ class TemperatureSampler:
         )
 
 
-def _nucleus(
-    ranked: list[int], weights: list[float], top_p: float
-) -> tuple[list[int], list[float]]:
-    """The shortest prefix of the ranking whose probability mass is at least ``top_p``."""
-    target = top_p * sum(weights)
-    cumulative = 0.0
-    for end, weight in enumerate(weights, start=1):
-        cumulative += weight
-        if cumulative >= target:
-            return ranked[:end], weights[:end]
-    return ranked, weights  # rounding: the running sum fell just short of top_p * total
+def _plain_sum(values) -> float:
+    """Left-to-right float addition (``sum`` compensates rounding from Python 3.12 on; the
+    library adds plainly)."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total
