@@ -576,3 +576,33 @@ def test_smollm2s_vocabulary_walks_to_valid_json_with_fast_masks(smollm2_vocabul
     print(f"SmolLM2 mask per step (uncached): median {times[len(times) // 2] * 1e3:.2f} ms, "
           f"worst {times[-1] * 1e3:.2f} ms")
     assert times[len(times) // 2] < 0.05  # generous: a few ms measured, on a loaded machine
+
+
+def test_a_dfa_that_grows_past_its_limit_starts_over_under_live_matchers(vocabulary,
+                                                                        monkeypatch):
+    from riftco_transformer.serving import structured_output
+
+    monkeypatch.setattr(structured_output, "_DFA_STATE_LIMIT", 3)
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 4}
+    grammar = compile_schema(schema, max_whitespace=1)
+    epoch = grammar.epoch
+    rng = random.Random(5)
+    for _ in range(5):
+        assert valid(json.loads(random_walk(grammar, vocabulary, rng)), schema)
+    assert grammar.epoch > epoch + 5
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+def test_every_reachable_state_can_go_on_or_end(index):
+    """Breadth first over the bytes (up to 3,000 states): no state is a dead end."""
+    grammar = compile_schema(SCHEMAS[index], max_whitespace=2)
+    seen, frontier = {grammar.start}, [grammar.start]
+    while frontier and len(seen) < 3000:
+        state = frontier.pop(0)
+        following = [grammar.step(state, value) for value in range(256)]
+        live = [target for target in following if target >= 0]
+        assert live or grammar.ending(state), f"state {state} is a dead end"
+        for target in live:
+            if target not in seen:
+                seen.add(target)
+                frontier.append(target)
