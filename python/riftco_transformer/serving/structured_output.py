@@ -30,7 +30,8 @@ The schema subset (what OpenAI's structured outputs use):
   object, ``items``/``minItems``/``maxItems`` an array, ``minLength``/``maxLength`` a
   string, and nothing at all any JSON value.
 * Objects: ``properties`` (generated in their declared order), ``required`` (the others may
-  be left out), ``additionalProperties``: properties not declared are never generated, so
+  be left out; a required name must be among the properties), ``additionalProperties``:
+  properties not declared are never generated, so
   ``false``, ``true``, absent or a schema are all honoured when ``properties`` is given;
   without ``properties``, ``false`` means ``{}``, ``true``/absent any object and a schema an
   object whose values all match it (keys are any strings).
