@@ -122,3 +122,52 @@ def test_the_service_sizes_its_pool_for_its_active_requests(native_setup):
         assert (health["engine"], health["kv_cache"], health["kv_cache_block_size"],
                 health["kv_cache_block_count"]) == ("native", "paged", 4, 3 * 2)
         assert service.generate("abc", max_new_tokens=3).finish_reason == "length"
+
+
+def test_prompts_sharing_a_prefix_adopt_its_cached_pages_and_generate_the_same(native_setup):
+    native, model, tokenizer = native_setup
+    prompts = ["kind hi", "kind yo", "kind hi"]  # 7 tokens each: the tiny context holds 8
+    config = GenerationConfig(max_new_tokens=1)
+    generator = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = [generator.generate(prompt, config) for prompt in prompts]
+    engine = NativeEngine(native, block_size=2, block_count=8)
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        results = []
+        for prompt in prompts:  # one after another: each finds the pages of those before
+            results.append(scheduler.submit(tokenizer.encode(prompt), config).result(TIMEOUT))
+        assert results == expected
+        caching = engine.prefix_caching
+        # Whole pages of prompt[:-1] (6 tokens, 3 pages of 2): "kind" (4) for the second,
+        # all 6 for the third.
+        assert scheduler.stats().prefix_reused_token_count == (10 if caching else 0)
+        assert engine.prefix_reused_tokens == (10 if caching else 0)
+        assert engine.capacity().leased_block_count == 0  # cached pages count as free
+
+
+def test_choices_of_a_group_share_the_first_ones_prompt_pages(native_setup):
+    native, model, tokenizer = native_setup
+    prompt = tokenizer.encode("one pro")  # 7 tokens
+    configs = [GenerationConfig(max_new_tokens=3, temperature=1.0, seed=seed)
+               for seed in (1, 2, 3)]
+    generator = TextGenerator(FullForwardEngine(model), tokenizer)
+    expected = [generator.generate(prompt, config) for config in configs]
+    engine = NativeEngine(native, block_size=2, block_count=12)
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        handles = scheduler.submit_group(prompt, configs)
+        assert [handle.result(TIMEOUT) for handle in handles] == expected
+        caching = engine.prefix_caching
+        # The first choice prefills; the other two adopt its 3 full pages (6 positions).
+        assert scheduler.stats().prefix_reused_token_count == (12 if caching else 0)
+
+
+def test_without_prefix_caching_every_prompt_token_is_fed(native_setup):
+    native, _, tokenizer = native_setup
+    engine = NativeEngine(native, block_size=2, block_count=8, prefix_caching=False)
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        for _ in range(2):
+            scheduler.submit(tokenizer.encode("kind hi"),
+                             GenerationConfig(max_new_tokens=1)).result(TIMEOUT)
+        assert scheduler.stats().prefix_reused_token_count == 0
+        assert scheduler.stats().prefill_token_count == 14
+    with pytest.raises(TypeError, match="prefix_caching must be a bool"):
+        NativeEngine(native, prefix_caching="yes")

@@ -502,9 +502,10 @@ class NativeEngine(_EngineBase):
     prefix_caching=prefix_caching)`` (``block_count`` 0 = exactly one full context), and every
     stream is a ``pool.session()`` that leases pages lazily. With ``prefix_caching`` (the
     default) a prompt that starts like an earlier one adopts that one's full pages
-    (:meth:`reuse_prefix`); ``prefix_reused_tokens`` counts the prompt tokens so skipped. ``"contiguous"`` gives each stream a private
-    ``model.decode_session(cache="contiguous")`` of one full context (``block_count`` must
-    be 0; admission is then unbounded). Each step is ONE ``riftco_transformer.decode_batch``.
+    (:meth:`reuse_prefix`); ``prefix_reused_tokens`` counts the prompt tokens so skipped.
+    ``"contiguous"`` gives each stream a private ``model.decode_session(cache="contiguous")``
+    of one full context (``block_count`` must be 0; admission is then unbounded). Each step
+    is ONE ``riftco_transformer.decode_batch``.
 
     Raises RuntimeError when the library binding has no decode sessions (see
     :func:`native_decode_available`).
@@ -556,6 +557,11 @@ class NativeEngine(_EngineBase):
     def kv_cache(self) -> str:
         return self._kv_cache
 
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether prompts adopt cached KV pages (:meth:`reuse_prefix`)."""
+        return self._pool is not None and bool(getattr(self._pool, "prefix_caching", False))
+
     def open_stream(self, token_budget: int) -> _NativeStream:
         blocks = self._stream_budget_blocks(token_budget)
         try:
@@ -590,7 +596,7 @@ class NativeEngine(_EngineBase):
     def reuse_prefix(self, stream, prompt: Sequence[int]) -> int:
         self._require_open()
         session = self._own_stream(stream).session
-        if self._pool is None or not self._pool.prefix_caching:
+        if not self.prefix_caching:
             return 0
         ids = _require_token_ids(prompt, "prompt", self._vocabulary_size)
         reused = session.reuse_prefix(ids)

@@ -389,6 +389,15 @@ class GenerationProgress:
             limit = 1
         return self._pending[:limit] if limit is not None else list(self._pending)
 
+    def reusable_prompt(self) -> list[int]:
+        """The tokens an engine may take from a prefix cache now (``Engine.reuse_prefix``):
+        the pending prompt window while the stream is still empty and no prompt token is
+        scored (scoring needs every position's logits); else nothing. Commit what the engine
+        adopted with :meth:`commit_chunk`."""
+        if self._fed != 0 or self._needs_reset or self._scoring_prompt or self.finished:
+            return []
+        return list(self._pending)
+
     def commit_chunk(self, count: int) -> bool:
         """Record that the first ``count`` pending tokens were fed; True when none are left."""
         del self._pending[:count]

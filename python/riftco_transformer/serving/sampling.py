@@ -409,7 +409,7 @@ class TemperatureSampler:
             ids = [token for token in ids if weight[token] >= self.min_p]
         threshold = draw_unit(self.seed, draw_index) * _plain_sum(weight[t] for t in ids)
         last_positive = ids[0]
-        for token, cumulative in zip(ids, accumulate(weight[t] for t in ids)):
+        for token, cumulative in zip(ids, accumulate(weight[t] for t in ids), strict=True):
             if cumulative > threshold:
                 return token
             if weight[token] > 0.0:

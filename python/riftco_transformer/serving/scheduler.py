@@ -10,7 +10,9 @@ Requests are submitted from any thread (:meth:`Scheduler.submit` returns a
 3. build ONE batch: every request with a single token to feed (a decode row), then prefill
    chunks of the requests still feeding a prompt (or a rollover replay), oldest first, at
    most ``prefill_chunk_tokens`` prompt tokens in all, so a long prompt is spread over
-   several steps instead of stalling the running streams;
+   several steps instead of stalling the running streams. Before its first chunk, a request
+   asks the engine to adopt cached KV pages of its prompt's prefix
+   (``Engine.reuse_prefix``: prefix caching) and feeds only the rest;
 4. run it as one ``engine.step``; requests whose feed completed sample their next token
    (each with its own sampler) and receive its event; finished requests leave.
 
@@ -23,8 +25,10 @@ waiting queue raises :class:`~.errors.QueueFullError`.
 prompt, queued together and admitted together, all in the same pass once the pool holds
 every member's reservation at once (until then they wait, and nothing behind them
 overtakes). A group that could never run at once (more members than
-``max_active_requests``, or more pages than the whole pool) is rejected at submit. Their
-prompts are the same ids, the layout a KV prefix cache can share.
+``max_active_requests``, or more pages than the whole pool) is rejected at submit. With an
+engine that caches prefixes (``engine.prefix_caching``), the first member prefills the
+prompt and the others join one step later, adopting its full KV pages by reference and
+feeding only the rest; otherwise all prefill together.
 
 Failures stay with the requests they concern: when a batched step fails (the engine
 guarantees it changed no stream), each row is retried alone and only the rows that fail
@@ -169,6 +173,8 @@ class _Request:
     on_event: Callable[[TokenEvent], None] | None
     stream: object = None
     group: object = None  # shared by the members of one submit_group (None: alone)
+    leader: _Request | None = None  # a group's first member, whose prefill the others await
+    prefix_asked: bool = False  # whether the engine was asked for cached prompt pages
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,7 @@ class SchedulerStats:
     decode_row_count: int  # rows that fed one token
     prefill_row_count: int  # rows that fed a prefill chunk (several tokens)
     prefill_token_count: int  # tokens fed by prefill chunks
+    prefix_reused_token_count: int  # prompt tokens taken from the engine's prefix cache
     completed_count: int
     failed_count: int
     cancelled_count: int
@@ -223,8 +230,8 @@ class Scheduler:
         self._broken: BaseException | None = None
         self._ids = itertools.count(1)
         self._counts = dict.fromkeys(
-            ("step", "decode_row", "prefill_row", "prefill_token", "completed", "failed",
-             "cancelled"), 0)
+            ("step", "decode_row", "prefill_row", "prefill_token", "prefix_reused_token",
+             "completed", "failed", "cancelled"), 0)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -244,6 +251,7 @@ class Scheduler:
         return SchedulerStats(
             step_count=counts["step"], decode_row_count=counts["decode_row"],
             prefill_row_count=counts["prefill_row"], prefill_token_count=counts["prefill_token"],
+            prefix_reused_token_count=counts["prefix_reused_token"],
             completed_count=counts["completed"], failed_count=counts["failed"],
             cancelled_count=counts["cancelled"], active_count=active, waiting_count=waiting,
         )
@@ -462,7 +470,33 @@ class Scheduler:
                 except Exception as error:  # noqa: BLE001 - fail this request only
                     self._fail(request, error)
                     continue
+                if request is not members[0] and getattr(self._engine, "prefix_caching", False):
+                    request.leader = members[0]
                 self._active.append(request)
+
+    def _awaits_leader(self, request: _Request) -> bool:
+        """Whether a group member still waits for its leader to finish feeding the prompt
+        (whose full pages it then adopts). A leader that left stops nobody."""
+        leader = request.leader
+        if leader is not None and not leader.progress.generated_ids and (
+                not leader.progress.finished) and leader in self._active:
+            return True
+        request.leader = None
+        return False
+
+    def _reuse_prefix(self, request: _Request) -> None:
+        """Before a request's first prompt chunk: feed from the engine's prefix cache what
+        it holds (engines without ``reuse_prefix`` hold nothing)."""
+        request.prefix_asked = True
+        prompt = request.progress.reusable_prompt()
+        reuse = getattr(self._engine, "reuse_prefix", None)
+        if len(prompt) < 2 or reuse is None:
+            return
+        reused = reuse(request.stream, prompt)
+        if reused:
+            request.progress.commit_chunk(reused)
+            with self._condition:
+                self._counts["prefix_reused_token"] += reused
 
     def _leading_group(self) -> list[_Request]:
         """The oldest waiting request and the rest of its group (queued consecutively)."""
@@ -497,6 +531,10 @@ class Scheduler:
                 if progress.needs_reset:
                     self._engine.reset_stream(request.stream)
                     progress.acknowledge_reset()
+                if not request.prefix_asked:
+                    if self._awaits_leader(request):
+                        continue
+                    self._reuse_prefix(request)
                 if progress.pending_count == 1:
                     rows.append((request, progress.next_chunk()))
                 elif prefill_budget > 0:
