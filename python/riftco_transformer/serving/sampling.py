@@ -211,6 +211,8 @@ def _require_mask(mask: object, size: int) -> bytes:
         raise TypeError(f"mask must be bytes (1 = allowed), not {type(mask).__name__}")
     if len(mask) != size:
         raise ValueError(f"mask has {len(mask)} entries for {size} logits")
+    if mask.count(0) == size:  # C speed; the same error whichever path samples
+        raise ValueError("the token mask allows no token")
     return mask
 
 
