@@ -305,3 +305,107 @@ TEST(PrefixCache, BadCallsChangeNothing) {
 
 }  // namespace
 }  // namespace riftco_transformer
+
+namespace riftco_transformer {
+namespace {
+
+// The pool as the serving engine's one page ledger (docs/ARCHITECTURE.md, 'Admission').
+TEST(PoolReservations, AdmissionCountsPagesAvailableNowAndBudgetsCapAtTheContext) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);  // 4 positions a page, 16 a context
+    EXPECT_EQ(pool->blocks_for(1), 1U);
+    EXPECT_EQ(pool->blocks_for(5), 2U);
+    EXPECT_EQ(pool->blocks_for(1000), 4U);
+    EXPECT_THROW(static_cast<void>(pool->blocks_for(0)), std::invalid_argument);
+    using Admission = KeyValueCachePool::Admission;
+    EXPECT_EQ(pool->admission(8), Admission::Admit);
+    EXPECT_EQ(pool->admission(9), Admission::Reject);
+    DecodeSession a(model, pool, 16);
+    DecodeSession b(model, pool, 13);
+    EXPECT_EQ(a.cache().reserved_pages(), 4U);
+    EXPECT_EQ(pool->reserved_block_count(), 8U);
+    EXPECT_EQ(pool->available_block_count(), 0U);
+    EXPECT_EQ(pool->admission(1), Admission::Wait);
+    const auto message = message_of<std::runtime_error>([&] { DecodeSession c(model, pool, 1); });
+    EXPECT_NE(message.find("pool full: a reservation of 1 pages, only 0 of 8 are available"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(pool->reserved_block_count(), 8U);
+    EXPECT_THROW(DecodeSession(model, pool, 0), std::invalid_argument);
+    {
+        DecodeSession moved = std::move(b);  // the reservation moves with the cache
+        EXPECT_EQ(pool->reserved_block_count(), 8U);
+    }
+    EXPECT_EQ(pool->reserved_block_count(), 4U);
+    EXPECT_EQ(pool->available_block_count(), 4U);
+}
+
+TEST(PoolReservations, AReservedSessionNeverMeetsAnExhaustedPool) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    DecodeSession reserved(model, pool, 16);
+    DecodeSession plain(model, pool);  // no reservation: only pages nobody was promised
+    static_cast<void>(plain.prefill(tokens_of(16, 20)));
+    EXPECT_EQ(pool->free_block_count(), 4U);
+    DecodeSession other(model, pool);
+    const auto message =
+        message_of<std::runtime_error>([&] { static_cast<void>(other.decode_token(1)); });
+    EXPECT_NE(message.find("promised to sessions with reservations"), std::string::npos) << message;
+    EXPECT_EQ(other.size(), 0U);
+    const auto prompt = tokens_of(16, 21);
+    const auto expected = full_forward(model, prompt);
+    EXPECT_LE(worst_difference(reserved.prefill(prompt).to_host(), expected.data() + 15 * V, V),
+              1e-5);
+}
+
+TEST(PoolReservations, AStepPastTheReservationChangesNothing) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    DecodeSession session(model, pool, 5);  // 2 pages
+    static_cast<void>(session.prefill(tokens_of(8, 22)));
+    const auto message =
+        message_of<std::length_error>([&] { static_cast<void>(session.decode_token(1)); });
+    EXPECT_NE(message.find("9 positions need 3 pages, more than the cache's reservation of 2"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(session.size(), 8U);
+    EXPECT_EQ(pool->leased_block_count(), 2U);
+    EXPECT_EQ(pool->available_block_count(), 6U);
+}
+
+TEST(PoolReservations, SharedPagesLeaveRoomForMoreReservations) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    const auto prompt = tokens_of(16, 23);
+    DecodeSession a(model, pool, 16);
+    static_cast<void>(a.prefill(prompt));  // holds its 4 pages: nothing outstanding
+    DecodeSession b(model, pool, 16);      // 4 promised of the 4 free
+    EXPECT_EQ(pool->available_block_count(), 0U);
+    EXPECT_EQ(b.reuse_prefix(prompt), 12U);  // 3 of a's pages, by reference
+    EXPECT_EQ(pool->available_block_count(), 3U);
+    DecodeSession c(model, pool, 12);  // admitted only thanks to the sharing
+    EXPECT_EQ(pool->available_block_count(), 0U);
+    expect_prompt_logits(model, b, prompt, 12);
+    static_cast<void>(c.prefill(tokens_of(12, 24)));
+}
+
+TEST(PoolReservations, CachedPagesPromisedToReservationsAreNotAdoptedWithoutOne) {
+    const auto model = make_model();
+    auto pool = prefix_pool(model, 8);
+    const auto prompt = tokens_of(16, 25);
+    {
+        DecodeSession a(model, pool);
+        static_cast<void>(a.prefill(prompt));
+    }
+    EXPECT_EQ(pool->cached_block_count(), 4U);
+    DecodeSession r1(model, pool, 16);
+    DecodeSession r2(model, pool, 16);  // every free page (cached ones too) is promised
+    DecodeSession plain(model, pool);
+    EXPECT_EQ(plain.reuse_prefix(prompt), 0U);
+    EXPECT_EQ(pool->available_block_count(), 0U);
+    EXPECT_EQ(r1.reuse_prefix(prompt), 12U);  // a reserved session may take them
+    EXPECT_EQ(pool->available_block_count(), 0U);
+}
+
+}  // namespace
+}  // namespace riftco_transformer

@@ -499,6 +499,31 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_cached_block_count(const rt_kv_cache_p
                                                              uint64_t* out);
 /* Forgets every published prefix (cached pages become plain free pages). */
 RT_API rt_status RT_CALL rt_kv_cache_pool_clear_prefix_cache(rt_kv_cache_pool* pool);
+
+/* 2.15, admission: the pool is a serving engine's one page ledger. A token budget reserves
+ * ceil(min(budget, C) / block_size) pages; a session made with one never holds more (a step
+ * past it: RT_STATUS_RUNTIME_ERROR) and never meets an exhausted pool. Sessions without a
+ * reservation lease only pages nobody was promised. */
+#define RT_KV_ADMIT 0  /* the pages are available now */
+#define RT_KV_WAIT 1   /* they will be once other reservations end */
+#define RT_KV_REJECT 2 /* more pages than the whole pool */
+RT_API rt_status RT_CALL rt_kv_cache_pool_admission(const rt_kv_cache_pool* pool,
+                                                    uint64_t token_budget, int32_t* out);
+/* A paged session holding a reservation for token_budget (> 0) positions, released with the
+ * session. RT_STATUS_RUNTIME_ERROR ("pool full"): not available now (RT_KV_WAIT);
+ * RT_STATUS_OUT_OF_RANGE: more than the pool (RT_KV_REJECT). *out is untouched on error. */
+RT_API rt_status RT_CALL rt_kv_cache_pool_session_create_reserved(rt_kv_cache_pool* pool,
+                                                                  uint64_t token_budget,
+                                                                  rt_decode_session** out);
+/* Pages reserved by living sessions in all, and pages a new reservation can take now (free
+ * pages, cached ones included, not promised to reserved sessions). */
+RT_API rt_status RT_CALL rt_kv_cache_pool_reserved_block_count(const rt_kv_cache_pool* pool,
+                                                               uint64_t* out);
+RT_API rt_status RT_CALL rt_kv_cache_pool_available_block_count(const rt_kv_cache_pool* pool,
+                                                                uint64_t* out);
+/* The pages reserved for a session (0: none). */
+RT_API rt_status RT_CALL rt_decode_session_reserved_block_count(const rt_decode_session* session,
+                                                                uint64_t* out);
 /* An empty session of a prefix-caching pool takes, by reference, the published pages holding the
  * longest whole-page prefix of prompt[0, count - 1) (the last token is always left to feed) and
  * writes the positions it now holds to *reused (0 without a match, for count < 2, or for a pool

@@ -85,6 +85,9 @@ static_assert(sizeof(rt_decode_session_options) == 24 &&
               offsetof(rt_decode_session_options, kind) == 8 &&
               offsetof(rt_decode_session_options, reserved) == 12 &&
               offsetof(rt_decode_session_options, block_size) == 16);
+static_assert(same_value(RT_KV_ADMIT, KeyValueCachePool::Admission::Admit) &&
+              same_value(RT_KV_WAIT, KeyValueCachePool::Admission::Wait) &&
+              same_value(RT_KV_REJECT, KeyValueCachePool::Admission::Reject));
 static_assert(sizeof(rt_sampling_options) == 72 &&
               offsetof(rt_sampling_options, temperature) == 8 &&
               offsetof(rt_sampling_options, top_p) == 16 &&

@@ -252,6 +252,47 @@ rt_status rt_kv_cache_pool_clear_prefix_cache(rt_kv_cache_pool* pool) {
     return guarded(__func__, [&] { require_handle(pool, "pool").pool->clear_prefix_cache(); });
 }
 
+rt_status rt_kv_cache_pool_admission(const rt_kv_cache_pool* pool, uint64_t token_budget,
+                                     int32_t* out) {
+    return guarded(__func__, [&] {
+        const KeyValueCachePool& native = *require_handle(pool, "pool").pool;
+        require_pointer(out, "out");
+        const std::size_t blocks = native.blocks_for(to_size(token_budget, "token_budget"));
+        *out = static_cast<int32_t>(native.admission(blocks));
+    });
+}
+
+rt_status rt_kv_cache_pool_session_create_reserved(rt_kv_cache_pool* pool, uint64_t token_budget,
+                                                   rt_decode_session** out) {
+    return guarded(__func__, [&] {
+        rt_kv_cache_pool& native = require_handle(pool, "pool");
+        require_pointer(out, "out");
+        auto session = std::make_unique<DecodeSession>(model_of(*native.state), native.pool,
+                                                       to_size(token_budget, "token_budget"));
+        session->set_prefix_namespace(native.state->parameter_epoch);
+        *out = new rt_decode_session(native.state, native.pool, std::move(session));
+    });
+}
+
+rt_status rt_kv_cache_pool_reserved_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->reserved_block_count(), "out");
+    });
+}
+
+rt_status rt_kv_cache_pool_available_block_count(const rt_kv_cache_pool* pool, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(pool, "pool").pool->available_block_count(), "out");
+    });
+}
+
+rt_status rt_decode_session_reserved_block_count(const rt_decode_session* session, uint64_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, require_handle(session, "session").session->cache().reserved_pages(),
+                   "out");
+    });
+}
+
 rt_status rt_decode_session_reuse_prefix(rt_decode_session* session, const uint32_t* prompt,
                                          uint64_t count, uint64_t* reused) {
     return guarded(__func__, [&] {

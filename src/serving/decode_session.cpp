@@ -250,6 +250,16 @@ DecodeSession::DecodeSession(const IncrementalDecoder& model,
     cache_.set_prefix_version(prefix_version());
 }
 
+DecodeSession::DecodeSession(const IncrementalDecoder& model,
+                             std::shared_ptr<KeyValueCachePool> pool, std::size_t token_budget)
+    : model_(&model),
+      cache_(checked_pool(model, pool), KeyValueCacheKind::Paged,
+             pool ? pool->blocks_for(token_budget) : 0),
+      structure_version_(model.structure_version()),
+      backend_(model.backend()) {
+    cache_.set_prefix_version(prefix_version());
+}
+
 std::uint64_t DecodeSession::prefix_version() const noexcept {
     // The structure version and the caller's namespace, mixed (splitmix64's finaliser).
     std::uint64_t mixed = structure_version_ * 0x9E3779B97F4A7C15ULL ^ prefix_namespace_;

@@ -117,7 +117,55 @@ std::size_t KeyValueCachePool::storage_bytes() const noexcept {
            dimensions_.head_width * sizeof(float);
 }
 
-std::uint32_t KeyValueCachePool::lease() {
+std::size_t KeyValueCachePool::blocks_for(std::size_t token_budget) const {
+    if (token_budget == 0) {
+        throw std::invalid_argument(std::string(pool_operation) +
+                                    ": a token budget must be positive");
+    }
+    return pages_for(std::min(token_budget, dimensions_.maximum_context), block_size_);
+}
+
+KeyValueCachePool::Admission KeyValueCachePool::admission(std::size_t blocks) const noexcept {
+    if (blocks > block_count_) {
+        return Admission::Reject;
+    }
+    return blocks <= available_block_count() ? Admission::Admit : Admission::Wait;
+}
+
+void KeyValueCachePool::reserve(std::size_t blocks) {
+    switch (admission(blocks)) {
+        case Admission::Admit:
+            break;
+        case Admission::Reject: {
+            std::ostringstream message;
+            message << pool_operation << ": a reservation of " << blocks << " pages of "
+                    << block_size_ << " positions is more than the whole pool of " << block_count_;
+            throw std::out_of_range(message.str());
+        }
+        case Admission::Wait: {
+            std::ostringstream message;
+            message << pool_operation << ": pool full: a reservation of " << blocks
+                    << " pages, only " << available_block_count() << " of " << block_count_
+                    << " are available now (" << reserved_ << " reserved)";
+            throw std::runtime_error(message.str());
+        }
+    }
+    reserved_ += blocks;
+    outstanding_ += blocks;
+}
+
+void KeyValueCachePool::end_reservation(std::size_t blocks) noexcept {
+    reserved_ -= blocks;
+    outstanding_ -= blocks;
+}
+
+std::uint32_t KeyValueCachePool::lease(bool reserved) {
+    if (!reserved && free_block_count() <= outstanding_ && free_block_count() != 0) {
+        std::ostringstream message;
+        message << pool_operation << ": pool exhausted (the " << free_block_count()
+                << " free pages are promised to sessions with reservations)";
+        throw std::runtime_error(message.str());
+    }
     std::uint32_t page = 0;
     if (!free_.empty()) {
         page = free_.back();
@@ -132,10 +180,16 @@ std::uint32_t KeyValueCachePool::lease() {
         throw std::runtime_error(message.str());
     }
     references_[page] = 1;
+    if (reserved) {
+        --outstanding_;
+    }
     return page;
 }
 
-void KeyValueCachePool::give_back(std::uint32_t page) noexcept {
+void KeyValueCachePool::give_back(std::uint32_t page, bool reserved) noexcept {
+    if (reserved) {
+        ++outstanding_;
+    }
     if (--references_[page] != 0) {
         return;  // another cache still holds it
     }
@@ -147,11 +201,19 @@ void KeyValueCachePool::give_back(std::uint32_t page) noexcept {
     free_.insert(std::upper_bound(free_.begin(), free_.end(), page, std::greater<>()), page);
 }
 
-void KeyValueCachePool::hold(std::uint32_t page) noexcept {
-    if (references_[page]++ == 0) {  // it was cached: it leaves the eviction order
+bool KeyValueCachePool::hold(std::uint32_t page, bool reserved) noexcept {
+    if (references_[page] == 0) {  // cached: taking it takes a free page
+        if (!reserved && free_block_count() <= outstanding_) {
+            return false;
+        }
         evictable_.erase(evictable_place_[page]);
         evictable_place_[page] = evictable_.end();
     }
+    ++references_[page];
+    if (reserved) {
+        --outstanding_;
+    }
+    return true;
 }
 
 // Removes a page from the index (the caller decides where the page goes next). A cached page
@@ -177,15 +239,16 @@ void KeyValueCachePool::clear_prefix_cache() noexcept {
     if (!prefix_caching_) {
         return;
     }
-    std::vector<std::uint32_t> cached(evictable_.begin(), evictable_.end());
+    while (!evictable_.empty()) {  // cached pages become plain free pages
+        const std::uint32_t page = evictable_.front();
+        unpublish(page);
+        // free_ has capacity for every page (reserved at construction): no allocation here.
+        free_.insert(std::upper_bound(free_.begin(), free_.end(), page, std::greater<>()), page);
+    }
     for (std::uint32_t page = 0; page < block_count_; ++page) {
         if (published_[page].publication != 0) {
-            unpublish(page);
+            unpublish(page);  // held: freed when its caches let it go
         }
-    }
-    for (const std::uint32_t page : cached) {
-        ++references_[page];
-        give_back(page);  // unpublished now: back to the free list
     }
 }
 
@@ -244,7 +307,8 @@ KeyValueCachePool::PrefixLink KeyValueCachePool::publish(std::uint32_t page, Pre
     return {page, entry.publication};
 }
 
-KeyValueCache::KeyValueCache(std::shared_ptr<KeyValueCachePool> pool, KeyValueCacheKind kind)
+KeyValueCache::KeyValueCache(std::shared_ptr<KeyValueCachePool> pool, KeyValueCacheKind kind,
+                             std::size_t reserved_pages)
     : pool_(std::move(pool)), kind_(kind) {
     if (!pool_) {
         throw std::invalid_argument("KeyValueCache: pool is null");
@@ -252,6 +316,10 @@ KeyValueCache::KeyValueCache(std::shared_ptr<KeyValueCachePool> pool, KeyValueCa
     if (kind != KeyValueCacheKind::Paged && kind != KeyValueCacheKind::Contiguous) {
         throw std::invalid_argument("KeyValueCache: unknown cache kind value " +
                                     std::to_string(static_cast<std::uint32_t>(kind)));
+    }
+    if (reserved_pages != 0) {
+        pool_->reserve(reserved_pages);
+        reserved_pages_ = reserved_pages;
     }
 }
 
@@ -273,12 +341,14 @@ KeyValueCache KeyValueCache::with_private_pool(const KeyValueCacheDimensions& di
 KeyValueCache::~KeyValueCache() {
     if (pool_) {
         reset();
+        pool_->end_reservation(reserved_pages_);
     }
 }
 
 KeyValueCache::KeyValueCache(KeyValueCache&& other) noexcept
     : pool_(std::move(other.pool_)),
       kind_(other.kind_),
+      reserved_pages_(other.reserved_pages_),
       pages_(std::move(other.pages_)),
       size_(other.size_),
       pending_(other.pending_),
@@ -288,6 +358,7 @@ KeyValueCache::KeyValueCache(KeyValueCache&& other) noexcept
       tokens_(std::move(other.tokens_)),
       chain_(std::move(other.chain_)) {
     other.pages_.clear();
+    other.reserved_pages_ = 0;
     other.size_ = 0;
     other.pending_ = 0;
     other.tokens_.clear();
@@ -314,15 +385,22 @@ void KeyValueCache::begin(std::size_t count, std::span<const std::uint32_t> toke
         throw std::length_error(message.str());
     }
     const std::size_t needed = pages_for(size_ + count, block_size());
+    const bool reserved = reserved_pages_ != 0;
+    if (reserved && needed > reserved_pages_) {
+        std::ostringstream message;
+        message << "KeyValueCache::begin: " << size_ + count << " positions need " << needed
+                << " pages, more than the cache's reservation of " << reserved_pages_;
+        throw std::length_error(message.str());
+    }
     pages_before_ = pages_.size();
     try {
         pages_.reserve(needed);
         while (pages_.size() < needed) {
-            pages_.push_back(pool_->lease());
+            pages_.push_back(pool_->lease(reserved));
         }
     } catch (...) {
         while (pages_.size() > pages_before_) {
-            pool_->give_back(pages_.back());
+            pool_->give_back(pages_.back(), reserved);
             pages_.pop_back();
         }
         throw;
@@ -378,7 +456,7 @@ void KeyValueCache::abort() noexcept {
         return;
     }
     while (pages_.size() > pages_before_) {
-        pool_->give_back(pages_.back());
+        pool_->give_back(pages_.back(), reserved_pages_ != 0);
         pages_.pop_back();
     }
     if (tokens_known_ && tokens_.size() > size_) {
@@ -390,7 +468,7 @@ void KeyValueCache::abort() noexcept {
 void KeyValueCache::release_pages() noexcept {
     // Last page first: the deepest pages of a prefix become the first eviction candidates.
     while (!pages_.empty()) {
-        pool_->give_back(pages_.back());
+        pool_->give_back(pages_.back(), reserved_pages_ != 0);
         pages_.pop_back();
     }
 }
@@ -430,7 +508,10 @@ std::size_t KeyValueCache::adopt_prefix(std::span<const std::uint32_t> tokens) {
         return 0;
     }
     const std::size_t block = block_size();
-    const std::size_t whole_pages = std::min(tokens.size(), capacity()) / block;
+    std::size_t whole_pages = std::min(tokens.size(), capacity()) / block;
+    if (reserved_pages_ != 0) {
+        whole_pages = std::min(whole_pages, reserved_pages_);
+    }
     KeyValueCachePool::PrefixLink parent;
     std::vector<KeyValueCachePool::PrefixLink> found;
     for (std::size_t page = 0; page < whole_pages; ++page) {
@@ -445,13 +526,17 @@ std::size_t KeyValueCache::adopt_prefix(std::span<const std::uint32_t> tokens) {
     if (found.empty()) {
         return 0;
     }
-    const std::size_t positions = found.size() * block;
     pages_.reserve(found.size());
-    tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(positions));
-    for (const KeyValueCachePool::PrefixLink& link : found) {
-        pool_->hold(link.page);
-        pages_.push_back(link.page);
+    tokens_.reserve(found.size() * block);
+    for (std::size_t page = 0; page < found.size(); ++page) {
+        if (!pool_->hold(found[page].page, reserved_pages_ != 0)) {
+            found.resize(page);  // the rest is promised to reserved caches: stop here
+            break;
+        }
+        pages_.push_back(found[page].page);
     }
+    const std::size_t positions = found.size() * block;
+    tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(positions));
     chain_ = std::move(found);
     size_ = positions;
     tokens_known_ = true;

@@ -444,6 +444,56 @@ static void sampling_rows(void) {
                   RT_STATUS_INVALID_ARGUMENT);
 }
 
+static void reservations_are_the_pools_ledger(void) {
+    rt_model* model = create_tiny_model(); /* C = 8 */
+    rt_kv_cache_pool_options options;
+    EXPECT_OK(rt_kv_cache_pool_options_init(&options, sizeof options));
+    options.block_size = 2;
+    options.block_count = 6; /* one context is 4 pages */
+    rt_kv_cache_pool* pool = NULL;
+    EXPECT_OK(rt_model_kv_cache_pool_create(model, &options, &pool));
+    int32_t verdict = -1;
+    EXPECT_OK(rt_kv_cache_pool_admission(pool, 100, &verdict)); /* capped at C: 4 pages */
+    EXPECT(verdict == RT_KV_ADMIT);
+    rt_decode_session* a = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create_reserved(pool, 8, &a));
+    uint64_t value = 0;
+    EXPECT_OK(rt_decode_session_reserved_block_count(a, &value));
+    EXPECT_EQ_U64(value, 4);
+    EXPECT_OK(rt_kv_cache_pool_reserved_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 4);
+    EXPECT_OK(rt_kv_cache_pool_available_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 2);
+    EXPECT_OK(rt_kv_cache_pool_admission(pool, 5, &verdict)); /* 3 pages: later */
+    EXPECT(verdict == RT_KV_WAIT);
+    rt_decode_session* b = (rt_decode_session*)&untouched_marker;
+    EXPECT_STATUS(rt_kv_cache_pool_session_create_reserved(pool, 5, &b), RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("pool full");
+    EXPECT(b == (rt_decode_session*)&untouched_marker);
+    EXPECT_STATUS(rt_kv_cache_pool_session_create_reserved(pool, 0, &b),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_kv_cache_pool_admission(pool, 5, NULL), RT_STATUS_INVALID_ARGUMENT);
+    /* A session without a reservation takes only the 2 pages nobody was promised. */
+    rt_decode_session* plain = NULL;
+    EXPECT_OK(rt_kv_cache_pool_session_create(pool, &plain));
+    float logits[V];
+    uint64_t required = 0;
+    EXPECT_OK(rt_decode_session_prefill(plain, sequence, 4, logits, V, &required));
+    EXPECT_STATUS(rt_decode_session_step(plain, sequence[4], logits, V, &required),
+                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_LAST_ERROR_MENTIONS("promised to sessions with reservations");
+    /* The reserved session fills its whole context and then cannot pass it. */
+    EXPECT_OK(rt_decode_session_prefill(a, sequence, C, logits, V, &required));
+    rt_decode_session_release(plain);
+    rt_decode_session_release(a);
+    EXPECT_OK(rt_kv_cache_pool_reserved_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 0);
+    EXPECT_OK(rt_kv_cache_pool_available_block_count(pool, &value));
+    EXPECT_EQ_U64(value, 6);
+    rt_kv_cache_pool_release(pool);
+    rt_model_release(model);
+}
+
 int main(void) {
     RUN_TEST(steps_equal_the_full_forward);
     RUN_TEST(argument_rules_change_nothing);
@@ -452,5 +502,6 @@ int main(void) {
     RUN_TEST(prefix_caching_shares_pages_within_one_parameter_epoch);
     RUN_TEST(rows_argmax);
     RUN_TEST(sampling_rows);
+    RUN_TEST(reservations_are_the_pools_ledger);
     return finish_tests();
 }

@@ -9,6 +9,7 @@ import time
 from types import SimpleNamespace
 
 from riftco_transformer.serving import FullForwardEngine
+from riftco_transformer.serving.engine import BlockLedger
 
 
 class PieceTokenizer:
@@ -149,6 +150,7 @@ class FakeDecodeSession:
         self._pool = pool
         self.tokens: list[int] = []
         self.closed = False
+        self.reserved_block_count = 0
 
     @property
     def size(self) -> int:
@@ -168,10 +170,11 @@ class FakeDecodeSession:
         self.tokens = []
 
     def close(self) -> None:
+        if self._pool is not None and not self.closed:
+            self._pool.sessions.discard(self)
+            self._pool.ledger.release(self.reserved_block_count)
         self.closed = True
         self.tokens = []
-        if self._pool is not None:
-            self._pool.sessions.discard(self)
 
     def __enter__(self):
         return self
@@ -191,6 +194,9 @@ class FakeKvCachePool:
         self._owner = owner
         self.sessions: set[FakeDecodeSession] = set()
         self.closed = False
+        # Reservations as the library's pool keeps them (without sharing, its rule is the
+        # Python ledger's: every reservation fits in the pool at once).
+        self.ledger = BlockLedger(block_size, self.block_count, context)
 
     @property
     def leased_block_count(self) -> int:
@@ -200,10 +206,32 @@ class FakeKvCachePool:
     def free_block_count(self) -> int:
         return self.block_count - self.leased_block_count
 
-    def session(self) -> FakeDecodeSession:
+    def session(self, token_budget: int | None = None) -> FakeDecodeSession:
+        blocks = 0
+        if token_budget is not None:
+            from riftco_transformer.serving.errors import PoolFullError, RequestRejectedError
+
+            try:
+                blocks = self.ledger.reserve(token_budget)
+            except RequestRejectedError as error:
+                raise _native_error("out_of_range", str(error)) from None
+            except PoolFullError as error:
+                raise _native_error("runtime_error", f"pool full: {error}") from None
         session = FakeDecodeSession(self._owner, "paged", self.block_size, pool=self)
+        session.reserved_block_count = blocks
         self.sessions.add(session)
         return session
+
+    def admission(self, token_budget: int) -> str:
+        return self.ledger.admission(token_budget).value
+
+    @property
+    def reserved_block_count(self) -> int:
+        return self.ledger.reserved_block_count
+
+    @property
+    def available_block_count(self) -> int:
+        return self.block_count - self.ledger.reserved_block_count
 
     def close(self) -> None:
         self.closed = True

@@ -261,3 +261,27 @@ def test_prefix_caching_never_adopts_pages_of_old_parameter_values(model):
         assert session.reuse_prefix(SEQUENCE) == 0
         logits = session.prefill(SEQUENCE)
     assert_close(logits, full_logits(model, SEQUENCE)[-1])
+
+
+def test_reserved_sessions_make_the_pool_the_page_ledger(model):
+    pool = model.kv_cache_pool(block_size=2, block_count=6)  # one context is 4 pages
+    assert pool.admission(100) == "admit"  # capped at the context: 4 pages
+    reserved = pool.session(token_budget=8)
+    assert reserved.reserved_block_count == 4 and pool.reserved_block_count == 4
+    assert pool.available_block_count == 2 and pool.admission(5) == "wait"
+    error = native_error(lambda: pool.session(token_budget=5))
+    assert error.status == STATUS_RUNTIME_ERROR and "pool full" in error.detail
+    assert pool.reserved_block_count == 4
+    with pytest.raises(ValueError):
+        pool.session(token_budget=0)
+    with pytest.raises(ValueError):
+        pool.admission(0)
+    plain = pool.session()
+    assert plain.reserved_block_count == 0
+    plain.prefill(SEQUENCE[:4])  # the 2 pages nobody was promised
+    error = native_error(lambda: plain.step(SEQUENCE[4]))
+    assert error.status == STATUS_RUNTIME_ERROR and "promised" in error.detail
+    assert_close(reserved.prefill(SEQUENCE), full_logits(model, SEQUENCE)[-1])
+    reserved.close()
+    plain.close()
+    assert (pool.reserved_block_count, pool.available_block_count) == (0, 6)

@@ -83,6 +83,13 @@ class DecodeSession {
     // whose backend, layer count, head count or head width differ from the model's, or whose
     // capacity exceeds the model's maximum context.
     DecodeSession(const IncrementalDecoder& model, std::shared_ptr<KeyValueCachePool> pool);
+    // A paged session of a shared pool holding a reservation for `token_budget` positions
+    // (pool->blocks_for(token_budget) pages; the pool's admission): it never meets "pool
+    // exhausted", and a step past its reservation is std::length_error. std::invalid_argument:
+    // a budget of 0 (plus the rules above); std::out_of_range: more pages than the pool holds;
+    // std::runtime_error "... pool full ...": not available now.
+    DecodeSession(const IncrementalDecoder& model, std::shared_ptr<KeyValueCachePool> pool,
+                  std::size_t token_budget);
 
     // Logits [1,1,V] of `token` at position size(). std::out_of_range: an id >= V, or the
     // session is full; std::runtime_error: the pool is exhausted; std::logic_error: stale.

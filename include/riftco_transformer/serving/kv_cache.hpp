@@ -31,6 +31,14 @@
 // given-back page and evicts the least recently released one. Caches release their pages last
 // page first, so a prefix's deeper pages are evicted before the pages they extend.
 //
+// Reservations (docs/ARCHITECTURE.md, 'Admission'): the pool is the serving engine's one page
+// ledger. A cache made with a reservation of R pages (reserved_pages, normally
+// blocks_for(token budget)) is admitted only if R pages are available now: free pages (cached
+// ones included) not already promised to reserved caches. It then never holds more than R
+// pages (a step needing more is std::length_error) and never meets "pool exhausted": every page
+// it leases was promised to it. A cache without a reservation leases only pages nobody was
+// promised. Reservations end with their cache.
+//
 // Threading: a pool and its caches are one unit; the caller serialises calls on them (the C
 // ABI's rule for everything derived from one model).
 
@@ -89,6 +97,19 @@ class KeyValueCachePool {
         return block_count_ - free_block_count();
     }
     [[nodiscard]] bool prefix_caching() const noexcept { return prefix_caching_; }
+
+    // Reservations. blocks_for: the pages a token budget reserves, ceil(min(budget, C) /
+    // block_size) (std::invalid_argument for 0). admission: Admit when that many pages are
+    // available now, Wait when they will be once others end, Reject when they exceed the pool.
+    enum class Admission : std::uint32_t { Admit = 0, Wait = 1, Reject = 2 };
+    [[nodiscard]] std::size_t blocks_for(std::size_t token_budget) const;
+    [[nodiscard]] Admission admission(std::size_t blocks) const noexcept;
+    // Pages reserved by living caches, in all.
+    [[nodiscard]] std::size_t reserved_block_count() const noexcept { return reserved_; }
+    // Pages a new reservation can take now: free pages not promised to reserved caches.
+    [[nodiscard]] std::size_t available_block_count() const noexcept {
+        return free_block_count() - outstanding_;
+    }
     // Published pages no cache holds: reusable prefixes that lease() evicts when it must.
     [[nodiscard]] std::size_t cached_block_count() const noexcept { return evictable_.size(); }
     // Unpublishes every page (cached ones become plain free pages; held ones stay with their
@@ -98,11 +119,14 @@ class KeyValueCachePool {
     [[nodiscard]] std::size_t storage_bytes() const noexcept;
 
     // The lowest free page id, else the least recently released cached page (evicted: it is
-    // unpublished). std::runtime_error "... pool exhausted ..." when every page is held.
-    [[nodiscard]] std::uint32_t lease();
+    // unpublished), for a cache with a reservation (`reserved`: a page promised to it) or
+    // without. std::runtime_error "... pool exhausted ..." when every page is held, or every
+    // free one is promised to reserved caches (for a cache without a reservation).
+    [[nodiscard]] std::uint32_t lease(bool reserved = false);
     // Drops one reference to a held page (ids not held are a logic error the caches never
-    // make). Unreferenced, it becomes free, or cached when it is published.
-    void give_back(std::uint32_t page) noexcept;
+    // make). Unreferenced, it becomes free, or cached when it is published. A reserved
+    // cache's page is promised to it again.
+    void give_back(std::uint32_t page, bool reserved = false) noexcept;
 
     // The K/V pools of a layer, [block_count, Hkv, block_size, d_h]. The caches' transactions
     // write into them through tensor_ops::write_paged_key_value.
@@ -138,8 +162,14 @@ class KeyValueCachePool {
     // published already; returns the link of the published page (the twin in that case).
     PrefixLink publish(std::uint32_t page, PrefixLink parent, std::uint64_t version,
                        std::span<const std::uint32_t> tokens);
-    // One more reference to a published page (adoption).
-    void hold(std::uint32_t page) noexcept;
+    // One more reference to a published page (adoption); false, changing nothing, when a cache
+    // without a reservation would take a cached page that is promised to reserved caches.
+    bool hold(std::uint32_t page, bool reserved) noexcept;
+    // A cache's reservation of `blocks` pages (std::out_of_range: more than the pool;
+    // std::runtime_error "... pool full ...": not available now), and its end (the cache
+    // holds none of its pages any more).
+    void reserve(std::size_t blocks);
+    void end_reservation(std::size_t blocks) noexcept;
     void unpublish(std::uint32_t page) noexcept;
 
     KeyValueCacheDimensions dimensions_;
@@ -156,6 +186,8 @@ class KeyValueCachePool {
     std::list<std::uint32_t> evictable_;
     std::vector<std::list<std::uint32_t>::iterator> evictable_place_;
     std::uint64_t publications_ = 0;
+    std::size_t reserved_ = 0;     // pages reserved by living caches
+    std::size_t outstanding_ = 0;  // reserved pages their caches do not hold yet
     std::vector<Tensor> keys_;
     std::vector<Tensor> values_;
 };
@@ -163,9 +195,12 @@ class KeyValueCachePool {
 class KeyValueCache {
   public:
     // A cache leasing from `pool` (shared with other caches). `kind` is what the cache
-    // reports; a Contiguous cache is normally made by contiguous() below.
+    // reports; a Contiguous cache is normally made by contiguous() below. A nonzero
+    // `reserved_pages` reserves that many pages for the cache's life (see 'Reservations'
+    // above; std::out_of_range or std::runtime_error when the pool cannot).
     explicit KeyValueCache(std::shared_ptr<KeyValueCachePool> pool,
-                           KeyValueCacheKind kind = KeyValueCacheKind::Paged);
+                           KeyValueCacheKind kind = KeyValueCacheKind::Paged,
+                           std::size_t reserved_pages = 0);
     // A cache with a private pool: Paged of ceil(C / block_size) pages, or Contiguous (one
     // page of C positions; block_size is ignored).
     [[nodiscard]] static KeyValueCache with_private_pool(
@@ -183,12 +218,15 @@ class KeyValueCache {
     }
     [[nodiscard]] std::size_t block_size() const noexcept { return pool_->block_size(); }
     [[nodiscard]] KeyValueCacheKind kind() const noexcept { return kind_; }
+    // Pages reserved for this cache (0: none; it leases only pages nobody was promised).
+    [[nodiscard]] std::size_t reserved_pages() const noexcept { return reserved_pages_; }
     [[nodiscard]] const std::shared_ptr<KeyValueCachePool>& pool() const noexcept { return pool_; }
     // Logical page -> physical page, for every page leased (those of an open transaction too).
     [[nodiscard]] std::span<const std::uint32_t> page_table() const noexcept { return pages_; }
 
     // Reserves positions [size, size + count). std::logic_error: a transaction is open or
-    // count is 0; std::length_error: size + count > capacity (the cache is full);
+    // count is 0; std::length_error: size + count > capacity (the cache is full), or the
+    // positions need more pages than the cache's reservation;
     // std::runtime_error: the pool ran out of pages. On any error nothing changed (pages
     // leased by this call are given back). With prefix caching, `tokens` (empty, or `count`
     // ids: std::invalid_argument otherwise) are the ids of the reserved positions; commit()
@@ -223,6 +261,7 @@ class KeyValueCache {
 
     std::shared_ptr<KeyValueCachePool> pool_;
     KeyValueCacheKind kind_;
+    std::size_t reserved_pages_ = 0;
     std::vector<std::uint32_t> pages_;
     std::size_t size_ = 0;
     std::size_t pending_ = 0;

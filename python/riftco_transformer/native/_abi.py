@@ -595,6 +595,11 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_kv_cache_pool_free_block_count": (rt_status, [handle, size_out]),
     "rt_kv_cache_pool_leased_block_count": (rt_status, [handle, size_out]),
     "rt_kv_cache_pool_cached_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_admission": (rt_status, [handle, c_uint64, POINTER(c_int32)]),
+    "rt_kv_cache_pool_session_create_reserved": (rt_status, [handle, c_uint64, handle_out]),
+    "rt_kv_cache_pool_reserved_block_count": (rt_status, [handle, size_out]),
+    "rt_kv_cache_pool_available_block_count": (rt_status, [handle, size_out]),
+    "rt_decode_session_reserved_block_count": (rt_status, [handle, size_out]),
     "rt_kv_cache_pool_clear_prefix_cache": (rt_status, [handle]),
     "rt_decode_session_reuse_prefix": (
         rt_status,

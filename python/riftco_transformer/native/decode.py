@@ -41,6 +41,7 @@ from ._validation import UINT32_LIMIT, UINT64_LIMIT, require_bool, require_choic
 
 KV_CACHE_VALUES = {"paged": KV_CACHE_PAGED, "contiguous": KV_CACHE_CONTIGUOUS}
 KV_CACHE_NAMES = {value: name for name, value in KV_CACHE_VALUES.items()}
+ADMISSION_NAMES = {0: "admit", 1: "wait", 2: "reject"}  # RT_KV_ADMIT, RT_KV_WAIT, RT_KV_REJECT
 
 
 class LogitsRow(array):
@@ -188,6 +189,11 @@ class DecodeSession(NativeHandle):
         return self._query("rt_decode_session_block_size", ctypes.c_uint64)
 
     @property
+    def reserved_block_count(self) -> int:
+        """The pages reserved for this session (0: none)."""
+        return self._query("rt_decode_session_reserved_block_count", ctypes.c_uint64)
+
+    @property
     def vocabulary_size(self) -> int:
         with self._native():
             return self._vocabulary_size
@@ -222,14 +228,45 @@ class KvCachePool(NativeHandle):
         self._prefix_caching = prefix_caching
         return self
 
-    def session(self) -> DecodeSession:
-        """A new paged session leasing from this pool."""
+    def session(self, token_budget: int | None = None) -> DecodeSession:
+        """A new paged session leasing from this pool. With ``token_budget``, the session
+        holds a reservation of ``ceil(min(budget, C) / block_size)`` pages for its life (the
+        pool is the one page ledger): it never meets an exhausted pool and cannot pass its
+        reservation. A reservation that does not fit now is a ``RiftcoTransformerError``
+        with status ``runtime_error`` ("pool full"; :meth:`admission` says ``"wait"``), one
+        larger than the pool ``out_of_range`` (``"reject"``)."""
         handle = ctypes.c_void_p()
         with self._native() as pointer:
-            check_status(library().rt_kv_cache_pool_session_create(pointer, ctypes.byref(handle)))
+            if token_budget is None:
+                check_status(
+                    library().rt_kv_cache_pool_session_create(pointer, ctypes.byref(handle)))
+            else:
+                budget = require_int(token_budget, "token_budget", 1, UINT64_LIMIT)
+                check_status(library().rt_kv_cache_pool_session_create_reserved(
+                    pointer, budget, ctypes.byref(handle)))
         return DecodeSession._from_pointer(handle.value, self._lock)._bind(
             self._vocabulary_size, self
         )
+
+    def admission(self, token_budget: int) -> str:
+        """``"admit"`` when a reservation for ``token_budget`` positions fits now, ``"wait"``
+        when it will once other reservations end, ``"reject"`` when it exceeds the pool."""
+        budget = require_int(token_budget, "token_budget", 1, UINT64_LIMIT)
+        verdict = ctypes.c_int32()
+        with self._native() as pointer:
+            check_status(library().rt_kv_cache_pool_admission(pointer, budget,
+                                                              ctypes.byref(verdict)))
+        return ADMISSION_NAMES[verdict.value]
+
+    @property
+    def reserved_block_count(self) -> int:
+        """Pages reserved by living sessions, in all."""
+        return self._query("rt_kv_cache_pool_reserved_block_count", ctypes.c_uint64)
+
+    @property
+    def available_block_count(self) -> int:
+        """Pages a new reservation can take now (free ones not promised to reservations)."""
+        return self._query("rt_kv_cache_pool_available_block_count", ctypes.c_uint64)
 
     @property
     def block_size(self) -> int:

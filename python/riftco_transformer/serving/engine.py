@@ -101,6 +101,15 @@ class KvCapacity:
     reserved_block_count: int
     leased_block_count: int
     open_stream_count: int
+    # Blocks a new reservation can take now (None: block_count - reserved_block_count), and
+    # cached prefix blocks no stream holds (they count as free).
+    available_block_count: int | None = None
+    cached_block_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.available_block_count is None and self.block_count is not None:
+            object.__setattr__(self, "available_block_count",
+                               self.block_count - self.reserved_block_count)
 
 
 @runtime_checkable
@@ -312,6 +321,9 @@ class _EngineBase:
 
     def __exit__(self, *exception_info) -> None:
         self.close()
+
+
+_ADMISSIONS = {"admit": Admission.ADMIT, "wait": Admission.WAIT, "reject": Admission.REJECT}
 
 
 class _FullForwardStream:
@@ -535,11 +547,9 @@ class NativeEngine(_EngineBase):
         self._pool = None
         self.prefix_reused_tokens = 0
         if kv_cache == "paged":
+            # The pool is the page ledger: streams are sessions holding reservations.
             self._pool = model.kv_cache_pool(block_size=block_size, block_count=block_count,
                                              prefix_caching=prefix_caching)
-            # A pool asked for 0 blocks holds one full context (it should report that count).
-            pool_blocks = self._pool.block_count or self._pool.blocks_per_full_cache
-            self._ledger = BlockLedger(self._pool.block_size, pool_blocks, self._maximum_context)
         else:
             if block_count != 0:
                 raise ValueError(
@@ -562,19 +572,27 @@ class NativeEngine(_EngineBase):
         """Whether prompts adopt cached KV pages (:meth:`reuse_prefix`)."""
         return self._pool is not None and bool(getattr(self._pool, "prefix_caching", False))
 
+    def admission(self, token_budget: int) -> Admission:
+        if self._pool is None:
+            return self._ledger.admission(token_budget)
+        return _ADMISSIONS[self._pool.admission(token_budget)]
+
     def open_stream(self, token_budget: int) -> _NativeStream:
-        blocks = self._stream_budget_blocks(token_budget)
-        try:
-            if self._pool is not None:
-                session = self._pool.session()
-            else:
+        if self._pool is not None:
+            self._require_open()
+            session = self._reserved_session(token_budget)
+            blocks = session.reserved_block_count
+        else:
+            blocks = self._stream_budget_blocks(token_budget)
+            try:
                 session = self._model.decode_session(cache="contiguous")
-        except BaseException:
-            self._ledger.release(blocks)
-            raise
+            except BaseException:
+                self._ledger.release(blocks)
+                raise
         if session.capacity != self._maximum_context:
             session.close()
-            self._ledger.release(blocks)
+            if self._pool is None:
+                self._ledger.release(blocks)
             raise RuntimeError(
                 f"a decode session's capacity is {session.capacity}, not the model's maximum "
                 f"context {self._maximum_context}"
@@ -582,6 +600,28 @@ class NativeEngine(_EngineBase):
         stream = _NativeStream(session, blocks)
         self._streams.add(stream)
         return stream
+
+    def _reserved_session(self, token_budget: int):
+        """A pool session holding the budget's reservation; the pool's refusals as the
+        serving errors (RequestRejectedError: never fits; PoolFullError: not now)."""
+        from ..native._errors import RiftcoTransformerError
+
+        budget = require_int(token_budget, "token_budget", 1, math.inf)
+        try:
+            return self._pool.session(token_budget=budget)
+        except RiftcoTransformerError as error:
+            blocks = -(-min(budget, self._maximum_context) // self._pool.block_size)
+            if error.status_name == "out_of_range":
+                raise RequestRejectedError(
+                    f"a token budget of {budget} needs {blocks} KV blocks of "
+                    f"{self._pool.block_size} tokens, more than the whole pool of "
+                    f"{self._pool.block_count}") from error
+            if error.status_name == "runtime_error" and "pool full" in str(error):
+                raise PoolFullError(
+                    f"a token budget of {budget} needs {blocks} KV blocks; only "
+                    f"{self._pool.available_block_count} of {self._pool.block_count} are "
+                    "available") from error
+            raise
 
     def step(self, batch) -> list[Logits]:
         rows = self._validated_batch(batch)
@@ -613,27 +653,35 @@ class NativeEngine(_EngineBase):
         self._streams.discard(stream)
         stream.closed = True
         try:
-            stream.session.close()
+            stream.session.close()  # ends its reservation in the pool
         finally:
-            self._ledger.release(stream.reserved_blocks)
+            if self._pool is None:
+                self._ledger.release(stream.reserved_blocks)
 
     def capacity(self) -> KvCapacity:
-        ledger = self._ledger
         streams = list(self._streams)
-        if self._pool is not None:
-            leased = self._pool.leased_block_count
-            block_size, block_count = ledger.block_size, ledger.block_count
-        else:
-            leased = len(streams)
-            block_size, block_count = self._maximum_context, None
+        pool = self._pool
+        if pool is None:
+            ledger = self._ledger
+            return KvCapacity(
+                kv_cache=self._kv_cache,
+                block_size=self._maximum_context,
+                block_count=None,
+                blocks_per_full_cache=ledger.blocks_per_full_cache,
+                reserved_block_count=ledger.reserved_block_count,
+                leased_block_count=len(streams),
+                open_stream_count=len(streams),
+            )
         return KvCapacity(
             kv_cache=self._kv_cache,
-            block_size=block_size,
-            block_count=block_count,
-            blocks_per_full_cache=ledger.blocks_per_full_cache,
-            reserved_block_count=ledger.reserved_block_count,
-            leased_block_count=leased,
+            block_size=pool.block_size,
+            block_count=pool.block_count,
+            blocks_per_full_cache=pool.blocks_per_full_cache,
+            reserved_block_count=pool.reserved_block_count,
+            leased_block_count=pool.leased_block_count,
             open_stream_count=len(streams),
+            available_block_count=pool.available_block_count,
+            cached_block_count=getattr(pool, "cached_block_count", 0),
         )
 
     def close(self) -> None:
