@@ -347,8 +347,7 @@ static void prefix_caching_shares_pages_within_one_parameter_epoch(void) {
     EXPECT(max_difference(logits, expected + 7 * V, V) <= 1e-5);
     /* Only an empty session adopts; bad arguments change nothing. */
     reused = 77;
-    EXPECT_STATUS(rt_decode_session_reuse_prefix(b, sequence, C, &reused),
-                  RT_STATUS_RUNTIME_ERROR);
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(b, sequence, C, &reused), RT_STATUS_RUNTIME_ERROR);
     EXPECT_LAST_ERROR_MENTIONS("empty session");
     EXPECT_EQ_U64(reused, 77);
     rt_decode_session* c = NULL;
@@ -356,8 +355,7 @@ static void prefix_caching_shares_pages_within_one_parameter_epoch(void) {
     const uint32_t bad[3] = {1, (uint32_t)V, 2};
     EXPECT_STATUS(rt_decode_session_reuse_prefix(c, bad, 3, &reused), RT_STATUS_OUT_OF_RANGE);
     EXPECT_STATUS(rt_decode_session_reuse_prefix(c, NULL, 3, &reused), RT_STATUS_INVALID_ARGUMENT);
-    EXPECT_STATUS(rt_decode_session_reuse_prefix(c, sequence, 3, NULL),
-                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_decode_session_reuse_prefix(c, sequence, 3, NULL), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_EQ_U64(reused, 77);
     EXPECT_OK(rt_decode_session_size(c, &value));
     EXPECT_EQ_U64(value, 0);
