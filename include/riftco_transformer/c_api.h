@@ -583,6 +583,36 @@ RT_API rt_status RT_CALL rt_sample_f32_row(const float* logits, uint64_t vocabul
                                            const uint32_t* context, uint64_t context_count,
                                            uint64_t prompt_length, const uint8_t* mask,
                                            uint64_t draw_index, uint32_t* token);
+/* 2.15, one batched step that samples on the library's side: what row i's sampler needs. */
+#define RT_MAX_TOP_LOGPROBS 20
+typedef struct rt_sampling_row {
+    uint64_t struct_size;
+    const rt_sampling_options* options; /* NULL: greedy */
+    const uint32_t* context;            /* the penalties' ids, prompt first (NULL: none) */
+    uint64_t context_count;
+    uint64_t prompt_length;   /* <= context_count */
+    const uint8_t* mask;      /* NULL, or vocabulary_limit bytes (0: never drawn) */
+    uint64_t draw_index;      /* the request's k-th draw */
+    uint64_t vocabulary_limit; /* sample and score ids below it (a padded vocabulary); 0: V */
+    uint32_t sample;          /* 1: choose an id; 0: the row only feeds tokens */
+    uint32_t log_probability; /* 1: the chosen id's log-probability of the raw logits */
+    uint32_t top_count;       /* most likely alternatives wanted, <= RT_MAX_TOP_LOGPROBS */
+    uint32_t reserved;        /* must be 0 */
+} rt_sampling_row;
+
+/* rt_decode_sessions_step's batched step, then each row sampled by its rt_sampling_row, in
+ * parallel over rows, the logits never copied out. Every row is checked (with
+ * rt_sample_f32_row's rules, named "rows[i]") before the step runs, so a refused call changes
+ * no session. Outputs, per row i: ids[i] (required); log_probabilities[i] (NULL unless some row
+ * asks); top_ids / top_log_probabilities[i * RT_MAX_TOP_LOGPROBS + j] (NULL unless some row
+ * asks); sampled[i]: 1 when an id was chosen, 0 for a feed-only row, 2 when the row's logits
+ * were not all finite (the step still happened: the caller fails that request). */
+RT_API rt_status RT_CALL rt_decode_sessions_step_sample(
+    rt_decode_session* const* sessions, uint64_t session_count, const uint32_t* tokens,
+    const uint64_t* token_counts, uint64_t token_total, const rt_sampling_row* rows,
+    uint32_t* ids, uint8_t* sampled, double* log_probabilities, uint32_t* top_ids,
+    double* top_log_probabilities);
+
 /* The log-softmax of `vocabulary` finite logits at `token` (in double), and the top_count most
  * likely ids with theirs, most likely first (ties: the lower id first) into top_ids and
  * top_log_probabilities (each NULL only when top_count is 0). */

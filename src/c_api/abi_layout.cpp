@@ -97,6 +97,14 @@ static_assert(sizeof(rt_sampling_options) == 72 &&
               offsetof(rt_sampling_options, frequency_penalty) == 48 &&
               offsetof(rt_sampling_options, top_k) == 56 &&
               offsetof(rt_sampling_options, seed) == 64);
+static_assert(
+    sizeof(rt_sampling_row) == 80 && offsetof(rt_sampling_row, options) == 8 &&
+    offsetof(rt_sampling_row, context) == 16 && offsetof(rt_sampling_row, context_count) == 24 &&
+    offsetof(rt_sampling_row, prompt_length) == 32 && offsetof(rt_sampling_row, mask) == 40 &&
+    offsetof(rt_sampling_row, draw_index) == 48 &&
+    offsetof(rt_sampling_row, vocabulary_limit) == 56 && offsetof(rt_sampling_row, sample) == 64 &&
+    offsetof(rt_sampling_row, log_probability) == 68 &&
+    offsetof(rt_sampling_row, top_count) == 72 && offsetof(rt_sampling_row, reserved) == 76);
 static_assert(sizeof(rt_kv_cache_pool_options) == 32 &&
               offsetof(rt_kv_cache_pool_options, block_size) == 8 &&
               offsetof(rt_kv_cache_pool_options, block_count) == 16 &&

@@ -82,6 +82,82 @@ void require_logits_output(float* logits, std::uint64_t capacity, std::uint64_t*
 
 }  // namespace
 
+namespace {
+
+constexpr rt_sampling_options default_sampling_options() {
+    rt_sampling_options options{};
+    options.struct_size = sizeof(rt_sampling_options);
+    options.top_p = 1.0;
+    options.repetition_penalty = 1.0;
+    return options;
+}
+
+SamplingOptions sampling_options_of(const rt_sampling_options& given) {
+    return {.temperature = given.temperature,
+            .top_k = to_size(given.top_k, "options->top_k"),
+            .top_p = given.top_p,
+            .min_p = given.min_p,
+            .repetition_penalty = given.repetition_penalty,
+            .presence_penalty = given.presence_penalty,
+            .frequency_penalty = given.frequency_penalty,
+            .seed = given.seed};
+}
+
+std::size_t vocabulary_size_of(std::uint64_t vocabulary) {
+    if (vocabulary == 0) {
+        throw std::invalid_argument("vocabulary must be positive");
+    }
+    if (vocabulary - 1 > std::numeric_limits<std::uint32_t>::max()) {
+        throw std::overflow_error("vocabulary " + std::to_string(vocabulary) +
+                                  " does not fit uint32 ids");
+    }
+    return to_size(vocabulary, "vocabulary");
+}
+
+}  // namespace
+
+namespace {
+
+// The work of one batched step, every argument checked (rt_decode_sessions_step's rules).
+std::vector<DecodeWork> step_work(rt_decode_session* const* sessions, uint64_t session_count,
+                                  const uint32_t* tokens, const uint64_t* token_counts,
+                                  uint64_t token_total) {
+    const auto handles = input_array(sessions, session_count, "sessions");
+    const auto counts = input_array(token_counts, session_count, "token_counts");
+    const auto given = input_array(tokens, token_total, "tokens");
+    if (handles.empty()) {
+        throw std::invalid_argument("session_count must be positive");
+    }
+    std::vector<DecodeWork> work;
+    work.reserve(handles.size());
+    std::uint64_t used = 0;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        const std::string argument = "sessions[" + std::to_string(i) + "]";
+        rt_decode_session& native = current_session(handles[i], argument.c_str());
+        if (native.state != require_handle(handles[0], "sessions[0]").state) {
+            throw std::invalid_argument(argument +
+                                        " is a session of another model than "
+                                        "sessions[0]");
+        }
+        if (counts[i] == 0 || counts[i] > token_total - used) {
+            throw std::invalid_argument(
+                "token_counts[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
+                " must be positive and within token_total " + std::to_string(token_total) + " (" +
+                std::to_string(used) + " used before it)");
+        }
+        work.push_back({native.session.get(), given.subspan(static_cast<std::size_t>(used),
+                                                            static_cast<std::size_t>(counts[i]))});
+        used += counts[i];
+    }
+    if (used != token_total) {
+        throw std::invalid_argument("token_counts sum to " + std::to_string(used) +
+                                    " but token_total is " + std::to_string(token_total));
+    }
+    return work;
+}
+
+}  // namespace
+
 extern "C" {
 
 rt_status rt_decode_session_options_init(rt_decode_session_options* options, uint64_t struct_size) {
@@ -308,42 +384,95 @@ rt_status rt_decode_sessions_step(rt_decode_session* const* sessions, uint64_t s
                                   uint64_t token_total, float* logits, uint64_t capacity,
                                   uint64_t* required) {
     return guarded(__func__, [&] {
-        const auto handles = input_array(sessions, session_count, "sessions");
-        const auto counts = input_array(token_counts, session_count, "token_counts");
-        const auto given = input_array(tokens, token_total, "tokens");
-        if (handles.empty()) {
-            throw std::invalid_argument("session_count must be positive");
-        }
-        std::vector<DecodeWork> work;
-        work.reserve(handles.size());
-        std::uint64_t used = 0;
-        for (std::size_t i = 0; i < handles.size(); ++i) {
-            const std::string argument = "sessions[" + std::to_string(i) + "]";
-            rt_decode_session& native = current_session(handles[i], argument.c_str());
-            if (native.state != require_handle(handles[0], "sessions[0]").state) {
-                throw std::invalid_argument(argument +
-                                            " is a session of another model than "
-                                            "sessions[0]");
-            }
-            if (counts[i] == 0 || counts[i] > token_total - used) {
-                throw std::invalid_argument(
-                    "token_counts[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
-                    " must be positive and within token_total " + std::to_string(token_total) +
-                    " (" + std::to_string(used) + " used before it)");
-            }
-            work.push_back(
-                {native.session.get(), given.subspan(static_cast<std::size_t>(used),
-                                                     static_cast<std::size_t>(counts[i]))});
-            used += counts[i];
-        }
-        if (used != token_total) {
-            throw std::invalid_argument("token_counts sum to " + std::to_string(used) +
-                                        " but token_total is " + std::to_string(token_total));
-        }
-        const std::size_t vocabulary = vocabulary_of(*handles[0]);
-        require_logits_output(logits, capacity, required, handles.size() * vocabulary);
+        const std::vector<DecodeWork> work =
+            step_work(sessions, session_count, tokens, token_counts, token_total);
+        const std::size_t vocabulary = work[0].session->model().vocabulary_size();
+        require_logits_output(logits, capacity, required, work.size() * vocabulary);
         const Tensor values = decode_batch(work);
-        values.copy_to_host({logits, handles.size() * vocabulary});
+        values.copy_to_host({logits, work.size() * vocabulary});
+    });
+}
+
+rt_status rt_decode_sessions_step_sample(rt_decode_session* const* sessions, uint64_t session_count,
+                                         const uint32_t* tokens, const uint64_t* token_counts,
+                                         uint64_t token_total, const rt_sampling_row* rows,
+                                         uint32_t* ids, uint8_t* sampled, double* log_probabilities,
+                                         uint32_t* top_ids, double* top_log_probabilities) {
+    return guarded(__func__, [&] {
+        const std::vector<DecodeWork> work =
+            step_work(sessions, session_count, tokens, token_counts, token_total);
+        const std::size_t vocabulary = work[0].session->model().vocabulary_size();
+        const auto given = input_array(rows, session_count, "rows");
+        require_pointer(ids, "ids");
+        require_pointer(sampled, "sampled");
+        std::vector<RowSampling> plan(given.size());
+        bool wants_log_probability = false;
+        bool wants_top = false;
+        for (std::size_t i = 0; i < given.size(); ++i) {
+            const std::string name = "rows[" + std::to_string(i) + "]";
+            const rt_sampling_row row =
+                read_struct(&given[i], sizeof(rt_sampling_row), rt_sampling_row{}, name.c_str());
+            if (row.reserved != 0 || row.sample > 1 || row.log_probability > 1) {
+                throw std::invalid_argument(name +
+                                            ": sample and log_probability are 0 or 1 and "
+                                            "reserved must be 0");
+            }
+            if (row.top_count > RT_MAX_TOP_LOGPROBS) {
+                throw std::invalid_argument(name + ": top_count " + std::to_string(row.top_count) +
+                                            " exceeds RT_MAX_TOP_LOGPROBS (20)");
+            }
+            RowSampling& entry = plan[i];
+            const rt_sampling_options options =
+                row.options == nullptr
+                    ? default_sampling_options()
+                    : read_struct(row.options, sizeof(rt_sampling_options),
+                                  default_sampling_options(), (name + ".options").c_str());
+            entry.options = sampling_options_of(options);
+            entry.input.context = input_array(row.context, row.context_count, "context");
+            entry.input.prompt_length = to_size(row.prompt_length, "prompt_length");
+            entry.vocabulary_limit = to_size(row.vocabulary_limit, "vocabulary_limit");
+            if (row.mask != nullptr) {
+                entry.input.mask = {
+                    row.mask, entry.vocabulary_limit == 0 ? vocabulary : entry.vocabulary_limit};
+            }
+            entry.input.draw_index = row.draw_index;
+            entry.sample = row.sample == 1;
+            entry.log_probability = row.log_probability == 1;
+            entry.top_count = row.top_count;
+            wants_log_probability = wants_log_probability || entry.log_probability;
+            wants_top = wants_top || entry.top_count != 0;
+        }
+        if (wants_log_probability) {
+            require_pointer(log_probabilities, "log_probabilities");
+        }
+        if (wants_top) {
+            require_pointer(top_ids, "top_ids");
+            require_pointer(top_log_probabilities, "top_log_probabilities");
+        }
+        require_row_samplings(plan, vocabulary);
+        const Tensor values = decode_batch(work);
+        std::vector<float> host(work.size() * vocabulary);
+        values.copy_to_host(host);
+        const std::vector<RowSample> results = sample_rows(host, vocabulary, plan);
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const RowSample& result = results[i];
+            if (result.failed) {
+                throw std::bad_alloc();  // the step happened; the caller sees out of memory
+            }
+            sampled[i] = !result.finite ? 2 : (plan[i].sample ? 1 : 0);
+            ids[i] = sampled[i] == 1 ? result.token : 0;
+            if (sampled[i] != 1) {
+                continue;
+            }
+            if (plan[i].log_probability) {
+                log_probabilities[i] = result.log_probabilities.log_probability;
+            }
+            for (std::size_t j = 0; j < plan[i].top_count; ++j) {
+                top_ids[i * RT_MAX_TOP_LOGPROBS + j] = result.log_probabilities.top_ids[j];
+                top_log_probabilities[i * RT_MAX_TOP_LOGPROBS + j] =
+                    result.log_probabilities.top_log_probabilities[j];
+            }
+        }
     });
 }
 
@@ -387,29 +516,6 @@ rt_status rt_f32_rows_argmax(const float* values, uint64_t rows, uint64_t width,
 
 }  // extern "C"
 
-namespace {
-
-constexpr rt_sampling_options default_sampling_options() {
-    rt_sampling_options options{};
-    options.struct_size = sizeof(rt_sampling_options);
-    options.top_p = 1.0;
-    options.repetition_penalty = 1.0;
-    return options;
-}
-
-std::size_t vocabulary_size_of(std::uint64_t vocabulary) {
-    if (vocabulary == 0) {
-        throw std::invalid_argument("vocabulary must be positive");
-    }
-    if (vocabulary - 1 > std::numeric_limits<std::uint32_t>::max()) {
-        throw std::overflow_error("vocabulary " + std::to_string(vocabulary) +
-                                  " does not fit uint32 ids");
-    }
-    return to_size(vocabulary, "vocabulary");
-}
-
-}  // namespace
-
 rt_status rt_sampling_options_init(rt_sampling_options* options, uint64_t struct_size) {
     return guarded(__func__, [&] {
         initialise_struct(options, struct_size, sizeof(rt_sampling_options),
@@ -436,15 +542,7 @@ rt_status rt_sample_f32_row(const float* logits, uint64_t vocabulary,
             input.mask = {mask, width};
         }
         input.draw_index = draw_index;
-        const SamplingOptions chosen{.temperature = given.temperature,
-                                     .top_k = to_size(given.top_k, "options->top_k"),
-                                     .top_p = given.top_p,
-                                     .min_p = given.min_p,
-                                     .repetition_penalty = given.repetition_penalty,
-                                     .presence_penalty = given.presence_penalty,
-                                     .frequency_penalty = given.frequency_penalty,
-                                     .seed = given.seed};
-        *token = sample_token(input, chosen);
+        *token = sample_token(input, sampling_options_of(given));
     });
 }
 

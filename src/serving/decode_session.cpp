@@ -251,7 +251,8 @@ DecodeSession::DecodeSession(const IncrementalDecoder& model,
 }
 
 DecodeSession::DecodeSession(const IncrementalDecoder& model,
-                             std::shared_ptr<KeyValueCachePool> pool, std::size_t token_budget)
+                             const std::shared_ptr<KeyValueCachePool>& pool,
+                             std::size_t token_budget)
     : model_(&model),
       cache_(checked_pool(model, pool), KeyValueCacheKind::Paged,
              pool ? pool->blocks_for(token_budget) : 0),

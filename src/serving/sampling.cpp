@@ -282,4 +282,86 @@ TokenLogProbabilities token_log_probabilities(std::span<const float> logits, std
     return result;
 }
 
+void require_row_samplings(std::span<const RowSampling> rows, std::size_t vocabulary) {
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+        const RowSampling& row = rows[r];
+        const std::string name = "rows[" + std::to_string(r) + "]";
+        const std::size_t limit = row.vocabulary_limit == 0 ? vocabulary : row.vocabulary_limit;
+        if (limit > vocabulary) {
+            throw std::invalid_argument(name + ": vocabulary_limit " + std::to_string(limit) +
+                                        " exceeds the " + std::to_string(vocabulary) + " logits");
+        }
+        if (row.top_count > limit) {
+            throw std::invalid_argument(name + ": top_count " + std::to_string(row.top_count) +
+                                        " exceeds the vocabulary of " + std::to_string(limit));
+        }
+        if (!row.sample) {
+            continue;
+        }
+        // sample_token's rules on a stand-in row of finite logits.
+        try {
+            require_sampling_options(row.options);
+            if (row.input.prompt_length > row.input.context.size()) {
+                invalid("prompt_length " + std::to_string(row.input.prompt_length) +
+                        " exceeds the " + std::to_string(row.input.context.size()) +
+                        " context ids");
+            }
+            for (std::size_t i = 0; i < row.input.context.size(); ++i) {
+                if (row.input.context[i] >= limit) {
+                    invalid("context[" + std::to_string(i) +
+                            "] = " + std::to_string(row.input.context[i]) +
+                            " is outside the vocabulary of " + std::to_string(limit) + " logits");
+                }
+            }
+            if (!row.input.mask.empty()) {
+                if (row.input.mask.size() != limit) {
+                    invalid("the mask has " + std::to_string(row.input.mask.size()) +
+                            " entries for " + std::to_string(limit) + " logits");
+                }
+                if (std::find_if(row.input.mask.begin(), row.input.mask.end(),
+                                 [](std::uint8_t b) { return b != 0; }) == row.input.mask.end()) {
+                    invalid("the token mask allows no token");
+                }
+            }
+            if (row.options.top_k > limit) {
+                invalid("top_k " + std::to_string(row.options.top_k) +
+                        " exceeds the vocabulary size " + std::to_string(limit));
+            }
+        } catch (const std::invalid_argument& error) {
+            throw std::invalid_argument(name + ": " + error.what());
+        }
+    }
+}
+
+std::vector<RowSample> sample_rows(std::span<const float> logits, std::size_t vocabulary,
+                                   std::span<const RowSampling> rows) {
+    std::vector<RowSample> results(rows.size());
+    const auto count = static_cast<std::ptrdiff_t>(rows.size());
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+    for (std::ptrdiff_t r = 0; r < count; ++r) {
+        const RowSampling& row = rows[static_cast<std::size_t>(r)];
+        RowSample& result = results[static_cast<std::size_t>(r)];
+        const std::size_t limit = row.vocabulary_limit == 0 ? vocabulary : row.vocabulary_limit;
+        const std::span<const float> values =
+            logits.subspan(static_cast<std::size_t>(r) * vocabulary, limit);
+        result.finite =
+            std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
+        if (!result.finite || !row.sample) {
+            continue;
+        }
+        try {  // the rows were checked: only allocation can fail here
+            SamplingInput input = row.input;
+            input.logits = values;
+            result.token = sample_token(input, row.options);
+            if (row.log_probability || row.top_count != 0) {
+                result.log_probabilities =
+                    token_log_probabilities(values, result.token, row.top_count);
+            }
+        } catch (...) {  // std::bad_alloc: reported, never thrown out of the parallel region
+            result.failed = true;
+        }
+    }
+    return results;
+}
+
 }  // namespace riftco_transformer

@@ -492,6 +492,95 @@ static void reservations_are_the_pools_ledger(void) {
     rt_model_release(model);
 }
 
+static void steps_that_sample_on_the_library_side(void) {
+    rt_model* model = create_tiny_model();
+    /* The plain step's logits, from a twin pair of sessions, are the oracle. */
+    rt_decode_session* twins[2] = {session_of(model, RT_KV_CACHE_PAGED, 4),
+                                   session_of(model, RT_KV_CACHE_PAGED, 4)};
+    rt_decode_session* pair[2] = {session_of(model, RT_KV_CACHE_PAGED, 4),
+                                  session_of(model, RT_KV_CACHE_PAGED, 4)};
+    const uint32_t tokens[5] = {3, 1, 4, 1, 5};
+    const uint64_t counts[2] = {3, 2};
+    float logits[2 * V];
+    uint64_t required = 0;
+    EXPECT_OK(rt_decode_sessions_step(twins, 2, tokens, counts, 5, logits, 2 * V, &required));
+    rt_sampling_options sampled_options;
+    EXPECT_OK(rt_sampling_options_init(&sampled_options, sizeof sampled_options));
+    sampled_options.temperature = 0.9;
+    sampled_options.top_p = 0.8;
+    sampled_options.seed = 42;
+    rt_sampling_row rows[2];
+    memset(rows, 0, sizeof rows);
+    rows[0].struct_size = sizeof rows[0];
+    rows[0].sample = 1; /* greedy */
+    rows[0].log_probability = 1;
+    rows[0].top_count = 3;
+    rows[1].struct_size = sizeof rows[1];
+    rows[1].options = &sampled_options;
+    rows[1].draw_index = 7;
+    rows[1].sample = 1;
+    uint32_t ids[2] = {99, 99};
+    uint8_t sampled[2] = {9, 9};
+    double logprobs[2] = {0.0, 0.0};
+    uint32_t top_ids[2 * RT_MAX_TOP_LOGPROBS];
+    double top[2 * RT_MAX_TOP_LOGPROBS];
+    /* A refused row changes no session. */
+    rows[1].top_count = 21;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                                 logprobs, top_ids, top),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rows[1]: top_count 21");
+    rows[1].top_count = 0;
+    const uint8_t none[V] = {0};
+    rows[1].mask = none;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                                 logprobs, top_ids, top),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rows[1]: sample_token: the token mask allows no token");
+    rows[1].mask = NULL;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                                 NULL, top_ids, top),
+                  RT_STATUS_INVALID_ARGUMENT); /* row 0 asks for a log-probability */
+    uint64_t size = 9;
+    EXPECT_OK(rt_decode_session_size(pair[0], &size));
+    EXPECT_EQ_U64(size, 0);
+    EXPECT(ids[0] == 99 && sampled[0] == 9);
+    EXPECT_OK(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                             logprobs, top_ids, top));
+    EXPECT(sampled[0] == 1 && sampled[1] == 1);
+    uint32_t expected = 0;
+    EXPECT_OK(rt_sample_f32_row(logits, V, NULL, NULL, 0, 0, NULL, 0, &expected));
+    EXPECT_EQ_U64(ids[0], expected);
+    EXPECT_OK(rt_sample_f32_row(logits + V, V, &sampled_options, NULL, 0, 0, NULL, 7, &expected));
+    EXPECT_EQ_U64(ids[1], expected);
+    double logprob = 0.0;
+    uint32_t oracle_ids[3];
+    double oracle_top[3];
+    EXPECT_OK(rt_f32_row_log_probabilities(logits, V, ids[0], 3, &logprob, oracle_ids, oracle_top));
+    EXPECT(logprobs[0] == logprob);
+    EXPECT(top_ids[0] == oracle_ids[0] && top_ids[1] == oracle_ids[1] &&
+           top_ids[2] == oracle_ids[2] && top[2] == oracle_top[2]);
+    /* A feed-only row, and a vocabulary limit (a padded vocabulary). */
+    const uint32_t next[2] = {9, 2};
+    const uint64_t ones[2] = {1, 1};
+    rows[0].sample = 0;
+    rows[0].log_probability = 0;
+    rows[0].top_count = 0;
+    rows[1].vocabulary_limit = 4;
+    EXPECT_OK(rt_decode_sessions_step_sample(pair, 2, next, ones, 2, rows, ids, sampled, NULL, NULL,
+                                             NULL));
+    EXPECT(sampled[0] == 0 && sampled[1] == 1 && ids[1] < 4);
+    rows[1].vocabulary_limit = V + 1;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, next, ones, 2, rows, ids, sampled, NULL,
+                                                 NULL, NULL),
+                  RT_STATUS_INVALID_ARGUMENT);
+    for (int i = 0; i < 2; ++i) {
+        rt_decode_session_release(twins[i]);
+        rt_decode_session_release(pair[i]);
+    }
+    rt_model_release(model);
+}
+
 int main(void) {
     RUN_TEST(steps_equal_the_full_forward);
     RUN_TEST(argument_rules_change_nothing);
@@ -501,5 +590,6 @@ int main(void) {
     RUN_TEST(rows_argmax);
     RUN_TEST(sampling_rows);
     RUN_TEST(reservations_are_the_pools_ledger);
+    RUN_TEST(steps_that_sample_on_the_library_side);
     return finish_tests();
 }

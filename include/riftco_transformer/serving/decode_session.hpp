@@ -88,7 +88,7 @@ class DecodeSession {
     // exhausted", and a step past its reservation is std::length_error. std::invalid_argument:
     // a budget of 0 (plus the rules above); std::out_of_range: more pages than the pool holds;
     // std::runtime_error "... pool full ...": not available now.
-    DecodeSession(const IncrementalDecoder& model, std::shared_ptr<KeyValueCachePool> pool,
+    DecodeSession(const IncrementalDecoder& model, const std::shared_ptr<KeyValueCachePool>& pool,
                   std::size_t token_budget);
 
     // Logits [1,1,V] of `token` at position size(). std::out_of_range: an id >= V, or the

@@ -74,4 +74,35 @@ struct TokenLogProbabilities {
                                                             std::uint32_t token,
                                                             std::size_t top_count);
 
+// One row of a batched step's sampling (sample_rows): the row's inputs (logits are the row of
+// the batch, cut to `vocabulary_limit` ids when that is nonzero: a padded vocabulary) and what
+// it wants back.
+struct RowSampling {
+    SamplingInput input;  // input.logits is filled by sample_rows
+    SamplingOptions options;
+    std::size_t vocabulary_limit = 0;  // 0: every id of the row
+    bool sample = true;                // false: the row only fed tokens
+    bool log_probability = false;
+    std::size_t top_count = 0;
+};
+struct RowSample {
+    bool finite = true;   // false: the row's logits were not all finite (no id)
+    bool failed = false;  // true: sampling ran out of memory (no id)
+    std::uint32_t token = 0;
+    TokenLogProbabilities log_probabilities;
+};
+
+// Checks every row's inputs against rows of `vocabulary` logits, before anything runs (so a
+// batched step can refuse them before it changes a session): the rules of sample_token and
+// token_log_probabilities except finiteness, named with the row. std::invalid_argument.
+void require_row_samplings(std::span<const RowSampling> rows, std::size_t vocabulary);
+
+// Samples every row of `logits` ([rows.size(), vocabulary], host) that asks, in parallel over
+// rows (OpenMP). A row whose logits are not all finite gets finite = false, one whose sampling
+// ran out of memory failed = true; nothing throws. The rows must have passed
+// require_row_samplings.
+[[nodiscard]] std::vector<RowSample> sample_rows(std::span<const float> logits,
+                                                 std::size_t vocabulary,
+                                                 std::span<const RowSampling> rows);
+
 }  // namespace riftco_transformer
