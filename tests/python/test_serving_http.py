@@ -367,7 +367,10 @@ GOOD = {"prompt": "ab", "max_new_tokens": 2}
          {"messages": [{"role": "user", "content": "a", "tool_calls": []}]}, 400,
          "invalid_value"),
         ("POST", "/v1/chat/completions",
-         {"messages": [{"role": "user", "content": "a"}], "tools": []}, 400, "unknown_field"),
+         {"messages": [{"role": "user", "content": "a"}], "tools": []}, 400, "invalid_value"),
+        ("POST", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "a"}], "functions": []}, 400,
+         "unknown_field"),
     ],
 )
 def test_bad_requests_get_their_status_and_a_json_error(served, method, path, body, status,
@@ -379,7 +382,79 @@ def test_bad_requests_get_their_status_and_a_json_error(served, method, path, bo
     if status == 405:
         assert response.headers["allow"] in ("GET", "POST")
     if code == "unknown_field":
-        assert error["param"] in ("colour", "tools")
+        assert error["param"] in ("colour", "functions")
+
+
+CHAT = [{"role": "user", "content": "a"}]
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}}, "required": ["city"]}}}]
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "mention"),
+    [
+        ({"messages": CHAT, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "properties": {
+                "age": {"type": "integer", "minimum": 0}}}}}},
+         "response_format", "response_format.json_schema.schema.properties.age.minimum"),
+        ({"messages": CHAT, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "required": ["age"]}}}},
+         "response_format", "response_format.json_schema.schema.required"),
+        ({"messages": CHAT, "response_format": {"type": "xml"}}, "response_format",
+         "response_format.type"),
+        ({"messages": CHAT, "response_format": "json"}, "response_format", "'json'"),
+        ({"messages": CHAT, "response_format": {"type": "json_schema"}}, "response_format",
+         "response_format.json_schema"),
+        ({"messages": CHAT, "tools": WEATHER}, "tools", "no tool format"),
+        ({"messages": CHAT, "tools": [{"type": "function", "function": {"name": "a b"}}]},
+         "tools[0].function.name", "'a b'"),
+        ({"messages": CHAT, "tools": "get_weather"}, "tools", "'get_weather'"),
+        ({"messages": CHAT, "tools": WEATHER, "tool_choice": "sometimes"}, "tool_choice",
+         "'sometimes'"),
+        ({"messages": CHAT, "tools": WEATHER,
+          "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+         "tool_choice.function.name", "'get_time'"),
+        ({"messages": CHAT, "tool_choice": "required"}, "tool_choice", "needs tools"),
+        ({"messages": CHAT, "parallel_tool_calls": "yes"}, "parallel_tool_calls", "'yes'"),
+        ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+            {**CALL, "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}]},
+         "messages[0].tool_calls[0].function.arguments", "JSON text"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{**CALL, "type": "code"}]}]},
+         "messages[0].tool_calls[0].type", "'code'"),
+        ({"messages": [{"role": "assistant", "tool_calls": []}]}, "messages[0].tool_calls",
+         "nonempty list"),
+        ({"messages": [{"role": "assistant", "tool_calls": ["get_weather"]}]},
+         "messages[0].tool_calls[0]", "must be an object"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{**CALL, "index": 0}]}]},
+         "messages[0].tool_calls[0].index", "does not accept index"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{**CALL, "id": 7}]}]},
+         "messages[0].tool_calls[0].id", "must be a string"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{**CALL, "function": "f"}]}]},
+         "messages[0].tool_calls[0].function", "name and arguments"),
+        ({"messages": [{"role": "assistant", "tool_calls": [
+            {**CALL, "function": {"name": "", "arguments": "{}"}}]}]},
+         "messages[0].tool_calls[0].function.name", "nonempty string"),
+        ({"messages": [{"role": "user", "content": "a", "tool_calls": [CALL]}]},
+         "messages[0].tool_calls", "only an assistant message"),
+        ({"messages": [{"role": "robot", "content": "a"}]}, "messages[0].role", "'robot'"),
+        ({"messages": [{"role": "user", "content": "a", "tool_call_id": "call_1"}]},
+         "messages[0].tool_call_id", "user message"),
+        ({"messages": [{"role": "tool", "content": "21", "tool_call_id": 5}]},
+         "messages[0].tool_call_id", "5"),
+        ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content",
+         "content must be"),
+        ({"messages": [{"role": "tool", "content": "21", "tool_call_id": "call_1"}]},
+         "messages", "plain chat format"),  # the plain template renders no tool results
+    ],
+)
+def test_bad_tool_and_response_format_fields_name_their_param(served, body, param, mention):
+    error = assert_error(call(served, "POST", "/v1/chat/completions", body), 400,
+                         "invalid_value")
+    assert error["param"] == param
+    assert mention in error["message"], error
 
 
 def test_a_body_needs_a_positive_complete_length_within_the_limit(served):

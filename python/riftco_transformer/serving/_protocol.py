@@ -44,6 +44,36 @@ prompt one token per step, and needs the prompt to fit the context (a 400 naming
 otherwise). Streamed chunks carry the log-probabilities of their tokens, so a streamed
 answer lists what the answer would list whole.
 
+*Structured output* (chat): ``response_format`` ``{"type": "text"}`` (the default),
+``{"type": "json_object"}`` (any JSON object) or ``{"type": "json_schema", "json_schema":
+{"name", "schema", "strict"?, "description"?}}`` constrains decoding to JSON that validates
+against the schema (``serving.structured_output``: the supported subset; the mask is applied
+before sampling, incrementally, one matcher per choice; the answer ends with ``"stop"`` once
+the value is complete). A schema outside the subset is a 400 (param ``response_format``,
+code ``invalid_value``) whose message names the keyword's JSON path
+(``response_format.json_schema.schema.properties.age.minimum: ...``). Log-probabilities stay
+the model's raw ones, masked tokens included.
+
+*Tools* (chat, ``serving.tool_calls``): ``tools`` (OpenAI's function list),
+``tool_choice`` (``"none"``, ``"auto"``: the default with tools, ``"required"`` or
+``{"type": "function", "function": {"name"}}``) and ``parallel_tool_calls`` (a boolean,
+accepted; a constrained call is always one call). The tools are rendered by the chat
+template in its family's tool format (a template without one, e.g. the plain format, makes
+``tools`` a 400); ``"none"`` renders none. ``"required"`` or a named function constrains the
+answer to one call of the chosen function(s) whose arguments match its ``parameters`` schema
+(with ``response_format`` also constraining, a 400 naming ``tool_choice``). Unless the
+choice is ``"none"``, the finished answer is read for calls in the template's format (then
+the others): when there are any, the message is ``{"role": "assistant", "content": <the text
+left around them, or null>, "tool_calls": [{"id", "type": "function", "function": {"name",
+"arguments": <JSON text>}}]}`` with ``finish_reason`` ``"tool_calls"``; an answer with a
+malformed call stays plain content. Streamed with tools active, each choice's answer is held
+back until it ends, then sent as its role chunk, one content delta (when there is content),
+one ``tool_calls`` delta (each call with its ``index``) and the finish chunk, so that a
+streamed answer says what the whole one says. Messages may be ``tool`` results (with
+``tool_call_id``) and assistant turns with ``tool_calls`` (``content`` null or absent).
+Errors in these fields name the field (``tools[0].function.parameters.properties.x.type``,
+``tool_choice.function.name``, ``messages[2].tool_calls[0].function.arguments``).
+
 Any other field is a 400, as is a value of the wrong JSON type or outside its domain.
 """
 
@@ -69,8 +99,19 @@ from .generation import (
     TokenLogprob,
     choice_seed,
 )
+from .structured_output import Grammar, SchemaError, response_format_grammar
+from .tool_calls import (
+    ToolError,
+    ToolSpec,
+    parse_tool_calls,
+    parse_tool_choice,
+    parse_tools,
+    template_tools,
+    tool_call_grammar,
+)
 
-OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop"}
+OPENAI_FINISH_REASONS = {"length": "length", "stop": "stop", "end_token": "stop",
+                         "tool_calls": "tool_calls"}
 MAXIMUM_STOP_SEQUENCES = 16
 MAXIMUM_COMPLETION_LOGPROBS = 5  # OpenAI's bound on /v1/completions' logprobs
 
@@ -117,6 +158,16 @@ class ApiRequest:
     prompt_ids: tuple[int, ...] | None = None
     n: int = 1  # choices
     echo: bool = False  # completions: the prompt before each choice's text
+    # Chat with tools: the functions offered, tool_choice ("none", "auto", "required" or
+    # "function:NAME") and the chat template's tool format (how calls are read back).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "none"
+    tool_format: str | None = None
+
+    @property
+    def reads_tool_calls(self) -> bool:
+        """Whether answers are read for tool calls (tools offered, tool_choice not none)."""
+        return bool(self.tools) and self.tool_choice != "none"
 
     def choice_configs(self) -> list[GenerationConfig]:
         """One config per choice: choice ``i`` samples with ``choice_seed(seed, i)``."""
@@ -294,7 +345,8 @@ _OPENAI_SAMPLING_FIELDS = frozenset({"model", "max_tokens", "temperature", "top_
 _COMPLETION_FIELDS = _OPENAI_SAMPLING_FIELDS | {"prompt", "echo", "logprobs", "best_of",
                                                 "suffix"}
 _CHAT_FIELDS = _OPENAI_SAMPLING_FIELDS | {"messages", "max_completion_tokens", "logprobs",
-                                          "top_logprobs", "response_format"}
+                                          "top_logprobs", "response_format", "tools",
+                                          "tool_choice", "parallel_tool_calls"}
 _NEUTRAL_SAMPLING = {"logit_bias": (None, {})}
 
 
@@ -436,58 +488,161 @@ def _message_content(message: Mapping, index: int) -> str:
                "content must be a string or a list of text parts")
 
 
+def _message_tool_calls(value: object, where: str) -> list[dict]:
+    """An assistant message's ``tool_calls``: a nonempty list of ``{"id", "type":
+    "function", "function": {"name", "arguments"}}`` (``arguments`` the call's JSON text)."""
+    if not isinstance(value, list) or not value:
+        raise _bad(where, f"{where} must be a nonempty list of tool calls, got "
+                          f"{describe_value(value)}")
+    calls = []
+    for index, call in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(call, dict):
+            raise _bad(at, f"{at} must be an object, got {describe_value(call)}")
+        unknown = sorted(set(call) - {"id", "type", "function"})
+        if unknown:
+            raise _bad(f"{at}.{unknown[0]}", f"{at} does not accept {', '.join(unknown)}")
+        if call.get("type", "function") != "function":
+            raise _bad(f"{at}.type", f"{at}.type must be 'function', got "
+                                     f"{describe_value(call.get('type'))}")
+        identifier = call.get("id", "")
+        if not isinstance(identifier, str):
+            raise _bad(f"{at}.id", f"{at}.id must be a string, got {describe_value(identifier)}")
+        function = call.get("function")
+        if not isinstance(function, dict) or set(function) - {"name", "arguments"}:
+            raise _bad(f"{at}.function", f"{at}.function must be an object with name and "
+                                         f"arguments, got {describe_value(function)}")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"{at}.function.name", f"{at}.function.name must be a nonempty string, "
+                                              f"got {describe_value(name)}")
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str):
+            raise _bad(f"{at}.function.arguments", f"{at}.function.arguments must be a string "
+                                                   f"(the arguments as JSON text), got "
+                                                   f"{describe_value(arguments)}")
+        calls.append({"id": identifier, "type": "function",
+                      "function": {"name": name, "arguments": arguments}})
+    return calls
+
+
 def parse_chat_messages(messages) -> list[dict]:
-    """OpenAI chat messages as ``[{role, content}]`` (``developer`` counts as ``system``)."""
+    """OpenAI chat messages as ``[{role, content}]`` (``developer`` counts as ``system``),
+    with an assistant's ``tool_calls`` (its ``content`` may then be null or absent) and a
+    tool result's ``tool_call_id``."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "messages must be a nonempty list of message objects")
     parsed = []
     for index, message in enumerate(messages):
+        where = f"messages[{index}]"
         if not isinstance(message, dict):
-            raise _bad(f"messages[{index}]", "each message must be an object")
-        unknown = sorted(set(message) - {"role", "content", "name"})
+            raise _bad(where, "each message must be an object")
+        unknown = sorted(set(message) - {"role", "content", "name", "tool_calls",
+                                         "tool_call_id"})
         if unknown:
-            raise _bad(f"messages[{index}]", f"messages[{index}] does not accept "
-                                             f"{', '.join(unknown)}")
+            raise _bad(where, f"{where} does not accept {', '.join(unknown)}")
         role = message.get("role")
         if role == "developer":
             role = "system"
-        if role not in ("system", "user", "assistant"):
-            raise _bad(f"messages[{index}].role", f"role must be system, developer, user or "
-                                                  f"assistant, got {describe_value(role)}")
-        parsed.append({"role": role, "content": _message_content(message, index)})
+        if role not in ("system", "user", "assistant", "tool"):
+            raise _bad(f"{where}.role", f"role must be system, developer, user, assistant or "
+                                        f"tool, got {describe_value(role)}")
+        entry: dict = {"role": role}
+        if "tool_calls" in message:
+            if role != "assistant":
+                raise _bad(f"{where}.tool_calls", f"only an assistant message has tool_calls, "
+                                                  f"not a {role} message")
+            entry["tool_calls"] = _message_tool_calls(message["tool_calls"],
+                                                      f"{where}.tool_calls")
+        if "tool_call_id" in message:
+            identifier = message["tool_call_id"]
+            if role != "tool":
+                raise _bad(f"{where}.tool_call_id", f"only a tool message has a tool_call_id, "
+                                                    f"not a {role} message")
+            if not isinstance(identifier, str):
+                raise _bad(f"{where}.tool_call_id", f"{where}.tool_call_id must be a string, "
+                                                    f"got {describe_value(identifier)}")
+            entry["tool_call_id"] = identifier
+        if "tool_calls" in entry and message.get("content") is None:
+            entry["content"] = ""
+        else:
+            entry["content"] = _message_content(message, index)
+        parsed.append(entry)
     return parsed
+
+
+def _response_format(body: Mapping) -> Grammar | None:
+    """``response_format``'s grammar (None: plain text); a 400 naming the JSON path of what
+    cannot be compiled."""
+    try:
+        return response_format_grammar(body.get("response_format"))
+    except SchemaError as error:
+        raise _bad("response_format", str(error)) from None
+
+
+def _tools(body: Mapping, service) -> tuple[tuple[ToolSpec, ...], str, str | None]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls``: the tools offered, the choice
+    (``"none"``, ``"auto"``, ``"required"`` or ``"function:NAME"``) and the chat template's
+    tool format (None when no tools are offered)."""
+    _boolean(body, "parallel_tool_calls", True)
+    try:
+        specs = parse_tools(body["tools"]) if body.get("tools") is not None else ()
+        choice = parse_tool_choice(body.get("tool_choice"), specs)
+    except ToolError as error:
+        raise _bad(error.param, str(error)) from None
+    if not specs:
+        return (), choice, None
+    tool_format = getattr(service.chat_template, "tool_format", None)
+    if tool_format is None:
+        raise _bad("tools", f"this server's chat template ({type(service.chat_template).__name__}) "
+                            f"has no tool format, so it cannot offer tools to the model")
+    return specs, choice, tool_format
 
 
 def parse_chat(body: Mapping, service) -> ApiRequest:
     _reject_unknown(body, _CHAT_FIELDS, "/v1/chat/completions")
     _check_model(body, service)
-    _neutral_only(body, {**_NEUTRAL_SAMPLING, "response_format": (None, {"type": "text"})})
+    _neutral_only(body, _NEUTRAL_SAMPLING)
     count = _choice_count(body, service)
     logprobs = _chat_logprobs(body)
     messages = parse_chat_messages(body.get("messages"))
     stream = _boolean(body, "stream", False)
     include_usage = _stream_options(body, stream)
     _string(body, "user", required=False)
+    grammar = _response_format(body)
+    specs, choice, tool_format = _tools(body, service)
+    if choice == "required" or choice.startswith("function:"):
+        if grammar is not None:
+            raise _bad("tool_choice", f"tool_choice {describe_value(body.get('tool_choice'))} "
+                                      f"constrains the answer to a tool call, and "
+                                      f"response_format to its JSON: both cannot hold; drop "
+                                      f"one of them")
+        try:
+            grammar = tool_call_grammar(specs, choice, tool_format)
+        except ToolError as error:
+            raise _bad(error.param, str(error)) from None
     requested = _integer(body, "max_completion_tokens", None)
     if requested is None:
         requested = _integer(body, "max_tokens", None)
-    prompt = _chat_prompt(service, messages)
+    prompt = _chat_prompt(service, messages, template_tools(specs, choice))
     prompt_ids = prompt if isinstance(prompt, tuple) else _encode(service, prompt, "messages")
     max_tokens = _max_tokens(service, requested, len(prompt_ids), "messages")
     config = service.chat_config(_openai_config(body, service, max_tokens)).replace(
-        logprobs=logprobs)
-    return ApiRequest("chat", prompt, config, stream, include_usage, prompt_ids, count)
+        logprobs=logprobs, grammar=grammar)
+    return ApiRequest("chat", prompt, config, stream, include_usage, prompt_ids, count,
+                      tools=specs, tool_choice=choice, tool_format=tool_format)
 
 
-def _chat_prompt(service, messages: list[dict]) -> str | tuple[int, ...]:
+def _chat_prompt(service, messages: list[dict], tools: list[dict] | None = None
+                 ) -> str | tuple[int, ...]:
     """A chat request's prompt in the service's chat template, through
-    :func:`~.chat.chat_prompt`: token ids in which a message's content is always plain text
-    (or the rendered text, for a tokenizer without control tokens). What the template or the
-    tokenizer refuses is a 400 naming ``messages``; a ChatTemplateError (the template's
-    ``raise_exception``, a limit of its rendering, an error of its code) has the code
-    ``chat_template_error``."""
+    :func:`~.chat.chat_prompt`: token ids in which a message's content (and every string of
+    the tools and tool calls) is always plain text (or the rendered text, for a tokenizer
+    without control tokens). What the template or the tokenizer refuses is a 400 naming
+    ``messages``; a ChatTemplateError (the template's ``raise_exception``, a limit of its
+    rendering, an error of its code) has the code ``chat_template_error``."""
     try:
-        prompt = chat_prompt(service.chat_template, service.tokenizer, messages)
+        prompt = chat_prompt(service.chat_template, service.tokenizer, messages, tools=tools)
     except ChatTemplateError as error:
         raise ApiError(400, str(error), param="messages", code="chat_template_error") from None
     except RiftcoTransformerError as error:
@@ -584,6 +739,8 @@ class OpenAIStream:
         self._logprobs = request.config.logprobs is not None
         self._echo_pending: set[int] = set(range(request.n)) if request.echo else set()
         self._builders: dict[int, _CompletionLogprobs] = {}
+        # Streamed chat with tools: each choice's answer is held back until it ends.
+        self._holds_answers = self.chat and request.reads_tool_calls
 
     def _envelope(self, object_name: str, choices: list, **extra) -> dict:
         return {"id": self.id, "object": object_name, "created": self.created,
@@ -613,6 +770,19 @@ class OpenAIStream:
         ids = self._request.prompt_ids
         return list(zip(ids, scores or (None,) * len(ids), strict=True))
 
+    # ---- tool calls -------------------------------------------------------------------------
+
+    def _answer(self, result: GenerationResult) -> tuple[str | None, tuple[dict, ...], str]:
+        """A chat choice's ``content``, ``tool_calls`` and OpenAI ``finish_reason``: the calls
+        read out of the answer when tools are active and it has any (``"tool_calls"``)."""
+        request = self._request
+        if request.reads_tool_calls:
+            parsed = parse_tool_calls(result.generated_text, request.tools,
+                                      request.tool_format or "hermes")
+            if parsed.tool_calls:
+                return parsed.content, parsed.tool_calls, "tool_calls"
+        return result.generated_text, (), OPENAI_FINISH_REASONS[result.finish_reason]
+
     # ---- whole answers ----------------------------------------------------------------------
 
     def response(self, results: list[GenerationResult] | GenerationResult) -> dict:
@@ -624,9 +794,12 @@ class OpenAIStream:
             if self.chat:
                 logprobs = (self._chat_logprobs(_shown_logprobs(result)) if self._logprobs
                             else None)
-                choices.append({"index": index, "message": {"role": "assistant",
-                                                            "content": result.generated_text},
-                                "logprobs": logprobs, "finish_reason": finish})
+                content, calls, finish = self._answer(result)
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = list(calls)
+                choices.append({"index": index, "message": message, "logprobs": logprobs,
+                                "finish_reason": finish})
                 continue
             text, logprobs = result.generated_text, None
             if self._request.echo:
@@ -643,9 +816,11 @@ class OpenAIStream:
     # ---- streamed answers -------------------------------------------------------------------
 
     def chunk(self, text: str | None, finish_reason: str | None = None, *,
-              role: bool = False, index: int = 0, logprobs: dict | None = None) -> dict:
+              role: bool = False, index: int = 0, logprobs: dict | None = None,
+              tool_calls: tuple[dict, ...] = ()) -> dict:
         """One streamed chunk of choice ``index``: a text delta (with its tokens'
-        ``logprobs`` object), the opening role (chat), or the finish."""
+        ``logprobs`` object), the opening role (chat), the tool calls (chat: each with its
+        ``index``), or the finish."""
         finish = None if finish_reason is None else OPENAI_FINISH_REASONS[finish_reason]
         if self.chat:
             delta = {}
@@ -653,6 +828,9 @@ class OpenAIStream:
                 delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
+            if tool_calls:
+                delta["tool_calls"] = [{"index": position, **call}
+                                       for position, call in enumerate(tool_calls)]
             choice = {"index": index, "delta": delta, "logprobs": logprobs,
                       "finish_reason": finish}
             return self._envelope("chat.completion.chunk", [choice])
@@ -661,8 +839,9 @@ class OpenAIStream:
         return self._envelope("text_completion", [choice])
 
     def opening_chunks(self) -> list[dict]:
-        """What a streamed answer starts with: each chat choice's role."""
-        if not self.chat:
+        """What a streamed answer starts with: each chat choice's role (when answers are
+        held back, each choice's role comes with its answer)."""
+        if not self.chat or self._holds_answers:
             return []
         return [self.chunk("", role=True, index=index) for index in range(self._request.n)]
 
@@ -676,7 +855,9 @@ class OpenAIStream:
 
     def event_chunks(self, index: int, event: TokenEvent) -> list[dict]:
         """The chunks of choice ``index``'s token event (none when it releases no text and
-        carries no log-probability to list)."""
+        carries no log-probability to list, or while answers are held back)."""
+        if self._holds_answers:
+            return []
         chunks = self._echo_chunks(index, event.prompt_logprobs)
         shown = self._logprobs and event.logprob is not None and (
             event.finish_reason != "end_token")
@@ -691,9 +872,28 @@ class OpenAIStream:
         return chunks
 
     def finish_chunks(self, index: int, result: GenerationResult) -> list[dict]:
-        """Choice ``index``'s last chunks (its echo first, when no event brought it)."""
+        """Choice ``index``'s last chunks (its echo first, when no event brought it); a held
+        back answer whole: its role, its content (when any), its tool calls (when any), then
+        the finish, the log-probabilities with the first delta after the role."""
+        if self._holds_answers:
+            return self._held_answer_chunks(index, result)
         return [*self._echo_chunks(index, result.prompt_logprobs),
                 self.chunk(None, result.finish_reason, index=index)]
+
+    def _held_answer_chunks(self, index: int, result: GenerationResult) -> list[dict]:
+        content, calls, finish = self._answer(result)
+        logprobs = self._chat_logprobs(_shown_logprobs(result)) if self._logprobs else None
+        chunks = [self.chunk("", role=True, index=index)]
+        if content:
+            chunks.append(self.chunk(content, index=index, logprobs=logprobs))
+            logprobs = None
+        if calls:
+            chunks.append(self.chunk(None, index=index, logprobs=logprobs, tool_calls=calls))
+            logprobs = None
+        if logprobs is not None and logprobs["content"]:
+            chunks[0]["choices"][0]["logprobs"] = logprobs
+        chunks.append(self.chunk(None, finish, index=index))  # an OpenAI reason maps to itself
+        return chunks
 
     def usage_chunk(self, results: list[GenerationResult] | GenerationResult) -> dict:
         if isinstance(results, GenerationResult):

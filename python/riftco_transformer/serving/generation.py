@@ -22,12 +22,24 @@ alternatives. They are computed from the logits row the sampler reads, at the mo
 sampling, and only when asked. ``prompt_logprobs`` scores the prompt too: the prompt is then
 fed one token per step, so that the logits of every prompt position are in hand (it costs a
 step per prompt token instead of one prefill), and the first prompt token has none.
+
+*Constrained decoding* (``GenerationConfig.grammar``, a
+:class:`~.structured_output.Grammar`: OpenAI's ``response_format`` and required tool calls):
+each generation follows the grammar with its own :class:`~.structured_output.Matcher`
+(:class:`GrammarVocabulary` makes them, indexing the tokenizer's vocabulary once). Before each
+sample, the matcher's mask rules out every token the grammar cannot take (the sampler's
+``mask=``; a sampler without one samples from :func:`~.sampling.apply_mask`'s row), then the
+sampled token advances the matcher; an end token is allowed only where the text is a complete
+match. Once the text is complete and nothing can follow, generation ends with ``"stop"``
+without sampling an end token. Log-probabilities stay those of the model's raw distribution
+(the unmasked row): a masked token may well be listed among the alternatives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import math
 import numbers
 import threading
@@ -42,6 +54,7 @@ from .sampling import (
     Greedy,
     Sampler,
     TemperatureSampler,
+    apply_mask,
     require_min_p,
     require_occurrence_penalty,
     require_repetition_penalty,
@@ -49,6 +62,7 @@ from .sampling import (
     require_top_k,
     require_top_p,
 )
+from .structured_output import Grammar, Matcher, TokenVocabulary
 
 FINISH_REASONS = ("length", "stop", "end_token")
 MAXIMUM_TOP_LOGPROBS = 20  # the most alternatives a token's log-probability lists (OpenAI's)
@@ -83,6 +97,10 @@ class GenerationConfig:
     token's log-probability with that many most likely alternatives (see the module
     docstring); ``prompt_logprobs`` (which needs ``logprobs``) scores the prompt's tokens
     too, and needs the prompt to fit the context (checked by the generator).
+
+    ``grammar`` (None: none) constrains the generated text to a
+    :class:`~.structured_output.Grammar` (see the module docstring); generators build each
+    request's matcher from it.
     """
 
     max_new_tokens: int = 32
@@ -99,6 +117,7 @@ class GenerationConfig:
     end_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
     prompt_logprobs: bool = False
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         set_field = _field_setter(self)
@@ -146,6 +165,9 @@ class GenerationConfig:
         if self.prompt_logprobs and self.logprobs is None:
             raise ValueError("prompt_logprobs needs logprobs (the count of alternatives, 0 "
                              "or more)")
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise TypeError(f"grammar must be a Grammar (serving.structured_output) or None, "
+                            f"not {type(self.grammar).__name__}")
 
     @property
     def ending_ids(self) -> frozenset[int]:
@@ -283,6 +305,48 @@ def require_matching_vocabulary(tokenizer, engine) -> int:
     return size
 
 
+class GrammarVocabulary:
+    """A tokenizer's :class:`~.structured_output.TokenVocabulary` for constrained decoding,
+    indexed on first use (about 0.5 s at V = 49,152) and kept, with one vocabulary object per
+    set of end ids (so that a grammar's cached masks serve every request alike).
+    :meth:`matcher` gives each generation of a config with a grammar its own matcher."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+        self._vocabularies: dict[tuple[int, ...], TokenVocabulary] = {}
+        self._index: TokenVocabulary | None = None
+
+    def vocabulary(self, end_ids=()) -> TokenVocabulary:
+        """The vocabulary whose ``end_ids`` are those of ``end_ids`` below its size."""
+        with self._lock:
+            if self._index is None:
+                self._index = TokenVocabulary.from_tokenizer(self._tokenizer)
+            size = self._index.size
+            ends = tuple(sorted({token for token in end_ids if token < size}))
+            vocabulary = self._vocabularies.get(ends)
+            if vocabulary is None:
+                vocabulary = self._vocabularies[ends] = self._index.with_end_ids(ends)
+            return vocabulary
+
+    def matcher(self, config: GenerationConfig) -> Matcher | None:
+        """A fresh matcher of ``config.grammar`` whose end ids are the config's ending ids
+        (None for a config without a grammar)."""
+        if config.grammar is None:
+            return None
+        return Matcher(config.grammar, self.vocabulary(config.ending_ids))
+
+
+def _takes_keyword(function, name: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``name``."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(parameter.kind is inspect.Parameter.VAR_KEYWORD
+                                     for parameter in parameters.values())
+
+
 class GenerationProgress:
     """One request's way through the exact generator sequence (see the module docstring).
 
@@ -294,6 +358,10 @@ class GenerationProgress:
     says whether the feed is complete, then ``advance(logits)`` if it is; with
     ``prompt_logprobs`` it also scores each prompt position: ``next_chunk`` then hands out one
     prompt token at a time.)
+
+    A config with a ``grammar`` needs ``matcher``, a fresh
+    :class:`~.structured_output.Matcher` of that grammar (:meth:`GrammarVocabulary.matcher`),
+    which the progress then owns.
     """
 
     def __init__(
@@ -305,9 +373,22 @@ class GenerationProgress:
         maximum_context: int,
         vocabulary_size: int,
         token_bytes: TokenBytes,
+        matcher: Matcher | None = None,
     ) -> None:
         if not isinstance(config, GenerationConfig):
             raise TypeError(f"config must be a GenerationConfig, not {type(config).__name__}")
+        if config.grammar is None and matcher is not None:
+            raise ValueError("a matcher needs a config with a grammar")
+        if config.grammar is not None:
+            if not isinstance(matcher, Matcher) or matcher.grammar is not config.grammar:
+                raise ValueError("a config with a grammar needs a fresh Matcher of that grammar "
+                                 "(GrammarVocabulary.matcher(config))")
+            if matcher.text or matcher.ended:
+                raise ValueError("the matcher has already been advanced; each generation "
+                                 "needs a fresh one")
+            if matcher.vocabulary.size != vocabulary_size:
+                raise ValueError(f"the matcher's vocabulary has {matcher.vocabulary.size} "
+                                 f"tokens, but sampling draws from {vocabulary_size}")
         if not prompt_ids:
             raise ValueError("the prompt must encode to at least one token")
         for index, token in enumerate(prompt_ids):
@@ -331,6 +412,8 @@ class GenerationProgress:
         self.prompt_ids = tuple(prompt_ids)
         self.config = config
         self._sampler = sampler
+        self._matcher = matcher
+        self._sampler_takes_mask = matcher is not None and _takes_keyword(sampler.sample, "mask")
         self._maximum_context = maximum_context
         self._vocabulary_size = vocabulary_size
         self._token_bytes = token_bytes
@@ -436,11 +519,19 @@ class GenerationProgress:
         if len(logits) > self._vocabulary_size:  # a padded vocabulary: never its padding
             logits = logits[: self._vocabulary_size]
         context = self.prompt_ids + tuple(self.generated_ids)
+        options = {}
         if self.config.presence_penalty or self.config.frequency_penalty:
             # only this module's samplers take it (the config's own sampler is one of them)
-            token = self._sampler.sample(logits, context, prompt_length=len(self.prompt_ids))
-        else:
-            token = self._sampler.sample(logits, context)
+            options["prompt_length"] = len(self.prompt_ids)
+        row = logits  # ``logits`` stays the raw row: log-probabilities come from it
+        matcher = self._matcher
+        if matcher is not None:
+            mask = matcher.allowed_tokens()
+            if self._sampler_takes_mask:
+                options["mask"] = mask
+            else:
+                row = apply_mask(logits, mask)
+        token = self._sampler.sample(row, context, **options)
         if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not (
             0 <= token < self._vocabulary_size
         ):
@@ -451,6 +542,8 @@ class GenerationProgress:
         if self._logprobs is not None:  # the raw row, which the samplers never modify
             scored = self._score(logits, token)
             self._logprobs.append(scored)
+        if matcher is not None:
+            matcher.advance(token)  # a ValueError for a token the mask did not allow
         self.generated_ids.append(token)
         if token in self._ending_ids:
             released = self._text.finish()
@@ -458,6 +551,9 @@ class GenerationProgress:
         else:
             released = self._text.push(self._token_bytes(token))
             if self._text.stopped:
+                self.finish_reason = "stop"
+            elif matcher is not None and matcher.is_complete():
+                released += self._text.finish()  # the grammar's text is whole: nothing follows
                 self.finish_reason = "stop"
             elif len(self.generated_ids) == self.config.max_new_tokens:
                 released += self._text.finish()
@@ -572,6 +668,7 @@ class TextGenerator:
         self._sampled_vocabulary = require_matching_vocabulary(tokenizer, self._engine)
         self._tokenizer = tokenizer
         self._token_bytes = TokenBytes(tokenizer)
+        self._grammar_vocabulary = GrammarVocabulary(tokenizer)
         self._sampler = sampler
         self._lock = threading.Lock()
 
@@ -622,6 +719,7 @@ class TextGenerator:
             maximum_context=self._engine.maximum_context,
             vocabulary_size=self._sampled_vocabulary,
             token_bytes=self._token_bytes,
+            matcher=self._grammar_vocabulary.matcher(resolved),
         )
         return GenerationStream(self._events(progress))
 

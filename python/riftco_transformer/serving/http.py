@@ -15,7 +15,9 @@ Routes (anything else is 404; a known path with another method is 405 with ``All
 
 With ``"stream": true`` the generation routes answer with server-sent events: OpenAI's
 chunk objects ending with ``data: [DONE]`` for the OpenAI routes (each carries its choice's
-``index``; the choices of ``n > 1`` interleave as they are generated); for ``/v1/generate``,
+``index``; the choices of ``n > 1`` interleave as they are generated; a chat answer with
+``tools`` is held back until its choice ends, then sent as that choice's role, content, tool
+calls and finish chunks: ``serving._protocol``); for ``/v1/generate``,
 ``event: token`` per token (``{index, token_id, text, finish_reason}``) and a final
 ``event: result`` carrying the non-streamed response body (``event: error`` on failure).
 

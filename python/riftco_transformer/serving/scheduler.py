@@ -14,7 +14,9 @@ Requests are submitted from any thread (:meth:`Scheduler.submit` returns a
    asks the engine to adopt cached KV pages of its prompt's prefix
    (``Engine.reuse_prefix``: prefix caching) and feeds only the rest;
 4. run it as one ``engine.step``; requests whose feed completed sample their next token
-   (each with its own sampler) and receive its event; finished requests leave.
+   (each with its own sampler, and its own grammar matcher when its config constrains the
+   text: built at submit, over the tokenizer's vocabulary indexed once per scheduler) and
+   receive its event; finished requests leave.
 
 Requests join and leave between steps. Admission reserves a request's worst-case pages up
 front (see ``serving.engine``), so a running request never runs out; a request that could
@@ -60,6 +62,7 @@ from .generation import (
     GenerationConfig,
     GenerationProgress,
     GenerationResult,
+    GrammarVocabulary,
     TokenEvent,
     require_matching_vocabulary,
 )
@@ -222,6 +225,8 @@ class Scheduler:
         self._sampled_vocabulary = require_matching_vocabulary(tokenizer, engine)
         self._engine = engine
         self._token_bytes = TokenBytes(tokenizer)
+        # Constrained decoding: the vocabulary indexed once, a matcher per request (choice).
+        self._grammar_vocabulary = GrammarVocabulary(tokenizer)
         self._close_engine = close_engine
         self._condition = threading.Condition()
         self._waiting: deque[_Request] = deque()
@@ -315,6 +320,7 @@ class Scheduler:
             maximum_context=self._engine.maximum_context,
             vocabulary_size=self._sampled_vocabulary,
             token_bytes=self._token_bytes,
+            matcher=self._grammar_vocabulary.matcher(config),
         )
         handle = RequestHandle(f"request-{next(self._ids)}", progress.prompt_ids, self._cancel)
         return _Request(handle, progress, on_event)
