@@ -374,6 +374,30 @@ TEST(Lora, LifecycleRejectionsChangeNothing) {
     untouched();
 }
 
+TEST(Lora, ATiedHeadIsRefusedAsATargetUntilUntied) {
+    std::mt19937 generator(5);
+    DecoderOnlyTransformer model(testing::reference_tiny(), generator, 1e-5F,
+                                 AttentionKind::Materialized, ActivationCheckpointing::Disabled,
+                                 {.tie_embeddings = true});
+    ASSERT_TRUE(model.embeddings_tied());
+    const LoraTargetMask with_head =
+        lora_default_targets | lora_target_bit(LoraTarget::LanguageModelHead);
+    const std::string message = testing::message_of<std::invalid_argument>(
+        [&] { model.attach_lora({.targets = with_head}); });
+    EXPECT_NE(message.find("head is tied to the token embedding; call untie_embeddings() first"),
+              std::string::npos)
+        << message;
+    EXPECT_FALSE(model.lora_attached());
+    EXPECT_EQ(model.structure_version(), 0U);
+    model.untie_embeddings();
+    model.attach_lora({.targets = with_head});
+    bool head_adapted = false;
+    for (const NamedParameter& named : model.lora_parameters()) {
+        head_adapted = head_adapted || named.name.starts_with("language_model_head.");
+    }
+    EXPECT_TRUE(head_adapted);
+}
+
 TEST(Lora, AFailedAttachRollsBackEveryAdapterAttachedSoFar) {
     std::mt19937 generator(5);
     DecoderOnlyTransformer model(testing::reference_tiny(), generator);

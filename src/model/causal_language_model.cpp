@@ -181,6 +181,15 @@ void CausalLanguageModel::set_activation_checkpointing(ActivationCheckpointing c
 }
 
 void CausalLanguageModel::attach_lora(const LoraConfig& config) {
+    // A tied head is the embedding table: an adapter on it would silently not exist.
+    if ((config.targets & lora_target_bit(LoraTarget::LanguageModelHead)) != 0 &&
+        embeddings_tied()) {
+        throw std::invalid_argument(
+            "attach_lora: the targets name language_model_head, but this " +
+            std::string(model_name()) +
+            "'s head is tied to the token embedding; call untie_embeddings() first, or leave "
+            "the head out of the targets");
+    }
     adaptation_.attach_lora(*this, projections_, config);
 }
 
