@@ -155,3 +155,30 @@ def test_decode_rows_sample_in_the_library(monkeypatch):
 
     monkeypatch.setattr(sampler, "sample_reference", refuse)
     assert sampler.sample(row) in (1, 2, 3)
+
+
+def test_a_batched_step_samples_rows_like_the_row_sampler(model):
+    from riftco_transformer import decode_batch
+    from riftco_transformer.native.sampling import RowSamplingPlan, decode_batch_sample
+
+    prompts = [[3, 1, 4], [1, 5]]
+    twins = [model.decode_session(), model.decode_session()]
+    rows = decode_batch(twins, prompts)
+    options = sampling_options(0.9, top_p=0.8, seed=42)
+    plans = [RowSamplingPlan(log_probability=True, top_count=3),
+             RowSamplingPlan(options, context_ids=[3, 3], draw_index=7, vocabulary_limit=20)]
+    sessions = [model.decode_session(), model.decode_session()]
+    with pytest.raises(RiftcoTransformerError, match=r"rows\[1\].*top_k 25 exceeds"):
+        decode_batch_sample(sessions, prompts, [
+            plans[0], RowSamplingPlan(sampling_options(1.0, top_k=25), vocabulary_limit=20)])
+    assert [session.size for session in sessions] == [0, 0]  # refused before the step
+    first, second = decode_batch_sample(sessions, prompts, plans)
+    assert first.status == second.status == "sampled"
+    assert first.token == sample_f32_row(rows[0], sampling_options(0.0))
+    value, top = row_log_probabilities(rows[0], first.token, 3)
+    assert first.log_probability == value and first.top == top
+    assert second.token == sample_f32_row(array("f", rows[1][:20]), options, [3, 3], 0, None, 7)
+    assert second.log_probability is None and second.top == ()
+    fed, sampled = decode_batch_sample(sessions, [[9], [2]], [None, plans[0]])
+    assert fed.status == "fed" and sampled.status == "sampled"
+    assert [session.size for session in sessions] == [4, 3]

@@ -292,6 +292,26 @@ class SamplingOptionsStruct(Structure):
     ]
 
 
+class SamplingRowStruct(Structure):
+    _fields_ = [
+        ("struct_size", c_uint64),
+        ("options", POINTER(SamplingOptionsStruct)),
+        ("context", POINTER(c_uint32)),
+        ("context_count", c_uint64),
+        ("prompt_length", c_uint64),
+        ("mask", POINTER(c_uint8)),
+        ("draw_index", c_uint64),
+        ("vocabulary_limit", c_uint64),
+        ("sample", c_uint32),
+        ("log_probability", c_uint32),
+        ("top_count", c_uint32),
+        ("reserved", c_uint32),
+    ]
+
+
+MAX_TOP_LOGPROBS = 20  # RT_MAX_TOP_LOGPROBS
+
+
 class LoraConfigStruct(Structure):
     _fields_ = [
         ("struct_size", c_uint64),
@@ -635,6 +655,22 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             POINTER(c_uint8),
             c_uint64,
             POINTER(c_uint32),
+        ],
+    ),
+    "rt_decode_sessions_step_sample": (
+        rt_status,
+        [
+            POINTER(c_void_p),
+            c_uint64,
+            POINTER(c_uint32),
+            POINTER(c_uint64),
+            c_uint64,
+            POINTER(SamplingRowStruct),
+            POINTER(c_uint32),
+            POINTER(c_uint8),
+            POINTER(c_double),
+            POINTER(c_uint32),
+            POINTER(c_double),
         ],
     ),
     "rt_f32_row_log_probabilities": (

@@ -337,28 +337,14 @@ def kv_cache_pool_options(
     return options
 
 
-def decode_batch(
-    sessions: Sequence[DecodeSession], tokens: Sequence[Sequence[int]]
-) -> list[array]:
-    """Advance ``sessions[i]`` by ``tokens[i]`` (one id = a decode step, several = a prefill
-    chunk) in ONE native pass over the model; the logits of each session's last new position,
-    one :class:`LogitsRow` (an ``array('f')`` of V floats with ``argmax`` and ``all_finite``)
-    per session.
-
-    The sessions must be distinct sessions of one model; they may share one pool (the
-    continuous-batching layout) or have private caches (``model.decode_session()``, paged or
-    contiguous). On any error (:class:`RiftcoTransformerError`: ``out_of_range`` for an id >= V
-    or a session that would pass its capacity, ``runtime_error`` "pool exhausted",
-    ``invalid_argument`` for a repeated session) no session changed.
-    """
+def _step_arguments(sessions, tokens, name: str):
+    """The checked sessions and the flat token buffer of one batched step."""
     sessions = list(sessions)
     tokens = list(tokens)
     if not sessions:
-        raise ValueError("decode_batch needs at least one session")
+        raise ValueError(f"{name} needs at least one session")
     if len(tokens) != len(sessions):
-        raise ValueError(
-            f"decode_batch got {len(sessions)} sessions but {len(tokens)} token lists"
-        )
+        raise ValueError(f"{name} got {len(sessions)} sessions but {len(tokens)} token lists")
     for index, session in enumerate(sessions):
         if not isinstance(session, DecodeSession):
             raise TypeError(
@@ -378,21 +364,44 @@ def decode_batch(
         offset += len(row.values)
     lock = sessions[0]._lock
     if any(session._lock is not lock for session in sessions):
-        raise ValueError("decode_batch: every session must belong to the same model")
+        raise ValueError(f"{name}: every session must belong to the same model")
+    return sessions, lock, flat, counts, total
+
+
+def _session_handles(sessions):
+    """The native handles (the caller holds the model's lock)."""
+    pointers = []
+    for index, session in enumerate(sessions):
+        if session._pointer is None:
+            raise RuntimeError(f"sessions[{index}]: DecodeSession is closed")
+        pointers.append(session._pointer)
+    return (ctypes.c_void_p * len(pointers))(*pointers)
+
+
+def decode_batch(
+    sessions: Sequence[DecodeSession], tokens: Sequence[Sequence[int]]
+) -> list[array]:
+    """Advance ``sessions[i]`` by ``tokens[i]`` (one id = a decode step, several = a prefill
+    chunk) in ONE native pass over the model; the logits of each session's last new position,
+    one :class:`LogitsRow` (an ``array('f')`` of V floats with ``argmax`` and ``all_finite``)
+    per session.
+
+    The sessions must be distinct sessions of one model; they may share one pool (the
+    continuous-batching layout) or have private caches (``model.decode_session()``, paged or
+    contiguous). On any error (:class:`RiftcoTransformerError`: ``out_of_range`` for an id >= V
+    or a session that would pass its capacity, ``runtime_error`` "pool exhausted",
+    ``invalid_argument`` for a repeated session) no session changed.
+    """
+    sessions, lock, flat, counts, total = _step_arguments(sessions, tokens, "decode_batch")
     vocabulary = sessions[0]._vocabulary_size
     logits = (ctypes.c_float * (vocabulary * len(sessions)))()
     required = ctypes.c_uint64()
     with lock:
-        pointers = []
-        for index, session in enumerate(sessions):
-            if session._pointer is None:
-                raise RuntimeError(f"sessions[{index}]: DecodeSession is closed")
-            pointers.append(session._pointer)
-        handles = (ctypes.c_void_p * len(pointers))(*pointers)
+        handles = _session_handles(sessions)
         check_status(
             library().rt_decode_sessions_step(
                 handles,
-                len(pointers),
+                len(sessions),
                 flat,
                 counts,
                 total,

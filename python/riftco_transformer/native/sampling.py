@@ -14,7 +14,9 @@ import ctypes
 from array import array
 from collections.abc import Sequence
 
-from ._abi import SamplingOptionsStruct
+from dataclasses import dataclass
+
+from ._abi import MAX_TOP_LOGPROBS, SamplingOptionsStruct, SamplingRowStruct
 from ._errors import check_status
 from ._loader import library
 
@@ -107,3 +109,99 @@ def row_log_probabilities(
         )
     )
     return value.value, tuple((top_ids[i], top_values[i]) for i in range(top_count))
+
+
+@dataclass(frozen=True)
+class RowSamplingPlan:
+    """How the library samples one row of a batched step (:func:`decode_batch_sample`):
+    ``options`` from :func:`sampling_options` (None: greedy), the penalties' ``context_ids``
+    and ``prompt_length``, a token ``mask`` (bytes of ``vocabulary_limit`` or V entries, 0:
+    never drawn), the request's ``draw_index``, ``vocabulary_limit`` (ids below it; 0: V, a
+    padded vocabulary's tokenizer size otherwise), and whether the chosen id's
+    ``log_probability`` and ``top_count`` alternatives (at most 20) come back."""
+
+    options: SamplingOptionsStruct | None = None
+    context_ids: Sequence[int] = ()
+    prompt_length: int = 0
+    mask: bytes | None = None
+    draw_index: int = 0
+    vocabulary_limit: int = 0
+    log_probability: bool = False
+    top_count: int = 0
+
+
+@dataclass(frozen=True)
+class SampledRow:
+    """What a row of :func:`decode_batch_sample` gave: ``status`` ``"sampled"`` (``token``,
+    and ``log_probability``/``top`` when asked), ``"fed"`` (a row without a plan) or
+    ``"not_finite"`` (its logits were not all finite: the step still happened)."""
+
+    status: str
+    token: int = 0
+    log_probability: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+_ROW_STATUS = {0: "fed", 1: "sampled", 2: "not_finite"}
+
+
+def decode_batch_sample(sessions, tokens, plans) -> list[SampledRow]:
+    """:func:`~riftco_transformer.native.decode.decode_batch`'s step, then every row with a
+    plan (``plans[i]``, or None for a row that only feeds) sampled by the library, in parallel
+    over rows, without copying logits out (``rt_decode_sessions_step_sample``). Every plan is
+    checked before the step: a refused call changes no session."""
+    from .decode import _session_handles, _step_arguments
+
+    sessions, lock, flat, counts, total = _step_arguments(sessions, tokens,
+                                                          "decode_batch_sample")
+    plans = list(plans)
+    if len(plans) != len(sessions):
+        raise ValueError(f"decode_batch_sample got {len(sessions)} sessions but {len(plans)} "
+                         "plans")
+    count = len(sessions)
+    rows = (SamplingRowStruct * count)()
+    keep = []  # the buffers the rows point into, alive until the call returns
+    for index, plan in enumerate(plans):
+        row = rows[index]
+        row.struct_size = ctypes.sizeof(SamplingRowStruct)
+        if plan is None:
+            continue
+        row.sample = 1
+        if plan.options is not None:
+            row.options = ctypes.pointer(plan.options)
+        if plan.context_ids:
+            context = array("I", plan.context_ids)
+            keep.append(context)
+            row.context = ctypes.cast(context.buffer_info()[0], _ID_POINTER)
+            row.context_count = len(context)
+            row.prompt_length = plan.prompt_length
+        if plan.mask is not None:
+            mask = bytes(plan.mask)
+            keep.append(mask)
+            row.mask = ctypes.cast(ctypes.c_char_p(mask), _BYTE_POINTER)
+        row.draw_index = plan.draw_index
+        row.vocabulary_limit = plan.vocabulary_limit
+        row.log_probability = int(plan.log_probability)
+        row.top_count = plan.top_count
+    ids = (ctypes.c_uint32 * count)()
+    status = (ctypes.c_uint8 * count)()
+    log_probabilities = (ctypes.c_double * count)()
+    top_ids = (ctypes.c_uint32 * (count * MAX_TOP_LOGPROBS))()
+    top_values = (ctypes.c_double * (count * MAX_TOP_LOGPROBS))()
+    with lock:
+        handles = _session_handles(sessions)
+        check_status(library().rt_decode_sessions_step_sample(
+            handles, count, flat, counts, total, rows, ids, status, log_probabilities,
+            top_ids, top_values))
+    results = []
+    for index, plan in enumerate(plans):
+        name = _ROW_STATUS[status[index]]
+        if name != "sampled":
+            results.append(SampledRow(name))
+            continue
+        base = index * MAX_TOP_LOGPROBS
+        results.append(SampledRow(
+            name, ids[index],
+            log_probabilities[index] if plan.log_probability else None,
+            tuple((top_ids[base + j], top_values[base + j]) for j in range(plan.top_count))))
+    return results
