@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 from array import array
 from collections.abc import Sequence
-
 from dataclasses import dataclass
 
 from ._abi import MAX_TOP_LOGPROBS, SamplingOptionsStruct, SamplingRowStruct
