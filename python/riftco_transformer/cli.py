@@ -418,10 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="destination format (default: from the destination's extension, "
                          ".rift, .safetensors or .gguf; a Hugging Face directory needs --to hf, "
                          "a PEFT adapter directory --to peft)")
-    convert.add_argument("--dtype", choices=("f32", "f16", "bf16"), default=None,
-                         help="weight type of a GGUF file (f32, f16: every matrix rounded to "
-                         "nearest even, norms stay f32) or a Hugging Face directory (f32, f16, "
-                         "bf16); default f32")
+    convert.add_argument("--dtype", choices=("f32", "f16", "bf16", "q8_0", "q4_0"), default=None,
+                         help="weight type of a GGUF file (f32; f16: every matrix rounded to "
+                         "nearest even; q8_0, q4_0: every matrix in ggml's blocks of 32, a "
+                         "matrix whose rows are not a multiple of 32 in f16; norms and biases "
+                         "stay f32) or a Hugging Face directory (f32, f16, bf16); default f32")
     convert.add_argument("--base-model", default=None,
                          help="with --to peft: the base_model_name_or_path adapter_config.json "
                          "records (the base's Hugging Face directory or hub id)")
@@ -1398,10 +1399,14 @@ def command_convert(arguments) -> int:
     if destination_format == "peft":
         return _export_peft(arguments)
     if arguments.dtype is not None and destination_format not in ("gguf", "hf"):
-        raise UsageError(f"--dtype is for GGUF and Hugging Face destinations (this one is "
-                         f"{destination_format})")
+        raise UsageError(f"--dtype {arguments.dtype} is for GGUF and Hugging Face destinations "
+                         f"(this one is {destination_format})")
     if arguments.dtype == "bf16" and destination_format == "gguf":
-        raise UsageError("--dtype bf16 is for Hugging Face directories; GGUF takes f32 or f16")
+        raise UsageError("--dtype bf16 is for Hugging Face directories; GGUF takes f32, f16, "
+                         "q8_0 or q4_0")
+    if arguments.dtype in ("q8_0", "q4_0") and destination_format == "hf":
+        raise UsageError(f"--dtype {arguments.dtype} is for GGUF files; a Hugging Face "
+                         "directory takes f32, f16 or bf16")
     source_format = arguments.source_format
     if source_format is None:  # a bundle is a ZIP; the loader below validates it in full
         with open(arguments.source, "rb") as stream:
@@ -1418,6 +1423,7 @@ def command_convert(arguments) -> int:
         bundle = import_bundle_safetensors(arguments.source)
     if destination_format == "gguf":
         export_gguf(bundle, arguments.destination, dtype=arguments.dtype or "f32")
+        _say_gguf_fallbacks(bundle, arguments.dtype or "f32")
     elif destination_format == "hf":
         from .interchange import export_huggingface
 
@@ -1429,6 +1435,20 @@ def command_convert(arguments) -> int:
     _say(f"convert: {arguments.source} ({source_format}) -> {arguments.destination} "
          f"({destination_format}), artifact {bundle.artifact_id[:16]}")
     return 0
+
+
+def _say_gguf_fallbacks(bundle, dtype: str) -> None:
+    """The matrices a q8_0/q4_0 GGUF export wrote in F16 (rows not a multiple of 32)."""
+    if dtype not in ("q8_0", "q4_0"):
+        return
+    from .interchange.gguf_export import gguf_tensor_types
+
+    fallback = [name for name, kind in gguf_tensor_types(bundle, dtype).items() if kind == "F16"]
+    if fallback:
+        shown = ", ".join(fallback[:3]) + (f" and {len(fallback) - 3} more"
+                                           if len(fallback) > 3 else "")
+        _say(f"convert: {len(fallback)} matrices whose rows are not a multiple of 32 values are "
+             f"F16, not {dtype.upper()}, as llama.cpp's converter writes them: {shown}")
 
 
 def _export_peft(arguments) -> int:

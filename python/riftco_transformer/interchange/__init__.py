@@ -6,7 +6,7 @@
 * :mod:`.bundles`: :func:`export_bundle_safetensors` and :func:`import_bundle_safetensors`,
   a lossless round trip of ``.rift`` bundles through safetensors F32.
 * :mod:`.gguf_export`: :func:`export_gguf`, rotary-family bundles (or loaded pretrained
-  models) as GGUF v3 files for llama.cpp, Ollama and LM Studio (F32 or F16).
+  models) as GGUF v3 files for llama.cpp, Ollama and LM Studio (F32, F16, Q8_0 or Q4_0).
 * :mod:`.huggingface_export`: :func:`export_huggingface`, the same as Hugging Face checkpoint
   directories for transformers.
 * :mod:`.peft`: :func:`export_peft` (a LoRA/QLoRA run's adapter, from its checkpoint, a live
