@@ -71,6 +71,11 @@ def test_the_scheduler_over_native_sessions_matches_the_full_forward_generator(
         assert [r.generated_token_ids for r in results] == [
             e.generated_token_ids for e in expected]
         assert results == expected
+        stats = scheduler.stats()
+        # The library's engine chooses tokens inside its step (no logits come back); the
+        # stand-in has no such step.
+        library = hasattr(native, "kv_cache_pool") and not isinstance(native, FakeNativeModel)
+        assert (stats.library_sampled_step_count == stats.step_count) == library
         capacity = engine.capacity()
         assert (capacity.open_stream_count, capacity.reserved_block_count,
                 capacity.leased_block_count) == (0, 0, 0)
@@ -171,3 +176,36 @@ def test_without_prefix_caching_every_prompt_token_is_fed(native_setup):
         assert scheduler.stats().prefill_token_count == 14
     with pytest.raises(TypeError, match="prefix_caching must be a bool"):
         NativeEngine(native, prefix_caching="yes")
+
+
+def test_tokens_chosen_inside_the_library_step_equal_the_python_path(tiny_config):
+    """The fused step (engine.step_sample) against the plain step plus the Python-side
+    samplers: the same ids, texts and log-probabilities for every sampling rule."""
+    if not NATIVE_SESSIONS:
+        pytest.skip("the library binding has no KV-cache decode sessions")
+    tokenizer = Tokenizer("abcdefghijklmnopqrstuvwxyz .,!?\n")
+    model = DecoderOnlyTransformer(
+        dataclasses.replace(tiny_config, vocabulary_size=tokenizer.vocab_size + 3))  # padded
+    configs = [
+        GenerationConfig(max_new_tokens=9, logprobs=3),
+        GenerationConfig(max_new_tokens=9, temperature=0.8, top_p=0.9, seed=3, logprobs=0),
+        GenerationConfig(max_new_tokens=9, temperature=1.2, top_k=5, min_p=0.05, seed=4),
+        GenerationConfig(max_new_tokens=9, temperature=1.0, seed=5, presence_penalty=1.5,
+                         frequency_penalty=0.5, repetition_penalty=1.3),
+        GenerationConfig(max_new_tokens=9, repetition_penalty=1.5, frequency_penalty=-1.0),
+    ]
+    results = {}
+    for library in (True, False):
+        engine = NativeEngine(model, block_size=2, block_count=24)
+        engine.library_sampling = library
+        with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+            handles = [scheduler.submit(tokenizer.encode("hello there"), config)
+                       for config in configs]
+            handles += scheduler.submit_group(tokenizer.encode("abc"), configs[1:3])
+            results[library] = [handle.result(TIMEOUT) for handle in handles]
+            sampled = scheduler.stats().library_sampled_step_count
+            assert (sampled > 0) == library
+    assert results[True] == results[False]
+    assert all(len(result.generated_token_ids) == 9 for result in results[True])
+    model.close()
+    tokenizer.close()

@@ -541,8 +541,12 @@ class NativeEngine(_EngineBase):
 
         config = model.config
         super().__init__(config.vocabulary_size, config.maximum_context)
+        from ..native.decode import decode_batch as library_decode_batch
+
         self._model = model
         self._decode_batch = riftco_transformer.decode_batch
+        # The library's own step (not a stand-in) can also choose the tokens (step_sample).
+        self.library_sampling = self._decode_batch is library_decode_batch
         self._kv_cache = kv_cache
         self._pool = None
         self.prefix_reused_tokens = 0
@@ -632,6 +636,21 @@ class NativeEngine(_EngineBase):
         if len(logits) != len(rows):
             raise RuntimeError(f"decode_batch returned {len(logits)} rows for {len(rows)}")
         return list(logits)  # array('f') rows: no per-float Python objects
+
+    def step_sample(self, batch, plans) -> list:
+        """``step``'s batch, with each row's next token chosen by the library inside the step
+        (``plans[i]``: a ``native.sampling.RowSamplingPlan``, or None for a row that only
+        feeds): no logits leave the library; ``native.sampling.SampledRow`` per row. On any
+        error no stream changed (the plans are checked before the step)."""
+        from ..native.sampling import decode_batch_sample
+
+        rows = self._validated_batch(batch)
+        if len(plans) != len(rows):
+            raise ValueError(f"step_sample got {len(rows)} rows but {len(plans)} plans")
+        if not rows:
+            return []
+        return decode_batch_sample([stream.session for stream, _ in rows],
+                                   [tokens for _, tokens in rows], plans)
 
     def reuse_prefix(self, stream, prompt: Sequence[int]) -> int:
         self._require_open()

@@ -541,6 +541,64 @@ class GenerationProgress:
         scored = None
         if self._logprobs is not None:  # the raw row, which the samplers never modify
             scored = self._score(logits, token)
+        return self._accept(token, scored)
+
+    # ---- sampling inside the library's batched step (the scheduler's fused path) ----------
+
+    @property
+    def library_samples(self) -> bool:
+        """Whether the library can choose this request's next token inside its batched step
+        (``sampling_plan``/``accept_sampled``): this module's samplers, and no prompt token
+        to score (scoring needs the whole row)."""
+        return type(self._sampler) in (Greedy, TemperatureSampler) and not self._scoring_prompt
+
+    def sampling_plan(self, vocabulary_size: int):
+        """The library's plan for the next token (``native.sampling.RowSamplingPlan``),
+        the same rules :meth:`advance` applies: the sampler's options, the penalties'
+        context, the grammar's mask, the sampler's draw number, ids below the tokenizer's
+        vocabulary (of the model's ``vocabulary_size``), and the log-probabilities asked."""
+        from ..native.sampling import RowSamplingPlan
+
+        sampler = self._sampler
+        penalised = sampler.penalised
+        top = self.config.logprobs if self._logprobs is not None else 0
+        return RowSamplingPlan(
+            options=sampler.native_options(),
+            context_ids=self.prompt_ids + tuple(self.generated_ids) if penalised else (),
+            prompt_length=len(self.prompt_ids) if penalised else 0,
+            mask=self._matcher.allowed_tokens() if self._matcher is not None else None,
+            draw_index=getattr(sampler, "draws", 0),
+            vocabulary_limit=(self._vocabulary_size
+                              if self._vocabulary_size < vocabulary_size else 0),
+            log_probability=self._logprobs is not None,
+            top_count=top or 0,
+        )
+
+    def feed_sampled(self, count: int, sampled) -> TokenEvent | None:
+        """Record a fused step that fed ``count`` pending tokens; ``sampled`` is the
+        library's ``SampledRow`` when the feed completed (None while a prompt is still being
+        fed). Returns the event, as :meth:`feed` does."""
+        complete = self.commit_chunk(count)
+        if not complete:
+            return None
+        if self.config.max_new_tokens == 0:
+            self.finish_reason = "length"
+            return None
+        if sampled is None or sampled.status != "sampled":
+            reason = "not all finite" if sampled is not None else "missing"
+            raise ValueError(f"the logits of the last position fed are {reason}")
+        if isinstance(self._sampler, TemperatureSampler):
+            self._sampler.draws += 1  # the library made this draw
+        scored = None
+        if self._logprobs is not None:
+            scored = TokenLogprob(sampled.token, sampled.log_probability, sampled.top)
+        return self._accept(sampled.token, scored)
+
+    def _accept(self, token: int, scored: TokenLogprob | None) -> TokenEvent:
+        """The chosen token: its log-probability, the grammar, the text, the end, and the
+        next feed (the new token, or a reset and replay when the stream is full)."""
+        matcher = self._matcher
+        if scored is not None:
             self._logprobs.append(scored)
         if matcher is not None:
             matcher.advance(token)  # a ValueError for a token the mask did not allow

@@ -296,16 +296,11 @@ class Greedy:
         if mask is not None:
             _require_mask(mask, len(checked))
         if _native_row(checked):
-            from ..native.sampling import sample_f32_row, sampling_options
+            from ..native.sampling import sample_f32_row
 
-            if self._native_options is None:
-                self._native_options = sampling_options(
-                    0.0, repetition_penalty=self.repetition_penalty,
-                    presence_penalty=self.presence_penalty,
-                    frequency_penalty=self.frequency_penalty)
             if not penalised:  # the penalties alone read the context
                 context_ids, prompt_length = (), 0
-            return sample_f32_row(checked, self._native_options, context_ids, prompt_length,
+            return sample_f32_row(checked, self.native_options(), context_ids, prompt_length,
                                   mask)
         values = apply_penalties(checked, context_ids, self.repetition_penalty,
                                  self.presence_penalty, self.frequency_penalty, prompt_length)
@@ -313,6 +308,21 @@ class Greedy:
             ids, kept = masked_candidates(values, mask)
             return ids[kept.index(max(kept))]  # ids ascend: the lowest id wins a tie
         return values.index(max(values))  # the first maximum: the lowest id wins a tie
+
+    @property
+    def penalised(self) -> bool:
+        """Whether a penalty reads the context."""
+        return _penalised(self)
+
+    def native_options(self):
+        """The library's options for these rules (made once)."""
+        if self._native_options is None:
+            from ..native.sampling import sampling_options
+
+            self._native_options = sampling_options(
+                0.0, repetition_penalty=self.repetition_penalty,
+                presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty)
+        return self._native_options
 
     def __repr__(self) -> str:
         return (f"Greedy(repetition_penalty={self.repetition_penalty!r}, "
@@ -363,22 +373,32 @@ class TemperatureSampler:
         if mask is not None:
             _require_mask(mask, vocabulary)
         if _native_row(checked):
-            from ..native.sampling import sample_f32_row, sampling_options
+            from ..native.sampling import sample_f32_row
 
-            if self._native_options is None:
-                self._native_options = sampling_options(
-                    self.temperature, self.top_k, self.top_p, self.min_p,
-                    self.repetition_penalty, self.presence_penalty, self.frequency_penalty,
-                    self.seed)
             if not _penalised(self):  # the penalties alone read the context
                 context_ids, prompt_length = (), 0
-            token = sample_f32_row(checked, self._native_options, context_ids, prompt_length,
+            token = sample_f32_row(checked, self.native_options(), context_ids, prompt_length,
                                    mask, self.draws)
         else:
             token = self.sample_reference(checked, context_ids, prompt_length=prompt_length,
                                           mask=mask, draw_index=self.draws)
         self.draws += 1
         return token
+
+    @property
+    def penalised(self) -> bool:
+        """Whether a penalty reads the context."""
+        return _penalised(self)
+
+    def native_options(self):
+        """The library's options for these rules (made once)."""
+        if self._native_options is None:
+            from ..native.sampling import sampling_options
+
+            self._native_options = sampling_options(
+                self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty,
+                self.presence_penalty, self.frequency_penalty, self.seed)
+        return self._native_options
 
     def sample_reference(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                          prompt_length: int = 0, mask: bytes | None = None,

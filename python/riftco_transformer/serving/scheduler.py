@@ -185,6 +185,7 @@ class SchedulerStats:
     """Counters since the scheduler started (a snapshot)."""
 
     step_count: int  # batched engine steps run
+    library_sampled_step_count: int  # of which the library also chose the tokens (step_sample)
     decode_row_count: int  # rows that fed one token
     prefill_row_count: int  # rows that fed a prefill chunk (several tokens)
     prefill_token_count: int  # tokens fed by prefill chunks
@@ -235,8 +236,8 @@ class Scheduler:
         self._broken: BaseException | None = None
         self._ids = itertools.count(1)
         self._counts = dict.fromkeys(
-            ("step", "decode_row", "prefill_row", "prefill_token", "prefix_reused_token",
-             "completed", "failed", "cancelled"), 0)
+            ("step", "library_sampled_step", "decode_row", "prefill_row", "prefill_token",
+             "prefix_reused_token", "completed", "failed", "cancelled"), 0)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -254,7 +255,9 @@ class Scheduler:
             waiting = len(self._waiting)
             active = len(self._active)
         return SchedulerStats(
-            step_count=counts["step"], decode_row_count=counts["decode_row"],
+            step_count=counts["step"],
+            library_sampled_step_count=counts["library_sampled_step"],
+            decode_row_count=counts["decode_row"],
             prefill_row_count=counts["prefill_row"], prefill_token_count=counts["prefill_token"],
             prefix_reused_token_count=counts["prefix_reused_token"],
             completed_count=counts["completed"], failed_count=counts["failed"],
@@ -551,15 +554,10 @@ class Scheduler:
                 self._fail(request, error)
         if not rows:
             return
+        if self._step_sampled(rows):
+            return
         outcomes = self._run_rows(rows)
-        with self._condition:
-            self._counts["step"] += 1
-            for _, chunk in rows:
-                if len(chunk) == 1:
-                    self._counts["decode_row"] += 1
-                else:
-                    self._counts["prefill_row"] += 1
-                    self._counts["prefill_token"] += len(chunk)
+        self._count_step(rows)
         for (request, chunk), (logits, error) in zip(rows, outcomes, strict=True):
             if error is not None:
                 self._fail(request, error)
@@ -575,6 +573,55 @@ class Scheduler:
                 continue
             if request.progress.finished:
                 self._complete(request)
+
+    def _step_sampled(self, rows) -> bool:
+        """Run the step with the library choosing every completing row's token inside it
+        (``engine.step_sample``: no logits come back), when the engine can and every row's
+        sampler is the library's; False, having run nothing, otherwise or when the fused
+        step fails (which changes no stream: the plain path then runs and finds the row)."""
+        if not getattr(self._engine, "library_sampling", False):
+            return False
+        step_sample = self._engine.step_sample
+        plans = []
+        for request, chunk in rows:
+            progress = request.progress
+            if not progress.library_samples:
+                return False
+            completes = len(chunk) == progress.pending_count and (
+                progress.config.max_new_tokens > 0)
+            plans.append(progress.sampling_plan(self._engine.vocabulary_size)
+                         if completes else None)
+        try:
+            outcomes = step_sample([(request.stream, chunk) for request, chunk in rows], plans)
+        except Exception:  # noqa: BLE001 - nothing changed: the plain path runs the step
+            return False
+        self._count_step(rows)
+        with self._condition:
+            self._counts["library_sampled_step"] += 1
+        for (request, chunk), outcome in zip(rows, outcomes, strict=True):
+            try:
+                event = request.progress.feed_sampled(
+                    len(chunk), outcome if outcome.status != "fed" else None)
+                if event is not None:
+                    request.handle._emit(event)
+                    if request.on_event is not None:
+                        request.on_event(event)
+            except Exception as error:  # noqa: BLE001 - sampling or a callback failed
+                self._fail(request, error)
+                continue
+            if request.progress.finished:
+                self._complete(request)
+        return True
+
+    def _count_step(self, rows) -> None:
+        with self._condition:
+            self._counts["step"] += 1
+            for _, chunk in rows:
+                if len(chunk) == 1:
+                    self._counts["decode_row"] += 1
+                else:
+                    self._counts["prefill_row"] += 1
+                    self._counts["prefill_token"] += len(chunk)
 
     def _run_rows(self, rows):
         """[(logits, None) | (None, error)] per row: one batched step, and only when that
