@@ -126,7 +126,14 @@ def test_the_service_sizes_its_pool_for_its_active_requests(native_setup):
         health = service.health()
         assert (health["engine"], health["kv_cache"], health["kv_cache_block_size"],
                 health["kv_cache_block_count"]) == ("native", "paged", 4, 3 * 2)
+        assert health["kv_cache_free_block_count"] == 6
         assert service.generate("abc", max_new_tokens=3).finish_reason == "length"
+        health = service.health()
+        # "abc" and 2 fed tokens fill one page of 4, which stays cached (and counts as free)
+        # with the library's prefix-caching pool; the stand-in caches nothing.
+        cached = 0 if isinstance(native, FakeNativeModel) else 1
+        assert (health["kv_cache_free_block_count"],
+                health["kv_cache_cached_block_count"]) == (6, cached)
 
 
 def test_prompts_sharing_a_prefix_adopt_its_cached_pages_and_generate_the_same(native_setup):

@@ -528,7 +528,7 @@ class Scheduler:
         capacity = self._engine.capacity()
         if capacity.block_count is None:
             return True
-        free = capacity.block_count - capacity.reserved_block_count
+        free = capacity.available_block_count  # the pool's own count where there is a pool
         return self._group_blocks(members, capacity) <= free
 
     def _step(self) -> None:

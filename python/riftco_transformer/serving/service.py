@@ -214,10 +214,8 @@ class ModelService:
             "kv_cache": capacity.kv_cache,
             "kv_cache_block_size": capacity.block_size,
             "kv_cache_block_count": capacity.block_count,
-            "kv_cache_free_block_count": (
-                None if capacity.block_count is None
-                else capacity.block_count - capacity.reserved_block_count
-            ),
+            "kv_cache_free_block_count": capacity.available_block_count,
+            "kv_cache_cached_block_count": capacity.cached_block_count,
             "active_requests": stats.active_count,
             "waiting_requests": stats.waiting_count,
         }
