@@ -503,7 +503,7 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_clear_prefix_cache(rt_kv_cache_pool* p
 /* 2.15, admission: the pool is a serving engine's one page ledger. A token budget reserves
  * ceil(min(budget, C) / block_size) pages; a session made with one never holds more (a step
  * past it: RT_STATUS_RUNTIME_ERROR) and never meets an exhausted pool. Sessions without a
- * reservation lease only pages nobody was promised. */
+ * reservation lease and adopt only beyond the reservations. */
 #define RT_KV_ADMIT 0  /* the pages are available now */
 #define RT_KV_WAIT 1   /* they will be once other reservations end */
 #define RT_KV_REJECT 2 /* more pages than the whole pool */
@@ -515,8 +515,8 @@ RT_API rt_status RT_CALL rt_kv_cache_pool_admission(const rt_kv_cache_pool* pool
 RT_API rt_status RT_CALL rt_kv_cache_pool_session_create_reserved(rt_kv_cache_pool* pool,
                                                                   uint64_t token_budget,
                                                                   rt_decode_session** out);
-/* Pages reserved by living sessions in all, and pages a new reservation can take now (free
- * pages, cached ones included, not promised to reserved sessions). */
+/* Pages reserved by living sessions in all, and pages a new reservation can take now (neither
+ * reserved nor held by sessions without a reservation). */
 RT_API rt_status RT_CALL rt_kv_cache_pool_reserved_block_count(const rt_kv_cache_pool* pool,
                                                                uint64_t* out);
 RT_API rt_status RT_CALL rt_kv_cache_pool_available_block_count(const rt_kv_cache_pool* pool,

@@ -151,16 +151,14 @@ void KeyValueCachePool::reserve(std::size_t blocks) {
         }
     }
     reserved_ += blocks;
-    outstanding_ += blocks;
 }
 
 void KeyValueCachePool::end_reservation(std::size_t blocks) noexcept {
     reserved_ -= blocks;
-    outstanding_ -= blocks;
 }
 
 std::uint32_t KeyValueCachePool::lease(bool reserved) {
-    if (!reserved && free_block_count() <= outstanding_ && free_block_count() != 0) {
+    if (!reserved && reserved_ + unreserved_held_ >= block_count_ && free_block_count() != 0) {
         std::ostringstream message;
         message << pool_operation << ": pool exhausted (the " << free_block_count()
                 << " free pages are promised to sessions with reservations)";
@@ -180,15 +178,15 @@ std::uint32_t KeyValueCachePool::lease(bool reserved) {
         throw std::runtime_error(message.str());
     }
     references_[page] = 1;
-    if (reserved) {
-        --outstanding_;
+    if (!reserved) {
+        ++unreserved_held_;
     }
     return page;
 }
 
 void KeyValueCachePool::give_back(std::uint32_t page, bool reserved) noexcept {
-    if (reserved) {
-        ++outstanding_;
+    if (!reserved) {
+        --unreserved_held_;
     }
     if (--references_[page] != 0) {
         return;  // another cache still holds it
@@ -202,16 +200,16 @@ void KeyValueCachePool::give_back(std::uint32_t page, bool reserved) noexcept {
 }
 
 bool KeyValueCachePool::hold(std::uint32_t page, bool reserved) noexcept {
-    if (references_[page] == 0) {  // cached: taking it takes a free page
-        if (!reserved && free_block_count() <= outstanding_) {
-            return false;
-        }
+    if (!reserved && reserved_ + unreserved_held_ >= block_count_) {
+        return false;  // every page beyond the held ones is promised to reservations
+    }
+    if (references_[page] == 0) {  // cached: it leaves the eviction order
         evictable_.erase(evictable_place_[page]);
         evictable_place_[page] = evictable_.end();
     }
     ++references_[page];
-    if (reserved) {
-        --outstanding_;
+    if (!reserved) {
+        ++unreserved_held_;
     }
     return true;
 }

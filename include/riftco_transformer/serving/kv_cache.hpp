@@ -33,11 +33,12 @@
 //
 // Reservations (docs/ARCHITECTURE.md, 'Admission'): the pool is the serving engine's one page
 // ledger. A cache made with a reservation of R pages (reserved_pages, normally
-// blocks_for(token budget)) is admitted only if R pages are available now: free pages (cached
-// ones included) not already promised to reserved caches. It then never holds more than R
-// pages (a step needing more is std::length_error) and never meets "pool exhausted": every page
-// it leases was promised to it. A cache without a reservation leases only pages nobody was
-// promised. Reservations end with their cache.
+// blocks_for(token budget)) is admitted only if the reservations and the pages held by caches
+// without one leave R pages. It then never holds more than R pages (a step needing more is
+// std::length_error) and never meets "pool exhausted": even when every page it shares is let go
+// by the others and it needs all R of its own, they are there. Sharing prefix pages saves
+// physical pages and prefill, not reservations. A cache without a reservation leases and adopts
+// only beyond the reservations. Reservations end with their cache.
 //
 // Threading: a pool and its caches are one unit; the caller serialises calls on them (the C
 // ABI's rule for everything derived from one model).
@@ -106,9 +107,10 @@ class KeyValueCachePool {
     [[nodiscard]] Admission admission(std::size_t blocks) const noexcept;
     // Pages reserved by living caches, in all.
     [[nodiscard]] std::size_t reserved_block_count() const noexcept { return reserved_; }
-    // Pages a new reservation can take now: free pages not promised to reserved caches.
+    // Pages a new reservation can take now: those neither reserved nor held by caches
+    // without a reservation.
     [[nodiscard]] std::size_t available_block_count() const noexcept {
-        return free_block_count() - outstanding_;
+        return block_count_ - reserved_ - unreserved_held_;
     }
     // Published pages no cache holds: reusable prefixes that lease() evicts when it must.
     [[nodiscard]] std::size_t cached_block_count() const noexcept { return evictable_.size(); }
@@ -163,7 +165,7 @@ class KeyValueCachePool {
     PrefixLink publish(std::uint32_t page, PrefixLink parent, std::uint64_t version,
                        std::span<const std::uint32_t> tokens);
     // One more reference to a published page (adoption); false, changing nothing, when a cache
-    // without a reservation would take a cached page that is promised to reserved caches.
+    // without a reservation would hold a page beyond what the reservations leave.
     bool hold(std::uint32_t page, bool reserved) noexcept;
     // A cache's reservation of `blocks` pages (std::out_of_range: more than the pool;
     // std::runtime_error "... pool full ...": not available now), and its end (the cache
@@ -186,8 +188,8 @@ class KeyValueCachePool {
     std::list<std::uint32_t> evictable_;
     std::vector<std::list<std::uint32_t>::iterator> evictable_place_;
     std::uint64_t publications_ = 0;
-    std::size_t reserved_ = 0;     // pages reserved by living caches
-    std::size_t outstanding_ = 0;  // reserved pages their caches do not hold yet
+    std::size_t reserved_ = 0;         // pages reserved by living caches
+    std::size_t unreserved_held_ = 0;  // pages held by caches without one (each holding)
     std::vector<Tensor> keys_;
     std::vector<Tensor> values_;
 };

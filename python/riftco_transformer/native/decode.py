@@ -265,7 +265,8 @@ class KvCachePool(NativeHandle):
 
     @property
     def available_block_count(self) -> int:
-        """Pages a new reservation can take now (free ones not promised to reservations)."""
+        """Pages a new reservation can take now (neither reserved nor held by sessions without
+        a reservation)."""
         return self._query("rt_kv_cache_pool_available_block_count", ctypes.c_uint64)
 
     @property

@@ -102,7 +102,7 @@ class KvCapacity:
     leased_block_count: int
     open_stream_count: int
     # Blocks a new reservation can take now (None: block_count - reserved_block_count), and
-    # cached prefix blocks no stream holds (they count as free).
+    # cached prefix blocks no stream holds (they count as free: a lease may evict them).
     available_block_count: int | None = None
     cached_block_count: int = 0
 
