@@ -270,16 +270,18 @@ def _native_row(logits: Sequence[float]) -> bool:
     return _NATIVE_SAMPLING[0]
 
 
-def _penalised(sampler) -> bool:
-    return (sampler.repetition_penalty != 1.0 or sampler.presence_penalty != 0.0
-            or sampler.frequency_penalty != 0.0)
+class _Rules:
+    """What both samplers share: the penalties, and the library's options for their rules
+    (Greedy keeps the class defaults: temperature 0, no truncation)."""
 
+    temperature = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed = 0
 
-class Greedy:
-    """The argmax of the (penalised) logits; ties go to the lowest id."""
-
-    def __init__(self, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
-                 frequency_penalty: float = 0.0) -> None:
+    def _set_penalties(self, repetition_penalty: float, presence_penalty: float,
+                       frequency_penalty: float) -> None:
         self.repetition_penalty = require_repetition_penalty(repetition_penalty)
         self.presence_penalty = require_occurrence_penalty(presence_penalty,
                                                            "presence_penalty")
@@ -287,10 +289,34 @@ class Greedy:
                                                             "frequency_penalty")
         self._native_options = None
 
+    @property
+    def penalised(self) -> bool:
+        """Whether a penalty reads the context."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    def native_options(self):
+        """The library's options for these rules (made once)."""
+        if self._native_options is None:
+            from ..native.sampling import sampling_options
+
+            self._native_options = sampling_options(
+                self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty,
+                self.presence_penalty, self.frequency_penalty, self.seed)
+        return self._native_options
+
+
+class Greedy(_Rules):
+    """The argmax of the (penalised) logits; ties go to the lowest id."""
+
+    def __init__(self, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0) -> None:
+        self._set_penalties(repetition_penalty, presence_penalty, frequency_penalty)
+
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                prompt_length: int = 0, mask: bytes | None = None) -> int:
         checked = require_logits(logits)
-        penalised = _penalised(self)
+        penalised = self.penalised
         if mask is None and isinstance(checked, LogitsRow) and not penalised:
             return checked.argmax  # the library's first maximum (the same rule)
         if mask is not None:
@@ -309,28 +335,13 @@ class Greedy:
             return ids[kept.index(max(kept))]  # ids ascend: the lowest id wins a tie
         return values.index(max(values))  # the first maximum: the lowest id wins a tie
 
-    @property
-    def penalised(self) -> bool:
-        """Whether a penalty reads the context."""
-        return _penalised(self)
-
-    def native_options(self):
-        """The library's options for these rules (made once)."""
-        if self._native_options is None:
-            from ..native.sampling import sampling_options
-
-            self._native_options = sampling_options(
-                0.0, repetition_penalty=self.repetition_penalty,
-                presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty)
-        return self._native_options
-
     def __repr__(self) -> str:
         return (f"Greedy(repetition_penalty={self.repetition_penalty!r}, "
                 f"presence_penalty={self.presence_penalty!r}, "
                 f"frequency_penalty={self.frequency_penalty!r})")
 
 
-class TemperatureSampler:
+class TemperatureSampler(_Rules):
     """Temperature sampling with optional top-k, nucleus (top-p) and min-p truncation.
 
     ``temperature`` is finite and > 0; ``top_k`` (None: every id) is an int >= 1 and at most
@@ -355,14 +366,9 @@ class TemperatureSampler:
         self.top_k = None if top_k is None else require_top_k(top_k)
         self.top_p = None if top_p is None else require_top_p(top_p)
         self.seed = require_seed(seed)
-        self.repetition_penalty = require_repetition_penalty(repetition_penalty)
-        self.presence_penalty = require_occurrence_penalty(presence_penalty,
-                                                           "presence_penalty")
-        self.frequency_penalty = require_occurrence_penalty(frequency_penalty,
-                                                            "frequency_penalty")
+        self._set_penalties(repetition_penalty, presence_penalty, frequency_penalty)
         self.min_p = None if min_p is None else require_min_p(min_p)
         self.draws = 0
-        self._native_options = None
 
     def sample(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                prompt_length: int = 0, mask: bytes | None = None) -> int:
@@ -375,7 +381,7 @@ class TemperatureSampler:
         if _native_row(checked):
             from ..native.sampling import sample_f32_row
 
-            if not _penalised(self):  # the penalties alone read the context
+            if not self.penalised:  # the penalties alone read the context
                 context_ids, prompt_length = (), 0
             token = sample_f32_row(checked, self.native_options(), context_ids, prompt_length,
                                    mask, self.draws)
@@ -384,21 +390,6 @@ class TemperatureSampler:
                                           mask=mask, draw_index=self.draws)
         self.draws += 1
         return token
-
-    @property
-    def penalised(self) -> bool:
-        """Whether a penalty reads the context."""
-        return _penalised(self)
-
-    def native_options(self):
-        """The library's options for these rules (made once)."""
-        if self._native_options is None:
-            from ..native.sampling import sampling_options
-
-            self._native_options = sampling_options(
-                self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty,
-                self.presence_penalty, self.frequency_penalty, self.seed)
-        return self._native_options
 
     def sample_reference(self, logits: Sequence[float], context_ids: Sequence[int] = (), *,
                          prompt_length: int = 0, mask: bytes | None = None,

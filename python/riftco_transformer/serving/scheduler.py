@@ -562,17 +562,23 @@ class Scheduler:
             if error is not None:
                 self._fail(request, error)
                 continue
-            try:
-                event = request.progress.feed(len(chunk), logits)
-                if event is not None:
-                    request.handle._emit(event)
-                    if request.on_event is not None:
-                        request.on_event(event)
-            except Exception as error:  # noqa: BLE001 - sampling or a callback failed
-                self._fail(request, error)
-                continue
-            if request.progress.finished:
-                self._complete(request)
+            self._deliver(request, request.progress.feed, len(chunk), logits)
+
+    def _deliver(self, request: _Request, feed: Callable, *arguments) -> None:
+        """Record a step's outcome for one request (``feed(*arguments)``, one of its
+        progress's feeds, returns its event, if any), emit the event, and complete or fail
+        the request."""
+        try:
+            event = feed(*arguments)
+            if event is not None:
+                request.handle._emit(event)
+                if request.on_event is not None:
+                    request.on_event(event)
+        except Exception as error:  # noqa: BLE001 - sampling or a callback failed
+            self._fail(request, error)
+            return
+        if request.progress.finished:
+            self._complete(request)
 
     def _step_sampled(self, rows) -> bool:
         """Run the step with the library choosing every completing row's token inside it
@@ -599,18 +605,8 @@ class Scheduler:
         with self._condition:
             self._counts["library_sampled_step"] += 1
         for (request, chunk), outcome in zip(rows, outcomes, strict=True):
-            try:
-                event = request.progress.feed_sampled(
-                    len(chunk), outcome if outcome.status != "fed" else None)
-                if event is not None:
-                    request.handle._emit(event)
-                    if request.on_event is not None:
-                        request.on_event(event)
-            except Exception as error:  # noqa: BLE001 - sampling or a callback failed
-                self._fail(request, error)
-                continue
-            if request.progress.finished:
-                self._complete(request)
+            sampled = outcome if outcome.status != "fed" else None
+            self._deliver(request, request.progress.feed_sampled, len(chunk), sampled)
         return True
 
     def _count_step(self, rows) -> None:
