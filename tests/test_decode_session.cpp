@@ -23,26 +23,7 @@ namespace {
 
 using testing::message_of;
 
-DecoderOnlyTransformer make_model(std::uint32_t seed = 11) {
-    std::mt19937 generator(seed);
-    return DecoderOnlyTransformer(testing::reference_tiny(), generator);
-}
-
-std::vector<std::uint32_t> tokens_of(std::size_t count, std::uint32_t seed) {
-    std::mt19937 generator(seed);
-    std::vector<std::uint32_t> tokens(count);
-    for (auto& t : tokens) {
-        t = static_cast<std::uint32_t>(generator() % 27);
-    }
-    return tokens;
-}
-
 // logits [T, V] of a full forward over `tokens`.
-std::vector<float> full_forward(const DecoderOnlyTransformer& model,
-                                const std::vector<std::uint32_t>& tokens) {
-    const NoGradientGuard guard;
-    return model.forward(tokens, {1, tokens.size()}).value().to_host();
-}
 
 void expect_near(const std::vector<float>& actual, const float* expected, std::size_t count,
                  double tolerance, const std::string& what) {
@@ -57,9 +38,9 @@ void expect_near(const std::vector<float>& actual, const float* expected, std::s
 constexpr std::size_t V = 27;
 
 TEST(DecodeSession, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
-    const auto model = make_model();
-    const auto tokens = tokens_of(16, 1);
-    const auto expected = full_forward(model, tokens);
+    const auto model = testing::reference_tiny_model();
+    const auto tokens = testing::reference_tokens(16, 1);
+    const auto expected = testing::full_forward_logits(model, tokens);
     for (const auto kind : {KeyValueCacheKind::Paged, KeyValueCacheKind::Contiguous}) {
         DecodeSession session(model, kind, 4);
         for (std::size_t t = 0; t < tokens.size(); ++t) {
@@ -74,8 +55,8 @@ TEST(DecodeSession, DecodeLogitsEqualTheFullForwardAtEveryPosition) {
 }
 
 TEST(DecodeSession, PagedAndContiguousCachesGiveIdenticalLogits) {
-    const auto model = make_model();
-    const auto tokens = tokens_of(16, 2);
+    const auto model = testing::reference_tiny_model();
+    const auto tokens = testing::reference_tokens(16, 2);
     DecodeSession paged(model, KeyValueCacheKind::Paged, 3);
     DecodeSession contiguous(model, KeyValueCacheKind::Contiguous);
     EXPECT_EQ(contiguous.block_size(), 16U);
@@ -94,8 +75,8 @@ TEST(DecodeSession, PagedAndContiguousCachesGiveIdenticalLogits) {
 }
 
 TEST(DecodeSession, BatchedPrefillEqualsTokenAtATime) {
-    const auto model = make_model();
-    const auto prompt = tokens_of(13, 3);
+    const auto model = testing::reference_tiny_model();
+    const auto prompt = testing::reference_tokens(13, 3);
     DecodeSession one_by_one(model);
     std::vector<float> stepped;
     for (const std::uint32_t token : prompt) {
@@ -122,10 +103,11 @@ TEST(DecodeSession, BatchedPrefillEqualsTokenAtATime) {
 }
 
 TEST(DecodeSession, BatchedSessionsEqualSeparateSessions) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = make_key_value_cache_pool(model, 4, 12);
-    const std::vector<std::vector<std::uint32_t>> prompts = {tokens_of(9, 4), tokens_of(2, 5),
-                                                             tokens_of(5, 6)};
+    const std::vector<std::vector<std::uint32_t>> prompts = {testing::reference_tokens(9, 4),
+                                                             testing::reference_tokens(2, 5),
+                                                             testing::reference_tokens(5, 6)};
     std::vector<DecodeSession> batched;
     std::vector<DecodeSession> separate;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -163,8 +145,8 @@ TEST(DecodeSession, BatchedSessionsEqualSeparateSessions) {
 }
 
 TEST(DecodeSession, SuffixReplayEqualsAFreshForwardOverTheCroppedWindow) {
-    const auto model = make_model();
-    const auto history = tokens_of(23, 7);
+    const auto model = testing::reference_tiny_model();
+    const auto history = testing::reference_tokens(23, 7);
     DecodeSession session(model);
     static_cast<void>(session.prefill({history.data(), 16}));
     EXPECT_EQ(session.size(), session.capacity());
@@ -177,14 +159,14 @@ TEST(DecodeSession, SuffixReplayEqualsAFreshForwardOverTheCroppedWindow) {
     session.reset();
     const std::vector<std::uint32_t> window(history.end() - 16, history.end());
     const auto replayed = session.prefill(window, PrefillLogits::All).to_host();
-    const auto fresh = full_forward(model, window);
+    const auto fresh = testing::full_forward_logits(model, window);
     expect_near(replayed, fresh.data(), fresh.size(), 1e-5, "replayed window");
 }
 
 TEST(DecodeSession, SessionsOfSeveralPoolsBatchToo) {
     // Contiguous caches (one private pool each), a private paged cache and two sessions of a
     // shared pool, all in one pass: the same logits as stepping each alone.
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = make_key_value_cache_pool(model, 4, 8);
     std::vector<DecodeSession> batched;
     std::vector<DecodeSession> alone;
@@ -196,7 +178,7 @@ TEST(DecodeSession, SessionsOfSeveralPoolsBatchToo) {
     for (std::size_t i = 0; i < batched.size(); ++i) {
         alone.emplace_back(model);
     }
-    const auto prompt = tokens_of(6, 20);
+    const auto prompt = testing::reference_tokens(6, 20);
     std::vector<DecodeWork> work;
     for (std::size_t i = 0; i < batched.size(); ++i) {
         work.push_back({&batched[i], {prompt.data(), i + 1}});  // prompts of 1..5 tokens
@@ -222,15 +204,16 @@ TEST(DecodeSession, SessionsOfSeveralPoolsBatchToo) {
 }
 
 TEST(DecodeSession, PoolExhaustionLeavesEverySessionUnchanged) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = make_key_value_cache_pool(model, 4, 5);  // 4 pages make one full context
     DecodeSession a(model, pool);
     DecodeSession b(model, pool);
-    static_cast<void>(a.prefill(tokens_of(12, 8)));  // 3 pages
-    static_cast<void>(b.prefill(tokens_of(4, 9)));   // 1 page
+    static_cast<void>(a.prefill(testing::reference_tokens(12, 8)));  // 3 pages
+    static_cast<void>(b.prefill(testing::reference_tokens(4, 9)));   // 1 page
     EXPECT_EQ(pool->free_block_count(), 1U);
-    const auto a_next = tokens_of(4, 10);  // needs 1 more page
-    const auto b_next = tokens_of(1, 11);  // needs 1 more page (b leases the last free one)
+    const auto a_next = testing::reference_tokens(4, 10);  // needs 1 more page
+    const auto b_next =
+        testing::reference_tokens(1, 11);  // needs 1 more page (b leases the last free one)
     std::vector<DecodeWork> work = {{&b, b_next}, {&a, a_next}};
     const auto message =
         message_of<std::runtime_error>([&] { static_cast<void>(decode_batch(work)); });
@@ -241,9 +224,9 @@ TEST(DecodeSession, PoolExhaustionLeavesEverySessionUnchanged) {
     EXPECT_EQ(a.cache().page_table().size(), 3U);
     EXPECT_EQ(b.cache().page_table().size(), 1U);
     // The same sessions still decode correctly afterwards.
-    std::vector<std::uint32_t> b_all = tokens_of(4, 9);
+    std::vector<std::uint32_t> b_all = testing::reference_tokens(4, 9);
     b_all.push_back(b_next[0]);
-    const auto expected = full_forward(model, b_all);
+    const auto expected = testing::full_forward_logits(model, b_all);
     expect_near(b.decode_token(b_next[0]).to_host(), expected.data() + 4 * V, V, 1e-5,
                 "after the failed step");
     // Reset returns the pages.
@@ -252,11 +235,11 @@ TEST(DecodeSession, PoolExhaustionLeavesEverySessionUnchanged) {
 }
 
 TEST(DecodeSession, BadTokensAndBadBatchesChangeNothing) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = make_key_value_cache_pool(model, 4, 8);
     DecodeSession a(model, pool);
     DecodeSession b(model, pool);
-    static_cast<void>(a.prefill(tokens_of(5, 12)));
+    static_cast<void>(a.prefill(testing::reference_tokens(5, 12)));
     const std::size_t leased = pool->leased_block_count();
     EXPECT_THROW(static_cast<void>(a.decode_token(27)), std::out_of_range);
     const std::vector<std::uint32_t> mixed = {1, 2, 99};
@@ -268,7 +251,7 @@ TEST(DecodeSession, BadTokensAndBadBatchesChangeNothing) {
                   static_cast<void>(decode_batch(repeated));
               }).find("repeats"),
               std::string::npos);
-    const auto second = make_model(12);
+    const auto second = testing::reference_tiny_model(12);
     DecodeSession foreign(second, pool);
     std::vector<DecodeWork> models = {{&a, {&one, 1}}, {&foreign, {&one, 1}}};
     EXPECT_NE(message_of<std::invalid_argument>([&] {
@@ -291,7 +274,7 @@ TEST(DecodeSession, BadTokensAndBadBatchesChangeNothing) {
 }
 
 TEST(DecodeSession, PoolsAndCachesCheckTheirArguments) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     EXPECT_THROW(static_cast<void>(make_key_value_cache_pool(model, 0)), std::invalid_argument);
     const auto small = message_of<std::invalid_argument>(
         [&] { static_cast<void>(make_key_value_cache_pool(model, 4, 3)); });
@@ -347,7 +330,7 @@ TEST(DecodeSession, PoolsAndCachesCheckTheirArguments) {
 }
 
 TEST(DecodeSession, StructureChangesMakeSessionsStale) {
-    auto model = make_model();
+    auto model = testing::reference_tiny_model();
     DecodeSession session(model);
     static_cast<void>(session.decode_token(3));
     model.attach_lora({});
@@ -362,7 +345,7 @@ TEST(DecodeSession, StructureChangesMakeSessionsStale) {
 }
 
 TEST(DecodeSession, LoraAndPackedNf4WeightsDecodeLikeTheirFullForward) {
-    auto model = make_model();
+    auto model = testing::reference_tiny_model();
     model.attach_lora({.rank = 2, .alpha = 4.0F, .random_seed = 3, .targets = 0x7F});
     // B starts at zero: give the adapters a visible effect.
     for (const NamedParameter& named : model.lora_parameters()) {
@@ -373,16 +356,16 @@ TEST(DecodeSession, LoraAndPackedNf4WeightsDecodeLikeTheirFullForward) {
         }
         parameter.set_value(Tensor(parameter.shape(), values));
     }
-    const auto tokens = tokens_of(10, 13);
-    const auto adapted = full_forward(model, tokens);
+    const auto tokens = testing::reference_tokens(10, 13);
+    const auto adapted = testing::full_forward_logits(model, tokens);
     DecodeSession lora(model);
     expect_near(lora.prefill(tokens, PrefillLogits::All).to_host(), adapted.data(), adapted.size(),
                 1e-5, "LoRA");
 
-    auto packed = make_model(14);
+    auto packed = testing::reference_tiny_model(14);
     packed.quantize_nf4({.block_size = 32, .double_quantization = true, .scale_block_size = 256});
     const auto usage = packed.quantized_memory_usage();
-    const auto expected = full_forward(packed, tokens);
+    const auto expected = testing::full_forward_logits(packed, tokens);
     DecodeSession session(packed);
     for (std::size_t t = 0; t < tokens.size(); ++t) {
         expect_near(session.decode_token(tokens[t]).to_host(), expected.data() + t * V, V, 1e-5,

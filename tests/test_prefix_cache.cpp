@@ -26,26 +26,6 @@ using testing::message_of;
 
 constexpr std::size_t V = 27;
 
-DecoderOnlyTransformer make_model(std::uint32_t seed = 11) {
-    std::mt19937 generator(seed);
-    return DecoderOnlyTransformer(testing::reference_tiny(), generator);
-}
-
-std::vector<std::uint32_t> tokens_of(std::size_t count, std::uint32_t seed) {
-    std::mt19937 generator(seed);
-    std::vector<std::uint32_t> tokens(count);
-    for (auto& t : tokens) {
-        t = static_cast<std::uint32_t>(generator() % V);
-    }
-    return tokens;
-}
-
-std::vector<float> full_forward(const DecoderOnlyTransformer& model,
-                                const std::vector<std::uint32_t>& tokens) {
-    const NoGradientGuard guard;
-    return model.forward(tokens, {1, tokens.size()}).value().to_host();
-}
-
 double worst_difference(const std::vector<float>& actual, const float* expected,
                         std::size_t count) {
     double worst = 0.0;
@@ -65,7 +45,7 @@ std::shared_ptr<KeyValueCachePool> prefix_pool(const DecoderOnlyTransformer& mod
 void expect_prompt_logits(const DecoderOnlyTransformer& model, DecodeSession& session,
                           const std::vector<std::uint32_t>& prompt, std::size_t reused) {
     ASSERT_LT(reused, prompt.size());
-    const auto expected = full_forward(model, prompt);
+    const auto expected = testing::full_forward_logits(model, prompt);
     const auto fed =
         session.prefill({prompt.data() + reused, prompt.size() - reused}, PrefillLogits::All)
             .to_host();
@@ -76,9 +56,9 @@ void expect_prompt_logits(const DecoderOnlyTransformer& model, DecodeSession& se
 }
 
 TEST(PrefixCache, AWarmSessionSharesTheColdOnesPagesAndGivesTheSameLogits) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 12);
-    const auto cold_prompt = tokens_of(13, 1);
+    const auto cold_prompt = testing::reference_tokens(13, 1);
     DecodeSession cold(model, pool);
     static_cast<void>(cold.prefill(cold_prompt));  // pages 0..2 full and published, page 3 not
     EXPECT_EQ(pool->leased_block_count(), 4U);
@@ -103,16 +83,16 @@ TEST(PrefixCache, AWarmSessionSharesTheColdOnesPagesAndGivesTheSameLogits) {
     expect_prompt_logits(model, third, longer, 12);
     // Decoding on continues to agree with the full forward.
     longer.push_back(7);
-    const auto expected = full_forward(model, longer);
+    const auto expected = testing::full_forward_logits(model, longer);
     EXPECT_LE(worst_difference(third.decode_token(7).to_host(),
                                expected.data() + (longer.size() - 1) * V, V),
               1e-5);
 }
 
 TEST(PrefixCache, TheLastPromptTokenIsAlwaysFedAndOnlyWholePagesAreAdopted) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
-    const auto prompt = tokens_of(8, 2);
+    const auto prompt = testing::reference_tokens(8, 2);
     DecodeSession first(model, pool);
     static_cast<void>(first.prefill(prompt));  // pages 0 and 1 published
     DecodeSession second(model, pool);
@@ -125,9 +105,9 @@ TEST(PrefixCache, TheLastPromptTokenIsAlwaysFedAndOnlyWholePagesAreAdopted) {
 }
 
 TEST(PrefixCache, IdentityIsExactTokensPositionsVersionAndNamespace) {
-    auto model = make_model();
+    auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 12);
-    const auto prompt = tokens_of(12, 3);
+    const auto prompt = testing::reference_tokens(12, 3);
     DecodeSession source(model, pool);
     static_cast<void>(source.prefill(prompt));
     {  // One token differing in the first page: nothing matches (later pages extend it).
@@ -160,9 +140,9 @@ TEST(PrefixCache, IdentityIsExactTokensPositionsVersionAndNamespace) {
 }
 
 TEST(PrefixCache, CachedPagesAreEvictedLeastRecentlyReleasedDeepestFirst) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 6);
-    const auto prompt = tokens_of(12, 4);
+    const auto prompt = testing::reference_tokens(12, 4);
     {
         DecodeSession first(model, pool);
         static_cast<void>(first.prefill(prompt));  // pages 0, 1, 2: all full, all published
@@ -174,7 +154,7 @@ TEST(PrefixCache, CachedPagesAreEvictedLeastRecentlyReleasedDeepestFirst) {
     // 16 unrelated tokens need 4 pages: the 3 never-used ones, then one evicted: the deepest.
     {
         DecodeSession other(model, pool);
-        static_cast<void>(other.prefill(tokens_of(16, 5)));
+        static_cast<void>(other.prefill(testing::reference_tokens(16, 5)));
         EXPECT_EQ(pool->cached_block_count(), 2U);
         EXPECT_EQ(pool->free_block_count(), 2U);
     }  // other's 4 pages are cached now, after pages 1 and 0
@@ -189,9 +169,9 @@ TEST(PrefixCache, CachedPagesAreEvictedLeastRecentlyReleasedDeepestFirst) {
 }
 
 TEST(PrefixCache, ASharedPageLivesUntilItsLastHolderLetsGo) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 7);
-    auto prompt = tokens_of(9, 6);
+    auto prompt = testing::reference_tokens(9, 6);
     DecodeSession a(model, pool);
     static_cast<void>(a.prefill(prompt));
     DecodeSession b(model, pool);
@@ -201,16 +181,16 @@ TEST(PrefixCache, ASharedPageLivesUntilItsLastHolderLetsGo) {
     EXPECT_EQ(pool->leased_block_count(), 2U);
     // Another sequence takes 4 of the 5 other pages, never b's: b then takes the last one.
     DecodeSession c(model, pool);
-    static_cast<void>(c.prefill(tokens_of(16, 7)));
+    static_cast<void>(c.prefill(testing::reference_tokens(16, 7)));
     EXPECT_EQ(pool->free_block_count(), 1U);
     expect_prompt_logits(model, b, prompt, 8);
     EXPECT_EQ(pool->free_block_count(), 0U);
 }
 
 TEST(PrefixCache, ConcurrentColdTwinsPublishOnceAndChainsContinueThroughTheTwin) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 12);
-    const auto prompt = tokens_of(6, 8);
+    const auto prompt = testing::reference_tokens(6, 8);
     DecodeSession a(model, pool);
     DecodeSession b(model, pool);
     std::vector<DecodeWork> work = {{&a, prompt}, {&b, prompt}};
@@ -230,14 +210,14 @@ TEST(PrefixCache, ConcurrentColdTwinsPublishOnceAndChainsContinueThroughTheTwin)
 }
 
 TEST(PrefixCache, ClearingForgetsEveryPrefixAndFreesTheCachedPages) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
-    const auto prompt = tokens_of(13, 9);
+    const auto prompt = testing::reference_tokens(13, 9);
     DecodeSession holder(model, pool);
     static_cast<void>(holder.prefill(prompt));
     {
         DecodeSession released(model, pool);
-        static_cast<void>(released.prefill(tokens_of(8, 10)));
+        static_cast<void>(released.prefill(testing::reference_tokens(8, 10)));
     }
     EXPECT_EQ(pool->cached_block_count(), 2U);
     pool->clear_prefix_cache();
@@ -251,10 +231,10 @@ TEST(PrefixCache, ClearingForgetsEveryPrefixAndFreesTheCachedPages) {
 }
 
 TEST(PrefixCache, WithoutPrefixCachingNothingIsPublishedOrAdopted) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = make_key_value_cache_pool(model, 4, 8);
     EXPECT_FALSE(pool->prefix_caching());
-    const auto prompt = tokens_of(9, 11);
+    const auto prompt = testing::reference_tokens(9, 11);
     {
         DecodeSession a(model, pool);
         static_cast<void>(a.prefill(prompt));
@@ -268,9 +248,9 @@ TEST(PrefixCache, WithoutPrefixCachingNothingIsPublishedOrAdopted) {
 }
 
 TEST(PrefixCache, BadCallsChangeNothing) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
-    const auto prompt = tokens_of(9, 12);
+    const auto prompt = testing::reference_tokens(9, 12);
     DecodeSession a(model, pool);
     static_cast<void>(a.prefill(prompt));
     const std::size_t leased = pool->leased_block_count();
@@ -311,7 +291,7 @@ namespace {
 
 // The pool as the serving engine's one page ledger (docs/ARCHITECTURE.md, 'Admission').
 TEST(PoolReservations, AdmissionCountsPagesAvailableNowAndBudgetsCapAtTheContext) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);  // 4 positions a page, 16 a context
     EXPECT_EQ(pool->blocks_for(1), 1U);
     EXPECT_EQ(pool->blocks_for(5), 2U);
@@ -341,28 +321,28 @@ TEST(PoolReservations, AdmissionCountsPagesAvailableNowAndBudgetsCapAtTheContext
 }
 
 TEST(PoolReservations, AReservedSessionNeverMeetsAnExhaustedPool) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
     DecodeSession reserved(model, pool, 16);
     DecodeSession plain(model, pool);  // no reservation: only pages nobody was promised
-    static_cast<void>(plain.prefill(tokens_of(16, 20)));
+    static_cast<void>(plain.prefill(testing::reference_tokens(16, 20)));
     EXPECT_EQ(pool->free_block_count(), 4U);
     DecodeSession other(model, pool);
     const auto message =
         message_of<std::runtime_error>([&] { static_cast<void>(other.decode_token(1)); });
     EXPECT_NE(message.find("promised to sessions with reservations"), std::string::npos) << message;
     EXPECT_EQ(other.size(), 0U);
-    const auto prompt = tokens_of(16, 21);
-    const auto expected = full_forward(model, prompt);
+    const auto prompt = testing::reference_tokens(16, 21);
+    const auto expected = testing::full_forward_logits(model, prompt);
     EXPECT_LE(worst_difference(reserved.prefill(prompt).to_host(), expected.data() + 15 * V, V),
               1e-5);
 }
 
 TEST(PoolReservations, AStepPastTheReservationChangesNothing) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
     DecodeSession session(model, pool, 5);  // 2 pages
-    static_cast<void>(session.prefill(tokens_of(8, 22)));
+    static_cast<void>(session.prefill(testing::reference_tokens(8, 22)));
     const auto message =
         message_of<std::length_error>([&] { static_cast<void>(session.decode_token(1)); });
     EXPECT_NE(message.find("9 positions need 3 pages, more than the cache's reservation of 2"),
@@ -376,9 +356,9 @@ TEST(PoolReservations, AStepPastTheReservationChangesNothing) {
 TEST(PoolReservations, SharingSavesPagesAndComputeButNotReservations) {
     // A session sharing pages may later need all of its reservation on its own (when it resets,
     // or the others let the shared pages go), so sharing admits no extra reservation.
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
-    const auto prompt = tokens_of(16, 23);
+    const auto prompt = testing::reference_tokens(16, 23);
     DecodeSession a(model, pool, 16);
     static_cast<void>(a.prefill(prompt));
     DecodeSession b(model, pool, 16);
@@ -389,15 +369,15 @@ TEST(PoolReservations, SharingSavesPagesAndComputeButNotReservations) {
     EXPECT_EQ(pool->admission(1), KeyValueCachePool::Admission::Wait);
     a.reset();  // b still holds the shared pages; then b needs its whole reservation again
     b.reset();
-    static_cast<void>(b.prefill(tokens_of(16, 24)));
-    static_cast<void>(a.prefill(tokens_of(16, 25)));
+    static_cast<void>(b.prefill(testing::reference_tokens(16, 24)));
+    static_cast<void>(a.prefill(testing::reference_tokens(16, 25)));
     EXPECT_EQ(pool->leased_block_count(), 8U);
 }
 
 TEST(PoolReservations, CachedPagesPromisedToReservationsAreNotAdoptedWithoutOne) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 8);
-    const auto prompt = tokens_of(16, 25);
+    const auto prompt = testing::reference_tokens(16, 25);
     {
         DecodeSession a(model, pool);
         static_cast<void>(a.prefill(prompt));
@@ -423,11 +403,11 @@ namespace {
 // meets an exhausted pool, and the pages available for new reservations are always free.
 // (Admitting reservations against pages saved by sharing failed this within 500 rounds.)
 TEST(PoolReservations, RandomWorkloadsNeverExhaustAReservedSession) {
-    const auto model = make_model();
+    const auto model = testing::reference_tiny_model();
     auto pool = prefix_pool(model, 10);
     std::mt19937 generator(123);
     const auto pick = [&](std::size_t bound) { return generator() % bound; };
-    const std::vector<std::uint32_t> shared = tokens_of(16, 40);
+    const std::vector<std::uint32_t> shared = testing::reference_tokens(16, 40);
     std::vector<std::unique_ptr<DecodeSession>> sessions;
     std::vector<std::size_t> budgets;
     std::vector<bool> reserved;

@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <random>
 #include <vector>
 
+#include "riftco_transformer/core/autograd/variable.hpp"
 #include "riftco_transformer/model/transformer.hpp"
 
 namespace riftco_transformer::testing {
@@ -23,6 +26,28 @@ inline TransformerDimensions reference_tiny() {
             .head_count = 4,
             .block_count = 2,
             .feed_forward_width = 64};
+}
+
+// A reference tiny model drawn from `seed`, `count` token ids below its V drawn from `seed`,
+// and the logits [T, V] of its full forward over `tokens` (the decode tests' oracle).
+inline DecoderOnlyTransformer reference_tiny_model(std::uint32_t seed = 11) {
+    std::mt19937 generator(seed);
+    return DecoderOnlyTransformer(reference_tiny(), generator);
+}
+
+inline std::vector<std::uint32_t> reference_tokens(std::size_t count, std::uint32_t seed) {
+    std::mt19937 generator(seed);
+    std::vector<std::uint32_t> tokens(count);
+    for (auto& token : tokens) {
+        token = static_cast<std::uint32_t>(generator() % reference_tiny().vocabulary_size);
+    }
+    return tokens;
+}
+
+inline std::vector<float> full_forward_logits(const DecoderOnlyTransformer& model,
+                                              const std::vector<std::uint32_t>& tokens) {
+    const NoGradientGuard guard;
+    return model.forward(tokens, {1, tokens.size()}).value().to_host();
 }
 
 // For every parameter of `list` (whose gradients a backward pass of `loss` just computed),
