@@ -28,7 +28,8 @@ from riftco_transformer.serving.tool_calls import (
     tool_call_schema,
 )
 
-# Keys in sorted order: jinja2's own tojson sorts them (Hugging Face's does not).
+# Keys in sorted order, the order jinja2's own tojson would write; templates render with Hugging
+# Face's tojson, which keeps the given order (test_templates_see_hugging_faces_tojson).
 WEATHER = {"function": {"description": "The weather in a city.", "name": "get_weather",
                         "parameters": {"properties": {"city": {"type": "string"},
                                                       "unit": {"enum": ["C", "F"]}},
@@ -238,6 +239,28 @@ def test_a_template_that_takes_tools_renders_them_itself():
     for conversation in (CONVERSATION, two_results):
         assert template.render(conversation, tools=tools) == built_in.render(
             conversation, tools=tools)
+
+
+def test_templates_see_hugging_faces_tojson():
+    # Keys in their order, non-ASCII text as it is, nothing escaped for HTML, and its options.
+    pytest.importorskip("jinja2")
+    unsorted = {"type": "function", "function": {"name": "météo", "description": "<b>&'",
+                                                 "parameters": {"type": "object"}}}
+    template = PretrainedChatTemplate.from_text(  # ChatML's marker names its family
+        "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}{{ tools[0] | tojson }}|"
+        "{{ tools[0] | tojson(indent=2) }}|{{ tools[0] | tojson(sort_keys=true) }}")
+    rendered = template.render([{"role": "user", "content": "x"}], tools=[unsorted])
+    assert rendered == "<|im_start|>x" + "|".join([
+        json.dumps(unsorted, ensure_ascii=False),
+        json.dumps(unsorted, ensure_ascii=False, indent=2),
+        json.dumps(unsorted, ensure_ascii=False, sort_keys=True)])
+    # So a template that renders tools itself agrees with the built-in renderer on any order.
+    chatml = PretrainedChatTemplate.from_text(CHATML_TOOLS)
+    built_in = PretrainedChatTemplate.for_family("chatml")
+    reordered = [{"type": "function", "function": {"parameters": WEATHER["function"][
+        "parameters"], "name": "get_weather", "description": "Le temps qu'il fait."}}]
+    assert chatml.render(CONVERSATION, tools=reordered) == built_in.render(
+        CONVERSATION, tools=reordered)
 
 
 def test_a_template_without_tools_falls_back_to_the_familys_format():

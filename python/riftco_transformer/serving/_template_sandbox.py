@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import json
 import re
 import threading
 import time
@@ -369,6 +370,14 @@ def _check_filter(budget: _Budget, name: str, value, args, kwargs):
     return value
 
 
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None,
+            sort_keys: bool = False) -> str:
+    """The tojson filter as Hugging Face's chat templates see it: ``json.dumps`` with its
+    options, nothing escaped for HTML."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
 def _limited_filter(name: str, function):
     offset = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
 
@@ -487,6 +496,9 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         self.filters = {name: _limited_filter(name, function)
                         for name, function in self.filters.items()
                         if name not in _REMOVED_FILTERS}
+        # Hugging Face's tojson, not jinja2's: no HTML escaping, keys in their order, and
+        # non-ASCII text as it is (templates render tool schemas with it).
+        self.filters["tojson"] = _limited_filter("tojson", _tojson)
         self.filters["__rt_loop"] = _loop_filter
         self.filters["__rt_concat"] = _concat_filter
         self.filters["__rt_literal"] = _literal_filter
