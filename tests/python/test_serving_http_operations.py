@@ -246,6 +246,21 @@ def test_metrics_are_prometheus_text_and_count_requests_and_tokens():
             metric(after, count))
         for line in after.splitlines():  # every sample line: name{labels} value
             assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? \S+", line)
+        # The engine's figures: steps, prefill sources, requests, and the KV pool by state.
+        stats = server.service.scheduler.stats()
+        capacity = server.service.engine.capacity()
+        for name, kind in (("riftco_engine_steps_total", "counter"),
+                           ("riftco_prefill_tokens_total", "counter"),
+                           ("riftco_requests", "gauge")):
+            assert f"# HELP {name} " in after and f"# TYPE {name} {kind}\n" in after
+        final = call(server, "GET", "/metrics")[2].decode()
+        assert metric(final, 'riftco_engine_steps_total{sampling="any"}') == stats.step_count > 0
+        assert metric(final, 'riftco_prefill_tokens_total{source="computed"}') == (
+            stats.prefill_token_count)
+        assert metric(final, 'riftco_requests{state="running"}') == 0
+        if capacity.block_count is not None:
+            assert metric(final, 'riftco_kv_blocks{state="total"}') == capacity.block_count
+            assert metric(final, 'riftco_kv_blocks{state="reserved"}') == 0
 
 
 # ---- 6. the API key ------------------------------------------------------------------------

@@ -216,3 +216,25 @@ def test_tokens_chosen_inside_the_library_step_equal_the_python_path(tiny_config
     assert all(len(result.generated_token_ids) == 9 for result in results[True])
     model.close()
     tokenizer.close()
+
+
+def test_metrics_report_the_pool_by_state_and_the_prefix_cache(native_setup):
+    from riftco_transformer.serving.http import ServerMetrics
+
+    native, _, tokenizer = native_setup
+    config = ServingConfig(kv_cache_block_size=2, max_active_requests=2)
+    with ModelService(native, tokenizer, config) as service:
+        for _ in range(2):
+            service.generate("kind hi", max_new_tokens=1)
+        text = ServerMetrics().exposition(service)
+        capacity = service.engine.capacity()
+        stats = service.scheduler.stats()
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert int(lines['riftco_kv_blocks{state="total"}']) == capacity.block_count == 8
+    assert int(lines['riftco_kv_blocks{state="reserved"}']) == 0
+    assert int(lines['riftco_kv_blocks{state="available"}']) == 8
+    assert int(lines['riftco_kv_blocks{state="cached"}']) == capacity.cached_block_count
+    reused = int(lines['riftco_prefill_tokens_total{source="prefix_cache"}'])
+    assert reused == stats.prefix_reused_token_count == (
+        0 if isinstance(native, FakeNativeModel) else 6)
+    assert int(lines['riftco_engine_steps_total{sampling="any"}']) == stats.step_count

@@ -10,7 +10,8 @@ Routes (anything else is 404; a known path with another method is 405 with ``All
 ``POST /v1/completions``           OpenAI completions
 ``POST /v1/chat/completions``      OpenAI chat completions
 ``GET /metrics``                   Prometheus text format (version 0.0.4): requests by
-                                   route and status, token counts, durations, in flight
+                                   route and status, token counts, durations, in flight,
+                                   engine steps, prefix-cache hits, KV blocks by state
 =================================  ========================================================
 
 With ``"stream": true`` the generation routes answer with server-sent events: OpenAI's
@@ -355,8 +356,10 @@ class ServerMetrics:
             self._duration_sum += seconds
             self._duration_count += 1
 
-    def exposition(self) -> str:
-        """The Prometheus text exposition format, version 0.0.4."""
+    def exposition(self, service=None) -> str:
+        """The Prometheus text exposition format, version 0.0.4; with ``service``, its
+        scheduler's and KV pool's figures too."""
+        engine_lines = [] if service is None else _engine_lines(service)
         with self._lock:
             lines = ["# HELP riftco_http_requests_total HTTP requests answered, by route, "
                      "method and status code.",
@@ -385,7 +388,38 @@ class ServerMetrics:
                       "# HELP riftco_http_requests_in_flight Requests being answered now.",
                       "# TYPE riftco_http_requests_in_flight gauge",
                       f"riftco_http_requests_in_flight {self._in_flight}"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + engine_lines) + "\n"
+
+
+def _engine_lines(service) -> list[str]:
+    """The scheduler's counters and the KV pool's pages by state."""
+    stats = service.scheduler.stats()
+    capacity = service.engine.capacity()
+    lines = ["# HELP riftco_engine_steps_total Batched engine steps, and those whose tokens the "
+             "library chose inside the step.",
+             "# TYPE riftco_engine_steps_total counter",
+             f'riftco_engine_steps_total{{sampling="any"}} {stats.step_count}',
+             f'riftco_engine_steps_total{{sampling="library"}} '
+             f"{stats.library_sampled_step_count}",
+             "# HELP riftco_prefill_tokens_total Prompt tokens prefilled, and those taken from "
+             "the prefix cache instead.",
+             "# TYPE riftco_prefill_tokens_total counter",
+             f'riftco_prefill_tokens_total{{source="computed"}} {stats.prefill_token_count}',
+             f'riftco_prefill_tokens_total{{source="prefix_cache"}} '
+             f"{stats.prefix_reused_token_count}",
+             "# HELP riftco_requests Requests running and waiting now.",
+             "# TYPE riftco_requests gauge",
+             f'riftco_requests{{state="running"}} {stats.active_count}',
+             f'riftco_requests{{state="waiting"}} {stats.waiting_count}']
+    if capacity.block_count is not None:
+        lines += ["# HELP riftco_kv_blocks KV cache blocks of the pool, by state.",
+                  "# TYPE riftco_kv_blocks gauge",
+                  f'riftco_kv_blocks{{state="total"}} {capacity.block_count}',
+                  f'riftco_kv_blocks{{state="reserved"}} {capacity.reserved_block_count}',
+                  f'riftco_kv_blocks{{state="leased"}} {capacity.leased_block_count}',
+                  f'riftco_kv_blocks{{state="cached"}} {capacity.cached_block_count}',
+                  f'riftco_kv_blocks{{state="available"}} {capacity.available_block_count}']
+    return lines
 
 
 class ServingHTTPServer(ThreadingHTTPServer):
@@ -804,7 +838,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _metrics(self, path: str) -> None:
         self._send_body(200, METRICS_CONTENT_TYPE,
-                        self.server.metrics.exposition().encode("utf-8"),
+                        self.server.metrics.exposition(self.server.service).encode("utf-8"),
                         JSON_CONTENT_SECURITY_POLICY)
 
     def _models(self, path: str) -> None:
