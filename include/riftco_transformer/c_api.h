@@ -52,6 +52,10 @@ extern "C" {
 /* ---- Versioning --------------------------------------------------------------------------
  * (major << 16) | minor. A client accepts a library with the same major and a minor at least
  * its own; minors only add.
+ * 2.15 also adds LoRA dropout on the adapter input: rt_lora_config's dropout (and reserved3),
+ * appended after its 48-byte 2.13 layout, and rt_model_lora_dropout_key /
+ * rt_model_set_lora_dropout_key, rt_model_lora_dropout_enabled /
+ * rt_model_set_lora_dropout_enabled (docs/ARCHITECTURE.md, 'LoRA').
  * 2.13 adds, without renumbering a value or moving a field of 2.12 (the fine-tuning issue):
  * - rt_adam_options' weight_decay (AdamW) and learning-rate schedule (schedule, warmup_steps,
  *   total_steps, minimum_fraction: RT_LEARNING_RATE_SCHEDULE_*), appended after its 48-byte
@@ -333,6 +337,10 @@ typedef struct rt_lora_config {
     /* 2.13 (a 40-byte struct leaves these at their init values) */
     uint32_t rank_stabilized; /* 0 (init): scale alpha/rank; 1: alpha/sqrt(rank) (rsLoRA) */
     uint32_t reserved2;       /* must be 0 */
+    /* 2.15 (a 48-byte struct reads dropout 0) */
+    float dropout;      /* init 0: p in [0, 1), inverted dropout on the adapter input while
+                         * training (a forward that records gradients) */
+    uint32_t reserved3; /* must be 0 */
 } rt_lora_config;
 
 /* Byte accounting of the packed weights, summed over the model (all zero when none is
@@ -364,6 +372,17 @@ RT_API rt_status RT_CALL rt_model_attach_lora(rt_model* model, const rt_lora_con
 RT_API rt_status RT_CALL rt_model_has_lora(const rt_model* model, int32_t* out);
 /* The attached config (RT_STATUS_RUNTIME_ERROR if none was ever attached). */
 RT_API rt_status RT_CALL rt_model_lora_config(const rt_model* model, rt_lora_config* out);
+/* 2.15: the LoRA dropout key. Every training forward (one that records gradients) of a model
+ * with adapter dropout > 0 draws its masks from (random_seed, key, projection index, element)
+ * and then increments the key; save it with a training checkpoint and set it back on resume
+ * for bit-identical masks. 0 on a new model; any value may be set, with or without adapters. */
+RT_API rt_status RT_CALL rt_model_lora_dropout_key(const rt_model* model, uint64_t* out);
+RT_API rt_status RT_CALL rt_model_set_lora_dropout_key(rt_model* model, uint64_t key);
+/* 2.15: evaluation mode for LoRA dropout. rt_model_forward always records a graph, so an
+ * evaluation (a validation loss) sets 0 first: no forward then applies dropout or advances the
+ * key, until 1 (the initial value) is set again. Any other value: RT_STATUS_INVALID_ARGUMENT. */
+RT_API rt_status RT_CALL rt_model_lora_dropout_enabled(const rt_model* model, int32_t* out);
+RT_API rt_status RT_CALL rt_model_set_lora_dropout_enabled(rt_model* model, int32_t enabled);
 /* The active adapter factors ("<proj>.lora_a.weight", "<proj>.lora_b.weight"), block order
  * then the head: the list to give Adam for adapter-only training. The base list of
  * rt_model_parameters is unchanged by LoRA. */
@@ -590,14 +609,14 @@ typedef struct rt_sampling_row {
     const rt_sampling_options* options; /* NULL: greedy */
     const uint32_t* context;            /* the penalties' ids, prompt first (NULL: none) */
     uint64_t context_count;
-    uint64_t prompt_length;   /* <= context_count */
-    const uint8_t* mask;      /* NULL, or vocabulary_limit bytes (0: never drawn) */
-    uint64_t draw_index;      /* the request's k-th draw */
+    uint64_t prompt_length;    /* <= context_count */
+    const uint8_t* mask;       /* NULL, or vocabulary_limit bytes (0: never drawn) */
+    uint64_t draw_index;       /* the request's k-th draw */
     uint64_t vocabulary_limit; /* sample and score ids below it (a padded vocabulary); 0: V */
-    uint32_t sample;          /* 1: choose an id; 0: the row only feeds tokens */
-    uint32_t log_probability; /* 1: the chosen id's log-probability of the raw logits */
-    uint32_t top_count;       /* most likely alternatives wanted, <= RT_MAX_TOP_LOGPROBS */
-    uint32_t reserved;        /* must be 0 */
+    uint32_t sample;           /* 1: choose an id; 0: the row only feeds tokens */
+    uint32_t log_probability;  /* 1: the chosen id's log-probability of the raw logits */
+    uint32_t top_count;        /* most likely alternatives wanted, <= RT_MAX_TOP_LOGPROBS */
+    uint32_t reserved;         /* must be 0 */
 } rt_sampling_row;
 
 /* rt_decode_sessions_step's batched step, then each row sampled by its rt_sampling_row, in
@@ -609,9 +628,8 @@ typedef struct rt_sampling_row {
  * were not all finite (the step still happened: the caller fails that request). */
 RT_API rt_status RT_CALL rt_decode_sessions_step_sample(
     rt_decode_session* const* sessions, uint64_t session_count, const uint32_t* tokens,
-    const uint64_t* token_counts, uint64_t token_total, const rt_sampling_row* rows,
-    uint32_t* ids, uint8_t* sampled, double* log_probabilities, uint32_t* top_ids,
-    double* top_log_probabilities);
+    const uint64_t* token_counts, uint64_t token_total, const rt_sampling_row* rows, uint32_t* ids,
+    uint8_t* sampled, double* log_probabilities, uint32_t* top_ids, double* top_log_probabilities);
 
 /* The log-softmax of `vocabulary` finite logits at `token` (in double), and the top_count most
  * likely ids with theirs, most likely first (ties: the lower id first) into top_ids and

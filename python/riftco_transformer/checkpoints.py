@@ -155,7 +155,33 @@ def _lora_record(config: LoraConfig | None) -> dict | None:
     }
     if config.rank_stabilized:  # recorded only when set: older checkpoints read the same
         record["rank_stabilized"] = True
+    if config.dropout > 0.0:  # likewise; its key is recorded beside it (_lora_state)
+        record["dropout"] = config.dropout
     return record
+
+
+def _valid_dropout(dropout, key) -> bool:
+    """A recorded dropout (a number in (0, 1)) and key (a uint64)."""
+    value = finite_number(dropout)
+    return (value is not None and 0.0 < value < 1.0 and _is_int(key)
+            and 0 <= key < (1 << 64))
+
+
+def _lora_state(model: Model) -> dict | None:
+    """The LoRA record plus, with dropout, the model's dropout key: the masks of the next
+    training forward, so a resume draws exactly the masks the run would have drawn."""
+    if not model.lora_attached:
+        return None
+    record = _lora_record(model.lora_config)
+    if "dropout" in record:
+        record["dropout_key"] = model.lora_dropout_key
+    return record
+
+
+def _without_key(record: dict | None) -> dict | None:
+    if record is None:
+        return None
+    return {name: value for name, value in record.items() if name != "dropout_key"}
 
 
 def save_training_checkpoint(
@@ -242,7 +268,7 @@ def capture_training_checkpoint(
             "parameters": base_table,
             "quantized": quantized,
             "nf4": copy.deepcopy(nf4) if quantized else None,
-            "lora": _lora_record(model.lora_config) if model.lora_attached else None,
+            "lora": _lora_state(model),
             "adapter_parameters": adapter_table,
         },
         "tokenizer": None if tokenizer is None else tokenizer_record(tokenizer),
@@ -457,8 +483,9 @@ class TrainingCheckpoint:
                 f"this one is {'' if model.quantized_linear_weights else 'not '}"
             )
         lora = _lora_record(model.lora_config) if model.lora_attached else None
-        if lora != recorded["lora"]:
-            raise ValueError(f"LoRA config differs: model {lora}, checkpoint {recorded['lora']}")
+        if lora != _without_key(recorded["lora"]):
+            raise ValueError(f"LoRA config differs: model {lora}, checkpoint "
+                             f"{_without_key(recorded['lora'])}")
         if lora is not None:
             with model.adapter_parameters() as adapter:
                 if _table(adapter) != recorded["adapter_parameters"]:
@@ -530,9 +557,10 @@ class TrainingCheckpoint:
                 model.attach_lora(
                     LoraConfig(
                         lora["rank"], lora["alpha"], tuple(lora["targets"]), lora["random_seed"],
-                        lora.get("rank_stabilized", False),
+                        lora.get("rank_stabilized", False), lora.get("dropout", 0.0),
                     )
                 )
+                model.lora_dropout_key = lora.get("dropout_key", 0)
             if model.backend != backend:
                 model.to(backend)
             trainable = (
@@ -583,14 +611,18 @@ class TrainingCheckpoint:
         previous_source = None if source is None else source.capture_state()
         previous_trainer = None if trainer is None else trainer.capture_state()
         previous_optimizer = optimizer.state()
+        previous_key = model.lora_dropout_key
         try:
             if source is not None:
                 source.restore_state(recorded["batch_source"])
             if trainer_state is not None:
                 trainer.restore_state(trainer_state)
             optimizer.load_state(self._adam_state())
+            if recorded["model"]["lora"] is not None:
+                model.lora_dropout_key = recorded["model"]["lora"].get("dropout_key", 0)
         except BaseException:
             try:
+                model.lora_dropout_key = previous_key
                 optimizer.load_state(previous_optimizer)
                 if trainer is not None:
                     trainer.restore_state(previous_trainer)
@@ -729,8 +761,11 @@ def _validate_manifest(manifest, where: str) -> None:
         if (
             not isinstance(lora, dict)
             or not {"rank", "alpha", "targets", "random_seed"} <= set(lora)
-            <= {"rank", "alpha", "targets", "random_seed", "rank_stabilized"}
+            <= {"rank", "alpha", "targets", "random_seed", "rank_stabilized", "dropout",
+                "dropout_key"}
             or lora.get("rank_stabilized", True) is not True
+            or ("dropout" in lora) != ("dropout_key" in lora)
+            or not _valid_dropout(lora.get("dropout", 0.5), lora.get("dropout_key", 0))
             or not _is_int(lora["rank"])
             or finite_number(lora["alpha"]) is None
             or not isinstance(lora["targets"], list)

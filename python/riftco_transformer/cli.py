@@ -132,6 +132,13 @@ def _fraction_or_zero(text: str) -> float:
     return value
 
 
+def _dropout_probability(text: str) -> float:
+    value = _non_negative_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _non_negative_int(text)
     if value > 65535:
@@ -286,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     post.add_argument("--rslora", action="store_true",
                       help="rank-stabilized LoRA: scale the update by alpha/sqrt(rank) instead of "
                       "alpha/rank")
+    post.add_argument("--lora-dropout", type=_dropout_probability, default=0.0,
+                      help="dropout probability on the adapters' input while training, in [0, 1) "
+                      "(default: 0, none; PEFT's lora_dropout; evaluation and generation apply "
+                      "none)")
     post.add_argument("--lora-targets", default=None,
                       help="'all-linear' (every projection of every block, not the head) or "
                       "comma-separated projection names, e.g. attention.query,attention.value "
@@ -788,7 +799,7 @@ def _post_train_command(arguments, data_parallel) -> int:
         fine_tuning_method=arguments.method, overlong=arguments.overlong,
         packing=arguments.packing,
         lora=LoraConfig(rank=arguments.lora_rank, alpha=arguments.lora_alpha,
-                        rank_stabilized=arguments.rslora,
+                        rank_stabilized=arguments.rslora, dropout=arguments.lora_dropout,
                         **({} if base_targets is None else {"targets": base_targets})),
         attention=arguments.attention, activation_checkpointing=arguments.activation_checkpointing,
         nf4_block_size=arguments.nf4_block_size,
@@ -932,7 +943,7 @@ def _post_train_pretrained(arguments, examples, validation, config, data_paralle
         targets = _lora_targets(arguments.lora_targets, loaded.model.config.feed_forward)
         config = dataclasses.replace(config, lora=LoraConfig(
             rank=arguments.lora_rank, alpha=arguments.lora_alpha,
-            rank_stabilized=arguments.rslora,
+            rank_stabilized=arguments.rslora, dropout=arguments.lora_dropout,
             targets=_all_projections(loaded.model) if targets is None else targets))
         if arguments.adapter_output is not None:
             from .interchange.peft import require_peft_exportable

@@ -168,10 +168,12 @@ def evaluate_batches(model, batches: Sequence[TrainingBatch]) -> float:
     weights = [counted_targets(batch) for batch in batches]
     equal = all(weight == weights[0] for weight in weights)
     total = 0.0
-    for batch, weight in zip(batches, weights, strict=True):
-        loss = batch_loss(model, batch)
-        total += loss.item() * (1 if equal else weight)
-        loss.close()
+    # Evaluation: no LoRA dropout, and the training run's dropout key stays where it is.
+    with model.lora_dropout_disabled():
+        for batch, weight in zip(batches, weights, strict=True):
+            loss = batch_loss(model, batch)
+            total += loss.item() * (1 if equal else weight)
+            loss.close()
     return total / (len(batches) if equal else sum(weights))
 
 
@@ -190,6 +192,10 @@ class CausalLanguageModelTrainer:
             raise ValueError("optimizer does not own this model's trainable parameters")
         self.model = model
         self.optimizer = optimizer
+        # Training mode: the training forwards apply LoRA dropout (a PEFT import leaves the
+        # model in evaluation mode); evaluate_batches turns it off for its own forwards.
+        if model.lora_dropout_enabled is False:
+            model.lora_dropout_enabled = True
         self._recent_losses: deque[float] = deque()
         # Early stopping's record: the best validation so far and the evaluations since.
         self.best_validation_loss: float | None = None

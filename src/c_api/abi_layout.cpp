@@ -130,13 +130,15 @@ static_assert(sizeof(rt_program_augmented_forward_options) == 64 &&
               offsetof(rt_program_augmented_forward_options, steering) == 24 &&
               offsetof(rt_program_augmented_forward_options, ablated_program_inputs) == 40 &&
               offsetof(rt_program_augmented_forward_options, ablate_program_output) == 56);
-static_assert(sizeof(rt_lora_config) == 48 && offsetof(rt_lora_config, rank) == 8 &&
+static_assert(sizeof(rt_lora_config) == 56 && offsetof(rt_lora_config, rank) == 8 &&
               offsetof(rt_lora_config, alpha) == 16 &&
               offsetof(rt_lora_config, random_seed) == 20 &&
               offsetof(rt_lora_config, targets) == 24 && offsetof(rt_lora_config, reserved) == 32 &&
               // 2.13: rsLoRA after the 40-byte layout
               offsetof(rt_lora_config, rank_stabilized) == 40 &&
-              offsetof(rt_lora_config, reserved2) == 44);
+              offsetof(rt_lora_config, reserved2) == 44 &&
+              // 2.15: dropout after the 48-byte layout
+              offsetof(rt_lora_config, dropout) == 48 && offsetof(rt_lora_config, reserved3) == 52);
 static_assert(sizeof(rt_quantized_memory_stats) == 96 &&
               offsetof(rt_quantized_memory_stats, weight_count) == 8 &&
               offsetof(rt_quantized_memory_stats, resident_payload_bytes) == 40 &&

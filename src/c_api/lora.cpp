@@ -18,7 +18,7 @@ using namespace riftco_transformer::c_api;
 namespace {
 
 // ABI 2.8 published rt_lora_config up to and including `reserved` (40 bytes); 2.13 appended
-// rank_stabilized.
+// rank_stabilized, 2.15 dropout (a shorter struct reads their init values).
 constexpr std::size_t lora_config_minimum_size = offsetof(rt_lora_config, rank_stabilized);
 
 constexpr rt_lora_config default_lora_config() {
@@ -67,8 +67,9 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
         ModelState& state = state_of(model);
         const rt_lora_config given =
             read_struct(config, lora_config_minimum_size, default_lora_config(), "config");
-        if (given.reserved != 0 || given.reserved2 != 0) {
-            throw std::invalid_argument("config->reserved and config->reserved2 must be 0");
+        if (given.reserved != 0 || given.reserved2 != 0 || given.reserved3 != 0) {
+            throw std::invalid_argument(
+                "config->reserved, config->reserved2 and config->reserved3 must be 0");
         }
         if ((given.targets & ~static_cast<uint64_t>(RT_LORA_TARGETS_KNOWN)) != 0) {
             throw std::invalid_argument("config->targets has bits outside 0x3FF (got " +
@@ -81,6 +82,7 @@ rt_status rt_model_attach_lora(rt_model* model, const rt_lora_config* config) {
         lora.random_seed = given.random_seed;
         lora.targets = given.targets;
         lora.rank_stabilized = flag_from_value(given.rank_stabilized, "config->rank_stabilized");
+        lora.dropout = given.dropout;  // the config's rules name it
         state.model->attach_lora(lora);
     });
 }
@@ -99,7 +101,34 @@ rt_status rt_model_lora_config(const rt_model* model, rt_lora_config* out) {
         value.random_seed = lora.random_seed;
         value.targets = lora.targets;
         value.rank_stabilized = lora.rank_stabilized ? 1U : 0U;
+        value.dropout = lora.dropout;
         write_struct(out, value, lora_config_minimum_size, "out");
+    });
+}
+
+rt_status rt_model_lora_dropout_key(const rt_model* model, uint64_t* out) {
+    return guarded(__func__,
+                   [&] { set_output(out, state_of(model).model->lora_dropout_key(), "out"); });
+}
+
+rt_status rt_model_set_lora_dropout_key(rt_model* model, uint64_t key) {
+    return guarded(__func__, [&] { state_of(model).model->set_lora_dropout_key(key); });
+}
+
+rt_status rt_model_lora_dropout_enabled(const rt_model* model, int32_t* out) {
+    return guarded(__func__, [&] {
+        set_output(out, state_of(model).model->lora_dropout_enabled() ? 1 : 0, "out");
+    });
+}
+
+rt_status rt_model_set_lora_dropout_enabled(rt_model* model, int32_t enabled) {
+    return guarded(__func__, [&] {
+        ModelState& state = state_of(model);
+        if (enabled != 0 && enabled != 1) {
+            throw std::invalid_argument("enabled must be 0 or 1 (got " + std::to_string(enabled) +
+                                        ")");
+        }
+        state.model->set_lora_dropout_enabled(enabled == 1);
     });
 }
 

@@ -85,7 +85,14 @@ IndexTensor checked_upload(const CausalLanguageModel& model, const std::string& 
 Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens,
                                       const Shape& shape) const {
     const std::string operation = std::string(model_name()) + "::forward";
-    return forward_checked(checked_upload(*this, operation, tokens, shape), nullptr);
+    return forward_with_dropout(checked_upload(*this, operation, tokens, shape), nullptr);
+}
+
+Variable CausalLanguageModel::forward_with_dropout(
+    const IndexTensor& tokens,
+    const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const {
+    const LoraDropoutScope scope(adaptation_.take_dropout_key());
+    return forward_checked(tokens, documents);
 }
 
 Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens, const Shape& shape,
@@ -98,7 +105,7 @@ Variable CausalLanguageModel::forward(std::span<const std::uint32_t> tokens, con
     // document bounds (said here, before anything runs, rather than in the first block).
     if (attention() == AttentionKind::Flash)
         tensor_ops::require_packed_attention(operation, backend());
-    return forward_checked(checked_upload(*this, operation, tokens, shape), documents);
+    return forward_with_dropout(checked_upload(*this, operation, tokens, shape), documents);
 }
 
 Variable CausalLanguageModel::forward(const IndexTensor& tokens) const {
@@ -116,7 +123,7 @@ Variable CausalLanguageModel::forward(const IndexTensor& tokens) const {
         throw_token_out_of_range(operation, tokens.max_id(), tokens.max_id_position(),
                                  vocabulary_size());
     }
-    return forward_checked(tokens, nullptr);
+    return forward_with_dropout(tokens, nullptr);
 }
 
 void CausalLanguageModel::require_incremental_rows(const char* operation,
@@ -247,14 +254,17 @@ Variable CausalLanguageModel::run_block(
         const std::uint64_t version = structure_version();
         const AdaptationLifecycle* adaptation = &adaptation_;
         const char* model = model_name();
+        // A replay draws the same LoRA dropout masks as its forward.
+        const std::optional<std::uint64_t> dropout_key = LoraDropoutScope::current();
         return checkpoint(
             hidden, dependencies,
-            [forward, version, adaptation, index, model](const Variable& input) {
+            [forward, version, adaptation, index, model, dropout_key](const Variable& input) {
                 if (adaptation->structure_version() != version) {
                     throw std::logic_error(std::string(model) + ": block " + std::to_string(index) +
                                            " cannot be replayed: LoRA or NF4 changed the model's "
                                            "structure after the forward pass");
                 }
+                const LoraDropoutScope scope(dropout_key);
                 return forward(input);
             });
     } catch (const std::domain_error& error) {

@@ -66,6 +66,15 @@ std::string linear_widths(std::size_t in, std::size_t out) {
 }  // namespace
 
 Variable Linear::forward(const Variable& x) const {
+    // Adapter dropout in a training forward (docs/ARCHITECTURE.md, 'LoRA'): the adapter reads a
+    // masked x, so base and adapter are two nodes.
+    if (adapter_active_ && adapter_->dropout() > 0.0F && !gradient_recording_disabled()) {
+        if (const std::optional<std::uint64_t> key = LoraDropoutScope::current()) {
+            const Variable base =
+                is_quantized() ? quantized_linear(x, packed_, bias_) : linear(x, weight_, bias_);
+            return base + adapter_->forward(x, *key);
+        }
+    }
     // One fused node whichever the base and adapter: the graph keeps only the output.
     std::optional<LowRankUpdate> update;
     if (adapter_active_) {

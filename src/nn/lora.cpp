@@ -99,6 +99,12 @@ float lora_scale(const LoraConfig& config, std::string_view operation) {
         throw std::invalid_argument(std::string(operation) +
                                     ": targets is empty (select at least one projection)");
     }
+    if (!std::isfinite(config.dropout) || config.dropout < 0.0F || config.dropout >= 1.0F) {
+        std::ostringstream message;
+        message << operation << ": dropout must be finite and in [0, 1) (got " << config.dropout
+                << ")";
+        throw std::invalid_argument(message.str());
+    }
     if ((config.targets & ~lora_known_targets) != 0) {
         throw std::invalid_argument(std::string(operation) + ": targets mask " +
                                     describe_mask(config.targets) + " has unknown bits " +
@@ -138,11 +144,62 @@ Variable LowRankAdapter::forward(const Variable& x) const {
     return linear(linear(x, a_, Variable()) * scale_, b_, Variable());
 }
 
+Variable LowRankAdapter::forward(const Variable& x, std::uint64_t dropout_key) const {
+    if (dropout_ == 0.0F) {
+        return forward(x);
+    }
+    // Checked before the mask is drawn for x's shape.
+    if (!x.defined() || x.value().rank() == 0 || x.shape().back() != in_features_) {
+        return forward(x);  // throws
+    }
+    const Variable mask(ops::dropout_mask(x.shape(), x.value().backend(), dropout_, dropout_seed_,
+                                          dropout_key, dropout_stream_),
+                        false);
+    return forward(x * mask);
+}
+
+void LowRankAdapter::set_dropout(float probability, std::uint64_t seed, std::uint64_t stream) {
+    if (!std::isfinite(probability) || probability < 0.0F || probability >= 1.0F) {
+        std::ostringstream message;
+        message << "LowRankAdapter: dropout must be finite and in [0, 1) (got " << probability
+                << ")";
+        throw std::invalid_argument(message.str());
+    }
+    dropout_ = probability;
+    dropout_seed_ = seed;
+    dropout_stream_ = stream;
+}
+
+namespace {
+thread_local std::optional<std::uint64_t> current_dropout_key;
+}  // namespace
+
+LoraDropoutScope::LoraDropoutScope(std::optional<std::uint64_t> key) noexcept
+    : previous_(current_dropout_key) {
+    current_dropout_key = key;
+}
+
+LoraDropoutScope::~LoraDropoutScope() {
+    current_dropout_key = previous_;
+}
+
+std::optional<std::uint64_t> LoraDropoutScope::current() noexcept {
+    return current_dropout_key;
+}
+
 Tensor LowRankAdapter::weight_delta() const {
     return ops::scale(ops::matmul(b_.value(), a_.value()), scale_);
 }
 
 // ---------------------------------------------------------------------------------------------
+
+std::optional<std::uint64_t> AdaptationLifecycle::take_dropout_key() const noexcept {
+    if (!lora_attached() || config_.dropout == 0.0F || !dropout_enabled_ ||
+        gradient_recording_disabled()) {
+        return std::nullopt;
+    }
+    return dropout_key_++;
+}
 
 const LoraConfig& AdaptationLifecycle::lora_config() const {
     if (!attached_) {
@@ -176,6 +233,9 @@ void AdaptationLifecycle::attach_lora(Module& model,
                 std::string(execution_backend_name(*backend)) + "')");
         }
         backend = here;
+        if (config.dropout > 0.0F) {
+            ops::require_dropout(op, here);  // a capability error naming dropout, before any draw
+        }
         if ((config.targets & lora_target_bit(projection.target)) == 0) {
             continue;
         }
@@ -202,9 +262,12 @@ void AdaptationLifecycle::attach_lora(Module& model,
     try {
         for (const AdaptableProjection* projection : selected) {
             Linear& layer = *projection->linear;
-            layer.attach_adapter(LowRankAdapter(layer.in_features(), layer.out_features(),
-                                                config.rank, config.alpha, generator, *backend,
-                                                config.rank_stabilized));
+            LowRankAdapter adapter(layer.in_features(), layer.out_features(), config.rank,
+                                   config.alpha, generator, *backend, config.rank_stabilized);
+            // The mask stream is the projection's index in the model's projection list.
+            adapter.set_dropout(config.dropout, config.random_seed,
+                                static_cast<std::uint64_t>(projection - projections.data()));
+            layer.attach_adapter(std::move(adapter));
             done.push_back(&layer);
             if (attach_failure_after != 0 && done.size() == attach_failure_after) {
                 throw std::runtime_error("attach_lora: injected failure (test hook)");

@@ -335,7 +335,7 @@ static void lora_config_carries_rank_stabilized(void) {
     rt_model* model = create_tiny_model();
     rt_lora_config config;
     EXPECT_OK(rt_lora_config_init(&config, sizeof config));
-    EXPECT_EQ_U64(sizeof config, 48u);
+    EXPECT_EQ_U64(sizeof config, 56u); /* 48 in 2.13; 2.15 appended dropout */
     EXPECT_EQ_U64(config.rank_stabilized, 0u);
     config.rank_stabilized = 2;
     EXPECT_STATUS(rt_model_attach_lora(model, &config), RT_STATUS_INVALID_ARGUMENT);
@@ -367,6 +367,19 @@ static void lora_config_carries_rank_stabilized(void) {
     EXPECT_OK(rt_model_lora_config(older, &read));
     EXPECT_EQ_U64(read.rank_stabilized, 0u);
     rt_model_release(older);
+
+    /* A 48-byte (2.13) config reads dropout 0: the bytes beyond it are never touched. */
+    rt_model* before_dropout = create_tiny_model();
+    memset(&buffer, 0xA5, sizeof buffer);
+    EXPECT_OK(rt_lora_config_init(&buffer.config, 48));
+    EXPECT(all_bytes_are((const unsigned char*)&buffer.config + 48, 8, 0xA5));
+    EXPECT_OK(rt_model_attach_lora(before_dropout, &buffer.config));
+    memset(&read, 0xA5, sizeof read);
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_model_lora_config(before_dropout, &read));
+    EXPECT(read.dropout == 0.0f);
+    EXPECT_EQ_U64(read.reserved3, 0u);
+    rt_model_release(before_dropout);
 }
 
 int main(void) {

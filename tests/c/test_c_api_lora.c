@@ -64,7 +64,10 @@ static void lora_config_init_sets_the_spec_defaults(void) {
     /* 2.13 appended rank_stabilized (rsLoRA) and reserved2 to the 40-byte 2.8 layout. */
     EXPECT_EQ_U64(config.rank_stabilized, 0);
     EXPECT_EQ_U64(config.reserved2, 0);
-    EXPECT_EQ_U64(sizeof(rt_lora_config), 48);
+    /* 2.15 appended dropout and reserved3 to the 48-byte 2.13 layout. */
+    EXPECT(config.dropout == 0.0f);
+    EXPECT_EQ_U64(config.reserved3, 0);
+    EXPECT_EQ_U64(sizeof(rt_lora_config), 56);
     EXPECT_EQ_U64(sizeof(rt_quantized_memory_stats), 96);
     EXPECT_STATUS(rt_lora_config_init(&config, 8), RT_STATUS_INVALID_ARGUMENT);
     EXPECT_STATUS(rt_lora_config_init(NULL, sizeof config), RT_STATUS_INVALID_ARGUMENT);
@@ -168,6 +171,106 @@ static void attach_rejections_change_nothing(void) {
     EXPECT_STATUS(rt_model_merge_lora(model), RT_STATUS_RUNTIME_ERROR);
     /* The model still takes its attach. */
     EXPECT_OK(rt_model_attach_lora(model, &config));
+    rt_model_release(model);
+}
+
+/* One adapter-only Adam step that leaves the model open (its B factors become non-zero). */
+static void step_adapters(rt_model* model) {
+    rt_parameter_list* adapters = NULL;
+    EXPECT_OK(rt_model_lora_parameters(model, &adapters));
+    rt_adam_options options;
+    EXPECT_OK(rt_adam_options_init(&options, sizeof options));
+    options.learning_rate = 0.05f;
+    rt_adam* adam = NULL;
+    EXPECT_OK(rt_adam_create(adapters, &options, &adam));
+    rt_variable* logits = NULL;
+    EXPECT_OK(rt_model_forward(model, tokens, 8, 1, 8, &logits));
+    rt_variable* loss = NULL;
+    EXPECT_OK(rt_cross_entropy(logits, targets, 8, &loss));
+    EXPECT_OK(rt_variable_backward(loss));
+    EXPECT_OK(rt_adam_step(adam, NULL));
+    rt_variable_release(loss);
+    rt_variable_release(logits);
+    rt_adam_release(adam);
+    rt_parameter_list_release(adapters);
+}
+
+/* 2.15: dropout on the adapter input, its key and the evaluation mode. */
+static void lora_dropout_follows_the_key_and_the_evaluation_mode(void) {
+    const uint64_t count = 8u * TINY_VOCABULARY;
+    rt_model* model = create_tiny_model();
+    uint64_t key = 1;
+    EXPECT_OK(rt_model_lora_dropout_key(model, &key));
+    EXPECT_EQ_U64(key, 0);
+    rt_lora_config config;
+    EXPECT_OK(rt_lora_config_init(&config, sizeof config));
+    config.targets = RT_LORA_TARGETS_ALL_LINEAR;
+    config.rank = 2;
+    /* Out of [0, 1), or reserved3 set: rejected naming the field, nothing attached. */
+    const float bad_values[3] = {-0.5f, 1.0f, NAN};
+    for (int i = 0; i < 3; ++i) {
+        rt_lora_config bad = config;
+        bad.dropout = bad_values[i];
+        EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_MENTIONS("dropout");
+    }
+    rt_lora_config bad = config;
+    bad.dropout = 0.25f;
+    bad.reserved3 = 1;
+    EXPECT_STATUS(rt_model_attach_lora(model, &bad), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("reserved3");
+    int32_t has = 1;
+    EXPECT_OK(rt_model_has_lora(model, &has));
+    EXPECT(has == 0);
+
+    config.dropout = 0.25f;
+    EXPECT_OK(rt_model_attach_lora(model, &config));
+    rt_lora_config read;
+    read.struct_size = sizeof read;
+    EXPECT_OK(rt_model_lora_config(model, &read));
+    EXPECT(read.dropout == 0.25f);
+    /* A 48-byte (2.13) reader gets the rest; its bytes beyond stay untouched. */
+    rt_lora_config short_read;
+    memset(&short_read, 0xAB, sizeof short_read);
+    short_read.struct_size = 48;
+    EXPECT_OK(rt_model_lora_config(model, &short_read));
+    EXPECT_EQ_U64(short_read.rank, 2);
+    EXPECT_EQ_U64(short_read.reserved3, 0xABABABABu);
+
+    step_adapters(model); /* one training forward: key 0 used, now 1 */
+    EXPECT_OK(rt_model_lora_dropout_key(model, &key));
+    EXPECT_EQ_U64(key, 1);
+    /* Evaluation mode: no dropout, no key. */
+    int32_t enabled = 0;
+    EXPECT_OK(rt_model_lora_dropout_enabled(model, &enabled));
+    EXPECT(enabled == 1);
+    EXPECT_OK(rt_model_set_lora_dropout_enabled(model, 0));
+    float* evaluated = logits_of(model);
+    float* evaluated_again = logits_of(model);
+    EXPECT(memcmp(evaluated, evaluated_again, count * sizeof(float)) == 0);
+    EXPECT_OK(rt_model_lora_dropout_key(model, &key));
+    EXPECT_EQ_U64(key, 1);
+    EXPECT_STATUS(rt_model_set_lora_dropout_enabled(model, 2), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("enabled");
+    EXPECT_OK(rt_model_set_lora_dropout_enabled(model, 1));
+    /* Training forwards: one mask per key, replayed by setting the key back. */
+    EXPECT_OK(rt_model_set_lora_dropout_key(model, 7));
+    float* first = logits_of(model);
+    float* second = logits_of(model);
+    EXPECT_OK(rt_model_lora_dropout_key(model, &key));
+    EXPECT_EQ_U64(key, 9);
+    EXPECT(memcmp(first, evaluated, count * sizeof(float)) != 0);
+    EXPECT(memcmp(first, second, count * sizeof(float)) != 0);
+    EXPECT_OK(rt_model_set_lora_dropout_key(model, 7));
+    float* replayed = logits_of(model);
+    EXPECT(memcmp(first, replayed, count * sizeof(float)) == 0);
+    EXPECT_STATUS(rt_model_lora_dropout_key(model, NULL), RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_STATUS(rt_model_set_lora_dropout_key(NULL, 1), RT_STATUS_INVALID_ARGUMENT);
+    free(evaluated);
+    free(evaluated_again);
+    free(first);
+    free(second);
+    free(replayed);
     rt_model_release(model);
 }
 
@@ -409,6 +512,7 @@ int main(void) {
     RUN_TEST(lora_config_init_sets_the_spec_defaults);
     RUN_TEST(attach_is_output_preserving_and_keeps_the_base_list);
     RUN_TEST(attach_rejections_change_nothing);
+    RUN_TEST(lora_dropout_follows_the_key_and_the_evaluation_mode);
     RUN_TEST(a_graph_that_backward_consumed_no_longer_pins_the_model);
     RUN_TEST(adapter_only_training_then_merge_reproduces_the_adapted_outputs);
     RUN_TEST(quantize_packs_every_projection_and_reports_exact_bytes);

@@ -68,8 +68,10 @@ def test_struct_layouts_have_the_sizes_the_header_implies():
     assert ctypes.sizeof(_abi.AdamStepStatsStruct) == 8 + 8 + 8 + 8 + 8
     assert _abi.AdamStepStatsStruct.learning_rate.offset == 32
     # rt_lora_config: 2.13 appends rank_stabilized and reserved2 after 40 bytes.
-    assert ctypes.sizeof(_abi.LoraConfigStruct) == 48
+    assert ctypes.sizeof(_abi.LoraConfigStruct) == 56  # 48 in 2.13; 2.15 appended dropout
     assert _abi.LoraConfigStruct.rank_stabilized.offset == 40
+    assert _abi.LoraConfigStruct.dropout.offset == 48
+    assert _abi.LoraConfigStruct.reserved3.offset == 52
     assert ctypes.sizeof(_abi.AdamStateStruct) == 8 + 8 + 8 + 8 + 8
     # rt_llama_mistral_config: 2.10 ends at 184, 2.11 at 232 (after the frequency factors),
     # 2.12 appends the GPT-2 choices (four int32 enums, three uint32 flags, reserved).

@@ -81,6 +81,12 @@ def test_lora_config_defaults_are_the_specs():
         ({"targets": (3,)}, TypeError, "str"),
         ({"random_seed": -1}, ValueError, "random_seed"),
         ({"random_seed": 1 << 32}, ValueError, "random_seed"),
+        ({"dropout": -0.1}, ValueError, "dropout"),
+        ({"dropout": 1.0}, ValueError, "dropout"),
+        ({"dropout": 1.0 - 1e-12}, ValueError, "dropout"),  # 1 in float32
+        ({"dropout": math.nan}, ValueError, "dropout"),
+        ({"dropout": "0.1"}, TypeError, "dropout"),
+        ({"dropout": True}, TypeError, "dropout"),
     ],
 )
 def test_lora_config_rejects_bad_fields_naming_them(keywords, error, fragment):
@@ -423,3 +429,58 @@ def test_rank_stabilized_lora_round_trips_and_scales_by_the_square_root_of_the_r
     assert resumed.model.lora_config.rank_stabilized is True
     resumed.optimizer.close()
     resumed.model.close()
+
+
+def test_lora_dropout_is_training_only_follows_the_key_and_resumes(tmp_path):
+    """Dropout on the adapter input (C ABI 2.15): the config reads back; evaluation mode
+    (and a no-dropout model) give the same logits; training forwards take one key each and
+    setting the key back replays them bit for bit; a training checkpoint records the key and a
+    resume continues it."""
+    from riftco_transformer.checkpoints import TrainingCheckpoint, save_training_checkpoint
+
+    def adapted(dropout):
+        model = DecoderOnlyTransformer(CONFIG)
+        model.attach_lora(LoraConfig(rank=2, targets=ALL, dropout=dropout))
+        randomize_adapters(model, 3)
+        return model
+
+    with adapted(0.0) as plain, adapted(0.3) as model:
+        assert model.lora_config.dropout == pytest.approx(0.3)
+        assert model.lora_dropout_key == 0 and model.lora_dropout_enabled is True
+        reference = flat_logits(plain)
+        assert plain.lora_dropout_key == 0  # p = 0 takes no key
+        with model.lora_dropout_disabled():
+            assert model.lora_dropout_enabled is False
+            assert flat_logits(model) == reference
+        assert model.lora_dropout_enabled is True and model.lora_dropout_key == 0
+        model.lora_dropout_key = 40
+        first, second = flat_logits(model), flat_logits(model)
+        assert model.lora_dropout_key == 42
+        assert first != reference and first != second
+        model.lora_dropout_key = 40
+        assert flat_logits(model) == first
+        for bad, error in ((-1, ValueError), (1 << 64, ValueError), (1.5, TypeError)):
+            with pytest.raises(error, match="lora_dropout_key"):
+                model.lora_dropout_key = bad
+        assert model.lora_dropout_key == 41
+        with pytest.raises(TypeError, match="lora_dropout_enabled"):
+            model.lora_dropout_enabled = 1
+
+        with model.adapter_parameters() as adapters, Adam(adapters, learning_rate=1e-2) as adam:
+            loss = cross_entropy(model(TOKENS), TARGETS)
+            loss.backward()
+            loss.close()
+            adam.step()
+            save_training_checkpoint(tmp_path / "run.riftckpt", model, adam)
+            assert model.lora_dropout_key == 42
+            expected = flat_logits(model)
+        checkpoint = TrainingCheckpoint.load(tmp_path / "run.riftckpt")
+        record = checkpoint.manifest["model"]["lora"]
+        assert record["dropout"] == pytest.approx(0.3) and record["dropout_key"] == 42
+        resumed = checkpoint.resume("cpu")
+        try:
+            assert resumed.model.lora_dropout_key == 42
+            assert flat_logits(resumed.model) == expected
+        finally:
+            resumed.optimizer.close()
+            resumed.model.close()

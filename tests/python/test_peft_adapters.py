@@ -206,6 +206,31 @@ def test_rslora_scaling_is_written_as_use_rslora_and_read_back(tmp_path):
         assert max_difference(logits(runtime.model), expected) > 1e-4
 
 
+def test_lora_dropout_is_written_from_the_config_and_read_back_in_evaluation_mode(tmp_path):
+    """lora_dropout both ways: export writes the config's dropout; import sets it and leaves
+    the model in evaluation mode (as PEFT's from_pretrained), so the logits are the adapted
+    ones; training mode then drops."""
+    bundle = base_bundle("mistral")
+    lora = LoraConfig(rank=2, alpha=4.0, targets=("attention.query", "feed_forward.down"),
+                      dropout=0.1)
+    with adapted(bundle, lora) as runtime:
+        with runtime.model.lora_dropout_disabled():
+            expected = logits(runtime.model)
+        directory = export_peft(runtime.model, tmp_path / "adapter")
+        written = runtime.model.lora_config.dropout
+    assert json.loads((directory / "adapter_config.json").read_text())["lora_dropout"] == written
+    assert written == pytest.approx(0.1)
+    with bundle.instantiate() as runtime:
+        assert load_peft_adapter(runtime.model, directory).dropout == written
+        assert runtime.model.lora_config.dropout == written
+        assert runtime.model.lora_dropout_enabled is False
+        assert logits(runtime.model) == expected
+        assert runtime.model.lora_dropout_key == 0
+        runtime.model.lora_dropout_enabled = True
+        assert logits(runtime.model) != expected
+        assert runtime.model.lora_dropout_key == 1
+
+
 # ---- post-training, checkpoints: the adapter-only save --------------------------------------
 
 
@@ -398,6 +423,8 @@ CONFIG_REFUSALS = [
     ({"lora_alpha": "8"}, "lora_alpha must be a positive number, not '8'"),
     ({"lora_alpha": 1e-45}, "alpha/rank = 1e-45/2 must be finite and > 0 in float32"),
     ({"use_rslora": "yes"}, "use_rslora must be true or false, not 'yes'"),
+    ({"lora_dropout": 1.0}, "lora_dropout must be a number in \\[0, 1\\), not 1.0"),
+    ({"lora_dropout": "0.1"}, "lora_dropout must be a number in \\[0, 1\\), not '0.1'"),
     ({"target_modules": DELETE}, "target_modules is missing"),
     ({"target_modules": 5}, "target_modules must be a list of module names or a pattern string"),
     ({"target_modules": "(["}, "target_modules '\\(\\[' is not a regular expression"),
@@ -748,6 +775,23 @@ def test_riftco_post_train_adapter_output_saves_the_adapter_alone(runs, tmp_path
                                    tmp_path / "p")
     assert listing(tmp_path) == ["phi3.rift", "taken", "tuned-adapter", "tuned-adapter.loss.svg",
                                  "tuned-adapter.metrics.jsonl"]
+
+
+def test_riftco_post_train_lora_dropout_trains_with_it_and_exports_it(runs, tmp_path):
+    _, _, base_path, _ = runs
+    train_flags = ("post-train", "--instructions", INSTRUCTIONS, "--steps", 2, "--batch-size", 2,
+                   "--learning-rate", "0.05", "--no-progress", "--backend", "cpu", "--base",
+                   base_path, "--method", "lora")
+    adapter = tmp_path / "dropped"
+    riftco(*train_flags, "--lora-dropout", "0.1", "--adapter-output", adapter)
+    written = json.loads((adapter / "adapter_config.json").read_text())["lora_dropout"]
+    assert written == pytest.approx(0.1)
+    with load_pretrained(base_path, adapter=adapter) as loaded:
+        assert loaded.model.lora_config.dropout == pytest.approx(0.1)
+    for value in ("1", "-0.1", "x"):
+        assert "--lora-dropout" in refused(*train_flags, "--lora-dropout", value,
+                                           "--adapter-output", tmp_path / "never")
+    assert not (tmp_path / "never").exists()
 
 
 def test_riftco_post_train_model_adapter_records_the_source_and_reapplies(runs, tmp_path):

@@ -264,15 +264,18 @@ def test_a_save_killed_at_random_points_never_leaves_a_half_written_file(tmp_pat
 
 
 def _run(tokenizer, tokens, steps, method="full", checkpoint=None):
-    """A small run: returns (model, optimizer, source, trainer) after ``steps`` steps."""
+    """A small run: returns (model, optimizer, source, trainer) after ``steps`` steps.
+    ``method`` "lora-dropout" and "qlora-dropout" add LoRA dropout 0.25."""
     config = TransformerConfig(tokenizer.vocab_size, 16, 32, 2, 1, 64, 3)
     model = DecoderOnlyTransformer(config)
+    method, _, dropout = method.partition("-")
     nf4 = None
     if method == "qlora":
         model.quantize_nf4(32, True, 32)
         nf4 = {"block_size": 32, "double_quantization": True, "scale_block_size": 32}
     if method in ("lora", "qlora"):
-        model.attach_lora(LoraConfig(rank=2, targets=("attention.query", "feed_forward.expand")))
+        model.attach_lora(LoraConfig(rank=2, targets=("attention.query", "feed_forward.expand"),
+                                     dropout=0.25 if dropout else 0.0))
         trainable = model.adapter_parameters()
     else:
         trainable = model.parameters()
@@ -310,11 +313,13 @@ RESUMER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+@pytest.mark.parametrize("method", ["full", "lora", "qlora", "lora-dropout", "qlora-dropout"])
 def test_resume_in_a_fresh_process_is_bit_identical(tmp_path, tokenizer, method):
     tokens = tokenizer.encode_to_array(TEXT)
     total, split = 9, 4
     model, optimizer, source, trainer, _ = _run(tokenizer, tokens, total, method)
+    # With dropout, one key per training forward (one forward a step); none without.
+    assert model.lora_dropout_key == (total if method.endswith("dropout") else 0)
     state = optimizer.state()
     expected = (model.parameters().flat_values().tobytes() + state.first_moments.tobytes()
                 + state.second_moments.tobytes())

@@ -76,6 +76,20 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     [[nodiscard]] bool lora_attached() const noexcept { return adaptation_.lora_attached(); }
     [[nodiscard]] bool lora_merged() const noexcept { return adaptation_.lora_merged(); }
     [[nodiscard]] const LoraConfig& lora_config() const { return adaptation_.lora_config(); }
+    // The LoRA dropout key (docs/ARCHITECTURE.md, 'LoRA'): the next training forward's masks
+    // use it, and every training forward with dropout > 0 increments it. Saved and restored by
+    // training checkpoints for an exact resume.
+    [[nodiscard]] std::uint64_t lora_dropout_key() const noexcept {
+        return adaptation_.dropout_key();
+    }
+    void set_lora_dropout_key(std::uint64_t key) noexcept { adaptation_.set_dropout_key(key); }
+    // Evaluation mode for forwards that record a graph (AdaptationLifecycle::dropout_enabled).
+    [[nodiscard]] bool lora_dropout_enabled() const noexcept {
+        return adaptation_.dropout_enabled();
+    }
+    void set_lora_dropout_enabled(bool enabled) noexcept {
+        adaptation_.set_dropout_enabled(enabled);
+    }
     // The active adapter factors in projection order (empty without LoRA or after merge).
     [[nodiscard]] ParameterList lora_parameters() const { return adapter_parameters(); }
     void merge_lora();
@@ -140,6 +154,12 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
                                      const std::function<Variable(const Variable&)>& forward) const;
 
   private:
+    // forward_checked under the LoRA dropout key of this forward (AdaptationLifecycle::
+    // take_dropout_key).
+    [[nodiscard]] Variable forward_with_dropout(
+        const IndexTensor& tokens,
+        const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const;
+
     ActivationCheckpointing checkpointing_;
     std::vector<AdaptableProjection> projections_;
     AdaptationLifecycle adaptation_;

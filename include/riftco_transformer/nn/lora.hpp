@@ -5,9 +5,22 @@
 //   scale = alpha / rank (in float), or alpha / √rank with rank_stabilized (rsLoRA, Kalajdzievski
 //   2023: the update's magnitude no longer shrinks as the rank grows)
 //
-// so a freshly attached adapter leaves every output unchanged. Targets are chosen by
-// projection name; a model lists the projections it has (AdaptableProjection) and the
-// lifecycle below works on any such list, the GPT and the Llama/Mistral models alike.
+// so a freshly attached adapter leaves every output unchanged.
+//
+// Dropout on the adapter input (LoraConfig::dropout = p, PEFT's lora_dropout): in a training
+// forward (one that records gradients) each adapted projection computes
+//
+//   y = x·Wᵀ + b + scale·(dropout(x)·Aᵀ)·Bᵀ,   dropout(x) = x ⊙ m,  m_i ∈ {0, 1/(1−p)}
+//
+// (inverted dropout: each element kept with probability 1−p, independently per projection).
+// The mask is a pure function of (random_seed, the model's dropout key, the projection's index
+// in the model's projection list, the element's index) through tensor_ops::dropout_mask's
+// counter-based generator; every training forward of the model uses the current key and then
+// increments it (lora_dropout_key / set_lora_dropout_key restore it for an exact resume), and a
+// checkpointed block's replay reuses its forward's key. A forward under NoGradientGuard
+// (evaluation, decoding, serving) applies no dropout, and p = 0 runs the fused path unchanged.
+// Targets are chosen by projection name; a model lists the projections it has (AdaptableProjection)
+// and the lifecycle below works on any such list, the GPT and the Llama/Mistral models alike.
 //
 // Attaching freezes the whole base (requires_gradient false), so backward
 // computes no weight-gradient product for any base weight; only the adapter factors train.
@@ -70,11 +83,13 @@ struct LoraConfig {
     std::uint32_t random_seed = 5489;
     LoraTargetMask targets = lora_default_targets;
     bool rank_stabilized = false;  // rsLoRA: scale = alpha / √rank
+    float dropout = 0.0F;          // p in [0, 1): dropout on the adapter input while training
 };
 
 // alpha / rank (alpha / √rank when rank_stabilized) in float, after the config's own rules
 // (std::invalid_argument naming the field): rank 0; alpha not finite or not > 0; a scale that is
-// not finite or not > 0; an empty mask; a bit that names no target.
+// not finite or not > 0; an empty mask; a bit that names no target; dropout not finite or
+// outside [0, 1).
 [[nodiscard]] float lora_scale(const LoraConfig& config, std::string_view operation);
 
 class LowRankAdapter {
@@ -89,6 +104,13 @@ class LowRankAdapter {
     // scale·((x·Aᵀ)·Bᵀ) over the last axis; x's last dimension must be `in`
     // (std::invalid_argument).
     [[nodiscard]] Variable forward(const Variable& x) const;
+    // scale·((x ⊙ m)·Aᵀ)·Bᵀ with m = tensor_ops::dropout_mask(x's shape, p = dropout(),
+    // seed, key, stream) (set_dropout's seed and stream); the mask is a constant of the graph.
+    [[nodiscard]] Variable forward(const Variable& x, std::uint64_t dropout_key) const;
+    // The adapter's dropout: probability p in [0, 1) (std::invalid_argument naming dropout
+    // otherwise), the seed and the stream (the projection's index) of its masks.
+    void set_dropout(float probability, std::uint64_t seed, std::uint64_t stream);
+    [[nodiscard]] float dropout() const noexcept { return dropout_; }
     // scale·B·A [out, in] (no graph).
     [[nodiscard]] Tensor weight_delta() const;
 
@@ -106,6 +128,23 @@ class LowRankAdapter {
     float scale_;
     Variable a_;
     Variable b_;
+    float dropout_ = 0.0F;
+    std::uint64_t dropout_seed_ = 0;
+    std::uint64_t dropout_stream_ = 0;
+};
+
+// The dropout key of the training forward running on this thread: the model's forward installs
+// it (std::nullopt outside a training forward, or when no adapter has dropout), Linear reads it.
+class LoraDropoutScope {
+  public:
+    explicit LoraDropoutScope(std::optional<std::uint64_t> key) noexcept;
+    ~LoraDropoutScope();
+    LoraDropoutScope(const LoraDropoutScope&) = delete;
+    LoraDropoutScope& operator=(const LoraDropoutScope&) = delete;
+    [[nodiscard]] static std::optional<std::uint64_t> current() noexcept;
+
+  private:
+    std::optional<std::uint64_t> previous_;
 };
 
 // One Linear a target names: `path` is its dot-qualified module path in the model.
@@ -146,6 +185,19 @@ class AdaptationLifecycle {
     [[nodiscard]] const LoraConfig& lora_config() const;
     [[nodiscard]] bool quantized() const noexcept { return quantized_; }
     [[nodiscard]] std::uint64_t structure_version() const noexcept { return structure_version_; }
+    // The key the next training forward's dropout masks use (0 on a new model). The key lives
+    // with the model whether or not adapters are attached.
+    [[nodiscard]] std::uint64_t dropout_key() const noexcept { return dropout_key_; }
+    void set_dropout_key(std::uint64_t key) noexcept { dropout_key_ = key; }
+    // Evaluation through an API without NoGradientGuard (the C ABI's forward always records a
+    // graph): while disabled, no forward applies dropout or advances the key. Enabled on a new
+    // model.
+    [[nodiscard]] bool dropout_enabled() const noexcept { return dropout_enabled_; }
+    void set_dropout_enabled(bool enabled) noexcept { dropout_enabled_ = enabled; }
+    // For a forward about to run: the current key, then incremented, when adapters with
+    // dropout > 0 are attached and gradients are being recorded; std::nullopt (and no
+    // increment) otherwise.
+    [[nodiscard]] std::optional<std::uint64_t> take_dropout_key() const noexcept;
     // A structural change made outside this lifecycle (untie_embeddings): sessions whose keys
     // and values predate it become stale.
     void note_structure_change() noexcept { ++structure_version_; }
@@ -171,6 +223,8 @@ class AdaptationLifecycle {
     LoraConfig config_;
     std::vector<Variable> frozen_;  // base leaves attach_lora froze
     std::uint64_t structure_version_ = 0;
+    mutable std::uint64_t dropout_key_ = 0;  // advanced by const forwards
+    bool dropout_enabled_ = true;
 };
 
 }  // namespace riftco_transformer

@@ -13,7 +13,8 @@ A PEFT LoRA adapter directory (what ``PeftModel.save_pretrained`` writes) holds:
 PEFT adds ``scaling·(x·Aᵀ)·Bᵀ`` to the module's output with ``scaling = lora_alpha / r``, or
 ``lora_alpha / √r`` with ``use_rslora``: our LoRA (:class:`~riftco_transformer.LoraConfig`,
 ``rank_stabilized`` for rsLoRA) in the same layout, so the factors are written as they are,
-float32, and read back exactly.
+float32, and read back exactly. ``lora_dropout`` is the config's ``dropout`` both ways (dropout
+on the adapter input while training).
 
 **Writing** (:func:`export_peft`, :meth:`LoraAdapter.save`). An adapter comes from a model with
 an attached adapter (:func:`capture_lora_adapter`), from the ``.riftckpt`` checkpoint of a LoRA
@@ -118,12 +119,13 @@ _HEX_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # adapter_config.json keys that carry information only (any value is accepted).
 _INFORMATIONAL_KEYS = frozenset({
     "base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "peft_version",
-    "megatron_core", "qalora_group_size", "layers_pattern", "loftq_config", "lora_dropout",
+    "megatron_core", "qalora_group_size", "layers_pattern", "loftq_config",
 })
 # adapter_config.json keys read with their own rules; every other key must be off.
 _READ_KEYS = frozenset({
     "peft_type", "task_type", "r", "lora_alpha", "use_rslora", "target_modules",
     "exclude_modules", "bias", "init_lora_weights", "rank_pattern", "alpha_pattern",
+    "lora_dropout",
 })
 _PLAIN_INITIALISATIONS = (True, False, "gaussian")
 
@@ -274,7 +276,7 @@ class LoraAdapter:
             "inference_mode": True,
             "r": rank,
             "lora_alpha": self.lora.alpha,
-            "lora_dropout": float(getattr(self.lora, "dropout", 0.0)),
+            "lora_dropout": self.lora.dropout,
             "use_rslora": self.lora.rank_stabilized,
             "target_modules": modules,
             "bias": "none",
@@ -376,7 +378,8 @@ def adapter_from_checkpoint(checkpoint, where: str = "the checkpoint") -> LoraAd
     config = validate_model_config(model["architecture"], model["config"], where)
     record = model["lora"]
     lora = LoraConfig(record["rank"], record["alpha"], tuple(record["targets"]),
-                      record["random_seed"], record.get("rank_stabilized", False))
+                      record["random_seed"], record.get("rank_stabilized", False),
+                      record.get("dropout", 0.0))
     base = {}
     metadata = manifest["metadata"]
     for key, recorded in (("artifact_id", "base_artifact_id"), ("base_id", "base_id")):
@@ -449,7 +452,8 @@ def export_peft(source, directory, base_model_name_or_path: str | None = None) -
 @dataclass(frozen=True, eq=False)
 class PeftAdapter:
     """A PEFT LoRA adapter directory, read and checked on its own (:func:`read_peft_adapter`):
-    ``rank``, ``alpha``, ``rank_stabilized`` (``use_rslora``), ``target_modules`` (a tuple, or
+    ``rank``, ``alpha``, ``rank_stabilized`` (``use_rslora``), ``dropout`` (``lora_dropout``),
+    ``target_modules`` (a tuple, or
     the string PEFT matches as a regular expression or ``"all-linear"``), ``exclude_modules``,
     ``base_model_name_or_path``, ``tensors`` (PEFT name -> TensorSpan, header only), ``base``
     (the identities riftco recorded, if any) and ``document`` (the config as read)."""
@@ -464,6 +468,7 @@ class PeftAdapter:
     tensors: Mapping
     base: Mapping[str, str]
     document: Mapping
+    dropout: float = 0.0
 
     @property
     def config_path(self) -> Path:
@@ -535,6 +540,12 @@ def _read_config(path: Path) -> tuple[dict, dict]:
     rslora = document.get("use_rslora", False)
     if not isinstance(rslora, bool):
         raise ValueError(f"{source}: use_rslora must be true or false, not {rslora!r}")
+    dropout = document.get("lora_dropout", 0.0)
+    if dropout is None:
+        dropout = 0.0
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
+            not math.isfinite(dropout) or not 0 <= dropout < 1:
+        raise ValueError(f"{source}: lora_dropout must be a number in [0, 1), not {dropout!r}")
     bias = document.get("bias", "none")
     if bias != "none":
         raise ValueError(f"{source}: bias {bias!r} is not supported: only bias 'none' (our "
@@ -566,6 +577,7 @@ def _read_config(path: Path) -> tuple[dict, dict]:
         raise ValueError(f"{source}: target_modules is missing")
     fields = {
         "rank": rank, "alpha": float(alpha), "rank_stabilized": rslora,
+        "dropout": float(dropout),
         "target_modules": _module_names(document["target_modules"], "target_modules", source,
                                         False),
         "exclude_modules": _module_names(document.get("exclude_modules"), "exclude_modules",
@@ -628,7 +640,8 @@ def read_peft_adapter(directory) -> PeftAdapter:
             base[key] = value
     return PeftAdapter(directory, rank, fields["alpha"], fields["rank_stabilized"],
                        fields["target_modules"], fields["exclude_modules"],
-                       fields["base_model_name_or_path"], tensors, base, document)
+                       fields["base_model_name_or_path"], tensors, base, document,
+                       fields["dropout"])
 
 
 # ---- onto a base ----------------------------------------------------------------------------
@@ -717,7 +730,7 @@ def _attachment(adapter: PeftAdapter, config) -> tuple[LoraConfig, dict]:
                              f"{adapter.rank}")
     try:
         lora = LoraConfig(rank=adapter.rank, alpha=adapter.alpha, targets=tuple(targets),
-                          rank_stabilized=adapter.rank_stabilized)
+                          rank_stabilized=adapter.rank_stabilized, dropout=adapter.dropout)
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
     plan = {}
@@ -830,7 +843,12 @@ def load_peft_adapter(model, directory, *, base_id: str | None = None,
     Every rule of the module docstring is checked before the model changes, and so is the base
     (``check_base``; ``base_id`` names a pretrained base as its fine-tuning run named it).
     ValueError naming the file and key or tensor; a model that already has (or had) an adapter
-    is a ValueError too: one adapter per model lifetime."""
+    is a ValueError too: one adapter per model lifetime.
+
+    ``lora_dropout`` becomes the config's ``dropout``; as PEFT's ``from_pretrained`` loads for
+    inference, a model given an adapter with dropout > 0 is left in evaluation mode
+    (``model.lora_dropout_enabled`` False: its forwards apply none); a trainer
+    (:class:`~riftco_transformer.training.CausalLanguageModelTrainer`) turns it back on."""
     live, pretrained = _live_model(model)
     if not isinstance(check_base, bool):
         raise TypeError(f"check_base must be a bool, not {type(check_base).__name__}")
@@ -848,6 +866,8 @@ def load_peft_adapter(model, directory, *, base_id: str | None = None,
     if pretrained is not None:
         pretrained.reset_generator()  # its KV-cache pool pins the parameters
     live.attach_lora(lora)
+    if lora.dropout > 0.0:
+        live.lora_dropout_enabled = False
     with live.adapter_parameters() as parameters:
         names = parameters.names
         if set(names) != set(payloads):

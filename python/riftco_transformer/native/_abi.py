@@ -322,6 +322,8 @@ class LoraConfigStruct(Structure):
         ("reserved", c_uint64),
         ("rank_stabilized", c_uint32),  # 2.13: rsLoRA
         ("reserved2", c_uint32),
+        ("dropout", c_float),  # 2.15: dropout on the adapter input
+        ("reserved3", c_uint32),
     ]
 
 
@@ -567,6 +569,10 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "rt_lora_config_init": (rt_status, [POINTER(LoraConfigStruct), c_uint64]),
     "rt_model_attach_lora": (rt_status, [handle, POINTER(LoraConfigStruct)]),
     "rt_model_has_lora": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_lora_dropout_key": (rt_status, [handle, POINTER(c_uint64)]),
+    "rt_model_set_lora_dropout_key": (rt_status, [handle, c_uint64]),
+    "rt_model_lora_dropout_enabled": (rt_status, [handle, POINTER(c_int32)]),
+    "rt_model_set_lora_dropout_enabled": (rt_status, [handle, c_int32]),
     "rt_model_lora_config": (rt_status, [handle, POINTER(LoraConfigStruct)]),
     "rt_model_lora_parameters": (rt_status, [handle, handle_out]),
     "rt_model_merge_lora": (rt_status, [handle]),

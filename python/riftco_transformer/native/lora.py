@@ -61,7 +61,9 @@ class LoraConfig:
     ``alpha`` (a finite float > 0, with ``alpha/rank`` finite and > 0 in float32),
     ``targets`` (a non-empty tuple of distinct names from ``LORA_TARGETS``: the projection
     paths inside a block, plus ``"language_model_head"``) and ``random_seed`` (uint32, the
-    adapters' own generator). TypeError/ValueError name the field.
+    adapters' own generator). ``dropout`` (a float p in [0, 1), C ABI 2.15): inverted dropout
+    on the adapter input in training forwards only, PEFT's ``lora_dropout``; the masks follow
+    the model's ``lora_dropout_key``. TypeError/ValueError name the field.
     """
 
     rank: int = 4
@@ -69,8 +71,16 @@ class LoraConfig:
     targets: tuple[str, ...] = ("attention.query", "attention.value")
     random_seed: int = 5489
     rank_stabilized: bool = False
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
+        dropout = require_real(self.dropout, "dropout")
+        if not math.isfinite(dropout) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be finite and in [0, 1), got "
+                             f"{describe_value(self.dropout)}")
+        if _float32(dropout) >= 1.0:
+            raise ValueError(f"dropout must be < 1 in float32, got {describe_value(self.dropout)}")
+        object.__setattr__(self, "dropout", dropout)
         if not isinstance(self.rank_stabilized, bool):
             raise TypeError(f"rank_stabilized must be a bool, not "
                             f"{type(self.rank_stabilized).__name__}")
@@ -136,6 +146,7 @@ class LoraConfig:
         native.random_seed = self.random_seed
         native.targets = self.target_mask
         native.rank_stabilized = int(self.rank_stabilized)
+        native.dropout = self.dropout
         return native
 
     @classmethod
@@ -143,7 +154,7 @@ class LoraConfig:
         targets = tuple(name for bit, name in sorted(_TARGET_NAMES.items()) if native.targets & bit)
         return cls(
             rank=native.rank, alpha=native.alpha, targets=targets, random_seed=native.random_seed,
-            rank_stabilized=bool(native.rank_stabilized),
+            rank_stabilized=bool(native.rank_stabilized), dropout=native.dropout,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from dataclasses import dataclass, replace
@@ -314,6 +315,44 @@ class CausalLanguageModel(NativeHandle):
                 return None
             check_status(status)
         return LoraConfig._from_native(native)
+
+    @property
+    def lora_dropout_key(self) -> int:
+        """The LoRA dropout key (uint64, C ABI 2.15): the next training forward's adapter
+        dropout masks are drawn from it, and every training forward with ``dropout > 0``
+        increments it. Training checkpoints save it; setting it back resumes the masks
+        exactly."""
+        return self._query("rt_model_lora_dropout_key", ctypes.c_uint64)
+
+    @lora_dropout_key.setter
+    def lora_dropout_key(self, key: int) -> None:
+        value = require_int(key, "lora_dropout_key", 0, UINT64_LIMIT)
+        with self._native() as pointer:
+            check_status(library().rt_model_set_lora_dropout_key(pointer, value))
+
+    @property
+    def lora_dropout_enabled(self) -> bool:
+        """False in evaluation mode: forwards apply no LoRA dropout and leave the key alone
+        (the forwards of this API always record a graph; see :meth:`lora_dropout_disabled`)."""
+        return bool(self._query("rt_model_lora_dropout_enabled", ctypes.c_int32))
+
+    @lora_dropout_enabled.setter
+    def lora_dropout_enabled(self, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"lora_dropout_enabled must be a bool, not {type(enabled).__name__}")
+        with self._native() as pointer:
+            check_status(library().rt_model_set_lora_dropout_enabled(pointer, int(enabled)))
+
+    @contextlib.contextmanager
+    def lora_dropout_disabled(self):
+        """Evaluation mode for the block (validation losses): no LoRA dropout, no key
+        advance; the previous mode comes back afterwards."""
+        previous = self.lora_dropout_enabled
+        self.lora_dropout_enabled = False
+        try:
+            yield self
+        finally:
+            self.lora_dropout_enabled = previous
 
     def adapter_parameters(self) -> ParameterList:
         """The active adapter factors (``<proj>.lora_a.weight``, ``<proj>.lora_b.weight``, block

@@ -353,6 +353,18 @@ class RotaryCapability {
                         std::size_t table_axis, Tensor& out) const = 0;
 };
 
+// Optional: inverted-dropout masks (tensor_ops::dropout_mask has the generator and the rule).
+// Null where a backend has no kernel; tensor_ops then refuses with a capability error naming
+// dropout (never a silent skip).
+class DropoutCapability {
+  public:
+    virtual ~DropoutCapability() = default;
+    // out[i] = keep(i) ? kept_value : 0 over out's elements, keep(i) the counter-based rule of
+    // tensor_ops::dropout_keeps(stream, i, threshold).
+    virtual void dropout_mask(std::uint64_t stream, std::uint64_t threshold, float kept_value,
+                              Tensor& out) const = 0;
+};
+
 class BackendAdapter {
   public:
     virtual ~BackendAdapter() = default;
@@ -379,6 +391,8 @@ class BackendAdapter {
     [[nodiscard]] virtual const AdamCapability* adam() const noexcept = 0;
     // Optional (see RotaryCapability): null unless the adapter has the fused kernel.
     [[nodiscard]] virtual const RotaryCapability* rotary() const noexcept { return nullptr; }
+    // Optional (see DropoutCapability): null unless the adapter has the mask kernel.
+    [[nodiscard]] virtual const DropoutCapability* dropout() const noexcept { return nullptr; }
 
     // Called by detail::synchronize at every sync point of this backend, before it raises the
     // deferred error: a device whose checks leave flags on the device reads them here and

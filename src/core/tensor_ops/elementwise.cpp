@@ -1,5 +1,9 @@
 #include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
 #include "core/tensor_ops/validation.hpp"
 #include "riftco_transformer/core/tensor_ops/layout.hpp"
 
@@ -102,6 +106,27 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cosine, const Tensor& sin
     const Tensor second = slice(x, last, half, half);
     return concatenate_last_axis(subtract(multiply(first, c), multiply(second, s)),
                                  add(multiply(second, c), multiply(first, s)));
+}
+
+void require_dropout(std::string_view operation, ExecutionBackend backend) {
+    const auto& adapter = detail::require_available_adapter(backend, operation);
+    static_cast<void>(detail::require_capability(adapter.dropout(), adapter, operation, "dropout"));
+}
+
+Tensor dropout_mask(const Shape& shape, ExecutionBackend backend, float probability,
+                    std::uint64_t seed, std::uint64_t key, std::uint64_t stream_index) {
+    constexpr std::string_view op = "dropout_mask";
+    if (!std::isfinite(probability) || probability < 0.0F || probability >= 1.0F) {
+        std::ostringstream message;
+        message << op << ": probability must be finite and in [0, 1) (got " << probability << ")";
+        throw std::invalid_argument(message.str());
+    }
+    const auto& adapter = detail::require_available_adapter(backend, op);
+    const auto& kernel = detail::require_capability(adapter.dropout(), adapter, op, "dropout");
+    Tensor out = detail::allocate_uninitialized(shape, backend);
+    kernel.dropout_mask(dropout_stream(seed, key, stream_index), dropout_threshold(probability),
+                        1.0F / (1.0F - probability), out);
+    return out;
 }
 
 Tensor scale(const Tensor& x, float factor) {

@@ -2,6 +2,8 @@
 // Elementwise operations. Binary operations need identical shapes (no implicit broadcast:
 // use broadcast_to) and one backend.
 
+#include <cstdint>
+
 #include "riftco_transformer/core/tensor.hpp"
 
 namespace riftco_transformer::tensor_ops {
@@ -20,6 +22,42 @@ namespace riftco_transformer::tensor_ops {
 // with the same values. A shape that does not fit: std::invalid_argument naming it.
 [[nodiscard]] Tensor rotary_embedding(const Tensor& x, const Tensor& cosine, const Tensor& sine,
                                       std::size_t table_axis);
+// Inverted-dropout masks from a counter-based generator (docs/ARCHITECTURE.md, 'LoRA'): no
+// state, so a mask is a pure function of (seed, key, stream, element index) and any element
+// can be drawn alone. splitmix64's finaliser:
+[[nodiscard]] constexpr std::uint64_t splitmix64_mix(std::uint64_t z) noexcept {
+    z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31U);
+}
+inline constexpr std::uint64_t dropout_golden_gamma = 0x9E3779B97F4A7C15ULL;
+// The stream of one mask: mix(mix(mix(seed ^ γ) + key) + stream_index).
+[[nodiscard]] constexpr std::uint64_t dropout_stream(std::uint64_t seed, std::uint64_t key,
+                                                     std::uint64_t stream_index) noexcept {
+    return splitmix64_mix(splitmix64_mix(splitmix64_mix(seed ^ dropout_golden_gamma) + key) +
+                          stream_index);
+}
+// The drop threshold of probability p in [0, 1): ⌊p·2³²⌋ (computed in double, exact).
+[[nodiscard]] constexpr std::uint64_t dropout_threshold(float probability) noexcept {
+    return static_cast<std::uint64_t>(static_cast<double>(probability) * 4294967296.0);
+}
+// Element i is kept when the high 32 bits of mix(stream + (i + 1)·γ) are >= the threshold:
+// probability 1 − ⌊p·2³²⌋/2³², independently per element.
+[[nodiscard]] constexpr bool dropout_keeps(std::uint64_t stream, std::uint64_t index,
+                                           std::uint64_t threshold) noexcept {
+    return (splitmix64_mix(stream + (index + 1) * dropout_golden_gamma) >> 32U) >= threshold;
+}
+// The mask of `shape` on `backend`: keep(i) ? 1/(1−p) (in float) : 0, with
+// stream = dropout_stream(seed, key, stream_index). p must be finite and in [0, 1)
+// (std::invalid_argument naming `probability`); a backend without the dropout kernel: the
+// capability error (std::runtime_error naming dropout).
+[[nodiscard]] Tensor dropout_mask(const Shape& shape, ExecutionBackend backend, float probability,
+                                  std::uint64_t seed, std::uint64_t key,
+                                  std::uint64_t stream_index);
+// Whether `backend` can draw dropout masks; refuses like dropout_mask otherwise, naming
+// `operation`.
+void require_dropout(std::string_view operation, ExecutionBackend backend);
+
 // x * factor; factor must be finite (invalid_argument).
 [[nodiscard]] Tensor scale(const Tensor& x, float factor);
 // x + addend; addend must be finite (invalid_argument).

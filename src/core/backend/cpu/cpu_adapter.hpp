@@ -48,6 +48,12 @@ class CpuRotary final : public RotaryCapability {
                 Tensor& out) const override;
 };
 
+class CpuDropout final : public DropoutCapability {
+  public:
+    void dropout_mask(std::uint64_t stream, std::uint64_t threshold, float kept_value,
+                      Tensor& out) const override;
+};
+
 class CpuReduction final : public ReductionCapability {
   public:
     void sum_all(const Tensor& x, double multiplier, Tensor& out) const override;
@@ -192,6 +198,7 @@ class HostAdapter final : public BackendAdapter {
     }
     [[nodiscard]] const AdamCapability* adam() const noexcept override { return &adam_; }
     [[nodiscard]] const RotaryCapability* rotary() const noexcept override { return &rotary_; }
+    [[nodiscard]] const DropoutCapability* dropout() const noexcept override { return &dropout_; }
 
   private:
     ExecutionBackend identity_;
@@ -199,6 +206,7 @@ class HostAdapter final : public BackendAdapter {
     CpuLayout layout_;
     CpuElementwise elementwise_;
     CpuRotary rotary_;
+    CpuDropout dropout_;
     CpuReduction reduction_;
     CpuMatmul matmul_;
     CpuSoftmax softmax_;

@@ -9,6 +9,7 @@
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/parallel_for.hpp"
 #include "core/backend/cpu/vector_math.hpp"
+#include "riftco_transformer/core/tensor_ops/elementwise.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
@@ -279,6 +280,18 @@ void CpuRotary::rotate(const Tensor& x, const Tensor& cosine, const Tensor& sine
                 }
             }
         });
+}
+
+void CpuDropout::dropout_mask(std::uint64_t stream, std::uint64_t threshold, float kept_value,
+                              Tensor& out) const {
+    float* y = cpu_output(out);
+    const std::size_t count = out.numel();
+    // Branch-free over the counter, so the loop vectorises where 64-bit products do.
+    parallel_for(count, std::size_t{1} << 15U, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) {
+            y[i] = tensor_ops::dropout_keeps(stream, i, threshold) ? kept_value : 0.0F;
+        }
+    });
 }
 
 }  // namespace riftco_transformer::detail
