@@ -105,6 +105,105 @@ FINE_TUNING_METHODS = ("full", "lora", "qlora")
 LEARNING_RATE_SCHEDULES = ("constant", "cosine", "linear")
 
 
+# The defaults scaled to the data (riftco post-train without --steps / --learning-rate /
+# --warmup-steps; README, "Post-training defaults"). Epochs as TRL's SFTConfig counts them; a
+# floor so a handful of examples still trains, a cap so a large file does not silently run for
+# hours (give --steps or --epochs for more).
+DEFAULT_EPOCHS = 3
+DEFAULT_MINIMUM_STEPS = 10
+DEFAULT_MAXIMUM_STEPS = 1000
+# Peak rates by method. Full fine-tuning moves every weight: TRL's SFT default. LoRA and QLoRA
+# train only the adapters, whose update reaches the weights scaled by alpha/rank (2 with the
+# defaults rank 4, alpha 8, where PEFT's r = 8, alpha = 8 gives 1): 1e-4 here is PEFT's usual
+# 2e-4 at scale 1. Measured on SmolLM2-135M-Instruct (README, "Post-training defaults").
+DEFAULT_LEARNING_RATES = {"full": 2e-5, "lora": 1e-4, "qlora": 1e-4}
+# Warmup, with a cosine or linear schedule: this fraction of the steps (rounded up).
+DEFAULT_WARMUP_FRACTION = 0.05
+
+
+@dataclass(frozen=True)
+class ScaledDefaults:
+    """The steps, peak learning rate and warmup of a post-training run, each given or derived
+    from the method and the data (:func:`scaled_defaults`), with why."""
+
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    epochs: float | None
+    reasons: tuple[str, str, str]
+
+    def describe(self) -> str:
+        """One line: the values and where each came from."""
+        steps, rate, warmup = self.reasons
+        return (f"{self.steps} steps ({steps}), learning rate {self.learning_rate:g} ({rate}), "
+                f"warmup {self.warmup_steps} steps ({warmup})")
+
+
+def scaled_defaults(method: str, example_count: int, batch_size: int,
+                    gradient_accumulation_steps: int = 1, *, steps: int | None = None,
+                    epochs: float | None = None, learning_rate: float | None = None,
+                    lr_schedule: str = "constant",
+                    warmup_steps: int | None = None) -> ScaledDefaults:
+    """The steps, learning rate and warmup of a run on ``example_count`` training examples;
+    each value given wins over its default.
+
+    - steps: ``steps``, else ceil(epochs * examples / (batch_size * accumulation)) with
+      ``epochs`` (default :data:`DEFAULT_EPOCHS`), clamped to
+      [:data:`DEFAULT_MINIMUM_STEPS`, :data:`DEFAULT_MAXIMUM_STEPS`] when ``epochs`` was not
+      given (an explicit ``epochs`` is honoured exactly);
+    - learning rate: ``learning_rate``, else :data:`DEFAULT_LEARNING_RATES` of the method;
+    - warmup: ``warmup_steps``, else 0 with a constant rate and ceil(5% of the steps) (below
+      the steps) with a cosine or linear schedule.
+
+    ``steps`` and ``epochs`` together are a ValueError. With packing a row holds several
+    examples, so the epochs are counted in examples, not rows (more passes over the data).
+    """
+    _one_of(method, "method", FINE_TUNING_METHODS)
+    _one_of(lr_schedule, "lr_schedule", LEARNING_RATE_SCHEDULES)
+    require_int(example_count, "example_count", 0, 1 << 63)
+    _positive(batch_size, "batch_size")
+    _positive(gradient_accumulation_steps, "gradient_accumulation_steps")
+    if steps is not None and epochs is not None:
+        raise ValueError("give steps or epochs, not both")
+    per_step = batch_size * gradient_accumulation_steps
+    if steps is not None:
+        _positive(steps, "steps")
+        chosen_steps, steps_reason = steps, "given"
+    else:
+        explicit = epochs is not None
+        epochs = DEFAULT_EPOCHS if epochs is None else epochs
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or \
+                not math.isfinite(epochs) or epochs <= 0:
+            raise ValueError(f"epochs must be a finite number > 0, got {epochs!r}")
+        exact = max(1, math.ceil(epochs * example_count / per_step - 1e-9))
+        steps_reason = (f"{epochs:g} epochs of {example_count} examples at {batch_size} rows x "
+                        f"{gradient_accumulation_steps} accumulation per step")
+        if explicit:
+            chosen_steps = exact
+        else:
+            chosen_steps = min(max(exact, DEFAULT_MINIMUM_STEPS), DEFAULT_MAXIMUM_STEPS)
+            if chosen_steps > exact:
+                steps_reason += f" = {exact}, raised to the floor {chosen_steps}"
+            elif chosen_steps < exact:
+                steps_reason += f" = {exact}, held to the cap {chosen_steps}"
+    if learning_rate is not None:
+        require_positive_float(learning_rate, "learning_rate")
+        rate, rate_reason = learning_rate, "given"
+    else:
+        rate = DEFAULT_LEARNING_RATES[method]
+        rate_reason = f"the {method} default"
+    if warmup_steps is not None:
+        require_int(warmup_steps, "warmup_steps", 0, 1 << 63)
+        warmup, warmup_reason = warmup_steps, "given"
+    elif lr_schedule == "constant":
+        warmup, warmup_reason = 0, "a constant rate has none"
+    else:
+        warmup = min(math.ceil(DEFAULT_WARMUP_FRACTION * chosen_steps), chosen_steps - 1)
+        warmup_reason = f"{DEFAULT_WARMUP_FRACTION:.0%} of the steps, then {lr_schedule} decay"
+    return ScaledDefaults(chosen_steps, rate, warmup, None if steps is not None else epochs,
+                          (steps_reason, rate_reason, warmup_reason))
+
+
 def _power_of_two(value, name: str) -> int:
     require_int(value, name, 32, 4097)
     if value & (value - 1):
