@@ -299,3 +299,45 @@ def full_forward_log_softmax(model, token_ids):
     values = values.reshape(len(ids), -1)
     highest = values.max(axis=1, keepdims=True)
     return values - highest - numpy.log(numpy.exp(values - highest).sum(axis=1, keepdims=True))
+
+
+# ---- shared fixtures' bodies -----------------------------------------------------------------
+
+
+def start_server(service, **server_options) -> SimpleNamespace:
+    """``service`` behind an HTTP server on its own thread: server, thread, host, port."""
+    from riftco_transformer.serving import make_server
+
+    server = make_server(service, **server_options)
+    thread = server.serve_in_thread()
+    host, port = server.server_address[:2]
+    return SimpleNamespace(server=server, thread=thread, host=host, port=port, service=service)
+
+
+def stop_server(served: SimpleNamespace, timeout: float = 10.0) -> None:
+    """Shut down what :func:`start_server` started, and close its service."""
+    served.server.shutdown()
+    served.server.server_close()
+    served.thread.join(timeout)
+    served.service.close()
+
+
+def scheduler_factory(successor: dict[int, int], default_context: int, timeout: float = 10.0):
+    """A generator for a pytest fixture: yields ``make(maximum_context=default_context, *,
+    engine_options=None, **scheduler_options) -> (scheduler, engine)`` over RecordingEngines
+    of a BigramModel, and releases and closes every one afterwards."""
+    from riftco_transformer.serving import Scheduler
+
+    made = []
+
+    def make(maximum_context: int = default_context, *, engine_options=None, **options):
+        model = BigramModel(successor, 128, maximum_context)
+        engine = RecordingEngine(model, **(engine_options or {}))
+        scheduler = Scheduler(engine, ascii_tokenizer(), **options)
+        made.append((scheduler, engine))
+        return scheduler, engine
+
+    yield make
+    for scheduler, engine in made:
+        engine.gate.set()
+        scheduler.close(timeout=timeout)

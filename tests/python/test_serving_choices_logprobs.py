@@ -25,6 +25,9 @@ from serving_fakes import (
     ascii_tokenizer,
     chain,
     full_forward_log_softmax,
+    scheduler_factory,
+    start_server,
+    stop_server,
     wait_until,
 )
 
@@ -37,10 +40,8 @@ from riftco_transformer.serving import (
     PlainChatTemplate,
     QueueFullError,
     RequestRejectedError,
-    Scheduler,
     ServingConfig,
     TextGenerator,
-    make_server,
 )
 from riftco_transformer.serving.chat import chat_prompt
 from riftco_transformer.serving.generation import choice_seed
@@ -156,20 +157,7 @@ def test_each_generated_token_gets_the_raw_log_softmax_of_its_row():
 
 @pytest.fixture
 def schedulers():
-    made = []
-
-    def make(maximum_context: int = 32, *, engine_options=None, **options):
-        model = BigramModel({token: (token + 1) % 128 for token in range(128)}, 128,
-                            maximum_context)
-        engine = RecordingEngine(model, **(engine_options or {}))
-        scheduler = Scheduler(engine, ascii_tokenizer(), **options)
-        made.append((scheduler, engine))
-        return scheduler, engine
-
-    yield make
-    for scheduler, engine in made:
-        engine.gate.set()
-        scheduler.close(timeout=TIMEOUT)
+    yield from scheduler_factory({token: (token + 1) % 128 for token in range(128)}, 32, TIMEOUT)
 
 
 def test_prompt_logprobs_feed_the_prompt_one_token_per_step(schedulers):
@@ -345,18 +333,10 @@ def call(served, path: str, body: dict) -> tuple[int, dict | list]:
 def serve(model_or_engine, tokenizer, **config) -> SimpleNamespace:
     options = {"port": 0, "model_name": MODEL_NAME, "maximum_new_tokens": 16,
                "request_timeout_seconds": 5.0, **config}
-    service = ModelService(model_or_engine, tokenizer, ServingConfig(**options))
-    server = make_server(service)
-    thread = server.serve_in_thread()
-    host, port = server.server_address[:2]
-    return SimpleNamespace(server=server, thread=thread, host=host, port=port, service=service)
+    return start_server(ModelService(model_or_engine, tokenizer, ServingConfig(**options)))
 
 
-def stop(served) -> None:
-    served.server.shutdown()
-    served.server.server_close()
-    served.thread.join(TIMEOUT)
-    served.service.close()
+stop = stop_server
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,17 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
 from conftest import TINY_CONFIG
-from serving_fakes import BigramModel, RecordingEngine, ascii_tokenizer, wait_until
+from serving_fakes import (
+    BigramModel,
+    RecordingEngine,
+    ascii_tokenizer,
+    start_server,
+    stop_server,
+    wait_until,
+)
 
 from riftco_transformer import DecoderOnlyTransformer, Tokenizer
 from riftco_transformer.serving import (
@@ -31,7 +37,6 @@ from riftco_transformer.serving import (
     ServingConfig,
     TextGenerator,
     native_decode_available,
-    make_server,
 )
 
 TIMEOUT = 10.0
@@ -45,18 +50,8 @@ SECURITY_HEADERS = {
 }
 
 
-def start(service: ModelService, **server_options) -> SimpleNamespace:
-    server = make_server(service, **server_options)
-    thread = server.serve_in_thread()
-    host, port = server.server_address[:2]
-    return SimpleNamespace(server=server, thread=thread, host=host, port=port, service=service)
-
-
-def stop(served: SimpleNamespace) -> None:
-    served.server.shutdown()
-    served.server.server_close()
-    served.thread.join(TIMEOUT)
-    served.service.close()
+start = start_server
+stop = stop_server
 
 
 @pytest.fixture(scope="module")

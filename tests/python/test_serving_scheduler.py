@@ -8,7 +8,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-from serving_fakes import BigramModel, RecordingEngine, ascii_tokenizer, wait_until
+from serving_fakes import (
+    BigramModel,
+    RecordingEngine,
+    ascii_tokenizer,
+    scheduler_factory,
+    wait_until,
+)
 
 from riftco_transformer import Tokenizer
 from riftco_transformer.serving import (
@@ -29,19 +35,7 @@ SUCCESSOR = {token: (token + 1) % 128 for token in range(128)}  # greedy counts 
 @pytest.fixture
 def schedulers():
     """Make schedulers over RecordingEngines; all are released and closed afterwards."""
-    made: list[tuple[Scheduler, RecordingEngine]] = []
-
-    def make(maximum_context: int = 64, *, engine_options=None, **options):
-        model = BigramModel(SUCCESSOR, 128, maximum_context)
-        engine = RecordingEngine(model, **(engine_options or {}))
-        scheduler = Scheduler(engine, ascii_tokenizer(), **options)
-        made.append((scheduler, engine))
-        return scheduler, engine
-
-    yield make
-    for scheduler, engine in made:
-        engine.gate.set()
-        scheduler.close(timeout=TIMEOUT)
+    yield from scheduler_factory(SUCCESSOR, 64, TIMEOUT)
 
 
 def shape(engine: RecordingEngine) -> list[list[tuple[int, int]]]:
