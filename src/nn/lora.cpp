@@ -19,6 +19,16 @@ namespace ops = tensor_ops;
 
 namespace {
 
+// The one rule for a dropout probability (LoraConfig and LowRankAdapter).
+void require_dropout_probability(float probability, std::string_view operation) {
+    if (!std::isfinite(probability) || probability < 0.0F || probability >= 1.0F) {
+        std::ostringstream message;
+        message << operation << ": dropout must be finite and in [0, 1) (got " << probability
+                << ")";
+        throw std::invalid_argument(message.str());
+    }
+}
+
 constexpr std::array<std::string_view, lora_target_count> target_names = {
     "attention.query",     "attention.key",        "attention.value",     "attention.output",
     "feed_forward.expand", "feed_forward.project", "language_model_head", "feed_forward.gate",
@@ -99,12 +109,7 @@ float lora_scale(const LoraConfig& config, std::string_view operation) {
         throw std::invalid_argument(std::string(operation) +
                                     ": targets is empty (select at least one projection)");
     }
-    if (!std::isfinite(config.dropout) || config.dropout < 0.0F || config.dropout >= 1.0F) {
-        std::ostringstream message;
-        message << operation << ": dropout must be finite and in [0, 1) (got " << config.dropout
-                << ")";
-        throw std::invalid_argument(message.str());
-    }
+    require_dropout_probability(config.dropout, operation);
     if ((config.targets & ~lora_known_targets) != 0) {
         throw std::invalid_argument(std::string(operation) + ": targets mask " +
                                     describe_mask(config.targets) + " has unknown bits " +
@@ -159,12 +164,7 @@ Variable LowRankAdapter::forward(const Variable& x, std::uint64_t dropout_key) c
 }
 
 void LowRankAdapter::set_dropout(float probability, std::uint64_t seed, std::uint64_t stream) {
-    if (!std::isfinite(probability) || probability < 0.0F || probability >= 1.0F) {
-        std::ostringstream message;
-        message << "LowRankAdapter: dropout must be finite and in [0, 1) (got " << probability
-                << ")";
-        throw std::invalid_argument(message.str());
-    }
+    require_dropout_probability(probability, "LowRankAdapter");
     dropout_ = probability;
     dropout_seed_ = seed;
     dropout_stream_ = stream;
