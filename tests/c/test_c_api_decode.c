@@ -531,6 +531,17 @@ static void steps_that_sample_on_the_library_side(void) {
                   RT_STATUS_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_MENTIONS("rows[1]: top_count 21");
     rows[1].top_count = 0;
+    rows[1].reserved = 1;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                                 logprobs, top_ids, top),
+                  RT_STATUS_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_MENTIONS("rows[1]: sample and log_probability are 0 or 1 and reserved");
+    rows[1].reserved = 0;
+    rows[1].sample = 2;
+    EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,
+                                                 logprobs, top_ids, top),
+                  RT_STATUS_INVALID_ARGUMENT);
+    rows[1].sample = 1;
     const uint8_t none[V] = {0};
     rows[1].mask = none;
     EXPECT_STATUS(rt_decode_sessions_step_sample(pair, 2, tokens, counts, 5, rows, ids, sampled,

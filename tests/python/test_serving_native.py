@@ -238,3 +238,45 @@ def test_metrics_report_the_pool_by_state_and_the_prefix_cache(native_setup):
     assert reused == stats.prefix_reused_token_count == (
         0 if isinstance(native, FakeNativeModel) else 6)
     assert int(lines['riftco_engine_steps_total{sampling="any"}']) == stats.step_count
+
+
+def test_a_failed_library_step_falls_back_and_bad_rows_fail_their_request(tiny_config):
+    """The fused step changes nothing when it fails, so the plain path runs the same step;
+    a row whose logits were not finite fails its request, naming the cause."""
+    if not NATIVE_SESSIONS:
+        pytest.skip("the library binding has no KV-cache decode sessions")
+    from riftco_transformer.native.sampling import SampledRow
+    from riftco_transformer.serving.generation import GenerationProgress
+
+    tokenizer = Tokenizer("abcdefghijklmnopqrstuvwxyz .,!?\n")
+    model = DecoderOnlyTransformer(
+        dataclasses.replace(tiny_config, vocabulary_size=tokenizer.vocab_size))
+    config = GenerationConfig(max_new_tokens=5, temperature=0.9, seed=2)
+    expected = TextGenerator(FullForwardEngine(model), tokenizer).generate("hello", config)
+    engine = NativeEngine(model, block_size=2, block_count=8)
+
+    def refuse(batch, plans):
+        raise RuntimeError("the library step failed")
+
+    engine.step_sample = refuse
+    with Scheduler(engine, tokenizer, close_engine=True) as scheduler:
+        assert scheduler.submit(tokenizer.encode("hello"), config).result(TIMEOUT) == expected
+        assert scheduler.stats().library_sampled_step_count == 0
+    with pytest.raises(ValueError, match="step_sample got 1 rows but 0 plans"):
+        _plans_mismatch(model)
+    progress = GenerationProgress([1, 2], config, config.make_sampler(), maximum_context=8,
+                                  vocabulary_size=32, token_bytes=lambda token: b"x")
+    progress.commit_chunk(1)
+    with pytest.raises(ValueError, match="not all finite"):
+        progress.feed_sampled(1, SampledRow("not_finite"))
+    model.close()
+    tokenizer.close()
+
+
+def _plans_mismatch(model):
+    engine = NativeEngine(model)
+    stream = engine.open_stream(4)
+    try:
+        engine.step_sample([(stream, [1])], [])
+    finally:
+        engine.close()
