@@ -232,9 +232,12 @@ TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
     DecoderOnlyTransformer source(testing::reference_tiny(), g1);
     source.quantize_nf4({.block_size = 64, .double_quantization = false});
     const std::vector<QuantizedWeight> state = source.packed_quantized_state();
-    const std::vector<std::uint8_t> bytes = encode_packed_nf4_state(state);
-    EXPECT_EQ(bytes.size(), packed_nf4_state_size(state));
-    const std::vector<PackedNf4Payload> payloads = decode_packed_nf4_state(bytes);
+    const std::vector<std::uint8_t> bytes = encode_packed_state(state);
+    EXPECT_EQ(bytes.size(), packed_state_size(state));
+    std::vector<PackedNf4Payload> payloads;
+    for (const PackedWeightPayload& payload : decode_packed_state(bytes)) {
+        payloads.push_back(std::get<PackedNf4Payload>(payload));
+    }
     ASSERT_EQ(payloads.size(), 13U);
 
     std::mt19937 g2(6);  // different weights
@@ -267,14 +270,14 @@ TEST(Qlora, PackedStateRoundTripsThroughItsByteFormAndLoadsTransactionally) {
                                        adapters_before));
     // Malformed framing is rejected with the field named.
     std::vector<std::uint8_t> truncated(bytes.begin(), bytes.end() - 1);
-    EXPECT_THROW((void)decode_packed_nf4_state(truncated), std::invalid_argument);
+    EXPECT_THROW((void)decode_packed_state(truncated), std::invalid_argument);
     std::vector<std::uint8_t> trailing = bytes;
     trailing.push_back(0);
-    EXPECT_THROW((void)decode_packed_nf4_state(trailing), std::invalid_argument);
+    EXPECT_THROW((void)decode_packed_state(trailing), std::invalid_argument);
     std::vector<std::uint8_t> bad_flag = bytes;
     bad_flag[8 + 8 + 24] = 2;  // weight 0's double_quantized word
     try {
-        (void)decode_packed_nf4_state(bad_flag);
+        (void)decode_packed_state(bad_flag);
         ADD_FAILURE() << "a double_quantized flag of 2 was accepted";
     } catch (const std::invalid_argument& error) {
         EXPECT_NE(std::string(error.what()).find("double_quantized"), std::string::npos)

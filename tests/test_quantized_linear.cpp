@@ -159,8 +159,8 @@ TEST(QuantizedLinear, ReportsWhichKernelSetRuns) {
     for (const auto& [choice, name] : forced) {
         const KernelChoiceGuard guard(choice);
         EXPECT_STREQ(detail::active_nf4_kernels().name, name);
-        const std::string description =
-            detail::nf4_kernel_description(detail::Nf4Layout{4096, 4096, 64, true, 256}, 1, false);
+        const std::string description = detail::nf4_kernel_description(
+            detail::PackedLayout{4096, 4096, 64, true, 256}, 1, false);
         EXPECT_EQ(description.rfind(name, 0), 0U) << description;
     }
     // The guards reset the hook (what then runs may still be forced by the environment).

@@ -408,6 +408,21 @@ RT_API rt_status RT_CALL rt_model_untie_embeddings(rt_model* model);
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4(rt_model* model, uint64_t block_size);
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
     rt_model* model, uint64_t block_size, uint64_t scale_block_size);
+/* Weight formats of packed projections (2.15): NF4, and GGUF's block formats, bit for bit
+ * (32-element blocks; a row's width must be a multiple of 32). */
+#define RT_WEIGHT_FORMAT_NF4 0
+#define RT_WEIGHT_FORMAT_Q8_0 1
+#define RT_WEIGHT_FORMAT_Q4_0 2
+#define RT_WEIGHT_FORMAT_Q4_1 3
+/* Packs every projection weight (as the NF4 functions do) in a GGUF block format with ggml's
+ * reference rounding (2.15). format RT_WEIGHT_FORMAT_Q8_0, _Q4_0 or _Q4_1; NF4 and unknown
+ * values, an in-features width that is not a multiple of 32, a second packing or one after
+ * attach_lora: RT_STATUS_INVALID_ARGUMENT naming the value or projection; a model on a
+ * backend that lacks the format: RT_STATUS_RUNTIME_ERROR naming both. Transactional. */
+RT_API rt_status RT_CALL rt_model_quantize_linear_weights(rt_model* model, int32_t format);
+/* *out = the RT_WEIGHT_FORMAT_* of the packed projections, or -1 while they are dense
+ * (2.15). */
+RT_API rt_status RT_CALL rt_model_linear_weight_format(const rt_model* model, int32_t* out);
 RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out);
 RT_API rt_status RT_CALL rt_model_quantized_memory_stats(const rt_model* model,
                                                          rt_quantized_memory_stats* out);
@@ -1097,6 +1112,13 @@ RT_API rt_status RT_CALL rt_llama_mistral_model_create(const rt_llama_mistral_co
 RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf(const char* path,
                                                           uint64_t maximum_context,
                                                           rt_llama_mistral_model** out);
+/* As rt_llama_mistral_model_load_gguf, but every projection keeps the file's block format
+ * (Q8_0, Q4_0 or Q4_1: the file's bytes, never expanded to float32; the embedding table and
+ * the norms are float32), as if packed by rt_model_quantize_linear_weights (2.15). A
+ * projection of any other type: RT_STATUS_INVALID_ARGUMENT naming the tensor and its type. */
+RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf_packed(const char* path,
+                                                                 uint64_t maximum_context,
+                                                                 rt_llama_mistral_model** out);
 RT_API void RT_CALL rt_llama_mistral_model_release(rt_llama_mistral_model* model);
 RT_API rt_status RT_CALL rt_llama_mistral_model_config(const rt_llama_mistral_model* model,
                                                        rt_llama_mistral_config* out);

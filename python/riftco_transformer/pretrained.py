@@ -173,8 +173,9 @@ class PretrainedModel:
                 f"{self.chat_template!r}>")
 
 
-def _load_gguf(path: str, maximum_context: int) -> PretrainedModel:
-    model = LlamaMistralTransformer.from_gguf(path, maximum_context=maximum_context)
+def _load_gguf(path: str, maximum_context: int, keep_file_weights: bool) -> PretrainedModel:
+    model = LlamaMistralTransformer.from_gguf(path, maximum_context=maximum_context,
+                                              weights="file" if keep_file_weights else "f32")
     try:
         tokenizer = PretrainedTokenizer.from_gguf(path)
         if tokenizer.vocabulary_size != model.vocabulary_size:
@@ -217,9 +218,12 @@ def _load_bundle(path: str) -> PretrainedModel:
     return PretrainedModel(runtime.model, tokenizer, template, bundle.architecture, path)
 
 
+WEIGHT_CHOICES = ("f32", "file", "q8_0", "q4_0", "q4_1")
+
+
 def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None,
                     adapter: str | os.PathLike | None = None,
-                    check_adapter_base: bool = True) -> PretrainedModel:
+                    check_adapter_base: bool = True, weights: str = "f32") -> PretrainedModel:
     """Load a GGUF file, a Hugging Face directory or a ``.rift`` bundle (see the module
     docstring).
 
@@ -230,12 +234,29 @@ def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = No
     ``adapter``: a PEFT LoRA adapter directory attached (unmerged; ``model.merge_lora()`` folds
     it in) with :func:`~.interchange.peft.load_peft_adapter`, which checks it against this
     model, and (``check_adapter_base``) that the base it records is this one; on any error
-    nothing stays open."""
+    nothing stays open.
+
+    ``weights`` chooses the projections' precision: ``"f32"`` (float32, the default);
+    ``"file"``, a GGUF file's own Q8_0/Q4_0/Q4_1 blocks (no float32 copy is ever made of them);
+    or ``"q8_0"``/``"q4_0"``/``"q4_1"``, float32 weights packed into that GGUF block format
+    after loading (explicitly converted, e.g. for a smaller server)."""
+    if weights not in WEIGHT_CHOICES:
+        raise ValueError(f"weights must be one of {', '.join(map(repr, WEIGHT_CHOICES))}, "
+                         f"got {weights!r}")
+    if weights == "file" and checkpoint_format(os.fspath(path)) != "gguf":
+        raise ValueError(f"weights='file' keeps a GGUF file's block formats; {os.fspath(path)!r} "
+                         "is not a GGUF file (choose 'f32', 'q8_0', 'q4_0' or 'q4_1')")
     if adapter is not None:  # checked on its own before the base is loaded
         from .interchange.peft import load_peft_adapter, read_peft_adapter
 
         adapter = read_peft_adapter(adapter)
-    loaded = _load(os.fspath(path), maximum_context)
+    loaded = _load(os.fspath(path), maximum_context, weights == "file")
+    if weights in ("q8_0", "q4_0", "q4_1"):
+        try:
+            loaded.model.quantize_blocks(weights)
+        except BaseException:
+            loaded.close()
+            raise
     if adapter is not None:
         try:
             load_peft_adapter(loaded, adapter, check_base=check_adapter_base)
@@ -245,12 +266,13 @@ def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = No
     return loaded
 
 
-def _load(path: str, maximum_context: int | None) -> PretrainedModel:
+def _load(path: str, maximum_context: int | None, keep_file_weights: bool) -> PretrainedModel:
     kind = checkpoint_format(path)
     if kind == "gguf":
         if maximum_context is None:
             maximum_context = DEFAULT_MAXIMUM_CONTEXT
-        return _load_gguf(path, require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT))
+        return _load_gguf(path, require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT),
+                          keep_file_weights)
     if kind == "rift":
         return _load_bundle(path)
     from .interchange.huggingface import is_gpt2_directory, load_huggingface

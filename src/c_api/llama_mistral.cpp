@@ -182,6 +182,26 @@ ModelState& state_of(const rt_llama_mistral_model* model) {
 
 }  // namespace
 
+namespace {
+
+void load_gguf(const char* path, uint64_t maximum_context, bool keep_packed_weights,
+               rt_llama_mistral_model** out) {
+    require_pointer(path, "path");
+    require_pointer(out, "out");
+    LlamaGgufOptions options;
+    options.maximum_context = to_size(maximum_context, "maximum_context");
+    options.keep_packed_weights = keep_packed_weights;
+    const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
+    const GgufFile file = GgufFile::open(path);
+    auto model = load_llama_from_gguf(file, options);
+    auto state = std::make_shared<ModelState>();
+    state->llama_config = to_abi(model->config(), 0);
+    state->model = std::move(model);
+    *out = new rt_llama_mistral_model{std::move(state)};
+}
+
+}  // namespace
+
 extern "C" {
 
 rt_status rt_llama_mistral_config_init(rt_llama_mistral_config* config, uint64_t struct_size) {
@@ -247,19 +267,12 @@ rt_status rt_llama_mistral_model_create(const rt_llama_mistral_config* config,
 
 rt_status rt_llama_mistral_model_load_gguf(const char* path, uint64_t maximum_context,
                                            rt_llama_mistral_model** out) {
-    return guarded(__func__, [&] {
-        require_pointer(path, "path");
-        require_pointer(out, "out");
-        LlamaGgufOptions options;
-        options.maximum_context = to_size(maximum_context, "maximum_context");
-        const ScopedExecutionBackend on_cpu(ExecutionBackend::Cpu);
-        const GgufFile file = GgufFile::open(path);
-        auto model = load_llama_from_gguf(file, options);
-        auto state = std::make_shared<ModelState>();
-        state->llama_config = to_abi(model->config(), 0);
-        state->model = std::move(model);
-        *out = new rt_llama_mistral_model{std::move(state)};
-    });
+    return guarded(__func__, [&] { load_gguf(path, maximum_context, false, out); });
+}
+
+rt_status rt_llama_mistral_model_load_gguf_packed(const char* path, uint64_t maximum_context,
+                                                  rt_llama_mistral_model** out) {
+    return guarded(__func__, [&] { load_gguf(path, maximum_context, true, out); });
 }
 
 void rt_llama_mistral_model_release(rt_llama_mistral_model* model) {

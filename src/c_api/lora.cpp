@@ -189,6 +189,33 @@ rt_status rt_model_quantize_linear_weights_nf4_double_quantized(rt_model* model,
     });
 }
 
+rt_status rt_model_quantize_linear_weights(rt_model* model, int32_t format) {
+    return guarded(__func__, [&] {
+        const auto chosen = static_cast<WeightFormat>(format);
+        if (format < 0 || format > 255 || !is_block_weight_format(chosen)) {
+            throw std::invalid_argument(
+                "format " + std::to_string(format) +
+                " is not a block format (RT_WEIGHT_FORMAT_Q8_0, _Q4_0 or _Q4_1; NF4 has its own "
+                "functions, which take its block sizes)");
+        }
+        ModelState& state = state_of(model);
+        state.require_unpinned();
+        require_no_parameter_lists(state);
+        state.model->quantize_blocks(chosen);
+    });
+}
+
+rt_status rt_model_linear_weight_format(const rt_model* model, int32_t* out) {
+    return guarded(__func__, [&] {
+        const CausalLanguageModel& language_model = *state_of(model).model;
+        int32_t format = -1;
+        if (language_model.has_quantized_weights()) {
+            format = static_cast<int32_t>(language_model.packed_quantized_state().front().format());
+        }
+        set_output(out, format, "out");
+    });
+}
+
 rt_status rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out) {
     return guarded(__func__, [&] {
         set_output(out, state_of(model).model->has_quantized_weights() ? 1 : 0, "out");
@@ -219,7 +246,7 @@ rt_status rt_model_packed_state_size(const rt_model* model, uint64_t* out_size) 
     return guarded(__func__, [&] {
         const std::vector<QuantizedWeight> weights =
             state_of(model).model->packed_quantized_state();
-        set_output(out_size, packed_nf4_state_size(weights), "out_size");
+        set_output(out_size, packed_state_size(weights), "out_size");
     });
 }
 
@@ -228,10 +255,10 @@ rt_status rt_model_packed_state_copy(const rt_model* model, uint8_t* out, uint64
     return guarded(__func__, [&] {
         const std::vector<QuantizedWeight> weights =
             state_of(model).model->packed_quantized_state();
-        if (!begin_output(out, capacity, required, packed_nf4_state_size(weights))) {
+        if (!begin_output(out, capacity, required, packed_state_size(weights))) {
             return;  // size query
         }
-        const std::vector<std::uint8_t> bytes = encode_packed_nf4_state(weights);
+        const std::vector<std::uint8_t> bytes = encode_packed_state(weights);
         std::copy(bytes.begin(), bytes.end(), out);
     });
 }
@@ -245,7 +272,7 @@ rt_status rt_model_packed_state_load(rt_model* model, const uint8_t* bytes, uint
         }
         state.require_no_live_graph();
         const ExecutionBackend backend = state.model->backend();
-        std::vector<PackedNf4Payload> payloads = decode_packed_nf4_state(given);
+        std::vector<PackedWeightPayload> payloads = decode_packed_state(given);
         std::vector<QuantizedWeight> weights;
         weights.reserve(payloads.size());
         const std::vector<AdaptableProjection>& projections = state.model->projections();
@@ -254,8 +281,7 @@ rt_status rt_model_packed_state_load(rt_model* model, const uint8_t* bytes, uint
                 "packed state weight " + std::to_string(i) +
                 (i < projections.size() ? " (" + projections[i].path + ")" : std::string()) + ": ";
             try {
-                weights.push_back(
-                    QuantizedWeight::from_packed_nf4(std::move(payloads[i]), backend));
+                weights.push_back(upload_packed_payload(std::move(payloads[i]), backend));
             } catch (const std::overflow_error& error) {
                 throw std::overflow_error(where + error.what());
             } catch (const std::invalid_argument& error) {

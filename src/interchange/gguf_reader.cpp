@@ -963,6 +963,13 @@ std::span<const std::uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& tenso
     return {bytes_ + data_offset_ + own.offset, static_cast<std::size_t>(own.byte_size)};
 }
 
+std::vector<std::uint8_t> GgufFile::read_tensor_bytes(const GgufTensorInfo& tensor) const {
+    const GgufTensorInfo& own = tensors_[tensor_index_of(tensor)];
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(own.byte_size));
+    read_data(own.offset, bytes);
+    return bytes;
+}
+
 void GgufFile::read_data(std::uint64_t offset, std::span<std::uint8_t> out) const {
     if (descriptor_ < 0) {
         std::memcpy(out.data(), bytes_ + data_offset_ + offset, out.size());

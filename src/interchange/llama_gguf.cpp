@@ -97,10 +97,11 @@ struct TensorSource {
     std::size_t columns = 0;
 };
 
-}  // namespace
-
-std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::size_t heads,
-                                         std::size_t columns) {
+// Undoes llama.cpp's RoPE row permutation on rows of `columns` elements of any type (floats,
+// or the bytes of a row of blocks).
+template <typename Element>
+std::vector<Element> unpermute_rows(std::span<const Element> weight, std::size_t heads,
+                                    std::size_t columns) {
     if (heads == 0 || columns == 0 || weight.size() % (heads * columns) != 0 ||
         (weight.size() / (heads * columns)) % 2 != 0) {
         std::ostringstream message;
@@ -109,7 +110,7 @@ std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::siz
         throw std::invalid_argument(message.str());
     }
     const std::size_t d = weight.size() / (heads * columns);
-    std::vector<float> original(weight.size());
+    std::vector<Element> original(weight.size());
     for (std::size_t h = 0; h < heads; ++h) {
         for (std::size_t i = 0; i < d / 2; ++i) {
             for (std::size_t s = 0; s < 2; ++s) {
@@ -121,6 +122,27 @@ std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::siz
         }
     }
     return original;
+}
+
+// The GGUF type of a block format QuantizedWeight stores; nullopt for any other type.
+std::optional<WeightFormat> block_format_of(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q8_0:
+            return WeightFormat::q8_0;
+        case GgmlType::Q4_0:
+            return WeightFormat::q4_0;
+        case GgmlType::Q4_1:
+            return WeightFormat::q4_1;
+        default:
+            return std::nullopt;
+    }
+}
+
+}  // namespace
+
+std::vector<float> unpermute_rotary_rows(std::span<const float> weight, std::size_t heads,
+                                         std::size_t columns) {
+    return unpermute_rows(weight, heads, columns);
 }
 
 DecoderConfig llama_config_from_gguf(const GgufFile& file, const LlamaGgufOptions& options) {
@@ -417,29 +439,82 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
 
     std::mt19937 generator(5489);  // the draws are overwritten below
     auto model = std::make_unique<Decoder>(c, generator, options.attention);
-    const ParameterList parameters = model->parameters();
-    if (parameters.size() != sources.size())
-        throw std::logic_error("load_llama_from_gguf: parameter count differs from the mapping");
-    const GgufTensorInfo* cached_tensor = nullptr;
-    std::vector<float> cached;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-        const TensorSource& source = sources[i];
-        if (parameters[i].name != source.parameter) {
-            throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
-                                   " mapped as " + source.parameter);
+    // With packed weights, every projection's source is checked now and read as blocks after
+    // the dense values (which it replaces) are loaded.
+    std::vector<const TensorSource*> packed_sources;
+    if (options.keep_packed_weights) {
+        for (const AdaptableProjection& projection : model->projections()) {
+            const std::string parameter = projection.path + ".weight";
+            const auto found = std::find_if(
+                sources.begin(), sources.end(),
+                [&](const TensorSource& source) { return source.parameter == parameter; });
+            if (found == sources.end())
+                throw std::logic_error("load_llama_from_gguf: no source for " + parameter);
+            if (!block_format_of(found->tensor->type)) {
+                throw std::invalid_argument(
+                    "load_llama_from_gguf: keeping the file's weights needs every projection in "
+                    "q8_0, q4_0 or q4_1, but tensor '" +
+                    gguf_printable(found->tensor->name) + "' (" + parameter + ") is " +
+                    std::string(ggml_type_name(found->tensor->type)) +
+                    "; load it as float32 or convert the file");
+            }
+            packed_sources.push_back(&*found);
         }
-        if (cached_tensor != source.tensor) {
-            cached = file.dequantize(*source.tensor);
-            cached_tensor = source.tensor;
+    }
+    {
+        const ParameterList parameters = model->parameters();
+        if (parameters.size() != sources.size())
+            throw std::logic_error(
+                "load_llama_from_gguf: parameter count differs from the mapping");
+        const GgufTensorInfo* cached_tensor = nullptr;
+        std::vector<float> cached;
+        for (std::size_t i = 0; i < sources.size(); ++i) {
+            const TensorSource& source = sources[i];
+            if (parameters[i].name != source.parameter) {
+                throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
+                                       " mapped as " + source.parameter);
+            }
+            if (std::find(packed_sources.begin(), packed_sources.end(), &source) !=
+                packed_sources.end()) {
+                continue;  // replaced by its blocks below
+            }
+            if (cached_tensor != source.tensor) {
+                cached = file.dequantize(*source.tensor);
+                cached_tensor = source.tensor;
+            }
+            const auto first =
+                cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * source.columns);
+            std::vector<float> values(
+                first, first + static_cast<std::ptrdiff_t>(source.rows * source.columns));
+            if (source.rotary_heads != 0)
+                values = unpermute_rotary_rows(values, source.rotary_heads, source.columns);
+            Variable leaf = parameters[i].parameter;  // handles share the registered leaf
+            leaf.set_value(Tensor(leaf.shape(), values));
         }
-        const auto first =
-            cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * source.columns);
-        std::vector<float> values(
-            first, first + static_cast<std::ptrdiff_t>(source.rows * source.columns));
-        if (source.rotary_heads != 0)
-            values = unpermute_rotary_rows(values, source.rotary_heads, source.columns);
-        Variable leaf = parameters[i].parameter;  // handles share the registered leaf
-        leaf.set_value(Tensor(leaf.shape(), values));
+    }  // the parameter list's handles are released: the dense projections can be dropped
+    if (!packed_sources.empty()) {
+        std::vector<QuantizedWeight> packed;
+        packed.reserve(packed_sources.size());
+        const GgufTensorInfo* cached_tensor = nullptr;
+        std::vector<std::uint8_t> cached;
+        for (const TensorSource* source : packed_sources) {
+            if (cached_tensor != source->tensor) {
+                cached = file.read_tensor_bytes(*source->tensor);
+                cached_tensor = source->tensor;
+            }
+            const WeightFormat format = *block_format_of(source->tensor->type);
+            const std::size_t row_bytes =
+                source->columns / gguf_block_elements * gguf_block_bytes(format);
+            const auto first =
+                cached.begin() + static_cast<std::ptrdiff_t>(source->row_begin * row_bytes);
+            std::vector<std::uint8_t> blocks(
+                first, first + static_cast<std::ptrdiff_t>(source->rows * row_bytes));
+            if (source->rotary_heads != 0)
+                blocks = unpermute_rows<std::uint8_t>(blocks, source->rotary_heads, row_bytes);
+            packed.push_back(QuantizedWeight::from_packed_blocks(
+                {format, source->rows, source->columns, std::move(blocks)}, ExecutionBackend::Cpu));
+        }
+        model->adopt_packed_weights(packed);
     }
     return model;
 }

@@ -225,6 +225,14 @@ void CausalLanguageModel::quantize_nf4(const Nf4Options& options) {
     adaptation_.quantize_nf4(projections_, options);
 }
 
+void CausalLanguageModel::quantize_blocks(WeightFormat format) {
+    adaptation_.quantize_blocks(projections_, format);
+}
+
+void CausalLanguageModel::adopt_packed_weights(std::span<const QuantizedWeight> weights) {
+    adaptation_.adopt_packed_weights(projections_, weights);
+}
+
 QuantizedMemoryUsage CausalLanguageModel::quantized_memory_usage() const {
     return AdaptationLifecycle::quantized_memory(projections_);
 }

@@ -143,7 +143,7 @@ void Linear::commit_merge(Variable prepared) noexcept {
     }
 }
 
-QuantizedWeight Linear::prepare_quantization(const Nf4Options& options) const {
+void Linear::require_packable() const {
     if (is_quantized()) {
         throw std::logic_error("Linear: the weight is already packed");
     }
@@ -153,7 +153,26 @@ QuantizedWeight Linear::prepare_quantization(const Nf4Options& options) const {
             "Linear: the dense weight is still held outside the model (a parameter list, an "
             "optimizer or a graph); release it before packing");
     }
+}
+
+QuantizedWeight Linear::prepare_quantization(const Nf4Options& options) const {
+    require_packable();
     return QuantizedWeight::quantize(weight_.value(), options);
+}
+
+QuantizedWeight Linear::prepare_block_quantization(WeightFormat format) const {
+    require_packable();
+    return QuantizedWeight::quantize_blocks(weight_.value(), format);
+}
+
+void Linear::check_packed_replacement(const QuantizedWeight& packed) const {
+    require_packable();
+    const Shape expected{out_features_, in_features_};
+    if (packed.shape() != expected) {
+        throw std::invalid_argument("Linear: the packed weight's shape " +
+                                    shape_to_string(packed.shape()) + " differs from the layer's " +
+                                    shape_to_string(expected));
+    }
 }
 
 void Linear::commit_quantization(QuantizedWeight packed) noexcept {

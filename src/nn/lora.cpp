@@ -326,27 +326,61 @@ void AdaptationLifecycle::merge_lora(Module& /*model*/,
 
 void AdaptationLifecycle::quantize_nf4(std::span<const AdaptableProjection> projections,
                                        const Nf4Options& options) {
+    pack(projections, "quantize_nf4", [&](const Linear& layer, std::size_t /*index*/) {
+        return layer.prepare_quantization(options);
+    });
+}
+
+void AdaptationLifecycle::quantize_blocks(std::span<const AdaptableProjection> projections,
+                                          WeightFormat format) {
+    pack(projections, "quantize_blocks", [&](const Linear& layer, std::size_t /*index*/) {
+        return layer.prepare_block_quantization(format);
+    });
+}
+
+void AdaptationLifecycle::adopt_packed_weights(std::span<const AdaptableProjection> projections,
+                                               std::span<const QuantizedWeight> weights) {
+    if (weights.size() != projections.size()) {
+        throw std::invalid_argument("adopt_packed_weights: " + std::to_string(weights.size()) +
+                                    " packed weights given for " +
+                                    std::to_string(projections.size()) + " projections");
+    }
+    pack(projections, "adopt_packed_weights", [&](const Linear& layer, std::size_t index) {
+        if (weights[index].is_singular()) {
+            throw std::invalid_argument("the packed weight is singular");
+        }
+        layer.check_packed_replacement(weights[index]);
+        return weights[index];
+    });
+}
+
+void AdaptationLifecycle::pack(
+    std::span<const AdaptableProjection> projections, const char* operation,
+    const std::function<QuantizedWeight(const Linear&, std::size_t)>& prepare) {
+    const std::string op = operation;
     if (attached_) {
-        throw std::invalid_argument(
-            "quantize_nf4: the model has LoRA adapters; quantize before attach_lora");
+        throw std::invalid_argument(op +
+                                    ": the model has LoRA adapters; quantize before attach_lora");
     }
     if (quantized_) {
-        throw std::invalid_argument("quantize_nf4: the model's weights are already packed");
+        throw std::invalid_argument(op + ": the model's weights are already packed");
     }
     // Block sizes follow QuantizedWeight::quantize's one rule: the first projection reports them.
     std::vector<QuantizedWeight> packed;
     packed.reserve(projections.size());
-    for (const AdaptableProjection& projection : projections) {
+    for (std::size_t i = 0; i < projections.size(); ++i) {
         // Failures name the projection and keep their category.
-        const std::string where = "quantize_nf4: " + projection.path + ": ";
+        const std::string where = op + ": " + projections[i].path + ": ";
         try {
-            packed.push_back(projection.linear->prepare_quantization(options));
-        } catch (const std::invalid_argument& error) {  // a non-finite weight
+            packed.push_back(prepare(*projections[i].linear, i));
+        } catch (const std::invalid_argument& error) {  // a non-finite weight, a bad shape
             throw std::invalid_argument(where + error.what());
-        } catch (const std::overflow_error& error) {  // a non-finite scale offset
+        } catch (const std::overflow_error& error) {  // a scale beyond its encoding
             throw std::overflow_error(where + error.what());
         } catch (const std::logic_error& error) {  // held outside the model
             throw std::logic_error(where + error.what());
+        } catch (const std::runtime_error& error) {  // a backend that lacks the format
+            throw std::runtime_error(where + error.what());
         }
     }
     for (std::size_t i = 0; i < projections.size(); ++i) {
@@ -408,6 +442,11 @@ void AdaptationLifecycle::load_packed_state(std::span<const AdaptableProjection>
             throw std::invalid_argument(where + ": shape " + shape_to_string(incoming.shape()) +
                                         " differs from the model's " +
                                         shape_to_string(current.shape()));
+        }
+        if (incoming.format() != current.format()) {
+            throw std::invalid_argument(
+                where + ": format " + std::string(weight_format_name(incoming.format())) +
+                " differs from the model's " + std::string(weight_format_name(current.format())));
         }
         if (incoming.block_size() != current.block_size() ||
             incoming.uses_double_quantized_scales() != current.uses_double_quantized_scales() ||

@@ -30,6 +30,9 @@ void append_array(std::vector<std::uint8_t>& out, const std::vector<T>& values) 
 // Bytes of one weight's record, from its metadata.
 std::size_t record_size(const QuantizedWeight& weight) {
     const std::size_t m = weight.block_count();
+    if (is_block_weight_format(weight.format())) {
+        return 8 * 3 + 4 + 4 + 8 + 8 + m * gguf_block_bytes(weight.format());
+    }
     std::size_t size = 8 * 3 + 4 + 4 + 8 + 8 + weight.packed_byte_count();
     if (weight.uses_double_quantized_scales()) {
         const std::size_t c = weight.scale_quantization_block_size();
@@ -79,7 +82,7 @@ class Reader {
     }
     [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - offset_; }
     [[noreturn]] static void fail(std::size_t weight, const char* field, const std::string& what) {
-        throw std::invalid_argument("packed NF4 state: weight " + std::to_string(weight) + ": " +
+        throw std::invalid_argument("packed state: weight " + std::to_string(weight) + ": " +
                                     field + " " + what);
     }
 
@@ -90,11 +93,11 @@ class Reader {
 
 }  // namespace
 
-std::size_t packed_nf4_state_size(std::span<const QuantizedWeight> weights) {
+std::size_t packed_state_size(std::span<const QuantizedWeight> weights) {
     std::size_t size = sizeof packed_nf4_state_magic + 8;
     for (std::size_t i = 0; i < weights.size(); ++i) {
         if (weights[i].is_singular()) {
-            throw std::invalid_argument("packed NF4 state: weight " + std::to_string(i) +
+            throw std::invalid_argument("packed state: weight " + std::to_string(i) +
                                         " is singular");
         }
         size += record_size(weights[i]);
@@ -102,12 +105,23 @@ std::size_t packed_nf4_state_size(std::span<const QuantizedWeight> weights) {
     return size;
 }
 
-std::vector<std::uint8_t> encode_packed_nf4_state(std::span<const QuantizedWeight> weights) {
+std::vector<std::uint8_t> encode_packed_state(std::span<const QuantizedWeight> weights) {
     std::vector<std::uint8_t> out;
-    out.reserve(packed_nf4_state_size(weights));
+    out.reserve(packed_state_size(weights));
     out.insert(out.end(), std::begin(packed_nf4_state_magic), std::end(packed_nf4_state_magic));
     append_u64(out, weights.size());
     for (const QuantizedWeight& weight : weights) {
+        if (is_block_weight_format(weight.format())) {
+            const PackedBlockPayload blocks = weight.copy_blocks_to_host();
+            append_u64(out, blocks.out_features);
+            append_u64(out, blocks.in_features);
+            append_u64(out, gguf_block_elements);
+            append_u32(out, 0);
+            append_u32(out, static_cast<std::uint32_t>(blocks.format));
+            append_u64(out, 0);
+            append_array(out, blocks.blocks);
+            continue;
+        }
         const PackedNf4Payload payload = weight.copy_payload_to_host();
         append_u64(out, payload.out_features);
         append_u64(out, payload.in_features);
@@ -128,21 +142,21 @@ std::vector<std::uint8_t> encode_packed_nf4_state(std::span<const QuantizedWeigh
     return out;
 }
 
-std::vector<PackedNf4Payload> decode_packed_nf4_state(std::span<const std::uint8_t> bytes) {
+std::vector<PackedWeightPayload> decode_packed_state(std::span<const std::uint8_t> bytes) {
     if (bytes.size() < sizeof packed_nf4_state_magic + 8 ||
         std::memcmp(bytes.data(), packed_nf4_state_magic, sizeof packed_nf4_state_magic) != 0) {
         throw std::invalid_argument(
-            "packed NF4 state: missing the RTNF4ST1 header (not a packed state, or truncated)");
+            "packed state: missing the RTNF4ST1 header (not a packed state, or truncated)");
     }
     Reader reader(bytes.subspan(sizeof packed_nf4_state_magic));
     const std::uint64_t count = reader.u64(0, "weight_count");
-    // Each record takes at least 56 bytes: a count larger than that allows is malformed.
-    if (count > reader.remaining() / 56) {
-        throw std::invalid_argument("packed NF4 state: weight_count " + std::to_string(count) +
+    // Each record takes at least 48 bytes: a count larger than that allows is malformed.
+    if (count > reader.remaining() / 48) {
+        throw std::invalid_argument("packed state: weight_count " + std::to_string(count) +
                                     " does not fit in the " + std::to_string(bytes.size()) +
                                     " bytes given");
     }
-    std::vector<PackedNf4Payload> payloads;
+    std::vector<PackedWeightPayload> payloads;
     payloads.reserve(static_cast<std::size_t>(count));
     for (std::size_t i = 0; i < count; ++i) {
         PackedNf4Payload payload;
@@ -154,11 +168,33 @@ std::vector<PackedNf4Payload> decode_packed_nf4_state(std::span<const std::uint8
             Reader::fail(i, "double_quantized",
                          "must be 0 or 1 (got " + std::to_string(double_quantized) + ")");
         }
-        if (reader.u32(i, "reserved") != 0) {
-            Reader::fail(i, "reserved", "must be zero");
+        const std::uint32_t format_id = reader.u32(i, "format");
+        const auto format = static_cast<WeightFormat>(format_id);
+        if (format_id > 255 || (format != WeightFormat::nf4 && !is_block_weight_format(format))) {
+            Reader::fail(i, "format",
+                         "is not a weight format id (got " + std::to_string(format_id) + ")");
         }
         payload.double_quantized = double_quantized == 1;
         payload.scale_block_size = reader.u64(i, "scale_block_size");
+        if (is_block_weight_format(format)) {
+            if (payload.block_size != gguf_block_elements || payload.double_quantized ||
+                payload.scale_block_size != 0) {
+                Reader::fail(i, "block_size",
+                             "of a " + std::string(weight_format_name(format)) +
+                                 " weight must be 32 with double_quantized and scale_block_size "
+                                 "0 (got " +
+                                 std::to_string(payload.block_size) + ", " +
+                                 std::to_string(double_quantized) + ", " +
+                                 std::to_string(payload.scale_block_size) + ")");
+            }
+            PackedBlockPayload blocks;
+            blocks.format = format;
+            blocks.out_features = payload.out_features;
+            blocks.in_features = payload.in_features;
+            blocks.blocks = reader.array<std::uint8_t>(i, "blocks");
+            payloads.emplace_back(std::move(blocks));
+            continue;
+        }
         payload.codes = reader.array<std::uint8_t>(i, "codes");
         if (payload.double_quantized) {
             payload.scale_offset = std::bit_cast<float>(reader.u32(i, "scale_offset"));
@@ -173,10 +209,18 @@ std::vector<PackedNf4Payload> decode_packed_nf4_state(std::span<const std::uint8
         payloads.push_back(std::move(payload));
     }
     if (reader.remaining() != 0) {
-        throw std::invalid_argument("packed NF4 state: " + std::to_string(reader.remaining()) +
+        throw std::invalid_argument("packed state: " + std::to_string(reader.remaining()) +
                                     " trailing bytes after the last weight");
     }
     return payloads;
+}
+
+QuantizedWeight upload_packed_payload(PackedWeightPayload payload, ExecutionBackend backend) {
+    if (auto* blocks = std::get_if<PackedBlockPayload>(&payload)) {
+        return QuantizedWeight::from_packed_blocks(std::move(*blocks), backend);
+    }
+    return QuantizedWeight::from_packed_nf4(std::get<PackedNf4Payload>(std::move(payload)),
+                                            backend);
 }
 
 }  // namespace riftco_transformer

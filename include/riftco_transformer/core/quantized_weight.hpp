@@ -1,7 +1,8 @@
 #pragma once
-// Packed NF4 weights (docs/ARCHITECTURE.md, 'NF4'): a frozen [out, in] matrix stored as 4-bit codes
-// into the 16-value NF4 codebook, with one scale per block of B consecutive elements in the flat
-// row-major order (a block may span rows; the last one may be partial).
+// Packed weights: NF4 (docs/ARCHITECTURE.md, 'NF4') and the GGUF block formats below. NF4 stores a
+// frozen [out, in] matrix as 4-bit codes into the 16-value NF4 codebook, with one scale per block
+// of B consecutive elements in the flat row-major order (a block may span rows; the last one may be
+// partial).
 //
 // - Encoding: every value finite; s_b = max|w| over the block; code = nearest codebook entry
 //   to w/s_b, an exact tie going to the LOWER index; an all-zero block has s_b = 0, codes 7.
@@ -17,6 +18,14 @@
 //     Payload ceil(N/2) + M + 4·ceil(M/C) + 4 bytes.
 // - Dequantize: w_i = ŝ_{⌊i/B⌋}·codebook[code_i].
 //
+// GGUF block formats (ggml's layouts, bit for bit): each row of the [out, in] matrix is in/32
+// blocks of 32 consecutive elements (in must be a multiple of 32), f16(b) the binary16 at b:
+// - q8_0, 34 bytes: d = f16(0), q_j = int8 at 2 + j;              w_j = d·q_j
+// - q4_0, 18 bytes: d = f16(0), qs = bytes 2..17;                 w_j = d·(n_j − 8)
+// - q4_1, 20 bytes: d = f16(0), m = f16(2), qs = bytes 4..19;     w_j = d·n_j + m
+//   where n_j = qs[j] & 15 and n_{j+16} = qs[j] >> 4 for j < 16.
+// A weight keeps the format it was made in; converting is explicit (quantize_blocks).
+//
 // A QuantizedWeight is immutable (copies share its state), is never a Parameter and never
 // has optimizer state. It lives on an execution backend; the quantized-linear kernels decode
 // the nibbles themselves and never hold a full float32 copy of the matrix.
@@ -25,6 +34,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "riftco_transformer/core/backend.hpp"
@@ -57,6 +68,32 @@ inline constexpr std::array<float, 16> nf4_codebook = {
 };
 inline constexpr std::uint8_t nf4_zero_code = 7;
 
+// How a packed weight is stored (the serialized ids: never renumber).
+enum class WeightFormat : std::uint8_t { nf4 = 0, q8_0 = 1, q4_0 = 2, q4_1 = 3 };
+// "nf4", "q8_0", "q4_0", "q4_1"; "unknown" for an id outside the enum.
+[[nodiscard]] std::string_view weight_format_name(WeightFormat format) noexcept;
+// The format named `name` (as weight_format_name spells it); nullopt for any other name.
+[[nodiscard]] std::optional<WeightFormat> weight_format_from_name(std::string_view name) noexcept;
+[[nodiscard]] constexpr bool is_block_weight_format(WeightFormat format) noexcept {
+    return format == WeightFormat::q8_0 || format == WeightFormat::q4_0 ||
+           format == WeightFormat::q4_1;
+}
+inline constexpr std::size_t gguf_block_elements = 32;
+// Bytes per 32-element block of a block format (34, 18, 20); 0 for nf4.
+[[nodiscard]] constexpr std::size_t gguf_block_bytes(WeightFormat format) noexcept {
+    switch (format) {
+        case WeightFormat::q8_0:
+            return 34;
+        case WeightFormat::q4_0:
+            return 18;
+        case WeightFormat::q4_1:
+            return 20;
+        case WeightFormat::nf4:
+            break;
+    }
+    return 0;
+}
+
 inline constexpr std::size_t nf4_default_block_size = 64;
 inline constexpr std::size_t nf4_default_scale_block_size = 256;
 // Both levels allow exactly the powers of two 32, 64, ..., 4096.
@@ -85,12 +122,21 @@ struct PackedNf4Payload {
     float scale_offset = 0.0F;              // double: μ
 };
 
+// The exact bytes of one weight in a GGUF block format, in host memory: out·in/32 blocks in
+// row-major order (row o is blocks [o·in/32, (o+1)·in/32)).
+struct PackedBlockPayload {
+    WeightFormat format = WeightFormat::q8_0;
+    std::size_t out_features = 0;  // rows
+    std::size_t in_features = 0;   // columns, a multiple of 32
+    std::vector<std::uint8_t> blocks;
+};
+
 // Byte accounting per weight (summed per model). The field names are those of
 // the C ABI's rt_quantized_memory_stats.
 struct QuantizedMemoryUsage {
     std::size_t weight_count = 0;
-    std::size_t packed_code_bytes = 0;      // ceil(N/2)
-    std::size_t scale_bytes = 0;            // every scale-metadata byte of either encoding
+    std::size_t packed_code_bytes = 0;      // nf4, q4_0, q4_1: ceil(N/2); q8_0: N
+    std::size_t scale_bytes = 0;            // every scale-metadata byte of any encoding
     std::size_t logical_payload_bytes = 0;  // packed_code_bytes + scale_bytes
     // Every byte the backend holds for the weight: allocations and mirrors alike, so a hidden
     // float32 copy would show up here.
@@ -101,6 +147,8 @@ struct QuantizedMemoryUsage {
     std::size_t second_level_scale_bytes = 0;  // double: 4·ceil(M/C)
     std::size_t scale_offset_bytes = 0;        // double: 4
     std::size_t double_quantized_weight_count = 0;
+    std::size_t half_scale_bytes = 0;  // block formats: the binary16 d (and m) of every block
+    std::size_t block_format_weight_count = 0;
 
     QuantizedMemoryUsage& operator+=(const QuantizedMemoryUsage& other) noexcept;
 };
@@ -117,6 +165,17 @@ class QuantizedWeight {
     // quantized offset μ is not finite.
     [[nodiscard]] static QuantizedWeight quantize(const Tensor& weight,
                                                   const Nf4Options& options = {});
+    // Packs a rank-2 float32 weight [out, in] into a GGUF block format with ggml's reference
+    // rounding (quantize_row_q8_0/q4_0/q4_1_ref: the scale from the block's float32 extremes,
+    // stored as binary16, codes rounded against the float32 scale). std::invalid_argument:
+    // rank != 2, nf4 (use quantize), in not a multiple of 32, a non-finite value (names its
+    // flat index).
+    [[nodiscard]] static QuantizedWeight quantize_blocks(const Tensor& weight, WeightFormat format);
+    // Validates a block payload (a block format, nonzero dimensions, in a multiple of 32, the
+    // byte count out·in/32·block bytes; the message names the field and the value) and uploads
+    // it to `backend`. std::runtime_error, naming both, when that backend lacks the format.
+    [[nodiscard]] static QuantizedWeight from_packed_blocks(PackedBlockPayload payload,
+                                                            ExecutionBackend backend);
     // Validates a payload strictly (every from_packed_nf4 rule of docs/ARCHITECTURE.md, 'NF4'; the
     // message names the field) and uploads it to `backend`. A zero dimension:
     // std::invalid_argument; an element count whose byte counts overflow: std::overflow_error.
@@ -124,24 +183,28 @@ class QuantizedWeight {
                                                          ExecutionBackend backend);
 
     [[nodiscard]] bool is_singular() const noexcept { return state_ == nullptr; }
+    [[nodiscard]] WeightFormat format() const;
     [[nodiscard]] ExecutionBackend backend() const;
     [[nodiscard]] Shape shape() const;  // {out, in}
     [[nodiscard]] std::size_t out_features() const;
     [[nodiscard]] std::size_t in_features() const;
-    [[nodiscard]] std::size_t element_count() const;  // N
-    [[nodiscard]] std::size_t block_size() const;
+    [[nodiscard]] std::size_t element_count() const;      // N
+    [[nodiscard]] std::size_t block_size() const;         // B; 32 for the block formats
     [[nodiscard]] std::size_t block_count() const;        // M
-    [[nodiscard]] std::size_t packed_byte_count() const;  // ceil(N/2)
+    [[nodiscard]] std::size_t packed_byte_count() const;  // the code bytes (see memory_usage)
     [[nodiscard]] bool uses_double_quantized_scales() const;
     [[nodiscard]] std::size_t scale_quantization_block_size() const;  // C; 0 for legacy
     [[nodiscard]] QuantizedMemoryUsage memory_usage() const;
 
-    // The same weight on another backend (shares the state when it is already there).
+    // The same weight on another backend (shares the state when it is already there);
+    // std::runtime_error when that backend lacks the weight's format.
     [[nodiscard]] QuantizedWeight to(ExecutionBackend backend) const;
     // For export and diagnostics only: the float32 matrix [out, in] on the weight's backend.
     [[nodiscard]] Tensor dequantize() const;
-    // The exact payload (a host read).
+    // The exact payload (a host read). std::logic_error for a weight of another format.
     [[nodiscard]] PackedNf4Payload copy_payload_to_host() const;
+    // The exact blocks (a host read). std::logic_error for an nf4 weight.
+    [[nodiscard]] PackedBlockPayload copy_blocks_to_host() const;
 
     // Backend-private state, for the quantized-linear capability.
     [[nodiscard]] const detail::QuantizedStorage& storage() const;

@@ -245,6 +245,11 @@ class GgufFile {
     // SIGBUS, so loaders use dequantize/dequantize_into, which read with pread.
     [[nodiscard]] std::span<const std::uint8_t> tensor_bytes(const GgufTensorInfo& tensor) const;
 
+    // A copy of the stored bytes of `tensor` (read with pread from an opened file, so a file
+    // that has shrunk is a GgufFormatError, never a SIGBUS); another object:
+    // std::invalid_argument.
+    [[nodiscard]] std::vector<std::uint8_t> read_tensor_bytes(const GgufTensorInfo& tensor) const;
+
     // The tensor as float32, ne0 fastest (element i of row r at r·ne0 + i), exactly as the
     // format's formulas define (gguf_dequantize.cpp). A type dequantize does not support:
     // GgufFormatError naming the tensor and the type id. Runs on OpenMP threads.

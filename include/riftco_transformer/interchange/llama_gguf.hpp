@@ -44,6 +44,11 @@ struct LlamaGgufOptions {
     std::size_t maximum_context = 0;
     // Flash by default (it applies a sliding window itself).
     AttentionKind attention = AttentionKind::Flash;
+    // Keep every projection (attention, feed-forward, an untied head) in the file's block
+    // format (q8_0, q4_0 or q4_1: QuantizedWeight::from_packed_blocks of the file's bytes, no
+    // float32 round trip); the embedding table and the norms are float32 as always. A
+    // projection stored in any other type: std::invalid_argument naming the tensor and type.
+    bool keep_packed_weights = false;
 };
 
 // The config the file describes. Missing or ill-typed metadata, an unsupported architecture or

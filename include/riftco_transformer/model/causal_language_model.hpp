@@ -95,6 +95,11 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     void merge_lora();
     // Packs every projection.
     void quantize_nf4(const Nf4Options& options = {});
+    // Packs every projection in a GGUF block format (AdaptationLifecycle::quantize_blocks).
+    void quantize_blocks(WeightFormat format);
+    // Takes packed weights made elsewhere (a GGUF file's blocks), one per projection in
+    // projections() order (AdaptationLifecycle::adopt_packed_weights).
+    void adopt_packed_weights(std::span<const QuantizedWeight> weights);
     [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
     [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
     [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;

@@ -72,6 +72,12 @@ class Linear final : public Module {
     // Packs the dense weight (std::logic_error if it is already packed or still held outside
     // this layer).
     [[nodiscard]] QuantizedWeight prepare_quantization(const Nf4Options& options) const;
+    // The same in a GGUF block format (QuantizedWeight::quantize_blocks).
+    [[nodiscard]] QuantizedWeight prepare_block_quantization(WeightFormat format) const;
+    // Checks that a packed weight from elsewhere (a file) can replace the dense one: the same
+    // [out, in] shape (std::invalid_argument naming both) and the dense weight held only here
+    // (std::logic_error, as prepare_quantization).
+    void check_packed_replacement(const QuantizedWeight& packed) const;
     // Stores a packed weight and releases the dense value and gradient (also how a packed
     // state is loaded).
     void commit_quantization(QuantizedWeight packed) noexcept;
@@ -81,6 +87,7 @@ class Linear final : public Module {
                           std::vector<std::function<void()>>& commits) override;
 
   private:
+    void require_packable() const;
     std::size_t in_features_;
     std::size_t out_features_;
     Variable weight_;  // handles share the registered leaves; empty while packed

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
@@ -177,6 +178,15 @@ class AdaptationLifecycle {
     // block size. std::logic_error: a weight still held outside the model (a parameter list,
     // an optimizer, a graph).
     void quantize_nf4(std::span<const AdaptableProjection> projections, const Nf4Options& options);
+    // The same in a GGUF block format (QuantizedWeight::quantize_blocks); std::invalid_argument
+    // also for an in_features that is not a multiple of 32 (names the projection).
+    void quantize_blocks(std::span<const AdaptableProjection> projections, WeightFormat format);
+    // Replaces every projection's dense weight with `weights[i]` (packed elsewhere: a file's
+    // blocks), as if quantized to them. The rules of quantize_nf4, plus: one weight per
+    // projection, each of the projection's shape (std::invalid_argument naming it). Nothing
+    // changes on failure.
+    void adopt_packed_weights(std::span<const AdaptableProjection> projections,
+                              std::span<const QuantizedWeight> weights);
 
     [[nodiscard]] bool lora_attached() const noexcept { return attached_ && !merged_; }
     [[nodiscard]] bool lora_merged() const noexcept { return merged_; }
@@ -217,6 +227,11 @@ class AdaptationLifecycle {
                            std::span<const QuantizedWeight> weights);
 
   private:
+    // quantize_nf4, quantize_blocks and adopt_packed_weights: prepare every projection's packed
+    // weight (failures name the projection, keep their category and change nothing), then
+    // commit them all.
+    void pack(std::span<const AdaptableProjection> projections, const char* operation,
+              const std::function<QuantizedWeight(const Linear&, std::size_t)>& prepare);
     bool attached_ = false;
     bool merged_ = false;
     bool quantized_ = false;

@@ -428,23 +428,28 @@ class LlamaMistralTransformer(CausalLanguageModel):
 
     @classmethod
     def from_gguf(
-        cls, path: str | os.PathLike, maximum_context: int = 0, attention: str = "flash"
+        cls, path: str | os.PathLike, maximum_context: int = 0, attention: str = "flash",
+        weights: str = "f32",
     ) -> LlamaMistralTransformer:
-        """The model in a GGUF file (llama or mistral architecture), weights as float32.
+        """The model in a GGUF file (every architecture the loader reads).
 
         ``maximum_context`` 0 keeps the file's context length; a smaller one bounds the
-        sequence and cache sizes. Malformed or unsupported files raise the native
+        sequence and cache sizes. ``weights``: ``"f32"`` expands every weight to float32;
+        ``"file"`` keeps each projection in the file's block format (Q8_0, Q4_0 or Q4_1, the
+        file's own bytes; another type raises ValueError naming the tensor), with the
+        embedding table and norms in float32. Malformed or unsupported files raise the native
         runtime_error naming the field.
         """
         require_choice(attention, "attention", ATTENTION_VALUES)
+        packed = require_choice(weights, "weights", {"f32": 0, "file": 1}) == 1
         context = require_int(maximum_context, "maximum_context", 0, UINT64_LIMIT)
         encoded = os.fsencode(os.fspath(path))
         if b"\0" in encoded:
             raise ValueError(f"path must not contain NUL bytes (got {path!r})")
         llama = ctypes.c_void_p()
-        check_status(
-            library().rt_llama_mistral_model_load_gguf(encoded, context, ctypes.byref(llama))
-        )
+        load = (library().rt_llama_mistral_model_load_gguf_packed if packed
+                else library().rt_llama_mistral_model_load_gguf)
+        check_status(load(encoded, context, ctypes.byref(llama)))
         model = cls.__new__(cls)
         model._adopt_llama(llama, None)
         model.set_full_sequence_attention(attention)

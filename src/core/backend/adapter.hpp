@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string_view>
 
 #include "core/backend/quantized_storage.hpp"
@@ -262,12 +263,30 @@ class PagedAttentionCapability {
                                  std::span<const tensor_ops::PagedSlot> slots) const = 0;
 };
 
-// Packed NF4 weights (docs/ARCHITECTURE.md, 'NF4') and the linear products on them. The
-// weight lives in a backend-owned QuantizedStorage; the kernels decode the nibbles themselves
-// and never hold a float32 copy of the whole matrix (bounded per-thread panels are allowed).
+// Packed weights (docs/ARCHITECTURE.md, 'NF4'; the GGUF block formats of quantized_weight.hpp)
+// and the linear products on them. The weight lives in a backend-owned QuantizedStorage; the
+// kernels decode the codes themselves and never hold a float32 copy of the whole matrix
+// (bounded per-thread panels are allowed). Every adapter stores nf4; the block formats only
+// where supports_format says so, and QuantizedWeight refuses the others by name (there is no
+// silent float32 fallback).
 class QuantizedLinearCapability {
   public:
     virtual ~QuantizedLinearCapability() = default;
+    [[nodiscard]] virtual bool supports_format(WeightFormat format) const noexcept {
+        return format == WeightFormat::nf4;
+    }
+    // A block payload that passed validate_block_payload, of a format supports_format accepts
+    // -> this backend's storage of it.
+    [[nodiscard]] virtual std::shared_ptr<const QuantizedStorage> upload_blocks(
+        PackedBlockPayload payload) const {
+        static_cast<void>(payload);
+        throw std::logic_error("QuantizedLinearCapability::upload_blocks: format unsupported");
+    }
+    // The exact blocks of a block-format storage of this backend, in host memory.
+    [[nodiscard]] virtual PackedBlockPayload download_blocks(const QuantizedStorage& weight) const {
+        static_cast<void>(weight);
+        throw std::logic_error("QuantizedLinearCapability::download_blocks: format unsupported");
+    }
     // A payload that passed validate_nf4_payload -> this backend's storage of it.
     [[nodiscard]] virtual std::shared_ptr<const QuantizedStorage> upload(
         PackedNf4Payload payload) const = 0;

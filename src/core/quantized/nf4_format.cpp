@@ -60,9 +60,9 @@ Nf4View view_of(const PackedNf4Payload& payload) noexcept {
     return view;
 }
 
-Nf4Layout checked_nf4_layout(std::string_view operation, std::size_t out_features,
-                             std::size_t in_features, std::size_t block_size, bool double_quantized,
-                             std::size_t scale_block_size) {
+PackedLayout checked_nf4_layout(std::string_view operation, std::size_t out_features,
+                                std::size_t in_features, std::size_t block_size,
+                                bool double_quantized, std::size_t scale_block_size) {
     if (out_features == 0 || in_features == 0) {
         invalid(operation, "the weight shape [" + std::to_string(out_features) + "," +
                                std::to_string(in_features) + "] has a zero dimension");
@@ -84,7 +84,7 @@ Nf4Layout checked_nf4_layout(std::string_view operation, std::size_t out_feature
             double_quantized ? scale_block_size : 0};
 }
 
-PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layout) {
+PackedNf4Payload encode_nf4(std::span<const float> values, const PackedLayout& layout) {
     constexpr std::string_view op = "QuantizedWeight::quantize";
     const std::size_t count = layout.element_count();
     for (std::size_t i = 0; i < count; ++i) {
@@ -161,9 +161,9 @@ PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layo
     return payload;
 }
 
-Nf4Layout validate_nf4_payload(const PackedNf4Payload& payload) {
+PackedLayout validate_nf4_payload(const PackedNf4Payload& payload) {
     constexpr std::string_view op = "QuantizedWeight::from_packed_nf4";
-    const Nf4Layout layout =
+    const PackedLayout layout =
         checked_nf4_layout(op, payload.out_features, payload.in_features, payload.block_size,
                            payload.double_quantized, payload.scale_block_size);
     const std::size_t count = layout.element_count();

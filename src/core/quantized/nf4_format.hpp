@@ -35,7 +35,7 @@ namespace riftco_transformer::detail {
 
 // Read-only pointers into a packed weight held in host memory (CPU kernels, host decode).
 struct Nf4View {
-    Nf4Layout layout;
+    PackedLayout layout;
     const std::uint8_t* codes = nullptr;        // ceil(N/2) bytes
     const float* scales = nullptr;              // legacy: M
     const std::uint8_t* scale_codes = nullptr;  // double: M
@@ -65,17 +65,18 @@ struct Nf4View {
 // The layout of a weight of this shape and options, after the shape and block-size rules
 // (invalid_argument naming block_size / scale_block_size or the zero dimension;
 // overflow_error when out·in overflows). `operation` prefixes the messages.
-[[nodiscard]] Nf4Layout checked_nf4_layout(std::string_view operation, std::size_t out_features,
-                                           std::size_t in_features, std::size_t block_size,
-                                           bool double_quantized, std::size_t scale_block_size);
+[[nodiscard]] PackedLayout checked_nf4_layout(std::string_view operation, std::size_t out_features,
+                                              std::size_t in_features, std::size_t block_size,
+                                              bool double_quantized, std::size_t scale_block_size);
 
 // Packs a host float32 matrix [out, in] (row-major). invalid_argument: a non-finite value
 // (names its flat index); overflow_error: the double-quantized offset is not finite.
-[[nodiscard]] PackedNf4Payload encode_nf4(std::span<const float> values, const Nf4Layout& layout);
+[[nodiscard]] PackedNf4Payload encode_nf4(std::span<const float> values,
+                                          const PackedLayout& layout);
 
 // Every from_packed_nf4 rule (docs/ARCHITECTURE.md, 'NF4'); the message names the field and the
 // value.
-[[nodiscard]] Nf4Layout validate_nf4_payload(const PackedNf4Payload& payload);
+[[nodiscard]] PackedLayout validate_nf4_payload(const PackedNf4Payload& payload);
 
 // w_i = ŝ_{⌊i/B⌋}·codebook[code_i] for flat indices [begin, begin + out.size()).
 void dequantize_nf4_range(const Nf4View& view, std::size_t begin, std::span<float> out) noexcept;

@@ -152,6 +152,12 @@ class CpuQuantizedLinear final : public QuantizedLinearCapability {
     [[nodiscard]] std::shared_ptr<const QuantizedStorage> upload(
         PackedNf4Payload payload) const override;
     [[nodiscard]] PackedNf4Payload download(const QuantizedStorage& weight) const override;
+    [[nodiscard]] bool supports_format(WeightFormat /*format*/) const noexcept override {
+        return true;
+    }
+    [[nodiscard]] std::shared_ptr<const QuantizedStorage> upload_blocks(
+        PackedBlockPayload payload) const override;
+    [[nodiscard]] PackedBlockPayload download_blocks(const QuantizedStorage& weight) const override;
     void forward(const Tensor& x, const QuantizedStorage& weight, Tensor& out) const override;
     void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
                         Tensor& out) const override;

@@ -2,27 +2,20 @@
 // CPU kernels for packed NF4 weights W [O, I] (flat row-major codes, blocks of B elements).
 // They decode nibbles themselves; no float32 copy of the whole matrix is ever made.
 //
-// Two shapes, each with a portable, an AVX2 + FMA and an AVX-512 build of its inner loops
-// (the vector ones are compiled with target attributes and chosen at run time, so a build
-// without -march=native still uses them):
-// - few rows (R <= nf4_direct_row_limit, decoding): matrix-vector products straight on the
-//   packed codes, threaded over output rows (forward) or input columns (backward);
-// - many rows (prefill, training): a bounded panel of W is decoded into per-thread float32
-//   scratch (<= nf4_panel_floats, and narrow enough that the panels of all threads together
-//   stay under about half the matrix) and fed to the GEMM seam, one single-threaded GEMM per
-//   panel inside each thread. The forward uses row panels of W (K = I stays whole), the input
-//   backward column panels (K = O stays whole), so no output is ever accumulated over split
-//   reductions.
+// The drivers (threads, panels, GEMM) are packed_linear_driver.hpp's; each inner loop has a
+// portable, an AVX2 + FMA and an AVX-512 build (the vector ones are compiled with target
+// attributes and chosen at run time, so a build without -march=native still uses them).
 
 #include <cstddef>
 #include <string>
 
+#include "core/backend/cpu/packed_linear_limits.hpp"
 #include "core/quantized/nf4_format.hpp"
 
 namespace riftco_transformer::detail {
 
-inline constexpr std::size_t nf4_direct_row_limit = 8;
-inline constexpr std::size_t nf4_panel_floats = std::size_t{1} << 19U;  // 2 MiB per thread
+inline constexpr std::size_t nf4_direct_row_limit = packed_direct_row_limit;
+inline constexpr std::size_t nf4_panel_floats = packed_panel_floats;
 
 // The inner loops one instruction set provides.
 struct Nf4KernelSet {
@@ -58,6 +51,8 @@ void set_nf4_kernel_choice(Nf4KernelChoice choice) noexcept;
 // Null when the CPU or build lacks that set (Automatic and Portable always have one).
 [[nodiscard]] const Nf4KernelSet* nf4_kernel_set_if_supported(Nf4KernelChoice choice) noexcept;
 [[nodiscard]] const Nf4KernelSet& active_nf4_kernels() noexcept;
+// The choice in force: the hook's when it forces one, else the environment's.
+[[nodiscard]] Nf4KernelChoice requested_nf4_kernel_choice() noexcept;
 
 // The drivers (threads, panels, GEMM).
 // x [R, I] -> y [R, O] = x·deq(W)ᵀ
@@ -67,7 +62,7 @@ void nf4_linear_input_backward(const Nf4View& view, const float* g, std::size_t 
 
 // What runs for R rows, e.g. "avx2 direct row-split gemv on packed codes" or
 // "avx512 row-panel decode (64 rows) + onednn ... sgemm" (it starts with the set's name).
-[[nodiscard]] std::string nf4_kernel_description(const Nf4Layout& layout, std::size_t rows,
+[[nodiscard]] std::string nf4_kernel_description(const PackedLayout& layout, std::size_t rows,
                                                  bool input_backward);
 
 }  // namespace riftco_transformer::detail

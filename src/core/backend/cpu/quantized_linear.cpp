@@ -1,6 +1,7 @@
-// CPU quantized-linear capability: packed NF4 weights in host memory, products through the
-// NF4 kernels (nf4_kernels.hpp).
+// CPU quantized-linear capability: packed weights in host memory, products through the NF4
+// kernels (nf4_kernels.hpp) or the GGUF block kernels (block_kernels.hpp).
 
+#include "core/backend/cpu/block_kernels.hpp"
 #include "core/backend/cpu/cpu_adapter.hpp"
 #include "core/backend/cpu/cpu_quantized_storage.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
@@ -22,7 +23,7 @@ const CpuQuantizedStorage& host_weight(const QuantizedStorage& weight) {
 
 }  // namespace
 
-CpuQuantizedStorage::CpuQuantizedStorage(ExecutionBackend backend, const Nf4Layout& layout,
+CpuQuantizedStorage::CpuQuantizedStorage(ExecutionBackend backend, const PackedLayout& layout,
                                          PackedNf4Payload payload)
     : QuantizedStorage(backend, layout), payload_(std::move(payload)) {
     shrink_exactly(payload_.codes);
@@ -31,15 +32,22 @@ CpuQuantizedStorage::CpuQuantizedStorage(ExecutionBackend backend, const Nf4Layo
     shrink_exactly(payload_.scale_ranges);
 }
 
+CpuQuantizedStorage::CpuQuantizedStorage(ExecutionBackend backend, const PackedLayout& layout,
+                                         PackedBlockPayload blocks)
+    : QuantizedStorage(backend, layout), blocks_(std::move(blocks)) {
+    shrink_exactly(blocks_.blocks);
+}
+
 std::size_t CpuQuantizedStorage::resident_bytes() const noexcept {
-    return payload_.codes.capacity() + payload_.scales.capacity() * sizeof(float) +
-           payload_.scale_codes.capacity() + payload_.scale_ranges.capacity() * sizeof(float) +
+    return blocks_.blocks.capacity() + payload_.codes.capacity() +
+           payload_.scales.capacity() * sizeof(float) + payload_.scale_codes.capacity() +
+           payload_.scale_ranges.capacity() * sizeof(float) +
            (payload_.double_quantized ? sizeof(float) : 0);
 }
 
 std::shared_ptr<const QuantizedStorage> CpuQuantizedLinear::upload(PackedNf4Payload payload) const {
-    const Nf4Layout layout{payload.out_features, payload.in_features, payload.block_size,
-                           payload.double_quantized, payload.scale_block_size};
+    const PackedLayout layout{payload.out_features, payload.in_features, payload.block_size,
+                              payload.double_quantized, payload.scale_block_size};
     return std::make_shared<CpuQuantizedStorage>(backend_, layout, std::move(payload));
 }
 
@@ -47,8 +55,24 @@ PackedNf4Payload CpuQuantizedLinear::download(const QuantizedStorage& weight) co
     return weight.copy_payload_to_host();
 }
 
+std::shared_ptr<const QuantizedStorage> CpuQuantizedLinear::upload_blocks(
+    PackedBlockPayload payload) const {
+    const PackedLayout layout = view_of(payload).layout;
+    return std::make_shared<CpuQuantizedStorage>(backend_, layout, std::move(payload));
+}
+
+PackedBlockPayload CpuQuantizedLinear::download_blocks(const QuantizedStorage& weight) const {
+    return host_weight(weight).blocks();
+}
+
 void CpuQuantizedLinear::forward(const Tensor& x, const QuantizedStorage& weight,
                                  Tensor& out) const {
+    if (is_block_weight_format(weight.layout().format)) {
+        const BlockView view = host_weight(weight).block_view();
+        block_linear_forward(view, cpu_data(x), x.numel() / view.layout.in_features,
+                             cpu_output(out));
+        return;
+    }
     const Nf4View view = host_weight(weight).view();
     const std::size_t rows = x.numel() / view.layout.in_features;
     nf4_linear_forward(view, cpu_data(x), rows, cpu_output(out));
@@ -56,6 +80,12 @@ void CpuQuantizedLinear::forward(const Tensor& x, const QuantizedStorage& weight
 
 void CpuQuantizedLinear::input_backward(const Tensor& upstream, const QuantizedStorage& weight,
                                         Tensor& out) const {
+    if (is_block_weight_format(weight.layout().format)) {
+        const BlockView view = host_weight(weight).block_view();
+        block_linear_input_backward(view, cpu_data(upstream),
+                                    upstream.numel() / view.layout.out_features, cpu_output(out));
+        return;
+    }
     const Nf4View view = host_weight(weight).view();
     const std::size_t rows = upstream.numel() / view.layout.out_features;
     nf4_linear_input_backward(view, cpu_data(upstream), rows, cpu_output(out));

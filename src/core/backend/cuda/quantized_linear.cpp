@@ -43,7 +43,7 @@ void download_array(const DeviceBuffer& buffer, std::vector<Value>& values, cuda
 
 class CudaQuantizedStorage final : public QuantizedStorage {
   public:
-    CudaQuantizedStorage(const Nf4Layout& layout, const PackedNf4Payload& payload)
+    CudaQuantizedStorage(const PackedLayout& layout, const PackedNf4Payload& payload)
         : QuantizedStorage(ExecutionBackend::Cuda, layout), scale_offset_(payload.scale_offset) {
         const cudaStream_t stream = current_stream();
         codes_ = upload_array(payload.codes, stream);
@@ -67,7 +67,7 @@ class CudaQuantizedStorage final : public QuantizedStorage {
     }
 
     [[nodiscard]] PackedNf4Payload copy_payload_to_host() const override {
-        const Nf4Layout& shape = layout();
+        const PackedLayout& shape = layout();
         PackedNf4Payload payload;
         payload.out_features = shape.out_features;
         payload.in_features = shape.in_features;
@@ -89,7 +89,7 @@ class CudaQuantizedStorage final : public QuantizedStorage {
 
     // The kernels' view, with every buffer ordered on `stream`.
     [[nodiscard]] Nf4DeviceWeight on(cudaStream_t stream) const {
-        const Nf4Layout& shape = layout();
+        const PackedLayout& shape = layout();
         Nf4DeviceWeight weight;
         codes_->use_on(stream);
         weight.codes = static_cast<const std::uint8_t*>(codes_->data());
@@ -130,8 +130,8 @@ class CudaQuantizedLinear final : public QuantizedLinearCapability {
   public:
     [[nodiscard]] std::shared_ptr<const QuantizedStorage> upload(
         PackedNf4Payload payload) const override {
-        const Nf4Layout layout{payload.out_features, payload.in_features, payload.block_size,
-                               payload.double_quantized, payload.scale_block_size};
+        const PackedLayout layout{payload.out_features, payload.in_features, payload.block_size,
+                                  payload.double_quantized, payload.scale_block_size};
         return std::make_shared<CudaQuantizedStorage>(layout, payload);
     }
 

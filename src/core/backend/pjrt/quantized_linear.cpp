@@ -37,8 +37,8 @@ constexpr std::size_t panel_floats = std::size_t{1} << 19U;
 
 class PjrtQuantizedStorage final : public QuantizedStorage {
   public:
-    PjrtQuantizedStorage(ExecutionBackend backend, const Nf4Layout& layout, const Runtime& runtime,
-                         const PackedNf4Payload& payload)
+    PjrtQuantizedStorage(ExecutionBackend backend, const PackedLayout& layout,
+                         const Runtime& runtime, const PackedNf4Payload& payload)
         : QuantizedStorage(backend, layout), runtime_(runtime) {
         codes = runtime.upload(ElementType::U8, payload.codes.data(), payload.codes.size());
         if (layout.double_quantized) {
@@ -65,7 +65,7 @@ class PjrtQuantizedStorage final : public QuantizedStorage {
 
     // Every buffer back, with the transfers in flight together.
     [[nodiscard]] PackedNf4Payload copy_payload_to_host() const override {
-        const Nf4Layout& shape = layout();
+        const PackedLayout& shape = layout();
         PackedNf4Payload payload;
         payload.out_features = shape.out_features;
         payload.in_features = shape.in_features;
@@ -117,7 +117,7 @@ std::size_t log2_of(std::size_t power_of_two) {
 // Writes one product program; `forward` picks the direction (see the file comment).
 class ProductProgram {
   public:
-    ProductProgram(const Nf4Layout& layout, std::size_t rows, bool forward)
+    ProductProgram(const PackedLayout& layout, std::size_t rows, bool forward)
         : layout_(layout), rows_(rows), forward_(forward) {}
 
     [[nodiscard]] std::string text() {
@@ -334,7 +334,7 @@ class ProductProgram {
                    " : " + tensor_type(shape, "i1") + ", " + tensor_type(shape));
     }
 
-    Nf4Layout layout_;
+    PackedLayout layout_;
     std::size_t rows_;
     bool forward_;
     ProgramText p_;
@@ -344,7 +344,7 @@ class ProductProgram {
     std::size_t panel_ = 1;
 };
 
-std::string product_key(const Nf4Layout& layout, std::size_t rows, bool forward) {
+std::string product_key(const PackedLayout& layout, std::size_t rows, bool forward) {
     return std::string(forward ? "nf4_linear_forward/" : "nf4_linear_input_backward/") +
            std::to_string(rows) + "/" + std::to_string(layout.out_features) + "x" +
            std::to_string(layout.in_features) + "/B" + std::to_string(layout.block_size) +
@@ -356,8 +356,8 @@ class PjrtQuantizedLinear final : public QuantizedLinearCapability {
     explicit PjrtQuantizedLinear(const Context& context) : context_(context) {}
 
     std::shared_ptr<const QuantizedStorage> upload(PackedNf4Payload payload) const override {
-        const Nf4Layout layout{payload.out_features, payload.in_features, payload.block_size,
-                               payload.double_quantized, payload.scale_block_size};
+        const PackedLayout layout{payload.out_features, payload.in_features, payload.block_size,
+                                  payload.double_quantized, payload.scale_block_size};
         return std::make_shared<PjrtQuantizedStorage>(context_.backend, layout, *context_.runtime,
                                                       payload);
     }
@@ -381,7 +381,7 @@ class PjrtQuantizedLinear final : public QuantizedLinearCapability {
     void product(const Tensor& input, const QuantizedStorage& weight, Tensor& out,
                  bool forward) const {
         const auto& stored = static_cast<const PjrtQuantizedStorage&>(weight);
-        const Nf4Layout& layout = stored.layout();
+        const PackedLayout& layout = stored.layout();
         const std::size_t rows =
             input.numel() / (forward ? layout.in_features : layout.out_features);
         std::vector<BufferPointer> inputs = {buffer_of(input)};

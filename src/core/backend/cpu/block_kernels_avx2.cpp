@@ -1,0 +1,248 @@
+// The AVX2 + FMA + F16C inner loops of the GGUF block kernels (block_kernels.hpp), compiled
+// with a target attribute; avx2_block_kernels() returns them only when the processor reports
+// all three features. A block's 32 weights become four 8-lane vectors, rounded exactly as the
+// host dequantizer rounds them (q8_0, q4_0: d·q; q4_1: d·n, then + m).
+
+#include "core/backend/cpu/block_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RIFTCO_BLOCK_HAVE_AVX2 1
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace riftco_transformer::detail {
+
+#if defined(RIFTCO_BLOCK_HAVE_AVX2)
+namespace {
+
+#define RIFTCO_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+RIFTCO_AVX2 inline __m256 half_vector(const std::uint8_t* bytes) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes, sizeof(bits));
+    return _mm256_set1_ps(_cvtsh_ss(bits));
+}
+
+// w[0..3] = elements 0..7, 8..15, 16..23, 24..31 of the block.
+template <WeightFormat Format>
+RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, __m256 w[4]) {
+    const __m256 d = half_vector(block);
+    __m256i q[4];
+    if constexpr (Format == WeightFormat::q8_0) {
+        for (int k = 0; k < 4; ++k) {
+            q[k] = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * k)));
+        }
+    } else {
+        constexpr std::size_t codes = Format == WeightFormat::q4_1 ? 4 : 2;
+        const __m256i first =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + codes)));
+        const __m256i second = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + codes + 8)));
+        const __m256i mask = _mm256_set1_epi32(15);
+        q[0] = _mm256_and_si256(first, mask);
+        q[1] = _mm256_and_si256(second, mask);
+        q[2] = _mm256_srli_epi32(first, 4);
+        q[3] = _mm256_srli_epi32(second, 4);
+        if constexpr (Format == WeightFormat::q4_0) {
+            for (int k = 0; k < 4; ++k) {
+                q[k] = _mm256_sub_epi32(q[k], _mm256_set1_epi32(8));
+            }
+        }
+    }
+    for (int k = 0; k < 4; ++k) {
+        w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[k]));
+    }
+    if constexpr (Format == WeightFormat::q4_1) {
+        const __m256 m = half_vector(block + 2);
+        for (int k = 0; k < 4; ++k) {
+            w[k] = _mm256_add_ps(w[k], m);
+        }
+    }
+}
+
+RIFTCO_AVX2 inline float horizontal_sum(__m256 v) {
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pairs = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+template <WeightFormat Format>
+RIFTCO_AVX2 void decode_range_of(const BlockView& view, std::size_t begin, std::size_t count,
+                                 float* out) {
+    std::size_t done = 0;
+    if (begin % gguf_block_elements != 0) {  // a partial head block: the host decoder
+        done = std::min(count, gguf_block_elements - begin % gguf_block_elements);
+        dequantize_block_range(view, begin, {out, done});
+    }
+    for (; done + gguf_block_elements <= count; done += gguf_block_elements) {
+        __m256 w[4];
+        decode32<Format>(view.blocks + (begin + done) / gguf_block_elements * view.block_bytes, w);
+        for (int k = 0; k < 4; ++k) {
+            _mm256_storeu_ps(out + done + 8 * k, w[k]);
+        }
+    }
+    if (done < count) {
+        dequantize_block_range(view, begin + done, {out + done, count - done});
+    }
+}
+
+template <WeightFormat Format, std::size_t Rows>
+RIFTCO_AVX2 void gemv_forward_rows(const BlockView& view, const float* x, std::size_t o_begin,
+                                   std::size_t o_end, float* y) {
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    for (std::size_t o = o_begin; o < o_end; ++o) {
+        const std::uint8_t* row = view.blocks + o * view.row_bytes;
+        __m256 low[Rows];
+        __m256 high[Rows];
+        for (std::size_t r = 0; r < Rows; ++r) {
+            low[r] = _mm256_setzero_ps();
+            high[r] = _mm256_setzero_ps();
+        }
+        for (std::size_t c = 0; c < in; c += gguf_block_elements) {
+            __m256 w[4];
+            decode32<Format>(row + (c / gguf_block_elements) * view.block_bytes, w);
+            for (std::size_t r = 0; r < Rows; ++r) {
+                const float* xr = x + r * in + c;
+                low[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), low[r]);
+                high[r] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xr + 8), high[r]);
+                low[r] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xr + 16), low[r]);
+                high[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24), high[r]);
+            }
+        }
+        for (std::size_t r = 0; r < Rows; ++r) {
+            y[r * out_features + o] = horizontal_sum(_mm256_add_ps(low[r], high[r]));
+        }
+    }
+}
+
+template <WeightFormat Format, std::size_t Rows>
+RIFTCO_AVX2 void gemv_backward_rows(const BlockView& view, const float* g, std::size_t c_begin,
+                                    std::size_t c_end, float* dx) {
+    const std::size_t in = view.layout.in_features;
+    const std::size_t out_features = view.layout.out_features;
+    for (std::size_t c = c_begin; c < c_end; c += gguf_block_elements) {
+        __m256 total[Rows][4];
+        for (std::size_t r = 0; r < Rows; ++r) {
+            for (int k = 0; k < 4; ++k) {
+                total[r][k] = _mm256_setzero_ps();
+            }
+        }
+        const std::uint8_t* block = view.blocks + (c / gguf_block_elements) * view.block_bytes;
+        for (std::size_t o = 0; o < out_features; ++o, block += view.row_bytes) {
+            __m256 w[4];
+            decode32<Format>(block, w);
+            for (std::size_t r = 0; r < Rows; ++r) {
+                const __m256 upstream = _mm256_set1_ps(g[r * out_features + o]);
+                for (int k = 0; k < 4; ++k) {
+                    total[r][k] = _mm256_fmadd_ps(upstream, w[k], total[r][k]);
+                }
+            }
+        }
+        for (std::size_t r = 0; r < Rows; ++r) {
+            for (int k = 0; k < 4; ++k) {
+                _mm256_storeu_ps(dx + r * in + c + 8 * k, total[r][k]);
+            }
+        }
+    }
+}
+
+template <WeightFormat Format>
+RIFTCO_AVX2 void gemv_forward_of(const BlockView& view, const float* x, std::size_t rows,
+                                 std::size_t o_begin, std::size_t o_end, float* y) {
+    switch (rows) {
+        case 1:
+            gemv_forward_rows<Format, 1>(view, x, o_begin, o_end, y);
+            break;
+        case 2:
+            gemv_forward_rows<Format, 2>(view, x, o_begin, o_end, y);
+            break;
+        case 3:
+            gemv_forward_rows<Format, 3>(view, x, o_begin, o_end, y);
+            break;
+        default:
+            gemv_forward_rows<Format, 4>(view, x, o_begin, o_end, y);
+            break;
+    }
+}
+
+template <WeightFormat Format>
+RIFTCO_AVX2 void gemv_backward_of(const BlockView& view, const float* g, std::size_t rows,
+                                  std::size_t c_begin, std::size_t c_end, float* dx) {
+    switch (rows) {
+        case 1:
+            gemv_backward_rows<Format, 1>(view, g, c_begin, c_end, dx);
+            break;
+        case 2:
+            gemv_backward_rows<Format, 2>(view, g, c_begin, c_end, dx);
+            break;
+        case 3:
+            gemv_backward_rows<Format, 3>(view, g, c_begin, c_end, dx);
+            break;
+        default:
+            gemv_backward_rows<Format, 4>(view, g, c_begin, c_end, dx);
+            break;
+    }
+}
+
+// The format is read once per call and picks the instantiation.
+void decode_range(const BlockView& view, std::size_t begin, std::size_t count, float* out) {
+    switch (view.layout.format) {
+        case WeightFormat::q8_0:
+            return decode_range_of<WeightFormat::q8_0>(view, begin, count, out);
+        case WeightFormat::q4_0:
+            return decode_range_of<WeightFormat::q4_0>(view, begin, count, out);
+        default:
+            return decode_range_of<WeightFormat::q4_1>(view, begin, count, out);
+    }
+}
+
+void gemv_forward(const BlockView& view, const float* x, std::size_t rows, std::size_t o_begin,
+                  std::size_t o_end, float* y) {
+    switch (view.layout.format) {
+        case WeightFormat::q8_0:
+            return gemv_forward_of<WeightFormat::q8_0>(view, x, rows, o_begin, o_end, y);
+        case WeightFormat::q4_0:
+            return gemv_forward_of<WeightFormat::q4_0>(view, x, rows, o_begin, o_end, y);
+        default:
+            return gemv_forward_of<WeightFormat::q4_1>(view, x, rows, o_begin, o_end, y);
+    }
+}
+
+void gemv_backward(const BlockView& view, const float* g, std::size_t rows, std::size_t c_begin,
+                   std::size_t c_end, float* dx) {
+    switch (view.layout.format) {
+        case WeightFormat::q8_0:
+            return gemv_backward_of<WeightFormat::q8_0>(view, g, rows, c_begin, c_end, dx);
+        case WeightFormat::q4_0:
+            return gemv_backward_of<WeightFormat::q4_0>(view, g, rows, c_begin, c_end, dx);
+        default:
+            return gemv_backward_of<WeightFormat::q4_1>(view, g, rows, c_begin, c_end, dx);
+    }
+}
+
+const BlockKernelSet avx2_set{"avx2", decode_range, gemv_forward, gemv_backward};
+
+}  // namespace
+
+const BlockKernelSet* avx2_block_kernels() noexcept {
+    static const bool supported = __builtin_cpu_supports("avx2") != 0 &&
+                                  __builtin_cpu_supports("fma") != 0 &&
+                                  __builtin_cpu_supports("f16c") != 0;
+    return supported ? &avx2_set : nullptr;
+}
+
+#else
+
+const BlockKernelSet* avx2_block_kernels() noexcept {
+    return nullptr;
+}
+
+#endif
+
+}  // namespace riftco_transformer::detail

@@ -1,0 +1,304 @@
+// The GGUF block formats (block_format.hpp). The quantizer transcribes ggml's reference
+// rounding (quantize_row_q8_0_ref, _q4_0_ref, _q4_1_ref) from its documented formulas; the
+// dequantizer evaluates each product and sum as its own statement, so every value is rounded
+// as the gguf package's numpy dequantize rounds it.
+
+#include "core/quantized/block_format.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace riftco_transformer::detail {
+namespace {
+
+[[noreturn]] void invalid(std::string_view operation, const std::string& text) {
+    throw std::invalid_argument(std::string(operation) + ": " + text);
+}
+
+std::string float_text(float value) {
+    std::ostringstream text;
+    text.precision(9);
+    text << value;
+    return text.str();
+}
+
+void store_half(std::uint8_t* bytes, float value) noexcept {
+    const std::uint16_t bits = float_to_half_bits(value);
+    std::memcpy(bytes, &bits, sizeof(bits));
+}
+
+// ggml's (int8_t) conversion of a small non-negative float, then MIN(15, ·).
+std::uint8_t nibble_of(float shifted) noexcept {
+    return static_cast<std::uint8_t>(std::min(15, static_cast<int>(shifted)));
+}
+
+void encode_q8_0(const float* x, std::uint8_t* block) noexcept {
+    float amax = 0.0F;
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        amax = std::max(amax, std::fabs(x[j]));
+    }
+    const float d = amax / 127.0F;
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    store_half(block, d);
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        const float scaled = x[j] * id;
+        block[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(scaled)));
+    }
+}
+
+void encode_q4_0(const float* x, std::uint8_t* block) noexcept {
+    float amax = 0.0F;
+    float max = 0.0F;  // the value of largest magnitude, with its sign (the first such one)
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / -8.0F;  // an all-zero block gives -0.0, as in ggml
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    store_half(block, d);
+    for (std::size_t j = 0; j < 16; ++j) {
+        const float first = x[j] * id;
+        const float second = x[16 + j] * id;
+        block[2 + j] =
+            static_cast<std::uint8_t>(nibble_of(first + 8.5F) | (nibble_of(second + 8.5F) << 4U));
+    }
+}
+
+void encode_q4_1(const float* x, std::uint8_t* block) noexcept {
+    float min = FLT_MAX;
+    float max = -FLT_MAX;
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        min = std::min(min, x[j]);
+        max = std::max(max, x[j]);
+    }
+    const float d = (max - min) / 15.0F;
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    store_half(block, d);
+    store_half(block + 2, min);
+    for (std::size_t j = 0; j < 16; ++j) {
+        const float first = (x[j] - min) * id;
+        const float second = (x[16 + j] - min) * id;
+        block[4 + j] =
+            static_cast<std::uint8_t>(nibble_of(first + 0.5F) | (nibble_of(second + 0.5F) << 4U));
+    }
+}
+
+}  // namespace
+
+float half_bits_to_float(std::uint16_t bits) noexcept {
+    const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000U) << 16U;
+    const std::uint32_t exponent = (bits >> 10U) & 0x1FU;
+    const std::uint32_t mantissa = bits & 0x3FFU;
+    std::uint32_t result = 0;
+    if (exponent == 0x1FU) {
+        result = sign | 0x7F800000U | (mantissa << 13U);  // ±inf, NaN with its payload
+    } else if (exponent != 0) {
+        result = sign | ((exponent + (127U - 15U)) << 23U) | (mantissa << 13U);
+    } else if (mantissa == 0) {
+        result = sign;  // ±0
+    } else {
+        // Subnormal: mantissa·2^-24 = 1.f·2^(p-24) with p the top set bit of the mantissa.
+        const auto top_bit = static_cast<std::uint32_t>(std::bit_width(mantissa) - 1);
+        const std::uint32_t fraction = (mantissa << (23U - top_bit)) & 0x7FFFFFU;
+        result = sign | ((top_bit + 127U - 24U) << 23U) | fraction;
+    }
+    return std::bit_cast<float>(result);
+}
+
+std::uint16_t float_to_half_bits(float value) noexcept {
+    const auto bits = std::bit_cast<std::uint32_t>(value);
+    const auto sign = static_cast<std::uint16_t>((bits >> 16U) & 0x8000U);
+    const std::uint32_t magnitude = bits & 0x7FFFFFFFU;
+    if (magnitude > 0x7F800000U) {  // NaN: quiet, with the top of its payload
+        return static_cast<std::uint16_t>(sign | 0x7E00U | ((magnitude >> 13U) & 0x3FFU));
+    }
+    if (magnitude >= 0x477FF000U) {  // >= 65520 (halfway above 65504) rounds to infinity
+        return static_cast<std::uint16_t>(sign | 0x7C00U);
+    }
+    if (magnitude >= 0x38800000U) {  // a normal binary16: rebias, round to nearest even
+        const std::uint32_t rebiased = magnitude - 0x38000000U;
+        const std::uint32_t rounded = (rebiased + 0x0FFFU + ((rebiased >> 13U) & 1U)) >> 13U;
+        return static_cast<std::uint16_t>(sign | rounded);
+    }
+    // Subnormal or zero: |value|·2^24 is exact in float; round it to the nearest even integer
+    // (1024 is the smallest normal's encoding, so a carry lands on it correctly).
+    const float scaled = std::bit_cast<float>(magnitude) * 16777216.0F;
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::nearbyint(scaled)));
+}
+
+BlockView view_of(const PackedBlockPayload& payload) noexcept {
+    BlockView view;
+    view.layout.out_features = payload.out_features;
+    view.layout.in_features = payload.in_features;
+    view.layout.block_size = gguf_block_elements;
+    view.layout.format = payload.format;
+    view.blocks = payload.blocks.data();
+    view.row_bytes = view.layout.row_block_bytes();
+    view.block_bytes = gguf_block_bytes(payload.format);
+    return view;
+}
+
+PackedLayout checked_block_layout(std::string_view operation, WeightFormat format,
+                                  std::size_t out_features, std::size_t in_features) {
+    if (!is_block_weight_format(format)) {
+        invalid(operation, "format " + std::string(weight_format_name(format)) + " (id " +
+                               std::to_string(static_cast<unsigned>(format)) +
+                               ") is not a GGUF block format (q8_0, q4_0 or q4_1)");
+    }
+    if (out_features == 0 || in_features == 0) {
+        invalid(operation, "the weight shape [" + std::to_string(out_features) + "," +
+                               std::to_string(in_features) + "] has a zero dimension");
+    }
+    if (in_features % gguf_block_elements != 0) {
+        invalid(operation, "in_features " + std::to_string(in_features) + " of a " +
+                               std::string(weight_format_name(format)) +
+                               " weight is not a multiple of its 32-element block");
+    }
+    const std::size_t row_bytes = in_features / gguf_block_elements * gguf_block_bytes(format);
+    if (row_bytes > std::numeric_limits<std::size_t>::max() / out_features ||
+        in_features > std::numeric_limits<std::size_t>::max() / out_features) {
+        throw std::overflow_error(std::string(operation) + ": out_features (" +
+                                  std::to_string(out_features) + ") x in_features (" +
+                                  std::to_string(in_features) + ") overflows");
+    }
+    PackedLayout layout;
+    layout.out_features = out_features;
+    layout.in_features = in_features;
+    layout.block_size = gguf_block_elements;
+    layout.format = format;
+    return layout;
+}
+
+PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
+    constexpr std::string_view op = "QuantizedWeight::from_packed_blocks";
+    const PackedLayout layout =
+        checked_block_layout(op, payload.format, payload.out_features, payload.in_features);
+    if (payload.blocks.size() != layout.block_payload_bytes()) {
+        invalid(op, "blocks has " + std::to_string(payload.blocks.size()) + " bytes, expected " +
+                        std::to_string(layout.block_payload_bytes()) + " (" +
+                        std::to_string(layout.block_count()) + " " +
+                        std::string(weight_format_name(payload.format)) + " blocks of " +
+                        std::to_string(gguf_block_bytes(payload.format)) + " bytes for [" +
+                        std::to_string(payload.out_features) + "," +
+                        std::to_string(payload.in_features) + "])");
+    }
+    // Scales must be finite (a NaN or infinite d or m would poison every product).
+    const std::size_t block_bytes = gguf_block_bytes(payload.format);
+    const std::size_t half_count = payload.format == WeightFormat::q4_1 ? 2 : 1;
+    for (std::size_t b = 0; b < layout.block_count(); ++b) {
+        for (std::size_t h = 0; h < half_count; ++h) {
+            const float value = half_at(payload.blocks.data() + b * block_bytes + 2 * h);
+            if (!std::isfinite(value)) {
+                const std::size_t row_blocks = payload.in_features / gguf_block_elements;
+                invalid(op, std::string(h == 0 ? "the scale d" : "the minimum m") + " of block " +
+                                std::to_string(b % row_blocks) + " of row " +
+                                std::to_string(b / row_blocks) + " is " + float_text(value) +
+                                " (must be finite)");
+            }
+        }
+    }
+    return layout;
+}
+
+PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayout& layout) {
+    constexpr std::string_view op = "QuantizedWeight::quantize_blocks";
+    const std::size_t count = layout.element_count();
+    for (std::size_t i = 0; i < count; ++i) {
+        if (!std::isfinite(values[i])) {
+            invalid(op, "weight value at flat index " + std::to_string(i) + " is not finite (" +
+                            float_text(values[i]) + ")");
+        }
+    }
+    PackedBlockPayload payload;
+    payload.format = layout.format;
+    payload.out_features = layout.out_features;
+    payload.in_features = layout.in_features;
+    payload.blocks.assign(layout.block_payload_bytes(), 0);
+    const std::size_t block_bytes = gguf_block_bytes(layout.format);
+    for (std::size_t b = 0; b < layout.block_count(); ++b) {
+        const float* x = values.data() + b * gguf_block_elements;
+        std::uint8_t* block = payload.blocks.data() + b * block_bytes;
+        switch (layout.format) {
+            case WeightFormat::q8_0:
+                encode_q8_0(x, block);
+                break;
+            case WeightFormat::q4_0:
+                encode_q4_0(x, block);
+                break;
+            case WeightFormat::q4_1:
+                encode_q4_1(x, block);
+                break;
+            case WeightFormat::nf4:
+                break;  // excluded by checked_block_layout
+        }
+        // A scale beyond binary16's range would be stored as infinity: refuse it.
+        for (std::size_t h = 0; h < (layout.format == WeightFormat::q4_1 ? 2U : 1U); ++h) {
+            if (!std::isfinite(half_at(block + 2 * h))) {
+                throw std::overflow_error(
+                    std::string(op) + ": block " + std::to_string(b) + " (flat indices from " +
+                    std::to_string(b * gguf_block_elements) + ") needs a " +
+                    (h == 0 ? "scale" : "minimum") + " beyond binary16's range (|value| > 65504)");
+            }
+        }
+    }
+    return payload;
+}
+
+void decode_block(WeightFormat format, const std::uint8_t* block, float* out) noexcept {
+    const float d = half_at(block);
+    switch (format) {
+        case WeightFormat::q8_0:
+            for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+                out[j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
+            }
+            return;
+        case WeightFormat::q4_0:
+            for (std::size_t j = 0; j < 16; ++j) {
+                out[j] = d * static_cast<float>(static_cast<int>(block[2 + j] & 0x0FU) - 8);
+                out[16 + j] = d * static_cast<float>(static_cast<int>(block[2 + j] >> 4U) - 8);
+            }
+            return;
+        case WeightFormat::q4_1: {
+            const float m = half_at(block + 2);
+            for (std::size_t j = 0; j < 16; ++j) {
+                const float first = d * static_cast<float>(block[4 + j] & 0x0FU);
+                const float second = d * static_cast<float>(block[4 + j] >> 4U);
+                out[j] = first + m;
+                out[16 + j] = second + m;
+            }
+            return;
+        }
+        case WeightFormat::nf4:
+            return;
+    }
+}
+
+void dequantize_block_range(const BlockView& view, std::size_t begin,
+                            std::span<float> out) noexcept {
+    std::size_t done = 0;
+    float values[gguf_block_elements];
+    while (done < out.size()) {
+        const std::size_t index = begin + done;
+        const std::size_t block = index / gguf_block_elements;
+        const std::size_t offset = index % gguf_block_elements;
+        const std::size_t take = std::min(gguf_block_elements - offset, out.size() - done);
+        const std::uint8_t* bytes = view.blocks + block * view.block_bytes;
+        if (offset == 0 && take == gguf_block_elements) {
+            decode_block(view.layout.format, bytes, out.data() + done);
+        } else {
+            decode_block(view.layout.format, bytes, values);
+            std::copy_n(values + offset, take, out.data() + done);
+        }
+        done += take;
+    }
+}
+
+}  // namespace riftco_transformer::detail

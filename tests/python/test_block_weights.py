@@ -1,0 +1,233 @@
+"""Weights kept in GGUF block formats (Q8_0, Q4_0, Q4_1; issue 30): ``quantize_blocks`` writes
+ggml's blocks byte for byte (against this package's own exporter, itself checked against a
+scalar transcription of ggml and ``gguf.quants.quantize``; and Q4_1 against ``gguf.quants``
+when the oracle interpreter has it), ``load_pretrained(weights="file")`` keeps a GGUF file's
+blocks for every rotary family with the logits of the float32 load, the packed state round
+trips the blocks, and every refusal names the argument and leaves the model unchanged. The real
+SmolLM2 Q4_1 file is used when it is in the cache."""
+
+from __future__ import annotations
+
+import math
+import struct
+import subprocess
+import textwrap
+from array import array
+from dataclasses import replace
+
+import pytest
+from support import oracle_python, smollm2_path
+from test_decoder_families import DIMENSIONS, FAMILIES, forward_values, preset
+from test_gguf_export import TYPE_CODE, capture, edge_case_blocks
+
+from riftco_transformer import (
+    LlamaMistralConfig,
+    LlamaMistralTransformer,
+    RiftcoTransformerError,
+    load_pretrained,
+)
+from riftco_transformer.interchange import export_gguf, gguf_export
+from riftco_transformer.native.pretrained_tokenizer import PretrainedTokenizer
+
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+FORMAT_IDS = {"nf4": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}
+# Every projection's input width a multiple of 32: width 32, 4 query heads of 8 (and 2 KV
+# heads), feed-forward 64.
+WIDE = dict(model_width=32, feed_forward_width=64, head_width=8)
+TOKENS = [3, 17, 101, 250, 7, 64, 128, 9, 33, 200, 5, 42]
+
+
+def wide_preset(architecture: str):
+    return LlamaMistralConfig.preset(architecture,
+                                     **{**DIMENSIONS, **FAMILIES[architecture], **WIDE})
+
+
+def state_records(state: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(format id, out, in, blocks) of each weight of a packed state (nn/packed_state.hpp)."""
+    assert state[:8] == b"RTNF4ST1"
+    (count,) = struct.unpack_from("<Q", state, 8)
+    offset, records = 16, []
+    for _ in range(count):
+        out, inner, block, double, format_id, scale_block = struct.unpack_from(
+            "<QQQIIQ", state, offset)
+        offset += 40
+        assert format_id != 0, "only block formats here"
+        assert (block, double, scale_block) == (32, 0, 0)
+        (size,) = struct.unpack_from("<Q", state, offset)
+        offset += 8
+        records.append((format_id, out, inner, state[offset:offset + size]))
+        offset += size
+    assert offset == len(state)
+    return records
+
+
+PROJECTIONS = ("attention.query.weight", "attention.key.weight", "attention.value.weight",
+               "attention.output.weight", "feed_forward.gate.weight", "feed_forward.up.weight",
+               "feed_forward.down.weight", "language_model_head.weight")
+
+
+def projection_weights(model) -> list[array]:
+    """The dense projection weights in the model's projection order (the packed state's)."""
+    with model.parameters() as parameters:
+        flat, offset, weights = parameters.flat_values(), 0, []
+        for name, shape in zip(parameters.names, parameters.shapes, strict=True):
+            size = math.prod(shape)
+            if name.endswith(PROJECTIONS):
+                weights.append(flat[offset:offset + size])
+            offset += size
+    return weights
+
+
+def relative_rms(first, second) -> float:
+    flat_first = [v for row in first for v in row] if isinstance(first[0], list) else first
+    flat_second = [v for row in second for v in row] if isinstance(second[0], list) else second
+    while flat_first and isinstance(flat_first[0], list):
+        flat_first = [v for row in flat_first for v in row]
+        flat_second = [v for row in flat_second for v in row]
+    error = math.sqrt(sum((a - b) ** 2 for a, b in zip(flat_first, flat_second, strict=True)))
+    return error / math.sqrt(sum(a * a for a in flat_first))
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_quantize_blocks_writes_the_blocks_ggmls_reference_quantizer_writes(dtype):
+    """Every projection of a model filled with edge-case blocks (ties, zeros, one huge value,
+    tiny scales) against the package's exporter, byte for byte."""
+    edge = [value for block in edge_case_blocks() for value in block]
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        with model.parameters() as parameters:
+            total = parameters.total_numel
+            parameters.load_flat_values([edge[i % len(edge)] for i in range(total)])
+        dense = projection_weights(model)
+        model.quantize_blocks(dtype)
+        assert model.linear_weight_format == dtype
+        records = state_records(model.packed_quantized_state())
+    assert len(records) == len(dense) == 7 * 2 + 1
+    for index, (values, (format_id, out, inner, blocks)) in enumerate(
+            zip(dense, records, strict=True)):
+        assert format_id == FORMAT_IDS[dtype]
+        assert out * inner == len(values)
+        expected = gguf_export._quantize(array("f", values), TYPE_CODE[dtype], f"weight {index}")
+        assert blocks == expected, f"projection {index}"
+
+
+def test_q4_1_blocks_equal_the_gguf_packages_quantizer(tmp_path):
+    python = oracle_python("gguf")
+    with LlamaMistralTransformer(wide_preset("qwen2")) as model:
+        dense = projection_weights(model)
+        model.quantize_blocks("q4_1")
+        records = state_records(model.packed_quantized_state())
+    values = array("f", [value for weight in dense for value in weight])
+    (tmp_path / "values.f32").write_bytes(values.tobytes())
+    script = textwrap.dedent("""
+        import sys, numpy, gguf
+        values = numpy.fromfile(sys.argv[1], dtype=numpy.float32).reshape(-1, 32)
+        blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q4_1)
+        sys.stdout.buffer.write(blocks.tobytes())
+    """)
+    theirs = subprocess.run([python, "-c", script, str(tmp_path / "values.f32")], check=True,
+                            capture_output=True, timeout=300).stdout
+    assert b"".join(record[3] for record in records) == theirs
+
+
+@pytest.mark.parametrize("architecture", sorted(FAMILIES))
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_a_gguf_files_blocks_load_as_they_are_with_the_float32_logits(tmp_path, architecture,
+                                                                      dtype):
+    config = wide_preset(architecture)
+    path = export_gguf(capture(config), tmp_path / f"{architecture}.gguf", dtype=dtype)
+    with load_pretrained(path, maximum_context=0) as dense:
+        expected = forward_values(dense.model, TOKENS)
+        assert dense.model.linear_weight_format is None
+    with load_pretrained(path, maximum_context=0, weights="file") as packed:
+        model = packed.model
+        assert model.linear_weight_format == dtype
+        memory = model.quantized_memory
+        projections = 7 * config.block_count + (0 if config.tie_embeddings else 1)
+        assert memory.weight_count == projections
+        # Nothing but the blocks is resident, and they are the file's size.
+        assert memory.resident_payload_bytes == memory.logical_payload_bytes
+        assert memory.logical_payload_bytes * 32 == memory.fp32_equivalent_bytes // 4 * \
+            BLOCK_BYTES[dtype]
+        ours = forward_values(model, TOKENS)
+    # The same decoded values, multiplied in another order: float rounding only.
+    assert relative_rms(expected, ours) <= 1e-5
+
+
+def test_the_packed_state_round_trips_the_blocks_and_refuses_another_format():
+    with LlamaMistralTransformer(wide_preset("llama")) as source, \
+            LlamaMistralTransformer(replace(wide_preset("llama"), random_seed=9)) as target, \
+            LlamaMistralTransformer(wide_preset("llama")) as other:
+        source.quantize_blocks("q4_1")
+        target.quantize_blocks("q4_1")
+        other.quantize_blocks("q8_0")
+        state = source.packed_quantized_state()
+        before = forward_values(other, TOKENS)
+        with pytest.raises(RiftcoTransformerError, match="format q4_1 differs from the model's "
+                                                         "q8_0"):
+            other.load_packed_quantized_state(state)
+        assert forward_values(other, TOKENS) == before
+        target.load_packed_quantized_state(state)
+        assert target.packed_quantized_state() == state
+        # With the dense rest (embedding, norms) copied too, target is source.
+        with source.parameters() as parameters:
+            rest = parameters.flat_values()
+        with target.parameters() as parameters:
+            parameters.load_flat_values(rest)
+        assert forward_values(target, TOKENS) == forward_values(source, TOKENS)
+
+
+def test_refusals_name_the_argument_and_change_nothing(tmp_path):
+    with LlamaMistralTransformer(preset("llama")) as narrow:  # width 16
+        before = forward_values(narrow, TOKENS)
+        with pytest.raises(RiftcoTransformerError,
+                           match=r"quantize_blocks: blocks\.0\.attention\.query: .*in_features 16 "
+                                 r"of a q8_0 weight is not a multiple of its 32-element block"):
+            narrow.quantize_blocks("q8_0")
+        assert narrow.linear_weight_format is None
+        assert forward_values(narrow, TOKENS) == before
+        for bad in ("nf4", "Q8_0", "q5_k"):
+            with pytest.raises(ValueError, match="format must be one of 'q8_0', 'q4_0', 'q4_1'"):
+                narrow.quantize_blocks(bad)
+        with pytest.raises(TypeError):
+            narrow.quantize_blocks(8)
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        model.quantize_blocks("q4_0")
+        with pytest.raises(RiftcoTransformerError, match="already packed"):
+            model.quantize_blocks("q8_0")
+        with pytest.raises(RiftcoTransformerError, match="already packed"):
+            model.quantize_nf4()
+        assert model.linear_weight_format == "q4_0"
+    # weights="file" needs a GGUF file whose projections are in a block format.
+    f32 = export_gguf(capture(wide_preset("mistral")), tmp_path / "f32.gguf")
+    with pytest.raises(RiftcoTransformerError,
+                       match=r"needs every projection in q8_0, q4_0 or q4_1, but tensor "
+                             r"'blk\.0\.attn_q\.weight' \(blocks\.0\.attention\.query\.weight\) "
+                             r"is F32"):
+        load_pretrained(f32, weights="file")
+    bundle = tmp_path / "model.rift"
+    capture(wide_preset("mistral")).save(bundle)
+    with pytest.raises(ValueError, match="weights='file' keeps a GGUF file's block formats"):
+        load_pretrained(bundle, weights="file")
+    with pytest.raises(ValueError, match="weights must be one of 'f32', 'file', 'q8_0'"):
+        load_pretrained(f32, weights="bf16")
+    # An explicit conversion at load time.
+    with load_pretrained(f32, weights="q8_0") as converted:
+        assert converted.model.linear_weight_format == "q8_0"
+
+
+def test_smollm2_keeps_its_q4_1_blocks_with_the_float32_logits():
+    path = smollm2_path()
+    tokenizer = PretrainedTokenizer.from_gguf(path)
+    tokens = tokenizer.encode("The capital of France is")
+    with load_pretrained(path, maximum_context=64) as dense:
+        expected = forward_values(dense.model, tokens)
+    with load_pretrained(path, maximum_context=64, weights="file") as packed:
+        assert packed.model.linear_weight_format == "q4_1"
+        memory = packed.model.quantized_memory
+        assert memory.weight_count == 7 * 30
+        assert memory.resident_payload_bytes == memory.logical_payload_bytes < 70_000_000
+        ours = forward_values(packed.model, tokens)
+        answer = packed.generate("The capital of France is", max_new_tokens=4)
+    assert relative_rms(expected, ours) <= 1e-4
+    assert "Paris" in answer.generated_text
+    tokenizer.close()

@@ -1,0 +1,477 @@
+// GGUF block formats (q8_0, q4_0, q4_1) as QuantizedWeight storage: binary16 conversion
+// against a nearest-neighbour search, decoding against an oracle written from the layout in
+// double, ggml's reference rounding on hand-computed blocks, the products and the input
+// backward of every kernel set against the decoded matrix in double (form B, 3e-5), and every
+// payload rule with its message. (The gguf package's quantize and dequantize are the Python
+// tests' oracle: test_block_formats.py.)
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/autograd/node.hpp"
+#include "core/backend/cpu/block_kernels.hpp"
+#include "core/quantized/block_format.hpp"
+#include "riftco_transformer/core/autograd/operations.hpp"
+#include "riftco_transformer/core/quantized_weight.hpp"
+#include "riftco_transformer/core/tensor_ops.hpp"
+#include "support/nf4_reference.hpp"
+#include "support/test_support.hpp"
+
+namespace riftco_transformer {
+namespace {
+
+using testing::close_form_b;
+using testing::pseudo_random;
+
+constexpr double tolerance = 3e-5;
+constexpr WeightFormat block_formats[] = {WeightFormat::q8_0, WeightFormat::q4_0,
+                                          WeightFormat::q4_1};
+
+class KernelChoiceGuard {
+  public:
+    explicit KernelChoiceGuard(detail::Nf4KernelChoice choice) {
+        detail::set_nf4_kernel_choice(choice);
+    }
+    ~KernelChoiceGuard() { detail::set_nf4_kernel_choice(detail::Nf4KernelChoice::Automatic); }
+    KernelChoiceGuard(const KernelChoiceGuard&) = delete;
+    KernelChoiceGuard& operator=(const KernelChoiceGuard&) = delete;
+};
+
+// The value of binary16 `bits` from its fields, in double (the oracle of half_bits_to_float).
+double half_value(std::uint16_t bits) {
+    const int exponent = (bits >> 10) & 31;
+    const int mantissa = bits & 1023;
+    const double sign = (bits & 0x8000) != 0 ? -1.0 : 1.0;
+    if (exponent == 31) {
+        return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
+                             : std::numeric_limits<double>::quiet_NaN();
+    }
+    if (exponent == 0) {
+        return sign * std::ldexp(mantissa, -24);
+    }
+    return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+TEST(BlockFormats, HalfToFloatIsExactForEveryBitPattern) {
+    for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+        const auto half = static_cast<std::uint16_t>(bits);
+        const float value = detail::half_bits_to_float(half);
+        const double expected = half_value(half);
+        if (std::isnan(expected)) {
+            ASSERT_TRUE(std::isnan(value)) << bits;
+            continue;
+        }
+        ASSERT_EQ(static_cast<double>(value), expected) << bits;
+        ASSERT_EQ(std::signbit(value), (bits & 0x8000U) != 0) << bits;
+        // Every finite half and infinity survives the way back.
+        ASSERT_EQ(detail::float_to_half_bits(value), half) << bits;
+    }
+}
+
+TEST(BlockFormats, FloatToHalfRoundsToTheNearestEvenNeighbour) {
+    // Ties, by hand: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10 (odd): to 1.
+    EXPECT_EQ(detail::float_to_half_bits(1.0F + std::ldexp(1.0F, -11)), 0x3C00);
+    EXPECT_EQ(detail::float_to_half_bits(1.0F + 3 * std::ldexp(1.0F, -11)), 0x3C02);
+    EXPECT_EQ(detail::float_to_half_bits(65504.0F), 0x7BFF);
+    EXPECT_EQ(detail::float_to_half_bits(65519.996F), 0x7BFF);
+    EXPECT_EQ(detail::float_to_half_bits(65520.0F), 0x7C00);  // the tie above 65504: infinity
+    EXPECT_EQ(detail::float_to_half_bits(-1e30F), 0xFC00);
+    EXPECT_EQ(detail::float_to_half_bits(std::ldexp(1.0F, -25)), 0x0000);  // tie to even 0
+    EXPECT_EQ(detail::float_to_half_bits(std::ldexp(1.5F, -25)), 0x0001);
+    EXPECT_EQ(detail::float_to_half_bits(std::ldexp(1.5F, -24)), 0x0002);     // tie: to even 2
+    EXPECT_EQ(detail::float_to_half_bits(std::ldexp(1023.5F, -24)), 0x0400);  // carry to normal
+    EXPECT_EQ(detail::float_to_half_bits(-0.0F), 0x8000);
+    EXPECT_TRUE(std::isnan(detail::half_bits_to_float(
+        detail::float_to_half_bits(std::numeric_limits<float>::quiet_NaN()))));
+    // Random floats over the whole range: no other binary16 is nearer, and a tie is even.
+    const std::vector<float> unit = pseudo_random(200000, 0.0F, 1.0F, 5U);
+    for (std::size_t i = 0; i < unit.size(); ++i) {
+        const float value =
+            (i % 2 == 0 ? 1.0F : -1.0F) * std::ldexp(1.0F + unit[i], static_cast<int>(i % 43) - 27);
+        if (std::fabs(value) >= 65520.0F) {
+            continue;  // overflows to infinity (checked by hand above)
+        }
+        const std::uint16_t h = detail::float_to_half_bits(value);
+        const double error = std::fabs(half_value(h) - value);
+        for (const int step : {-1, 1}) {
+            const auto neighbour = static_cast<std::uint16_t>(
+                (((h & 0x7FFFU) + static_cast<unsigned>(step)) & 0x7FFFU) | (h & 0x8000U));
+            if ((h & 0x7FFF) == 0 && step < 0) {
+                continue;
+            }
+            const double other = std::fabs(half_value(neighbour) - value);
+            ASSERT_TRUE(error < other || (error == other && (h & 1U) == 0))
+                << value << " -> " << h << " but " << neighbour << " is as near";
+        }
+    }
+}
+
+// The oracle's decoded matrix in double, written from the layout (core/quantized_weight.hpp).
+std::vector<double> reference_decode(const PackedBlockPayload& payload) {
+    const std::size_t bytes = gguf_block_bytes(payload.format);
+    const std::size_t blocks = payload.blocks.size() / bytes;
+    std::vector<double> values(blocks * 32);
+    for (std::size_t b = 0; b < blocks; ++b) {
+        const std::uint8_t* block = payload.blocks.data() + b * bytes;
+        const double d = half_value(static_cast<std::uint16_t>(block[0] | (block[1] << 8)));
+        for (std::size_t j = 0; j < 32; ++j) {
+            double w = 0.0;
+            if (payload.format == WeightFormat::q8_0) {
+                w = d * static_cast<std::int8_t>(block[2 + j]);
+            } else {
+                const std::size_t codes = payload.format == WeightFormat::q4_1 ? 4 : 2;
+                const int nibble = j < 16 ? block[codes + j] & 15 : block[codes + j - 16] >> 4;
+                if (payload.format == WeightFormat::q4_0) {
+                    w = d * (nibble - 8);
+                } else {
+                    const double m =
+                        half_value(static_cast<std::uint16_t>(block[2] | (block[3] << 8)));
+                    // d·n is exact in float (11 + 4 bits); the sum is rounded once, as in float.
+                    w = static_cast<float>(d * nibble + m);
+                }
+            }
+            values[b * 32 + j] = w;
+        }
+    }
+    return values;
+}
+
+QuantizedWeight make_weight(WeightFormat format, std::size_t out, std::size_t in,
+                            std::uint32_t seed = 11U) {
+    return QuantizedWeight::quantize_blocks(
+        Tensor({out, in}, pseudo_random(out * in, -0.8F, 0.8F, seed)), format);
+}
+
+TEST(BlockFormats, DequantizeEqualsTheLayoutOracleBitForBit) {
+    for (const WeightFormat format : block_formats) {
+        SCOPED_TRACE(std::string(weight_format_name(format)));
+        const QuantizedWeight weight = make_weight(format, 7, 96);
+        const std::vector<double> expected = reference_decode(weight.copy_blocks_to_host());
+        const std::vector<float> decoded = weight.dequantize().to_host();
+        ASSERT_EQ(decoded.size(), expected.size());
+        for (std::size_t i = 0; i < decoded.size(); ++i) {
+            ASSERT_EQ(static_cast<double>(decoded[i]), expected[i]) << i;
+        }
+    }
+}
+
+std::vector<std::uint8_t> one_block(WeightFormat format, const std::vector<float>& x) {
+    return QuantizedWeight::quantize_blocks(Tensor({1, 32}, x), format)
+        .copy_blocks_to_host()
+        .blocks;
+}
+
+std::uint16_t half_bits_at(const std::vector<std::uint8_t>& bytes, std::size_t offset) {
+    return static_cast<std::uint16_t>(bytes[offset] | (bytes[offset + 1] << 8));
+}
+
+TEST(BlockFormats, QuantizeFollowsGgmlsReferenceRoundingOnHandComputedBlocks) {
+    std::vector<float> x(32);
+    for (std::size_t j = 0; j < 32; ++j) {
+        x[j] = static_cast<float>(static_cast<int>(j) - 16) / 4.0F;  // -4 .. 3.75
+    }
+    // q8_0: d = 4/127; q_j = round(x_j·127/4), halves away from zero.
+    const std::vector<std::uint8_t> q8 = one_block(WeightFormat::q8_0, x);
+    EXPECT_EQ(half_bits_at(q8, 0), detail::float_to_half_bits(4.0F / 127.0F));
+    for (std::size_t j = 0; j < 32; ++j) {
+        const float id = 1.0F / (4.0F / 127.0F);
+        EXPECT_EQ(static_cast<std::int8_t>(q8[2 + j]), static_cast<int>(std::round(x[j] * id)))
+            << j;
+    }
+    EXPECT_EQ(static_cast<std::int8_t>(q8[2]), -127);
+    // q4_0: the largest magnitude is -4, so d = -4/-8 = 0.5 and n_j = min(15, trunc(x_j/0.5 +
+    // 8.5)): x = -4 -> 0, x = 3.75 -> trunc(16) = 16 -> 15.
+    const std::vector<std::uint8_t> q4 = one_block(WeightFormat::q4_0, x);
+    EXPECT_EQ(half_bits_at(q4, 0), 0x3800);  // 0.5
+    EXPECT_EQ(q4[2] & 15, 0);                // x_0 = -4
+    EXPECT_EQ(q4[2 + 15] >> 4, 15);          // x_31 = 3.75
+    EXPECT_EQ(q4[2 + 8] & 15, 4);            // x_8 = -2: trunc(-4 + 8.5) = 4
+    // q4_1: min -4, max 3.75, d = 7.75/15, m = -4; x_0 -> 0, x_31 -> 15.
+    const std::vector<std::uint8_t> q41 = one_block(WeightFormat::q4_1, x);
+    EXPECT_EQ(half_bits_at(q41, 0), detail::float_to_half_bits(7.75F / 15.0F));
+    EXPECT_EQ(half_bits_at(q41, 2), detail::float_to_half_bits(-4.0F));
+    EXPECT_EQ(q41[4] & 15, 0);
+    EXPECT_EQ(q41[4 + 15] >> 4, 15);
+    // An all-zero block: q8_0 d = +0, q4_0 d = -0 (0/-8 as in ggml), codes 0 / 8 / 0.
+    const std::vector<float> zeros(32, 0.0F);
+    EXPECT_EQ(half_bits_at(one_block(WeightFormat::q8_0, zeros), 0), 0x0000);
+    const std::vector<std::uint8_t> zero4 = one_block(WeightFormat::q4_0, zeros);
+    EXPECT_EQ(half_bits_at(zero4, 0), 0x8000);
+    EXPECT_EQ(zero4[2], 0x88);
+    EXPECT_EQ(half_bits_at(one_block(WeightFormat::q4_1, zeros), 0), 0x0000);
+}
+
+TEST(BlockFormats, QuantizationErrorStaysWithinHalfAStep) {
+    for (const WeightFormat format : block_formats) {
+        SCOPED_TRACE(std::string(weight_format_name(format)));
+        const std::vector<float> x = pseudo_random(64 * 128, -3.0F, 3.0F, 7U);
+        const QuantizedWeight weight =
+            QuantizedWeight::quantize_blocks(Tensor({64, 128}, x), format);
+        const std::vector<float> decoded = weight.dequantize().to_host();
+        const PackedBlockPayload blocks = weight.copy_blocks_to_host();
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const std::uint8_t* block = blocks.blocks.data() + (i / 32) * gguf_block_bytes(format);
+            const double d =
+                std::fabs(half_value(static_cast<std::uint16_t>(block[0] | (block[1] << 8))));
+            // Rounding to a step of d (q4_0: a whole step where the code 8 above the largest
+            // magnitude's opposite side is clamped to 7), plus d's own binary16 rounding over
+            // up to 16 (q4) or 127 (q8) steps.
+            const double steps = format == WeightFormat::q8_0 ? 127.0 : 16.0;
+            const double rounding = format == WeightFormat::q4_0 ? 1.0 : 0.5;
+            const double bound = rounding * d + steps * d * std::ldexp(1.0, -11) + 1e-6;
+            ASSERT_LE(std::fabs(static_cast<double>(decoded[i]) - x[i]), bound) << i;
+        }
+    }
+}
+
+struct ProductCase {
+    std::size_t rows;
+    std::size_t in;
+    std::size_t out;
+};
+
+const ProductCase product_cases[] = {
+    {1, 32, 1},    {1, 64, 7},   {2, 96, 5},      {3, 576, 33},  {4, 128, 9},    {5, 160, 17},
+    {8, 4096, 12}, {9, 192, 70}, {12, 1536, 150}, {37, 96, 130}, {16, 64, 3000}, {64, 576, 96},
+};
+
+void check_products(detail::Nf4KernelChoice choice) {
+    const KernelChoiceGuard guard(choice);
+    for (const WeightFormat format : block_formats) {
+        for (const ProductCase& c : product_cases) {
+            SCOPED_TRACE(std::string(weight_format_name(format)) +
+                         " rows=" + std::to_string(c.rows) + " in=" + std::to_string(c.in) +
+                         " out=" + std::to_string(c.out));
+            const QuantizedWeight weight = make_weight(format, c.out, c.in);
+            const std::vector<double> dense = reference_decode(weight.copy_blocks_to_host());
+            const std::vector<float> x = pseudo_random(c.rows * c.in, -1.0F, 1.0F, 21U);
+            const Tensor y = tensor_ops::quantized_linear(Tensor({c.rows, c.in}, x), weight);
+            ASSERT_EQ(y.shape(), (Shape{c.rows, c.out}));
+            EXPECT_TRUE(close_form_b(y.to_host(), testing::reference_forward(dense, c.out, c.in, x),
+                                     tolerance));
+            const std::vector<float> g = pseudo_random(c.rows * c.out, -1.0F, 1.0F, 31U);
+            const Tensor dx =
+                tensor_ops::quantized_linear_input_backward(Tensor({c.rows, c.out}, g), weight);
+            ASSERT_EQ(dx.shape(), (Shape{c.rows, c.in}));
+            EXPECT_TRUE(close_form_b(
+                dx.to_host(), testing::reference_input_backward(dense, c.out, c.in, g), tolerance));
+        }
+    }
+}
+
+bool block_set_supported(detail::Nf4KernelChoice choice) {
+    switch (choice) {
+        case detail::Nf4KernelChoice::Avx512:
+            return detail::avx512_block_kernels() != nullptr;
+        case detail::Nf4KernelChoice::Avx2:
+            return detail::avx2_block_kernels() != nullptr;
+        default:
+            return true;
+    }
+}
+
+TEST(BlockFormats, ProductsMatchTheDecodedOracleOnTheDefaultKernels) {
+    check_products(detail::Nf4KernelChoice::Automatic);
+}
+
+TEST(BlockFormats, ProductsMatchTheDecodedOracleOnTheAvx512Kernels) {
+    if (!block_set_supported(detail::Nf4KernelChoice::Avx512)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX-512 block kernels";
+    }
+    check_products(detail::Nf4KernelChoice::Avx512);
+}
+
+TEST(BlockFormats, ProductsMatchTheDecodedOracleOnTheAvx2Kernels) {
+    if (!block_set_supported(detail::Nf4KernelChoice::Avx2)) {
+        GTEST_SKIP() << "this CPU (or build) has no AVX2 + FMA + F16C block kernels";
+    }
+    check_products(detail::Nf4KernelChoice::Avx2);
+}
+
+TEST(BlockFormats, ProductsMatchTheDecodedOracleOnThePortableKernels) {
+    check_products(detail::Nf4KernelChoice::Portable);
+}
+
+TEST(BlockFormats, DecodeRangeOfEveryKernelSetEqualsTheOracleBitForBit) {
+    for (const auto choice : {detail::Nf4KernelChoice::Avx512, detail::Nf4KernelChoice::Avx2,
+                              detail::Nf4KernelChoice::Portable}) {
+        if (!block_set_supported(choice)) {
+            continue;
+        }
+        const detail::BlockKernelSet& set = detail::block_kernel_set_for(choice);
+        for (const WeightFormat format : block_formats) {
+            const QuantizedWeight weight = make_weight(format, 5, 96);
+            const PackedBlockPayload payload = weight.copy_blocks_to_host();
+            const std::vector<double> dense = reference_decode(payload);
+            const detail::BlockView view = detail::view_of(payload);
+            for (const std::size_t begin : {0UL, 1UL, 16UL, 31UL, 32UL, 95UL, 96UL, 200UL}) {
+                for (const std::size_t count : {1UL, 15UL, 32UL, 33UL, 64UL, 150UL}) {
+                    if (begin + count > dense.size()) {
+                        continue;
+                    }
+                    std::vector<float> decoded(count);
+                    set.decode_range(view, begin, count, decoded.data());
+                    for (std::size_t j = 0; j < count; ++j) {
+                        ASSERT_EQ(static_cast<double>(decoded[j]), dense[begin + j])
+                            << set.name << " " << weight_format_name(format) << " begin " << begin
+                            << " element " << j;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(BlockFormats, ReportsTheKernelAndFormatThatRun) {
+    const char* best = detail::avx512_block_kernels() != nullptr ? "avx512"
+                       : detail::avx2_block_kernels() != nullptr ? "avx2"
+                                                                 : "portable";
+    EXPECT_STREQ(detail::block_kernel_set_for(detail::Nf4KernelChoice::Automatic).name, best);
+    const KernelChoiceGuard guard(detail::Nf4KernelChoice::Portable);
+    detail::PackedLayout layout{1536, 576, 32, false, 0, WeightFormat::q4_1};
+    EXPECT_EQ(detail::block_kernel_description(layout, 1, false),
+              "portable q4_1 direct row-split gemv on packed codes");
+    EXPECT_EQ(
+        detail::block_kernel_description(layout, 64, false).rfind("portable q4_1 row-panel", 0),
+        0U);
+}
+
+TEST(BlockFormats, AutogradGivesTheInputGradientAndNoWeightGradient) {
+    const QuantizedWeight weight = make_weight(WeightFormat::q4_0, 6, 64);
+    const std::vector<double> dense = reference_decode(weight.copy_blocks_to_host());
+    const std::vector<float> x = pseudo_random(3 * 64, -1.0F, 1.0F, 4U);
+    const Variable input(Tensor({3, 64}, x));
+    Variable y = quantized_linear(input, weight);
+    ASSERT_NE(y.node(), nullptr);
+    EXPECT_EQ(y.node()->parents.size(), 1U);  // the input only: the weight is never a leaf
+    const std::vector<float> seed = pseudo_random(3 * 6, -1.0F, 1.0F, 9U);
+    y.backward(Tensor({3, 6}, seed));
+    EXPECT_TRUE(close_form_b(input.gradient().to_host(),
+                             testing::reference_input_backward(dense, 6, 64, seed), tolerance));
+}
+
+TEST(BlockFormats, AccountsEveryByteAndKeepsTheBlocksExactly) {
+    const QuantizedWeight q8 = make_weight(WeightFormat::q8_0, 10, 64);
+    const QuantizedMemoryUsage usage = q8.memory_usage();
+    EXPECT_EQ(q8.format(), WeightFormat::q8_0);
+    EXPECT_EQ(q8.block_size(), 32U);
+    EXPECT_EQ(q8.block_count(), 20U);
+    EXPECT_EQ(usage.packed_code_bytes, 640U);
+    EXPECT_EQ(usage.half_scale_bytes, 40U);
+    EXPECT_EQ(usage.scale_bytes, 40U);
+    EXPECT_EQ(usage.logical_payload_bytes, 680U);
+    EXPECT_EQ(usage.resident_payload_bytes, 680U);  // nothing but the blocks
+    EXPECT_EQ(usage.fp32_equivalent_bytes, 2560U);
+    EXPECT_EQ(usage.block_format_weight_count, 1U);
+    const QuantizedMemoryUsage q41 = make_weight(WeightFormat::q4_1, 10, 64).memory_usage();
+    EXPECT_EQ(q41.packed_code_bytes, 320U);
+    EXPECT_EQ(q41.half_scale_bytes, 80U);
+    EXPECT_EQ(q41.resident_payload_bytes, 400U);
+
+    PackedBlockPayload payload = q8.copy_blocks_to_host();
+    const QuantizedWeight copy =
+        QuantizedWeight::from_packed_blocks(payload, ExecutionBackend::Cpu);
+    EXPECT_EQ(copy.copy_blocks_to_host().blocks, payload.blocks);
+    EXPECT_EQ(q8.to(ExecutionBackend::Cpu).copy_blocks_to_host().blocks, payload.blocks);
+    EXPECT_THROW(
+        {
+            try {
+                static_cast<void>(q8.copy_payload_to_host());
+            } catch (const std::logic_error& error) {
+                EXPECT_NE(std::string(error.what()).find("q8_0, not nf4"), std::string::npos);
+                throw;
+            }
+        },
+        std::logic_error);
+    const QuantizedWeight nf4 = QuantizedWeight::quantize(Tensor({2, 64}, pseudo_random(128)));
+    EXPECT_EQ(nf4.format(), WeightFormat::nf4);
+    EXPECT_THROW(static_cast<void>(nf4.copy_blocks_to_host()), std::logic_error);
+    EXPECT_EQ(weight_format_name(WeightFormat::q4_1), "q4_1");
+    EXPECT_EQ(weight_format_from_name("q8_0"), WeightFormat::q8_0);
+    EXPECT_EQ(weight_format_from_name("Q8_0"), std::nullopt);
+}
+
+template <typename Error>
+void expect_error(const std::function<void()>& action, const std::string& fragment) {
+    try {
+        action();
+        ADD_FAILURE() << "no error; expected one naming: " << fragment;
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+}
+
+TEST(BlockFormats, RefusesBadPayloadsNamingTheFieldAndValue) {
+    const PackedBlockPayload good = make_weight(WeightFormat::q4_1, 3, 64).copy_blocks_to_host();
+    const auto load = [](PackedBlockPayload payload) {
+        return [payload]() mutable {
+            static_cast<void>(
+                QuantizedWeight::from_packed_blocks(std::move(payload), ExecutionBackend::Cpu));
+        };
+    };
+    PackedBlockPayload shorter = good;
+    shorter.blocks.pop_back();
+    expect_error<std::invalid_argument>(load(shorter),
+                                        "blocks has 119 bytes, expected 120 (6 q4_1 blocks of 20 "
+                                        "bytes for [3,64])");
+    PackedBlockPayload ragged = good;
+    ragged.in_features = 48;
+    expect_error<std::invalid_argument>(load(ragged),
+                                        "in_features 48 of a q4_1 weight is not a "
+                                        "multiple of its 32-element block");
+    PackedBlockPayload empty = good;
+    empty.out_features = 0;
+    expect_error<std::invalid_argument>(load(empty),
+                                        "the weight shape [0,64] has a zero dimension");
+    PackedBlockPayload nf4 = good;
+    nf4.format = WeightFormat::nf4;
+    expect_error<std::invalid_argument>(load(nf4), "format nf4 (id 0) is not a GGUF block format");
+    PackedBlockPayload unknown = good;
+    unknown.format = static_cast<WeightFormat>(9);
+    expect_error<std::invalid_argument>(load(unknown), "format unknown (id 9)");
+    PackedBlockPayload not_finite = good;
+    const std::uint16_t infinity = 0x7C00;
+    std::memcpy(not_finite.blocks.data() + 3 * 20 + 2, &infinity, 2);  // block 1 of row 1: m
+    expect_error<std::invalid_argument>(
+        load(not_finite), "the minimum m of block 1 of row 1 is inf (must be finite)");
+
+    std::vector<float> values = pseudo_random(64);
+    values[37] = std::numeric_limits<float>::quiet_NaN();
+    expect_error<std::invalid_argument>(
+        [&] {
+            static_cast<void>(
+                QuantizedWeight::quantize_blocks(Tensor({1, 64}, values), WeightFormat::q8_0));
+        },
+        "weight value at flat index 37 is not finite (nan)");
+    std::vector<float> huge(64, 1.0F);
+    huge[40] = 1e7F;  // q8_0: d = 1e7/127 > 65504
+    expect_error<std::overflow_error>(
+        [&] {
+            static_cast<void>(
+                QuantizedWeight::quantize_blocks(Tensor({1, 64}, huge), WeightFormat::q8_0));
+        },
+        "block 1 (flat indices from 32) needs a scale beyond binary16's range");
+    expect_error<std::invalid_argument>(
+        [&] {
+            static_cast<void>(QuantizedWeight::quantize_blocks(
+                Tensor({2, 2, 32}, pseudo_random(128)), WeightFormat::q4_0));
+        },
+        "weight must be rank 2");
+    expect_error<std::invalid_argument>(
+        [&] {
+            static_cast<void>(QuantizedWeight::quantize_blocks(Tensor({2, 40}, pseudo_random(80)),
+                                                               WeightFormat::q4_0));
+        },
+        "in_features 40 of a q4_0 weight");
+}
+
+}  // namespace
+}  // namespace riftco_transformer
