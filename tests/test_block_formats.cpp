@@ -399,6 +399,33 @@ TEST(BlockFormats, AccountsEveryByteAndKeepsTheBlocksExactly) {
     EXPECT_EQ(weight_format_from_name("Q8_0"), std::nullopt);
 }
 
+TEST(BlockFormats, PackedRowLookupDecodesExactlyTheRowsAsked) {
+    for (const WeightFormat format : block_formats) {
+        const QuantizedWeight table = make_weight(format, 9, 64);
+        const std::vector<float> dense = table.dequantize().to_host();
+        const std::vector<std::uint32_t> ids = {4, 0, 8, 4, 2, 7};
+        const Tensor rows = tensor_ops::quantized_gather_rows(table, IndexTensor({2, 3}, ids));
+        ASSERT_EQ(rows.shape(), (Shape{2, 3, 64}));
+        const std::vector<float> values = rows.to_host();
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            for (std::size_t c = 0; c < 64; ++c) {
+                ASSERT_EQ(values[i * 64 + c], dense[ids[i] * 64 + c]) << i << " " << c;
+            }
+        }
+        EXPECT_THROW(static_cast<void>(tensor_ops::quantized_gather_rows(
+                         table, IndexTensor({1}, std::vector<std::uint32_t>{9}))),
+                     std::out_of_range);
+    }
+    // NF4 tables too (legacy scales; blocks spanning rows).
+    const QuantizedWeight nf4 =
+        QuantizedWeight::quantize(Tensor({5, 48}, pseudo_random(240)), Nf4Options{64, false, 0});
+    const std::vector<float> dense = nf4.dequantize().to_host();
+    const std::vector<float> row =
+        tensor_ops::quantized_gather_rows(nf4, IndexTensor({1}, std::vector<std::uint32_t>{3}))
+            .to_host();
+    EXPECT_EQ(row, std::vector<float>(dense.begin() + 3 * 48, dense.begin() + 4 * 48));
+}
+
 template <typename Error>
 void expect_error(const std::function<void()>& action, const std::string& fragment) {
     try {

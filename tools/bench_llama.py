@@ -68,12 +68,16 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-TARGETS = {"F32": 0.9, "NF4 vs Q4_1": 0.7, "NF4+head vs Q4_1": 0.7}
+TARGETS = {"F32": 0.95, "NF4 vs Q4_1": 0.7, "NF4+head vs Q4_1": 0.7, "Q4_1 file": 1.0,
+           "Q4_0 file": 1.0, "Q8_0 file": 1.0}
 # How ours prepares each pair's model after loading the file.
 PREPARE = {"F32": "float32 as loaded",
            "NF4 vs Q4_1": "quantize_nf4(block_size=64); the tied head stays the float32 table",
            "NF4+head vs Q4_1": "untie_embeddings() then quantize_nf4(block_size=64): the head "
-                               "is packed too"}
+                               "is packed too",
+           "Q4_1 file": "weights='file': the file's Q4_1 projections and Q8_0 table as they are",
+           "Q4_0 file": "weights='file': the file's Q4_0 projections and Q8_0 table as they are",
+           "Q8_0 file": "weights='file': the file's Q8_0 projections and table as they are"}
 
 # llama.cpp's CPU backend features, read in a child process (so neither its OpenMP runtime
 # nor its threads enter ours) through ggml's backend registry: ggml_backend_cpu_reg() and
@@ -210,10 +214,12 @@ def run_ours(rt, path: Path, name: str, args) -> dict[str, Any]:
     from riftco_transformer.native.decode import decode_batch
 
     start = time.perf_counter()
-    model = rt.LlamaMistralTransformer.from_gguf(str(path), maximum_context=args.context)
+    file_weights = name.endswith(" file")
+    model = rt.LlamaMistralTransformer.from_gguf(str(path), maximum_context=args.context,
+                                                 weights="file" if file_weights else "f32")
     if name == "NF4+head vs Q4_1" and model.config.tie_embeddings:
         model.untie_embeddings()
-    if name != "F32":
+    if name.startswith("NF4"):
         model.quantize_nf4(block_size=64)
     load_s = time.perf_counter() - start
     vocabulary = model.config.vocabulary_size
@@ -301,6 +307,10 @@ def main() -> int:
     parser.add_argument("--llama-cpp", type=Path, help="llama.cpp build's bin directory")
     parser.add_argument("--model-q41", type=Path, required=True, help="Q4_1 GGUF (Llama)")
     parser.add_argument("--model-f32", type=Path, help="F32 GGUF of the same model")
+    parser.add_argument("--model-q40", type=Path, help="Q4_0 GGUF of the same model")
+    parser.add_argument("--model-q80", type=Path, help="Q8_0 GGUF of the same model")
+    parser.add_argument("--pairs", help="comma-separated pair names to run (default: all "
+                                        "whose files are given)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--prompt", type=int, default=128, help="prefill tokens (pp)")
@@ -330,7 +340,19 @@ def main() -> int:
 
     pairs = [("F32", args.model_f32 or args.model_q41, args.model_f32),
              ("NF4 vs Q4_1", args.model_q41, args.model_q41),
-             ("NF4+head vs Q4_1", args.model_q41, args.model_q41)]
+             ("NF4+head vs Q4_1", args.model_q41, args.model_q41),
+             ("Q4_1 file", args.model_q41, args.model_q41)]
+    if args.model_q40:
+        pairs.append(("Q4_0 file", args.model_q40, args.model_q40))
+    if args.model_q80:
+        pairs.append(("Q8_0 file", args.model_q80, args.model_q80))
+    if args.pairs:
+        wanted = [name.strip() for name in args.pairs.split(",")]
+        unknown = sorted(set(wanted) - set(TARGETS))
+        if unknown:
+            parser.error(f"--pairs: unknown pair(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(TARGETS)}")
+        pairs = [pair for pair in pairs if pair[0] in wanted]
     results = []
     llama_records: list[dict[str, Any]] = []
     for name, our_file, llama_file in pairs:

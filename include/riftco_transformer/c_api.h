@@ -138,8 +138,9 @@ RT_API rt_status RT_CALL rt_backend_name(int32_t backend, char* out, uint64_t ca
 /* Why the backend cannot run ("" when it can), NUL-terminated, size-query protocol. */
 RT_API rt_status RT_CALL rt_backend_unavailability_reason(int32_t backend, char* out,
                                                           uint64_t capacity, uint64_t* required);
-/* What the CPU backend runs ("gemm=<library and kernel family>; threads=<n>"), NUL-terminated,
- * size-query protocol. Added in 2.8 without changing any existing function or layout. */
+/* What the CPU backend runs ("gemm=<library and kernel family>; packed=<the packed-weight
+ * kernels' instruction set per format (2.15)>; threads=<n>"), NUL-terminated, size-query
+ * protocol. Added in 2.8 without changing any existing function or layout. */
 RT_API rt_status RT_CALL rt_cpu_info(char* out, uint64_t capacity, uint64_t* required);
 
 /* ---- Tokenizers (immutable) ------------------------------------------------------------- */

@@ -442,6 +442,7 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
     // With packed weights, every projection's source is checked now and read as blocks after
     // the dense values (which it replaces) are loaded.
     std::vector<const TensorSource*> packed_sources;
+    const TensorSource* packed_embedding = nullptr;  // sources.front(): token_embedding.weight
     if (options.keep_packed_weights) {
         for (const AdaptableProjection& projection : model->projections()) {
             const std::string parameter = projection.path + ".weight";
@@ -460,6 +461,10 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             }
             packed_sources.push_back(&*found);
         }
+        // The embedding table too when the file stores it in a block format (a tied head
+        // then multiplies by the packed table); otherwise it is float32 as always.
+        if (block_format_of(sources.front().tensor->type))
+            packed_embedding = &sources.front();
     }
     {
         const ParameterList parameters = model->parameters();
@@ -474,8 +479,9 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
                 throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
                                        " mapped as " + source.parameter);
             }
-            if (std::find(packed_sources.begin(), packed_sources.end(), &source) !=
-                packed_sources.end()) {
+            if (&source == packed_embedding ||
+                std::find(packed_sources.begin(), packed_sources.end(), &source) !=
+                    packed_sources.end()) {
                 continue;  // replaced by its blocks below
             }
             if (cached_tensor != source.tensor) {
@@ -493,28 +499,33 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
         }
     }  // the parameter list's handles are released: the dense projections can be dropped
     if (!packed_sources.empty()) {
-        std::vector<QuantizedWeight> packed;
-        packed.reserve(packed_sources.size());
         const GgufTensorInfo* cached_tensor = nullptr;
         std::vector<std::uint8_t> cached;
-        for (const TensorSource* source : packed_sources) {
-            if (cached_tensor != source->tensor) {
-                cached = file.read_tensor_bytes(*source->tensor);
-                cached_tensor = source->tensor;
+        const auto read_blocks = [&](const TensorSource& source) {
+            if (cached_tensor != source.tensor) {
+                cached = file.read_tensor_bytes(*source.tensor);
+                cached_tensor = source.tensor;
             }
-            const WeightFormat format = *block_format_of(source->tensor->type);
+            const WeightFormat format = *block_format_of(source.tensor->type);
             const std::size_t row_bytes =
-                source->columns / gguf_block_elements * gguf_block_bytes(format);
+                source.columns / gguf_block_elements * gguf_block_bytes(format);
             const auto first =
-                cached.begin() + static_cast<std::ptrdiff_t>(source->row_begin * row_bytes);
+                cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * row_bytes);
             std::vector<std::uint8_t> blocks(
-                first, first + static_cast<std::ptrdiff_t>(source->rows * row_bytes));
-            if (source->rotary_heads != 0)
-                blocks = unpermute_rows<std::uint8_t>(blocks, source->rotary_heads, row_bytes);
-            packed.push_back(QuantizedWeight::from_packed_blocks(
-                {format, source->rows, source->columns, std::move(blocks)}, ExecutionBackend::Cpu));
-        }
-        model->adopt_packed_weights(packed);
+                first, first + static_cast<std::ptrdiff_t>(source.rows * row_bytes));
+            if (source.rotary_heads != 0)
+                blocks = unpermute_rows<std::uint8_t>(blocks, source.rotary_heads, row_bytes);
+            return QuantizedWeight::from_packed_blocks(
+                {format, source.rows, source.columns, std::move(blocks)}, ExecutionBackend::Cpu);
+        };
+        std::vector<QuantizedWeight> packed;
+        packed.reserve(packed_sources.size());
+        for (const TensorSource* source : packed_sources)
+            packed.push_back(read_blocks(*source));
+        std::optional<QuantizedWeight> embedding;
+        if (packed_embedding != nullptr)
+            embedding = read_blocks(*packed_embedding);
+        model->adopt_packed_weights(packed, embedding ? &*embedding : nullptr);
     }
     return model;
 }

@@ -166,6 +166,8 @@ Variable CausalLanguageModel::language_model_logits(const Variable& normalized, 
                                                     const Embedding& token_embedding) {
     if (head != nullptr)
         return head->forward(normalized);
+    if (token_embedding.is_packed())
+        return quantized_linear(normalized, token_embedding.packed_weight());
     return linear(normalized, token_embedding.weight(), Variable());
 }
 
@@ -201,6 +203,12 @@ void CausalLanguageModel::attach_lora(const LoraConfig& config) {
 }
 
 void CausalLanguageModel::merge_lora() {
+    if (has_packed_embedding()) {
+        throw std::logic_error(
+            "merge_lora: the token embedding table is packed (the file's blocks); merging "
+            "would leave it so while the projections become dense: keep base + adapter, or "
+            "load the base in float32 to merge");
+    }
     adaptation_.merge_lora(*this, projections_);
 }
 
@@ -229,20 +237,72 @@ void CausalLanguageModel::quantize_blocks(WeightFormat format) {
     adaptation_.quantize_blocks(projections_, format);
 }
 
-void CausalLanguageModel::adopt_packed_weights(std::span<const QuantizedWeight> weights) {
-    adaptation_.adopt_packed_weights(projections_, weights);
+void CausalLanguageModel::adopt_packed_weights(std::span<const QuantizedWeight> weights,
+                                               const QuantizedWeight* embedding) {
+    if (embedding != nullptr) {
+        try {
+            if (embedding->is_singular())
+                throw std::invalid_argument("the packed table is singular");
+            token_embedding_layer().check_packed_replacement(*embedding);
+        } catch (const std::invalid_argument& error) {
+            throw std::invalid_argument(std::string("adopt_packed_weights: token_embedding: ") +
+                                        error.what());
+        } catch (const std::logic_error& error) {
+            throw std::logic_error(std::string("adopt_packed_weights: token_embedding: ") +
+                                   error.what());
+        }
+    }
+    adaptation_.adopt_packed_weights(projections_, weights);  // transactional
+    if (embedding != nullptr)
+        token_embedding_layer().commit_packed(*embedding);  // cannot throw
+}
+
+bool CausalLanguageModel::has_packed_embedding() const noexcept {
+    return token_embedding_layer().is_packed();
 }
 
 QuantizedMemoryUsage CausalLanguageModel::quantized_memory_usage() const {
-    return AdaptationLifecycle::quantized_memory(projections_);
+    QuantizedMemoryUsage usage = AdaptationLifecycle::quantized_memory(projections_);
+    if (has_packed_embedding())
+        usage += token_embedding_layer().packed_weight().memory_usage();
+    return usage;
 }
 
 std::vector<QuantizedWeight> CausalLanguageModel::packed_quantized_state() const {
-    return adaptation_.packed_state(projections_);
+    std::vector<QuantizedWeight> state = adaptation_.packed_state(projections_);
+    if (has_packed_embedding())
+        state.push_back(token_embedding_layer().packed_weight());  // last, after the projections
+    return state;
 }
 
 void CausalLanguageModel::load_packed_quantized_state(std::span<const QuantizedWeight> weights) {
-    adaptation_.load_packed_state(projections_, weights);
+    if (!has_packed_embedding()) {
+        adaptation_.load_packed_state(projections_, weights);
+        return;
+    }
+    constexpr const char* op = "load_packed_quantized_state";
+    if (weights.size() != projections_.size() + 1) {
+        throw std::invalid_argument(
+            std::string(op) + ": " + std::to_string(weights.size()) + " packed weights given for " +
+            std::to_string(projections_.size()) + " projections and the packed token embedding");
+    }
+    const QuantizedWeight& current = token_embedding_layer().packed_weight();
+    const QuantizedWeight& incoming = weights.back();
+    if (incoming.is_singular() || incoming.shape() != current.shape() ||
+        incoming.format() != current.format()) {
+        throw std::invalid_argument(
+            std::string(op) + ": token_embedding: the packed table must be " +
+            std::string(weight_format_name(current.format())) + " " +
+            shape_to_string(current.shape()) + " like the model's (got " +
+            (incoming.is_singular() ? std::string("a singular weight")
+                                    : std::string(weight_format_name(incoming.format())) + " " +
+                                          shape_to_string(incoming.shape())) +
+            ")");
+    }
+    QuantizedWeight staged =
+        incoming.backend() == current.backend() ? incoming : incoming.to(current.backend());
+    adaptation_.load_packed_state(projections_, weights.first(projections_.size()));
+    token_embedding_layer().commit_packed(std::move(staged));
 }
 
 Variable CausalLanguageModel::run_block(

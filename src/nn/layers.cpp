@@ -191,7 +191,8 @@ void Linear::prepare_transfer(ExecutionBackend backend,
     }
 }
 
-Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator) {
+Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator)
+    : vocabulary_size_(vocabulary_size), width_(width) {
     if (vocabulary_size == 0 || width == 0) {
         std::ostringstream message;
         message << "Embedding: sizes must be positive (vocabulary " << vocabulary_size << ", width "
@@ -204,11 +205,59 @@ Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt1993
 }
 
 Variable Embedding::forward(std::span<const std::size_t> ids, const Shape& index_shape) const {
+    if (is_packed()) {
+        std::vector<std::uint32_t> narrowed(ids.size());
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            if (ids[i] >= vocabulary_size_) {
+                throw std::out_of_range("Embedding: id " + std::to_string(ids[i]) +
+                                        " at position " + std::to_string(i) +
+                                        " is outside the vocabulary of " +
+                                        std::to_string(vocabulary_size_));
+            }
+            narrowed[i] = static_cast<std::uint32_t>(ids[i]);
+        }
+        return forward(IndexTensor(index_shape, narrowed, packed_.backend()));
+    }
     return gather_rows(weight_, ids, index_shape);
 }
 
 Variable Embedding::forward(const IndexTensor& ids) const {
+    if (is_packed()) {
+        return Variable(tensor_ops::quantized_gather_rows(packed_, ids), false);
+    }
     return gather_rows(weight_, ids);
+}
+
+void Embedding::check_packed_replacement(const QuantizedWeight& packed) const {
+    if (is_packed()) {
+        throw std::logic_error("Embedding: the table is already packed");
+    }
+    // The layer's handle and the module's slot: any further one is an external holder.
+    if (weight_.node().use_count() > 2) {
+        throw std::logic_error(
+            "Embedding: the dense table is still held outside the model (a parameter list, an "
+            "optimizer or a graph); release it before packing");
+    }
+    const Shape expected{vocabulary_size_, width_};
+    if (packed.shape() != expected) {
+        throw std::invalid_argument("Embedding: the packed table's shape " +
+                                    shape_to_string(packed.shape()) + " differs from the layer's " +
+                                    shape_to_string(expected));
+    }
+}
+
+void Embedding::commit_packed(QuantizedWeight packed) noexcept {
+    packed_ = std::move(packed);
+    set_parameter_slot("weight", Variable());
+    weight_ = Variable();
+}
+
+void Embedding::prepare_transfer(ExecutionBackend backend,
+                                 std::vector<std::function<void()>>& commits) {
+    if (is_packed() && packed_.backend() != backend) {
+        QuantizedWeight moved = packed_.to(backend);
+        commits.emplace_back([this, moved]() mutable { packed_ = std::move(moved); });
+    }
 }
 
 namespace {

@@ -22,11 +22,13 @@ from test_gguf_export import TYPE_CODE, capture, edge_case_blocks
 
 from riftco_transformer import (
     LlamaMistralConfig,
+    LoraConfig,
     LlamaMistralTransformer,
     RiftcoTransformerError,
     load_pretrained,
 )
 from riftco_transformer.interchange import export_gguf, gguf_export
+from riftco_transformer.interchange.gguf_export import gguf_tensor_types
 from riftco_transformer.native.pretrained_tokenizer import PretrainedTokenizer
 
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
@@ -134,7 +136,11 @@ def test_q4_1_blocks_equal_the_gguf_packages_quantizer(tmp_path):
 def test_a_gguf_files_blocks_load_as_they_are_with_the_float32_logits(tmp_path, architecture,
                                                                       dtype):
     config = wide_preset(architecture)
-    path = export_gguf(capture(config), tmp_path / f"{architecture}.gguf", dtype=dtype)
+    bundle = capture(config)
+    path = export_gguf(bundle, tmp_path / f"{architecture}.gguf", dtype=dtype)
+    # The exporter writes the embedding table in the block format too: it is kept packed,
+    # and a tied head multiplies by it.
+    assert gguf_tensor_types(bundle, dtype)["token_embd.weight"] == dtype.upper()
     with load_pretrained(path, maximum_context=0) as dense:
         expected = forward_values(dense.model, TOKENS)
         assert dense.model.linear_weight_format is None
@@ -143,7 +149,15 @@ def test_a_gguf_files_blocks_load_as_they_are_with_the_float32_logits(tmp_path, 
         assert model.linear_weight_format == dtype
         memory = model.quantized_memory
         projections = 7 * config.block_count + (0 if config.tie_embeddings else 1)
-        assert memory.weight_count == projections
+        assert memory.weight_count == projections + 1  # and the embedding table
+        with model.parameters() as parameters:
+            assert "token_embedding.weight" not in parameters.names
+        # The packed state holds the table last, and loads into a twin.
+        state = model.packed_quantized_state()
+        assert len(state_records(state)) == projections + 1
+        with load_pretrained(path, maximum_context=0, weights="file") as twin:
+            twin.model.load_packed_quantized_state(state)
+            assert forward_values(twin.model, TOKENS) == forward_values(model, TOKENS)
         # Nothing but the blocks is resident, and they are the file's size.
         assert memory.resident_payload_bytes == memory.logical_payload_bytes
         assert memory.logical_payload_bytes * 32 == memory.fp32_equivalent_bytes // 4 * \
@@ -224,10 +238,36 @@ def test_smollm2_keeps_its_q4_1_blocks_with_the_float32_logits():
     with load_pretrained(path, maximum_context=64, weights="file") as packed:
         assert packed.model.linear_weight_format == "q4_1"
         memory = packed.model.quantized_memory
-        assert memory.weight_count == 7 * 30
-        assert memory.resident_payload_bytes == memory.logical_payload_bytes < 70_000_000
+        assert memory.weight_count == 7 * 30 + 1  # the projections (Q4_1), the table (Q8_0)
+        # 66.4 MB of Q4_1 blocks and 30.1 MB of Q8_0 table: the file's 98 MB, less its norms.
+        assert memory.resident_payload_bytes == memory.logical_payload_bytes < 97_000_000
         ours = forward_values(packed.model, tokens)
         answer = packed.generate("The capital of France is", max_new_tokens=4)
     assert relative_rms(expected, ours) <= 1e-4
     assert "Paris" in answer.generated_text
     tokenizer.close()
+
+
+def test_a_packed_embedding_refuses_what_would_silently_drop_it(tmp_path):
+    path = export_gguf(capture(wide_preset("qwen3")), tmp_path / "tied.gguf", dtype="q8_0")
+    with load_pretrained(path, maximum_context=0, weights="file") as loaded:
+        model = loaded.model
+        before = forward_values(model, TOKENS)
+        with pytest.raises(RiftcoTransformerError, match="untie"):
+            model.untie_embeddings()
+        model.attach_lora(LoraConfig(rank=2, alpha=4.0))
+        with pytest.raises(RiftcoTransformerError,
+                           match="merge_lora: the token embedding table is packed"):
+            model.merge_lora()
+        assert model.lora_config is not None
+        # A state without the table (one weight short) is refused, naming the counts.
+        state = model.packed_quantized_state()
+        records = state_records(state)
+        short = struct.pack("<Q", len(records) - 1)
+        truncated = state[:8] + short + state[16:state.rindex(records[-1][3]) - 48]
+        with pytest.raises(RiftcoTransformerError,
+                           match=f"{len(records) - 1} packed weights given for "
+                                 f"{len(records) - 1} projections and the packed token "
+                                 "embedding"):
+            model.load_packed_quantized_state(truncated)
+        assert forward_values(model, TOKENS) == before  # the adapters start at B = 0

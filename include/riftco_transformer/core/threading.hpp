@@ -16,8 +16,10 @@ namespace riftco_transformer {
 // Overrides the pool size for the whole process (0 is std::invalid_argument).
 void set_cpu_thread_count(std::size_t thread_count);
 
-// What the CPU backend runs, for reports: "gemm=<library and kernel family>; threads=<n>",
-// e.g. "gemm=onednn 2.6.3 jit sgemm (isa avx512_core); threads=2".
+// What the CPU backend runs, for reports: "gemm=<library and kernel family>; packed=<the
+// instruction set of the packed-weight kernels per format>; threads=<n>", e.g.
+// "gemm=onednn 2.6.3 jit sgemm (isa avx512_core); packed=nf4 avx512, q8_0/q4_0/q4_1 avx512;
+// threads=2".
 [[nodiscard]] std::string cpu_info();
 
 }  // namespace riftco_transformer

@@ -98,8 +98,14 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     // Packs every projection in a GGUF block format (AdaptationLifecycle::quantize_blocks).
     void quantize_blocks(WeightFormat format);
     // Takes packed weights made elsewhere (a GGUF file's blocks), one per projection in
-    // projections() order (AdaptationLifecycle::adopt_packed_weights).
-    void adopt_packed_weights(std::span<const QuantizedWeight> weights);
+    // projections() order (AdaptationLifecycle::adopt_packed_weights), and optionally the
+    // token embedding table [V,D] (Embedding::check_packed_replacement): the lookup then
+    // decodes rows and a tied head multiplies by the packed table. All checks run before
+    // anything changes.
+    void adopt_packed_weights(std::span<const QuantizedWeight> weights,
+                              const QuantizedWeight* embedding = nullptr);
+    // True when the token embedding table is packed (adopt_packed_weights).
+    [[nodiscard]] bool has_packed_embedding() const noexcept;
     [[nodiscard]] bool has_quantized_weights() const noexcept { return adaptation_.quantized(); }
     [[nodiscard]] QuantizedMemoryUsage quantized_memory_usage() const;
     [[nodiscard]] std::vector<QuantizedWeight> packed_quantized_state() const;
@@ -148,6 +154,9 @@ class CausalLanguageModel : public Module, public IncrementalDecoder {
     // "language_model_head" from the embedding table, records the untied configuration and
     // returns the head's projection.
     [[nodiscard]] virtual AdaptableProjection attach_untied_head() = 0;
+    // The token embedding layer (dense or packed).
+    [[nodiscard]] virtual Embedding& token_embedding_layer() noexcept = 0;
+    [[nodiscard]] virtual const Embedding& token_embedding_layer() const noexcept = 0;
     void set_projections(std::vector<AdaptableProjection> projections) {
         projections_ = std::move(projections);
     }

@@ -243,6 +243,10 @@ class Decoder : public CausalLanguageModel {
         const IndexTensor& tokens,
         const std::shared_ptr<const tensor_ops::PackedDocuments>& documents) const override;
     [[nodiscard]] AdaptableProjection attach_untied_head() override;
+    [[nodiscard]] Embedding& token_embedding_layer() noexcept override { return *token_embedding_; }
+    [[nodiscard]] const Embedding& token_embedding_layer() const noexcept override {
+        return *token_embedding_;
+    }
 
   private:
     // h0 = s·E_tok[ids] (the embedding scale applied when it is set), plus E_pos[positions]

@@ -106,10 +106,26 @@ class Embedding final : public Module {
                                    const Shape& index_shape) const;
     // ids on the weight's backend (each < V) -> ids.shape() + [D].
     [[nodiscard]] Variable forward(const IndexTensor& ids) const;
+    // The dense table; an undefined Variable while the table is packed.
     [[nodiscard]] const Variable& weight() const { return weight_; }
+    // A packed table (a GGUF file's blocks) replaces the dense one: the lookup decodes the
+    // rows it reads, and no gradient reaches the table (it is no longer a parameter).
+    [[nodiscard]] bool is_packed() const noexcept { return !packed_.is_singular(); }
+    [[nodiscard]] const QuantizedWeight& packed_weight() const noexcept { return packed_; }
+    // std::invalid_argument: a shape other than [V, D] (names both); std::logic_error: already
+    // packed, or the dense table held outside the model (a parameter list, an optimizer).
+    void check_packed_replacement(const QuantizedWeight& packed) const;
+    void commit_packed(QuantizedWeight packed) noexcept;
+
+  protected:
+    void prepare_transfer(ExecutionBackend backend,
+                          std::vector<std::function<void()>>& commits) override;
 
   private:
-    Variable weight_;
+    std::size_t vocabulary_size_;
+    std::size_t width_;
+    Variable weight_;  // empty while packed
+    QuantizedWeight packed_;
 };
 
 // Several projections of one input in one pass (q, k and v; a gate and an up projection):

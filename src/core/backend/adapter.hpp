@@ -297,6 +297,16 @@ class QuantizedLinearCapability {
     // upstream [R, out] -> out [R, in] = upstream·deq(W).
     virtual void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
                                 Tensor& out) const = 0;
+    // Rows of deq(W) (a packed embedding table): out [n, in] = deq(W)[indices[i]], the ids
+    // checked against out_features. Optional: only adapters that return true here are asked.
+    [[nodiscard]] virtual bool gathers_rows() const noexcept { return false; }
+    virtual void gather_rows(const QuantizedStorage& weight, const IndexTensor& indices,
+                             Tensor& out) const {
+        static_cast<void>(weight);
+        static_cast<void>(indices);
+        static_cast<void>(out);
+        throw std::logic_error("QuantizedLinearCapability::gather_rows: unsupported");
+    }
 };
 
 // The optimizer's value types (ScaledSumOfSquares, FirstNonFinite, GradientStatistics,

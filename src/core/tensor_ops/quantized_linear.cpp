@@ -60,4 +60,26 @@ Tensor quantized_linear_input_backward(const Tensor& upstream, const QuantizedWe
     return out;
 }
 
+Tensor quantized_gather_rows(const QuantizedWeight& weight, const IndexTensor& indices) {
+    constexpr std::string_view op = "quantized_gather_rows";
+    if (weight.is_singular()) {
+        throw std::invalid_argument(std::string(op) + ": weight is a singular QuantizedWeight");
+    }
+    detail::require_indices(op, "indices", indices, weight.backend(), weight.out_features(),
+                            "rows");
+    const auto& adapter = detail::require_available_adapter(weight.backend(), op);
+    const auto& capability =
+        detail::require_capability(adapter.quantized_linear(), adapter, op, "quantized linear");
+    if (!capability.gathers_rows()) {
+        throw std::runtime_error(std::string(op) + ": backend '" +
+                                 std::string(execution_backend_name(weight.backend())) +
+                                 "' cannot look up rows of a packed weight");
+    }
+    Shape shape = indices.shape();
+    shape.push_back(weight.in_features());
+    Tensor out = detail::allocate_uninitialized(std::move(shape), weight.backend());
+    capability.gather_rows(weight.storage(), indices, out);
+    return out;
+}
+
 }  // namespace riftco_transformer::tensor_ops

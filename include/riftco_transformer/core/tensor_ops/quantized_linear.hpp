@@ -7,6 +7,7 @@
 // the weight's (names both), tensors on different backends. std::logic_error: a singular
 // tensor. std::runtime_error: the backend lacks the quantized-linear capability.
 
+#include "riftco_transformer/core/index_tensor.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
 #include "riftco_transformer/core/tensor.hpp"
 
@@ -15,5 +16,11 @@ namespace riftco_transformer::tensor_ops {
 [[nodiscard]] Tensor quantized_linear(const Tensor& x, const QuantizedWeight& weight);
 [[nodiscard]] Tensor quantized_linear_input_backward(const Tensor& upstream,
                                                      const QuantizedWeight& weight);
+// A packed embedding lookup: indices on the weight's backend -> indices.shape() + [in], row
+// i the decoded row deq(W)[indices[i]] (an id >= out_features: out_of_range; another backend
+// or a singular argument: invalid_argument; a backend whose capability does not gather
+// packed rows: runtime_error naming it).
+[[nodiscard]] Tensor quantized_gather_rows(const QuantizedWeight& weight,
+                                           const IndexTensor& indices);
 
 }  // namespace riftco_transformer::tensor_ops

@@ -161,6 +161,9 @@ class CpuQuantizedLinear final : public QuantizedLinearCapability {
     void forward(const Tensor& x, const QuantizedStorage& weight, Tensor& out) const override;
     void input_backward(const Tensor& upstream, const QuantizedStorage& weight,
                         Tensor& out) const override;
+    [[nodiscard]] bool gathers_rows() const noexcept override { return true; }
+    void gather_rows(const QuantizedStorage& weight, const IndexTensor& indices,
+                     Tensor& out) const override;
 
   private:
     ExecutionBackend backend_;

@@ -6,6 +6,7 @@
 #include "core/backend/cpu/cpu_quantized_storage.hpp"
 #include "core/backend/cpu/cpu_storage.hpp"
 #include "core/backend/cpu/nf4_kernels.hpp"
+#include "core/backend/cpu/parallel_for.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
@@ -89,6 +90,30 @@ void CpuQuantizedLinear::input_backward(const Tensor& upstream, const QuantizedS
     const Nf4View view = host_weight(weight).view();
     const std::size_t rows = upstream.numel() / view.layout.out_features;
     nf4_linear_input_backward(view, cpu_data(upstream), rows, cpu_output(out));
+}
+
+void CpuQuantizedLinear::gather_rows(const QuantizedStorage& weight, const IndexTensor& indices,
+                                     Tensor& out) const {
+    const std::size_t width = weight.layout().in_features;
+    const std::uint32_t* ids = cpu_indices(indices);
+    float* rows = cpu_output(out);
+    const CpuQuantizedStorage& host = host_weight(weight);
+    const bool blocks = is_block_weight_format(weight.layout().format);
+    const BlockView block_view = blocks ? host.block_view() : BlockView{};
+    const Nf4View nf4_view = blocks ? Nf4View{} : host.view();
+    const BlockKernelSet& block_set = active_block_kernels();
+    const Nf4KernelSet& nf4_set = active_nf4_kernels();
+    parallel_for(indices.numel(), items_per_thread_for(width),
+                 [&](std::size_t begin, std::size_t end) {
+                     for (std::size_t i = begin; i < end; ++i) {
+                         const std::size_t first = std::size_t{ids[i]} * width;
+                         if (blocks) {
+                             block_set.decode_range(block_view, first, width, rows + i * width);
+                         } else {
+                             nf4_set.decode_range(nf4_view, first, width, rows + i * width);
+                         }
+                     }
+                 });
 }
 
 }  // namespace riftco_transformer::detail

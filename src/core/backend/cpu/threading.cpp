@@ -6,7 +6,9 @@
 #include <string>
 #include <thread>
 
+#include "core/backend/cpu/block_kernels.hpp"
 #include "core/backend/cpu/gemm.hpp"
+#include "core/backend/cpu/nf4_kernels.hpp"
 #include "riftco_transformer/core/threading.hpp"
 
 namespace riftco_transformer {
@@ -71,8 +73,9 @@ void set_cpu_thread_count(std::size_t thread_count) {
 }
 
 std::string cpu_info() {
-    return std::string("gemm=") + detail::gemm_implementation_name() +
-           "; threads=" + std::to_string(cpu_thread_count());
+    return std::string("gemm=") + detail::gemm_implementation_name() + "; packed=nf4 " +
+           detail::active_nf4_kernels().name + ", q8_0/q4_0/q4_1 " +
+           detail::active_block_kernels().name + "; threads=" + std::to_string(cpu_thread_count());
 }
 
 }  // namespace riftco_transformer
