@@ -403,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", type=Path, required=True,
                       help="a GGUF file or a .rift bundle")
     _add_adapter(chat)
+    _add_weights(chat)
     chat.add_argument("--system", default=None, help="a system message for the conversation")
     chat.add_argument("--max-new-tokens", type=_positive_int, default=256)
     _add_sampling(chat)
@@ -487,6 +488,16 @@ def _add_model_source(parser) -> None:
                         help="a pretrained checkpoint: a GGUF file, a Hugging Face directory "
                         "or a .rift bundle")
     _add_adapter(parser)
+    _add_weights(parser)
+
+
+def _add_weights(parser) -> None:
+    parser.add_argument("--weights", choices=("f32", "file", "q8_0", "q4_0", "q4_1"),
+                        default="f32",
+                        help="the projections' precision: f32 (default); file: a GGUF "
+                        "file's own Q8_0/Q4_0/Q4_1 blocks and packed embedding table, never "
+                        "expanded; q8_0/q4_0/q4_1: packed into that GGUF block format after "
+                        "loading. With packed weights an --adapter stays attached, unmerged")
 
 
 def _add_adapter(parser) -> None:
@@ -509,10 +520,14 @@ def _open_model(arguments, maximum_context: int | None = None):
     skip_check = getattr(arguments, "skip_adapter_base_check", False)
     if skip_check and adapter is None:
         raise UsageError("--skip-adapter-base-check needs --adapter")
+    weights = getattr(arguments, "weights", "f32")
+    if weights == "file" and path.suffix.lower() != ".gguf":
+        raise UsageError(f"--weights file keeps a GGUF file's blocks; {path} is not a .gguf "
+                         "file (choose f32, q8_0, q4_0 or q4_1)")
     loaded = load_pretrained(path, maximum_context=maximum_context, adapter=adapter,
-                             check_adapter_base=not skip_check)
+                             check_adapter_base=not skip_check, weights=weights)
     try:
-        if adapter is not None:
+        if adapter is not None and weights == "f32":
             loaded.model.merge_lora()  # served at the base's speed, as PEFT's merge_and_unload
         backend = _backend(arguments) if hasattr(arguments, "backend") else "cpu"
         if backend != "cpu":

@@ -437,12 +437,20 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
         }
     }
 
-    std::mt19937 generator(5489);  // the draws are overwritten below
-    auto model = std::make_unique<Decoder>(c, generator, options.attention);
-    // With packed weights, every projection's source is checked now and read as blocks after
-    // the dense values (which it replaces) are loaded.
-    std::vector<const TensorSource*> packed_sources;
+    // With packed weights the model is built without dense projections (and without a dense
+    // embedding table when the file stores it in a block format: a tied head then multiplies
+    // by the packed table); their blocks are read after the dense rest.
     const TensorSource* packed_embedding = nullptr;  // sources.front(): token_embedding.weight
+    if (options.keep_packed_weights && block_format_of(sources.front().tensor->type))
+        packed_embedding = &sources.front();
+    std::mt19937 generator(5489);  // the draws are overwritten below
+    std::unique_ptr<Decoder> model;
+    {
+        const DeferredWeightsScope deferred(options.keep_packed_weights,
+                                            packed_embedding != nullptr);
+        model = std::make_unique<Decoder>(c, generator, options.attention);
+    }
+    std::vector<const TensorSource*> packed_sources;
     if (options.keep_packed_weights) {
         for (const AdaptableProjection& projection : model->projections()) {
             const std::string parameter = projection.path + ".weight";
@@ -461,28 +469,26 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             }
             packed_sources.push_back(&*found);
         }
-        // The embedding table too when the file stores it in a block format (a tied head
-        // then multiplies by the packed table); otherwise it is float32 as always.
-        if (block_format_of(sources.front().tensor->type))
-            packed_embedding = &sources.front();
+    }
+    // The dense parameters, in order: every source but the packed ones.
+    std::vector<const TensorSource*> dense_sources;
+    for (const TensorSource& source : sources) {
+        if (&source != packed_embedding && std::find(packed_sources.begin(), packed_sources.end(),
+                                                     &source) == packed_sources.end())
+            dense_sources.push_back(&source);
     }
     {
         const ParameterList parameters = model->parameters();
-        if (parameters.size() != sources.size())
+        if (parameters.size() != dense_sources.size())
             throw std::logic_error(
                 "load_llama_from_gguf: parameter count differs from the mapping");
         const GgufTensorInfo* cached_tensor = nullptr;
         std::vector<float> cached;
-        for (std::size_t i = 0; i < sources.size(); ++i) {
-            const TensorSource& source = sources[i];
+        for (std::size_t i = 0; i < dense_sources.size(); ++i) {
+            const TensorSource& source = *dense_sources[i];
             if (parameters[i].name != source.parameter) {
                 throw std::logic_error("load_llama_from_gguf: parameter " + parameters[i].name +
                                        " mapped as " + source.parameter);
-            }
-            if (&source == packed_embedding ||
-                std::find(packed_sources.begin(), packed_sources.end(), &source) !=
-                    packed_sources.end()) {
-                continue;  // replaced by its blocks below
             }
             if (cached_tensor != source.tensor) {
                 cached = file.dequantize(*source.tensor);
@@ -497,7 +503,7 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             Variable leaf = parameters[i].parameter;  // handles share the registered leaf
             leaf.set_value(Tensor(leaf.shape(), values));
         }
-    }  // the parameter list's handles are released: the dense projections can be dropped
+    }
     if (!packed_sources.empty()) {
         const GgufTensorInfo* cached_tensor = nullptr;
         std::vector<std::uint8_t> cached;

@@ -365,9 +365,10 @@ Decoder::Decoder(const char* model_name, const DecoderConfig& config, std::mt199
     validate_decoder_config(config);
     require_attention_kind(model_name, attention);
     const DecoderConfig& c = config;
-    token_embedding_ =
-        &register_module("token_embedding",
-                         std::make_unique<Embedding>(c.vocabulary_size, c.model_width, generator));
+    token_embedding_ = &register_module(
+        "token_embedding",
+        std::make_unique<Embedding>(c.vocabulary_size, c.model_width, generator,
+                                    DeferredWeightsScope::token_embedding_deferred()));
     if (c.positions == PositionEncoding::Learned) {
         position_embedding_ = &register_module(
             "position_embedding",

@@ -21,8 +21,13 @@ Linear::Linear(std::size_t in_features, std::size_t out_features, std::mt19937& 
         throw std::invalid_argument(message.str());
     }
     const ExecutionBackend backend = current_execution_backend();
-    weight_ = register_parameter("weight", xavier_uniform({out_features, in_features}, in_features,
-                                                          out_features, generator, backend));
+    if (DeferredWeightsScope::projections_deferred()) {
+        register_released_parameter("weight");  // a packed weight arrives after construction
+    } else {
+        weight_ =
+            register_parameter("weight", xavier_uniform({out_features, in_features}, in_features,
+                                                        out_features, generator, backend));
+    }
     if (use_bias) {
         bias_ = register_parameter("bias", Tensor::zeros({out_features}, backend));
     }
@@ -191,13 +196,46 @@ void Linear::prepare_transfer(ExecutionBackend backend,
     }
 }
 
+namespace {
+thread_local bool projections_deferred_here = false;
+thread_local bool token_embedding_deferred_here = false;
+}  // namespace
+
+DeferredWeightsScope::DeferredWeightsScope(bool projections, bool token_embedding) noexcept
+    : previous_projections_(projections_deferred_here),
+      previous_token_embedding_(token_embedding_deferred_here) {
+    projections_deferred_here = projections;
+    token_embedding_deferred_here = token_embedding;
+}
+
+DeferredWeightsScope::~DeferredWeightsScope() {
+    projections_deferred_here = previous_projections_;
+    token_embedding_deferred_here = previous_token_embedding_;
+}
+
+bool DeferredWeightsScope::projections_deferred() noexcept {
+    return projections_deferred_here;
+}
+
+bool DeferredWeightsScope::token_embedding_deferred() noexcept {
+    return token_embedding_deferred_here;
+}
+
 Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator)
+    : Embedding(vocabulary_size, width, generator, false) {}
+
+Embedding::Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator,
+                     bool deferred)
     : vocabulary_size_(vocabulary_size), width_(width) {
     if (vocabulary_size == 0 || width == 0) {
         std::ostringstream message;
         message << "Embedding: sizes must be positive (vocabulary " << vocabulary_size << ", width "
                 << width << ")";
         throw std::invalid_argument(message.str());
+    }
+    if (deferred) {
+        register_released_parameter("weight");  // a packed table arrives after construction
+        return;
     }
     const auto limit = static_cast<float>(1.0 / std::sqrt(static_cast<double>(width)));
     weight_ = register_parameter("weight", uniform_tensor({vocabulary_size, width}, -limit, limit,

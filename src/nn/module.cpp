@@ -32,6 +32,11 @@ void Module::register_parameter(std::string name, Variable leaf, ParameterScope 
     entries_.push_back({std::move(name), std::move(leaf), nullptr, scope});
 }
 
+void Module::register_released_parameter(std::string name) {
+    require_new_name(name);
+    entries_.push_back({std::move(name), Variable(), nullptr, ParameterScope::Base});
+}
+
 void Module::adopt(std::string name, std::unique_ptr<Module> child, ParameterScope scope) {
     require_new_name(name);
     if (child == nullptr) {

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 from support import oracle_python, smollm2_path
 from test_decoder_families import DIMENSIONS, FAMILIES, forward_values, preset
-from test_gguf_export import TYPE_CODE, capture, edge_case_blocks
+from test_gguf_export import TYPE_CODE, capture, edge_case_blocks, run_cli
 
 from riftco_transformer import (
     LlamaMistralConfig,
@@ -271,3 +271,20 @@ def test_a_packed_embedding_refuses_what_would_silently_drop_it(tmp_path):
                                  "embedding"):
             model.load_packed_quantized_state(truncated)
         assert forward_values(model, TOKENS) == before  # the adapters start at B = 0
+
+
+def test_the_cli_loads_a_files_blocks_and_refuses_them_for_other_files(tmp_path):
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype="q4_0")
+    arguments = ("generate", "--model", path, "--prompt", "abc", "--max-new-tokens", "4")
+    packed = run_cli(*arguments, "--weights", "file")
+    dense = run_cli(*arguments)
+    assert packed.returncode == 0 and dense.returncode == 0, packed.stderr + dense.stderr
+    assert packed.stdout == dense.stdout  # greedy: the same decoded values give the same text
+    bundle = tmp_path / "model.rift"
+    capture(wide_preset("llama")).save(bundle)
+    refused = run_cli("generate", "--model", bundle, "--prompt", "abc", "--weights", "file")
+    assert refused.returncode == 2
+    assert "--weights file keeps a GGUF file's blocks" in refused.stderr
+    converted = run_cli("generate", "--model", bundle, "--prompt", "abc", "--max-new-tokens", "2",
+                        "--weights", "q8_0")
+    assert converted.returncode == 0, converted.stderr

@@ -98,9 +98,35 @@ class Linear final : public Module {
 };
 
 // Parameter "weight" [V, D] ~ U(±1/√D).
+// While one is alive on this thread, the models built here allocate no dense value for the
+// weights it defers: every Linear's weight (its bias is allocated as usual) and, when asked,
+// a decoder's token embedding table. Their parameter slots are registered released, so the
+// parameter lists leave them out, and the builder must give each one a packed weight
+// (CausalLanguageModel::adopt_packed_weights) before the model is used: a loader that reads
+// packed weights from a file never holds a float32 copy of them. Scopes nest (the innermost
+// one rules) and are restored on exit.
+class DeferredWeightsScope {
+  public:
+    DeferredWeightsScope(bool projections, bool token_embedding) noexcept;
+    ~DeferredWeightsScope();
+    DeferredWeightsScope(const DeferredWeightsScope&) = delete;
+    DeferredWeightsScope& operator=(const DeferredWeightsScope&) = delete;
+
+    [[nodiscard]] static bool projections_deferred() noexcept;
+    [[nodiscard]] static bool token_embedding_deferred() noexcept;
+
+  private:
+    bool previous_projections_;
+    bool previous_token_embedding_;
+};
+
 class Embedding final : public Module {
   public:
     Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator);
+    // With `deferred`, no table is allocated: the slot is registered released, and a packed
+    // table must be committed (check_packed_replacement, commit_packed) before use.
+    Embedding(std::size_t vocabulary_size, std::size_t width, std::mt19937& generator,
+              bool deferred);
     // ids (prod(index_shape) of them, each < V) -> index_shape + [D].
     [[nodiscard]] Variable forward(std::span<const std::size_t> ids,
                                    const Shape& index_shape) const;

@@ -63,6 +63,9 @@ class Module {
                                 ParameterScope scope = ParameterScope::Base);
     // Registers an existing leaf (shared with the caller).
     void register_parameter(std::string name, Variable leaf, ParameterScope scope);
+    // Registers the slot `name` empty, as a released one (set_parameter_slot with an empty
+    // Variable): a weight that arrives packed after construction (DeferredWeightsScope).
+    void register_released_parameter(std::string name);
     // A child's parameters all take `scope` (an Adapter child's base parameters are adapter
     // parameters of this module).
     // `name` is moved into adopt; clang-tidy 14 does not see the move in a member template.
