@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -671,6 +672,28 @@ TEST_F(PjrtAttention, Nf4PayloadsComeBackExactlyAndOnlyThePayloadIsResident) {
         const QuantizedMemoryUsage usage = weights.device.memory_usage();
         EXPECT_EQ(usage.resident_payload_bytes, usage.logical_payload_bytes);
         EXPECT_LT(usage.resident_payload_bytes, usage.fp32_equivalent_bytes);
+    }
+}
+
+TEST_F(PjrtAttention, GgufBlockWeightsAreRefusedNamingTheBackendAndTheFormat) {
+    // The PJRT adapter stores NF4 only: a block-format weight is refused by name, never kept
+    // as float32 behind the caller's back.
+    const QuantizedWeight cpu = QuantizedWeight::quantize_blocks(
+        Tensor({4, 64}, std::vector<float>(256, 0.25F)), WeightFormat::q8_0);
+    for (const auto& attempt : {std::function<void()>([&] { static_cast<void>(cpu.to(device)); }),
+                                std::function<void()>([&] {
+                                    static_cast<void>(QuantizedWeight::from_packed_blocks(
+                                        cpu.copy_blocks_to_host(), device));
+                                })}) {
+        try {
+            attempt();
+            ADD_FAILURE() << "a q8_0 weight was accepted by the PJRT adapter";
+        } catch (const std::runtime_error& error) {
+            const std::string text = error.what();
+            EXPECT_NE(text.find("lacks the q8_0 weight format"), std::string::npos) << text;
+            EXPECT_NE(text.find(std::string(execution_backend_name(device))), std::string::npos)
+                << text;
+        }
     }
 }
 

@@ -421,8 +421,9 @@ RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
  * attach_lora: RT_STATUS_INVALID_ARGUMENT naming the value or projection; a model on a
  * backend that lacks the format: RT_STATUS_RUNTIME_ERROR naming both. Transactional. */
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights(rt_model* model, int32_t format);
-/* *out = the RT_WEIGHT_FORMAT_* of the packed projections, or -1 while they are dense
- * (2.15). */
+/* *out = the RT_WEIGHT_FORMAT_* of the packed weights (the projections and a packed
+ * embedding table), -2 when they are in several formats (a GGUF file may mix them), or -1
+ * while the projections are dense (2.15). */
 RT_API rt_status RT_CALL rt_model_linear_weight_format(const rt_model* model, int32_t* out);
 RT_API rt_status RT_CALL rt_model_has_quantized_linear_weights(const rt_model* model, int32_t* out);
 RT_API rt_status RT_CALL rt_model_quantized_memory_stats(const rt_model* model,

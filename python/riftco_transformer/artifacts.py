@@ -393,8 +393,13 @@ class ModelBundle:
         if model.lora_attached:
             raise ValueError("model has an attached LoRA adapter: merge_lora() before capture")
         if model.quantized_linear_weights:
-            raise ValueError("model has packed NF4 weights: merge_lora() (which dequantizes) "
-                             "before capture")
+            packed = model.linear_weight_format
+            if packed == "nf4":
+                raise ValueError("model has packed NF4 weights: merge_lora() (which "
+                                 "dequantizes) before capture")
+            raise ValueError(f"model has packed {packed} weights (a GGUF file's blocks), which "
+                             "bundles do not hold yet: load the file with weights='f32' to "
+                             "save a bundle, or keep serving it from the file")
         _require_stage(stage)
         _require_parent(parent_artifact_id)
         metadata = _require_metadata(metadata)

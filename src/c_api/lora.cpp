@@ -210,7 +210,12 @@ rt_status rt_model_linear_weight_format(const rt_model* model, int32_t* out) {
         const CausalLanguageModel& language_model = *state_of(model).model;
         int32_t format = -1;
         if (language_model.has_quantized_weights()) {
-            format = static_cast<int32_t>(language_model.packed_quantized_state().front().format());
+            const std::vector<QuantizedWeight> state = language_model.packed_quantized_state();
+            format = static_cast<int32_t>(state.front().format());
+            for (const QuantizedWeight& weight : state) {
+                if (static_cast<int32_t>(weight.format()) != format)
+                    format = -2;  // a file that stores its tensors in several formats
+            }
         }
         set_output(out, format, "out");
     });

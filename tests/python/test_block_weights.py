@@ -236,7 +236,7 @@ def test_smollm2_keeps_its_q4_1_blocks_with_the_float32_logits():
     with load_pretrained(path, maximum_context=64) as dense:
         expected = forward_values(dense.model, tokens)
     with load_pretrained(path, maximum_context=64, weights="file") as packed:
-        assert packed.model.linear_weight_format == "q4_1"
+        assert packed.model.linear_weight_format == "mixed"  # Q4_1 projections, Q8_0 table
         memory = packed.model.quantized_memory
         assert memory.weight_count == 7 * 30 + 1  # the projections (Q4_1), the table (Q8_0)
         # 66.4 MB of Q4_1 blocks and 30.1 MB of Q8_0 table: the file's 98 MB, less its norms.
@@ -288,3 +288,12 @@ def test_the_cli_loads_a_files_blocks_and_refuses_them_for_other_files(tmp_path)
     converted = run_cli("generate", "--model", bundle, "--prompt", "abc", "--max-new-tokens", "2",
                         "--weights", "q8_0")
     assert converted.returncode == 0, converted.stderr
+
+
+def test_a_bundle_of_a_block_packed_model_is_refused_naming_the_format(tmp_path):
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype="q8_0")
+    with load_pretrained(path, maximum_context=0, weights="file") as loaded:
+        with pytest.raises(ValueError, match="model has packed q8_0 weights .* which bundles do "
+                                             "not hold yet"):
+            loaded.save(tmp_path / "model.rift")
+    assert not (tmp_path / "model.rift").exists()

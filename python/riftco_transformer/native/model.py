@@ -430,10 +430,11 @@ class CausalLanguageModel(NativeHandle):
 
     @property
     def linear_weight_format(self) -> str | None:
-        """How the projection weights are stored: ``"nf4"``, ``"q8_0"``, ``"q4_0"``,
-        ``"q4_1"``, or None while they are dense float32."""
+        """How the packed weights are stored: ``"nf4"``, ``"q8_0"``, ``"q4_0"``, ``"q4_1"``,
+        ``"mixed"`` (a GGUF file whose projections or table use several of them), or None
+        while the projections are dense float32."""
         value = self._query("rt_model_linear_weight_format", ctypes.c_int32)
-        return None if value < 0 else WEIGHT_FORMAT_NAMES[value]
+        return None if value == -1 else "mixed" if value == -2 else WEIGHT_FORMAT_NAMES[value]
 
     @property
     def quantized_linear_weights(self) -> bool:
