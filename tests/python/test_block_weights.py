@@ -21,10 +21,12 @@ from test_decoder_families import DIMENSIONS, FAMILIES, forward_values, preset
 from test_gguf_export import TYPE_CODE, capture, edge_case_blocks, run_cli
 
 from riftco_transformer import (
+    Adam,
     LlamaMistralConfig,
-    LoraConfig,
     LlamaMistralTransformer,
+    LoraConfig,
     RiftcoTransformerError,
+    cross_entropy,
     load_pretrained,
 )
 from riftco_transformer.interchange import export_gguf, gguf_export
@@ -297,3 +299,30 @@ def test_a_bundle_of_a_block_packed_model_is_refused_naming_the_format(tmp_path)
                                              "not hold yet"):
             loaded.save(tmp_path / "model.rift")
     assert not (tmp_path / "model.rift").exists()
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_lora_trains_over_a_files_blocks_as_over_their_float32_values(tmp_path, dtype):
+    """QLoRA over a GGUF file's own blocks: the same losses as LoRA over the float32 load of
+    the same file (the same decoded values), and the blocks never move."""
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype=dtype)
+    targets = TOKENS[1:] + TOKENS[:1]
+    losses = {}
+    for weights in ("f32", "file"):
+        with load_pretrained(path, maximum_context=0, weights=weights) as loaded:
+            model = loaded.model
+            before = model.packed_quantized_state() if weights == "file" else None
+            model.attach_lora(LoraConfig(rank=4, alpha=8.0, random_seed=3))
+            run = losses[weights] = []
+            with model.adapter_parameters() as adapters, \
+                    Adam(adapters, learning_rate=1e-2) as adam:
+                for _ in range(8):
+                    with model([TOKENS]) as logits, \
+                            cross_entropy(logits, [targets]) as loss:
+                        run.append(loss.item())
+                        loss.backward()
+                    adam.step()
+            if before is not None:
+                assert model.packed_quantized_state() == before
+    assert losses["file"][-1] < losses["file"][0]
+    assert losses["file"] == pytest.approx(losses["f32"], rel=1e-4)
