@@ -22,6 +22,7 @@
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
+#include "support/kernel_choice.hpp"
 #include "support/nf4_reference.hpp"
 #include "support/test_support.hpp"
 
@@ -29,21 +30,12 @@ namespace riftco_transformer {
 namespace {
 
 using testing::close_form_b;
+using testing::KernelChoiceGuard;
 using testing::pseudo_random;
 
 constexpr double tolerance = 3e-5;
 constexpr WeightFormat block_formats[] = {WeightFormat::q8_0, WeightFormat::q4_0,
                                           WeightFormat::q4_1};
-
-class KernelChoiceGuard {
-  public:
-    explicit KernelChoiceGuard(detail::Nf4KernelChoice choice) {
-        detail::set_nf4_kernel_choice(choice);
-    }
-    ~KernelChoiceGuard() { detail::set_nf4_kernel_choice(detail::Nf4KernelChoice::Automatic); }
-    KernelChoiceGuard(const KernelChoiceGuard&) = delete;
-    KernelChoiceGuard& operator=(const KernelChoiceGuard&) = delete;
-};
 
 // The value of binary16 `bits` from its fields, in double (the oracle of half_bits_to_float).
 double half_value(std::uint16_t bits) {

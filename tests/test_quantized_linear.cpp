@@ -18,6 +18,7 @@
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
+#include "support/kernel_choice.hpp"
 #include "support/nf4_reference.hpp"
 #include "support/test_support.hpp"
 
@@ -25,20 +26,10 @@ namespace riftco_transformer {
 namespace {
 
 using testing::close_form_b;
+using testing::KernelChoiceGuard;
 using testing::pseudo_random;
 
 constexpr double tolerance = 3e-5;
-
-// Forces a kernel set for the test's lifetime.
-class KernelChoiceGuard {
-  public:
-    explicit KernelChoiceGuard(detail::Nf4KernelChoice choice) {
-        detail::set_nf4_kernel_choice(choice);
-    }
-    ~KernelChoiceGuard() { detail::set_nf4_kernel_choice(detail::Nf4KernelChoice::Automatic); }
-    KernelChoiceGuard(const KernelChoiceGuard&) = delete;
-    KernelChoiceGuard& operator=(const KernelChoiceGuard&) = delete;
-};
 
 struct ProductCase {
     std::size_t rows;

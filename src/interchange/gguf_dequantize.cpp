@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/quantized/block_format.hpp"
 #include "riftco_transformer/interchange/gguf.hpp"
 
 namespace riftco_transformer {
@@ -27,24 +28,9 @@ std::uint16_t load_u16(const std::uint8_t* bytes) noexcept {
     return value;  // the host is little-endian (checked in gguf_reader.cpp)
 }
 
+// binary16 -> float32 has one home: the core's (block_format.hpp).
 float half_to_float(std::uint16_t bits) noexcept {
-    const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000U) << 16U;
-    const std::uint32_t exponent = (bits >> 10U) & 0x1FU;
-    const std::uint32_t mantissa = bits & 0x3FFU;
-    std::uint32_t result = 0;
-    if (exponent == 0x1FU) {
-        result = sign | 0x7F800000U | (mantissa << 13U);  // ±inf, NaN with its payload
-    } else if (exponent != 0) {
-        result = sign | ((exponent + (127U - 15U)) << 23U) | (mantissa << 13U);
-    } else if (mantissa == 0) {
-        result = sign;  // ±0
-    } else {
-        // Subnormal: mantissa·2^-24 = 1.f·2^(p-24) with p the top set bit of the mantissa.
-        const auto top_bit = static_cast<std::uint32_t>(std::bit_width(mantissa) - 1);
-        const std::uint32_t fraction = (mantissa << (23U - top_bit)) & 0x7FFFFFU;
-        result = sign | ((top_bit + 127U - 24U) << 23U) | fraction;
-    }
-    return std::bit_cast<float>(result);
+    return detail::half_bits_to_float(bits);
 }
 
 float half_at(const std::uint8_t* bytes) noexcept {

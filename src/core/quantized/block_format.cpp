@@ -10,23 +10,13 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "core/quantized/format_text.hpp"
+
 namespace riftco_transformer::detail {
 namespace {
-
-[[noreturn]] void invalid(std::string_view operation, const std::string& text) {
-    throw std::invalid_argument(std::string(operation) + ": " + text);
-}
-
-std::string float_text(float value) {
-    std::ostringstream text;
-    text.precision(9);
-    text << value;
-    return text.str();
-}
 
 void store_half(std::uint8_t* bytes, float value) noexcept {
     const std::uint16_t bits = float_to_half_bits(value);
@@ -149,18 +139,18 @@ BlockView view_of(const PackedBlockPayload& payload) noexcept {
 PackedLayout checked_block_layout(std::string_view operation, WeightFormat format,
                                   std::size_t out_features, std::size_t in_features) {
     if (!is_block_weight_format(format)) {
-        invalid(operation, "format " + std::string(weight_format_name(format)) + " (id " +
-                               std::to_string(static_cast<unsigned>(format)) +
-                               ") is not a GGUF block format (q8_0, q4_0 or q4_1)");
+        invalid_format(operation, "format " + std::string(weight_format_name(format)) + " (id " +
+                                      std::to_string(static_cast<unsigned>(format)) +
+                                      ") is not a GGUF block format (q8_0, q4_0 or q4_1)");
     }
     if (out_features == 0 || in_features == 0) {
-        invalid(operation, "the weight shape [" + std::to_string(out_features) + "," +
-                               std::to_string(in_features) + "] has a zero dimension");
+        invalid_format(operation, "the weight shape [" + std::to_string(out_features) + "," +
+                                      std::to_string(in_features) + "] has a zero dimension");
     }
     if (in_features % gguf_block_elements != 0) {
-        invalid(operation, "in_features " + std::to_string(in_features) + " of a " +
-                               std::string(weight_format_name(format)) +
-                               " weight is not a multiple of its 32-element block");
+        invalid_format(operation, "in_features " + std::to_string(in_features) + " of a " +
+                                      std::string(weight_format_name(format)) +
+                                      " weight is not a multiple of its 32-element block");
     }
     const std::size_t row_bytes = in_features / gguf_block_elements * gguf_block_bytes(format);
     if (row_bytes > std::numeric_limits<std::size_t>::max() / out_features ||
@@ -182,13 +172,13 @@ PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
     const PackedLayout layout =
         checked_block_layout(op, payload.format, payload.out_features, payload.in_features);
     if (payload.blocks.size() != layout.block_payload_bytes()) {
-        invalid(op, "blocks has " + std::to_string(payload.blocks.size()) + " bytes, expected " +
-                        std::to_string(layout.block_payload_bytes()) + " (" +
-                        std::to_string(layout.block_count()) + " " +
-                        std::string(weight_format_name(payload.format)) + " blocks of " +
-                        std::to_string(gguf_block_bytes(payload.format)) + " bytes for [" +
-                        std::to_string(payload.out_features) + "," +
-                        std::to_string(payload.in_features) + "])");
+        invalid_format(op, "blocks has " + std::to_string(payload.blocks.size()) +
+                               " bytes, expected " + std::to_string(layout.block_payload_bytes()) +
+                               " (" + std::to_string(layout.block_count()) + " " +
+                               std::string(weight_format_name(payload.format)) + " blocks of " +
+                               std::to_string(gguf_block_bytes(payload.format)) + " bytes for [" +
+                               std::to_string(payload.out_features) + "," +
+                               std::to_string(payload.in_features) + "])");
     }
     // Scales must be finite (a NaN or infinite d or m would poison every product).
     const std::size_t block_bytes = gguf_block_bytes(payload.format);
@@ -198,10 +188,10 @@ PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
             const float value = half_at(payload.blocks.data() + b * block_bytes + 2 * h);
             if (!std::isfinite(value)) {
                 const std::size_t row_blocks = payload.in_features / gguf_block_elements;
-                invalid(op, std::string(h == 0 ? "the scale d" : "the minimum m") + " of block " +
-                                std::to_string(b % row_blocks) + " of row " +
-                                std::to_string(b / row_blocks) + " is " + float_text(value) +
-                                " (must be finite)");
+                invalid_format(op, std::string(h == 0 ? "the scale d" : "the minimum m") +
+                                       " of block " + std::to_string(b % row_blocks) + " of row " +
+                                       std::to_string(b / row_blocks) + " is " +
+                                       format_float_text(value) + " (must be finite)");
             }
         }
     }
@@ -213,8 +203,8 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
     const std::size_t count = layout.element_count();
     for (std::size_t i = 0; i < count; ++i) {
         if (!std::isfinite(values[i])) {
-            invalid(op, "weight value at flat index " + std::to_string(i) + " is not finite (" +
-                            float_text(values[i]) + ")");
+            invalid_format(op, "weight value at flat index " + std::to_string(i) +
+                                   " is not finite (" + format_float_text(values[i]) + ")");
         }
     }
     PackedBlockPayload payload;

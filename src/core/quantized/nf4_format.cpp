@@ -5,9 +5,10 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "core/quantized/format_text.hpp"
 
 namespace riftco_transformer::detail {
 namespace {
@@ -21,17 +22,6 @@ constexpr std::array<double, 15> nf4_midpoints = [] {
     }
     return midpoints;
 }();
-
-[[noreturn]] void invalid(std::string_view operation, const std::string& text) {
-    throw std::invalid_argument(std::string(operation) + ": " + text);
-}
-
-std::string float_text(float value) {
-    std::ostringstream text;
-    text.precision(9);
-    text << value;
-    return text.str();
-}
 
 }  // namespace
 
@@ -64,8 +54,8 @@ PackedLayout checked_nf4_layout(std::string_view operation, std::size_t out_feat
                                 std::size_t in_features, std::size_t block_size,
                                 bool double_quantized, std::size_t scale_block_size) {
     if (out_features == 0 || in_features == 0) {
-        invalid(operation, "the weight shape [" + std::to_string(out_features) + "," +
-                               std::to_string(in_features) + "] has a zero dimension");
+        invalid_format(operation, "the weight shape [" + std::to_string(out_features) + "," +
+                                      std::to_string(in_features) + "] has a zero dimension");
     }
     if (in_features > std::numeric_limits<std::size_t>::max() / out_features) {
         throw std::overflow_error(std::string(operation) + ": element count out_features (" +
@@ -73,12 +63,12 @@ PackedLayout checked_nf4_layout(std::string_view operation, std::size_t out_feat
                                   std::to_string(in_features) + ") overflows");
     }
     if (!is_supported_nf4_block_size(block_size)) {
-        invalid(operation, "block_size " + std::to_string(block_size) +
-                               " is unsupported (a power of two from 32 to 4096)");
+        invalid_format(operation, "block_size " + std::to_string(block_size) +
+                                      " is unsupported (a power of two from 32 to 4096)");
     }
     if (double_quantized && !is_supported_nf4_block_size(scale_block_size)) {
-        invalid(operation, "scale_block_size " + std::to_string(scale_block_size) +
-                               " is unsupported (a power of two from 32 to 4096)");
+        invalid_format(operation, "scale_block_size " + std::to_string(scale_block_size) +
+                                      " is unsupported (a power of two from 32 to 4096)");
     }
     return {out_features, in_features, block_size, double_quantized,
             double_quantized ? scale_block_size : 0};
@@ -89,8 +79,8 @@ PackedNf4Payload encode_nf4(std::span<const float> values, const PackedLayout& l
     const std::size_t count = layout.element_count();
     for (std::size_t i = 0; i < count; ++i) {
         if (!std::isfinite(values[i])) {
-            invalid(op, "weight value at flat index " + std::to_string(i) + " is not finite (" +
-                            float_text(values[i]) + ")");
+            invalid_format(op, "weight value at flat index " + std::to_string(i) +
+                                   " is not finite (" + format_float_text(values[i]) + ")");
         }
     }
     const std::size_t blocks = layout.block_count();
@@ -169,36 +159,39 @@ PackedLayout validate_nf4_payload(const PackedNf4Payload& payload) {
     const std::size_t count = layout.element_count();
     const std::size_t blocks = layout.block_count();
     if (payload.codes.size() != layout.packed_byte_count()) {
-        invalid(op, "codes has " + std::to_string(payload.codes.size()) + " bytes, expected " +
-                        std::to_string(layout.packed_byte_count()) +
-                        " (ceil(N/2), N=" + std::to_string(count) + ")");
+        invalid_format(op, "codes has " + std::to_string(payload.codes.size()) +
+                               " bytes, expected " + std::to_string(layout.packed_byte_count()) +
+                               " (ceil(N/2), N=" + std::to_string(count) + ")");
     }
     if (count % 2 == 1 && (payload.codes.back() >> 4U) != 0) {
-        invalid(op, "codes: the unused high nibble of the last byte is " +
-                        std::to_string(payload.codes.back() >> 4U) +
-                        " (must be 0 for odd N=" + std::to_string(count) + ")");
+        invalid_format(op, "codes: the unused high nibble of the last byte is " +
+                               std::to_string(payload.codes.back() >> 4U) +
+                               " (must be 0 for odd N=" + std::to_string(count) + ")");
     }
     const auto check_scale_value = [&](std::string_view field, std::size_t index, float value) {
         if (!std::isfinite(value) || value < 0.0F) {
-            invalid(op, std::string(field) + "[" + std::to_string(index) +
-                            "] = " + float_text(value) + " is not a finite non-negative number");
+            invalid_format(op, std::string(field) + "[" + std::to_string(index) +
+                                   "] = " + format_float_text(value) +
+                                   " is not a finite non-negative number");
         }
     };
     if (!payload.double_quantized) {
         if (payload.scale_block_size != 0) {
-            invalid(op, "scale_block_size " + std::to_string(payload.scale_block_size) +
-                            " must be 0 for legacy scales");
+            invalid_format(op, "scale_block_size " + std::to_string(payload.scale_block_size) +
+                                   " must be 0 for legacy scales");
         }
         if (!payload.scale_codes.empty() || !payload.scale_ranges.empty() ||
             payload.scale_offset != 0.0F) {
-            invalid(op, "legacy scales: scale_codes (" +
-                            std::to_string(payload.scale_codes.size()) + "), scale_ranges (" +
-                            std::to_string(payload.scale_ranges.size()) + ") and scale_offset (" +
-                            float_text(payload.scale_offset) + ") must be empty / 0");
+            invalid_format(
+                op, "legacy scales: scale_codes (" + std::to_string(payload.scale_codes.size()) +
+                        "), scale_ranges (" + std::to_string(payload.scale_ranges.size()) +
+                        ") and scale_offset (" + format_float_text(payload.scale_offset) +
+                        ") must be empty / 0");
         }
         if (payload.scales.size() != blocks) {
-            invalid(op, "scales has " + std::to_string(payload.scales.size()) +
-                            " entries, expected " + std::to_string(blocks) + " (M = ceil(N/B))");
+            invalid_format(op, "scales has " + std::to_string(payload.scales.size()) +
+                                   " entries, expected " + std::to_string(blocks) +
+                                   " (M = ceil(N/B))");
         }
         for (std::size_t block = 0; block < blocks; ++block) {
             check_scale_value("scales", block, payload.scales[block]);
@@ -212,30 +205,32 @@ PackedLayout validate_nf4_payload(const PackedNf4Payload& payload) {
             const std::size_t end = std::min(count, begin + layout.block_size);
             for (std::size_t i = begin; i < end; ++i) {
                 if (view.code(i) != nf4_zero_code) {
-                    invalid(op, "codes: element " + std::to_string(i) + " of zero-scale block " +
-                                    std::to_string(block) + " has code " +
-                                    std::to_string(view.code(i)) + " (must be 7)");
+                    invalid_format(op, "codes: element " + std::to_string(i) +
+                                           " of zero-scale block " + std::to_string(block) +
+                                           " has code " + std::to_string(view.code(i)) +
+                                           " (must be 7)");
                 }
             }
         }
         return layout;
     }
     if (!payload.scales.empty()) {
-        invalid(op, "scales has " + std::to_string(payload.scales.size()) +
-                        " legacy entries but the payload is double-quantized (must be empty)");
+        invalid_format(op,
+                       "scales has " + std::to_string(payload.scales.size()) +
+                           " legacy entries but the payload is double-quantized (must be empty)");
     }
     if (payload.scale_codes.size() != blocks) {
-        invalid(op, "scale_codes has " + std::to_string(payload.scale_codes.size()) +
-                        " entries, expected " + std::to_string(blocks) + " (M = ceil(N/B))");
+        invalid_format(op, "scale_codes has " + std::to_string(payload.scale_codes.size()) +
+                               " entries, expected " + std::to_string(blocks) + " (M = ceil(N/B))");
     }
     if (payload.scale_ranges.size() != layout.scale_group_count()) {
-        invalid(op, "scale_ranges has " + std::to_string(payload.scale_ranges.size()) +
-                        " entries, expected " + std::to_string(layout.scale_group_count()) +
-                        " (ceil(M/C))");
+        invalid_format(op, "scale_ranges has " + std::to_string(payload.scale_ranges.size()) +
+                               " entries, expected " + std::to_string(layout.scale_group_count()) +
+                               " (ceil(M/C))");
     }
     if (!std::isfinite(payload.scale_offset) || payload.scale_offset < 0.0F) {
-        invalid(op, "scale_offset = " + float_text(payload.scale_offset) +
-                        " is not a finite non-negative number");
+        invalid_format(op, "scale_offset = " + format_float_text(payload.scale_offset) +
+                               " is not a finite non-negative number");
     }
     for (std::size_t group = 0; group < payload.scale_ranges.size(); ++group) {
         check_scale_value("scale_ranges", group, payload.scale_ranges[group]);

@@ -7,6 +7,7 @@
 // and the high nibbles the second. Each lane is then d·q (q4_1: d·n, then + m), rounded
 // exactly as the host dequantizer rounds it.
 
+#include "core/backend/cpu/block_kernel_dispatch.hpp"
 #include "core/backend/cpu/block_kernels.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -182,25 +183,6 @@ RIFTCO_AVX512 void gemv_forward_pairs(const BlockView& view, const float* x, std
     }
 }
 
-template <WeightFormat Format>
-RIFTCO_AVX512 void gemv_forward_of(const BlockView& view, const float* x, std::size_t rows,
-                                   std::size_t o_begin, std::size_t o_end, float* y) {
-    switch (rows) {
-        case 1:
-            gemv_forward_pairs<Format>(view, x, o_begin, o_end, y);
-            break;
-        case 2:
-            gemv_forward_rows<Format, 2>(view, x, o_begin, o_end, y);
-            break;
-        case 3:
-            gemv_forward_rows<Format, 3>(view, x, o_begin, o_end, y);
-            break;
-        default:
-            gemv_forward_rows<Format, 4>(view, x, o_begin, o_end, y);
-            break;
-    }
-}
-
 // dx[r, c..c+32) = Σ_o g[r, o]·w[o, c..c+32) for each 32-column block in [c_begin, c_end).
 template <WeightFormat Format, std::size_t Rows>
 RIFTCO_AVX512 void gemv_backward_rows(const BlockView& view, const float* g, std::size_t c_begin,
@@ -232,62 +214,30 @@ RIFTCO_AVX512 void gemv_backward_rows(const BlockView& view, const float* g, std
     }
 }
 
-template <WeightFormat Format>
-RIFTCO_AVX512 void gemv_backward_of(const BlockView& view, const float* g, std::size_t rows,
-                                    std::size_t c_begin, std::size_t c_end, float* dx) {
-    switch (rows) {
-        case 1:
-            gemv_backward_rows<Format, 1>(view, g, c_begin, c_end, dx);
-            break;
-        case 2:
-            gemv_backward_rows<Format, 2>(view, g, c_begin, c_end, dx);
-            break;
-        case 3:
-            gemv_backward_rows<Format, 3>(view, g, c_begin, c_end, dx);
-            break;
-        default:
-            gemv_backward_rows<Format, 4>(view, g, c_begin, c_end, dx);
-            break;
+// The inner loops, for the shared switches (block_kernel_dispatch.hpp).
+struct Loops {
+    template <WeightFormat Format>
+    static void decode_range(const BlockView& view, std::size_t begin, std::size_t count,
+                             float* out) {
+        decode_range_of<Format>(view, begin, count, out);
     }
-}
-
-// The format is read once per call and picks the instantiation.
-void decode_range(const BlockView& view, std::size_t begin, std::size_t count, float* out) {
-    switch (view.layout.format) {
-        case WeightFormat::q8_0:
-            return decode_range_of<WeightFormat::q8_0>(view, begin, count, out);
-        case WeightFormat::q4_0:
-            return decode_range_of<WeightFormat::q4_0>(view, begin, count, out);
-        default:
-            return decode_range_of<WeightFormat::q4_1>(view, begin, count, out);
+    template <WeightFormat Format, std::size_t Rows>
+    static void gemv_forward(const BlockView& view, const float* x, std::size_t o_begin,
+                             std::size_t o_end, float* y) {
+        if constexpr (Rows == 1) {
+            gemv_forward_pairs<Format>(view, x, o_begin, o_end, y);
+        } else {
+            gemv_forward_rows<Format, Rows>(view, x, o_begin, o_end, y);
+        }
     }
-}
-
-void gemv_forward(const BlockView& view, const float* x, std::size_t rows, std::size_t o_begin,
-                  std::size_t o_end, float* y) {
-    switch (view.layout.format) {
-        case WeightFormat::q8_0:
-            return gemv_forward_of<WeightFormat::q8_0>(view, x, rows, o_begin, o_end, y);
-        case WeightFormat::q4_0:
-            return gemv_forward_of<WeightFormat::q4_0>(view, x, rows, o_begin, o_end, y);
-        default:
-            return gemv_forward_of<WeightFormat::q4_1>(view, x, rows, o_begin, o_end, y);
+    template <WeightFormat Format, std::size_t Rows>
+    static void gemv_backward(const BlockView& view, const float* g, std::size_t c_begin,
+                              std::size_t c_end, float* dx) {
+        gemv_backward_rows<Format, Rows>(view, g, c_begin, c_end, dx);
     }
-}
+};
 
-void gemv_backward(const BlockView& view, const float* g, std::size_t rows, std::size_t c_begin,
-                   std::size_t c_end, float* dx) {
-    switch (view.layout.format) {
-        case WeightFormat::q8_0:
-            return gemv_backward_of<WeightFormat::q8_0>(view, g, rows, c_begin, c_end, dx);
-        case WeightFormat::q4_0:
-            return gemv_backward_of<WeightFormat::q4_0>(view, g, rows, c_begin, c_end, dx);
-        default:
-            return gemv_backward_of<WeightFormat::q4_1>(view, g, rows, c_begin, c_end, dx);
-    }
-}
-
-const BlockKernelSet avx512_set{"avx512", decode_range, gemv_forward, gemv_backward};
+const BlockKernelSet avx512_set = block_dispatch::block_kernel_set<Loops>("avx512");
 
 }  // namespace
 

@@ -1,0 +1,76 @@
+#pragma once
+// The format and row-count switches of a block kernel set, written once for every instruction
+// set. `Loops` supplies the set's inner loops as templates (compiled with its target
+// attributes in its own file):
+//   decode_range<Format>(view, begin, count, out)
+//   gemv_forward<Format, Rows>(view, x, o_begin, o_end, y)        Rows in 1..4
+//   gemv_backward<Format, Rows>(view, g, c_begin, c_end, dx)      Rows in 1..4
+// and block_kernel_set<Loops>(name) is the BlockKernelSet over them.
+
+#include <cstddef>
+
+#include "core/backend/cpu/block_kernels.hpp"
+
+namespace riftco_transformer::detail::block_dispatch {
+
+// Calls `call.template operator()<Format>()` for the view's format (q8_0, q4_0 or q4_1).
+template <typename Call>
+void on_format(WeightFormat format, Call&& call) {
+    switch (format) {
+        case WeightFormat::q8_0:
+            return call.template operator()<WeightFormat::q8_0>();
+        case WeightFormat::q4_0:
+            return call.template operator()<WeightFormat::q4_0>();
+        default:
+            return call.template operator()<WeightFormat::q4_1>();
+    }
+}
+
+// Calls `call.template operator()<Rows>()` for rows in 1..4 (more is 4).
+template <typename Call>
+void on_rows(std::size_t rows, Call&& call) {
+    switch (rows) {
+        case 1:
+            return call.template operator()<1>();
+        case 2:
+            return call.template operator()<2>();
+        case 3:
+            return call.template operator()<3>();
+        default:
+            return call.template operator()<4>();
+    }
+}
+
+template <typename Loops>
+void decode_range(const BlockView& view, std::size_t begin, std::size_t count, float* out) {
+    on_format(view.layout.format, [&]<WeightFormat Format>() {
+        Loops::template decode_range<Format>(view, begin, count, out);
+    });
+}
+
+template <typename Loops>
+void gemv_forward(const BlockView& view, const float* x, std::size_t rows, std::size_t o_begin,
+                  std::size_t o_end, float* y) {
+    on_format(view.layout.format, [&]<WeightFormat Format>() {
+        on_rows(rows, [&]<std::size_t Rows>() {
+            Loops::template gemv_forward<Format, Rows>(view, x, o_begin, o_end, y);
+        });
+    });
+}
+
+template <typename Loops>
+void gemv_backward(const BlockView& view, const float* g, std::size_t rows, std::size_t c_begin,
+                   std::size_t c_end, float* dx) {
+    on_format(view.layout.format, [&]<WeightFormat Format>() {
+        on_rows(rows, [&]<std::size_t Rows>() {
+            Loops::template gemv_backward<Format, Rows>(view, g, c_begin, c_end, dx);
+        });
+    });
+}
+
+template <typename Loops>
+[[nodiscard]] constexpr BlockKernelSet block_kernel_set(const char* name) noexcept {
+    return {name, &decode_range<Loops>, &gemv_forward<Loops>, &gemv_backward<Loops>};
+}
+
+}  // namespace riftco_transformer::detail::block_dispatch
