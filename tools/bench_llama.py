@@ -9,7 +9,12 @@ Workloads (batch 1, greedy):
 Pairs (ours vs llama.cpp):
 
 * F32: ours from the F32 file (float32 weights, flash attention) vs llama.cpp on the same
-  F32 file; target ours/llama.cpp >= 0.9;
+  F32 file; target ours/llama.cpp >= 0.95;
+* Q4_1 file, Q4_0 file, Q8_0 file: ours loads the file with ``weights="file"`` (its own
+  blocks, and its Q8_0 embedding table packed too: the tied head multiplies by it) vs
+  llama.cpp on the same file; target >= 1.0. Make the Q4_0/Q8_0 files with
+  ``llama-quantize --allow-requantize F32.gguf OUT Q4_0`` (and Q8_0) outside the repository;
+  pass them as --model-q40/--model-q80, and pick pairs with --pairs;
 * NF4 vs Q4_1: ours loads the Q4_1 file (dequantized to float32), then
   ``quantize_nf4(block_size=64)`` (packed 4-bit weights decoded inside the kernels) vs
   llama.cpp on the Q4_1 file; target >= 0.7. SmolLM2 ties its head to the embedding, and

@@ -92,6 +92,10 @@ RIFTCO_AVX2 void decode_range_of(const BlockView& view, std::size_t begin, std::
     }
 }
 
+// Bytes ahead of the block being read that the matrix-vector loop prefetches (harmless past
+// the end of the matrix: a prefetch never faults).
+constexpr std::size_t prefetch_distance = 8192;
+
 template <WeightFormat Format, std::size_t Rows>
 RIFTCO_AVX2 void gemv_forward_rows(const BlockView& view, const float* x, std::size_t o_begin,
                                    std::size_t o_end, float* y) {
@@ -107,7 +111,10 @@ RIFTCO_AVX2 void gemv_forward_rows(const BlockView& view, const float* x, std::s
         }
         for (std::size_t c = 0; c < in; c += gguf_block_elements) {
             __m256 w[4];
-            decode32<Format>(row + (c / gguf_block_elements) * view.block_bytes, w);
+            const std::uint8_t* block = row + (c / gguf_block_elements) * view.block_bytes;
+            // The rows are contiguous: fetch the stream ahead (as the AVX-512 loop does).
+            _mm_prefetch(reinterpret_cast<const char*>(block + prefetch_distance), _MM_HINT_T0);
+            decode32<Format>(block, w);
             for (std::size_t r = 0; r < Rows; ++r) {
                 const float* xr = x + r * in + c;
                 low[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), low[r]);
