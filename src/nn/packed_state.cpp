@@ -206,7 +206,7 @@ std::vector<PackedWeightPayload> decode_packed_state(std::span<const std::uint8_
         } else {
             payload.scales = reader.array<float>(i, "scales");
         }
-        payloads.push_back(std::move(payload));
+        payloads.emplace_back(std::move(payload));
     }
     if (reader.remaining() != 0) {
         throw std::invalid_argument("packed state: " + std::to_string(reader.remaining()) +

@@ -277,14 +277,14 @@ class QuantizedLinearCapability {
     }
     // A block payload that passed validate_block_payload, of a format supports_format accepts
     // -> this backend's storage of it.
+    // By value: the adapters that store blocks take ownership (this default only refuses).
     [[nodiscard]] virtual std::shared_ptr<const QuantizedStorage> upload_blocks(
-        PackedBlockPayload payload) const {
-        static_cast<void>(payload);
+        PackedBlockPayload /*payload*/) const {  // NOLINT(performance-unnecessary-value-param)
         throw std::logic_error("QuantizedLinearCapability::upload_blocks: format unsupported");
     }
     // The exact blocks of a block-format storage of this backend, in host memory.
-    [[nodiscard]] virtual PackedBlockPayload download_blocks(const QuantizedStorage& weight) const {
-        static_cast<void>(weight);
+    [[nodiscard]] virtual PackedBlockPayload download_blocks(
+        const QuantizedStorage& /*weight*/) const {
         throw std::logic_error("QuantizedLinearCapability::download_blocks: format unsupported");
     }
     // A payload that passed validate_nf4_payload -> this backend's storage of it.
@@ -300,11 +300,8 @@ class QuantizedLinearCapability {
     // Rows of deq(W) (a packed embedding table): out [n, in] = deq(W)[indices[i]], the ids
     // checked against out_features. Optional: only adapters that return true here are asked.
     [[nodiscard]] virtual bool gathers_rows() const noexcept { return false; }
-    virtual void gather_rows(const QuantizedStorage& weight, const IndexTensor& indices,
-                             Tensor& out) const {
-        static_cast<void>(weight);
-        static_cast<void>(indices);
-        static_cast<void>(out);
+    virtual void gather_rows(const QuantizedStorage& /*weight*/, const IndexTensor& /*indices*/,
+                             Tensor& /*out*/) const {
         throw std::logic_error("QuantizedLinearCapability::gather_rows: unsupported");
     }
 };

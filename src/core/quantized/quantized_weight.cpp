@@ -112,8 +112,8 @@ QuantizedWeight QuantizedWeight::from_packed_blocks(PackedBlockPayload payload,
                                                     ExecutionBackend backend) {
     constexpr std::string_view op = "QuantizedWeight::from_packed_blocks";
     static_cast<void>(detail::validate_block_payload(payload));
-    return QuantizedWeight(
-        format_capability(backend, payload.format, op).upload_blocks(std::move(payload)));
+    const auto& capability = format_capability(backend, payload.format, op);
+    return QuantizedWeight(capability.upload_blocks(std::move(payload)));
 }
 
 QuantizedWeight QuantizedWeight::from_packed_nf4(PackedNf4Payload payload,

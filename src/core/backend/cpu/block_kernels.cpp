@@ -5,6 +5,10 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 #include "core/backend/cpu/packed_linear_driver.hpp"
 
 namespace riftco_transformer::detail {
@@ -69,6 +73,18 @@ const BlockKernelSet portable_set{"portable", portable_decode_range, portable_ge
                                   portable_gemv_backward};
 
 }  // namespace
+
+bool cpu_has_f16c() noexcept {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned eax = 0;
+    unsigned ebx = 0;
+    unsigned ecx = 0;
+    unsigned edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1U << 29U)) != 0;
+#else
+    return false;
+#endif
+}
 
 const BlockKernelSet& portable_block_kernels() noexcept {
     return portable_set;

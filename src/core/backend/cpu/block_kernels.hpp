@@ -28,6 +28,9 @@ struct BlockKernelSet {
 };
 
 [[nodiscard]] const BlockKernelSet& portable_block_kernels() noexcept;
+// Whether the processor converts binary16 (CPUID leaf 1, ECX bit 29: F16C), which the vector
+// sets use for the block scales. (Clang's __builtin_cpu_supports has no "f16c".)
+[[nodiscard]] bool cpu_has_f16c() noexcept;
 // Null when this build or this processor lacks avx512f (with f16c).
 [[nodiscard]] const BlockKernelSet* avx512_block_kernels() noexcept;
 // Null when this build or this processor lacks AVX2 + FMA + F16C.

@@ -34,7 +34,7 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, __m256 w[4]) {
     const __m256 d = half_vector(block);
     __m256i q[4];
     if constexpr (Format == WeightFormat::q8_0) {
-        for (int k = 0; k < 4; ++k) {
+        for (std::size_t k = 0; k < 4; ++k) {
             q[k] = _mm256_cvtepi8_epi32(
                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * k)));
         }
@@ -50,17 +50,17 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, __m256 w[4]) {
         q[2] = _mm256_srli_epi32(first, 4);
         q[3] = _mm256_srli_epi32(second, 4);
         if constexpr (Format == WeightFormat::q4_0) {
-            for (int k = 0; k < 4; ++k) {
-                q[k] = _mm256_sub_epi32(q[k], _mm256_set1_epi32(8));
+            for (__m256i& code : q) {
+                code = _mm256_sub_epi32(code, _mm256_set1_epi32(8));
             }
         }
     }
-    for (int k = 0; k < 4; ++k) {
+    for (std::size_t k = 0; k < 4; ++k) {
         w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[k]));
     }
     if constexpr (Format == WeightFormat::q4_1) {
         const __m256 m = half_vector(block + 2);
-        for (int k = 0; k < 4; ++k) {
+        for (std::size_t k = 0; k < 4; ++k) {
             w[k] = _mm256_add_ps(w[k], m);
         }
     }
@@ -83,7 +83,7 @@ RIFTCO_AVX2 void decode_range_of(const BlockView& view, std::size_t begin, std::
     for (; done + gguf_block_elements <= count; done += gguf_block_elements) {
         __m256 w[4];
         decode32<Format>(view.blocks + (begin + done) / gguf_block_elements * view.block_bytes, w);
-        for (int k = 0; k < 4; ++k) {
+        for (std::size_t k = 0; k < 4; ++k) {
             _mm256_storeu_ps(out + done + 8 * k, w[k]);
         }
     }
@@ -137,7 +137,7 @@ RIFTCO_AVX2 void gemv_backward_rows(const BlockView& view, const float* g, std::
     for (std::size_t c = c_begin; c < c_end; c += gguf_block_elements) {
         __m256 total[Rows][4];
         for (std::size_t r = 0; r < Rows; ++r) {
-            for (int k = 0; k < 4; ++k) {
+            for (std::size_t k = 0; k < 4; ++k) {
                 total[r][k] = _mm256_setzero_ps();
             }
         }
@@ -147,13 +147,13 @@ RIFTCO_AVX2 void gemv_backward_rows(const BlockView& view, const float* g, std::
             decode32<Format>(block, w);
             for (std::size_t r = 0; r < Rows; ++r) {
                 const __m256 upstream = _mm256_set1_ps(g[r * out_features + o]);
-                for (int k = 0; k < 4; ++k) {
+                for (std::size_t k = 0; k < 4; ++k) {
                     total[r][k] = _mm256_fmadd_ps(upstream, w[k], total[r][k]);
                 }
             }
         }
         for (std::size_t r = 0; r < Rows; ++r) {
-            for (int k = 0; k < 4; ++k) {
+            for (std::size_t k = 0; k < 4; ++k) {
                 _mm256_storeu_ps(dx + r * in + c + 8 * k, total[r][k]);
             }
         }
@@ -184,9 +184,8 @@ const BlockKernelSet avx2_set = block_dispatch::block_kernel_set<Loops>("avx2");
 }  // namespace
 
 const BlockKernelSet* avx2_block_kernels() noexcept {
-    static const bool supported = __builtin_cpu_supports("avx2") != 0 &&
-                                  __builtin_cpu_supports("fma") != 0 &&
-                                  __builtin_cpu_supports("f16c") != 0;
+    static const bool supported =
+        __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0 && cpu_has_f16c();
     return supported ? &avx2_set : nullptr;
 }
 

@@ -200,8 +200,7 @@ const BlockKernelSet avx512_set = block_dispatch::block_kernel_set<Loops>("avx51
 }  // namespace
 
 const BlockKernelSet* avx512_block_kernels() noexcept {
-    static const bool supported =
-        __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("f16c") != 0;
+    static const bool supported = __builtin_cpu_supports("avx512f") != 0 && cpu_has_f16c();
     return supported ? &avx512_set : nullptr;
 }
 
