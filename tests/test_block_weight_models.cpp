@@ -186,5 +186,37 @@ TEST(BlockWeightModels, AdoptionRefusesBeforeAnythingChanges) {
     EXPECT_THROW(model.merge_lora(), std::logic_error);
 }
 
+TEST(BlockWeightModels, APackedEmbeddingLooksUpHostIdsAndRefusesOutOfRangeOnes) {
+    std::mt19937 generator(3);
+    Embedding table(40, 32, generator, /*deferred=*/true);
+    EXPECT_FALSE(table.weight().defined());
+    EXPECT_TRUE(table.parameters().empty());
+    const QuantizedWeight packed = QuantizedWeight::quantize_blocks(
+        Tensor({40, 32}, testing::pseudo_random(40 * 32, -1.0F, 1.0F, 5U)), WeightFormat::q4_1);
+    table.check_packed_replacement(packed);
+    table.commit_packed(packed);
+    const std::vector<float> dense = packed.dequantize().to_host();
+    const std::vector<std::size_t> ids = {7, 0, 39};
+    const std::vector<float> rows = table.forward(ids, Shape{3}).value().to_host();
+    ASSERT_EQ(rows.size(), 3U * 32U);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        for (std::size_t c = 0; c < 32; ++c)
+            ASSERT_EQ(rows[i * 32 + c], dense[ids[i] * 32 + c]);
+    }
+    try {
+        static_cast<void>(table.forward(std::vector<std::size_t>{1, 40}, Shape{2}));
+        ADD_FAILURE() << "id 40 of a 40-row table was looked up";
+    } catch (const std::out_of_range& error) {
+        EXPECT_NE(std::string(error.what()).find("id 40 at position 1"), std::string::npos)
+            << error.what();
+    }
+    // A second table, or one of another shape, is refused.
+    EXPECT_THROW(table.check_packed_replacement(packed), std::logic_error);
+    Embedding other(40, 32, generator, /*deferred=*/true);
+    const QuantizedWeight narrow = QuantizedWeight::quantize_blocks(
+        Tensor({8, 32}, testing::pseudo_random(8 * 32)), WeightFormat::q8_0);
+    EXPECT_THROW(other.check_packed_replacement(narrow), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace riftco_transformer

@@ -675,6 +675,20 @@ TEST_F(PjrtAttention, Nf4PayloadsComeBackExactlyAndOnlyThePayloadIsResident) {
     }
 }
 
+TEST_F(PjrtAttention, PackedRowLookupIsRefusedNamingTheBackend) {
+    const QuantizedWeight table =
+        QuantizedWeight::quantize(Tensor({4, 64}, std::vector<float>(256, 0.5F), device));
+    try {
+        static_cast<void>(tensor_ops::quantized_gather_rows(
+            table, IndexTensor({1}, std::vector<std::uint32_t>{2}, device)));
+        ADD_FAILURE() << "the PJRT adapter looked up a packed row";
+    } catch (const std::runtime_error& error) {
+        EXPECT_NE(std::string(error.what()).find("cannot look up rows of a packed weight"),
+                  std::string::npos)
+            << error.what();
+    }
+}
+
 TEST_F(PjrtAttention, GgufBlockWeightsAreRefusedNamingTheBackendAndTheFormat) {
     // The PJRT adapter stores NF4 only: a block-format weight is refused by name, never kept
     // as float32 behind the caller's back.

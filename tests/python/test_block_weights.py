@@ -326,3 +326,19 @@ def test_lora_trains_over_a_files_blocks_as_over_their_float32_values(tmp_path, 
                 assert model.packed_quantized_state() == before
     assert losses["file"][-1] < losses["file"][0]
     assert losses["file"] == pytest.approx(losses["f32"], rel=1e-4)
+
+
+def test_the_c_abi_refuses_a_format_that_is_not_a_block_format():
+    """rt_model_quantize_linear_weights takes RT_WEIGHT_FORMAT_Q8_0/_Q4_0/_Q4_1 only: NF4 (its
+    own functions take its block sizes) and unknown values are invalid_argument naming the
+    value, and the model stays dense."""
+    from riftco_transformer.native._errors import check_status
+    from riftco_transformer.native._loader import library
+
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        for value in (0, 4, -1, 1 << 20):
+            with model._native() as pointer, \
+                    pytest.raises(RiftcoTransformerError,
+                                  match=f"format {value} is not a block format"):
+                check_status(library().rt_model_quantize_linear_weights(pointer, value))
+        assert model.linear_weight_format is None
