@@ -513,7 +513,7 @@ def _add_adapter(parser) -> None:
 def _open_model(arguments, maximum_context: int | None = None):
     """The PretrainedModel that --bundle or --model names (with --adapter applied and merged),
     on the requested backend."""
-    from .pretrained import load_pretrained
+    from .pretrained import checkpoint_format, load_pretrained
 
     path = arguments.bundle if getattr(arguments, "bundle", None) is not None else arguments.model
     adapter = getattr(arguments, "adapter", None)  # post-train --model takes none
@@ -521,7 +521,8 @@ def _open_model(arguments, maximum_context: int | None = None):
     if skip_check and adapter is None:
         raise UsageError("--skip-adapter-base-check needs --adapter")
     weights = getattr(arguments, "weights", "f32")
-    if weights == "file" and path.suffix.lower() != ".gguf":
+    # load_pretrained's own rule (the same test of the file), named as the flag here.
+    if weights == "file" and checkpoint_format(path) != "gguf":
         raise UsageError(f"--weights file keeps a GGUF file's blocks; {path} is not a .gguf "
                          "file (choose f32, q8_0, q4_0 or q4_1)")
     loaded = load_pretrained(path, maximum_context=maximum_context, adapter=adapter,
