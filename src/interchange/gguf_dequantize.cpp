@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/quantized/block_format.hpp"
+#include "riftco_transformer/core/binary16.hpp"
 #include "riftco_transformer/interchange/gguf.hpp"
 
 namespace riftco_transformer {
@@ -28,9 +28,9 @@ std::uint16_t load_u16(const std::uint8_t* bytes) noexcept {
     return value;  // the host is little-endian (checked in gguf_reader.cpp)
 }
 
-// binary16 -> float32 has one home: the core's (block_format.hpp).
+// binary16 -> float32 has one home: riftco_transformer/core/binary16.hpp.
 float half_to_float(std::uint16_t bits) noexcept {
-    return detail::half_bits_to_float(bits);
+    return half_bits_to_float(bits);
 }
 
 float half_at(const std::uint8_t* bytes) noexcept {

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "core/backend/quantized_storage.hpp"
+#include "riftco_transformer/core/binary16.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
 
 namespace riftco_transformer::detail {
 
-// binary16 -> float32, exact (±0, subnormals, ±inf and NaN payloads included).
-[[nodiscard]] float half_bits_to_float(std::uint16_t bits) noexcept;
-// float32 -> binary16, rounded to nearest even; overflow gives ±inf, NaN stays NaN.
-[[nodiscard]] std::uint16_t float_to_half_bits(float value) noexcept;
+// binary16 conversion has one home: riftco_transformer/core/binary16.hpp.
+using riftco_transformer::float_to_half_bits;
+using riftco_transformer::half_bits_to_float;
 
 [[nodiscard]] inline float half_at(const std::uint8_t* bytes) noexcept {
     std::uint16_t bits;
