@@ -1,9 +1,10 @@
-// GGUF block formats (q8_0, q4_0, q4_1) as QuantizedWeight storage: binary16 conversion
-// against a nearest-neighbour search, decoding against an oracle written from the layout in
-// double, ggml's reference rounding on hand-computed blocks, the products and the input
-// backward of every kernel set against the decoded matrix in double (form B, 3e-5), and every
-// payload rule with its message. (The gguf package's quantize and dequantize are the Python
-// tests' oracle: test_block_formats.py.)
+// GGUF block formats (q8_0, q4_0, q4_1, q5_0 and the K formats q4_k, q5_k, q6_k) as
+// QuantizedWeight storage: binary16 conversion against a nearest-neighbour search, decoding
+// against an oracle written from the layout in double, element by element, ggml's reference
+// rounding on hand-computed blocks, the products and the input backward of every kernel set
+// against the decoded matrix in double (form B, 3e-5), and every payload rule with its
+// message. (The K formats have no quantizer here: their weights are random valid blocks.) (The gguf
+// package's quantize and dequantize are the Python tests' oracle: test_block_formats.py.)
 
 #include <gtest/gtest.h>
 
@@ -34,8 +35,12 @@ using testing::KernelChoiceGuard;
 using testing::pseudo_random;
 
 constexpr double tolerance = 3e-5;
+// The formats quantize_blocks produces, and every block format.
 constexpr WeightFormat block_formats[] = {WeightFormat::q8_0, WeightFormat::q4_0,
-                                          WeightFormat::q4_1};
+                                          WeightFormat::q4_1, WeightFormat::q5_0};
+constexpr WeightFormat all_block_formats[] = {
+    WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1, WeightFormat::q5_0,
+    WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k};
 
 // The value of binary16 `bits` from its fields, in double (the oracle of half_bits_to_float).
 double half_value(std::uint16_t bits) {
@@ -106,46 +111,139 @@ TEST(BlockFormats, FloatToHalfRoundsToTheNearestEvenNeighbour) {
     }
 }
 
-// The oracle's decoded matrix in double, written from the layout (core/quantized_weight.hpp).
+double half_of(const std::uint8_t* bytes) {
+    return half_value(static_cast<std::uint16_t>(bytes[0] | (bytes[1] << 8)));
+}
+
+// Element e of one block, in double, written from the layout (core/quantized_weight.hpp),
+// rounded to float where the format rounds a sum (every product below is exact in float).
+double reference_element(WeightFormat format, const std::uint8_t* block, std::size_t e) {
+    switch (format) {
+        case WeightFormat::q8_0:
+            return half_of(block) * static_cast<std::int8_t>(block[2 + e]);
+        case WeightFormat::q4_0:
+        case WeightFormat::q4_1:
+        case WeightFormat::q5_0: {
+            const std::size_t codes =
+                format == WeightFormat::q4_0 ? 2 : (format == WeightFormat::q4_1 ? 4 : 6);
+            const int nibble = e < 16 ? block[codes + e] & 15 : block[codes + e - 16] >> 4;
+            if (format == WeightFormat::q4_0) {
+                return half_of(block) * (nibble - 8);
+            }
+            if (format == WeightFormat::q5_0) {
+                const std::uint32_t qh = block[2] | (block[3] << 8U) | (block[4] << 16U) |
+                                         (static_cast<std::uint32_t>(block[5]) << 24U);
+                const int fifth = static_cast<int>((qh >> e) & 1U);
+                return half_of(block) * (nibble + 16 * fifth - 16);
+            }
+            // d·n is exact in float (11 + 4 bits); the sum is rounded once, as in float.
+            return static_cast<float>(half_of(block) * nibble + half_of(block + 2));
+        }
+        case WeightFormat::q4_k:
+        case WeightFormat::q5_k: {
+            const std::size_t j = e / 32;
+            const std::size_t l = e % 32;
+            const std::uint8_t* s = block + 4;
+            const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+            const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+            const bool five = format == WeightFormat::q5_k;
+            const std::uint8_t byte = block[(five ? 48 : 16) + 32 * (j / 2) + l];
+            int q = j % 2 == 0 ? byte & 15 : byte >> 4;
+            if (five) {
+                q += 16 * ((block[16 + l] >> j) & 1);
+            }
+            // (d·sc)·q and dmin·m are exact in float; their difference is rounded once.
+            return static_cast<float>(half_of(block) * sc * q - half_of(block + 2) * m);
+        }
+        case WeightFormat::q6_k: {
+            const std::size_t h = e / 128;
+            const std::size_t t = (e % 128) / 32;
+            const std::size_t l = e % 32;
+            const int low = (block[64 * h + 32 * (t % 2) + l] >> (4 * (t / 2))) & 15;
+            const int high = (block[128 + 32 * h + l] >> (2 * t)) & 3;
+            const int sc = static_cast<std::int8_t>(block[192 + e / 16]);
+            return half_of(block + 208) * sc * ((low | (high << 4)) - 32);
+        }
+        case WeightFormat::nf4:
+            break;
+    }
+    return 0.0;
+}
+
+// The oracle's decoded matrix in double.
 std::vector<double> reference_decode(const PackedBlockPayload& payload) {
     const std::size_t bytes = gguf_block_bytes(payload.format);
+    const std::size_t elements = gguf_format_block_elements(payload.format);
     const std::size_t blocks = payload.blocks.size() / bytes;
-    std::vector<double> values(blocks * 32);
+    std::vector<double> values(blocks * elements);
     for (std::size_t b = 0; b < blocks; ++b) {
-        const std::uint8_t* block = payload.blocks.data() + b * bytes;
-        const double d = half_value(static_cast<std::uint16_t>(block[0] | (block[1] << 8)));
-        for (std::size_t j = 0; j < 32; ++j) {
-            double w = 0.0;
-            if (payload.format == WeightFormat::q8_0) {
-                w = d * static_cast<std::int8_t>(block[2 + j]);
-            } else {
-                const std::size_t codes = payload.format == WeightFormat::q4_1 ? 4 : 2;
-                const int nibble = j < 16 ? block[codes + j] & 15 : block[codes + j - 16] >> 4;
-                if (payload.format == WeightFormat::q4_0) {
-                    w = d * (nibble - 8);
-                } else {
-                    const double m =
-                        half_value(static_cast<std::uint16_t>(block[2] | (block[3] << 8)));
-                    // d·n is exact in float (11 + 4 bits); the sum is rounded once, as in float.
-                    w = static_cast<float>(d * nibble + m);
-                }
-            }
-            values[b * 32 + j] = w;
+        for (std::size_t e = 0; e < elements; ++e) {
+            values[b * elements + e] =
+                reference_element(payload.format, payload.blocks.data() + b * bytes, e);
         }
     }
     return values;
 }
 
+// Random valid blocks: random code bytes and binary16 scales (d, and dmin or m) sized so that
+// every weight stays within about ±1, as a real model's do: 2^-e .. 2^-(e-1) with
+// 2^(e-1) ≈ the largest |code·sub-scale| (q4_k 63·15, q5_k 63·31, q6_k 128·32; 32 otherwise).
+PackedBlockPayload random_blocks(WeightFormat format, std::size_t out, std::size_t in,
+                                 std::uint32_t seed) {
+    PackedBlockPayload payload;
+    payload.format = format;
+    payload.out_features = out;
+    payload.in_features = in;
+    const std::size_t bytes = gguf_block_bytes(format);
+    const std::size_t count = out * in / gguf_format_block_elements(format);
+    const std::vector<float> noise = pseudo_random(count * bytes, 0.0F, 1.0F, seed);
+    payload.blocks.resize(count * bytes);
+    for (std::size_t i = 0; i < payload.blocks.size(); ++i) {
+        payload.blocks[i] =
+            static_cast<std::uint8_t>(static_cast<unsigned>(noise[i] * 256.0F) & 255U);
+    }
+    std::vector<std::size_t> halves = {0};
+    if (format == WeightFormat::q4_1 || format == WeightFormat::q4_k ||
+        format == WeightFormat::q5_k) {
+        halves.push_back(2);
+    }
+    if (format == WeightFormat::q6_k) {
+        halves = {208};
+    }
+    const int exponent = format == WeightFormat::q4_k   ? -11
+                         : format == WeightFormat::q5_k ? -12
+                         : format == WeightFormat::q6_k ? -13
+                                                        : -6;
+    for (std::size_t b = 0; b < count; ++b) {
+        for (const std::size_t offset : halves) {
+            std::uint8_t* at = payload.blocks.data() + b * bytes + offset;
+            const float magnitude = std::ldexp(1.0F + noise[b * bytes + offset], exponent);
+            // q4_k/q5_k's d and dmin are non-negative in ggml's files; q6_k's d takes a sign.
+            const bool negative = format == WeightFormat::q6_k && (at[0] & 1U) != 0;
+            const std::uint16_t bits =
+                detail::float_to_half_bits(negative ? -magnitude : magnitude);
+            std::memcpy(at, &bits, sizeof(bits));
+        }
+    }
+    return payload;
+}
+
+// quantize_blocks' weight of a format it produces; random valid blocks of a K format.
 QuantizedWeight make_weight(WeightFormat format, std::size_t out, std::size_t in,
                             std::uint32_t seed = 11U) {
+    if (gguf_format_block_elements(format) != gguf_block_elements) {
+        return QuantizedWeight::from_packed_blocks(random_blocks(format, out, in, seed),
+                                                   ExecutionBackend::Cpu);
+    }
     return QuantizedWeight::quantize_blocks(
         Tensor({out, in}, pseudo_random(out * in, -0.8F, 0.8F, seed)), format);
 }
 
 TEST(BlockFormats, DequantizeEqualsTheLayoutOracleBitForBit) {
-    for (const WeightFormat format : block_formats) {
+    for (const WeightFormat format : all_block_formats) {
         SCOPED_TRACE(std::string(weight_format_name(format)));
-        const QuantizedWeight weight = make_weight(format, 7, 96);
+        const bool k_format = gguf_format_block_elements(format) == 256;
+        const QuantizedWeight weight = make_weight(format, 7, k_format ? 512 : 96);
         const std::vector<double> expected = reference_decode(weight.copy_blocks_to_host());
         const std::vector<float> decoded = weight.dequantize().to_host();
         ASSERT_EQ(decoded.size(), expected.size());
@@ -199,6 +297,21 @@ TEST(BlockFormats, QuantizeFollowsGgmlsReferenceRoundingOnHandComputedBlocks) {
     EXPECT_EQ(half_bits_at(zero4, 0), 0x8000);
     EXPECT_EQ(zero4[2], 0x88);
     EXPECT_EQ(half_bits_at(one_block(WeightFormat::q4_1, zeros), 0), 0x0000);
+    // q5_0: the largest magnitude is -4, so d = -4/-16 = 0.25 and q_j = min(31, trunc(x_j/0.25
+    // + 16.5)) = j: the low nibbles in qs, bit 4 of q_j (j >= 16) at bit j of qh.
+    const std::vector<std::uint8_t> q5 = one_block(WeightFormat::q5_0, x);
+    EXPECT_EQ(half_bits_at(q5, 0), 0x3400);  // 0.25
+    std::uint32_t qh = 0;
+    std::memcpy(&qh, q5.data() + 2, sizeof(qh));
+    EXPECT_EQ(qh, 0xFFFF0000U);
+    for (std::size_t j = 0; j < 16; ++j) {
+        EXPECT_EQ(q5[6 + j], j | (j << 4U)) << j;  // q_j = j and q_{j+16} = j + 16
+    }
+    const std::vector<std::uint8_t> zero5 = one_block(WeightFormat::q5_0, zeros);
+    EXPECT_EQ(half_bits_at(zero5, 0), 0x8000);  // -0, as q4_0
+    EXPECT_EQ(zero5[6], 0x00);                  // q = 16: nibble 0 with its fifth bit set
+    std::memcpy(&qh, zero5.data() + 2, sizeof(qh));
+    EXPECT_EQ(qh, 0xFFFFFFFFU);
 }
 
 TEST(BlockFormats, QuantizationErrorStaysWithinHalfAStep) {
@@ -213,11 +326,14 @@ TEST(BlockFormats, QuantizationErrorStaysWithinHalfAStep) {
             const std::uint8_t* block = blocks.blocks.data() + (i / 32) * gguf_block_bytes(format);
             const double d =
                 std::fabs(half_value(static_cast<std::uint16_t>(block[0] | (block[1] << 8))));
-            // Rounding to a step of d (q4_0: a whole step where the code 8 above the largest
-            // magnitude's opposite side is clamped to 7), plus d's own binary16 rounding over
-            // up to 16 (q4) or 127 (q8) steps.
-            const double steps = format == WeightFormat::q8_0 ? 127.0 : 16.0;
-            const double rounding = format == WeightFormat::q4_0 ? 1.0 : 0.5;
+            // Rounding to a step of d (q4_0, q5_0: a whole step where the code above the
+            // largest magnitude's opposite side is clamped), plus d's own binary16 rounding
+            // over up to 16 (q4), 32 (q5) or 127 (q8) steps.
+            const double steps = format == WeightFormat::q8_0   ? 127.0
+                                 : format == WeightFormat::q5_0 ? 32.0
+                                                                : 16.0;
+            const double rounding =
+                format == WeightFormat::q4_0 || format == WeightFormat::q5_0 ? 1.0 : 0.5;
             const double bound = rounding * d + steps * d * std::ldexp(1.0, -11) + 1e-6;
             ASSERT_LE(std::fabs(static_cast<double>(decoded[i]) - x[i]), bound) << i;
         }
@@ -231,14 +347,34 @@ struct ProductCase {
 };
 
 const ProductCase product_cases[] = {
-    {1, 32, 1},    {1, 64, 7},   {2, 96, 5},      {3, 576, 33},  {4, 128, 9},    {5, 160, 17},
-    {8, 4096, 12}, {9, 192, 70}, {12, 1536, 150}, {37, 96, 130}, {16, 64, 3000}, {64, 576, 96},
+    {1, 32, 1},
+    {1, 64, 7},
+    {2, 96, 5},
+    {3, 576, 33},
+    {4, 128, 9},
+    {5, 160, 17},
+    {8, 4096, 12},
+    {9, 192, 70},
+    {12, 1536, 150},
+    {37, 96, 130},
+    {16, 64, 3000},
+    {64, 576, 96},
+    // widths for the K formats' 256-element blocks (the 32-element formats run them too)
+    {1, 256, 3},
+    {2, 768, 40},
+    {4, 1536, 9},
+    {7, 512, 130},
+    {37, 256, 70},
+    {64, 1536, 96},
 };
 
 void check_products(detail::Nf4KernelChoice choice) {
     const KernelChoiceGuard guard(choice);
-    for (const WeightFormat format : block_formats) {
+    for (const WeightFormat format : all_block_formats) {
         for (const ProductCase& c : product_cases) {
+            if (c.in % gguf_format_block_elements(format) != 0) {
+                continue;
+            }
             SCOPED_TRACE(std::string(weight_format_name(format)) +
                          " rows=" + std::to_string(c.rows) + " in=" + std::to_string(c.in) +
                          " out=" + std::to_string(c.out));
@@ -299,12 +435,14 @@ TEST(BlockFormats, DecodeRangeOfEveryKernelSetEqualsTheOracleBitForBit) {
             continue;
         }
         const detail::BlockKernelSet& set = detail::block_kernel_set_for(choice);
-        for (const WeightFormat format : block_formats) {
-            const QuantizedWeight weight = make_weight(format, 5, 96);
+        for (const WeightFormat format : all_block_formats) {
+            const bool k_format = gguf_format_block_elements(format) == 256;
+            const QuantizedWeight weight = make_weight(format, 5, k_format ? 512 : 96);
             const PackedBlockPayload payload = weight.copy_blocks_to_host();
             const std::vector<double> dense = reference_decode(payload);
             const detail::BlockView view = detail::view_of(payload);
-            for (const std::size_t begin : {0UL, 1UL, 16UL, 31UL, 32UL, 95UL, 96UL, 200UL}) {
+            for (const std::size_t begin :
+                 {0UL, 1UL, 16UL, 31UL, 32UL, 95UL, 96UL, 200UL, 255UL, 480UL, 512UL, 1000UL}) {
                 for (const std::size_t count : {1UL, 15UL, 32UL, 33UL, 64UL, 150UL}) {
                     if (begin + count > dense.size()) {
                         continue;
@@ -367,6 +505,16 @@ TEST(BlockFormats, AccountsEveryByteAndKeepsTheBlocksExactly) {
     EXPECT_EQ(q41.packed_code_bytes, 320U);
     EXPECT_EQ(q41.half_scale_bytes, 80U);
     EXPECT_EQ(q41.resident_payload_bytes, 400U);
+    // A K format: 256-element blocks, d + dmin + 12 sub-block scale bytes per block.
+    const QuantizedWeight q4k = make_weight(WeightFormat::q4_k, 3, 512);
+    EXPECT_EQ(q4k.block_size(), 256U);
+    EXPECT_EQ(q4k.block_count(), 6U);
+    const QuantizedMemoryUsage k_usage = q4k.memory_usage();
+    EXPECT_EQ(k_usage.packed_code_bytes, 6U * 128U);
+    EXPECT_EQ(k_usage.half_scale_bytes, 6U * 16U);
+    EXPECT_EQ(k_usage.resident_payload_bytes, 6U * 144U);
+    EXPECT_EQ(make_weight(WeightFormat::q6_k, 1, 256).memory_usage().scale_bytes, 18U);
+    EXPECT_EQ(make_weight(WeightFormat::q5_0, 1, 64).memory_usage().packed_code_bytes, 40U);
 
     PackedBlockPayload payload = q8.copy_blocks_to_host();
     const QuantizedWeight copy =
@@ -389,19 +537,24 @@ TEST(BlockFormats, AccountsEveryByteAndKeepsTheBlocksExactly) {
     EXPECT_EQ(weight_format_name(WeightFormat::q4_1), "q4_1");
     EXPECT_EQ(weight_format_from_name("q8_0"), WeightFormat::q8_0);
     EXPECT_EQ(weight_format_from_name("Q8_0"), std::nullopt);
+    for (const WeightFormat format : all_block_formats) {
+        EXPECT_EQ(weight_format_from_name(weight_format_name(format)), format);
+    }
+    EXPECT_EQ(weight_format_name(WeightFormat::q6_k), "q6_k");
 }
 
 TEST(BlockFormats, PackedRowLookupDecodesExactlyTheRowsAsked) {
-    for (const WeightFormat format : block_formats) {
-        const QuantizedWeight table = make_weight(format, 9, 64);
+    for (const WeightFormat format : all_block_formats) {
+        const std::size_t width = gguf_format_block_elements(format) == 256 ? 512 : 64;
+        const QuantizedWeight table = make_weight(format, 9, width);
         const std::vector<float> dense = table.dequantize().to_host();
         const std::vector<std::uint32_t> ids = {4, 0, 8, 4, 2, 7};
         const Tensor rows = tensor_ops::quantized_gather_rows(table, IndexTensor({2, 3}, ids));
-        ASSERT_EQ(rows.shape(), (Shape{2, 3, 64}));
+        ASSERT_EQ(rows.shape(), (Shape{2, 3, width}));
         const std::vector<float> values = rows.to_host();
         for (std::size_t i = 0; i < ids.size(); ++i) {
-            for (std::size_t c = 0; c < 64; ++c) {
-                ASSERT_EQ(values[i * 64 + c], dense[ids[i] * 64 + c]) << i << " " << c;
+            for (std::size_t c = 0; c < width; ++c) {
+                ASSERT_EQ(values[i * width + c], dense[ids[i] * width + c]) << i << " " << c;
             }
         }
         EXPECT_THROW(static_cast<void>(tensor_ops::quantized_gather_rows(
@@ -490,6 +643,40 @@ TEST(BlockFormats, RefusesBadPayloadsNamingTheFieldAndValue) {
                                                                WeightFormat::q4_0));
         },
         "in_features 40 of a q4_0 weight");
+    // The K formats: 256-element blocks, their own scale offsets, and no quantizer here.
+    PackedBlockPayload k_ragged = random_blocks(WeightFormat::q4_k, 2, 256, 3U);
+    k_ragged.in_features = 576;
+    k_ragged.out_features = 1;
+    expect_error<std::invalid_argument>(
+        load(k_ragged),
+        "in_features 576 of a q4_k weight is not a multiple of its 256-element block");
+    PackedBlockPayload k_short = random_blocks(WeightFormat::q5_k, 2, 256, 3U);
+    k_short.blocks.resize(351);
+    expect_error<std::invalid_argument>(
+        load(k_short),
+        "blocks has 351 bytes, expected 352 (2 q5_k blocks of 176 bytes for [2,256])");
+    PackedBlockPayload q6_nan = random_blocks(WeightFormat::q6_k, 2, 512, 3U);
+    const std::uint16_t nan = 0x7E00;
+    std::memcpy(q6_nan.blocks.data() + 3 * 210 + 208, &nan, 2);  // block 1 of row 1: d
+    expect_error<std::invalid_argument>(load(q6_nan),
+                                        "the scale d of block 1 of row 1 is nan (must be finite)");
+    PackedBlockPayload q4k_inf = random_blocks(WeightFormat::q4_k, 1, 256, 3U);
+    std::memcpy(q4k_inf.blocks.data() + 2, &infinity, 2);
+    expect_error<std::invalid_argument>(
+        load(q4k_inf), "the minimum scale dmin of block 0 of row 0 is inf (must be finite)");
+    PackedBlockPayload q5_inf = make_weight(WeightFormat::q5_0, 1, 64).copy_blocks_to_host();
+    std::memcpy(q5_inf.blocks.data() + 22, &infinity, 2);
+    expect_error<std::invalid_argument>(load(q5_inf),
+                                        "the scale d of block 1 of row 0 is inf (must be finite)");
+    for (const WeightFormat format : {WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k}) {
+        expect_error<std::invalid_argument>(
+            [&] {
+                static_cast<void>(
+                    QuantizedWeight::quantize_blocks(Tensor({1, 256}, pseudo_random(256)), format));
+            },
+            "format " + std::string(weight_format_name(format)) +
+                " cannot be produced here: K-format weights come from GGUF files");
+    }
 }
 
 }  // namespace

@@ -680,16 +680,16 @@ TEST_F(Gguf, RejectsUnknownTensorTypeIdsAndRowsThatSplitABlock) {
 
 TEST_F(Gguf, KnownButUnsupportedTypesOpenAndFailOnlyWhenDequantized) {
     TestFile file;
-    file.tensors.push_back({"q5", {32}, 6, 0});  // Q5_0: 22 bytes per 32 elements
-    file.data.resize(22, 0);
+    file.tensors.push_back({"q5", {32}, 7, 0});  // Q5_1: 24 bytes per 32 elements
+    file.data.resize(24, 0);
     const GgufFile gguf = open_bytes(file.encode());
     const GgufTensorInfo& tensor = gguf.tensor("q5");
-    EXPECT_EQ(tensor.type, GgmlType::Q5_0);
-    EXPECT_EQ(tensor.byte_size, 22U);
-    EXPECT_EQ(gguf.tensor_bytes(tensor).size(), 22U);
-    EXPECT_FALSE(gguf_can_dequantize(GgmlType::Q5_0));
+    EXPECT_EQ(tensor.type, GgmlType::Q5_1);
+    EXPECT_EQ(tensor.byte_size, 24U);
+    EXPECT_EQ(gguf.tensor_bytes(tensor).size(), 24U);
+    EXPECT_FALSE(gguf_can_dequantize(GgmlType::Q5_1));
     expect_error<GgufFormatError>([&] { static_cast<void>(gguf.dequantize(tensor)); },
-                                  "tensor 'q5' has type Q5_0 (6), which dequantize does not "
+                                  "tensor 'q5' has type Q5_1 (7), which dequantize does not "
                                   "support");
 }
 
@@ -793,6 +793,23 @@ TEST(GgufDequantize, Q4_1) {
                                          6.5F,  6.0F,  5.5F, 5.0F, 4.5F, 4.0F, 3.5F,  3.0F,
                                          2.5F,  2.0F,  1.5F, 1.0F, 0.5F, 0.0F, -0.5F, -1.0F};
     EXPECT_EQ(blocks_to_floats(GgmlType::Q4_1, block, 32), expected);
+}
+
+TEST(GgufDequantize, Q5_0) {
+    // d = 0.5; qh = bit 0 and bit 31; x_j = d·((n_j | h_j·16) − 16)
+    Bytes block = {0x00, 0x38, 0x01, 0x00, 0x00, 0x80};
+    const Bytes qs = nibble_ramp();
+    block.insert(block.end(), qs.begin(), qs.end());
+    std::vector<float> expected(32);
+    for (std::size_t j = 0; j < 32; ++j) {
+        const int nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+        const int fifth = j == 0 || j == 31 ? 16 : 0;
+        expected[j] = 0.5F * static_cast<float>(nibble + fifth - 16);
+    }
+    EXPECT_EQ(expected[0], 0.0F);   // n = 0, h = 1: 16 − 16
+    EXPECT_EQ(expected[1], -7.5F);  // n = 1, h = 0
+    EXPECT_EQ(expected[31], 0.0F);  // n = 0 (the ramp's last high nibble), h = 1
+    EXPECT_EQ(blocks_to_floats(GgmlType::Q5_0, block, 32), expected);
 }
 
 TEST(GgufDequantize, Q8_0) {
@@ -935,7 +952,7 @@ TEST(GgufDequantize, RejectsWrongSizesAndUnsupportedTypes) {
         "type unknown (99) is not supported");
     for (const GgmlType type :
          {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-          GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+          GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
         EXPECT_TRUE(gguf_can_dequantize(type)) << ggml_type_name(type);
     }
 }

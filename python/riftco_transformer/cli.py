@@ -492,12 +492,12 @@ def _add_model_source(parser) -> None:
 
 
 def _add_weights(parser) -> None:
-    parser.add_argument("--weights", choices=("f32", "file", "q8_0", "q4_0", "q4_1"),
+    parser.add_argument("--weights", choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0"),
                         default="f32",
                         help="the projections' precision: f32 (default); file: a GGUF "
-                        "file's own Q8_0/Q4_0/Q4_1 blocks and packed embedding table, never "
-                        "expanded; q8_0/q4_0/q4_1: packed into that GGUF block format after "
-                        "loading. With packed weights an --adapter stays attached, unmerged")
+                        "file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K) and packed "
+                        "embedding table, never expanded; q8_0/q5_0/q4_1/q4_0: packed into that "
+                        "GGUF block format after loading. With packed weights an --adapter stays attached, unmerged")
 
 
 def _add_adapter(parser) -> None:
@@ -524,7 +524,7 @@ def _open_model(arguments, maximum_context: int | None = None):
     # load_pretrained's own rule (the same test of the file), named as the flag here.
     if weights == "file" and checkpoint_format(path) != "gguf":
         raise UsageError(f"--weights file keeps a GGUF file's blocks; {path} is not a .gguf "
-                         "file (choose f32, q8_0, q4_0 or q4_1)")
+                         "file (choose f32, q8_0, q5_0, q4_1 or q4_0)")
     loaded = load_pretrained(path, maximum_context=maximum_context, adapter=adapter,
                              check_adapter_base=not skip_check, weights=weights)
     try:

@@ -133,6 +133,14 @@ std::optional<WeightFormat> block_format_of(GgmlType type) {
             return WeightFormat::q4_0;
         case GgmlType::Q4_1:
             return WeightFormat::q4_1;
+        case GgmlType::Q5_0:
+            return WeightFormat::q5_0;
+        case GgmlType::Q4_K:
+            return WeightFormat::q4_k;
+        case GgmlType::Q5_K:
+            return WeightFormat::q5_k;
+        case GgmlType::Q6_K:
+            return WeightFormat::q6_k;
         default:
             return std::nullopt;
     }
@@ -462,7 +470,7 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             if (!block_format_of(found->tensor->type)) {
                 throw std::invalid_argument(
                     "load_llama_from_gguf: keeping the file's weights needs every projection in "
-                    "q8_0, q4_0 or q4_1, but tensor '" +
+                    "a block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k or q6_k), but tensor '" +
                     gguf_printable(found->tensor->name) + "' (" + parameter + ") is " +
                     std::string(ggml_type_name(found->tensor->type)) +
                     "; load it as float32 or convert the file");
@@ -514,7 +522,7 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             }
             const WeightFormat format = *block_format_of(source.tensor->type);
             const std::size_t row_bytes =
-                source.columns / gguf_block_elements * gguf_block_bytes(format);
+                source.columns / gguf_format_block_elements(format) * gguf_block_bytes(format);
             const auto first =
                 cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * row_bytes);
             std::vector<std::uint8_t> blocks(

@@ -115,7 +115,7 @@ std::vector<std::uint8_t> encode_packed_state(std::span<const QuantizedWeight> w
             const PackedBlockPayload blocks = weight.copy_blocks_to_host();
             append_u64(out, blocks.out_features);
             append_u64(out, blocks.in_features);
-            append_u64(out, gguf_block_elements);
+            append_u64(out, gguf_format_block_elements(blocks.format));
             append_u32(out, 0);
             append_u32(out, static_cast<std::uint32_t>(blocks.format));
             append_u64(out, 0);
@@ -177,12 +177,13 @@ std::vector<PackedWeightPayload> decode_packed_state(std::span<const std::uint8_
         payload.double_quantized = double_quantized == 1;
         payload.scale_block_size = reader.u64(i, "scale_block_size");
         if (is_block_weight_format(format)) {
-            if (payload.block_size != gguf_block_elements || payload.double_quantized ||
-                payload.scale_block_size != 0) {
+            if (payload.block_size != gguf_format_block_elements(format) ||
+                payload.double_quantized || payload.scale_block_size != 0) {
                 Reader::fail(i, "block_size",
                              "of a " + std::string(weight_format_name(format)) +
-                                 " weight must be 32 with double_quantized and scale_block_size "
-                                 "0 (got " +
+                                 " weight must be " +
+                                 std::to_string(gguf_format_block_elements(format)) +
+                                 " with double_quantized and scale_block_size 0 (got " +
                                  std::to_string(payload.block_size) + ", " +
                                  std::to_string(double_quantized) + ", " +
                                  std::to_string(payload.scale_block_size) + ")");

@@ -1,10 +1,12 @@
-"""Weights kept in GGUF block formats (Q8_0, Q4_0, Q4_1; issue 30): ``quantize_blocks`` writes
-ggml's blocks byte for byte (against this package's own exporter, itself checked against a
-scalar transcription of ggml and ``gguf.quants.quantize``; and Q4_1 against ``gguf.quants``
-when the oracle interpreter has it), ``load_pretrained(weights="file")`` keeps a GGUF file's
-blocks for every rotary family with the logits of the float32 load, the packed state round
-trips the blocks, and every refusal names the argument and leaves the model unchanged. The real
-SmolLM2 Q4_1 file is used when it is in the cache."""
+"""Weights kept in GGUF block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K; issue 30):
+``quantize_blocks`` writes ggml's blocks byte for byte (against this package's own exporter,
+itself checked against a scalar transcription of ggml and ``gguf.quants.quantize``; and Q4_1
+and Q5_0 against ``gguf.quants`` when the oracle interpreter has it);
+``load_pretrained(weights="file")`` keeps a GGUF file's blocks for every rotary family with the
+logits of the float32 load (the K formats and Q5_0 as random valid blocks written into a file,
+decoded as ``gguf.quants.dequantize`` decodes them); the packed state round trips the blocks,
+and every refusal names the argument and leaves the model unchanged. The real SmolLM2 Q4_1 file
+is used when it is in the cache."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import subprocess
 import textwrap
 from array import array
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from support import oracle_python, smollm2_path
@@ -56,7 +59,7 @@ def state_records(state: bytes) -> list[tuple[int, int, int, bytes]]:
             "<QQQIIQ", state, offset)
         offset += 40
         assert format_id != 0, "only block formats here"
-        assert (block, double, scale_block) == (32, 0, 0)
+        assert (block, double, scale_block) == (256 if format_id >= 5 else 32, 0, 0)
         (size,) = struct.unpack_from("<Q", state, offset)
         offset += 8
         records.append((format_id, out, inner, state[offset:offset + size]))
@@ -202,7 +205,8 @@ def test_refusals_name_the_argument_and_change_nothing(tmp_path):
         assert narrow.linear_weight_format is None
         assert forward_values(narrow, TOKENS) == before
         for bad in ("nf4", "Q8_0", "q5_k"):
-            with pytest.raises(ValueError, match="format must be one of 'q8_0', 'q4_0', 'q4_1'"):
+            with pytest.raises(ValueError,
+                               match="format must be one of 'q8_0', 'q4_0', 'q4_1', 'q5_0'"):
                 narrow.quantize_blocks(bad)
         with pytest.raises(TypeError):
             narrow.quantize_blocks(8)
@@ -216,7 +220,8 @@ def test_refusals_name_the_argument_and_change_nothing(tmp_path):
     # weights="file" needs a GGUF file whose projections are in a block format.
     f32 = export_gguf(capture(wide_preset("mistral")), tmp_path / "f32.gguf")
     with pytest.raises(RiftcoTransformerError,
-                       match=r"needs every projection in q8_0, q4_0 or q4_1, but tensor "
+                       match=r"needs every projection in a block format \(q8_0, q4_0, q4_1, "
+                             r"q5_0, q4_k, q5_k or q6_k\), but tensor "
                              r"'blk\.0\.attn_q\.weight' \(blocks\.0\.attention\.query\.weight\) "
                              r"is F32"):
         load_pretrained(f32, weights="file")
@@ -329,16 +334,215 @@ def test_lora_trains_over_a_files_blocks_as_over_their_float32_values(tmp_path, 
 
 
 def test_the_c_abi_refuses_a_format_that_is_not_a_block_format():
-    """rt_model_quantize_linear_weights takes RT_WEIGHT_FORMAT_Q8_0/_Q4_0/_Q4_1 only: NF4 (its
-    own functions take its block sizes) and unknown values are invalid_argument naming the
-    value, and the model stays dense."""
+    """rt_model_quantize_linear_weights takes RT_WEIGHT_FORMAT_Q8_0/_Q4_0/_Q4_1/_Q5_0 only:
+    NF4 (its own functions take its block sizes) and unknown values are invalid_argument naming
+    the value, the K formats (5, 6, 7) invalid_argument naming where they come from, and the
+    model stays dense."""
     from riftco_transformer.native._errors import check_status
     from riftco_transformer.native._loader import library
 
-    with LlamaMistralTransformer(wide_preset("llama")) as model:
-        for value in (0, 4, -1, 1 << 20):
+    with LlamaMistralTransformer(k_preset()) as model:
+        for value in (0, 8, -1, 1 << 20):
             with model._native() as pointer, \
                     pytest.raises(RiftcoTransformerError,
                                   match=f"format {value} is not a block format"):
                 check_status(library().rt_model_quantize_linear_weights(pointer, value))
+        for value, name in ((5, "q4_k"), (6, "q5_k"), (7, "q6_k")):
+            with model._native() as pointer, \
+                    pytest.raises(RiftcoTransformerError,
+                                  match=f"format {name} cannot be produced here: K-format "
+                                        "weights come from GGUF files"):
+                check_status(library().rt_model_quantize_linear_weights(pointer, value))
         assert model.linear_weight_format is None
+
+
+# ---- Q5_0 and the K formats (Q4_K, Q5_K, Q6_K): 256-element blocks -------------------------
+
+GGUF_TYPES = {"q5_0": 6, "q4_k": 12, "q5_k": 13, "q6_k": 14}
+TYPE_BLOCK = {"q5_0": (32, 22), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+# Which tensor of a block gets which format (every format twice, and a packed table).
+K_PLAN = {"attn_q": "q5_0", "attn_k": "q4_k", "attn_v": "q5_k", "attn_output": "q6_k",
+          "ffn_gate": "q4_k", "ffn_up": "q6_k", "ffn_down": "q5_k", "token_embd": "q6_k",
+          "output": "q6_k"}
+
+
+def random_blocks(kind: str, count: int, seed: int) -> bytes:
+    """``count`` values' worth of valid random blocks: random codes, and binary16 scales that
+    keep every weight within about ±1 (as in a real model)."""
+    import random
+
+    elements, size = TYPE_BLOCK[kind]
+    generator = random.Random(seed)
+    scale = {"q5_0": 2.0**-5, "q4_k": 2.0**-11, "q5_k": 2.0**-12, "q6_k": 2.0**-13}[kind]
+    halves = {"q5_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[kind]
+    out = bytearray()
+    for _ in range(count // elements):
+        block = bytearray(generator.randbytes(size))
+        for offset in halves:
+            value = scale * (1.0 + generator.random())
+            sign = -1.0 if kind in ("q5_0", "q6_k") and generator.random() < 0.5 else 1.0
+            struct.pack_into("<e", block, offset, sign * value)
+        out += block
+    return bytes(out)
+
+
+def read_string(data: bytes, offset: int) -> tuple[bytes, int]:
+    (length,) = struct.unpack_from("<Q", data, offset)
+    return data[offset + 8:offset + 8 + length], offset + 8 + length
+
+
+def skip_value(data: bytes, offset: int, kind: int) -> int:
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    if kind == 8:
+        return read_string(data, offset)[1]
+    if kind == 9:
+        element, count = struct.unpack_from("<IQ", data, offset)
+        offset += 12
+        for _ in range(count):
+            offset = skip_value(data, offset, element)
+        return offset
+    return offset + sizes[kind]
+
+
+def with_block_types(source: Path, target: Path, plan: dict[str, str]) -> dict[str, tuple]:
+    """Rewrites the float32 GGUF ``source`` with the matrices ``plan`` names (by their name's
+    second-to-last part) as random valid blocks of that format; returns
+    ``{tensor: (format, dims, blocks)}`` of the rewritten ones."""
+    data = source.read_bytes()
+    _, _, tensor_count, kv_count = struct.unpack_from("<IIQQ", data, 0)
+    offset = 24
+    for _ in range(kv_count):
+        _, offset = read_string(data, offset)
+        (kind,) = struct.unpack_from("<I", data, offset)
+        offset = skip_value(data, offset + 4, kind)
+    head = data[:offset]
+    infos = []
+    for _ in range(tensor_count):
+        name, offset = read_string(data, offset)
+        (rank,) = struct.unpack_from("<I", data, offset)
+        dims = struct.unpack_from(f"<{rank}Q", data, offset + 4)
+        kind, position = struct.unpack_from("<IQ", data, offset + 4 + 8 * rank)
+        offset += 4 + 8 * rank + 12
+        infos.append((name.decode(), dims, kind, position))
+    data_start = (offset + 31) // 32 * 32
+    rewritten, tensors, blobs = {}, [], []
+    for index, (name, dims, kind, position) in enumerate(infos):
+        count = math.prod(dims)
+        blob = data[data_start + position:data_start + position + 4 * count]
+        chosen = plan.get(name.split(".")[-2]) if len(dims) == 2 else None
+        if chosen is not None:
+            assert kind == 0 and dims[0] % TYPE_BLOCK[chosen][0] == 0, name
+            blob = random_blocks(chosen, count, seed=index)
+            kind = GGUF_TYPES[chosen]
+            rewritten[name] = (chosen, dims, blob)
+        tensors.append((name, dims, kind))
+        blobs.append(blob)
+    out, position = bytearray(head), 0
+    out[8:16] = struct.pack("<Q", len(tensors))
+    for (name, dims, kind), blob in zip(tensors, blobs, strict=True):
+        encoded = name.encode()
+        out += struct.pack("<Q", len(encoded)) + encoded + struct.pack("<I", len(dims))
+        out += struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", kind, position)
+        position = (position + len(blob) + 31) // 32 * 32
+    out += b"\0" * ((len(out) + 31) // 32 * 32 - len(out))
+    for blob in blobs:
+        out += blob + b"\0" * ((len(blob) + 31) // 32 * 32 - len(blob))
+    target.write_bytes(bytes(out))
+    return rewritten
+
+
+def k_preset(architecture: str = "llama"):
+    """Every projection's input width a multiple of 256 (and the table's rows)."""
+    return LlamaMistralConfig.preset(architecture, **{
+        **DIMENSIONS, **FAMILIES[architecture], "model_width": 256, "feed_forward_width": 512,
+        "head_width": 64, "block_count": 1})
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3"])
+def test_k_format_and_q5_0_blocks_load_as_they_are_with_the_float32_logits(tmp_path,
+                                                                         architecture):
+    config = k_preset(architecture)
+    source = export_gguf(capture(config), tmp_path / "f32.gguf")
+    path = tmp_path / "k.gguf"
+    rewritten = with_block_types(Path(source), path, K_PLAN)
+    assert {kind for kind, _, _ in rewritten.values()} == set(GGUF_TYPES)
+    with load_pretrained(path, maximum_context=0) as dense:
+        expected = forward_values(dense.model, TOKENS)
+    with load_pretrained(path, maximum_context=0, weights="file") as packed:
+        model = packed.model
+        assert model.linear_weight_format == "mixed"
+        memory = model.quantized_memory
+        assert memory.resident_payload_bytes == memory.logical_payload_bytes == sum(
+            len(blob) for _, _, blob in rewritten.values())
+        ours = forward_values(model, TOKENS)
+        # The packed state keeps each format's blocks exactly, and loads into a twin.
+        state = model.packed_quantized_state()
+        with load_pretrained(path, maximum_context=0, weights="file") as twin:
+            twin.model.load_packed_quantized_state(state)
+            assert forward_values(twin.model, TOKENS) == ours
+    assert relative_rms(expected, ours) <= 1e-5
+
+
+def test_our_decoding_of_q5_0_and_the_k_formats_equals_the_gguf_packages(tmp_path):
+    """The float32 load dequantizes every format as ``gguf.quants.dequantize`` does, bit for
+    bit (the unpermuted matrices: value, output and the feed-forward ones)."""
+    python = oracle_python("gguf")
+    source = export_gguf(capture(k_preset()), tmp_path / "f32.gguf")
+    path = tmp_path / "k.gguf"
+    plan = {**K_PLAN, "attn_v": "q5_0"}
+    rewritten = with_block_types(Path(source), path, plan)
+    names = {"blk.0.attn_v.weight": "attention.value.weight",
+             "blk.0.attn_output.weight": "attention.output.weight",
+             "blk.0.ffn_gate.weight": "feed_forward.gate.weight",
+             "blk.0.ffn_up.weight": "feed_forward.up.weight",
+             "blk.0.ffn_down.weight": "feed_forward.down.weight"}
+    script = textwrap.dedent("""
+        import sys, numpy, gguf
+        kind = getattr(gguf.GGMLQuantizationType, sys.argv[2])
+        rows = numpy.fromfile(sys.argv[1], dtype=numpy.uint8)
+        size = gguf.GGML_QUANT_SIZES[kind][1]
+        values = gguf.quants.dequantize(rows.reshape(-1, size), kind)
+        sys.stdout.buffer.write(values.astype(numpy.float32).tobytes())
+    """)
+    with load_pretrained(path, maximum_context=0) as dense:
+        with dense.model.parameters() as parameters:
+            flat, offset, ours = parameters.flat_values(), 0, {}
+            for name, shape in zip(parameters.names, parameters.shapes, strict=True):
+                ours[name] = flat[offset:offset + math.prod(shape)]
+                offset += math.prod(shape)
+    for tensor, parameter in names.items():
+        kind, _, blob = rewritten[tensor]
+        (tmp_path / "blocks").write_bytes(blob)
+        theirs = subprocess.run([python, "-c", script, str(tmp_path / "blocks"), kind.upper()],
+                                check=True, capture_output=True, timeout=300).stdout
+        assert ours[f"blocks.0.{parameter}"].tobytes() == theirs, tensor
+
+
+def test_q5_0_blocks_equal_the_gguf_packages_quantizer(tmp_path):
+    python = oracle_python("gguf")
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        dense = projection_weights(model)
+        model.quantize_blocks("q5_0")
+        assert model.linear_weight_format == "q5_0"
+        records = state_records(model.packed_quantized_state())
+    values = array("f", [value for weight in dense for value in weight])
+    (tmp_path / "values.f32").write_bytes(values.tobytes())
+    script = textwrap.dedent("""
+        import sys, numpy, gguf
+        values = numpy.fromfile(sys.argv[1], dtype=numpy.float32).reshape(-1, 32)
+        blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q5_0)
+        sys.stdout.buffer.write(blocks.tobytes())
+    """)
+    theirs = subprocess.run([python, "-c", script, str(tmp_path / "values.f32")], check=True,
+                            capture_output=True, timeout=300).stdout
+    assert b"".join(record[3] for record in records) == theirs
+
+
+def test_the_k_formats_are_refused_as_a_conversion_naming_where_they_come_from():
+    with LlamaMistralTransformer(k_preset()) as model:
+        before = forward_values(model, TOKENS)
+        with pytest.raises(ValueError, match="format must be one of 'q8_0', 'q4_0', 'q4_1', "
+                                             "'q5_0'"):
+            model.quantize_blocks("q4_k")
+        assert model.linear_weight_format is None
+        assert forward_values(model, TOKENS) == before

@@ -78,7 +78,7 @@ sources=(
   src/data/pretokenizer.cpp
 )
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-  -fno-sanitize-recover=undefined -I"$root/include" "${openmp[@]}")
+  -fno-sanitize-recover=undefined -I"$root/include" -I"$root/src" "${openmp[@]}")
 binary=$build/gguf_fuzzer
 
 # Rebuild when any source or header the target uses is newer than the binary.

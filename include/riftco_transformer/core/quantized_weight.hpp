@@ -18,12 +18,25 @@
 //     Payload ceil(N/2) + M + 4·ceil(M/C) + 4 bytes.
 // - Dequantize: w_i = ŝ_{⌊i/B⌋}·codebook[code_i].
 //
-// GGUF block formats (ggml's layouts, bit for bit): each row of the [out, in] matrix is in/32
-// blocks of 32 consecutive elements (in must be a multiple of 32), f16(b) the binary16 at b:
-// - q8_0, 34 bytes: d = f16(0), q_j = int8 at 2 + j;              w_j = d·q_j
+// GGUF block formats (ggml's layouts, bit for bit): each row of the [out, in] matrix is in/E
+// blocks of E consecutive elements (in must be a multiple of E: 32, or 256 for the K formats),
+// f16(b) the binary16 at b, u8/i8 a byte read unsigned/signed:
+// - q8_0, 34 bytes: d = f16(0), q_j = i8(2 + j);                   w_j = d·q_j
 // - q4_0, 18 bytes: d = f16(0), qs = bytes 2..17;                 w_j = d·(n_j − 8)
 // - q4_1, 20 bytes: d = f16(0), m = f16(2), qs = bytes 4..19;     w_j = d·n_j + m
-//   where n_j = qs[j] & 15 and n_{j+16} = qs[j] >> 4 for j < 16.
+// - q5_0, 22 bytes: d = f16(0), qh = u32 at 2, qs = bytes 6..21;  w_j = d·((n_j | h_j·16) − 16)
+//   where n_j = qs[j] & 15 and n_{j+16} = qs[j] >> 4 for j < 16, h_j = bit j of qh.
+// - q4_k, 144 bytes per 256: d = f16(0), dmin = f16(2), s = bytes 4..15 (eight 6-bit scale and
+//   min pairs: for j < 4 sc_j = s[j] & 63, m_j = s[j+4] & 63; for j >= 4
+//   sc_j = (s[j+4] & 15) | (s[j−4] >> 6) << 4, m_j = (s[j+4] >> 4) | (s[j] >> 6) << 4),
+//   qs = bytes 16..143. Sub-block j (elements 32j..32j+31): q = qs[32·⌊j/2⌋ + l] & 15 for even
+//   j, >> 4 for odd j; w = (d·sc_j)·q − dmin·m_j.
+// - q5_k, 176 bytes per 256: d, dmin, s as q4_k, qh = bytes 16..47, qs = bytes 48..175;
+//   q = (the q4_k nibble) | ((qh[l] >> j) & 1) << 4; w = (d·sc_j)·q − dmin·m_j.
+// - q6_k, 210 bytes per 256: ql = bytes 0..127, qh = bytes 128..191, sc = i8 bytes 192..207,
+//   d = f16(208). Element e = 128h + 32t + l (h < 2, t < 4, l < 32):
+//   low = (ql[64h + 32·(t % 2) + l] >> 4·⌊t/2⌋) & 15, high = (qh[32h + l] >> 2t) & 3,
+//   w = (d·sc[⌊e/16⌋])·((low | high << 4) − 32).
 // A weight keeps the format it was made in; converting is explicit (quantize_blocks).
 //
 // A QuantizedWeight is immutable (copies share its state), is never a Parameter and never
@@ -69,17 +82,35 @@ inline constexpr std::array<float, 16> nf4_codebook = {
 inline constexpr std::uint8_t nf4_zero_code = 7;
 
 // How a packed weight is stored (the serialized ids: never renumber).
-enum class WeightFormat : std::uint8_t { nf4 = 0, q8_0 = 1, q4_0 = 2, q4_1 = 3 };
-// "nf4", "q8_0", "q4_0", "q4_1"; "unknown" for an id outside the enum.
+enum class WeightFormat : std::uint8_t {
+    nf4 = 0,
+    q8_0 = 1,
+    q4_0 = 2,
+    q4_1 = 3,
+    q5_0 = 4,
+    q4_k = 5,
+    q5_k = 6,
+    q6_k = 7,
+};
+// "nf4", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"; "unknown" for an id outside
+// the enum.
 [[nodiscard]] std::string_view weight_format_name(WeightFormat format) noexcept;
 // The format named `name` (as weight_format_name spells it); nullopt for any other name.
 [[nodiscard]] std::optional<WeightFormat> weight_format_from_name(std::string_view name) noexcept;
 [[nodiscard]] constexpr bool is_block_weight_format(WeightFormat format) noexcept {
-    return format == WeightFormat::q8_0 || format == WeightFormat::q4_0 ||
-           format == WeightFormat::q4_1;
+    const auto id = static_cast<unsigned>(format);
+    return id >= 1 && id <= 7;
 }
+// The kernels' unit: every block format decodes in 32-element chunks (a K-format block holds 8).
 inline constexpr std::size_t gguf_block_elements = 32;
-// Bytes per 32-element block of a block format (34, 18, 20); 0 for nf4.
+// Elements per block of a block format: 256 for the K formats (q4_k, q5_k, q6_k), else 32.
+[[nodiscard]] constexpr std::size_t gguf_format_block_elements(WeightFormat format) noexcept {
+    return format == WeightFormat::q4_k || format == WeightFormat::q5_k ||
+                   format == WeightFormat::q6_k
+               ? 256
+               : gguf_block_elements;
+}
+// Bytes per block of a block format (34, 18, 20, 22, 144, 176, 210); 0 for nf4.
 [[nodiscard]] constexpr std::size_t gguf_block_bytes(WeightFormat format) noexcept {
     switch (format) {
         case WeightFormat::q8_0:
@@ -88,6 +119,34 @@ inline constexpr std::size_t gguf_block_elements = 32;
             return 18;
         case WeightFormat::q4_1:
             return 20;
+        case WeightFormat::q5_0:
+            return 22;
+        case WeightFormat::q4_k:
+            return 144;
+        case WeightFormat::q5_k:
+            return 176;
+        case WeightFormat::q6_k:
+            return 210;
+        case WeightFormat::nf4:
+            break;
+    }
+    return 0;
+}
+// The scale bytes of one block (its binary16 d, m or dmin and the K formats' sub-block
+// scales); the rest of the block is codes.
+[[nodiscard]] constexpr std::size_t gguf_block_scale_bytes(WeightFormat format) noexcept {
+    switch (format) {
+        case WeightFormat::q8_0:
+        case WeightFormat::q4_0:
+        case WeightFormat::q5_0:
+            return 2;
+        case WeightFormat::q4_1:
+            return 4;
+        case WeightFormat::q4_k:
+        case WeightFormat::q5_k:
+            return 16;
+        case WeightFormat::q6_k:
+            return 18;
         case WeightFormat::nf4:
             break;
     }
@@ -122,12 +181,12 @@ struct PackedNf4Payload {
     float scale_offset = 0.0F;              // double: μ
 };
 
-// The exact bytes of one weight in a GGUF block format, in host memory: out·in/32 blocks in
-// row-major order (row o is blocks [o·in/32, (o+1)·in/32)).
+// The exact bytes of one weight in a GGUF block format, in host memory: out·in/E blocks in
+// row-major order (row o is blocks [o·in/E, (o+1)·in/E); E = gguf_format_block_elements).
 struct PackedBlockPayload {
     WeightFormat format = WeightFormat::q8_0;
     std::size_t out_features = 0;  // rows
-    std::size_t in_features = 0;   // columns, a multiple of 32
+    std::size_t in_features = 0;   // columns, a multiple of E
     std::vector<std::uint8_t> blocks;
 };
 
@@ -135,7 +194,7 @@ struct PackedBlockPayload {
 // the C ABI's rt_quantized_memory_stats.
 struct QuantizedMemoryUsage {
     std::size_t weight_count = 0;
-    std::size_t packed_code_bytes = 0;      // nf4, q4_0, q4_1: ceil(N/2); q8_0: N
+    std::size_t packed_code_bytes = 0;      // nf4: ceil(N/2); block formats: all but scales
     std::size_t scale_bytes = 0;            // every scale-metadata byte of any encoding
     std::size_t logical_payload_bytes = 0;  // packed_code_bytes + scale_bytes
     // Every byte the backend holds for the weight: allocations and mirrors alike, so a hidden
@@ -147,7 +206,7 @@ struct QuantizedMemoryUsage {
     std::size_t second_level_scale_bytes = 0;  // double: 4·ceil(M/C)
     std::size_t scale_offset_bytes = 0;        // double: 4
     std::size_t double_quantized_weight_count = 0;
-    std::size_t half_scale_bytes = 0;  // block formats: the binary16 d (and m) of every block
+    std::size_t half_scale_bytes = 0;  // block formats: every block's scale bytes (d, m, dmin, sc)
     std::size_t block_format_weight_count = 0;
 
     QuantizedMemoryUsage& operator+=(const QuantizedMemoryUsage& other) noexcept;
@@ -166,14 +225,15 @@ class QuantizedWeight {
     [[nodiscard]] static QuantizedWeight quantize(const Tensor& weight,
                                                   const Nf4Options& options = {});
     // Packs a rank-2 float32 weight [out, in] into a GGUF block format with ggml's reference
-    // rounding (quantize_row_q8_0/q4_0/q4_1_ref: the scale from the block's float32 extremes,
-    // stored as binary16, codes rounded against the float32 scale). std::invalid_argument:
-    // rank != 2, nf4 (use quantize), in not a multiple of 32, a non-finite value (names its
-    // flat index).
+    // rounding (quantize_row_q8_0/q4_0/q4_1/q5_0_ref: the scale from the block's float32
+    // extremes, stored as binary16, codes rounded against the float32 scale).
+    // std::invalid_argument: rank != 2, nf4 (use quantize), a K format (those weights come
+    // from GGUF files), in not a multiple of 32, a non-finite value (names its flat index).
     [[nodiscard]] static QuantizedWeight quantize_blocks(const Tensor& weight, WeightFormat format);
-    // Validates a block payload (a block format, nonzero dimensions, in a multiple of 32, the
-    // byte count out·in/32·block bytes; the message names the field and the value) and uploads
-    // it to `backend`. std::runtime_error, naming both, when that backend lacks the format.
+    // Validates a block payload (a block format, nonzero dimensions, in a multiple of E, the
+    // byte count out·in/E·block bytes, finite binary16 scales; the message names the field and the
+    // value) and uploads it to `backend`. std::runtime_error, naming both, when that backend lacks
+    // the format.
     [[nodiscard]] static QuantizedWeight from_packed_blocks(PackedBlockPayload payload,
                                                             ExecutionBackend backend);
     // Validates a payload strictly (every from_packed_nf4 rule of docs/ARCHITECTURE.md, 'NF4'; the
@@ -189,7 +249,7 @@ class QuantizedWeight {
     [[nodiscard]] std::size_t out_features() const;
     [[nodiscard]] std::size_t in_features() const;
     [[nodiscard]] std::size_t element_count() const;      // N
-    [[nodiscard]] std::size_t block_size() const;         // B; 32 for the block formats
+    [[nodiscard]] std::size_t block_size() const;         // B; E for the block formats
     [[nodiscard]] std::size_t block_count() const;        // M
     [[nodiscard]] std::size_t packed_byte_count() const;  // the code bytes (see memory_usage)
     [[nodiscard]] bool uses_double_quantized_scales() const;

@@ -110,7 +110,8 @@ struct GgufMetadataEntry {
 };
 
 // ggml tensor types (ggml.h ids, as the `gguf` package's GGMLQuantizationType lists them;
-// never renumber). dequantize supports F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K.
+// never renumber). dequantize supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K,
+// Q6_K.
 enum class GgmlType : std::uint32_t {
     F32 = 0,
     F16 = 1,

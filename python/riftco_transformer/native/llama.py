@@ -435,9 +435,9 @@ class LlamaMistralTransformer(CausalLanguageModel):
 
         ``maximum_context`` 0 keeps the file's context length; a smaller one bounds the
         sequence and cache sizes. ``weights``: ``"f32"`` expands every weight to float32;
-        ``"file"`` keeps each projection in the file's block format (Q8_0, Q4_0 or Q4_1, the
-        file's own bytes; another type raises ValueError naming the tensor), with the
-        embedding table and norms in float32. Malformed or unsupported files raise the native
+        ``"file"`` keeps each projection in the file's block format (Q8_0, Q4_0, Q4_1, Q5_0,
+        Q4_K, Q5_K or Q6_K, the file's own bytes; another type raises ValueError naming the
+        tensor), and the embedding table too when it is in one of them; the norms are float32. Malformed or unsupported files raise the native
         runtime_error naming the field.
         """
         require_choice(attention, "attention", ATTENTION_VALUES)

@@ -27,13 +27,16 @@ struct PackedLayout {
     [[nodiscard]] std::size_t block_count() const noexcept {
         return (element_count() + block_size - 1) / block_size;
     }
-    // The code bytes: one per element for q8_0, a nibble per element otherwise.
+    // The code bytes: a nibble per element for nf4; a block format's bytes but its scales.
     [[nodiscard]] std::size_t packed_byte_count() const noexcept {
-        return format == WeightFormat::q8_0 ? element_count() : (element_count() + 1) / 2;
+        if (format == WeightFormat::nf4) {
+            return (element_count() + 1) / 2;
+        }
+        return block_count() * (gguf_block_bytes(format) - gguf_block_scale_bytes(format));
     }
     // Block formats: the bytes of one row, and of the whole matrix.
     [[nodiscard]] std::size_t row_block_bytes() const noexcept {
-        return in_features / gguf_block_elements * gguf_block_bytes(format);
+        return in_features / gguf_format_block_elements(format) * gguf_block_bytes(format);
     }
     [[nodiscard]] std::size_t block_payload_bytes() const noexcept {
         return out_features * row_block_bytes();

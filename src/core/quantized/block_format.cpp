@@ -1,7 +1,6 @@
 // The GGUF block formats (block_format.hpp). The quantizer transcribes ggml's reference
-// rounding (quantize_row_q8_0_ref, _q4_0_ref, _q4_1_ref) from its documented formulas; the
-// dequantizer evaluates each product and sum as its own statement, so every value is rounded
-// as the gguf package's numpy dequantize rounds it.
+// rounding (quantize_row_q8_0_ref, _q4_0_ref, _q4_1_ref, _q5_0_ref) from its documented
+// formulas; the dequantizer decodes through block_decode.hpp.
 
 #include "core/quantized/block_format.hpp"
 
@@ -80,37 +79,93 @@ void encode_q4_1(const float* x, std::uint8_t* block) noexcept {
     }
 }
 
+void encode_q5_0(const float* x, std::uint8_t* block) noexcept {
+    float amax = 0.0F;
+    float max = 0.0F;  // the value of largest magnitude, with its sign (the first such one)
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / -16.0F;
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    store_half(block, d);
+    std::uint32_t qh = 0;
+    for (std::size_t j = 0; j < 16; ++j) {
+        const float first = x[j] * id;
+        const float second = x[16 + j] * id;
+        // ggml's (int8_t) conversion, then MIN(31, ·)
+        const auto low = static_cast<unsigned>(std::min(31, static_cast<int>(first + 16.5F)));
+        const auto high = static_cast<unsigned>(std::min(31, static_cast<int>(second + 16.5F)));
+        block[6 + j] = static_cast<std::uint8_t>((low & 0x0FU) | ((high & 0x0FU) << 4U));
+        qh |= ((low >> 4U) & 1U) << j;
+        qh |= ((high >> 4U) & 1U) << (j + 16);
+    }
+    std::memcpy(block + 2, &qh, sizeof(qh));
+}
+
+// The byte offsets of a block's binary16 scales (d, and m or dmin where the format has one).
+struct HalfScales {
+    std::size_t count;
+    std::size_t offsets[2];
+};
+HalfScales half_scales_of(WeightFormat format) noexcept {
+    switch (format) {
+        case WeightFormat::q4_1:
+        case WeightFormat::q4_k:
+        case WeightFormat::q5_k:
+            return {2, {0, 2}};
+        case WeightFormat::q6_k:
+            return {1, {208, 0}};
+        default:
+            return {1, {0, 0}};
+    }
+}
+
+const char* half_scale_name(WeightFormat format, std::size_t h) noexcept {
+    if (h == 0) {
+        return "the scale d";
+    }
+    return format == WeightFormat::q4_1 ? "the minimum m" : "the minimum scale dmin";
+}
+
 }  // namespace
 
 BlockView view_of(const PackedBlockPayload& payload) noexcept {
     BlockView view;
     view.layout.out_features = payload.out_features;
     view.layout.in_features = payload.in_features;
-    view.layout.block_size = gguf_block_elements;
+    view.layout.block_size = gguf_format_block_elements(payload.format);
     view.layout.format = payload.format;
     view.blocks = payload.blocks.data();
     view.row_bytes = view.layout.row_block_bytes();
     view.block_bytes = gguf_block_bytes(payload.format);
+    view.block_elements = gguf_format_block_elements(payload.format);
     return view;
 }
 
 PackedLayout checked_block_layout(std::string_view operation, WeightFormat format,
                                   std::size_t out_features, std::size_t in_features) {
     if (!is_block_weight_format(format)) {
-        invalid_format(operation, "format " + std::string(weight_format_name(format)) + " (id " +
-                                      std::to_string(static_cast<unsigned>(format)) +
-                                      ") is not a GGUF block format (q8_0, q4_0 or q4_1)");
+        invalid_format(operation,
+                       "format " + std::string(weight_format_name(format)) + " (id " +
+                           std::to_string(static_cast<unsigned>(format)) +
+                           ") is not a GGUF block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k "
+                           "or q6_k)");
     }
     if (out_features == 0 || in_features == 0) {
         invalid_format(operation, "the weight shape [" + std::to_string(out_features) + "," +
                                       std::to_string(in_features) + "] has a zero dimension");
     }
-    if (in_features % gguf_block_elements != 0) {
+    const std::size_t elements = gguf_format_block_elements(format);
+    if (in_features % elements != 0) {
         invalid_format(operation, "in_features " + std::to_string(in_features) + " of a " +
                                       std::string(weight_format_name(format)) +
-                                      " weight is not a multiple of its 32-element block");
+                                      " weight is not a multiple of its " +
+                                      std::to_string(elements) + "-element block");
     }
-    const std::size_t row_bytes = in_features / gguf_block_elements * gguf_block_bytes(format);
+    const std::size_t row_bytes = in_features / elements * gguf_block_bytes(format);
     if (row_bytes > std::numeric_limits<std::size_t>::max() / out_features ||
         in_features > std::numeric_limits<std::size_t>::max() / out_features) {
         throw std::overflow_error(std::string(operation) + ": out_features (" +
@@ -120,7 +175,7 @@ PackedLayout checked_block_layout(std::string_view operation, WeightFormat forma
     PackedLayout layout;
     layout.out_features = out_features;
     layout.in_features = in_features;
-    layout.block_size = gguf_block_elements;
+    layout.block_size = elements;
     layout.format = format;
     return layout;
 }
@@ -138,16 +193,17 @@ PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
                                std::to_string(payload.out_features) + "," +
                                std::to_string(payload.in_features) + "])");
     }
-    // Scales must be finite (a NaN or infinite d or m would poison every product).
+    // Scales must be finite (a NaN or infinite d, m or dmin would poison every product).
     const std::size_t block_bytes = gguf_block_bytes(payload.format);
-    const std::size_t half_count = payload.format == WeightFormat::q4_1 ? 2 : 1;
+    const HalfScales halves = half_scales_of(payload.format);
     for (std::size_t b = 0; b < layout.block_count(); ++b) {
-        for (std::size_t h = 0; h < half_count; ++h) {
-            const float value = half_at(payload.blocks.data() + b * block_bytes + 2 * h);
+        for (std::size_t h = 0; h < halves.count; ++h) {
+            const float value =
+                half_at(payload.blocks.data() + b * block_bytes + halves.offsets[h]);
             if (!std::isfinite(value)) {
-                const std::size_t row_blocks = payload.in_features / gguf_block_elements;
-                invalid_format(op, std::string(h == 0 ? "the scale d" : "the minimum m") +
-                                       " of block " + std::to_string(b % row_blocks) + " of row " +
+                const std::size_t row_blocks = payload.in_features / layout.block_size;
+                invalid_format(op, std::string(half_scale_name(payload.format, h)) + " of block " +
+                                       std::to_string(b % row_blocks) + " of row " +
                                        std::to_string(b / row_blocks) + " is " +
                                        format_float_text(value) + " (must be finite)");
             }
@@ -158,6 +214,11 @@ PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
 
 PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayout& layout) {
     constexpr std::string_view op = "QuantizedWeight::quantize_blocks";
+    if (layout.block_size != gguf_block_elements) {
+        invalid_format(op, "format " + std::string(weight_format_name(layout.format)) +
+                               " cannot be produced here: K-format weights come from GGUF files "
+                               "(quantize into q8_0, q5_0, q4_1 or q4_0)");
+    }
     const std::size_t count = layout.element_count();
     for (std::size_t i = 0; i < count; ++i) {
         if (!std::isfinite(values[i])) {
@@ -184,12 +245,16 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
             case WeightFormat::q4_1:
                 encode_q4_1(x, block);
                 break;
-            case WeightFormat::nf4:
-                break;  // excluded by checked_block_layout
+            case WeightFormat::q5_0:
+                encode_q5_0(x, block);
+                break;
+            default:
+                break;  // nf4 and the K formats are refused above
         }
         // A scale beyond binary16's range would be stored as infinity: refuse it.
-        for (std::size_t h = 0; h < (layout.format == WeightFormat::q4_1 ? 2U : 1U); ++h) {
-            if (!std::isfinite(half_at(block + 2 * h))) {
+        const HalfScales halves = half_scales_of(layout.format);
+        for (std::size_t h = 0; h < halves.count; ++h) {
+            if (!std::isfinite(half_at(block + halves.offsets[h]))) {
                 throw std::overflow_error(
                     std::string(op) + ": block " + std::to_string(b) + " (flat indices from " +
                     std::to_string(b * gguf_block_elements) + ") needs a " +
@@ -200,49 +265,22 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
     return payload;
 }
 
-void decode_block(WeightFormat format, const std::uint8_t* block, float* out) noexcept {
-    const float d = half_at(block);
-    switch (format) {
-        case WeightFormat::q8_0:
-            for (std::size_t j = 0; j < gguf_block_elements; ++j) {
-                out[j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
-            }
-            return;
-        case WeightFormat::q4_0:
-            for (std::size_t j = 0; j < 16; ++j) {
-                out[j] = d * static_cast<float>(static_cast<int>(block[2 + j] & 0x0FU) - 8);
-                out[16 + j] = d * static_cast<float>(static_cast<int>(block[2 + j] >> 4U) - 8);
-            }
-            return;
-        case WeightFormat::q4_1: {
-            const float m = half_at(block + 2);
-            for (std::size_t j = 0; j < 16; ++j) {
-                const float first = d * static_cast<float>(block[4 + j] & 0x0FU);
-                const float second = d * static_cast<float>(block[4 + j] >> 4U);
-                out[j] = first + m;
-                out[16 + j] = second + m;
-            }
-            return;
-        }
-        case WeightFormat::nf4:
-            return;
-    }
-}
-
 void dequantize_block_range(const BlockView& view, std::size_t begin,
                             std::span<float> out) noexcept {
+    // Whole 32-element chunks decode straight into out; a partial one goes through `values`.
     std::size_t done = 0;
     float values[gguf_block_elements];
     while (done < out.size()) {
         const std::size_t index = begin + done;
-        const std::size_t block = index / gguf_block_elements;
+        const std::size_t block = index / view.block_elements;
+        const std::size_t chunk = (index % view.block_elements) / gguf_block_elements;
         const std::size_t offset = index % gguf_block_elements;
         const std::size_t take = std::min(gguf_block_elements - offset, out.size() - done);
         const std::uint8_t* bytes = view.blocks + block * view.block_bytes;
         if (offset == 0 && take == gguf_block_elements) {
-            decode_block(view.layout.format, bytes, out.data() + done);
+            decode_block_chunk(view.layout.format, bytes, chunk, out.data() + done);
         } else {
-            decode_block(view.layout.format, bytes, values);
+            decode_block_chunk(view.layout.format, bytes, chunk, values);
             std::copy_n(values + offset, take, out.data() + done);
         }
         done += take;

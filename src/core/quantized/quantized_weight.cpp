@@ -48,13 +48,22 @@ std::string_view weight_format_name(WeightFormat format) noexcept {
             return "q4_0";
         case WeightFormat::q4_1:
             return "q4_1";
+        case WeightFormat::q5_0:
+            return "q5_0";
+        case WeightFormat::q4_k:
+            return "q4_k";
+        case WeightFormat::q5_k:
+            return "q5_k";
+        case WeightFormat::q6_k:
+            return "q6_k";
     }
     return "unknown";
 }
 
 std::optional<WeightFormat> weight_format_from_name(std::string_view name) noexcept {
     for (const WeightFormat format :
-         {WeightFormat::nf4, WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1}) {
+         {WeightFormat::nf4, WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1,
+          WeightFormat::q5_0, WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k}) {
         if (name == weight_format_name(format)) {
             return format;
         }
@@ -100,6 +109,13 @@ QuantizedWeight QuantizedWeight::quantize_blocks(const Tensor& weight, WeightFor
     if (weight.rank() != 2) {
         throw std::invalid_argument(std::string(op) + ": weight must be rank 2 [out, in] (got " +
                                     shape_to_string(weight.shape()) + ")");
+    }
+    if (is_block_weight_format(format) &&
+        gguf_format_block_elements(format) != gguf_block_elements) {
+        throw std::invalid_argument(std::string(op) + ": format " +
+                                    std::string(weight_format_name(format)) +
+                                    " cannot be produced here: K-format weights come from GGUF "
+                                    "files (quantize into q8_0, q5_0, q4_1 or q4_0)");
     }
     const detail::PackedLayout layout =
         detail::checked_block_layout(op, format, weight.shape()[0], weight.shape()[1]);

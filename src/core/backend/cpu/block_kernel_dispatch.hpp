@@ -13,7 +13,7 @@
 
 namespace riftco_transformer::detail::block_dispatch {
 
-// Calls `call.template operator()<Format>()` for the view's format (q8_0, q4_0 or q4_1).
+// Calls `call.template operator()<Format>()` for the view's block format.
 template <typename Call>
 void on_format(WeightFormat format, Call&& call) {
     switch (format) {
@@ -21,6 +21,14 @@ void on_format(WeightFormat format, Call&& call) {
             return call.template operator()<WeightFormat::q8_0>();
         case WeightFormat::q4_0:
             return call.template operator()<WeightFormat::q4_0>();
+        case WeightFormat::q5_0:
+            return call.template operator()<WeightFormat::q5_0>();
+        case WeightFormat::q4_k:
+            return call.template operator()<WeightFormat::q4_k>();
+        case WeightFormat::q5_k:
+            return call.template operator()<WeightFormat::q5_k>();
+        case WeightFormat::q6_k:
+            return call.template operator()<WeightFormat::q6_k>();
         default:
             return call.template operator()<WeightFormat::q4_1>();
     }

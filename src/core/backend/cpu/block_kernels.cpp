@@ -28,7 +28,7 @@ void portable_gemv_forward(const BlockView& view, const float* x, std::size_t ro
     for (std::size_t o = o_begin; o < o_end; ++o) {
         float partial[4][8] = {};
         for (std::size_t c = 0; c < in; c += gguf_block_elements) {
-            decode_block(view.layout.format, view.block(o, c), w);
+            decode_block_chunk(view.layout.format, view.block(o, c), view.chunk(c), w);
             for (std::size_t r = 0; r < rows; ++r) {
                 const float* xr = x + r * in + c;
                 for (std::size_t j = 0; j < gguf_block_elements; ++j) {
@@ -57,7 +57,7 @@ void portable_gemv_backward(const BlockView& view, const float* g, std::size_t r
     float w[gguf_block_elements];
     for (std::size_t o = 0; o < out_features; ++o) {
         for (std::size_t c = c_begin; c < c_end; c += gguf_block_elements) {
-            decode_block(view.layout.format, view.block(o, c), w);
+            decode_block_chunk(view.layout.format, view.block(o, c), view.chunk(c), w);
             for (std::size_t r = 0; r < rows; ++r) {
                 const float upstream = g[r * out_features + o];
                 float* dx_row = dx + r * in + c;

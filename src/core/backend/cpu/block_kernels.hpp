@@ -1,11 +1,13 @@
 #pragma once
-// CPU kernels for weights in the GGUF block formats (q8_0, q4_0, q4_1; quantized_weight.hpp
-// gives the layouts). They read the blocks themselves; no float32 copy of the whole matrix is
+// CPU kernels for weights in the GGUF block formats (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k;
+// quantized_weight.hpp gives the layouts). They work in 32-element chunks (a K-format block
+// holds eight). They read the blocks themselves; no float32 copy of the whole matrix is
 // ever made. The drivers (threads, panels, GEMM) are packed_linear_driver.hpp's; each inner
 // loop has a portable, an AVX2 + FMA + F16C and an AVX-512 build, chosen at run time.
 //
-// Every build decodes a weight exactly as dequantize_block_range does (q8_0, q4_0: d·q
-// rounded once; q4_1: d·n then + m), so the panel path feeds the GEMM the very values of the
+// Every build decodes a weight exactly as dequantize_block_range does (block_decode.hpp's
+// rounding: q8_0, q4_0, q5_0: d·q; q4_1: d·n then + m; q4_k, q5_k: (d·sc)·q then − dmin·m;
+// q6_k: (d·sc)·q), so the panel path feeds the GEMM the very values of the
 // float32 dequantization; the matrix-vector loops then add the products in their own order.
 
 #include <cstddef>

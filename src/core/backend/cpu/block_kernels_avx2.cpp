@@ -1,7 +1,7 @@
 // The AVX2 + FMA + F16C inner loops of the GGUF block kernels (block_kernels.hpp), compiled
 // with a target attribute; avx2_block_kernels() returns them only when the processor reports
-// all three features. A block's 32 weights become four 8-lane vectors, rounded exactly as the
-// host dequantizer rounds them (q8_0, q4_0: d·q; q4_1: d·n, then + m).
+// all three features. A 32-element chunk becomes four 8-lane vectors, rounded exactly as the
+// host dequantizer (block_decode.hpp) rounds them.
 
 #include "core/backend/cpu/block_kernel_dispatch.hpp"
 #include "core/backend/cpu/block_kernels.hpp"
@@ -28,42 +28,105 @@ RIFTCO_AVX2 inline __m256 half_vector(const std::uint8_t* bytes) {
     return _mm256_set1_ps(_cvtsh_ss(bits));
 }
 
-// w[0..3] = elements 0..7, 8..15, 16..23, 24..31 of the block.
+RIFTCO_AVX2 inline __m256i bytes8(const std::uint8_t* bytes) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+}
+
+RIFTCO_AVX2 inline __m256i shift_right(__m256i v, unsigned shift) {
+    return _mm256_srl_epi32(v, _mm_cvtsi32_si128(static_cast<int>(shift)));
+}
+
+// w[0..3] = elements 0..7, 8..15, 16..23, 24..31 of chunk `sub` of the block (elements
+// 32·sub .. 32·sub + 31; 0 for the 32-element formats).
 template <WeightFormat Format>
-RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, __m256 w[4]) {
-    const __m256 d = half_vector(block);
+RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m256 w[4]) {
+    const __m256i nibble = _mm256_set1_epi32(15);
     __m256i q[4];
     if constexpr (Format == WeightFormat::q8_0) {
+        const __m256 d = half_vector(block);
         for (std::size_t k = 0; k < 4; ++k) {
             q[k] = _mm256_cvtepi8_epi32(
                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * k)));
+            w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[k]));
         }
-    } else {
-        constexpr std::size_t codes = Format == WeightFormat::q4_1 ? 4 : 2;
-        const __m256i first =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + codes)));
-        const __m256i second = _mm256_cvtepu8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + codes + 8)));
-        const __m256i mask = _mm256_set1_epi32(15);
-        q[0] = _mm256_and_si256(first, mask);
-        q[1] = _mm256_and_si256(second, mask);
+    } else if constexpr (Format == WeightFormat::q4_0 || Format == WeightFormat::q4_1 ||
+                         Format == WeightFormat::q5_0) {
+        const __m256 d = half_vector(block);
+        constexpr std::size_t codes =
+            Format == WeightFormat::q4_0 ? 2 : (Format == WeightFormat::q4_1 ? 4 : 6);
+        const __m256i first = bytes8(block + codes);
+        const __m256i second = bytes8(block + codes + 8);
+        q[0] = _mm256_and_si256(first, nibble);
+        q[1] = _mm256_and_si256(second, nibble);
         q[2] = _mm256_srli_epi32(first, 4);
         q[3] = _mm256_srli_epi32(second, 4);
         if constexpr (Format == WeightFormat::q4_0) {
             for (__m256i& code : q) {
                 code = _mm256_sub_epi32(code, _mm256_set1_epi32(8));
             }
+        } else if constexpr (Format == WeightFormat::q5_0) {
+            std::uint32_t qh;
+            std::memcpy(&qh, block + 2, sizeof(qh));
+            // element 8k + i has its fifth bit at bit 8k + i of qh
+            const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            for (std::size_t k = 0; k < 4; ++k) {
+                const __m256i bits = _mm256_and_si256(
+                    _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * k))), lanes),
+                    _mm256_set1_epi32(1));
+                q[k] = _mm256_sub_epi32(_mm256_or_si256(q[k], _mm256_slli_epi32(bits, 4)),
+                                        _mm256_set1_epi32(16));
+            }
         }
-    }
-    for (std::size_t k = 0; k < 4; ++k) {
-        w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[k]));
-    }
-    if constexpr (Format == WeightFormat::q4_1) {
-        const __m256 m = half_vector(block + 2);
         for (std::size_t k = 0; k < 4; ++k) {
-            w[k] = _mm256_add_ps(w[k], m);
+            w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[k]));
+        }
+        if constexpr (Format == WeightFormat::q4_1) {
+            const __m256 m = half_vector(block + 2);
+            for (std::size_t k = 0; k < 4; ++k) {
+                w[k] = _mm256_add_ps(w[k], m);
+            }
+        }
+    } else if constexpr (Format == WeightFormat::q4_k || Format == WeightFormat::q5_k) {
+        const KScalePair pair = k_scale_pair(block + 4, sub);
+        const __m256 scale = _mm256_set1_ps(block_half_at(block) * static_cast<float>(pair.scale));
+        const __m256 offset =
+            _mm256_set1_ps(block_half_at(block + 2) * static_cast<float>(pair.min));
+        constexpr std::size_t codes = Format == WeightFormat::q5_k ? 48 : 16;
+        const std::uint8_t* qs = block + codes + 32 * (sub / 2);
+        const unsigned shift = (sub % 2) * 4U;
+        for (std::size_t k = 0; k < 4; ++k) {
+            q[k] = _mm256_and_si256(shift_right(bytes8(qs + 8 * k), shift), nibble);
+            if constexpr (Format == WeightFormat::q5_k) {
+                const __m256i bits = _mm256_and_si256(
+                    shift_right(bytes8(block + 16 + 8 * k), static_cast<unsigned>(sub)),
+                    _mm256_set1_epi32(1));
+                q[k] = _mm256_or_si256(q[k], _mm256_slli_epi32(bits, 4));
+            }
+            w[k] = _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k])), offset);
+        }
+    } else {  // q6_k
+        const float d = block_half_at(block + 208);
+        const Q6Chunk chunk = q6_chunk(block, sub);
+        for (std::size_t k = 0; k < 4; ++k) {
+            const __m256i low =
+                _mm256_and_si256(shift_right(bytes8(chunk.low + 8 * k), chunk.low_shift), nibble);
+            const __m256i high = _mm256_and_si256(
+                shift_right(bytes8(chunk.high + 8 * k), chunk.high_shift), _mm256_set1_epi32(3));
+            q[k] = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)),
+                                    _mm256_set1_epi32(32));
+            const __m256 scale = _mm256_set1_ps(d * static_cast<float>(chunk.scales[k / 2]));
+            w[k] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k]));
         }
     }
+}
+
+// The block holding column c of `row`, and the chunk of it c starts (c a multiple of 32).
+template <WeightFormat Format>
+inline const std::uint8_t* chunk_block(const std::uint8_t* row, std::size_t c,
+                                       std::size_t& sub) noexcept {
+    constexpr std::size_t elements = gguf_format_block_elements(Format);
+    sub = (c % elements) / gguf_block_elements;
+    return row + (c / elements) * gguf_block_bytes(Format);
 }
 
 RIFTCO_AVX2 inline float horizontal_sum(__m256 v) {
@@ -82,7 +145,9 @@ RIFTCO_AVX2 void decode_range_of(const BlockView& view, std::size_t begin, std::
     }
     for (; done + gguf_block_elements <= count; done += gguf_block_elements) {
         __m256 w[4];
-        decode32<Format>(view.blocks + (begin + done) / gguf_block_elements * view.block_bytes, w);
+        std::size_t sub = 0;
+        const std::uint8_t* block = chunk_block<Format>(view.blocks, begin + done, sub);
+        decode32<Format>(block, sub, w);
         for (std::size_t k = 0; k < 4; ++k) {
             _mm256_storeu_ps(out + done + 8 * k, w[k]);
         }
@@ -111,10 +176,11 @@ RIFTCO_AVX2 void gemv_forward_rows(const BlockView& view, const float* x, std::s
         }
         for (std::size_t c = 0; c < in; c += gguf_block_elements) {
             __m256 w[4];
-            const std::uint8_t* block = row + (c / gguf_block_elements) * view.block_bytes;
+            std::size_t sub = 0;
+            const std::uint8_t* block = chunk_block<Format>(row, c, sub);
             // The rows are contiguous: fetch the stream ahead (as the AVX-512 loop does).
             _mm_prefetch(reinterpret_cast<const char*>(block + prefetch_distance), _MM_HINT_T0);
-            decode32<Format>(block, w);
+            decode32<Format>(block, sub, w);
             for (std::size_t r = 0; r < Rows; ++r) {
                 const float* xr = x + r * in + c;
                 low[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), low[r]);
@@ -141,10 +207,11 @@ RIFTCO_AVX2 void gemv_backward_rows(const BlockView& view, const float* g, std::
                 total[r][k] = _mm256_setzero_ps();
             }
         }
-        const std::uint8_t* block = view.blocks + (c / gguf_block_elements) * view.block_bytes;
+        std::size_t sub = 0;
+        const std::uint8_t* block = chunk_block<Format>(view.blocks, c, sub);
         for (std::size_t o = 0; o < out_features; ++o, block += view.row_bytes) {
             __m256 w[4];
-            decode32<Format>(block, w);
+            decode32<Format>(block, sub, w);
             for (std::size_t r = 0; r < Rows; ++r) {
                 const __m256 upstream = _mm256_set1_ps(g[r * out_features + o]);
                 for (std::size_t k = 0; k < 4; ++k) {
