@@ -10,11 +10,13 @@ Pairs (ours vs llama.cpp):
 
 * F32: ours from the F32 file (float32 weights, flash attention) vs llama.cpp on the same
   F32 file; target ours/llama.cpp >= 0.95;
-* Q4_1 file, Q4_0 file, Q8_0 file: ours loads the file with ``weights="file"`` (its own
-  blocks, and its Q8_0 embedding table packed too: the tied head multiplies by it) vs
-  llama.cpp on the same file; target >= 1.0. Make the Q4_0/Q8_0 files with
-  ``llama-quantize --allow-requantize F32.gguf OUT Q4_0`` (and Q8_0) outside the repository;
-  pass them as --model-q40/--model-q80, and pick pairs with --pairs;
+* Q4_1 file, Q4_0 file, Q8_0 file, Q4_K_M file: ours loads the file with ``weights="file"``
+  (its own blocks, and its embedding table packed too: the tied head multiplies by it) vs
+  llama.cpp on the same file; target >= 1.0. Make the Q4_0/Q8_0/Q4_K_M files with
+  ``llama-quantize --allow-requantize F32.gguf OUT Q4_0`` (and Q8_0, Q4_K_M) outside the
+  repository; pass them as --model-q40/--model-q80/--model-q4km, and pick pairs with --pairs.
+  (SmolLM2's 576-wide rows do not divide into 256-element K blocks: llama-quantize's Q4_K_M
+  writes those Q5_0, with Q8_0 where it wants Q6_K; only ffn_down, 1536 wide, is Q4_K/Q6_K);
 * NF4 vs Q4_1: ours loads the Q4_1 file (dequantized to float32), then
   ``quantize_nf4(block_size=64)`` (packed 4-bit weights decoded inside the kernels) vs
   llama.cpp on the Q4_1 file; target >= 0.7. SmolLM2 ties its head to the embedding, and
@@ -74,7 +76,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"F32": 0.95, "NF4 vs Q4_1": 0.7, "NF4+head vs Q4_1": 0.7, "Q4_1 file": 1.0,
-           "Q4_0 file": 1.0, "Q8_0 file": 1.0}
+           "Q4_0 file": 1.0, "Q8_0 file": 1.0, "Q4_K_M file": 1.0}
 # How ours prepares each pair's model after loading the file.
 PREPARE = {"F32": "float32 as loaded",
            "NF4 vs Q4_1": "quantize_nf4(block_size=64); the tied head stays the float32 table",
@@ -82,7 +84,8 @@ PREPARE = {"F32": "float32 as loaded",
                                "is packed too",
            "Q4_1 file": "weights='file': the file's Q4_1 projections and Q8_0 table as they are",
            "Q4_0 file": "weights='file': the file's Q4_0 projections and Q8_0 table as they are",
-           "Q8_0 file": "weights='file': the file's Q8_0 projections and table as they are"}
+           "Q8_0 file": "weights='file': the file's Q8_0 projections and table as they are",
+           "Q4_K_M file": "weights='file': the file's Q5_0/Q4_K/Q6_K/Q8_0 tensors as they are"}
 
 # llama.cpp's CPU backend features, read in a child process (so neither its OpenMP runtime
 # nor its threads enter ours) through ggml's backend registry: ggml_backend_cpu_reg() and
@@ -314,6 +317,7 @@ def main() -> int:
     parser.add_argument("--model-f32", type=Path, help="F32 GGUF of the same model")
     parser.add_argument("--model-q40", type=Path, help="Q4_0 GGUF of the same model")
     parser.add_argument("--model-q80", type=Path, help="Q8_0 GGUF of the same model")
+    parser.add_argument("--model-q4km", type=Path, help="Q4_K_M GGUF of the same model")
     parser.add_argument("--pairs", help="comma-separated pair names to run (default: all "
                                         "whose files are given)")
     parser.add_argument("--threads", type=int, default=2)
@@ -351,6 +355,8 @@ def main() -> int:
         pairs.append(("Q4_0 file", args.model_q40, args.model_q40))
     if args.model_q80:
         pairs.append(("Q8_0 file", args.model_q80, args.model_q80))
+    if args.model_q4km:
+        pairs.append(("Q4_K_M file", args.model_q4km, args.model_q4km))
     if args.pairs:
         wanted = [name.strip() for name in args.pairs.split(",")]
         unknown = sorted(set(wanted) - set(TARGETS))

@@ -28,6 +28,13 @@ RIFTCO_AVX2 inline __m256 half_vector(const std::uint8_t* bytes) {
     return _mm256_set1_ps(_cvtsh_ss(bits));
 }
 
+// The binary16 at `bytes` through F16C (exact, as block_half_at's portable conversion).
+RIFTCO_AVX2 inline float half_scalar(const std::uint8_t* bytes) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes, sizeof(bits));
+    return _cvtsh_ss(bits);
+}
+
 RIFTCO_AVX2 inline __m256i bytes8(const std::uint8_t* bytes) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
 }
@@ -88,9 +95,8 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
         }
     } else if constexpr (Format == WeightFormat::q4_k || Format == WeightFormat::q5_k) {
         const KScalePair pair = k_scale_pair(block + 4, sub);
-        const __m256 scale = _mm256_set1_ps(block_half_at(block) * static_cast<float>(pair.scale));
-        const __m256 offset =
-            _mm256_set1_ps(block_half_at(block + 2) * static_cast<float>(pair.min));
+        const __m256 scale = _mm256_set1_ps(half_scalar(block) * static_cast<float>(pair.scale));
+        const __m256 offset = _mm256_set1_ps(half_scalar(block + 2) * static_cast<float>(pair.min));
         constexpr std::size_t codes = Format == WeightFormat::q5_k ? 48 : 16;
         const std::uint8_t* qs = block + codes + 32 * (sub / 2);
         const unsigned shift = (sub % 2) * 4U;
@@ -105,7 +111,7 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
             w[k] = _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k])), offset);
         }
     } else {  // q6_k
-        const float d = block_half_at(block + 208);
+        const float d = half_scalar(block + 208);
         const Q6Chunk chunk = q6_chunk(block, sub);
         for (std::size_t k = 0; k < 4; ++k) {
             const __m256i low =

@@ -2,11 +2,12 @@
 // Compiled with a target attribute, so the library needs no -march flag;
 // avx512_block_kernels() returns them only when the processor reports both features.
 //
-// A 32-element chunk becomes two vectors (elements 0..15 and 16..31): q8_0's int8 codes
-// widen to int32; q4_0/q4_1/q5_0's 16 bytes widen once, the low nibbles giving the first
-// vector and the high nibbles the second (q5_0's fifth bits added under a mask); the K
-// formats widen their chunk's codes and take its sub-block scales. Each lane is rounded
-// exactly as the host dequantizer (block_decode.hpp) rounds it.
+// A 32-element chunk becomes two vectors (elements 0..15 and 16..31). q8_0's int8 codes widen
+// to int32 and are scaled; the 4- and 5-bit formats instead build a table of the block's (or
+// sub-block's) 16 or 32 possible values once and look each code up in it (vpermps, which
+// reads only an index's low four bits; a second, masked lookup where a 5-bit code's fifth bit
+// is set), so a weight costs a lookup instead of a convert and a multiply; q6_k's 64 values scale as q8_0's. Every value is rounded exactly as the
+// host dequantizer (block_decode.hpp) rounds it.
 
 #include "core/backend/cpu/block_kernel_dispatch.hpp"
 #include "core/backend/cpu/block_kernels.hpp"
@@ -37,8 +38,21 @@ RIFTCO_AVX512 inline __m512 half_vector(const std::uint8_t* bytes) {
     return _mm512_set1_ps(_cvtsh_ss(bits));
 }
 
+// The binary16 at `bytes` through F16C (exact, as block_half_at's portable conversion).
+RIFTCO_AVX512 inline float half_scalar(const std::uint8_t* bytes) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes, sizeof(bits));
+    return _cvtsh_ss(bits);
+}
+
 RIFTCO_AVX512 inline __m512i bytes16(const std::uint8_t* bytes) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+}
+
+// 0, 1, ..., 15 as floats: the codes a 16-entry table is built over.
+RIFTCO_AVX512 inline __m512 code_values() {
+    return _mm512_setr_ps(0.0F, 1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F, 7.0F, 8.0F, 9.0F, 10.0F, 11.0F,
+                          12.0F, 13.0F, 14.0F, 15.0F);
 }
 
 RIFTCO_AVX512 inline __m512i shift_right(__m512i v, unsigned shift) {
@@ -59,56 +73,65 @@ RIFTCO_AVX512 inline void decode32(const std::uint8_t* block, std::size_t sub, _
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18)));
         first = _mm512_mul_ps(d, _mm512_cvtepi32_ps(low));
         second = _mm512_mul_ps(d, _mm512_cvtepi32_ps(high));
-    } else if constexpr (Format == WeightFormat::q4_0 || Format == WeightFormat::q4_1 ||
-                         Format == WeightFormat::q5_0) {
+    } else if constexpr (Format == WeightFormat::q4_0 || Format == WeightFormat::q4_1) {
+        // A 16-entry table of the block's values (d·(n − 8), or d·n + m), rounded as the host
+        // decoder rounds them, then looked up by code: vpermps reads only an index's low four
+        // bits, so the widened bytes index the low nibbles and bytes >> 4 the high ones.
         const __m512 d = half_vector(block);
-        constexpr std::size_t codes =
-            Format == WeightFormat::q4_0 ? 2 : (Format == WeightFormat::q4_1 ? 4 : 6);
-        const __m512i bytes = bytes16(block + codes);
-        __m512i low = _mm512_and_si512(bytes, nibble);
-        __m512i high = _mm512_srli_epi32(bytes, 4);
+        __m512 table;
         if constexpr (Format == WeightFormat::q4_0) {
-            low = _mm512_sub_epi32(low, _mm512_set1_epi32(8));
-            high = _mm512_sub_epi32(high, _mm512_set1_epi32(8));
-        } else if constexpr (Format == WeightFormat::q5_0) {
-            std::uint32_t qh;
-            std::memcpy(&qh, block + 2, sizeof(qh));
-            const __m512i sixteen = _mm512_set1_epi32(16);
-            // bit j of qh is bit 4 of element j: add 16 where it is set, then subtract 16
-            low = _mm512_mask_add_epi32(low, static_cast<__mmask16>(qh & 0xFFFFU), low, sixteen);
-            high = _mm512_mask_add_epi32(high, static_cast<__mmask16>(qh >> 16U), high, sixteen);
-            low = _mm512_sub_epi32(low, sixteen);
-            high = _mm512_sub_epi32(high, sixteen);
+            table = _mm512_mul_ps(d, _mm512_sub_ps(code_values(), _mm512_set1_ps(8.0F)));
+        } else {
+            table = _mm512_add_ps(_mm512_mul_ps(d, code_values()), half_vector(block + 2));
         }
-        first = _mm512_mul_ps(d, _mm512_cvtepi32_ps(low));
-        second = _mm512_mul_ps(d, _mm512_cvtepi32_ps(high));
-        if constexpr (Format == WeightFormat::q4_1) {
-            const __m512 m = half_vector(block + 2);
-            first = _mm512_add_ps(first, m);
-            second = _mm512_add_ps(second, m);
-        }
+        constexpr std::size_t codes = Format == WeightFormat::q4_0 ? 2 : 4;
+        const __m512i bytes = bytes16(block + codes);
+        first = _mm512_permutexvar_ps(bytes, table);
+        second = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+    } else if constexpr (Format == WeightFormat::q5_0) {
+        // 32 values d·(n − 16) in two tables of 16: each lane looks its nibble up in the
+        // first, then, where qh's bit j (lane j; j + 16 for the second vector) is set, in the
+        // second instead.
+        const __m512 d = half_vector(block);
+        const __m512 low_table =
+            _mm512_mul_ps(d, _mm512_sub_ps(code_values(), _mm512_set1_ps(16.0F)));
+        const __m512 high_table = _mm512_mul_ps(d, code_values());
+        std::uint32_t qh;
+        std::memcpy(&qh, block + 2, sizeof(qh));
+        const __m512i low = bytes16(block + 6);
+        const __m512i high = _mm512_srli_epi32(low, 4);
+        first = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(low, low_table),
+                                           static_cast<__mmask16>(qh & 0xFFFFU), low, high_table);
+        second = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(high, low_table),
+                                            static_cast<__mmask16>(qh >> 16U), high, high_table);
     } else if constexpr (Format == WeightFormat::q4_k || Format == WeightFormat::q5_k) {
+        // The chunk's values (d·sc)·n − dmin·m as tables (16 for q4_k, 32 for q5_k), looked
+        // up by code as for q4_0 and q5_0.
         const KScalePair pair = k_scale_pair(block + 4, sub);
-        const __m512 scale = _mm512_set1_ps(block_half_at(block) * static_cast<float>(pair.scale));
-        const __m512 offset =
-            _mm512_set1_ps(block_half_at(block + 2) * static_cast<float>(pair.min));
+        const __m512 scale = _mm512_set1_ps(half_scalar(block) * static_cast<float>(pair.scale));
+        const __m512 offset = _mm512_set1_ps(half_scalar(block + 2) * static_cast<float>(pair.min));
+        const __m512 low_table = _mm512_sub_ps(_mm512_mul_ps(scale, code_values()), offset);
         constexpr std::size_t codes = Format == WeightFormat::q5_k ? 48 : 16;
         const std::uint8_t* qs = block + codes + 32 * (sub / 2);
         const unsigned shift = (sub % 2) * 4U;
-        __m512i low = _mm512_and_si512(shift_right(bytes16(qs), shift), nibble);
-        __m512i high = _mm512_and_si512(shift_right(bytes16(qs + 16), shift), nibble);
-        if constexpr (Format == WeightFormat::q5_k) {
+        const __m512i low = shift_right(bytes16(qs), shift);
+        const __m512i high = shift_right(bytes16(qs + 16), shift);
+        if constexpr (Format == WeightFormat::q4_k) {
+            first = _mm512_permutexvar_ps(low, low_table);
+            second = _mm512_permutexvar_ps(high, low_table);
+        } else {
+            const __m512 high_table = _mm512_sub_ps(
+                _mm512_mul_ps(scale, _mm512_add_ps(code_values(), _mm512_set1_ps(16.0F))), offset);
             const __m512i bit = _mm512_set1_epi32(static_cast<int>(1U << sub));
-            const __m512i sixteen = _mm512_set1_epi32(16);
-            low = _mm512_mask_add_epi32(low, _mm512_test_epi32_mask(bytes16(block + 16), bit), low,
-                                        sixteen);
-            high = _mm512_mask_add_epi32(high, _mm512_test_epi32_mask(bytes16(block + 32), bit),
-                                         high, sixteen);
+            first = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(low, low_table),
+                                               _mm512_test_epi32_mask(bytes16(block + 16), bit),
+                                               low, high_table);
+            second = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(high, low_table),
+                                                _mm512_test_epi32_mask(bytes16(block + 32), bit),
+                                                high, high_table);
         }
-        first = _mm512_sub_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(low)), offset);
-        second = _mm512_sub_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(high)), offset);
     } else {  // q6_k
-        const float d = block_half_at(block + 208);
+        const float d = half_scalar(block + 208);
         const Q6Chunk chunk = q6_chunk(block, sub);
         const __m512i two_bits = _mm512_set1_epi32(3);
         const __m512i thirty_two = _mm512_set1_epi32(32);
