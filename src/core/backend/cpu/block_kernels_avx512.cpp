@@ -6,8 +6,8 @@
 // to int32 and are scaled; the 4- and 5-bit formats instead build a table of the block's (or
 // sub-block's) 16 or 32 possible values once and look each code up in it (vpermps, which
 // reads only an index's low four bits; a second, masked lookup where a 5-bit code's fifth bit
-// is set), so a weight costs a lookup instead of a convert and a multiply; q6_k's 64 values scale as q8_0's. Every value is rounded exactly as the
-// host dequantizer (block_decode.hpp) rounds it.
+// is set), so a weight costs a lookup instead of a convert and a multiply; q6_k's 64 values scale
+// as q8_0's. Every value is rounded exactly as the host dequantizer (block_decode.hpp) rounds it.
 
 #include "core/backend/cpu/block_kernel_dispatch.hpp"
 #include "core/backend/cpu/block_kernels.hpp"
