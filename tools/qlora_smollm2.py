@@ -12,6 +12,11 @@ data/instructions/tiny_instructions.jsonl, split 80/20 by content (held-out exam
 trained on). Every projection is packed to NF4 (block 64, double-quantized scales), LoRA
 adapters of rank 8 train on all seven projections of every block with a response-only loss,
 then the adapters are merged (dequantizing the weights).
+
+With ``--weights file`` the base is the GGUF file's own blocks (load_pretrained(weights="file"):
+Q4_1 projections and a Q8_0 table for the default file, never expanded to float32): the
+adapters train over them and stay unmerged; ``--save-adapter DIR`` writes them alone (PEFT).
+Peak RSS is the process's (ru_maxrss), after the run.
 """
 
 from __future__ import annotations
@@ -55,14 +60,26 @@ def main() -> int:
                         help="qlora (the default), lora, or full fine-tuning, for comparison")
     parser.add_argument("--packing", action="store_true",
                         help="pack several examples into each row")
+    parser.add_argument("--weights", choices=("f32", "file"), default="f32",
+                        help="the base: float32 weights (packed to NF4 by qlora), or the file's "
+                        "own blocks (qlora over them)")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="recompute each block's activations in the backward pass instead "
+                        "of keeping them")
     parser.add_argument("--save", type=Path, default=None, help="save the tuned model here")
+    parser.add_argument("--save-adapter", type=Path, default=None,
+                        help="save the trained adapter alone here (a PEFT directory)")
     arguments = parser.parse_args()
     if not arguments.model.exists():
         print(f"skipped: {arguments.model} is absent (see the docstring)")
         return 77
     print(f"# {rt.cpu_info()}")
     started = time.perf_counter()
-    pretrained = rt.load_pretrained(arguments.model, maximum_context=256)
+    if arguments.weights == "file" and (arguments.method != "qlora" or arguments.save):
+        parser.error("--weights file trains qlora over the file's blocks and keeps the adapters "
+                     "unmerged: use --save-adapter, not --save")
+    pretrained = rt.load_pretrained(arguments.model, maximum_context=256,
+                                    weights=arguments.weights)
     print(f"loaded {pretrained!r} in {time.perf_counter() - started:.2f} s, "
           f"peak RSS {peak_rss_mib():.0f} MiB")
     splits = split_examples(read_instructions_jsonl(arguments.data), 0.2, seed=1)
@@ -72,6 +89,7 @@ def main() -> int:
         evaluation_interval=max(1, arguments.steps // 4), learning_rate=arguments.learning_rate,
         backend="cpu", fine_tuning_method=arguments.method, attention="flash",
         packing=arguments.packing,
+        activation_checkpointing="block" if arguments.activation_checkpointing else "disabled",
         lora=rt.LoraConfig(rank=8, alpha=16.0, targets=ALL_PROJECTIONS),
         response_only_loss=True,
     )
@@ -94,6 +112,10 @@ def main() -> int:
     if prompt:
         answer = pretrained.chat([{"role": "user", "content": prompt}], max_new_tokens=24)
         print(f"held-out prompt {prompt!r} -> {answer!r}")
+    if arguments.save_adapter is not None:
+        result.adapter.save(arguments.save_adapter, base_model_name_or_path=str(arguments.model))
+        size = sum(f.stat().st_size for f in arguments.save_adapter.iterdir())
+        print(f"saved the adapter to {arguments.save_adapter} ({size / 2**20:.1f} MiB)")
     if arguments.save is not None:
         pretrained.save(arguments.save)
         print(f"saved {arguments.save} ({os.path.getsize(arguments.save) / 2**20:.0f} MiB)")

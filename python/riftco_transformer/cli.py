@@ -268,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "when --steps is not given; given, it is honoured without the floor and "
                       "cap)")
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
+    post.add_argument("--weights", choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0"),
+                      default="f32",
+                      help="with --model: the base's precision. f32 (default); file: QLoRA over "
+                      "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), "
+                      "never expanded to float32; q8_0/q5_0/q4_1/q4_0: packed into that block "
+                      "format first. A packed base needs --method qlora and keeps its adapters "
+                      "unmerged: write them with --adapter-output (a bundle cannot hold the "
+                      "blocks yet, nor can --checkpoint)")
     post.add_argument("--context", type=_positive_int, default=None,
                       help="the longest example row in tokens (default: the model's maximum "
                       "context); longer examples are handled as --overlong says")
@@ -807,6 +815,20 @@ def _post_train_command(arguments, data_parallel) -> int:
     _apply_auto_resume(arguments)
     if arguments.steps is not None and arguments.epochs is not None:
         raise UsageError("give --steps or --epochs, not both")
+    if arguments.weights != "f32":
+        packed = f"--weights {arguments.weights}"
+        if arguments.model is None:
+            raise UsageError(f"{packed} applies to --model (a pretrained checkpoint)")
+        if arguments.method != "qlora":
+            raise UsageError(f"{packed} trains adapters over packed blocks: it needs --method "
+                             f"qlora (not {arguments.method})")
+        if arguments.output is not None:
+            raise UsageError(f"{packed} keeps the adapters unmerged over packed blocks, which a "
+                             ".rift bundle cannot hold yet: write --adapter-output instead of "
+                             "--output")
+        if arguments.checkpoint is not None or arguments.resume is not None:
+            raise UsageError(f"{packed}: checkpoints cannot hold packed blocks yet (drop "
+                             "--checkpoint/--resume, or train with --weights f32)")
     _require_post_train_outputs(arguments)
     from .artifacts import ModelBundle
     from .instructions import read_instructions_jsonl

@@ -867,7 +867,12 @@ def fine_tune_pretrained(
 
     ``config.fine_tuning_method`` ``"full"``, ``"lora"`` or ``"qlora"`` as for
     :func:`post_train` (QLoRA packs every projection to NF4, trains the adapters, and the merge
-    dequantizes, so the model is dense float32 again afterwards). ``config.backend`` must be the
+    dequantizes, so the model is dense float32 again afterwards). A model whose projections
+    are already packed in GGUF block formats (``load_pretrained(weights="file")``, or
+    ``"q8_0"`` and the other conversions) trains with ``"qlora"`` only: the adapters learn over
+    those blocks as they are (the base bytes never change, and no float32 copy of them is
+    made), and stay attached, unmerged, afterwards (``result.adapter`` holds them alone).
+    Checkpoints (``checkpoint_path``, ``resume_from``) do not hold such a base yet. ``config.backend`` must be the
     model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
     result with :meth:`~.pretrained.PretrainedModel.save`. ``data_parallel`` as for
     :func:`post_train` (every rank loads the same model; ``base_id`` identifies it).
@@ -887,8 +892,22 @@ def fine_tune_pretrained(
     rounds = _generation_rounds(generation_checks, pretrained.chat_template, tokenizer,
                                 pretrained.end_token_id)
     pretrained.reset_generator()  # its KV-cache pool pins the parameters
-    if model.lora_attached or model.quantized_linear_weights:
+    # Projections packed in GGUF block formats (a file's own blocks): QLoRA trains over them.
+    block_base = (model.quantized_linear_weights and not model.lora_attached
+                  and model.linear_weight_format != "nf4")
+    if model.lora_attached or (model.quantized_linear_weights and not block_base):
         raise ValueError("the model already has adapters or packed weights")
+    if block_base:
+        packed = model.linear_weight_format
+        if config.fine_tuning_method != "qlora":
+            raise ValueError(f"the model's projections are packed ({packed}: a GGUF file's blocks "
+                             f"or a conversion), which only fine_tuning_method 'qlora' trains "
+                             f"over; load the model with weights='f32' for "
+                             f"{config.fine_tuning_method!r}")
+        if checkpoint_path is not None or resume_from is not None:
+            raise ValueError(f"checkpoints do not hold a model packed in {packed} blocks yet: "
+                             "train without checkpoint_path/resume_from, or load the model with "
+                             "weights='f32'")
     if config.context_size is not None and config.context_size > model.maximum_context:
         raise ValueError(f"context_size {config.context_size} exceeds the model's maximum_context "
                          f"{model.maximum_context}")
@@ -915,12 +934,13 @@ def fine_tune_pretrained(
     if rounds is not None:
         rounds.before = rounds.run(model, 0)
     method = config.fine_tuning_method
-    if method == "qlora":
+    if method == "qlora" and not block_base:
         model.quantize_nf4(config.nf4_block_size, config.double_quantization,
                            config.nf4_scale_block_size)
     optimizer = _trainable_with_optimizer(model, config)
     nf4 = ({"block_size": config.nf4_block_size, "double_quantization": config.double_quantization,
-            "scale_block_size": config.nf4_scale_block_size} if method == "qlora" else None)
+            "scale_block_size": config.nf4_scale_block_size}
+           if method == "qlora" and not block_base else None)
     step_seconds: list[float] = []
     last = [_time.perf_counter()]
 
@@ -951,7 +971,8 @@ def fine_tune_pretrained(
         # The adapter alone, before the merge folds it in (adapter-only saves); the base is
         # named by base_id (riftco post-train --model: the SHA-256 of the source).
         adapter = capture_lora_adapter(model, {"base_id": base_id} if base_id else {})
-        model.merge_lora()
+        if not block_base:  # a block-packed base keeps its adapters attached, unmerged
+            model.merge_lora()
     pretrained.reset_generator()
     tuned_validation = (evaluate_sequences(model, validation[0], None, 8,
                                            validation[1]) if validation else None)

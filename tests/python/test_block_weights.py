@@ -546,3 +546,89 @@ def test_the_k_formats_are_refused_as_a_conversion_naming_where_they_come_from()
             model.quantize_blocks("q4_k")
         assert model.linear_weight_format is None
         assert forward_values(model, TOKENS) == before
+
+
+# ---- QLoRA over a file's blocks: fine_tune_pretrained and riftco post-train --weights file ----
+
+def instruction_examples():
+    from test_decoder_families import INSTRUCTIONS
+
+    from riftco_transformer.instructions import read_instructions_jsonl
+
+    return read_instructions_jsonl(INSTRUCTIONS)[:12]
+
+
+def test_fine_tuning_over_a_files_blocks_trains_adapters_and_never_moves_the_blocks(tmp_path):
+    from riftco_transformer.post_training import PostTrainingConfig, fine_tune_pretrained
+
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype="q4_0")
+    config = PostTrainingConfig(steps=6, batch_size=2, backend="cpu", fine_tuning_method="qlora",
+                                learning_rate=1e-2, response_only_loss=False)
+    with load_pretrained(path, maximum_context=0, weights="file") as loaded:
+        model = loaded.model
+        blocks = model.packed_quantized_state()
+        before = forward_values(model, TOKENS)
+        result = fine_tune_pretrained(loaded, instruction_examples(), config)
+        # The adapters trained over the blocks and stay attached; the blocks are the file's.
+        assert model.lora_attached
+        assert model.linear_weight_format == "q4_0"
+        assert model.packed_quantized_state() == blocks
+        losses = [metric.loss for metric in result.metrics if metric.phase == "train"]
+        assert losses[-1] < losses[0]
+        assert forward_values(model, TOKENS) != before
+        assert result.adapter is not None and result.fine_tuning_method == "qlora"
+        # The adapter alone, saved and applied to a fresh load of the same file: the same model.
+        tuned = forward_values(model, TOKENS)
+        adapter = result.adapter.save(tmp_path / "adapter")
+    with load_pretrained(path, maximum_context=0, weights="file", adapter=adapter) as again:
+        assert relative_rms(tuned, forward_values(again.model, TOKENS)) <= 1e-6
+
+
+def test_fine_tuning_over_a_files_blocks_refuses_what_it_cannot_do_and_changes_nothing(
+        tmp_path):
+    from riftco_transformer.post_training import PostTrainingConfig, fine_tune_pretrained
+
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype="q8_0")
+    with load_pretrained(path, maximum_context=0, weights="file") as loaded:
+        model = loaded.model
+        blocks = model.packed_quantized_state()
+        for method in ("full", "lora"):
+            config = PostTrainingConfig(steps=2, batch_size=2, fine_tuning_method=method)
+            with pytest.raises(ValueError, match=f"packed \\(q8_0: a GGUF file's blocks or a "
+                                                 f"conversion\\), which only fine_tuning_method "
+                                                 f"'qlora' trains over; load the model with "
+                                                 f"weights='f32' for '{method}'"):
+                fine_tune_pretrained(loaded, instruction_examples(), config)
+        config = PostTrainingConfig(steps=2, batch_size=2, fine_tuning_method="qlora")
+        with pytest.raises(ValueError, match="checkpoints do not hold a model packed in q8_0 "
+                                             "blocks yet"):
+            fine_tune_pretrained(loaded, instruction_examples(), config,
+                                 checkpoint_path=tmp_path / "run.riftckpt")
+        assert not (tmp_path / "run.riftckpt").exists()
+        assert not model.lora_attached
+        assert model.packed_quantized_state() == blocks
+
+
+def test_riftco_post_train_weights_file_writes_the_adapter_and_refuses_a_bundle(tmp_path):
+    from test_decoder_families import INSTRUCTIONS
+
+    path = export_gguf(capture(wide_preset("llama")), tmp_path / "model.gguf", dtype="q4_0")
+    common = ("post-train", "--model", path, "--instructions", INSTRUCTIONS, "--steps", "2",
+              "--batch-size", "2", "--weights", "file")
+    refused = {
+        ("--method", "lora", "--adapter-output", tmp_path / "a"): "needs --method qlora",
+        ("--method", "qlora", "--output", tmp_path / "out.rift"): "write --adapter-output",
+        ("--method", "qlora", "--adapter-output", tmp_path / "b", "--checkpoint",
+         tmp_path / "c.riftckpt"): "checkpoints cannot hold packed blocks yet",
+    }
+    for extra, message in refused.items():
+        run = run_cli(*common, *extra)
+        assert run.returncode == 2, run.stderr
+        assert message in run.stderr
+    assert not any((tmp_path / name).exists() for name in ("a", "out.rift", "b", "c.riftckpt"))
+    run = run_cli(*common, "--method", "qlora", "--adapter-output", tmp_path / "adapter")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    base = run_cli("post-train", "--base", tmp_path / "x.rift", "--instructions", INSTRUCTIONS,
+                   "--weights", "file", "--method", "qlora", "--adapter-output", tmp_path / "d")
+    assert base.returncode == 2 and "--weights file applies to --model" in base.stderr
