@@ -516,17 +516,23 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
         const GgufTensorInfo* cached_tensor = nullptr;
         std::vector<std::uint8_t> cached;
         const auto read_blocks = [&](const TensorSource& source) {
-            if (cached_tensor != source.tensor) {
-                cached = file.read_tensor_bytes(*source.tensor);
-                cached_tensor = source.tensor;
-            }
             const WeightFormat format = *block_format_of(source.tensor->type);
             const std::size_t row_bytes =
                 source.columns / gguf_format_block_elements(format) * gguf_block_bytes(format);
-            const auto first =
-                cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * row_bytes);
-            std::vector<std::uint8_t> blocks(
-                first, first + static_cast<std::ptrdiff_t>(source.rows * row_bytes));
+            std::vector<std::uint8_t> blocks;
+            if (source.row_begin == 0 && source.rows * row_bytes == source.tensor->byte_size) {
+                // A whole tensor (every one but the parts of Phi-3's fused ones): its bytes
+                // as read, with no second copy of them.
+                blocks = file.read_tensor_bytes(*source.tensor);
+            } else {
+                if (cached_tensor != source.tensor) {
+                    cached = file.read_tensor_bytes(*source.tensor);
+                    cached_tensor = source.tensor;
+                }
+                const auto first =
+                    cached.begin() + static_cast<std::ptrdiff_t>(source.row_begin * row_bytes);
+                blocks.assign(first, first + static_cast<std::ptrdiff_t>(source.rows * row_bytes));
+            }
             if (source.rotary_heads != 0)
                 blocks = unpermute_rows<std::uint8_t>(blocks, source.rotary_heads, row_bytes);
             return QuantizedWeight::from_packed_blocks(

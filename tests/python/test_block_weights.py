@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import struct
 import subprocess
+import sys
 import textwrap
 from array import array
 from dataclasses import replace
@@ -632,3 +633,25 @@ def test_riftco_post_train_weights_file_writes_the_adapter_and_refuses_a_bundle(
     base = run_cli("post-train", "--base", tmp_path / "x.rift", "--instructions", INSTRUCTIONS,
                    "--weights", "file", "--method", "qlora", "--adapter-output", tmp_path / "d")
     assert base.returncode == 2 and "--weights file applies to --model" in base.stderr
+
+
+def test_the_synthetic_gguf_tool_writes_a_file_that_loads_at_its_precision(tmp_path):
+    """tools/make_synthetic_llama_gguf.py (its tiny shape): a Q4_0 file in the real layout that
+    loads with weights="file" and decodes; it refuses to write inside the repository."""
+    tool = Path(__file__).resolve().parents[2] / "tools" / "make_synthetic_llama_gguf.py"
+    output = tmp_path / "tiny.gguf"
+    run = subprocess.run([sys.executable, str(tool), "--shape", "tiny", "--output", str(output)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    with load_pretrained(output, maximum_context=32, weights="file") as loaded:
+        assert loaded.model.linear_weight_format == "q4_0"
+        memory = loaded.model.quantized_memory
+        assert memory.weight_count == 7 * 2 + 2  # the projections, the head and the table
+        assert memory.resident_payload_bytes == (256 * 256 * 2 + 256 * 128 * 2 + 256 * 512 * 3) \
+            * 2 // 32 * 18 + 2 * 512 * 256 // 32 * 18
+        assert len(loaded.generate("t1 t2", max_new_tokens=3).generated_text) > 0
+    inside = Path(__file__).resolve().parents[2] / "build" / "tiny.gguf"
+    run = subprocess.run([sys.executable, str(tool), "--shape", "tiny", "--output", str(inside)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "is inside the repository" in run.stderr
+    assert not inside.exists()
