@@ -37,10 +37,12 @@ using testing::pseudo_random;
 constexpr double tolerance = 3e-5;
 // The formats quantize_blocks produces, and every block format.
 constexpr WeightFormat block_formats[] = {WeightFormat::q8_0, WeightFormat::q4_0,
-                                          WeightFormat::q4_1, WeightFormat::q5_0};
+                                          WeightFormat::q4_1, WeightFormat::q5_0,
+                                          WeightFormat::f16,  WeightFormat::bf16};
 constexpr WeightFormat all_block_formats[] = {
-    WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1, WeightFormat::q5_0,
-    WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k};
+    WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1,
+    WeightFormat::q5_0, WeightFormat::q4_k, WeightFormat::q5_k,
+    WeightFormat::q6_k, WeightFormat::f16,  WeightFormat::bf16};
 
 // The value of binary16 `bits` from its fields, in double (the oracle of half_bits_to_float).
 double half_value(std::uint16_t bits) {
@@ -163,6 +165,19 @@ double reference_element(WeightFormat format, const std::uint8_t* block, std::si
             const int high = (block[128 + 32 * h + l] >> (2 * t)) & 3;
             const int sc = static_cast<std::int8_t>(block[192 + e / 16]);
             return half_of(block + 208) * sc * ((low | (high << 4)) - 32);
+        }
+        case WeightFormat::f16:
+            return half_of(block + 2 * e);
+        case WeightFormat::bf16: {
+            // sign, 8 exponent bits, 7 mantissa bits: (−1)^s·2^(E−127)·(1 + m/128)
+            const unsigned bits = block[2 * e] | (block[2 * e + 1] << 8U);
+            const int exponent = static_cast<int>((bits >> 7U) & 255U);
+            const double sign = (bits & 0x8000U) != 0 ? -1.0 : 1.0;
+            const double mantissa = bits & 127U;
+            if (exponent == 0) {
+                return sign * std::ldexp(mantissa, -133);
+            }
+            return sign * std::ldexp(128.0 + mantissa, exponent - 134);
         }
         case WeightFormat::nf4:
             break;
@@ -307,6 +322,16 @@ TEST(BlockFormats, QuantizeFollowsGgmlsReferenceRoundingOnHandComputedBlocks) {
     for (std::size_t j = 0; j < 16; ++j) {
         EXPECT_EQ(q5[6 + j], j | (j << 4U)) << j;  // q_j = j and q_{j+16} = j + 16
     }
+    // f16 and bf16: each value rounded to the nearest, ties to even.
+    std::vector<float> thirds(32, 1.0F / 3.0F);
+    thirds[1] = 1.0F + std::ldexp(1.0F, -8);         // bf16 tie between 1 and 1 + 2^-7: to 1
+    thirds[2] = 1.0F + 3.0F * std::ldexp(1.0F, -8);  // the other tie: up to 1 + 2^-6 (even)
+    const std::vector<std::uint8_t> f16 = one_block(WeightFormat::f16, thirds);
+    EXPECT_EQ(half_bits_at(f16, 0), 0x3555);
+    const std::vector<std::uint8_t> bf16 = one_block(WeightFormat::bf16, thirds);
+    EXPECT_EQ(half_bits_at(bf16, 0), 0x3EAB);  // 0x3EAAAAAB rounded up
+    EXPECT_EQ(half_bits_at(bf16, 2), 0x3F80);
+    EXPECT_EQ(half_bits_at(bf16, 4), 0x3F82);
     const std::vector<std::uint8_t> zero5 = one_block(WeightFormat::q5_0, zeros);
     EXPECT_EQ(half_bits_at(zero5, 0), 0x8000);  // -0, as q4_0
     EXPECT_EQ(zero5[6], 0x00);                  // q = 16: nibble 0 with its fifth bit set
@@ -323,6 +348,15 @@ TEST(BlockFormats, QuantizationErrorStaysWithinHalfAStep) {
         const std::vector<float> decoded = weight.dequantize().to_host();
         const PackedBlockPayload blocks = weight.copy_blocks_to_host();
         for (std::size_t i = 0; i < x.size(); ++i) {
+            if (format == WeightFormat::f16 || format == WeightFormat::bf16) {
+                // Half a unit in the last place: 2^-11 (f16) or 2^-8 (bf16) of |x| at most.
+                const double unit =
+                    format == WeightFormat::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+                ASSERT_LE(std::fabs(static_cast<double>(decoded[i]) - x[i]),
+                          unit * std::fabs(x[i]) + 1e-30)
+                    << i;
+                continue;
+            }
             const std::uint8_t* block = blocks.blocks.data() + (i / 32) * gguf_block_bytes(format);
             const double d =
                 std::fabs(half_value(static_cast<std::uint16_t>(block[0] | (block[1] << 8))));
@@ -515,6 +549,9 @@ TEST(BlockFormats, AccountsEveryByteAndKeepsTheBlocksExactly) {
     EXPECT_EQ(k_usage.resident_payload_bytes, 6U * 144U);
     EXPECT_EQ(make_weight(WeightFormat::q6_k, 1, 256).memory_usage().scale_bytes, 18U);
     EXPECT_EQ(make_weight(WeightFormat::q5_0, 1, 64).memory_usage().packed_code_bytes, 40U);
+    const QuantizedMemoryUsage half = make_weight(WeightFormat::bf16, 3, 64).memory_usage();
+    EXPECT_EQ(half.packed_code_bytes, 3U * 64U * 2U);  // two bytes a value, no scales
+    EXPECT_EQ(half.scale_bytes, 0U);
 
     PackedBlockPayload payload = q8.copy_blocks_to_host();
     const QuantizedWeight copy =
@@ -607,8 +644,8 @@ TEST(BlockFormats, RefusesBadPayloadsNamingTheFieldAndValue) {
     nf4.format = WeightFormat::nf4;
     expect_error<std::invalid_argument>(load(nf4), "format nf4 (id 0) is not a GGUF block format");
     PackedBlockPayload unknown = good;
-    unknown.format = static_cast<WeightFormat>(9);
-    expect_error<std::invalid_argument>(load(unknown), "format unknown (id 9)");
+    unknown.format = static_cast<WeightFormat>(10);
+    expect_error<std::invalid_argument>(load(unknown), "format unknown (id 10)");
     PackedBlockPayload not_finite = good;
     const std::uint16_t infinity = 0x7C00;
     std::memcpy(not_finite.blocks.data() + 3 * 20 + 2, &infinity, 2);  // block 1 of row 1: m
@@ -668,6 +705,21 @@ TEST(BlockFormats, RefusesBadPayloadsNamingTheFieldAndValue) {
     std::memcpy(q5_inf.blocks.data() + 22, &infinity, 2);
     expect_error<std::invalid_argument>(load(q5_inf),
                                         "the scale d of block 1 of row 0 is inf (must be finite)");
+    std::vector<float> large(64, 1.0F);
+    large[45] = 70000.0F;  // beyond binary16's 65504
+    expect_error<std::overflow_error>(
+        [&] {
+            static_cast<void>(
+                QuantizedWeight::quantize_blocks(Tensor({1, 64}, large), WeightFormat::f16));
+        },
+        "weight value at flat index 45 (70000) is beyond f16's range");
+    large[45] = 3.4e38F;  // rounds up past bfloat16's largest finite value
+    expect_error<std::overflow_error>(
+        [&] {
+            static_cast<void>(
+                QuantizedWeight::quantize_blocks(Tensor({1, 64}, large), WeightFormat::bf16));
+        },
+        "weight value at flat index 45");
     for (const WeightFormat format : {WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k}) {
         expect_error<std::invalid_argument>(
             [&] {

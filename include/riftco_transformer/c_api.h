@@ -419,12 +419,14 @@ RT_API rt_status RT_CALL rt_model_quantize_linear_weights_nf4_double_quantized(
 #define RT_WEIGHT_FORMAT_Q4_K 5
 #define RT_WEIGHT_FORMAT_Q5_K 6
 #define RT_WEIGHT_FORMAT_Q6_K 7
+#define RT_WEIGHT_FORMAT_F16 8  /* dense binary16 values, in blocks of 32 */
+#define RT_WEIGHT_FORMAT_BF16 9 /* dense bfloat16 values, in blocks of 32 */
 /* Packs every projection weight (as the NF4 functions do) in a GGUF block format with ggml's
- * reference rounding (2.15). format RT_WEIGHT_FORMAT_Q8_0, _Q4_0, _Q4_1 or _Q5_0; NF4, the K
- * formats (they come from GGUF files only) and unknown values, an in-features width that is not a
- * multiple of 32, a second packing or one after attach_lora: RT_STATUS_INVALID_ARGUMENT naming the
- * value or projection; a model on a backend that lacks the format: RT_STATUS_RUNTIME_ERROR naming
- * both. Transactional. */
+ * reference rounding (2.15). format RT_WEIGHT_FORMAT_Q8_0, _Q4_0, _Q4_1, _Q5_0, _F16 or _BF16; NF4,
+ * the K formats (they come from GGUF files only) and unknown values, an in-features width that is
+ * not a multiple of 32, a second packing or one after attach_lora: RT_STATUS_INVALID_ARGUMENT
+ * naming the value or projection; a model on a backend that lacks the format:
+ * RT_STATUS_RUNTIME_ERROR naming both. Transactional. */
 RT_API rt_status RT_CALL rt_model_quantize_linear_weights(rt_model* model, int32_t format);
 /* *out = the RT_WEIGHT_FORMAT_* of the packed weights (the projections and a packed
  * embedding table), -2 when they are in several formats (a GGUF file may mix them), or -1
@@ -1120,9 +1122,9 @@ RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf(const char* path,
                                                           uint64_t maximum_context,
                                                           rt_llama_mistral_model** out);
 /* As rt_llama_mistral_model_load_gguf, but every projection keeps the file's block format
- * (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K or Q6_K: the file's bytes, never expanded to float32;
- * an embedding table in one of them stays packed too; the norms are float32), as if packed by
- * rt_model_quantize_linear_weights (2.15). A projection of any other type:
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, F16 or BF16: the file's bytes, never expanded to
+ * float32; an embedding table in one of them stays packed too; the norms are float32), as if packed
+ * by rt_model_quantize_linear_weights (2.15). A projection of any other type:
  * RT_STATUS_INVALID_ARGUMENT naming the tensor and its type. */
 RT_API rt_status RT_CALL rt_llama_mistral_model_load_gguf_packed(const char* path,
                                                                  uint64_t maximum_context,

@@ -268,12 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "when --steps is not given; given, it is honoured without the floor and "
                       "cap)")
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
-    post.add_argument("--weights", choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0"),
+    post.add_argument("--weights",
+                      choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16"),
                       default="f32",
                       help="with --model: the base's precision. f32 (default); file: QLoRA over "
-                      "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), "
-                      "never expanded to float32; q8_0/q5_0/q4_1/q4_0: packed into that block "
-                      "format first. A packed base needs --method qlora and keeps its adapters "
+                      "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, "
+                      "F16, BF16), never expanded to float32; q8_0/q5_0/q4_1/q4_0/bf16/f16: "
+                      "packed into that format first. A packed base needs --method qlora and keeps its adapters "
                       "unmerged: write them with --adapter-output (a bundle cannot hold the "
                       "blocks yet, nor can --checkpoint)")
     post.add_argument("--context", type=_positive_int, default=None,
@@ -500,12 +501,13 @@ def _add_model_source(parser) -> None:
 
 
 def _add_weights(parser) -> None:
-    parser.add_argument("--weights", choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0"),
+    parser.add_argument("--weights",
+                        choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16"),
                         default="f32",
                         help="the projections' precision: f32 (default); file: a GGUF "
-                        "file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K) and packed "
-                        "embedding table, never expanded; q8_0/q5_0/q4_1/q4_0: packed into that "
-                        "GGUF block format after loading. With packed weights an --adapter stays attached, unmerged")
+                        "file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16) "
+                        "and packed embedding table, never expanded; q8_0/q5_0/q4_1/q4_0/bf16/"
+                        "f16: packed into that format after loading. With packed weights an --adapter stays attached, unmerged")
 
 
 def _add_adapter(parser) -> None:
@@ -532,7 +534,7 @@ def _open_model(arguments, maximum_context: int | None = None):
     # load_pretrained's own rule (the same test of the file), named as the flag here.
     if weights == "file" and checkpoint_format(path) != "gguf":
         raise UsageError(f"--weights file keeps a GGUF file's blocks; {path} is not a .gguf "
-                         "file (choose f32, q8_0, q5_0, q4_1 or q4_0)")
+                         "file (choose f32, q8_0, q5_0, q4_1, q4_0, bf16 or f16)")
     loaded = load_pretrained(path, maximum_context=maximum_context, adapter=adapter,
                              check_adapter_base=not skip_check, weights=weights)
     try:

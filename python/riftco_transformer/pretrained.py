@@ -218,7 +218,7 @@ def _load_bundle(path: str) -> PretrainedModel:
     return PretrainedModel(runtime.model, tokenizer, template, bundle.architecture, path)
 
 
-WEIGHT_CHOICES = ("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0")
+WEIGHT_CHOICES = ("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16")
 
 
 def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = None,
@@ -237,16 +237,17 @@ def load_pretrained(path: str | os.PathLike, *, maximum_context: int | None = No
     nothing stays open.
 
     ``weights`` chooses the projections' precision: ``"f32"`` (float32, the default);
-    ``"file"``, a GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K; no float32
-    copy is ever made of them); or ``"q8_0"``/``"q5_0"``/``"q4_1"``/``"q4_0"``, float32 weights
-    packed into that GGUF block format
+    ``"file"``, a GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, and F16 or
+    BF16 matrices; no float32 copy is ever made of them); or ``"q8_0"``/``"q5_0"``/``"q4_1"``/
+    ``"q4_0"``/``"bf16"``/``"f16"``, float32 weights packed into that format
     after loading (explicitly converted, e.g. for a smaller server)."""
     if weights not in WEIGHT_CHOICES:
         raise ValueError(f"weights must be one of {', '.join(map(repr, WEIGHT_CHOICES))}, "
                          f"got {weights!r}")
     if weights == "file" and checkpoint_format(os.fspath(path)) != "gguf":
         raise ValueError(f"weights='file' keeps a GGUF file's block formats; {os.fspath(path)!r} "
-                         "is not a GGUF file (choose 'f32', 'q8_0', 'q5_0', 'q4_1' or 'q4_0')")
+                         "is not a GGUF file (choose 'f32', 'q8_0', 'q5_0', 'q4_1', 'q4_0', "
+                         "'bf16' or 'f16')")
     if adapter is not None:  # checked on its own before the base is loaded
         from .interchange.peft import load_peft_adapter, read_peft_adapter
 

@@ -193,10 +193,10 @@ rt_status rt_model_quantize_linear_weights(rt_model* model, int32_t format) {
     return guarded(__func__, [&] {
         const auto chosen = static_cast<WeightFormat>(format);
         if (format < 0 || format > 255 || !is_block_weight_format(chosen)) {
-            throw std::invalid_argument(
-                "format " + std::to_string(format) +
-                " is not a block format (RT_WEIGHT_FORMAT_Q8_0, _Q4_0, _Q4_1 or _Q5_0; NF4 has its "
-                "own functions, which take its block sizes)");
+            throw std::invalid_argument("format " + std::to_string(format) +
+                                        " is not a block format (RT_WEIGHT_FORMAT_Q8_0, _Q4_0, "
+                                        "_Q4_1, _Q5_0, _F16 or _BF16; "
+                                        "NF4 has its own functions, which take its block sizes)");
         }
         ModelState& state = state_of(model);
         state.require_unpinned();

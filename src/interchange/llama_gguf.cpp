@@ -141,6 +141,10 @@ std::optional<WeightFormat> block_format_of(GgmlType type) {
             return WeightFormat::q5_k;
         case GgmlType::Q6_K:
             return WeightFormat::q6_k;
+        case GgmlType::F16:
+            return WeightFormat::f16;
+        case GgmlType::BF16:
+            return WeightFormat::bf16;
         default:
             return std::nullopt;
     }
@@ -470,7 +474,8 @@ std::unique_ptr<Decoder> load_llama_from_gguf(const GgufFile& file,
             if (!block_format_of(found->tensor->type)) {
                 throw std::invalid_argument(
                     "load_llama_from_gguf: keeping the file's weights needs every projection in "
-                    "a block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k or q6_k), but tensor '" +
+                    "a block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k, f16 or bf16), but "
+                    "tensor '" +
                     gguf_printable(found->tensor->name) + "' (" + parameter + ") is " +
                     std::string(ggml_type_name(found->tensor->type)) +
                     "; load it as float32 or convert the file");

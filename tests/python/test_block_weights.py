@@ -60,7 +60,7 @@ def state_records(state: bytes) -> list[tuple[int, int, int, bytes]]:
             "<QQQIIQ", state, offset)
         offset += 40
         assert format_id != 0, "only block formats here"
-        assert (block, double, scale_block) == (256 if format_id >= 5 else 32, 0, 0)
+        assert (block, double, scale_block) == (256 if 5 <= format_id <= 7 else 32, 0, 0)
         (size,) = struct.unpack_from("<Q", state, offset)
         offset += 8
         records.append((format_id, out, inner, state[offset:offset + size]))
@@ -222,7 +222,7 @@ def test_refusals_name_the_argument_and_change_nothing(tmp_path):
     f32 = export_gguf(capture(wide_preset("mistral")), tmp_path / "f32.gguf")
     with pytest.raises(RiftcoTransformerError,
                        match=r"needs every projection in a block format \(q8_0, q4_0, q4_1, "
-                             r"q5_0, q4_k, q5_k or q6_k\), but tensor "
+                             r"q5_0, q4_k, q5_k, q6_k, f16 or bf16\), but tensor "
                              r"'blk\.0\.attn_q\.weight' \(blocks\.0\.attention\.query\.weight\) "
                              r"is F32"):
         load_pretrained(f32, weights="file")
@@ -231,7 +231,7 @@ def test_refusals_name_the_argument_and_change_nothing(tmp_path):
     with pytest.raises(ValueError, match="weights='file' keeps a GGUF file's block formats"):
         load_pretrained(bundle, weights="file")
     with pytest.raises(ValueError, match="weights must be one of 'f32', 'file', 'q8_0'"):
-        load_pretrained(f32, weights="bf16")
+        load_pretrained(f32, weights="q4_k")  # a K format: from files only
     # An explicit conversion at load time.
     with load_pretrained(f32, weights="q8_0") as converted:
         assert converted.model.linear_weight_format == "q8_0"
@@ -343,7 +343,7 @@ def test_the_c_abi_refuses_a_format_that_is_not_a_block_format():
     from riftco_transformer.native._loader import library
 
     with LlamaMistralTransformer(k_preset()) as model:
-        for value in (0, 8, -1, 1 << 20):
+        for value in (0, 10, -1, 1 << 20):
             with model._native() as pointer, \
                     pytest.raises(RiftcoTransformerError,
                                   match=f"format {value} is not a block format"):
@@ -359,7 +359,7 @@ def test_the_c_abi_refuses_a_format_that_is_not_a_block_format():
 
 # ---- Q5_0 and the K formats (Q4_K, Q5_K, Q6_K): 256-element blocks -------------------------
 
-GGUF_TYPES = {"q5_0": 6, "q4_k": 12, "q5_k": 13, "q6_k": 14}
+GGUF_TYPES = {"q5_0": 6, "q4_k": 12, "q5_k": 13, "q6_k": 14, "bf16": 30}
 TYPE_BLOCK = {"q5_0": (32, 22), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
 # Which tensor of a block gets which format (every format twice, and a packed table).
 K_PLAN = {"attn_q": "q5_0", "attn_k": "q4_k", "attn_v": "q5_k", "attn_output": "q6_k",
@@ -431,7 +431,12 @@ def with_block_types(source: Path, target: Path, plan: dict[str, str]) -> dict[s
         count = math.prod(dims)
         blob = data[data_start + position:data_start + position + 4 * count]
         chosen = plan.get(name.split(".")[-2]) if len(dims) == 2 else None
-        if chosen is not None:
+        if chosen == "bf16":  # the float32 values' top 16 bits
+            assert kind == 0, name
+            blob = b"".join(blob[i + 2:i + 4] for i in range(0, len(blob), 4))
+            kind = GGUF_TYPES[chosen]
+            rewritten[name] = (chosen, dims, blob)
+        elif chosen is not None:
             assert kind == 0 and dims[0] % TYPE_BLOCK[chosen][0] == 0, name
             blob = random_blocks(chosen, count, seed=index)
             kind = GGUF_TYPES[chosen]
@@ -466,7 +471,7 @@ def test_k_format_and_q5_0_blocks_load_as_they_are_with_the_float32_logits(tmp_p
     source = export_gguf(capture(config), tmp_path / "f32.gguf")
     path = tmp_path / "k.gguf"
     rewritten = with_block_types(Path(source), path, K_PLAN)
-    assert {kind for kind, _, _ in rewritten.values()} == set(GGUF_TYPES)
+    assert {kind for kind, _, _ in rewritten.values()} == set(GGUF_TYPES) - {"bf16"}
     with load_pretrained(path, maximum_context=0) as dense:
         expected = forward_values(dense.model, TOKENS)
     with load_pretrained(path, maximum_context=0, weights="file") as packed:
@@ -655,3 +660,61 @@ def test_the_synthetic_gguf_tool_writes_a_file_that_loads_at_its_precision(tmp_p
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "is inside the repository" in run.stderr
     assert not inside.exists()
+
+
+# ---- dense half precision: F16 and BF16 matrices kept as they are -----------------------------
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_f16_and_bf16_matrices_load_as_they_are_with_the_float32_logits(tmp_path, kind):
+    config = wide_preset("qwen3")  # a tied table: kept in half precision and multiplied by
+    if kind == "f16":
+        path = export_gguf(capture(config), tmp_path / "f16.gguf", dtype="f16")
+    else:
+        source = export_gguf(capture(config), tmp_path / "f32.gguf")
+        path = tmp_path / "bf16.gguf"
+        plan = {name: "bf16" for name in ("attn_q", "attn_k", "attn_v", "attn_output",
+                                          "ffn_gate", "ffn_up", "ffn_down", "token_embd")}
+        assert len(with_block_types(Path(source), path, plan)) == 7 * config.block_count + 1
+    with load_pretrained(path, maximum_context=0) as dense:
+        expected = forward_values(dense.model, TOKENS)
+    with load_pretrained(path, maximum_context=0, weights="file") as packed:
+        model = packed.model
+        assert model.linear_weight_format == kind
+        memory = model.quantized_memory
+        assert memory.resident_payload_bytes * 2 == memory.fp32_equivalent_bytes
+        with model.parameters() as parameters:
+            assert "token_embedding.weight" not in parameters.names
+        ours = forward_values(model, TOKENS)
+    assert relative_rms(expected, ours) <= 1e-5
+
+
+def test_quantize_blocks_rounds_to_bf16_and_f16_and_refuses_what_overflows():
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        dense = projection_weights(model)
+        expected = forward_values(model, TOKENS)
+        model.quantize_blocks("bf16")
+        assert model.linear_weight_format == "bf16"
+        records = state_records(model.packed_quantized_state())
+        # Round to nearest, ties to even, of every value's float32 bits.
+        for values, (format_id, _, _, blocks) in zip(dense, records, strict=True):
+            assert format_id == 9
+            words = struct.unpack(f"<{len(values)}I", array("f", values).tobytes())
+            rounded = [((w + 0x7FFF + ((w >> 16) & 1)) >> 16) for w in words]
+            assert blocks == struct.pack(f"<{len(rounded)}H", *rounded)
+        assert relative_rms(expected, forward_values(model, TOKENS)) <= 1e-2
+    with LlamaMistralTransformer(wide_preset("llama")) as model:
+        with model.parameters() as parameters:
+            offset = 0
+            for name, shape in zip(parameters.names, parameters.shapes, strict=True):
+                if name == "blocks.0.attention.query.weight":
+                    break
+                offset += math.prod(shape)
+            values = parameters.flat_values()
+            values[offset + 5] = 1e6  # beyond binary16's 65504
+            parameters.load_flat_values(values)
+        before = forward_values(model, TOKENS)
+        with pytest.raises(RiftcoTransformerError, match="weight value at flat index 5 "
+                                                         r"\(1000000\) is beyond f16's range"):
+            model.quantize_blocks("f16")
+        assert model.linear_weight_format is None
+        assert forward_values(model, TOKENS) == before

@@ -37,6 +37,9 @@
 //   d = f16(208). Element e = 128h + 32t + l (h < 2, t < 4, l < 32):
 //   low = (ql[64h + 32·(t % 2) + l] >> 4·⌊t/2⌋) & 15, high = (qh[32h + l] >> 2t) & 3,
 //   w = (d·sc[⌊e/16⌋])·((low | high << 4) − 32).
+// - f16, bf16, 64 bytes per 32: dense half-precision weights, w_j = the binary16 (bf16: the
+//   bfloat16, its bits << 16 as a float32) at 2j; no scales. Blocks only so that they share
+//   every packed-weight path.
 // A weight keeps the format it was made in; converting is explicit (quantize_blocks).
 //
 // A QuantizedWeight is immutable (copies share its state), is never a Parameter and never
@@ -91,15 +94,17 @@ enum class WeightFormat : std::uint8_t {
     q4_k = 5,
     q5_k = 6,
     q6_k = 7,
+    f16 = 8,
+    bf16 = 9,
 };
-// "nf4", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"; "unknown" for an id outside
-// the enum.
+// "nf4", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "f16", "bf16"; "unknown" for
+// an id outside the enum.
 [[nodiscard]] std::string_view weight_format_name(WeightFormat format) noexcept;
 // The format named `name` (as weight_format_name spells it); nullopt for any other name.
 [[nodiscard]] std::optional<WeightFormat> weight_format_from_name(std::string_view name) noexcept;
 [[nodiscard]] constexpr bool is_block_weight_format(WeightFormat format) noexcept {
     const auto id = static_cast<unsigned>(format);
-    return id >= 1 && id <= 7;
+    return id >= 1 && id <= 9;
 }
 // The kernels' unit: every block format decodes in 32-element chunks (a K-format block holds 8).
 inline constexpr std::size_t gguf_block_elements = 32;
@@ -110,7 +115,7 @@ inline constexpr std::size_t gguf_block_elements = 32;
                ? 256
                : gguf_block_elements;
 }
-// Bytes per block of a block format (34, 18, 20, 22, 144, 176, 210); 0 for nf4.
+// Bytes per block of a block format (34, 18, 20, 22, 144, 176, 210, 64, 64); 0 for nf4.
 [[nodiscard]] constexpr std::size_t gguf_block_bytes(WeightFormat format) noexcept {
     switch (format) {
         case WeightFormat::q8_0:
@@ -127,6 +132,9 @@ inline constexpr std::size_t gguf_block_elements = 32;
             return 176;
         case WeightFormat::q6_k:
             return 210;
+        case WeightFormat::f16:
+        case WeightFormat::bf16:
+            return 64;
         case WeightFormat::nf4:
             break;
     }
@@ -147,6 +155,8 @@ inline constexpr std::size_t gguf_block_elements = 32;
             return 16;
         case WeightFormat::q6_k:
             return 18;
+        case WeightFormat::f16:
+        case WeightFormat::bf16:
         case WeightFormat::nf4:
             break;
     }
@@ -226,7 +236,9 @@ class QuantizedWeight {
                                                   const Nf4Options& options = {});
     // Packs a rank-2 float32 weight [out, in] into a GGUF block format with ggml's reference
     // rounding (quantize_row_q8_0/q4_0/q4_1/q5_0_ref: the scale from the block's float32
-    // extremes, stored as binary16, codes rounded against the float32 scale).
+    // extremes, stored as binary16, codes rounded against the float32 scale); f16 and bf16
+    // round each value to the nearest (ties to even), std::overflow_error naming the flat index
+    // of one beyond the format's range.
     // std::invalid_argument: rank != 2, nf4 (use quantize), a K format (those weights come
     // from GGUF files), in not a multiple of 32, a non-finite value (names its flat index).
     [[nodiscard]] static QuantizedWeight quantize_blocks(const Tensor& weight, WeightFormat format);

@@ -37,9 +37,10 @@ from .parameters import ParameterList
 
 ATTENTION_VALUES = {"materialized": ATTENTION_MATERIALIZED, "flash": ATTENTION_FLASH}
 # RT_WEIGHT_FORMAT_*: how packed projection weights are stored.
-WEIGHT_FORMAT_NAMES = ("nf4", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+WEIGHT_FORMAT_NAMES = ("nf4", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "f16",
+                       "bf16")
 # The formats quantize_blocks produces (the K formats come from GGUF files only).
-BLOCK_WEIGHT_FORMAT_VALUES = {"q8_0": 1, "q4_0": 2, "q4_1": 3, "q5_0": 4}
+BLOCK_WEIGHT_FORMAT_VALUES = {"q8_0": 1, "q4_0": 2, "q4_1": 3, "q5_0": 4, "f16": 8, "bf16": 9}
 ATTENTION_NAMES = {value: name for name, value in ATTENTION_VALUES.items()}
 ACTIVATION_CHECKPOINTING_VALUES = {
     "disabled": ACTIVATION_CHECKPOINTING_DISABLED,
@@ -423,7 +424,8 @@ class CausalLanguageModel(NativeHandle):
     def quantize_blocks(self, format: str) -> None:  # noqa: A002 - the format's name
         """Pack every projection weight in a GGUF block format: ``"q8_0"``, ``"q5_0"``,
         ``"q4_1"`` or ``"q4_0"`` (ggml's blocks of 32, bit for bit, rounded as ggml's
-        reference quantizer rounds; the K formats come from GGUF files only). Before ``attach_lora``, once; each projection's input width must be a
+        reference quantizer rounds; the K formats come from GGUF files only), or keep it
+        dense in half precision: ``"f16"`` or ``"bf16"`` (each value rounded to the nearest). Before ``attach_lora``, once; each projection's input width must be a
         multiple of 32. The dense float32 values are released. Transactional."""
         value = require_choice(format, "format", BLOCK_WEIGHT_FORMAT_VALUES)
         with self._native() as pointer:
@@ -432,7 +434,8 @@ class CausalLanguageModel(NativeHandle):
     @property
     def linear_weight_format(self) -> str | None:
         """How the packed weights are stored: ``"nf4"``, a GGUF block format (``"q8_0"``,
-        ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), ``"mixed"`` (a GGUF file whose projections or table use several of them), or None
+        ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), ``"f16"``,
+        ``"bf16"``, ``"mixed"`` (a GGUF file whose projections or table use several of them), or None
         while the projections are dense float32."""
         value = self._query("rt_model_linear_weight_format", ctypes.c_int32)
         return None if value == -1 else "mixed" if value == -2 else WEIGHT_FORMAT_NAMES[value]

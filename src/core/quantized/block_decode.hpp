@@ -8,6 +8,7 @@
 // never contracts a*b+c into a fused multiply-add, and Clang contracts only within one
 // expression, so each operation is rounded to float32 exactly as numpy does.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -133,6 +134,18 @@ inline void decode_block_chunk(WeightFormat format, const std::uint8_t* block, s
             }
             return;
         }
+        case WeightFormat::f16:
+            for (std::size_t j = 0; j < 32; ++j) {
+                out[j] = block_half_at(block + 2 * j);
+            }
+            return;
+        case WeightFormat::bf16:
+            for (std::size_t j = 0; j < 32; ++j) {
+                std::uint16_t bits;
+                std::memcpy(&bits, block + 2 * j, sizeof(bits));
+                out[j] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16U);
+            }
+            return;
         case WeightFormat::nf4:
             return;
     }

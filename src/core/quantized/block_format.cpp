@@ -5,6 +5,7 @@
 #include "core/quantized/block_format.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -105,6 +106,30 @@ void encode_q5_0(const float* x, std::uint8_t* block) noexcept {
     std::memcpy(block + 2, &qh, sizeof(qh));
 }
 
+// f16: binary16 rounding (ties to even); bf16: the float32 bits rounded to their top 16
+// (ties to even). A value beyond the format's range: std::overflow_error naming its index.
+void encode_half(WeightFormat format, const float* x, std::size_t first, std::uint8_t* block) {
+    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
+        std::uint16_t bits = 0;
+        if (format == WeightFormat::f16) {
+            bits = float_to_half_bits(x[j]);
+        } else {
+            const auto word = std::bit_cast<std::uint32_t>(x[j]);
+            bits = static_cast<std::uint16_t>((word + 0x7FFFU + ((word >> 16U) & 1U)) >> 16U);
+        }
+        const float back = format == WeightFormat::f16
+                               ? half_bits_to_float(bits)
+                               : std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16U);
+        if (!std::isfinite(back)) {
+            throw std::overflow_error(
+                "QuantizedWeight::quantize_blocks: weight value at flat index " +
+                std::to_string(first + j) + " (" + format_float_text(x[j]) + ") is beyond " +
+                std::string(weight_format_name(format)) + "'s range");
+        }
+        std::memcpy(block + 2 * j, &bits, sizeof(bits));
+    }
+}
+
 // The byte offsets of a block's binary16 scales (d, and m or dmin where the format has one).
 struct HalfScales {
     std::size_t count;
@@ -118,6 +143,9 @@ HalfScales half_scales_of(WeightFormat format) noexcept {
             return {2, {0, 2}};
         case WeightFormat::q6_k:
             return {1, {208, 0}};
+        case WeightFormat::f16:
+        case WeightFormat::bf16:
+            return {0, {0, 0}};  // dense values: no scale
         default:
             return {1, {0, 0}};
     }
@@ -151,8 +179,8 @@ PackedLayout checked_block_layout(std::string_view operation, WeightFormat forma
         invalid_format(operation,
                        "format " + std::string(weight_format_name(format)) + " (id " +
                            std::to_string(static_cast<unsigned>(format)) +
-                           ") is not a GGUF block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k "
-                           "or q6_k)");
+                           ") is not a GGUF block format (q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, "
+                           "q6_k, f16 or bf16)");
     }
     if (out_features == 0 || in_features == 0) {
         invalid_format(operation, "the weight shape [" + std::to_string(out_features) + "," +
@@ -217,7 +245,7 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
     if (layout.block_size != gguf_block_elements) {
         invalid_format(op, "format " + std::string(weight_format_name(layout.format)) +
                                " cannot be produced here: K-format weights come from GGUF files "
-                               "(quantize into q8_0, q5_0, q4_1 or q4_0)");
+                               "(quantize into q8_0, q5_0, q4_1, q4_0, f16 or bf16)");
     }
     const std::size_t count = layout.element_count();
     for (std::size_t i = 0; i < count; ++i) {
@@ -247,6 +275,10 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
                 break;
             case WeightFormat::q5_0:
                 encode_q5_0(x, block);
+                break;
+            case WeightFormat::f16:
+            case WeightFormat::bf16:
+                encode_half(layout.format, x, b * gguf_block_elements, block);
                 break;
             default:
                 break;  // nf4 and the K formats are refused above

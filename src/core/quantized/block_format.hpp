@@ -56,8 +56,9 @@ struct BlockView {
 [[nodiscard]] PackedLayout validate_block_payload(const PackedBlockPayload& payload);
 
 // ggml's reference quantizer of a host float32 matrix [out, in] (row-major), for q8_0, q4_0,
-// q4_1 and q5_0. invalid_argument: a K format (names it), a non-finite value (names its flat
-// index).
+// q4_1 and q5_0, and the nearest f16 or bf16 values (overflow_error: a value beyond the
+// format's range, naming its flat index). invalid_argument: a K format (names it), a non-finite
+// value (names its flat index).
 [[nodiscard]] PackedBlockPayload encode_blocks(std::span<const float> values,
                                                const PackedLayout& layout);
 

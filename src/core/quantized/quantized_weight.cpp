@@ -56,6 +56,10 @@ std::string_view weight_format_name(WeightFormat format) noexcept {
             return "q5_k";
         case WeightFormat::q6_k:
             return "q6_k";
+        case WeightFormat::f16:
+            return "f16";
+        case WeightFormat::bf16:
+            return "bf16";
     }
     return "unknown";
 }
@@ -63,7 +67,8 @@ std::string_view weight_format_name(WeightFormat format) noexcept {
 std::optional<WeightFormat> weight_format_from_name(std::string_view name) noexcept {
     for (const WeightFormat format :
          {WeightFormat::nf4, WeightFormat::q8_0, WeightFormat::q4_0, WeightFormat::q4_1,
-          WeightFormat::q5_0, WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k}) {
+          WeightFormat::q5_0, WeightFormat::q4_k, WeightFormat::q5_k, WeightFormat::q6_k,
+          WeightFormat::f16, WeightFormat::bf16}) {
         if (name == weight_format_name(format)) {
             return format;
         }
@@ -115,7 +120,7 @@ QuantizedWeight QuantizedWeight::quantize_blocks(const Tensor& weight, WeightFor
         throw std::invalid_argument(std::string(op) + ": format " +
                                     std::string(weight_format_name(format)) +
                                     " cannot be produced here: K-format weights come from GGUF "
-                                    "files (quantize into q8_0, q5_0, q4_1 or q4_0)");
+                                    "files (quantize into q8_0, q5_0, q4_1, q4_0, f16 or bf16)");
     }
     const detail::PackedLayout layout =
         detail::checked_block_layout(op, format, weight.shape()[0], weight.shape()[1]);

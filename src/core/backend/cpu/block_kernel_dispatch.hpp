@@ -29,6 +29,10 @@ void on_format(WeightFormat format, Call&& call) {
             return call.template operator()<WeightFormat::q5_k>();
         case WeightFormat::q6_k:
             return call.template operator()<WeightFormat::q6_k>();
+        case WeightFormat::f16:
+            return call.template operator()<WeightFormat::f16>();
+        case WeightFormat::bf16:
+            return call.template operator()<WeightFormat::bf16>();
         default:
             return call.template operator()<WeightFormat::q4_1>();
     }

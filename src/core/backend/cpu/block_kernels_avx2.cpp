@@ -49,7 +49,19 @@ template <WeightFormat Format>
 RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m256 w[4]) {
     const __m256i nibble = _mm256_set1_epi32(15);
     __m256i q[4];
-    if constexpr (Format == WeightFormat::q8_0) {
+    if constexpr (Format == WeightFormat::f16) {
+        for (std::size_t k = 0; k < 4; ++k) {
+            w[k] =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * k)));
+        }
+    } else if constexpr (Format == WeightFormat::bf16) {
+        for (std::size_t k = 0; k < 4; ++k) {
+            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * k))),
+                16));
+        }
+    } else if constexpr (Format == WeightFormat::q8_0) {
         const __m256 d = half_vector(block);
         for (std::size_t k = 0; k < 4; ++k) {
             q[k] = _mm256_cvtepi8_epi32(

@@ -49,6 +49,12 @@ RIFTCO_AVX512 inline __m512i bytes16(const std::uint8_t* bytes) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
 }
 
+// 16 bfloat16 values as float32 (their bits << 16).
+RIFTCO_AVX512 inline __m512 bf16_vector(const std::uint8_t* bytes) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes))), 16));
+}
+
 // 0, 1, ..., 15 as floats: the codes a 16-entry table is built over.
 RIFTCO_AVX512 inline __m512 code_values() {
     return _mm512_setr_ps(0.0F, 1.0F, 2.0F, 3.0F, 4.0F, 5.0F, 6.0F, 7.0F, 8.0F, 9.0F, 10.0F, 11.0F,
@@ -65,7 +71,13 @@ template <WeightFormat Format>
 RIFTCO_AVX512 inline void decode32(const std::uint8_t* block, std::size_t sub, __m512& first,
                                    __m512& second) {
     const __m512i nibble = _mm512_set1_epi32(15);
-    if constexpr (Format == WeightFormat::q8_0) {
+    if constexpr (Format == WeightFormat::f16) {
+        first = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
+        second = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32)));
+    } else if constexpr (Format == WeightFormat::bf16) {
+        first = bf16_vector(block);
+        second = bf16_vector(block + 32);
+    } else if constexpr (Format == WeightFormat::q8_0) {
         const __m512 d = half_vector(block);
         const __m512i low =
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
