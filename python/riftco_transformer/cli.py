@@ -274,9 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --model: the base's precision. f32 (default); file: QLoRA over "
                       "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, "
                       "F16, BF16), never expanded to float32; q8_0/q5_0/q4_1/q4_0/bf16/f16: "
-                      "packed into that format first. A packed base needs --method qlora and keeps its adapters "
-                      "unmerged: write them with --adapter-output (a bundle cannot hold the "
-                      "blocks yet, nor can --checkpoint)")
+                      "packed into that format first. A packed base needs --method qlora and "
+                      "keeps its adapters unmerged: write them with --adapter-output (a bundle "
+                      "cannot hold the blocks yet, nor can --checkpoint)")
     post.add_argument("--context", type=_positive_int, default=None,
                       help="the longest example row in tokens (default: the model's maximum "
                       "context); longer examples are handled as --overlong says")
@@ -507,7 +507,8 @@ def _add_weights(parser) -> None:
                         help="the projections' precision: f32 (default); file: a GGUF "
                         "file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16) "
                         "and packed embedding table, never expanded; q8_0/q5_0/q4_1/q4_0/bf16/"
-                        "f16: packed into that format after loading. With packed weights an --adapter stays attached, unmerged")
+                        "f16: packed into that format after loading. With packed weights an "
+                        "--adapter stays attached, unmerged")
 
 
 def _add_adapter(parser) -> None:

@@ -872,11 +872,11 @@ def fine_tune_pretrained(
     ``"q8_0"`` and the other conversions) trains with ``"qlora"`` only: the adapters learn over
     those blocks as they are (the base bytes never change, and no float32 copy of them is
     made), and stay attached, unmerged, afterwards (``result.adapter`` holds them alone).
-    Checkpoints (``checkpoint_path``, ``resume_from``) do not hold such a base yet. ``config.backend`` must be the
-    model's; ``attention`` and ``activation_checkpointing`` apply to the model. Save the
-    result with :meth:`~.pretrained.PretrainedModel.save`. ``data_parallel`` as for
-    :func:`post_train` (every rank loads the same model; ``base_id`` identifies it).
-    ``generation_checks`` as for :func:`post_train`, in the model's chat template.
+    Checkpoints (``checkpoint_path``, ``resume_from``) do not hold such a base yet.
+    ``config.backend`` must be the model's; ``attention`` and ``activation_checkpointing``
+    apply to the model. Save the result with :meth:`~.pretrained.PretrainedModel.save`.
+    ``data_parallel`` as for :func:`post_train` (every rank loads the same model; ``base_id``
+    identifies it). ``generation_checks`` as for :func:`post_train`, in the model's chat template.
     """
     import time as _time
 

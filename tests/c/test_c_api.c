@@ -279,7 +279,7 @@ static void cpu_info_names_the_gemm_kernel_and_the_thread_count(void) {
     EXPECT_OK(rt_cpu_info(info, sizeof info, &required));
     EXPECT(strncmp(info, "gemm=", 5) == 0);
     EXPECT(strstr(info, "; packed=nf4 ") != NULL);
-    EXPECT(strstr(info, ", q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k ") != NULL);
+    EXPECT(strstr(info, ", q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k/f16/bf16 ") != NULL);
     EXPECT(strstr(info, "; threads=") != NULL);
     EXPECT_EQ_U64((uint64_t)strlen(info) + 1u, required);
     char small[4];

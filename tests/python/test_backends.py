@@ -147,7 +147,8 @@ def test_cpu_info_names_the_gemm_library_its_kernel_and_the_threads():
     packed = info[info.index("; packed=") + len("; packed="):info.index("; threads=")]
     # The instruction set each packed-weight family runs on this CPU.
     nf4, blocks = packed.split(", ")
-    assert nf4.split(" ")[0] == "nf4" and blocks.split(" ")[0] == "q8_0/q4_0/q4_1", info
+    assert nf4.split(" ")[0] == "nf4", info
+    assert blocks.split(" ")[0] == "q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k/f16/bf16", info
     assert {nf4.split(" ")[1], blocks.split(" ")[1]} <= {"avx512", "avx2", "portable"}, info
     # A library and the kernel family it dispatched to on this machine, never a bare name.
     assert gemm.startswith(("onednn ", "openblas ", "blocked fallback")), info

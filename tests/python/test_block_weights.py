@@ -335,8 +335,8 @@ def test_lora_trains_over_a_files_blocks_as_over_their_float32_values(tmp_path, 
 
 
 def test_the_c_abi_refuses_a_format_that_is_not_a_block_format():
-    """rt_model_quantize_linear_weights takes RT_WEIGHT_FORMAT_Q8_0/_Q4_0/_Q4_1/_Q5_0 only:
-    NF4 (its own functions take its block sizes) and unknown values are invalid_argument naming
+    """rt_model_quantize_linear_weights takes RT_WEIGHT_FORMAT_Q8_0/_Q4_0/_Q4_1/_Q5_0/_F16/
+    _BF16 only: NF4 (its own functions take its block sizes) and unknown values are invalid_argument naming
     the value, the K formats (5, 6, 7) invalid_argument naming where they come from, and the
     model stays dense."""
     from riftco_transformer.native._errors import check_status

@@ -19,7 +19,7 @@ void set_cpu_thread_count(std::size_t thread_count);
 // What the CPU backend runs, for reports: "gemm=<library and kernel family>; packed=<the
 // instruction set of the packed-weight kernels per format>; threads=<n>", e.g.
 // "gemm=onednn 2.6.3 jit sgemm (isa avx512_core); packed=nf4 avx512,
-// q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k avx512; threads=2".
+// q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k/f16/bf16 avx512; threads=2".
 [[nodiscard]] std::string cpu_info();
 
 }  // namespace riftco_transformer

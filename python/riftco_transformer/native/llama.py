@@ -436,9 +436,10 @@ class LlamaMistralTransformer(CausalLanguageModel):
         ``maximum_context`` 0 keeps the file's context length; a smaller one bounds the
         sequence and cache sizes. ``weights``: ``"f32"`` expands every weight to float32;
         ``"file"`` keeps each projection in the file's block format (Q8_0, Q4_0, Q4_1, Q5_0,
-        Q4_K, Q5_K, Q6_K, F16 or BF16, the file's own bytes; another type raises ValueError naming the
-        tensor), and the embedding table too when it is in one of them; the norms are float32. Malformed or unsupported files raise the native
-        runtime_error naming the field.
+        Q4_K, Q5_K, Q6_K, F16 or BF16, the file's own bytes; another type raises ValueError
+        naming the tensor), and the embedding table too when it is in one of them; the norms
+        are float32. Malformed or unsupported files raise the native runtime_error naming the
+        field.
         """
         require_choice(attention, "attention", ATTENTION_VALUES)
         packed = require_choice(weights, "weights", {"f32": 0, "file": 1}) == 1

@@ -425,8 +425,9 @@ class CausalLanguageModel(NativeHandle):
         """Pack every projection weight in a GGUF block format: ``"q8_0"``, ``"q5_0"``,
         ``"q4_1"`` or ``"q4_0"`` (ggml's blocks of 32, bit for bit, rounded as ggml's
         reference quantizer rounds; the K formats come from GGUF files only), or keep it
-        dense in half precision: ``"f16"`` or ``"bf16"`` (each value rounded to the nearest). Before ``attach_lora``, once; each projection's input width must be a
-        multiple of 32. The dense float32 values are released. Transactional."""
+        dense in half precision: ``"f16"`` or ``"bf16"`` (each value rounded to the nearest).
+        Before ``attach_lora``, once; each projection's input width must be a multiple of 32.
+        The dense float32 values are released. Transactional."""
         value = require_choice(format, "format", BLOCK_WEIGHT_FORMAT_VALUES)
         with self._native() as pointer:
             check_status(library().rt_model_quantize_linear_weights(pointer, value))
@@ -435,8 +436,8 @@ class CausalLanguageModel(NativeHandle):
     def linear_weight_format(self) -> str | None:
         """How the packed weights are stored: ``"nf4"``, a GGUF block format (``"q8_0"``,
         ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q4_k"``, ``"q5_k"``, ``"q6_k"``), ``"f16"``,
-        ``"bf16"``, ``"mixed"`` (a GGUF file whose projections or table use several of them), or None
-        while the projections are dense float32."""
+        ``"bf16"``, ``"mixed"`` (a GGUF file whose projections or table use several of them),
+        or None while the projections are dense float32."""
         value = self._query("rt_model_linear_weight_format", ctypes.c_int32)
         return None if value == -1 else "mixed" if value == -2 else WEIGHT_FORMAT_NAMES[value]
 

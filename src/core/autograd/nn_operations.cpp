@@ -134,18 +134,12 @@ Variable cross_entropy_result(std::string_view operation, const Variable& logits
                               tensor_ops::CrossEntropyResult result) {
     const Tensor base_gradient = logits.requires_gradient() ? result.gradient : Tensor();
     // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend (zero rows
-    // outside a time range stay zero). The usual upstream is backward's seed 1: on the CPU,
-    // where reading it costs nothing, the gradient then goes on as computed, without the two
-    // logits-sized copies (the broadcast scalar and the product) that scaling it would make.
-    return make_result(
-        operation, std::move(result.loss), {&logits},
-        [base_gradient](const Tensor& g, std::span<const bool>) {
-            if (g.backend() == ExecutionBackend::Cpu && g.numel() == 1 && g.to_host()[0] == 1.0F) {
-                return std::vector<Tensor>{base_gradient};
-            }
-            return std::vector<Tensor>{
-                ops::multiply(base_gradient, ops::broadcast_to(g, base_gradient.shape()))};
-        });
+    // outside a time range stay zero).
+    return make_result(operation, std::move(result.loss), {&logits},
+                       [base_gradient](const Tensor& g, std::span<const bool>) {
+                           return std::vector<Tensor>{ops::multiply(
+                               base_gradient, ops::broadcast_to(g, base_gradient.shape()))};
+                       });
 }
 }  // namespace detail
 

@@ -132,7 +132,8 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
                 shift_right(bytes8(chunk.high + 8 * k), chunk.high_shift), _mm256_set1_epi32(3));
             q[k] = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)),
                                     _mm256_set1_epi32(32));
-            const __m256 scale = _mm256_set1_ps(d * static_cast<float>(chunk.scales[k / 2]));
+            const std::size_t half = k / 2;  // elements 0..15 take the first scale
+            const __m256 scale = _mm256_set1_ps(d * static_cast<float>(chunk.scales[half]));
             w[k] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k]));
         }
     }

@@ -74,7 +74,7 @@ void set_cpu_thread_count(std::size_t thread_count) {
 
 std::string cpu_info() {
     return std::string("gemm=") + detail::gemm_implementation_name() + "; packed=nf4 " +
-           detail::active_nf4_kernels().name + ", q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k " +
+           detail::active_nf4_kernels().name + ", q8_0/q4_0/q4_1/q5_0/q4_k/q5_k/q6_k/f16/bf16 " +
            detail::active_block_kernels().name + "; threads=" + std::to_string(cpu_thread_count());
 }
 
