@@ -177,9 +177,31 @@ Variable make_result(std::string_view operation, Tensor value, std::span<const V
     return make_result_from(operation, std::move(value), pointers, std::move(rule));
 }
 
+namespace {
+thread_local bool unit_seed_upstream = false;
+
+// Sets unit_seed_upstream for the duration of one rule call.
+class UnitSeedScope {
+  public:
+    explicit UnitSeedScope(bool active) noexcept : previous_(unit_seed_upstream) {
+        unit_seed_upstream = active;
+    }
+    ~UnitSeedScope() { unit_seed_upstream = previous_; }
+    UnitSeedScope(const UnitSeedScope&) = delete;
+    UnitSeedScope& operator=(const UnitSeedScope&) = delete;
+
+  private:
+    bool previous_;
+};
+}  // namespace
+
+bool upstream_is_implicit_unit_seed() noexcept {
+    return unit_seed_upstream;
+}
+
 std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
     const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph, bool accumulate,
-    const GradientReadyHook& ready) {
+    const GradientReadyHook& ready, bool implicit_unit_seed) {
     std::vector<std::shared_ptr<Node>> order = backward_order(root);
     std::unordered_map<const Node*, Tensor> pending;  // the private context
     std::unordered_map<const Node*, LeafGradient> leaf_gradients;
@@ -216,8 +238,11 @@ std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
             const Node* parent = node->parents[i].node.get();
             needed[i] = parent != nullptr && parent->requires_gradient;
         }
-        std::vector<Tensor> gradients =
-            node->backward(upstream, std::span<const bool>(needed.get(), count));
+        std::vector<Tensor> gradients;
+        {
+            const UnitSeedScope scope(implicit_unit_seed && node == root);
+            gradients = node->backward(upstream, std::span<const bool>(needed.get(), count));
+        }
         if (gradients.size() != count) {
             std::ostringstream message;
             message << "backward: the rule of '" << node->operation << "' returned "

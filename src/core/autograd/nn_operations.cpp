@@ -134,9 +134,14 @@ Variable cross_entropy_result(std::string_view operation, const Variable& logits
                               tensor_ops::CrossEntropyResult result) {
     const Tensor base_gradient = logits.requires_gradient() ? result.gradient : Tensor();
     // d logits = upstream (a scalar) · (softmax − onehot)/N, kept on the backend (zero rows
-    // outside a time range stay zero).
+    // outside a time range stay zero). When the loss is the root of a backward() with the
+    // implicit seed, the upstream is exactly 1 (known without reading it): the gradient goes on
+    // as computed, without the two logits-sized copies (the broadcast scalar, the product).
     return make_result(operation, std::move(result.loss), {&logits},
                        [base_gradient](const Tensor& g, std::span<const bool>) {
+                           if (upstream_is_implicit_unit_seed()) {
+                               return std::vector<Tensor>{base_gradient};
+                           }
                            return std::vector<Tensor>{ops::multiply(
                                base_gradient, ops::broadcast_to(g, base_gradient.shape()))};
                        });

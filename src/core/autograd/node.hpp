@@ -83,9 +83,16 @@ struct LeafGradient {
 // output. A pass that fails midway leaves the nodes it already processed consumed.
 // With `accumulate`, a leaf's result is the sum with the gradient it already holds; `ready`
 // (may be empty) is called with each leaf's result as soon as it is final.
+// `implicit_unit_seed`: the seed is backward()'s own ones (no caller gave one), which the
+// root's rule may learn through upstream_is_implicit_unit_seed() without reading it.
 [[nodiscard]] std::unordered_map<const Node*, LeafGradient> compute_leaf_gradients(
     const std::shared_ptr<Node>& root, const Tensor& seed, bool retain_graph,
-    bool accumulate = false, const GradientReadyHook& ready = {});
+    bool accumulate = false, const GradientReadyHook& ready = {}, bool implicit_unit_seed = false);
+
+// True only inside the rule of the root of a backward pass whose seed is backward()'s implicit
+// ones: the upstream is then exactly 1, known without a host read (a rule may skip scaling
+// by it).
+[[nodiscard]] bool upstream_is_implicit_unit_seed() noexcept;
 
 // Counters (AutogradCounters), updated by the operations.
 struct CounterCells {

@@ -174,10 +174,15 @@ void Variable::backward(const BackwardOptions& options) {
             "Variable::backward: an implicit seed needs a one-element output (got shape " +
             shape_to_string(node.value.shape()) + "); pass a seed");
     }
-    backward(Tensor::full(node.value.shape(), 1.0F, node.value.backend()), options);
+    backward_from(Tensor::full(node.value.shape(), 1.0F, node.value.backend()), options, true);
 }
 
 void Variable::backward(const Tensor& seed, const BackwardOptions& options) {
+    backward_from(seed, options, false);
+}
+
+void Variable::backward_from(const Tensor& seed, const BackwardOptions& options,
+                             bool implicit_unit_seed) {
     Node& node = checked_node("Variable::backward");
     if (!node.requires_gradient) {
         throw std::logic_error(
@@ -195,8 +200,9 @@ void Variable::backward(const Tensor& seed, const BackwardOptions& options) {
         throw std::invalid_argument(message.str());
     }
     // Every published value (sums under accumulate included) is prepared first, then committed.
-    auto gradients = detail::compute_leaf_gradients(node_, seed, options.retain_graph,
-                                                    options.accumulate, options.gradient_ready);
+    auto gradients =
+        detail::compute_leaf_gradients(node_, seed, options.retain_graph, options.accumulate,
+                                       options.gradient_ready, implicit_unit_seed);
     for (auto& [key, result] : gradients) {
         result.leaf->gradient = std::move(result.gradient);
     }

@@ -117,6 +117,8 @@ class Variable {
 
   private:
     [[nodiscard]] detail::Node& checked_node(const char* operation) const;
+    // backward with `seed`; implicit_unit_seed: the seed is backward()'s own ones.
+    void backward_from(const Tensor& seed, const BackwardOptions& options, bool implicit_unit_seed);
     std::shared_ptr<detail::Node> node_;
 };
 
