@@ -268,15 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "when --steps is not given; given, it is honoured without the floor and "
                       "cap)")
     post.add_argument("--method", choices=("full", "lora", "qlora"), default="full")
-    post.add_argument("--weights",
-                      choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16"),
-                      default="f32",
+    post.add_argument("--weights", choices=_WEIGHT_CHOICES, default="f32",
                       help="with --model: the base's precision. f32 (default); file: QLoRA over "
-                      "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, "
-                      "F16, BF16), never expanded to float32; q8_0/q5_0/q4_1/q4_0/bf16/f16: "
-                      "packed into that format first. A packed base needs --method qlora and "
-                      "keeps its adapters unmerged: write them with --adapter-output (a bundle "
-                      "cannot hold the blocks yet, nor can --checkpoint)")
+                      f"{_FILE_BLOCKS}, never expanded to float32; {_CONVERSIONS}: packed into "
+                      "that format first. A packed base needs --method qlora and keeps its "
+                      "adapters unmerged: write them with --adapter-output (a bundle cannot "
+                      "hold the blocks yet, nor can --checkpoint)")
     post.add_argument("--context", type=_positive_int, default=None,
                       help="the longest example row in tokens (default: the model's maximum "
                       "context); longer examples are handled as --overlong says")
@@ -500,15 +497,19 @@ def _add_model_source(parser) -> None:
     _add_weights(parser)
 
 
+# --weights (load_pretrained's choices, pretrained.WEIGHT_CHOICES, spelled out so that
+# building the parser imports nothing).
+_WEIGHT_CHOICES = ("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16")
+_FILE_BLOCKS = "the GGUF file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16)"
+_CONVERSIONS = "/".join(_WEIGHT_CHOICES[2:])
+
+
 def _add_weights(parser) -> None:
-    parser.add_argument("--weights",
-                        choices=("f32", "file", "q8_0", "q5_0", "q4_1", "q4_0", "bf16", "f16"),
-                        default="f32",
-                        help="the projections' precision: f32 (default); file: a GGUF "
-                        "file's own blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16) "
-                        "and packed embedding table, never expanded; q8_0/q5_0/q4_1/q4_0/bf16/"
-                        "f16: packed into that format after loading. With packed weights an "
-                        "--adapter stays attached, unmerged")
+    parser.add_argument("--weights", choices=_WEIGHT_CHOICES, default="f32",
+                        help=f"the projections' precision: f32 (default); file: {_FILE_BLOCKS} "
+                        f"and packed embedding table, never expanded; {_CONVERSIONS}: packed "
+                        "into that format after loading. With packed weights an --adapter "
+                        "stays attached, unmerged")
 
 
 def _add_adapter(parser) -> None:

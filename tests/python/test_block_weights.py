@@ -118,22 +118,24 @@ def test_quantize_blocks_writes_the_blocks_ggmls_reference_quantizer_writes(dtyp
         assert blocks == expected, f"projection {index}"
 
 
-def test_q4_1_blocks_equal_the_gguf_packages_quantizer(tmp_path):
+@pytest.mark.parametrize(("dtype", "architecture"), [("q4_1", "qwen2"), ("q5_0", "llama")])
+def test_q4_1_and_q5_0_blocks_equal_the_gguf_packages_quantizer(tmp_path, dtype, architecture):
     python = oracle_python("gguf")
-    with LlamaMistralTransformer(wide_preset("qwen2")) as model:
+    with LlamaMistralTransformer(wide_preset(architecture)) as model:
         dense = projection_weights(model)
-        model.quantize_blocks("q4_1")
+        model.quantize_blocks(dtype)
+        assert model.linear_weight_format == dtype
         records = state_records(model.packed_quantized_state())
     values = array("f", [value for weight in dense for value in weight])
     (tmp_path / "values.f32").write_bytes(values.tobytes())
     script = textwrap.dedent("""
         import sys, numpy, gguf
         values = numpy.fromfile(sys.argv[1], dtype=numpy.float32).reshape(-1, 32)
-        blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q4_1)
-        sys.stdout.buffer.write(blocks.tobytes())
+        kind = getattr(gguf.GGMLQuantizationType, sys.argv[2])
+        sys.stdout.buffer.write(gguf.quants.quantize(values, kind).tobytes())
     """)
-    theirs = subprocess.run([python, "-c", script, str(tmp_path / "values.f32")], check=True,
-                            capture_output=True, timeout=300).stdout
+    theirs = subprocess.run([python, "-c", script, str(tmp_path / "values.f32"), dtype.upper()],
+                            check=True, capture_output=True, timeout=300).stdout
     assert b"".join(record[3] for record in records) == theirs
 
 
@@ -524,26 +526,6 @@ def test_our_decoding_of_q5_0_and_the_k_formats_equals_the_gguf_packages(tmp_pat
         assert ours[f"blocks.0.{parameter}"].tobytes() == theirs, tensor
 
 
-def test_q5_0_blocks_equal_the_gguf_packages_quantizer(tmp_path):
-    python = oracle_python("gguf")
-    with LlamaMistralTransformer(wide_preset("llama")) as model:
-        dense = projection_weights(model)
-        model.quantize_blocks("q5_0")
-        assert model.linear_weight_format == "q5_0"
-        records = state_records(model.packed_quantized_state())
-    values = array("f", [value for weight in dense for value in weight])
-    (tmp_path / "values.f32").write_bytes(values.tobytes())
-    script = textwrap.dedent("""
-        import sys, numpy, gguf
-        values = numpy.fromfile(sys.argv[1], dtype=numpy.float32).reshape(-1, 32)
-        blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q5_0)
-        sys.stdout.buffer.write(blocks.tobytes())
-    """)
-    theirs = subprocess.run([python, "-c", script, str(tmp_path / "values.f32")], check=True,
-                            capture_output=True, timeout=300).stdout
-    assert b"".join(record[3] for record in records) == theirs
-
-
 def test_the_k_formats_are_refused_as_a_conversion_naming_where_they_come_from():
     with LlamaMistralTransformer(k_preset()) as model:
         before = forward_values(model, TOKENS)
@@ -718,3 +700,9 @@ def test_quantize_blocks_rounds_to_bf16_and_f16_and_refuses_what_overflows():
             model.quantize_blocks("f16")
         assert model.linear_weight_format is None
         assert forward_values(model, TOKENS) == before
+
+
+def test_the_cli_offers_exactly_load_pretraineds_weight_choices():
+    from riftco_transformer import cli, pretrained
+
+    assert cli._WEIGHT_CHOICES == pretrained.WEIGHT_CHOICES

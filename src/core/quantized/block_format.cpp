@@ -41,15 +41,22 @@ void encode_q8_0(const float* x, std::uint8_t* block) noexcept {
     }
 }
 
-void encode_q4_0(const float* x, std::uint8_t* block) noexcept {
+// The value of largest magnitude of a block, with its sign (the first such one; 0 for an
+// all-zero block), from which q4_0 and q5_0 take their scale.
+float signed_absolute_max(const float* x) noexcept {
     float amax = 0.0F;
-    float max = 0.0F;  // the value of largest magnitude, with its sign (the first such one)
+    float max = 0.0F;
     for (std::size_t j = 0; j < gguf_block_elements; ++j) {
         if (amax < std::fabs(x[j])) {
             amax = std::fabs(x[j]);
             max = x[j];
         }
     }
+    return max;
+}
+
+void encode_q4_0(const float* x, std::uint8_t* block) noexcept {
+    const float max = signed_absolute_max(x);
     const float d = max / -8.0F;  // an all-zero block gives -0.0, as in ggml
     const float id = d != 0.0F ? 1.0F / d : 0.0F;
     store_half(block, d);
@@ -81,14 +88,7 @@ void encode_q4_1(const float* x, std::uint8_t* block) noexcept {
 }
 
 void encode_q5_0(const float* x, std::uint8_t* block) noexcept {
-    float amax = 0.0F;
-    float max = 0.0F;  // the value of largest magnitude, with its sign (the first such one)
-    for (std::size_t j = 0; j < gguf_block_elements; ++j) {
-        if (amax < std::fabs(x[j])) {
-            amax = std::fabs(x[j]);
-            max = x[j];
-        }
-    }
+    const float max = signed_absolute_max(x);
     const float d = max / -16.0F;
     const float id = d != 0.0F ? 1.0F / d : 0.0F;
     store_half(block, d);

@@ -8,10 +8,35 @@
 // and block_kernel_set<Loops>(name) is the BlockKernelSet over them.
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "core/backend/cpu/block_kernels.hpp"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace riftco_transformer::detail::block_dispatch {
+
+// The block holding column c of `row`, and the chunk of it c starts (c a multiple of 32).
+template <WeightFormat Format>
+inline const std::uint8_t* chunk_block(const std::uint8_t* row, std::size_t c,
+                                       std::size_t& sub) noexcept {
+    constexpr std::size_t elements = gguf_format_block_elements(Format);
+    sub = (c % elements) / gguf_block_elements;
+    return row + (c / elements) * gguf_block_bytes(Format);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The binary16 at `bytes` through F16C (exact, as block_half_at's portable conversion), for
+// the vector sets (their targets include f16c).
+__attribute__((target("f16c"))) inline float half_scalar(const std::uint8_t* bytes) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes, sizeof(bits));
+    return _cvtsh_ss(bits);
+}
+#endif
 
 // Calls `call.template operator()<Format>()` for the view's block format.
 template <typename Call>

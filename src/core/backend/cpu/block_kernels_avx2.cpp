@@ -28,13 +28,6 @@ RIFTCO_AVX2 inline __m256 half_vector(const std::uint8_t* bytes) {
     return _mm256_set1_ps(_cvtsh_ss(bits));
 }
 
-// The binary16 at `bytes` through F16C (exact, as block_half_at's portable conversion).
-RIFTCO_AVX2 inline float half_scalar(const std::uint8_t* bytes) {
-    std::uint16_t bits;
-    std::memcpy(&bits, bytes, sizeof(bits));
-    return _cvtsh_ss(bits);
-}
-
 RIFTCO_AVX2 inline __m256i bytes8(const std::uint8_t* bytes) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
 }
@@ -107,8 +100,10 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
         }
     } else if constexpr (Format == WeightFormat::q4_k || Format == WeightFormat::q5_k) {
         const KScalePair pair = k_scale_pair(block + 4, sub);
-        const __m256 scale = _mm256_set1_ps(half_scalar(block) * static_cast<float>(pair.scale));
-        const __m256 offset = _mm256_set1_ps(half_scalar(block + 2) * static_cast<float>(pair.min));
+        const __m256 scale =
+            _mm256_set1_ps(block_dispatch::half_scalar(block) * static_cast<float>(pair.scale));
+        const __m256 offset =
+            _mm256_set1_ps(block_dispatch::half_scalar(block + 2) * static_cast<float>(pair.min));
         constexpr std::size_t codes = Format == WeightFormat::q5_k ? 48 : 16;
         const std::uint8_t* qs = block + codes + 32 * (sub / 2);
         const unsigned shift = (sub % 2) * 4U;
@@ -123,7 +118,7 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
             w[k] = _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k])), offset);
         }
     } else {  // q6_k
-        const float d = half_scalar(block + 208);
+        const float d = block_dispatch::half_scalar(block + 208);
         const Q6Chunk chunk = q6_chunk(block, sub);
         for (std::size_t k = 0; k < 4; ++k) {
             const __m256i low =
@@ -137,15 +132,6 @@ RIFTCO_AVX2 inline void decode32(const std::uint8_t* block, std::size_t sub, __m
             w[k] = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[k]));
         }
     }
-}
-
-// The block holding column c of `row`, and the chunk of it c starts (c a multiple of 32).
-template <WeightFormat Format>
-inline const std::uint8_t* chunk_block(const std::uint8_t* row, std::size_t c,
-                                       std::size_t& sub) noexcept {
-    constexpr std::size_t elements = gguf_format_block_elements(Format);
-    sub = (c % elements) / gguf_block_elements;
-    return row + (c / elements) * gguf_block_bytes(Format);
 }
 
 RIFTCO_AVX2 inline float horizontal_sum(__m256 v) {
@@ -165,7 +151,8 @@ RIFTCO_AVX2 void decode_range_of(const BlockView& view, std::size_t begin, std::
     for (; done + gguf_block_elements <= count; done += gguf_block_elements) {
         __m256 w[4];
         std::size_t sub = 0;
-        const std::uint8_t* block = chunk_block<Format>(view.blocks, begin + done, sub);
+        const std::uint8_t* block =
+            block_dispatch::chunk_block<Format>(view.blocks, begin + done, sub);
         decode32<Format>(block, sub, w);
         for (std::size_t k = 0; k < 4; ++k) {
             _mm256_storeu_ps(out + done + 8 * k, w[k]);
@@ -196,7 +183,7 @@ RIFTCO_AVX2 void gemv_forward_rows(const BlockView& view, const float* x, std::s
         for (std::size_t c = 0; c < in; c += gguf_block_elements) {
             __m256 w[4];
             std::size_t sub = 0;
-            const std::uint8_t* block = chunk_block<Format>(row, c, sub);
+            const std::uint8_t* block = block_dispatch::chunk_block<Format>(row, c, sub);
             // The rows are contiguous: fetch the stream ahead (as the AVX-512 loop does).
             _mm_prefetch(reinterpret_cast<const char*>(block + prefetch_distance), _MM_HINT_T0);
             decode32<Format>(block, sub, w);
@@ -227,7 +214,7 @@ RIFTCO_AVX2 void gemv_backward_rows(const BlockView& view, const float* g, std::
             }
         }
         std::size_t sub = 0;
-        const std::uint8_t* block = chunk_block<Format>(view.blocks, c, sub);
+        const std::uint8_t* block = block_dispatch::chunk_block<Format>(view.blocks, c, sub);
         for (std::size_t o = 0; o < out_features; ++o, block += view.row_bytes) {
             __m256 w[4];
             decode32<Format>(block, sub, w);

@@ -38,13 +38,6 @@ RIFTCO_AVX512 inline __m512 half_vector(const std::uint8_t* bytes) {
     return _mm512_set1_ps(_cvtsh_ss(bits));
 }
 
-// The binary16 at `bytes` through F16C (exact, as block_half_at's portable conversion).
-RIFTCO_AVX512 inline float half_scalar(const std::uint8_t* bytes) {
-    std::uint16_t bits;
-    std::memcpy(&bits, bytes, sizeof(bits));
-    return _cvtsh_ss(bits);
-}
-
 RIFTCO_AVX512 inline __m512i bytes16(const std::uint8_t* bytes) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
 }
@@ -120,8 +113,10 @@ RIFTCO_AVX512 inline void decode32(const std::uint8_t* block, std::size_t sub, _
         // The chunk's values (d·sc)·n − dmin·m as tables (16 for q4_k, 32 for q5_k), looked
         // up by code as for q4_0 and q5_0.
         const KScalePair pair = k_scale_pair(block + 4, sub);
-        const __m512 scale = _mm512_set1_ps(half_scalar(block) * static_cast<float>(pair.scale));
-        const __m512 offset = _mm512_set1_ps(half_scalar(block + 2) * static_cast<float>(pair.min));
+        const __m512 scale =
+            _mm512_set1_ps(block_dispatch::half_scalar(block) * static_cast<float>(pair.scale));
+        const __m512 offset =
+            _mm512_set1_ps(block_dispatch::half_scalar(block + 2) * static_cast<float>(pair.min));
         const __m512 low_table = _mm512_sub_ps(_mm512_mul_ps(scale, code_values()), offset);
         constexpr std::size_t codes = Format == WeightFormat::q5_k ? 48 : 16;
         const std::uint8_t* qs = block + codes + 32 * (sub / 2);
@@ -143,7 +138,7 @@ RIFTCO_AVX512 inline void decode32(const std::uint8_t* block, std::size_t sub, _
                                                 high, high_table);
         }
     } else {  // q6_k
-        const float d = half_scalar(block + 208);
+        const float d = block_dispatch::half_scalar(block + 208);
         const Q6Chunk chunk = q6_chunk(block, sub);
         const __m512i two_bits = _mm512_set1_epi32(3);
         const __m512i thirty_two = _mm512_set1_epi32(32);
@@ -162,15 +157,6 @@ RIFTCO_AVX512 inline void decode32(const std::uint8_t* block, std::size_t sub, _
     }
 }
 
-// The block holding column c of `row`, and the chunk of it c starts (c a multiple of 32).
-template <WeightFormat Format>
-inline const std::uint8_t* chunk_block(const std::uint8_t* row, std::size_t c,
-                                       std::size_t& sub) noexcept {
-    constexpr std::size_t elements = gguf_format_block_elements(Format);
-    sub = (c % elements) / gguf_block_elements;
-    return row + (c / elements) * gguf_block_bytes(Format);
-}
-
 template <WeightFormat Format>
 RIFTCO_AVX512 void decode_range_of(const BlockView& view, std::size_t begin, std::size_t count,
                                    float* out) {
@@ -181,7 +167,8 @@ RIFTCO_AVX512 void decode_range_of(const BlockView& view, std::size_t begin, std
     }
     for (; done + gguf_block_elements <= count; done += gguf_block_elements) {
         std::size_t sub = 0;
-        const std::uint8_t* block = chunk_block<Format>(view.blocks, begin + done, sub);
+        const std::uint8_t* block =
+            block_dispatch::chunk_block<Format>(view.blocks, begin + done, sub);
         __m512 first;
         __m512 second;
         decode32<Format>(block, sub, first, second);
@@ -219,7 +206,7 @@ RIFTCO_AVX512 void gemv_forward_rows(const BlockView& view, const float* x, std:
             __m512 w2;
             __m512 w3;
             std::size_t sub = 0;
-            const std::uint8_t* blocks = chunk_block<Format>(row, c, sub);
+            const std::uint8_t* blocks = block_dispatch::chunk_block<Format>(row, c, sub);
             // The rows are contiguous: fetch the stream a few rows ahead, so that each new
             // matrix (a few hundred KB) does not wait for the hardware prefetcher to ramp up.
             _mm_prefetch(reinterpret_cast<const char*>(blocks + prefetch_distance), _MM_HINT_T0);
@@ -243,7 +230,7 @@ RIFTCO_AVX512 void gemv_forward_rows(const BlockView& view, const float* x, std:
             __m512 w0;
             __m512 w1;
             std::size_t sub = 0;
-            const std::uint8_t* block = chunk_block<Format>(row, c, sub);
+            const std::uint8_t* block = block_dispatch::chunk_block<Format>(row, c, sub);
             decode32<Format>(block, sub, w0, w1);
             for (std::size_t r = 0; r < Rows; ++r) {
                 const float* xr = x + r * in + c;
@@ -271,7 +258,7 @@ RIFTCO_AVX512 void gemv_backward_rows(const BlockView& view, const float* g, std
             second[r] = _mm512_setzero_ps();
         }
         std::size_t sub = 0;
-        const std::uint8_t* block = chunk_block<Format>(view.blocks, c, sub);
+        const std::uint8_t* block = block_dispatch::chunk_block<Format>(view.blocks, c, sub);
         for (std::size_t o = 0; o < out_features; ++o, block += view.row_bytes) {
             __m512 w0;
             __m512 w1;
