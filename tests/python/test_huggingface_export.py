@@ -318,17 +318,19 @@ from transformers import AutoModelForCausalLM
 requests = json.load(sys.stdin)
 results = []
 for request in requests:
+    # float32 by default; "float64" runs the model in double precision (the exact model, to
+    # within float64 rounding: an oracle whose own error does not add to ours).
+    dtype = getattr(torch, request.get("dtype", "float32"))
     try:
-        model = AutoModelForCausalLM.from_pretrained(request["directory"], dtype=torch.float32,
+        model = AutoModelForCausalLM.from_pretrained(request["directory"], dtype=dtype,
                                                      attn_implementation="eager")
     except TypeError:
-        model = AutoModelForCausalLM.from_pretrained(request["directory"],
-                                                     torch_dtype=torch.float32,
+        model = AutoModelForCausalLM.from_pretrained(request["directory"], torch_dtype=dtype,
                                                      attn_implementation="eager")
     model.eval()
     with torch.no_grad():
         logits = model(torch.tensor([request["tokens"]])).logits[0]
-    results.append(logits.tolist())
+    results.append(logits.double().tolist())
 print(json.dumps(results))
 """
 

@@ -852,9 +852,11 @@ for request in json.load(sys.stdin):
             r=request["r"], lora_alpha=request["alpha"], target_modules=request["targets"],
             use_rslora=request["rslora"], init_lora_weights=False, task_type="CAUSAL_LM"))
         model.save_pretrained(request["adapter_out"])
+    if request.get("dtype") == "float64":  # base and adapter widened exactly: the exact model
+        model = model.double()
     model.eval()
     with torch.no_grad():
-        results.append(model(torch.tensor([request["tokens"]])).logits[0].tolist())
+        results.append(model(torch.tensor([request["tokens"]])).logits[0].double().tolist())
 print(json.dumps(results))
 """
 
