@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autograd/node.hpp"
@@ -23,6 +25,7 @@
 #include "riftco_transformer/core/autograd/operations.hpp"
 #include "riftco_transformer/core/quantized_weight.hpp"
 #include "riftco_transformer/core/tensor_ops.hpp"
+#include "riftco_transformer/interchange/gguf.hpp"
 #include "support/kernel_choice.hpp"
 #include "support/nf4_reference.hpp"
 #include "support/test_support.hpp"
@@ -491,6 +494,26 @@ TEST(BlockFormats, DecodeRangeOfEveryKernelSetEqualsTheOracleBitForBit) {
                 }
             }
         }
+    }
+}
+
+TEST(BlockFormats, LayoutsAgreeWithTheGgufReadersTypeTable) {
+    // Two tables of the same facts, written apart: ours (quantized_weight.hpp) and the GGUF
+    // reader's (ggml_type_layout), which the loader relies on agreeing.
+    const std::pair<GgmlType, WeightFormat> pairs[] = {
+        {GgmlType::Q8_0, WeightFormat::q8_0}, {GgmlType::Q4_0, WeightFormat::q4_0},
+        {GgmlType::Q4_1, WeightFormat::q4_1}, {GgmlType::Q5_0, WeightFormat::q5_0},
+        {GgmlType::Q4_K, WeightFormat::q4_k}, {GgmlType::Q5_K, WeightFormat::q5_k},
+        {GgmlType::Q6_K, WeightFormat::q6_k}, {GgmlType::F16, WeightFormat::f16},
+        {GgmlType::BF16, WeightFormat::bf16}};
+    for (const auto& [type, format] : pairs) {
+        SCOPED_TRACE(std::string(weight_format_name(format)));
+        const std::optional<GgmlTypeLayout> layout = ggml_type_layout(type);
+        ASSERT_TRUE(layout.has_value());
+        // F16/BF16 rows are any width in a file; ours group them 32 to a block of 64 bytes.
+        const std::size_t group = gguf_format_block_elements(format) / layout->block_elements;
+        EXPECT_EQ(layout->block_elements * group, gguf_format_block_elements(format));
+        EXPECT_EQ(layout->block_bytes * group, gguf_block_bytes(format));
     }
 }
 

@@ -227,7 +227,7 @@ PackedLayout validate_block_payload(const PackedBlockPayload& payload) {
     for (std::size_t b = 0; b < layout.block_count(); ++b) {
         for (std::size_t h = 0; h < halves.count; ++h) {
             const float value =
-                half_at(payload.blocks.data() + b * block_bytes + halves.offsets[h]);
+                block_half_at(payload.blocks.data() + b * block_bytes + halves.offsets[h]);
             if (!std::isfinite(value)) {
                 const std::size_t row_blocks = payload.in_features / layout.block_size;
                 invalid_format(op, std::string(half_scale_name(payload.format, h)) + " of block " +
@@ -286,7 +286,7 @@ PackedBlockPayload encode_blocks(std::span<const float> values, const PackedLayo
         // A scale beyond binary16's range would be stored as infinity: refuse it.
         const HalfScales halves = half_scales_of(layout.format);
         for (std::size_t h = 0; h < halves.count; ++h) {
-            if (!std::isfinite(half_at(block + halves.offsets[h]))) {
+            if (!std::isfinite(block_half_at(block + halves.offsets[h]))) {
                 throw std::overflow_error(
                     std::string(op) + ": block " + std::to_string(b) + " (flat indices from " +
                     std::to_string(b * gguf_block_elements) + ") needs a " +

@@ -22,10 +22,6 @@ namespace riftco_transformer::detail {
 using riftco_transformer::float_to_half_bits;
 using riftco_transformer::half_bits_to_float;
 
-[[nodiscard]] inline float half_at(const std::uint8_t* bytes) noexcept {
-    return block_half_at(bytes);
-}
-
 // Read-only pointers into a block-format weight held in host memory.
 struct BlockView {
     PackedLayout layout;
